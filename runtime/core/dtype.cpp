@@ -1,0 +1,162 @@
+#include "runtime/core/dtype.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "runtime/core/error.h"
+
+namespace kiln {
+
+size_t dtype_size(DType t) {
+    switch (t) {
+        case DType::f32: return 4;
+        case DType::f16: return 2;
+        case DType::bf16: return 2;
+        case DType::i32: return 4;
+        case DType::i64: return 8;
+        case DType::u8: return 1;
+    }
+    return 0;
+}
+
+const char* dtype_name(DType t) {
+    switch (t) {
+        case DType::f32: return "f32";
+        case DType::f16: return "f16";
+        case DType::bf16: return "bf16";
+        case DType::i32: return "i32";
+        case DType::i64: return "i64";
+        case DType::u8: return "u8";
+    }
+    return "?";
+}
+
+DType parse_dtype(std::string_view s, std::string_view what) {
+    std::string l(s);
+    for (char& c : l) c = (char)std::tolower((unsigned char)c);
+    if (l == "f32" || l == "float32" || l == "float") return DType::f32;
+    if (l == "f16" || l == "float16" || l == "half") return DType::f16;
+    if (l == "bf16" || l == "bfloat16") return DType::bf16;
+    if (l == "i32" || l == "int32") return DType::i32;
+    if (l == "i64" || l == "int64") return DType::i64;
+    if (l == "u8" || l == "uint8") return DType::u8;
+    KILN_FAIL(what, ": unsupported dtype '", s, "' (supported: f32, f16, bf16, i32, i64, u8)");
+}
+
+uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t exp = (x >> 23) & 0xffu;
+    uint32_t man = x & 0x7fffffu;
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0u));  // inf / nan
+    int e = (int)exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);  // overflow -> inf
+    if (e <= 0) {                                    // subnormal or zero
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - e);
+        uint32_t h = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;  // may carry into exponent: correct
+    return (uint16_t)(sign | h);
+}
+
+float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t x;
+    if (exp == 0) {
+        if (man == 0) {
+            x = sign;
+        } else {  // subnormal: normalise
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400u));
+            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        x = sign | 0x7f800000u | (man << 13);
+    } else {
+        x = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);  // quiet nan
+    uint32_t lsb = (x >> 16) & 1u;
+    x += 0x7fffu + lsb;
+    return (uint16_t)(x >> 16);
+}
+
+float bf16_to_f32(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+}
+
+namespace {
+double load(const void* p, DType t, size_t i) {
+    switch (t) {
+        case DType::f32: return ((const float*)p)[i];
+        case DType::f16: return f16_to_f32(((const uint16_t*)p)[i]);
+        case DType::bf16: return bf16_to_f32(((const uint16_t*)p)[i]);
+        case DType::i32: return ((const int32_t*)p)[i];
+        case DType::i64: return (double)((const int64_t*)p)[i];
+        case DType::u8: return ((const uint8_t*)p)[i];
+    }
+    return 0;
+}
+void store(void* p, DType t, size_t i, double v) {
+    switch (t) {
+        case DType::f32: ((float*)p)[i] = (float)v; break;
+        case DType::f16: ((uint16_t*)p)[i] = f32_to_f16((float)v); break;
+        case DType::bf16: ((uint16_t*)p)[i] = f32_to_bf16((float)v); break;
+        case DType::i32: ((int32_t*)p)[i] = (int32_t)v; break;
+        case DType::i64: ((int64_t*)p)[i] = (int64_t)v; break;
+        case DType::u8: ((uint8_t*)p)[i] = (uint8_t)v; break;
+    }
+}
+}  // namespace
+
+void convert(const void* src, DType from, void* dst, DType to, size_t n) {
+    if (from == to) {
+        std::memcpy(dst, src, n * dtype_size(from));
+        return;
+    }
+    if (from == DType::i64 && to == DType::i32) {  // exact, no double round trip
+        for (size_t i = 0; i < n; ++i) {
+            int64_t v = ((const int64_t*)src)[i];
+            KILN_CHECK(v >= INT32_MIN && v <= INT32_MAX, "i64 value ", v, " does not fit in i32");
+            ((int32_t*)dst)[i] = (int32_t)v;
+        }
+        return;
+    }
+    // Float conversions go through f32 (not double) so that f32->f16 rounds exactly once.
+    for (size_t i = 0; i < n; ++i) {
+        if (to == DType::f16) {
+            ((uint16_t*)dst)[i] = f32_to_f16((float)load(src, from, i));
+        } else if (to == DType::bf16) {
+            ((uint16_t*)dst)[i] = f32_to_bf16((float)load(src, from, i));
+        } else {
+            store(dst, to, i, load(src, from, i));
+        }
+    }
+}
+
+}  // namespace kiln

@@ -1,0 +1,45 @@
+#pragma once
+// Typed attributes of the ops that have any. Node::attrs holds exactly one of these.
+#include <array>
+#include <cstdint>
+#include <variant>
+
+namespace kiln::ir {
+
+struct NoAttrs {};
+struct ScaleAttrs {
+    float alpha = 1.f, beta = 0.f;
+};
+struct GeluAttrs {
+    bool tanh = false;  // "gelu-approximate" / gelu(approximate="tanh")
+};
+struct NormAttrs {
+    float eps = 1e-5f;
+    int groups = 1;  // group_norm only
+};
+struct AttentionAttrs {
+    int heads = 1;
+    float scale = 0.f;  // 0 -> 1/sqrt(head_dim)
+};
+struct TimestepAttrs {
+    int dim = 256;
+    bool flip_sin_to_cos = true;
+    float downscale_freq_shift = 0.f;
+    float scale = 1.f;
+    float max_period = 10000.f;
+};
+struct Conv2dAttrs {
+    int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+struct PermuteAttrs {
+    std::array<int, 6> perm{};  // out dim i = in dim perm[i]
+};
+struct AxisAttrs {
+    int axis = 0;
+    int64_t start = 0, length = 0;  // slice only
+};
+
+using Attrs = std::variant<NoAttrs, ScaleAttrs, GeluAttrs, NormAttrs, AttentionAttrs, TimestepAttrs, Conv2dAttrs,
+                           PermuteAttrs, AxisAttrs>;
+
+}  // namespace kiln::ir

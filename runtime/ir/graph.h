@@ -1,0 +1,113 @@
+#pragma once
+// The tensor IR: values (shape, dtype, role) and nodes (op, inputs, attrs), built by model code
+// through the builder methods below. Building is pure: it records ops and infers shapes (throwing
+// kiln::Error that names the op and shapes on mismatch); nothing is computed.
+#include <string>
+#include <vector>
+
+#include "runtime/core/tensor.h"
+#include "runtime/ir/attrs.h"
+#include "runtime/ir/ops.h"
+
+namespace kiln::ir {
+
+enum class Role : uint8_t { input, weight, activation };
+
+struct Val {
+    int id = -1;
+    explicit operator bool() const { return id >= 0; }
+    bool operator==(const Val&) const = default;
+};
+
+struct Value {
+    Shape shape;
+    DType dtype = DType::f32;  // storage dtype; compute is f32
+    Role role = Role::activation;
+    std::string name;   // inputs: argument name; weights: tensor name in the model file
+    int producer = -1;  // node index, -1 for inputs and weights
+    int region = -1;    // region index of the producing node
+};
+
+struct Node {
+    Op op;
+    std::vector<int> in;  // value ids; -1 marks an absent optional input (e.g. no bias)
+    int out = -1;
+    Attrs attrs;
+    int region = -1;  // index into Graph::regions(), -1 outside repeated blocks
+};
+
+// A repeated block instance: nodes [first, end) belong to block `index` of kind `kind`.
+struct Region {
+    std::string kind;
+    int index = 0;
+    int first = 0, end = 0;
+};
+
+class Graph {
+public:
+    Val input(const std::string& name, Shape shape, DType dtype = DType::f32);
+    Val weight(const std::string& name, Shape shape, DType dtype = DType::f32);
+    void output(Val v, const std::string& name);
+
+    // Elementwise with numpy broadcasting.
+    Val add(Val a, Val b);
+    Val sub(Val a, Val b);
+    Val mul(Val a, Val b);
+    Val scale(Val x, float alpha, float beta = 0.f);  // alpha*x + beta
+    Val silu(Val x);
+    Val gelu(Val x, bool tanh_approx);
+    Val softmax(Val x);  // last dim
+    // Norms; weight/bias may be Val{} (absent).
+    Val layer_norm(Val x, Val weight, Val bias, float eps);
+    Val group_norm(Val x, int groups, Val weight, Val bias, float eps);
+    Val rms_norm(Val x, Val weight, float eps);
+    Val linear(Val x, Val w, Val b);  // x [.., K], w [N, K], b [N] or absent -> [.., N]
+    Val matmul(Val a, Val b);         // [B, M, K] @ [B|1, K, N] -> [B, M, N]
+    // q [B, Sq, H*D], k/v [B, Sk, H*D], mask additive [B|1, Sq|1, Sk] or absent -> [B, Sq, H*D]
+    Val attention(Val q, Val k, Val v, int heads, Val mask = {}, float scale = 0.f);
+    Val modulate(Val x, Val shift, Val scale);  // x [B, N, C], shift/scale [B, C]
+    Val embedding(Val table, Val ids);          // table [V, D], ids i32 [N] -> [N, D]
+    Val timestep_embedding(Val t, const TimestepAttrs& a);  // t f32 [N] -> [N, dim]
+    Val conv2d(Val x, Val w, Val b, const Conv2dAttrs& a);  // x [B,C,H,W], w [O,C,kh,kw]
+    Val upsample_nearest2x(Val x);
+    Val permute(Val x, const std::vector<int>& perm);
+    Val transpose(Val x, int a, int b);
+    Val concat(Val a, Val b, int axis);
+    Val slice(Val x, int axis, int64_t start, int64_t length);
+    std::vector<Val> split(Val x, int axis, const std::vector<int64_t>& sizes);
+    std::vector<Val> chunk(Val x, int axis, int n);
+    Val reshape(Val x, Shape shape);  // one dim may be -1
+    // Compositions (reshape + permute), as diffusers' PatchEmbed / DiT unpatchify lay data out.
+    Val patchify(Val x, int p);  // [B, C, H, W] -> [B, (H/p)*(W/p), C*p*p], features ordered (c, py, px)
+    Val unpatchify(Val x, int p, int channels, int h, int w);  // [B, h*w, p*p*C] (py,px,c) -> [B, C, h*p, w*p]
+
+    // Repeated blocks: nodes added between begin and end belong to block `index` of `kind`.
+    void begin_region(const std::string& kind, int index);
+    void end_region();
+
+    const Value& value(Val v) const { return values_.at((size_t)v.id); }
+    const Value& value(int id) const { return values_.at((size_t)id); }
+    const Shape& shape(Val v) const { return value(v).shape; }
+    const std::vector<Value>& values() const { return values_; }
+    const std::vector<Node>& nodes() const { return nodes_; }
+    const std::vector<Region>& regions() const { return regions_; }
+    const std::vector<std::pair<std::string, int>>& outputs() const { return outputs_; }
+    std::vector<int> inputs() const;   // value ids of role input
+    std::vector<int> weights() const;  // value ids of role weight
+
+private:
+    Val add_value(Value v);
+    Val add_node(Op op, std::vector<int> in, Shape out_shape, Attrs attrs = NoAttrs{});
+    Val binary(Op op, Val a, Val b);
+    void check_f32(Op op, Val v, const char* what) const;
+    std::vector<Value> values_;
+    std::vector<Node> nodes_;
+    std::vector<Region> regions_;
+    std::vector<std::pair<std::string, int>> outputs_;
+    int open_region_ = -1;
+};
+
+// Numpy broadcast of two shapes; throws naming `op` on mismatch.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+}  // namespace kiln::ir

@@ -1,0 +1,50 @@
+#pragma once
+// The op table. One line per op: X(name, kind). Generates the Op enum, op names and, in each
+// backend, its dispatch table — so a missing CPU reference or Vulkan lowering fails to link.
+// kind: compute (has a shader) or view (an alias of its input's memory, no shader).
+//
+// Dtype rule: activations are f32. The "matrix" operand of linear/conv2d/embedding may be stored
+// f32, f16 or bf16 (one shader source, compiled per weight dtype); every other operand is f32.
+#define KILN_OPS(X)                                                                               \
+    X(add, compute)                /* a + b, numpy broadcasting */                                \
+    X(sub, compute)                /* a - b, numpy broadcasting */                                \
+    X(mul, compute)                /* a * b, numpy broadcasting */                                \
+    X(scale, compute)              /* alpha * x + beta */                                         \
+    X(silu, compute)               /* x * sigmoid(x) */                                           \
+    X(gelu, compute)               /* exact erf, or tanh approximation */                         \
+    X(softmax, compute)            /* over the last dim */                                        \
+    X(layer_norm, compute)         /* last dim; optional weight, bias */                          \
+    X(group_norm, compute)         /* [B, C, *] with G groups; optional weight, bias */           \
+    X(rms_norm, compute)           /* last dim; optional weight */                                \
+    X(linear, compute)             /* x [.., K] @ W[N, K]^T + b[N] */                             \
+    X(matmul, compute)             /* a [B, M, K] @ b [B|1, K, N] */                              \
+    X(attention, compute)          /* softmax(q k^T * s + mask) v, heads packed in the last dim */ \
+    X(modulate, compute)           /* x [B, N, C] * (1 + scale[B, C]) + shift[B, C] */           \
+    X(embedding, compute)          /* table [V, D] rows by i32 ids [N] */                         \
+    X(timestep_embedding, compute) /* diffusers get_timestep_embedding */                         \
+    X(conv2d, compute)             /* NCHW, any kernel / stride / padding */                      \
+    X(upsample_nearest2x, compute) /* [B, C, H, W] -> [B, C, 2H, 2W] */                           \
+    X(permute, compute)            /* generic axis permutation, rank <= 6 */                      \
+    X(concat, compute)             /* two inputs along one axis */                                \
+    X(slice, compute)              /* [start, start+length) along one axis */                     \
+    X(reshape, view)               /* same elements, new shape */
+
+namespace kiln::ir {
+
+enum class Op : uint8_t {
+#define KILN_X(name, kind) name,
+    KILN_OPS(KILN_X)
+#undef KILN_X
+};
+enum class OpKind : uint8_t { compute, view };
+
+inline constexpr int kOpCount = 0
+#define KILN_X(name, kind) +1
+    KILN_OPS(KILN_X)
+#undef KILN_X
+    ;
+
+const char* op_name(Op op);
+OpKind op_kind(Op op);
+
+}  // namespace kiln::ir

@@ -1,0 +1,21 @@
+#include "tests/support/test_support.h"
+
+#include <cstdlib>
+#include <random>
+
+namespace kiln::test {
+std::string data_path(const std::string& rel) {
+    const char* env = std::getenv("KILN_TEST_DATA");
+    return std::string(env ? env : KILN_TEST_DATA) + "/" + rel;
+}
+std::vector<float> random_vec(size_t n, unsigned seed, float lo, float hi) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+Tensor random_tensor(const Shape& s, unsigned seed, float lo, float hi) {
+    return Tensor::from_f32(s, random_vec((size_t)shape_numel(s), seed, lo, hi));
+}
+}  // namespace kiln::test
