@@ -6,20 +6,26 @@
 
 namespace kiln::ir {
 
-struct NoAttrs {};
+struct NoAttrs {
+    bool operator==(const NoAttrs&) const = default;
+};
 struct ScaleAttrs {
     float alpha = 1.f, beta = 0.f;
+    bool operator==(const ScaleAttrs&) const = default;
 };
 struct GeluAttrs {
     bool tanh = false;  // "gelu-approximate" / gelu(approximate="tanh")
+    bool operator==(const GeluAttrs&) const = default;
 };
 struct NormAttrs {
     float eps = 1e-5f;
     int groups = 1;  // group_norm only
+    bool operator==(const NormAttrs&) const = default;
 };
 struct AttentionAttrs {
     int heads = 1;
     float scale = 0.f;  // 0 -> 1/sqrt(head_dim)
+    bool operator==(const AttentionAttrs&) const = default;
 };
 struct TimestepAttrs {
     int dim = 256;
@@ -27,16 +33,20 @@ struct TimestepAttrs {
     float downscale_freq_shift = 0.f;
     float scale = 1.f;
     float max_period = 10000.f;
+    bool operator==(const TimestepAttrs&) const = default;
 };
 struct Conv2dAttrs {
     int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+    bool operator==(const Conv2dAttrs&) const = default;
 };
 struct PermuteAttrs {
     std::array<int, 6> perm{};  // out dim i = in dim perm[i]
+    bool operator==(const PermuteAttrs&) const = default;
 };
 struct AxisAttrs {
     int axis = 0;
     int64_t start = 0, length = 0;  // slice only
+    bool operator==(const AxisAttrs&) const = default;
 };
 
 using Attrs = std::variant<NoAttrs, ScaleAttrs, GeluAttrs, NormAttrs, AttentionAttrs, TimestepAttrs, Conv2dAttrs,

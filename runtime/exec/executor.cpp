@@ -1,0 +1,536 @@
+#include "runtime/exec/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "runtime/core/error.h"
+#include "runtime/exec/regions.h"
+#include "runtime/vulkan/lower.h"
+#include "runtime/vulkan/memory.h"
+#include "runtime/vulkan/pipeline.h"
+
+namespace kiln::exec {
+
+const char* mode_name(Mode m) {
+    switch (m) {
+        case Mode::eager: return "eager";
+        case Mode::full: return "full";
+        case Mode::regional: return "regional";
+    }
+    return "?";
+}
+
+Mode parse_mode(const std::string& s) {
+    if (s == "eager") return Mode::eager;
+    if (s == "full") return Mode::full;
+    if (s == "regional") return Mode::regional;
+    KILN_FAIL("unknown mode '", s, "' (eager, full or regional)");
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+constexpr VkDeviceSize kAlign = 256;
+VkDeviceSize align_up(VkDeviceSize x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+struct Span {
+    VkBuffer b;
+    VkDeviceSize off, size;
+    bool overlaps(const Span& o) const { return b == o.b && off < o.off + o.size && o.off < off + size; }
+};
+
+// Records into one command buffer, inserting a memory barrier only where an access conflicts with
+// a write (RAW, WAW) or a read (WAR) made since the last barrier.
+struct Recorder {
+    VkCommandBuffer cb;
+    std::vector<Span> writes, reads;
+    int barriers = 0;
+    void barrier() {
+        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+        mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                           VK_ACCESS_TRANSFER_WRITE_BIT;
+        VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+        vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
+        writes.clear();
+        reads.clear();
+        barriers++;
+    }
+    void access(const std::vector<Span>& r, const std::vector<Span>& w) {
+        bool need = false;
+        for (auto& x : r)
+            for (auto& y : writes) need |= x.overlaps(y);
+        for (auto& x : w) {
+            for (auto& y : writes) need |= x.overlaps(y);
+            for (auto& y : reads) need |= x.overlaps(y);
+        }
+        if (need) barrier();
+        reads.insert(reads.end(), r.begin(), r.end());
+        writes.insert(writes.end(), w.begin(), w.end());
+    }
+};
+
+struct DispatchRec {
+    const vk::Kernel* kernel;
+    VkDescriptorSet set;
+    vk::Dispatch d;
+    std::vector<Span> reads, writes;
+};
+}  // namespace
+
+struct Executor::Impl {
+    vk::Context& ctx;
+    ir::Graph g;
+    Mode mode;
+    vk::Allocator alloc;
+    vk::Kernels kernels;
+    Counters c;
+    std::vector<vk::BufferRange> range;  // per value id; views share their root's range
+    std::vector<int> root;
+    vk::BufferRange dummy;
+    std::vector<BlockKind> blocks;
+    std::vector<vk::BufferRange> block_arena, block_window;  // per kind
+    std::vector<VkDeviceSize> block_stride;
+    VkDescriptorPool pool = VK_NULL_HANDLE;
+    std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
+    // Program: a list of steps for the primary command buffer.
+    struct Step {
+        enum { dispatch, blocks } kind;
+        int index;  // dispatch index, or block kind index
+    };
+    std::vector<Step> program;
+    std::vector<std::vector<int>> block_dispatches;  // per kind: dispatch indices of the template
+    VkCommandBuffer primary = VK_NULL_HANDLE;
+    std::vector<VkCommandBuffer> secondaries;
+    VkQueryPool queries = VK_NULL_HANDLE;
+    VkFence fence = VK_NULL_HANDLE;
+    double gpu_ms = 0;
+    std::map<std::string, int> inputs, outputs;
+
+    Impl(vk::Context& cx, const ir::Graph& graph, Mode m) : ctx(cx), g(graph), mode(m), alloc(cx), kernels(cx) {}
+    ~Impl() {
+        VkDevice d = ctx.device();
+        vkDeviceWaitIdle(d);
+        if (primary) vkFreeCommandBuffers(d, ctx.pool(), 1, &primary);
+        if (!secondaries.empty())
+            vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)secondaries.size(), secondaries.data());
+        if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
+        if (queries) vkDestroyQueryPool(d, queries, nullptr);
+        if (fence) vkDestroyFence(d, fence, nullptr);
+    }
+
+    int r(int v) const { return v < 0 ? v : root[(size_t)v]; }
+    Span span(int v) const {
+        const auto& br = range[(size_t)r(v)];
+        return {br.buffer, br.offset, br.size};
+    }
+
+    void plan(const WeightBytesFn& weights);
+    void plan_weights(const WeightBytesFn& weights, const std::vector<int>& active);
+    void plan_activations(const std::vector<int>& active);
+    void build_dispatches(const std::vector<int>& active);
+    void record();
+    void record_dispatch(Recorder& rec, const DispatchRec& d);
+};
+
+void Executor::Impl::plan(const WeightBytesFn& weights) {
+    auto t0 = Clock::now();
+    const auto& nodes = g.nodes();
+    root.resize(g.values().size());
+    for (size_t v = 0; v < root.size(); ++v) {
+        root[v] = (int)v;
+        int p = g.values()[v].producer;
+        if (p >= 0 && ir::op_kind(nodes[(size_t)p].op) == ir::OpKind::view) root[v] = root[(size_t)nodes[(size_t)p].in[0]];
+    }
+    for (int v : g.inputs()) inputs[g.value(v).name] = v;
+    for (auto& [name, v] : g.outputs()) outputs[name] = v;
+
+    // Active nodes in execution order: everything, except that in regional mode only the template
+    // instance of each block kind is kept (it is replayed for the others).
+    std::vector<int> active;
+    if (mode == Mode::regional) blocks = analyze_regions(g);
+    for (int n = 0; n < (int)nodes.size(); ++n) {
+        bool skip = false;
+        for (auto& k : blocks) {
+            const auto& t = g.regions()[(size_t)k.regions[0]];
+            if (n >= k.first && n < k.end && !(n >= t.first && n < t.end)) skip = true;
+        }
+        if (!skip) active.push_back(n);
+    }
+    // After the blocks, the last instance's outputs live in the template's chain inputs.
+    for (auto& k : blocks)
+        for (auto [vl, x] : k.last_outputs) root[(size_t)vl] = root[(size_t)x];
+
+    plan_weights(weights, active);
+    plan_activations(active);
+    c.plan_ms = ms_since(t0);
+    auto t1 = Clock::now();
+    build_dispatches(active);
+    c.pipeline_ms = kernels.create_ms();
+    c.pipelines = kernels.created();
+    c.plan_ms += ms_since(t1) - kernels.create_ms();
+    record();
+}
+
+void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vector<int>& active) {
+    auto t0 = Clock::now();
+    range.resize(g.values().size());
+    dummy = alloc.alloc(16, "dummy binding");
+    std::set<int> in_blocks;
+    for (auto& k : blocks)
+        for (auto& inst : k.weights) in_blocks.insert(inst.begin(), inst.end());
+    auto fill = [&](int v, const vk::BufferRange& dst, VkDeviceSize off) {
+        const ir::Value& val = g.value(v);
+        size_t n = (size_t)shape_numel(val.shape) * dtype_size(val.dtype);
+        if (dst.mapped) {
+            weights(val, dst.mapped + off, n);
+        } else {
+            std::vector<uint8_t> tmp(n);
+            weights(val, tmp.data(), n);
+            alloc.upload(dst, tmp.data(), n, off);
+        }
+        c.weight_bytes += n;
+    };
+    // Weights read by active nodes outside blocks: one range each.
+    std::set<int> used;
+    for (int n : active)
+        for (int v : g.nodes()[(size_t)n].in)
+            if (v >= 0 && g.value(v).role == ir::Role::weight && !in_blocks.count(v)) used.insert(v);
+    for (int v : used) {
+        const ir::Value& val = g.value(v);
+        range[(size_t)v] = alloc.alloc((size_t)shape_numel(val.shape) * dtype_size(val.dtype), val.name.c_str());
+        fill(v, range[(size_t)v], 0);
+    }
+    // Block weights: block-major arena (instance i at i*stride, same relative offsets), plus a
+    // window the template binds; each replay copies instance i's weights into the window.
+    for (auto& k : blocks) {
+        std::vector<VkDeviceSize> rel;
+        VkDeviceSize stride = 0;
+        for (int v : k.tmpl_weights) {
+            rel.push_back(stride);
+            stride += align_up((size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype));
+        }
+        stride = std::max<VkDeviceSize>(stride, kAlign);
+        auto arena = alloc.alloc(stride * k.weights.size(), ("weights of block kind " + k.kind).c_str(), false);
+        auto window = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
+        for (size_t i = 0; i < k.weights.size(); ++i)
+            for (size_t j = 0; j < k.tmpl_weights.size(); ++j) fill(k.weights[i][j], arena, i * stride + rel[j]);
+        for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
+            int v = k.tmpl_weights[j];
+            VkDeviceSize n = (size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
+            KILN_CHECK(n <= ctx.info().max_storage_buffer_range, "weight '", g.value(v).name, "' (", n,
+                       " bytes) exceeds maxStorageBufferRange");
+            range[(size_t)v] = {window.buffer, window.offset + rel[j], n,
+                                window.mapped ? window.mapped + rel[j] : nullptr};
+        }
+        block_arena.push_back(arena);
+        block_window.push_back(window);
+        block_stride.push_back(stride);
+    }
+    c.upload_ms = ms_since(t0);
+}
+
+void Executor::Impl::plan_activations(const std::vector<int>& active) {
+    const auto& nodes = g.nodes();
+    // Inputs and outputs get dedicated ranges: the host writes/reads them between runs.
+    std::set<int> pinned;
+    for (auto& [name, v] : inputs) pinned.insert(r(v));
+    for (auto& [name, v] : outputs) pinned.insert(r(v));
+    for (int v : pinned) {
+        const ir::Value& val = g.value(v);
+        KILN_CHECK(val.role != ir::Role::weight, "a graph output is a weight ('", val.name, "')");
+        range[(size_t)v] = alloc.alloc((size_t)shape_numel(val.shape) * dtype_size(val.dtype), "graph input/output");
+    }
+    // Liveness over the active order: [def, last use]; block chain inputs live to their kind's end.
+    std::map<int, std::pair<int, int>> life;
+    for (int t = 0; t < (int)active.size(); ++t) {
+        const ir::Node& n = nodes[(size_t)active[(size_t)t]];
+        int o = r(n.out);
+        if (!pinned.count(o) && g.value(o).role == ir::Role::activation && !life.count(o)) life[o] = {t, t};
+        for (int v : n.in)
+            if (v >= 0 && life.count(r(v))) life[r(v)].second = t;
+    }
+    for (auto& k : blocks) {
+        const auto& t = g.regions()[(size_t)k.regions[0]];
+        int end_t = (int)(std::find(active.begin(), active.end(), t.end - 1) - active.begin());
+        for (auto [x, y] : k.chain) {
+            if (life.count(r(x))) life[r(x)].second = std::max(life[r(x)].second, end_t + 1);
+            if (life.count(r(y))) life[r(y)].second = std::max(life[r(y)].second, end_t + 1);
+        }
+    }
+    // Greedy first-fit placement by definition time.
+    struct Live {
+        VkDeviceSize off, size;
+        int end;
+    };
+    std::vector<Live> live;
+    std::map<int, VkDeviceSize> offset;
+    VkDeviceSize total = 0;
+    std::vector<std::pair<int, int>> order;  // (def, value)
+    for (auto& [v, l] : life) order.push_back({l.first, v});
+    std::sort(order.begin(), order.end());
+    for (auto [def, v] : order) {
+        live.erase(std::remove_if(live.begin(), live.end(), [&](const Live& l) { return l.end < def; }), live.end());
+        VkDeviceSize size = align_up((size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype));
+        c.activation_bytes_naive += size;
+        std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.off < b.off; });
+        VkDeviceSize at = 0;
+        for (auto& l : live) {
+            if (at + size <= l.off) break;
+            at = std::max(at, l.off + l.size);
+        }
+        offset[v] = at;
+        live.push_back({at, size, life[v].second});
+        total = std::max(total, at + size);
+    }
+    c.activation_bytes_planned = total;
+    if (total) {
+        auto arena = alloc.alloc(total, "activations", false);
+        for (auto& [v, off] : offset) {
+            VkDeviceSize n = (size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
+            KILN_CHECK(n <= ctx.info().max_storage_buffer_range, "activation ", shape_str(g.value(v).shape),
+                       " exceeds maxStorageBufferRange; use a smaller batch or resolution");
+            range[(size_t)v] = {arena.buffer, arena.offset + off, n, arena.mapped ? arena.mapped + off : nullptr};
+        }
+    }
+    c.device_bytes = alloc.bytes();
+}
+
+void Executor::Impl::build_dispatches(const std::vector<int>& active) {
+    const auto& nodes = g.nodes();
+    int n_dispatch = 0, n_bind = 0;
+    for (int n : active)
+        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute) n_dispatch++, n_bind += (int)nodes[(size_t)n].in.size() + 1;
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)};
+    VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
+    pi.poolSizeCount = 1;
+    pi.pPoolSizes = &ps;
+    VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
+
+    block_dispatches.assign(blocks.size(), {});
+    std::vector<bool> kind_emitted(blocks.size(), false);
+    for (int n : active) {
+        const ir::Node& node = nodes[(size_t)n];
+        if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
+        vk::Dispatch d = vk::lower(g, node);
+        const vk::Kernel& k = kernels.get(d.shader, d.spec);
+        KILN_CHECK(k.bindings == node.in.size() + 1, "shader ", d.shader, " has ", k.bindings, " bindings, op ",
+                   ir::op_name(node.op), " needs ", node.in.size() + 1);
+        DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
+        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+        ai.descriptorPool = pool;
+        ai.descriptorSetCount = 1;
+        ai.pSetLayouts = &k.set_layout;
+        VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
+        std::vector<VkDescriptorBufferInfo> bi(k.bindings);
+        std::vector<VkWriteDescriptorSet> w(k.bindings);
+        for (uint32_t b = 0; b < k.bindings; ++b) {
+            int v = b < node.in.size() ? node.in[b] : node.out;
+            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)r(v)];
+            KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
+            bi[b] = {br.buffer, br.offset, br.size};
+            w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+            w[b].dstSet = rec.set;
+            w[b].dstBinding = b;
+            w[b].descriptorCount = 1;
+            w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[b].pBufferInfo = &bi[b];
+            if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
+        }
+        vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
+        int idx = (int)dispatches.size();
+        dispatches.push_back(std::move(rec));
+        int kind = -1;
+        for (size_t ki = 0; ki < blocks.size(); ++ki)
+            if (node.region >= 0 && g.regions()[(size_t)node.region].kind == blocks[ki].kind) kind = (int)ki;
+        if (kind >= 0) {
+            block_dispatches[(size_t)kind].push_back(idx);
+            if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
+        } else {
+            program.push_back({Step::dispatch, idx});
+        }
+    }
+}
+
+void Executor::Impl::record_dispatch(Recorder& rec, const DispatchRec& d) {
+    rec.access(d.reads, d.writes);
+    vkCmdBindPipeline(rec.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d.kernel->pipeline);
+    vkCmdBindDescriptorSets(rec.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d.kernel->layout, 0, 1, &d.set, 0, nullptr);
+    if (!d.d.push.empty())
+        vkCmdPushConstants(rec.cb, d.kernel->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)d.d.push.size(),
+                           d.d.push.data());
+    vkCmdDispatch(rec.cb, d.d.groups[0], d.d.groups[1], d.d.groups[2]);
+}
+
+void Executor::Impl::record() {
+    VkDevice dev = ctx.device();
+    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VK_CHECK(vkCreateFence(dev, &fci, nullptr, &fence));
+    if (ctx.info().timestamps) {
+        VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        qi.queryCount = 2;
+        VK_CHECK(vkCreateQueryPool(dev, &qi, nullptr, &queries));
+    }
+    if (mode == Mode::eager) {  // recorded per op at run time
+        c.dispatches_per_run = c.submissions_per_run = (int)dispatches.size();
+        return;
+    }
+    auto t0 = Clock::now();
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = ctx.pool();
+    // Secondary command buffers: one per block kind, recorded once, executed once per instance.
+    std::vector<int> sec_barriers(blocks.size());
+    if (!blocks.empty()) {
+        secondaries.resize(blocks.size());
+        ai.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
+        ai.commandBufferCount = (uint32_t)blocks.size();
+        VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries.data()));
+        for (size_t k = 0; k < blocks.size(); ++k) {
+            VkCommandBufferInheritanceInfo inh{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
+            VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+            bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+            bi.pInheritanceInfo = &inh;
+            VK_CHECK(vkBeginCommandBuffer(secondaries[k], &bi));
+            Recorder rec{secondaries[k]};
+            for (int d : block_dispatches[k]) record_dispatch(rec, dispatches[(size_t)d]);
+            VK_CHECK(vkEndCommandBuffer(secondaries[k]));
+            sec_barriers[k] = rec.barriers;
+            c.command_buffers_recorded++;
+        }
+    }
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &primary));
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    VK_CHECK(vkBeginCommandBuffer(primary, &bi));
+    if (queries) {
+        vkCmdResetQueryPool(primary, queries, 0, 2);
+        vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, 0);
+    }
+    Recorder rec{primary};
+    for (auto& step : program) {
+        if (step.kind == Step::dispatch) {
+            record_dispatch(rec, dispatches[(size_t)step.index]);
+            c.dispatches_per_run++;
+            continue;
+        }
+        size_t k = (size_t)step.index;
+        const BlockKind& bk = blocks[k];
+        for (size_t i = 0; i < bk.weights.size(); ++i) {
+            rec.barrier();  // the previous instance finished reading the window / writing its outputs
+            VkBufferCopy cp{block_arena[k].offset + i * block_stride[k], block_window[k].offset, block_stride[k]};
+            vkCmdCopyBuffer(primary, block_arena[k].buffer, block_window[k].buffer, 1, &cp);
+            c.copies_per_run++;
+            rec.barrier();
+            vkCmdExecuteCommands(primary, 1, &secondaries[k]);
+            c.barriers_per_run += sec_barriers[k];
+            c.dispatches_per_run += (int)block_dispatches[k].size();
+            rec.barrier();
+            for (auto [x, y] : bk.chain) {  // carry the residual stream(s) to the next instance
+                Span sx = span(x), sy = span(y);
+                VkBufferCopy cc{sy.off, sx.off, sx.size};
+                vkCmdCopyBuffer(primary, sy.b, sx.b, 1, &cc);
+                c.copies_per_run++;
+                rec.writes.push_back(sx);
+                rec.reads.push_back(sy);
+            }
+        }
+        rec.barrier();
+    }
+    if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 1);
+    VK_CHECK(vkEndCommandBuffer(primary));
+    c.command_buffers_recorded++;
+    c.barriers_per_run += rec.barriers;
+    c.submissions_per_run = 1;
+    c.record_ms = ms_since(t0);
+}
+
+Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode)
+    : impl_(std::make_unique<Impl>(ctx, g, mode)) {
+    impl_->plan(weights);
+}
+
+Executor::~Executor() = default;
+
+const Counters& Executor::counters() const { return impl_->c; }
+Mode Executor::mode() const { return impl_->mode; }
+double Executor::last_gpu_ms() const { return impl_->gpu_ms; }
+
+void Executor::set_input(const std::string& name, const Tensor& t) {
+    auto it = impl_->inputs.find(name);
+    KILN_CHECK(it != impl_->inputs.end(), "the graph has no input named '", name, "'");
+    const ir::Value& v = impl_->g.value(it->second);
+    KILN_CHECK(t.shape == v.shape, "input '", name, "' has shape ", shape_str(t.shape), ", expected ",
+               shape_str(v.shape));
+    Tensor conv = t.dtype == v.dtype ? t : t.astype(v.dtype);
+    impl_->alloc.upload(impl_->range[(size_t)impl_->r(it->second)], conv.bytes.data(), conv.nbytes());
+}
+
+void Executor::run() {
+    Impl& m = *impl_;
+    VkDevice dev = m.ctx.device();
+    auto submit = [&](VkCommandBuffer cb) {
+        VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+        si.commandBufferCount = 1;
+        si.pCommandBuffers = &cb;
+        VK_CHECK(vkQueueSubmit(m.ctx.queue(), 1, &si, m.fence));
+        VK_CHECK(vkWaitForFences(dev, 1, &m.fence, VK_TRUE, UINT64_MAX));
+        VK_CHECK(vkResetFences(dev, 1, &m.fence));
+    };
+    if (m.mode == Mode::eager) {
+        double total = 0;
+        for (auto& d : m.dispatches) {
+            VkCommandBuffer cb = m.ctx.begin_one_shot();
+            if (m.queries) {
+                vkCmdResetQueryPool(cb, m.queries, 0, 2);
+                vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, m.queries, 0);
+            }
+            Recorder rec{cb};
+            m.record_dispatch(rec, d);
+            if (m.queries) vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, m.queries, 1);
+            VK_CHECK(vkEndCommandBuffer(cb));
+            submit(cb);
+            vkFreeCommandBuffers(dev, m.ctx.pool(), 1, &cb);
+            if (m.queries) {
+                uint64_t ts[2];
+                VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, 2, sizeof(ts), ts, 8,
+                                               VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+                total += (double)(ts[1] - ts[0]) * m.ctx.info().timestamp_period_ns * 1e-6;
+            }
+        }
+        m.gpu_ms = total;
+        return;
+    }
+    submit(m.primary);
+    if (m.queries) {
+        uint64_t ts[2];
+        VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, 2, sizeof(ts), ts, 8,
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+        m.gpu_ms = (double)(ts[1] - ts[0]) * m.ctx.info().timestamp_period_ns * 1e-6;
+    }
+}
+
+Tensor Executor::output(const std::string& name) const {
+    auto it = impl_->outputs.find(name);
+    KILN_CHECK(it != impl_->outputs.end(), "the graph has no output named '", name, "'");
+    const ir::Value& v = impl_->g.value(it->second);
+    Tensor t(DType::f32, v.shape);
+    impl_->alloc.download(impl_->range[(size_t)impl_->r(it->second)], t.bytes.data(), t.nbytes());
+    return t;
+}
+
+std::map<std::string, Tensor> run_graph(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights,
+                                        const std::map<std::string, Tensor>& inputs, Mode mode) {
+    Executor ex(ctx, g, weights, mode);
+    for (auto& [name, t] : inputs) ex.set_input(name, t);
+    ex.run();
+    std::map<std::string, Tensor> out;
+    for (auto& [name, v] : g.outputs()) out[name] = ex.output(name);
+    return out;
+}
+
+}  // namespace kiln::exec

@@ -1,0 +1,63 @@
+#pragma once
+// Runs an IR graph on a Vulkan device. Three modes:
+//  eager:    one submission per op, waited (the PyTorch-eager analogue, for debugging);
+//  full:     every op recorded once, unrolled, into one command buffer; one submission per run;
+//  regional: each repeated block kind (Graph regions) recorded once into a secondary command
+//            buffer and replayed for every block instance; one submission per run.
+// Planning (pipelines, memory, descriptor sets, recording) happens in the constructor; run()
+// allocates nothing. Inputs change through buffer contents between runs.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "runtime/core/tensor.h"
+#include "runtime/ir/graph.h"
+#include "runtime/vulkan/context.h"
+
+namespace kiln::exec {
+
+enum class Mode { eager, full, regional };
+const char* mode_name(Mode m);
+Mode parse_mode(const std::string& s);  // "eager" | "full" | "regional"
+
+// Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long).
+using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
+
+struct Counters {
+    int pipelines = 0;             // pipelines this executor uses (created or found in the cache)
+    int command_buffers_recorded = 0;
+    int dispatches_per_run = 0;    // dispatches executed by one run()
+    int submissions_per_run = 0;
+    int barriers_per_run = 0;
+    int copies_per_run = 0;
+    double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
+    uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
+};
+
+class Executor {
+public:
+    Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode = Mode::regional);
+    ~Executor();
+    Executor(const Executor&) = delete;
+    Executor& operator=(const Executor&) = delete;
+
+    // Input by name: f32 tensors for f32 inputs; i32 inputs accept i32 or i64 (range-checked).
+    void set_input(const std::string& name, const Tensor& t);
+    void run();
+    Tensor output(const std::string& name) const;  // f32
+    const Counters& counters() const;
+    Mode mode() const;
+    // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
+    double last_gpu_ms() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// Convenience: plan, run once and return every output (for tests and `kiln forward`).
+std::map<std::string, Tensor> run_graph(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights,
+                                        const std::map<std::string, Tensor>& inputs, Mode mode = Mode::regional);
+
+}  // namespace kiln::exec

@@ -1,0 +1,141 @@
+// Push-constant parameter structs of every shader, written once for C++ and GLSL.
+// C++: plain structs in kiln::params, each static_assert'ed to fit the 128-byte push budget.
+// GLSL: a shader defines USE_<NAME> before including this file and gets `p` as its push block.
+// Only uint/int/float scalars and uint arrays: std430 push layout then equals the C++ layout.
+#ifndef KILN_PARAMS_H
+#define KILN_PARAMS_H
+
+#ifdef __cplusplus
+#include <cstdint>
+namespace kiln::params {
+using uint = uint32_t;
+#define KILN_PARAMS(name) struct name
+#define KILN_PARAMS_END(name) \
+    ;                         \
+    static_assert(sizeof(name) <= 128, #name " exceeds the push-constant budget");
+#else
+#define KILN_PARAMS(name) layout(push_constant) uniform name##_pc
+#define KILN_PARAMS_END(name) p;
+#endif
+
+// add/sub/mul: out[i] = a[ia] op b[ib]; i decomposed over `shape` (rank dims, outermost first),
+// ia/ib from per-dim strides (0 on broadcast dims).
+#if defined(__cplusplus) || defined(USE_BINARY)
+KILN_PARAMS(BinaryParams) {
+    uint n, rank;
+    uint shape[6];
+    uint sa[6];
+    uint sb[6];
+} KILN_PARAMS_END(BinaryParams)
+#endif
+
+// scale: alpha*x + beta; silu; gelu (mode 1 = tanh approximation).
+#if defined(__cplusplus) || defined(USE_UNARY)
+KILN_PARAMS(UnaryParams) {
+    uint n, mode;
+    float alpha, beta;
+} KILN_PARAMS_END(UnaryParams)
+#endif
+
+// softmax / layer_norm / rms_norm over the last dim: rows x cols.
+#if defined(__cplusplus) || defined(USE_ROW)
+KILN_PARAMS(RowParams) {
+    uint rows, cols, has_w, has_b;
+    float eps;
+} KILN_PARAMS_END(RowParams)
+#endif
+
+// group_norm on [B, C, HW] with G groups.
+#if defined(__cplusplus) || defined(USE_GROUP_NORM)
+KILN_PARAMS(GroupNormParams) {
+    uint B, C, HW, G, has_w, has_b;
+    float eps;
+} KILN_PARAMS_END(GroupNormParams)
+#endif
+
+// linear: y[M, N] = x[M, K] @ W[N, K]^T + b[N].
+#if defined(__cplusplus) || defined(USE_LINEAR)
+KILN_PARAMS(LinearParams) {
+    uint M, N, K, has_bias;
+} KILN_PARAMS_END(LinearParams)
+#endif
+
+// matmul: y[B, M, N] = a[B, M, K] @ b[B|1, K, N]; b_batch_stride = 0 when b is broadcast.
+#if defined(__cplusplus) || defined(USE_MATMUL)
+KILN_PARAMS(MatmulParams) {
+    uint B, M, N, K, b_batch_stride;
+} KILN_PARAMS_END(MatmulParams)
+#endif
+
+// attention: q [B, Sq, H*D], k/v [B, Sk, H*D], mask [B|1, Sq|1, Sk] additive (mask_sb/mask_sq are its
+// batch/row strides, 0 when broadcast), out [B, Sq, H*D].
+#if defined(__cplusplus) || defined(USE_ATTENTION)
+KILN_PARAMS(AttentionParams) {
+    uint B, Sq, Sk, H, D, has_mask, mask_sb, mask_sq;
+    float scale;
+} KILN_PARAMS_END(AttentionParams)
+#endif
+
+// modulate: y[b, n, c] = x[b, n, c] * (1 + scale[b, c]) + shift[b, c].
+#if defined(__cplusplus) || defined(USE_MODULATE)
+KILN_PARAMS(ModulateParams) {
+    uint B, N, C;
+} KILN_PARAMS_END(ModulateParams)
+#endif
+
+// embedding: y[i, :] = table[ids[i], :], table [V, D].
+#if defined(__cplusplus) || defined(USE_EMBEDDING)
+KILN_PARAMS(EmbeddingParams) {
+    uint N, D, V;
+} KILN_PARAMS_END(EmbeddingParams)
+#endif
+
+// timestep_embedding (diffusers get_timestep_embedding): y [N, dim].
+#if defined(__cplusplus) || defined(USE_TIMESTEP)
+KILN_PARAMS(TimestepParams) {
+    uint N, dim, half_dim, flip;
+    float shift, scale, log_max_period;
+} KILN_PARAMS_END(TimestepParams)
+#endif
+
+// conv2d NCHW: x [B, C, H, W], w [O, C, KH, KW] -> y [B, O, HO, WO].
+#if defined(__cplusplus) || defined(USE_CONV2D)
+KILN_PARAMS(Conv2dParams) {
+    uint B, C, H, W, O, KH, KW, HO, WO, stride_h, stride_w, pad_h, pad_w, has_bias;
+} KILN_PARAMS_END(Conv2dParams)
+#endif
+
+// upsample_nearest2x: [BC, H, W] -> [BC, 2H, 2W].
+#if defined(__cplusplus) || defined(USE_UPSAMPLE)
+KILN_PARAMS(UpsampleParams) {
+    uint BC, H, W;
+} KILN_PARAMS_END(UpsampleParams)
+#endif
+
+// permute: out index decomposed over out_shape; src = sum idx[d] * in_stride[d].
+#if defined(__cplusplus) || defined(USE_PERMUTE)
+KILN_PARAMS(PermuteParams) {
+    uint n, rank;
+    uint out_shape[6];
+    uint in_stride[6];
+} KILN_PARAMS_END(PermuteParams)
+#endif
+
+// concat along an axis: both inputs seen as [outer, na] and [outer, nb] -> out [outer, na + nb].
+#if defined(__cplusplus) || defined(USE_CONCAT)
+KILN_PARAMS(ConcatParams) {
+    uint outer, na, nb;
+} KILN_PARAMS_END(ConcatParams)
+#endif
+
+// slice: input seen as [outer, in_row], out [outer, out_row] = in[:, start : start + out_row].
+#if defined(__cplusplus) || defined(USE_SLICE)
+KILN_PARAMS(SliceParams) {
+    uint outer, in_row, start, out_row;
+} KILN_PARAMS_END(SliceParams)
+#endif
+
+#ifdef __cplusplus
+}  // namespace kiln::params
+#endif
+#endif  // KILN_PARAMS_H

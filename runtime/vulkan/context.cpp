@@ -1,0 +1,369 @@
+#include "runtime/vulkan/context.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "runtime/core/error.h"
+
+namespace kiln::vk {
+
+const char* vk_result_name(VkResult r) {
+    switch (r) {
+#define C(x) \
+    case x: return #x;
+        C(VK_SUCCESS) C(VK_NOT_READY) C(VK_TIMEOUT) C(VK_INCOMPLETE) C(VK_ERROR_OUT_OF_HOST_MEMORY)
+        C(VK_ERROR_OUT_OF_DEVICE_MEMORY) C(VK_ERROR_INITIALIZATION_FAILED) C(VK_ERROR_DEVICE_LOST)
+        C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT)
+        C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
+        C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
+        C(VK_ERROR_UNKNOWN)
+#undef C
+        default: return "VK_ERROR_(unnamed)";
+    }
+}
+
+void check_vk(VkResult r, const char* expr, const char* file, int line) {
+    if (r == VK_SUCCESS) return;
+    KILN_FAIL("Vulkan error ", vk_result_name(r), " (", (int)r, ") from ", expr, " at ", file, ":", line);
+}
+
+namespace {
+std::atomic<int> g_validation_errors{0};
+std::mutex g_msg_mutex;
+std::string g_last_msg;
+
+VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev, VkDebugUtilsMessageTypeFlagsEXT,
+                                        const VkDebugUtilsMessengerCallbackDataEXT* data, void*) {
+    if (sev >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) {
+        g_validation_errors++;
+        std::lock_guard<std::mutex> lk(g_msg_mutex);
+        g_last_msg = data->pMessage ? data->pMessage : "";
+        std::fprintf(stderr, "kiln: vulkan validation: %s\n", g_last_msg.c_str());
+    }
+    return VK_FALSE;
+}
+
+bool env_on(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::strcmp(v, "0") != 0;
+}
+
+VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
+    uint32_t n = 0;
+    vkEnumerateInstanceExtensionProperties(nullptr, &n, nullptr);
+    std::vector<VkExtensionProperties> exts(n);
+    vkEnumerateInstanceExtensionProperties(nullptr, &n, exts.data());
+    auto has_ext = [&](const char* e) {
+        return std::any_of(exts.begin(), exts.end(), [&](auto& p) { return std::strcmp(p.extensionName, e) == 0; });
+    };
+    std::vector<const char*> enabled, layers;
+    VkInstanceCreateFlags flags = 0;
+    if (has_ext(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
+        enabled.push_back(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME);
+        flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
+    }
+    if (validation) {
+        uint32_t nl = 0;
+        vkEnumerateInstanceLayerProperties(&nl, nullptr);
+        std::vector<VkLayerProperties> ls(nl);
+        vkEnumerateInstanceLayerProperties(&nl, ls.data());
+        bool found = std::any_of(ls.begin(), ls.end(),
+                                 [](auto& l) { return std::strcmp(l.layerName, "VK_LAYER_KHRONOS_validation") == 0; });
+        KILN_CHECK(found, "KILN_VALIDATION=1 but the layer VK_LAYER_KHRONOS_validation is not installed "
+                          "(Debian: apt-get install vulkan-validationlayers)");
+        layers.push_back("VK_LAYER_KHRONOS_validation");
+        KILN_CHECK(has_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME), "KILN_VALIDATION=1 needs VK_EXT_debug_utils");
+        enabled.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    }
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.pApplicationName = "kiln";
+    app.pEngineName = "kiln";
+    app.apiVersion = VK_API_VERSION_1_2;
+    VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    ci.flags = flags;
+    ci.pApplicationInfo = &app;
+    ci.enabledExtensionCount = (uint32_t)enabled.size();
+    ci.ppEnabledExtensionNames = enabled.data();
+    ci.enabledLayerCount = (uint32_t)layers.size();
+    ci.ppEnabledLayerNames = layers.data();
+    VkInstance inst = VK_NULL_HANDLE;
+    VkResult r = vkCreateInstance(&ci, nullptr, &inst);
+    KILN_CHECK(r != VK_ERROR_INCOMPATIBLE_DRIVER, "no Vulkan 1.2 driver found (install your GPU's Vulkan driver, "
+                                                  "or Mesa's lavapipe: apt-get install mesa-vulkan-drivers)");
+    VK_CHECK(r);
+    if (validation) {
+        VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+        mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+        mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                         VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+        mi.pfnUserCallback = debug_cb;
+        auto fn = (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(inst, "vkCreateDebugUtilsMessengerEXT");
+        if (fn) VK_CHECK(fn(inst, &mi, nullptr, messenger));
+    }
+    return inst;
+}
+
+const char* type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
+        case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+        default: return "other";
+    }
+}
+
+int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+        case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+        default: return 0;
+    }
+}
+
+DeviceInfo query(VkPhysicalDevice pd, int index) {
+    DeviceInfo d;
+    d.index = index;
+    VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, &drv};
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sub};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    const auto& p = p2.properties;
+    d.name = p.deviceName;
+    d.vk_type = p.deviceType;
+    d.type = type_name(p.deviceType);
+    d.driver = std::string(drv.driverName) + " " + drv.driverInfo;
+    d.api_version = std::to_string(VK_API_VERSION_MAJOR(p.apiVersion)) + "." +
+                    std::to_string(VK_API_VERSION_MINOR(p.apiVersion)) + "." +
+                    std::to_string(VK_API_VERSION_PATCH(p.apiVersion));
+    d.subgroup_size = sub.subgroupSize;
+    d.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+    d.min_storage_offset_align = p.limits.minStorageBufferOffsetAlignment;
+    d.max_push_constants = p.limits.maxPushConstantsSize;
+    d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
+    d.timestamp_period_ns = p.limits.timestampPeriod;
+    VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3};
+    vkGetPhysicalDeviceProperties2(pd, &p3);
+    d.max_allocation = m3.maxMemoryAllocationSize;
+
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    d.fp16_storage = f11.storageBuffer16BitAccess;
+    d.fp16_arith = f12.shaderFloat16;
+    d.int8_arith = f12.shaderInt8;
+    d.int64 = f2.features.shaderInt64;
+    d.buffer_device_address = f12.bufferDeviceAddress;
+
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
+    std::vector<VkExtensionProperties> exts(ne);
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
+    for (auto& e : exts)
+        if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
+            !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
+            d.cooperative_matrix = true;
+
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
+    std::vector<VkQueueFamilyProperties> qs(nq);
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, qs.data());
+    for (auto& q : qs)
+        if ((q.queueFlags & VK_QUEUE_COMPUTE_BIT) && q.timestampValidBits > 0) d.timestamps = true;
+
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+    for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
+        if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) d.device_local_bytes += mp.memoryHeaps[i].size;
+    if (p.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        for (uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
+            auto f = mp.memoryTypes[i].propertyFlags;
+            if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
+                (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT))
+                d.unified_memory = true;
+        }
+    }
+    return d;
+}
+
+std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
+    uint32_t n = 0;
+    VK_CHECK(vkEnumeratePhysicalDevices(inst, &n, nullptr));
+    std::vector<VkPhysicalDevice> pds(n);
+    VK_CHECK(vkEnumeratePhysicalDevices(inst, &n, pds.data()));
+    return pds;
+}
+
+std::string cache_dir() {
+    if (const char* d = std::getenv("KILN_CACHE_DIR")) return d;
+    if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/kiln";
+    if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/kiln";
+    return "";
+}
+}  // namespace
+
+int Context::validation_errors() { return g_validation_errors.load(); }
+std::string Context::last_validation_message() {
+    std::lock_guard<std::mutex> lk(g_msg_mutex);
+    return g_last_msg;
+}
+
+std::vector<DeviceInfo> list_devices() {
+    VkDebugUtilsMessengerEXT m = VK_NULL_HANDLE;
+    VkInstance inst = make_instance(false, &m);
+    std::vector<DeviceInfo> out;
+    auto pds = physical_devices(inst);
+    for (size_t i = 0; i < pds.size(); ++i) out.push_back(query(pds[i], (int)i));
+    vkDestroyInstance(inst, nullptr);
+    return out;
+}
+
+Context::Context(int device) {
+    instance_ = make_instance(env_on("KILN_VALIDATION"), &messenger_);
+    auto pds = physical_devices(instance_);
+    KILN_CHECK(!pds.empty(), "no Vulkan device found (for a CPU device install Mesa's lavapipe: "
+                             "apt-get install mesa-vulkan-drivers)");
+    if (device < 0) {
+        if (const char* e = std::getenv("KILN_DEVICE"); e && *e) device = std::atoi(e);
+    }
+    int chosen = 0;
+    if (device >= 0) {
+        KILN_CHECK(device < (int)pds.size(), "device ", device, " does not exist (", pds.size(),
+                   " devices; see `kiln devices`)");
+        chosen = device;
+    } else {
+        int best = -1;
+        for (size_t i = 0; i < pds.size(); ++i) {
+            VkPhysicalDeviceProperties p;
+            vkGetPhysicalDeviceProperties(pds[i], &p);
+            if (type_rank(p.deviceType) > best) best = type_rank(p.deviceType), chosen = (int)i;
+        }
+    }
+    phys_ = pds[(size_t)chosen];
+    info_ = query(phys_, chosen);
+    KILN_CHECK(info_.fp16_storage, "device '", info_.name, "' lacks the Vulkan feature storageBuffer16BitAccess, "
+                                   "which Kiln needs for f16/bf16 weights");
+    vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
+
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nq, nullptr);
+    std::vector<VkQueueFamilyProperties> qs(nq);
+    vkGetPhysicalDeviceQueueFamilyProperties(phys_, &nq, qs.data());
+    family_ = UINT32_MAX;
+    for (uint32_t i = 0; i < nq; ++i)  // prefer a compute queue that has timestamps
+        if ((qs[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && (family_ == UINT32_MAX || qs[i].timestampValidBits)) {
+            if (family_ == UINT32_MAX || !qs[family_].timestampValidBits) family_ = i;
+        }
+    KILN_CHECK(family_ != UINT32_MAX, "device '", info_.name, "' has no compute queue");
+
+    float prio = 1.f;
+    VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    qci.queueFamilyIndex = family_;
+    qci.queueCount = 1;
+    qci.pQueuePriorities = &prio;
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f12.shaderFloat16 = info_.fp16_arith;
+    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
+    f11.storageBuffer16BitAccess = VK_TRUE;
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
+    VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
+    dci.queueCreateInfoCount = 1;
+    dci.pQueueCreateInfos = &qci;
+    VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));
+    vkGetDeviceQueue(device_, family_, 0, &queue_);
+
+    VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pci.queueFamilyIndex = family_;
+    VK_CHECK(vkCreateCommandPool(device_, &pci, nullptr, &pool_));
+    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VK_CHECK(vkCreateFence(device_, &fci, nullptr, &fence_));
+
+    // Pipeline cache persisted per device (pipelineCacheUUID) so a second run starts faster.
+    std::vector<char> blob;
+    if (auto dir = cache_dir(); !dir.empty()) {
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(phys_, &p);
+        char uuid[33];
+        for (int i = 0; i < 16; ++i) std::snprintf(uuid + 2 * i, 3, "%02x", p.pipelineCacheUUID[i]);
+        cache_path_ = dir + "/pipelines-" + uuid + ".bin";
+        std::ifstream f(cache_path_, std::ios::binary);
+        if (f) blob.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    VkPipelineCacheCreateInfo cci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    cci.initialDataSize = blob.size();
+    cci.pInitialData = blob.empty() ? nullptr : blob.data();
+    if (vkCreatePipelineCache(device_, &cci, nullptr, &cache_) != VK_SUCCESS) {  // stale blob: start empty
+        cci.initialDataSize = 0;
+        cci.pInitialData = nullptr;
+        VK_CHECK(vkCreatePipelineCache(device_, &cci, nullptr, &cache_));
+    }
+}
+
+void Context::save_pipeline_cache() {
+    if (cache_path_.empty() || !cache_) return;
+    size_t n = 0;
+    if (vkGetPipelineCacheData(device_, cache_, &n, nullptr) != VK_SUCCESS || n == 0) return;
+    std::vector<char> blob(n);
+    if (vkGetPipelineCacheData(device_, cache_, &n, blob.data()) != VK_SUCCESS) return;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(cache_path_).parent_path(), ec);
+    std::string tmp = cache_path_ + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) return;
+        f.write(blob.data(), (std::streamsize)n);
+    }
+    std::filesystem::rename(tmp, cache_path_, ec);
+}
+
+Context::~Context() {
+    if (device_) {
+        vkDeviceWaitIdle(device_);
+        save_pipeline_cache();
+        vkDestroyPipelineCache(device_, cache_, nullptr);
+        vkDestroyFence(device_, fence_, nullptr);
+        vkDestroyCommandPool(device_, pool_, nullptr);
+        vkDestroyDevice(device_, nullptr);
+    }
+    if (messenger_) {
+        auto fn = (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(instance_, "vkDestroyDebugUtilsMessengerEXT");
+        if (fn) fn(instance_, messenger_, nullptr);
+    }
+    if (instance_) vkDestroyInstance(instance_, nullptr);
+}
+
+VkCommandBuffer Context::begin_one_shot() {
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VkCommandBuffer cb;
+    VK_CHECK(vkAllocateCommandBuffers(device_, &ai, &cb));
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    VK_CHECK(vkBeginCommandBuffer(cb, &bi));
+    return cb;
+}
+
+void Context::submit_wait(VkCommandBuffer cb, bool free) {
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cb;
+    VK_CHECK(vkQueueSubmit(queue_, 1, &si, fence_));
+    VK_CHECK(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+    VK_CHECK(vkResetFences(device_, 1, &fence_));
+    if (free) vkFreeCommandBuffers(device_, pool_, 1, &cb);
+}
+
+}  // namespace kiln::vk

@@ -1,0 +1,40 @@
+#include "runtime/vulkan/lower.h"
+
+#include "runtime/core/error.h"
+
+namespace kiln::vk {
+
+void groups_1d(Dispatch& d, uint64_t n, uint32_t local) {
+    uint64_t g = (n + local - 1) / local;
+    if (g <= 65535) {
+        d.groups[0] = (uint32_t)std::max<uint64_t>(g, 1);
+        d.groups[1] = 1;
+    } else {
+        d.groups[0] = 65535;
+        d.groups[1] = (uint32_t)((g + 65534) / 65535);
+    }
+    d.groups[2] = 1;
+}
+
+std::string weight_suffix(DType t) {
+    switch (t) {
+        case DType::f32: return "_f32";
+        case DType::f16: return "_f16";
+        case DType::bf16: return "_bf16";
+        default: KILN_FAIL("weights must be f32, f16 or bf16, got ", dtype_name(t));
+    }
+}
+
+Dispatch lower_reshape(const ir::Graph&, const ir::Node&) { KILN_FAIL("reshape is a view and has no dispatch"); }
+
+Dispatch lower(const ir::Graph& g, const ir::Node& n) {
+    using Fn = Dispatch (*)(const ir::Graph&, const ir::Node&);
+    static const Fn table[] = {
+#define KILN_X(name, kind) &lower_##name,
+        KILN_OPS(KILN_X)
+#undef KILN_X
+    };
+    return table[(int)n.op](g, n);
+}
+
+}  // namespace kiln::vk

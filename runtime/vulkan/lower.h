@@ -1,0 +1,41 @@
+#pragma once
+// Lowering of one IR node to one compute dispatch: which shader, its push constants and the
+// workgroup count. Binding convention for every shader: bindings 0..k-1 are node.in in order
+// (an absent optional input is bound to a small dummy buffer), binding k is the output.
+// Shapes travel in push constants, so one pipeline serves every resolution.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/ir/graph.h"
+#include "runtime/ir/params.h"
+
+namespace kiln::vk {
+
+struct Dispatch {
+    std::string shader;  // "add", "linear_f16", ...
+    std::vector<uint8_t> push;
+    uint32_t groups[3] = {1, 1, 1};
+    std::vector<uint32_t> spec;  // specialization constants, ids 0..n-1
+
+    template <class P>
+    void set_push(const P& p) {
+        push.resize(sizeof(P));
+        std::memcpy(push.data(), &p, sizeof(P));
+    }
+};
+
+// Group counts for a 1-D dispatch of n invocations with local size `local` (spread over y past 65535).
+void groups_1d(Dispatch& d, uint64_t n, uint32_t local = 256);
+// "_f32" / "_f16" / "_bf16" for a weight of dtype t.
+std::string weight_suffix(DType t);
+
+// One lowering per op (views excluded: reshape has no dispatch).
+#define KILN_X(name, kind) Dispatch lower_##name(const ir::Graph& g, const ir::Node& n);
+KILN_OPS(KILN_X)
+#undef KILN_X
+
+Dispatch lower(const ir::Graph& g, const ir::Node& n);
+
+}  // namespace kiln::vk

@@ -1,0 +1,133 @@
+#include "runtime/vulkan/memory.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/core/error.h"
+
+namespace kiln::vk {
+
+namespace {
+constexpr VkDeviceSize kBlockSize = 256ull << 20;
+constexpr VkDeviceSize kStagingSize = 32ull << 20;
+}  // namespace
+
+Allocator::Allocator(Context& ctx) : ctx_(ctx), unified_(ctx.info().unified_memory) {}
+
+Allocator::~Allocator() {
+    VkDevice d = ctx_.device();
+    auto free_block = [&](Block& b) {
+        if (b.buffer) vkDestroyBuffer(d, b.buffer, nullptr);
+        if (b.memory) vkFreeMemory(d, b.memory, nullptr);
+    };
+    for (auto& b : blocks_) free_block(b);
+    free_block(staging_);
+}
+
+Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char* what) {
+    Block b;
+    b.size = size;
+    VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    bi.size = size;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VK_CHECK(vkCreateBuffer(ctx_.device(), &bi, nullptr, &b.buffer));
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(ctx_.device(), b.buffer, &req);
+    const auto& mp = ctx_.memory_properties();
+    VkMemoryPropertyFlags want = host ? (VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+                                      : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+    uint32_t type = UINT32_MAX;
+    for (uint32_t i = 0; i < mp.memoryTypeCount && type == UINT32_MAX; ++i)
+        if ((req.memoryTypeBits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) type = i;
+    KILN_CHECK(type != UINT32_MAX, "no suitable Vulkan memory type for ", what);
+    VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    ai.allocationSize = req.size;
+    ai.memoryTypeIndex = type;
+    VkResult r = vkAllocateMemory(ctx_.device(), &ai, nullptr, &b.memory);
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
+        vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
+        KILN_FAIL("out of GPU memory allocating ", size >> 20, " MiB for ", what, " (", bytes_ >> 20,
+                  " MiB already allocated on '", ctx_.info().name, "')");
+    }
+    VK_CHECK(r);
+    VK_CHECK(vkBindBufferMemory(ctx_.device(), b.buffer, b.memory, 0));
+    if (mp.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+        void* p = nullptr;
+        VK_CHECK(vkMapMemory(ctx_.device(), b.memory, 0, VK_WHOLE_SIZE, 0, &p));
+        b.mapped = static_cast<uint8_t*>(p);
+    }
+    return b;
+}
+
+BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable) {
+    const auto& info = ctx_.info();
+    KILN_CHECK(!bindable || size <= info.max_storage_buffer_range, what, " needs ", size, " bytes in one binding, over this "
+               "device's maxStorageBufferRange (", info.max_storage_buffer_range, ")");
+    VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_align, 256);
+    size = std::max<VkDeviceSize>(size, 4);
+    for (auto& b : blocks_) {
+        VkDeviceSize off = (b.used + align - 1) / align * align;
+        if (off + size <= b.size) {
+            b.used = off + size;
+            return {b.buffer, off, size, b.mapped ? b.mapped + off : nullptr};
+        }
+    }
+    VkDeviceSize bs = std::max(kBlockSize, (size + align - 1) / align * align);
+    if (info.max_allocation) bs = std::min<VkDeviceSize>(bs, info.max_allocation);
+    KILN_CHECK(size <= bs, what, ": ", size, " bytes exceed maxMemoryAllocationSize");
+    // Unified memory: device-local *and* host-visible; else device-local.
+    Block b = make_block(bs, false, what);
+    if (unified_ && !b.mapped) {
+        vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
+        vkFreeMemory(ctx_.device(), b.memory, nullptr);
+        b = make_block(bs, true, what);
+    }
+    bytes_ += bs;
+    b.used = size;
+    blocks_.push_back(b);
+    return {b.buffer, 0, size, b.mapped};
+}
+
+void Allocator::staged_copy(const BufferRange& r, void* host, VkDeviceSize size, VkDeviceSize off, bool to_device) {
+    if (!staging_.buffer) staging_ = make_block(kStagingSize, true, "staging buffer");
+    auto* h = static_cast<uint8_t*>(host);
+    for (VkDeviceSize done = 0; done < size;) {
+        VkDeviceSize n = std::min(kStagingSize, size - done);
+        if (to_device) std::memcpy(staging_.mapped, h + done, n);
+        VkCommandBuffer cb = ctx_.begin_one_shot();
+        VkBufferCopy c{};
+        c.size = n;
+        if (to_device) {
+            c.dstOffset = r.offset + off + done;
+            vkCmdCopyBuffer(cb, staging_.buffer, r.buffer, 1, &c);
+        } else {
+            c.srcOffset = r.offset + off + done;
+            vkCmdCopyBuffer(cb, r.buffer, staging_.buffer, 1, &c);
+        }
+        VK_CHECK(vkEndCommandBuffer(cb));
+        ctx_.submit_wait(cb);
+        if (!to_device) std::memcpy(h + done, staging_.mapped, n);
+        done += n;
+    }
+}
+
+void Allocator::upload(const BufferRange& dst, const void* src, VkDeviceSize size, VkDeviceSize dst_offset) {
+    KILN_CHECK(dst_offset + size <= dst.size, "upload of ", size, " bytes overruns a ", dst.size, "-byte buffer");
+    if (dst.mapped) {
+        std::memcpy(dst.mapped + dst_offset, src, size);
+        return;
+    }
+    staged_copy(dst, const_cast<void*>(src), size, dst_offset, true);
+}
+
+void Allocator::download(const BufferRange& src, void* dst, VkDeviceSize size) {
+    KILN_CHECK(size <= src.size, "download of ", size, " bytes overruns a ", src.size, "-byte buffer");
+    if (src.mapped) {
+        std::memcpy(dst, src.mapped, size);
+        return;
+    }
+    staged_copy(src, dst, size, 0, false);
+}
+
+}  // namespace kiln::vk

@@ -1,0 +1,119 @@
+#include "runtime/vulkan/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "runtime/core/error.h"
+#include "runtime/vulkan/shader_table.h"
+
+namespace kiln::vk {
+
+namespace {
+const ShaderBlob* find_blob(const std::string& name) {
+    for (size_t i = 0; i < kShaderCount; ++i)
+        if (name == kShaderTable[i].name) return &kShaderTable[i];
+    return nullptr;
+}
+}  // namespace
+
+bool has_shader(const std::string& name) { return find_blob(name) != nullptr; }
+
+Reflection reflect_spirv(const uint32_t* code, size_t words) {
+    KILN_CHECK(words > 5 && code[0] == 0x07230203u, "invalid SPIR-V module");
+    constexpr uint32_t OpDecorate = 71, OpVariable = 59, DecBinding = 33, DecSet = 34;
+    constexpr uint32_t SCStorageBuffer = 12, SCUniform = 2, SCPushConstant = 9;
+    std::map<uint32_t, uint32_t> binding, set;
+    std::vector<std::pair<uint32_t, uint32_t>> vars;  // (id, storage class)
+    for (size_t i = 5; i < words;) {
+        uint32_t op = code[i] & 0xffffu, len = code[i] >> 16;
+        KILN_CHECK(len > 0 && i + len <= words, "truncated SPIR-V instruction");
+        if (op == OpDecorate && len >= 4) {
+            if (code[i + 2] == DecBinding) binding[code[i + 1]] = code[i + 3];
+            if (code[i + 2] == DecSet) set[code[i + 1]] = code[i + 3];
+        } else if (op == OpVariable && len >= 4) {
+            vars.push_back({code[i + 2], code[i + 3]});
+        }
+        i += len;
+    }
+    Reflection r;
+    for (auto [id, sc] : vars) {
+        if (sc == SCPushConstant) r.push_constants = true;
+        if (sc == SCStorageBuffer || sc == SCUniform) {
+            KILN_CHECK(binding.count(id) && set[id] == 0, "shader resource without binding in descriptor set 0");
+            r.bindings.push_back(binding[id]);
+        }
+    }
+    std::sort(r.bindings.begin(), r.bindings.end());
+    for (size_t i = 0; i < r.bindings.size(); ++i)
+        KILN_CHECK(r.bindings[i] == i, "shader bindings must be 0..n-1 without gaps");
+    return r;
+}
+
+Kernels::~Kernels() {
+    VkDevice d = ctx_.device();
+    for (auto& [k, v] : kernels_) {
+        vkDestroyPipeline(d, v.pipeline, nullptr);
+        vkDestroyPipelineLayout(d, v.layout, nullptr);
+        vkDestroyDescriptorSetLayout(d, v.set_layout, nullptr);
+    }
+}
+
+const Kernel& Kernels::get(const std::string& name, const std::vector<uint32_t>& spec) {
+    auto key = std::make_pair(name, spec);
+    if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+    auto t0 = std::chrono::steady_clock::now();
+    const ShaderBlob* blob = find_blob(name);
+    KILN_CHECK(blob, "no shader named '", name, "' is built into this binary");
+    Reflection refl = reflect_spirv(blob->code, blob->words);
+    VkDevice d = ctx_.device();
+    Kernel k;
+    k.name = name;
+    k.bindings = (uint32_t)refl.bindings.size();
+
+    std::vector<VkDescriptorSetLayoutBinding> lb(k.bindings);
+    for (uint32_t i = 0; i < k.bindings; ++i) {
+        lb[i].binding = i;
+        lb[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        lb[i].descriptorCount = 1;
+        lb[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    }
+    VkDescriptorSetLayoutCreateInfo dli{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    dli.bindingCount = k.bindings;
+    dli.pBindings = lb.data();
+    VK_CHECK(vkCreateDescriptorSetLayout(d, &dli, nullptr, &k.set_layout));
+
+    VkPushConstantRange pr{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
+    VkPipelineLayoutCreateInfo pli{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    pli.setLayoutCount = 1;
+    pli.pSetLayouts = &k.set_layout;
+    pli.pushConstantRangeCount = refl.push_constants ? 1 : 0;
+    pli.pPushConstantRanges = &pr;
+    VK_CHECK(vkCreatePipelineLayout(d, &pli, nullptr, &k.layout));
+
+    VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = blob->words * 4;
+    mi.pCode = blob->code;
+    VkShaderModule mod;
+    VK_CHECK(vkCreateShaderModule(d, &mi, nullptr, &mod));
+
+    std::vector<VkSpecializationMapEntry> entries(spec.size());
+    for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4, 4};
+    VkSpecializationInfo si{(uint32_t)entries.size(), entries.data(), spec.size() * 4, spec.data()};
+    VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = mod;
+    ci.stage.pName = "main";
+    ci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
+    ci.layout = k.layout;
+    VkResult r = vkCreateComputePipelines(d, ctx_.pipeline_cache(), 1, &ci, nullptr, &k.pipeline);
+    vkDestroyShaderModule(d, mod, nullptr);
+    VK_CHECK(r);
+    created_++;
+    create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return kernels_.emplace(key, k).first->second;
+}
+
+}  // namespace kiln::vk

@@ -1,0 +1,46 @@
+#pragma once
+// Compute pipelines from the embedded SPIR-V. Descriptor set layouts come from SPIR-V reflection
+// (storage buffers of set 0, in binding order); parameters arrive as push constants (<= 128 bytes),
+// fixed per-pipeline values as specialization constants (ids 0..n-1).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/vulkan/context.h"
+
+namespace kiln::vk {
+
+struct Kernel {
+    std::string name;
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    uint32_t bindings = 0;  // storage buffers at bindings 0..bindings-1
+};
+
+// Reflection of one SPIR-V module: the storage-buffer bindings of descriptor set 0.
+struct Reflection {
+    std::vector<uint32_t> bindings;  // sorted
+    bool push_constants = false;
+};
+Reflection reflect_spirv(const uint32_t* code, size_t words);
+
+bool has_shader(const std::string& name);
+
+class Kernels {
+public:
+    explicit Kernels(Context& ctx) : ctx_(ctx) {}
+    ~Kernels();
+    // The pipeline for shader `name` with specialization constants `spec`; created on first use.
+    const Kernel& get(const std::string& name, const std::vector<uint32_t>& spec = {});
+    int created() const { return created_; }
+    double create_ms() const { return create_ms_; }
+
+private:
+    Context& ctx_;
+    std::map<std::pair<std::string, std::vector<uint32_t>>, Kernel> kernels_;
+    int created_ = 0;
+    double create_ms_ = 0;
+};
+
+}  // namespace kiln::vk
