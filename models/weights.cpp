@@ -1,0 +1,152 @@
+#include "models/weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/core/error.h"
+#if __has_include("runtime/core/gguf.h")  // TODO(remove once the converter lands)
+#include "runtime/core/gguf.h"
+#define KILN_HAVE_GGUF 1
+#endif
+#include "runtime/core/safetensors.h"
+
+namespace kiln::models {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+json read_json(const fs::path& p) {
+    std::ifstream f(p);
+    KILN_CHECK(f.good(), p.string(), ": cannot open");
+    try {
+        return json::parse(f);
+    } catch (const std::exception& e) {
+        KILN_FAIL(p.string(), ": invalid JSON: ", e.what());
+    }
+}
+
+class SafetensorsStore : public WeightStore {
+public:
+    explicit SafetensorsStore(const std::string& path) : st_(SafeTensors::open(path)), path_(path) {
+        for (auto& t : st_.tensors()) meta_[t.name] = {t.shape, t.dtype};
+    }
+    const TensorMeta* find(const std::string& name) const override {
+        auto it = meta_.find(name);
+        return it == meta_.end() ? nullptr : &it->second;
+    }
+    Tensor read(const std::string& name) const override { return st_.read(name); }
+    std::string source() const override { return path_; }
+
+private:
+    SafeTensors st_;
+    std::string path_;
+    std::map<std::string, TensorMeta> meta_;
+};
+
+#ifdef KILN_HAVE_GGUF
+class GgufStore : public WeightStore {
+public:
+    GgufStore(const std::string& path, const std::string& comp) : f_(GgufFile::open(path)), prefix_(comp + ".") {
+        for (auto& t : f_.tensors())
+            if (t.name.rfind(prefix_, 0) == 0) meta_[t.name.substr(prefix_.size())] = {t.shape, t.dtype};
+    }
+    const TensorMeta* find(const std::string& name) const override {
+        auto it = meta_.find(name);
+        return it == meta_.end() ? nullptr : &it->second;
+    }
+    Tensor read(const std::string& name) const override { return f_.read(prefix_ + name); }
+    std::string source() const override { return f_.path() + " (" + prefix_.substr(0, prefix_.size() - 1) + ")"; }
+    const GgufFile& file() const { return f_; }
+
+private:
+    GgufFile f_;
+    std::string prefix_;
+    std::map<std::string, TensorMeta> meta_;
+};
+#endif
+}  // namespace
+
+std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, json* config) {
+    fs::path d(dir);
+    KILN_CHECK(fs::is_directory(d), dir, ": not a directory");
+    if (config) *config = read_json(d / "config.json");
+    for (const char* name : {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.safetensors.index.json",
+                             "diffusion_pytorch_model.fp16.safetensors",
+                             "diffusion_pytorch_model.safetensors.index.fp16.json", "model.safetensors",
+                             "model.safetensors.index.json"})
+        if (fs::exists(d / name)) return std::make_unique<SafetensorsStore>((d / name).string());
+    KILN_FAIL(dir, ": no diffusion_pytorch_model*.safetensors found");
+}
+
+std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component, json* config) {
+#ifndef KILN_HAVE_GGUF
+    KILN_FAIL("built without GGUF support");
+#else
+    auto s = std::make_unique<GgufStore>(file, component);
+    if (config) {
+        const std::string key = "kiln." + component + ".config";
+        KILN_CHECK(s->file().has(key), file, ": no component '", component, "' (missing metadata ", key, ")");
+        try {
+            *config = json::parse(s->file().get_string(key));
+        } catch (const json::exception& e) {
+            KILN_FAIL(file, ": metadata ", key, " is not valid JSON: ", e.what());
+        }
+    }
+    return s;
+#endif
+}
+
+const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) const {
+    const TensorMeta* m = ws_.find(name);
+    KILN_CHECK(m, ws_.source(), ": missing tensor '", name, "'");
+    KILN_CHECK(m->shape == shape, ws_.source(), ": tensor '", name, "' has shape ", shape_str(m->shape),
+               ", the config implies ", shape_str(shape));
+    return *m;
+}
+
+ir::Val Builder::matrix(const std::string& name, const Shape& shape) {
+    DType t = meta(name, shape).dtype;
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, ws_.source(), ": tensor '", name,
+               "' has dtype ", dtype_name(t), "; weights must be f32, f16 or bf16");
+    return g_.weight(name, shape, t);
+}
+
+ir::Val Builder::vec(const std::string& name, const Shape& shape) {
+    meta(name, shape);
+    return g_.weight(name, shape, DType::f32);
+}
+
+ir::Val Builder::opt_vec(const std::string& name, const Shape& shape) {
+    return ws_.find(name) ? vec(name, shape) : ir::Val{};
+}
+
+ir::Val Builder::constant(const std::string& name, Tensor t) {
+    KILN_CHECK(t.dtype == DType::f32, "constant '", name, "' must be f32");
+    Shape s = t.shape;
+    consts_[name] = std::move(t);
+    return g_.weight(name, s, DType::f32);
+}
+
+exec::WeightBytesFn Builder::weight_fn() const {
+    const WeightStore* ws = &ws_;
+    const auto* consts = &consts_;
+    return [ws, consts](const ir::Value& v, void* dst, size_t n) {
+        auto it = consts->find(v.name);
+        Tensor t = it != consts->end() ? it->second : ws->read(v.name);
+        KILN_CHECK((size_t)t.numel() * dtype_size(v.dtype) == n, "weight '", v.name, "': size mismatch");
+        convert(t.bytes.data(), t.dtype, dst, v.dtype, (size_t)t.numel());
+    };
+}
+
+std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws, const std::map<std::string, Tensor>& consts) {
+    return [&ws, &consts](const ir::Value& v) {
+        auto it = consts.find(v.name);
+        // The oracle sees exactly the values the GPU sees: stored dtype rounded to the declared one.
+        Tensor t = it != consts.end() ? it->second : ws.read(v.name);
+        return t.astype(v.dtype).astype(DType::f32);
+    };
+}
+
+}  // namespace kiln::models

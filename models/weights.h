@@ -1,0 +1,61 @@
+#pragma once
+// Weight stores: where a model's tensors come from (a Kiln model file component, or a diffusers
+// safetensors checkpoint directly), and the Builder that model code uses to declare weights.
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "runtime/core/tensor.h"
+#include "runtime/exec/executor.h"
+#include "runtime/ir/graph.h"
+
+namespace kiln::models {
+
+struct TensorMeta {
+    Shape shape;
+    DType dtype;
+};
+
+class WeightStore {
+public:
+    virtual ~WeightStore() = default;
+    virtual const TensorMeta* find(const std::string& name) const = 0;  // nullptr if absent
+    virtual Tensor read(const std::string& name) const = 0;             // stored dtype
+    virtual std::string source() const = 0;                             // for error messages
+};
+
+// Opens a diffusers component folder (config.json + diffusion_pytorch_model[.fp16].safetensors, single or
+// sharded) as a store. Returns the parsed config.json too.
+std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, nlohmann::json* config);
+// A component of a Kiln model file: tensors named "<component>.<diffusers name>".
+std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component,
+                                                 nlohmann::json* config);
+
+// Model code declares weights through this: shapes are checked against the store, matrices keep
+// their stored dtype (f32/f16/bf16), everything else is f32. Constants (e.g. positional tables
+// computed on the host) are weights whose bytes the model supplies.
+class Builder {
+public:
+    Builder(ir::Graph& g, const WeightStore& ws) : g_(g), ws_(ws) {}
+    ir::Val matrix(const std::string& name, const Shape& shape);  // linear/conv/embedding operand
+    ir::Val vec(const std::string& name, const Shape& shape);     // f32
+    ir::Val opt_vec(const std::string& name, const Shape& shape);  // Val{} if absent
+    bool has(const std::string& name) const { return ws_.find(name) != nullptr; }
+    ir::Val constant(const std::string& name, Tensor t);           // f32 host tensor
+    ir::Graph& g() { return g_; }
+    // The weight callback executors need: store tensors converted to the declared dtype, or constants.
+    exec::WeightBytesFn weight_fn() const;
+    const std::map<std::string, Tensor>& constants() const { return consts_; }
+
+private:
+    const TensorMeta& meta(const std::string& name, const Shape& shape) const;
+    ir::Graph& g_;
+    const WeightStore& ws_;
+    std::map<std::string, Tensor> consts_;
+};
+
+// The CPU reference's view of the same weights (f32).
+std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws, const std::map<std::string, Tensor>& consts);
+
+}  // namespace kiln::models
