@@ -1,5 +1,6 @@
 #include "models/weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,46 @@ private:
 #endif
 }  // namespace
 
+namespace {
+class SyntheticStore : public WeightStore {
+public:
+    SyntheticStore(DType t, uint64_t seed) : dtype_(t), seed_(seed) {}
+    const TensorMeta* find(const std::string& name) const override {
+        auto it = meta_.find(name);
+        return it == meta_.end() ? nullptr : &it->second;
+    }
+    const TensorMeta* lookup(const std::string& name, const Shape& shape) const override {
+        auto it = meta_.find(name);
+        if (it == meta_.end()) it = meta_.emplace(name, TensorMeta{shape, shape.size() >= 2 ? dtype_ : DType::f32}).first;
+        return &it->second;
+    }
+    Tensor read(const std::string& name) const override {
+        const TensorMeta& m = meta_.at(name);
+        uint64_t h = seed_ ^ 1469598103934665603ull;
+        for (char c : name) h = (h ^ (uint8_t)c) * 1099511628211ull;
+        Tensor t(DType::f32, m.shape);
+        double fan_in = m.shape.size() >= 2 ? (double)shape_numel(m.shape) / (double)m.shape[0] : 1.0;
+        float sc = m.shape.size() >= 2 ? (float)(1.0 / std::sqrt(fan_in)) : 0.05f;
+        float* p = t.data<float>();
+        for (int64_t i = 0; i < t.numel(); ++i) {  // xorshift64*: cheap and deterministic
+            h ^= h >> 12, h ^= h << 25, h ^= h >> 27;
+            p[i] = sc * ((float)((h * 2685821657736338717ull) >> 40) / (float)(1ull << 24) * 2.f - 1.f);
+        }
+        return t.astype(m.dtype);
+    }
+    std::string source() const override { return "synthetic weights"; }
+
+private:
+    DType dtype_;
+    uint64_t seed_;
+    mutable std::map<std::string, TensorMeta> meta_;
+};
+}  // namespace
+
+std::unique_ptr<WeightStore> synthetic_store(DType matrix_dtype, uint64_t seed) {
+    return std::make_unique<SyntheticStore>(matrix_dtype, seed);
+}
+
 std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, json* config) {
     fs::path d(dir);
     KILN_CHECK(fs::is_directory(d), dir, ": not a directory");
@@ -99,7 +140,7 @@ std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const 
 }
 
 const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) const {
-    const TensorMeta* m = ws_.find(name);
+    const TensorMeta* m = ws_.lookup(name, shape);
     KILN_CHECK(m, ws_.source(), ": missing tensor '", name, "'");
     KILN_CHECK(m->shape == shape, ws_.source(), ": tensor '", name, "' has shape ", shape_str(m->shape),
                ", the config implies ", shape_str(shape));

@@ -21,6 +21,9 @@ class WeightStore {
 public:
     virtual ~WeightStore() = default;
     virtual const TensorMeta* find(const std::string& name) const = 0;  // nullptr if absent
+    // What the Builder asks: the tensor `name` that the config implies has `shape`. Stores backed by
+    // files answer find(); the synthetic store makes the tensor up.
+    virtual const TensorMeta* lookup(const std::string& name, const Shape& shape) const { return find(name); }
     virtual Tensor read(const std::string& name) const = 0;             // stored dtype
     virtual std::string source() const = 0;                             // for error messages
 };
@@ -31,6 +34,10 @@ std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, nl
 // A component of a Kiln model file: tensors named "<component>.<diffusers name>".
 std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component,
                                                  nlohmann::json* config);
+
+// Random weights in memory for any architecture at any size (`kiln bench --synthetic`): matrices in
+// `matrix_dtype`, uniform(-1, 1) / sqrt(fan_in); vectors f32. Deterministic per tensor name and seed.
+std::unique_ptr<WeightStore> synthetic_store(DType matrix_dtype, uint64_t seed = 0);
 
 // Model code declares weights through this: shapes are checked against the store, matrices keep
 // their stored dtype (f32/f16/bf16), everything else is f32. Constants (e.g. positional tables

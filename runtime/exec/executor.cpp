@@ -107,6 +107,7 @@ struct Executor::Impl {
     VkQueryPool queries = VK_NULL_HANDLE;
     VkFence fence = VK_NULL_HANDLE;
     double gpu_ms = 0;
+    std::vector<std::pair<std::string, double>> op_ms;
     std::map<std::string, int> inputs, outputs;
 
     Impl(vk::Context& cx, const ir::Graph& graph, Mode m) : ctx(cx), g(graph), mode(m), alloc(cx), kernels(cx) {}
@@ -459,6 +460,7 @@ Executor::~Executor() = default;
 const Counters& Executor::counters() const { return impl_->c; }
 Mode Executor::mode() const { return impl_->mode; }
 double Executor::last_gpu_ms() const { return impl_->gpu_ms; }
+const std::vector<std::pair<std::string, double>>& Executor::last_op_ms() const { return impl_->op_ms; }
 
 void Executor::set_input(const std::string& name, const Tensor& t) {
     auto it = impl_->inputs.find(name);
@@ -483,6 +485,7 @@ void Executor::run() {
     };
     if (m.mode == Mode::eager) {
         double total = 0;
+        m.op_ms.clear();
         for (auto& d : m.dispatches) {
             VkCommandBuffer cb = m.ctx.begin_one_shot();
             if (m.queries) {
@@ -499,7 +502,9 @@ void Executor::run() {
                 uint64_t ts[2];
                 VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, 2, sizeof(ts), ts, 8,
                                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
-                total += (double)(ts[1] - ts[0]) * m.ctx.info().timestamp_period_ns * 1e-6;
+                double ms = (double)(ts[1] - ts[0]) * m.ctx.info().timestamp_period_ns * 1e-6;
+                total += ms;
+                m.op_ms.push_back({d.d.shader, ms});
             }
         }
         m.gpu_ms = total;

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/core/tensor.h"
 #include "runtime/ir/graph.h"
@@ -50,6 +51,8 @@ public:
     Mode mode() const;
     // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
     double last_gpu_ms() const;
+    // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.
+    const std::vector<std::pair<std::string, double>>& last_op_ms() const;
 
 private:
     struct Impl;

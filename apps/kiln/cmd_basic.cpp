@@ -1,0 +1,87 @@
+// kiln devices, kiln info, kiln forward.
+#include <cstdio>
+#include <iostream>
+
+#include "apps/kiln/commands.h"
+#include "models/forward.h"
+#include "runtime/core/error.h"
+#include "runtime/core/safetensors.h"
+#include "runtime/vulkan/context.h"
+#if __has_include("converter/info.h")  // TODO(remove once the converter lands)
+#include "converter/info.h"
+#define KILN_HAVE_INFO 1
+#endif
+
+namespace kiln::app {
+
+Run add_devices(CLI::App& app) {
+    return [] {
+        auto devs = vk::list_devices();
+        KILN_CHECK(!devs.empty(), "no Vulkan devices (install a driver, or Mesa's lavapipe: mesa-vulkan-drivers)");
+        for (auto& d : devs) {
+            std::printf("[%d] %s (%s)\n", d.index, d.name.c_str(), d.type.c_str());
+            std::printf("    driver: %s, Vulkan %s\n", d.driver.c_str(), d.api_version.c_str());
+            std::printf("    memory: %.1f GiB device-local%s\n", (double)d.device_local_bytes / (1 << 30),
+                        d.unified_memory ? " (unified: host-visible)" : "");
+            std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n", d.fp16_storage ? "yes" : "no",
+                        d.fp16_arith ? "yes" : "no", d.int8_arith ? "yes" : "no", d.int64 ? "yes" : "no");
+            std::printf("    subgroup size: %u, cooperative matrix: %s, buffer device address: %s, timestamps: %s\n",
+                        d.subgroup_size, d.cooperative_matrix ? "yes" : "no", d.buffer_device_address ? "yes" : "no",
+                        d.timestamps ? "yes" : "no");
+            std::printf("    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
+                        (unsigned long long)(d.max_storage_buffer_range >> 20), (unsigned long long)(d.max_allocation >> 20),
+                        d.max_shared_memory >> 10);
+            if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
+        }
+        std::printf("Kiln picks discrete > integrated > virtual > CPU; override with --device N or KILN_DEVICE=N.\n");
+    };
+}
+
+Run add_info(CLI::App& app) {
+    auto file = std::make_shared<std::string>();
+    app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert)")->required();
+    return [file] {
+#ifdef KILN_HAVE_INFO
+        print_model_info(*file, std::cout);
+#else
+        KILN_FAIL("kiln info needs the converter library");
+#endif
+    };
+}
+
+Run add_forward(CLI::App& app) {
+    struct Opts {
+        std::string model, component = "transformer", inputs, output, mode = "regional";
+        int device = -1;
+        bool cpu = false;
+    };
+    auto o = std::make_shared<Opts>();
+    app.add_option("--model", o->model, "Kiln model file, or a diffusers pipeline/component folder")->required();
+    app.add_option("--component", o->component, "transformer or vae")->capture_default_str();
+    app.add_option("--inputs", o->inputs,
+                   "safetensors with inputs named as diffusers' forward arguments: hidden_states, timestep, "
+                   "class_labels (DiT); latents (VAE decode) or image (VAE encode)")
+        ->required();
+    app.add_option("--output", o->output, "safetensors to write: sample (transformer); decoded, or latent_mean and "
+                                          "latent_logvar (VAE)")
+        ->required();
+    app.add_option("--mode", o->mode, "eager | full | regional")->capture_default_str();
+    app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
+    app.add_flag("--cpu", o->cpu, "Run the CPU reference executor instead of Vulkan (slow; the oracle)");
+    app.footer("Example:\n  kiln forward --model dit.kiln --inputs in.safetensors --output out.safetensors");
+    return [o] {
+        auto src = models::ModelSource::open(o->model);
+        auto st = SafeTensors::open(o->inputs);
+        std::map<std::string, Tensor> in;
+        for (auto& t : st.tensors()) in[t.name] = st.read(t.name);
+        exec::Mode mode = exec::parse_mode(o->mode);
+        std::unique_ptr<vk::Context> ctx;
+        if (!o->cpu) ctx = std::make_unique<vk::Context>(o->device);
+        auto out = models::forward_component(ctx.get(), src, o->component, in, mode);
+        std::vector<std::pair<std::string, Tensor>> list(out.begin(), out.end());
+        write_safetensors(o->output, list);
+        for (auto& [name, t] : list) std::fprintf(stderr, "wrote %s %s\n", name.c_str(), shape_str(t.shape).c_str());
+    };
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,179 @@
+// kiln bench: compile (pipelines + planning + recording) and per-step times of a transformer in
+// eager / full / regional modes, on a model file or a synthetic architecture at real size.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "apps/kiln/commands.h"
+#include "models/dit.h"
+#include "models/forward.h"
+#include "runtime/core/error.h"
+#include "runtime/ir/cost.h"
+
+namespace kiln::app {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+struct Arch {
+    std::string cls;
+    nlohmann::json config;
+    int latent = 32;  // latent side
+};
+
+std::map<std::string, Arch> synthetic_archs() {
+    auto dit = [](int heads, int hd, int layers, int sample) {
+        return Arch{"DiTTransformer2DModel",
+                    {{"_class_name", "DiTTransformer2DModel"}, {"num_attention_heads", heads}, {"attention_head_dim", hd},
+                     {"num_layers", layers}, {"in_channels", 4}, {"out_channels", 8}, {"patch_size", 2},
+                     {"sample_size", sample}, {"num_embeds_ada_norm", 1000}},
+                    sample};
+    };
+    return {{"dit-xl-2-256", dit(16, 72, 28, 32)},
+            {"dit-xl-2-512", dit(16, 72, 28, 64)},
+            {"dit-tiny", dit(2, 32, 28, 8)}};  // 28 blocks of width 64: the JIT's acceptance case
+}
+
+std::map<std::string, Tensor> bench_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int latent) {
+    KILN_CHECK(cls == "DiTTransformer2DModel", "bench: class ", cls, " not supported yet");
+    int C = cfg.value("in_channels", 4);
+    std::map<std::string, Tensor> in;
+    Tensor x(DType::f32, {B, C, latent, latent});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = (float)((i * 7919) % 2001) / 1000.f - 1.f;
+    in["hidden_states"] = x;
+    Tensor t(DType::f32, {B}), l(DType::i32, {B});
+    for (int b = 0; b < B; ++b) t.data<float>()[b] = 500.f, l.data<int32_t>()[b] = b % 1000;
+    in["timestep"] = t;
+    in["class_labels"] = l;
+    return in;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+}  // namespace
+
+Run add_bench(CLI::App& app) {
+    struct Opts {
+        std::string model, synthetic, mode = "all", json, dtype = "f16";
+        int size = 0, batch = 2, steps = 3, warmup = 1, device = -1;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* m = app.add_option("--model", o->model, "Kiln model file or diffusers folder (its transformer is benched)");
+    app.add_option("--synthetic", o->synthetic, "Real architecture, random weights in memory: dit-xl-2-256, "
+                                                "dit-xl-2-512, dit-tiny")
+        ->excludes(m);
+    app.add_option("--size", o->size, "Image size in pixels (latent = size / 8); default: the model's");
+    app.add_option("--batch", o->batch, "Transformer batch (2 = one image with classifier-free guidance)")
+        ->capture_default_str();
+    app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode")->capture_default_str();
+    app.add_option("--warmup", o->warmup, "Untimed steps before timing")->capture_default_str();
+    app.add_option("--mode", o->mode, "eager | full | regional | all")->capture_default_str();
+    app.add_option("--dtype", o->dtype, "Synthetic weight dtype: f32 | f16 | bf16")->capture_default_str();
+    app.add_option("--json", o->json, "Also write every figure to this JSON file");
+    app.add_option("--device", o->device, "Vulkan device index");
+    app.footer("Example:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json");
+    return [o] {
+        KILN_CHECK(!o->model.empty() || !o->synthetic.empty(), "give --model FILE or --synthetic ARCH");
+        std::unique_ptr<models::WeightStore> ws;
+        Arch arch;
+        if (!o->synthetic.empty()) {
+            auto archs = synthetic_archs();
+            auto it = archs.find(o->synthetic);
+            KILN_CHECK(it != archs.end(), "unknown --synthetic '", o->synthetic, "' (dit-xl-2-256, dit-xl-2-512, dit-tiny)");
+            arch = it->second;
+            ws = models::synthetic_store(parse_dtype(o->dtype, "--dtype"));
+        } else {
+            auto src = models::ModelSource::open(o->model);
+            arch = {src.class_of("transformer"), src.config("transformer"), src.config("transformer").value("sample_size", 32)};
+            ws = src.weights("transformer");
+        }
+        if (o->size > 0) arch.latent = o->size / 8;
+        std::vector<exec::Mode> modes;
+        if (o->mode == "all") modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
+        else modes = {exec::parse_mode(o->mode)};
+
+        vk::Context ctx(o->device);
+        auto inputs = bench_inputs(arch.cls, arch.config, o->batch, arch.latent);
+        nlohmann::json report = {{"device", ctx.info().name}, {"driver", ctx.info().driver}, {"class", arch.cls},
+                                 {"arch", o->synthetic.empty() ? o->model : o->synthetic}, {"batch", o->batch},
+                                 {"latent", arch.latent}, {"modes", nlohmann::json::array()}};
+        std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(),
+                    o->batch, arch.latent, arch.latent, ctx.info().name.c_str());
+        std::printf("%-9s %9s %9s %9s %8s %6s %6s %6s %10s %10s %10s %9s %8s %8s\n", "mode", "cold_ms", "warm_ms",
+                    "record_ms", "pipes", "cmdbuf", "disp", "submit", "step_med", "step_min", "step_max", "gpu_ms",
+                    "GFLOP/s", "mem_MiB");
+        for (exec::Mode mode : modes) {
+            ir::Graph g;
+            models::Builder b(g, *ws);
+            auto in = models::build_component(b, arch.cls, arch.config, inputs);
+            ir::Cost cost = ir::count_cost(g);
+            auto t0 = Clock::now();
+            auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode);
+            double cold = ms_since(t0);
+            exec::Counters c = ex->counters();
+            // Warm: the same plan again, pipelines now from the VkPipelineCache; weights upload excluded.
+            ex.reset();
+            t0 = Clock::now();
+            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode);
+            exec::Counters cw = ex->counters();
+            double warm = ms_since(t0) - cw.upload_ms;
+            for (auto& [name, t] : in) ex->set_input(name, t);
+            for (int i = 0; i < o->warmup; ++i) ex->run();
+            std::vector<double> wall, gpu;
+            std::map<std::string, double> per_op;
+            for (int i = 0; i < o->steps; ++i) {
+                auto ts = Clock::now();
+                ex->run();
+                wall.push_back(ms_since(ts));
+                gpu.push_back(ex->last_gpu_ms());
+                for (auto& [k, v] : ex->last_op_ms()) per_op[k] += v / o->steps;
+            }
+            double med = median(wall), gmed = median(gpu);
+            double gflops = cost.flops / (med * 1e-3) * 1e-9;
+            std::printf("%-9s %9.0f %9.0f %9.2f %8d %6d %6d %6d %10.1f %10.1f %10.1f %9.1f %8.1f %8.0f\n",
+                        exec::mode_name(mode), cold - c.upload_ms, warm, c.record_ms, c.pipelines,
+                        c.command_buffers_recorded, c.dispatches_per_run, c.submissions_per_run, med,
+                        *std::min_element(wall.begin(), wall.end()), *std::max_element(wall.begin(), wall.end()), gmed,
+                        gflops, (double)c.device_bytes / (1 << 20));
+            nlohmann::json jm = {{"mode", exec::mode_name(mode)},
+                                 {"cold_compile_ms", cold - c.upload_ms},
+                                 {"warm_compile_ms", warm},
+                                 {"weight_upload_ms", c.upload_ms},
+                                 {"pipeline_ms", c.pipeline_ms},
+                                 {"plan_ms", c.plan_ms},
+                                 {"record_ms", c.record_ms},
+                                 {"pipelines", c.pipelines},
+                                 {"command_buffers_recorded", c.command_buffers_recorded},
+                                 {"dispatches_per_step", c.dispatches_per_run},
+                                 {"submissions_per_step", c.submissions_per_run},
+                                 {"barriers_per_step", c.barriers_per_run},
+                                 {"copies_per_step", c.copies_per_run},
+                                 {"activation_bytes_planned", c.activation_bytes_planned},
+                                 {"activation_bytes_naive", c.activation_bytes_naive},
+                                 {"weight_bytes", c.weight_bytes},
+                                 {"device_bytes", c.device_bytes},
+                                 {"step_ms", wall},
+                                 {"step_ms_median", med},
+                                 {"gpu_ms", gpu},
+                                 {"gpu_ms_median", gmed},
+                                 {"flops_per_step", cost.flops},
+                                 {"bytes_per_step", cost.bytes},
+                                 {"gflops_per_s", gflops},
+                                 {"gbytes_per_s", cost.bytes / (med * 1e-3) * 1e-9},
+                                 {"gpu_ms_per_op_kind", per_op}};
+            report["modes"].push_back(jm);
+        }
+        if (!o->json.empty()) {
+            std::ofstream f(o->json);
+            KILN_CHECK(f.good(), o->json, ": cannot write");
+            f << report.dump(2) << "\n";
+        }
+    };
+}
+
+}  // namespace kiln::app

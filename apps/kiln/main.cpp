@@ -1,0 +1,47 @@
+// kiln: diffusion transformers on any GPU through Vulkan compute.
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/kiln/commands.h"
+#include "runtime/core/error.h"
+
+namespace kiln::app {
+std::string default_model() {
+    if (const char* e = std::getenv("KILN_DEFAULT_MODEL")) return e;
+    // Next to the binary's build tree first (converted at build time), else the source folder.
+    for (const char* p : {KILN_DEFAULT_MODEL_FILE, KILN_DEFAULT_MODEL_DIR})
+        if (std::filesystem::exists(p)) return p;
+    return KILN_DEFAULT_MODEL_DIR;
+}
+}  // namespace kiln::app
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "kiln: diffusion transformers (DiT, PixArt, SD3, Flux) on any GPU through Vulkan compute.\n"
+        "Try: kiln generate -o digits.png --class-labels 0,1,2,3 --upscale 4"};
+    app.require_subcommand(1);
+    std::vector<std::pair<CLI::App*, kiln::app::Run>> cmds;
+    auto add = [&](const char* name, const char* help, kiln::app::Run (*fn)(CLI::App&)) {
+        CLI::App* sub = app.add_subcommand(name, help);
+        cmds.push_back({sub, fn(*sub)});
+    };
+    add("generate", "Generate images with a DiT pipeline (default: the built-in dit-digits model)", kiln::app::add_generate);
+    add("forward", "Run one component (transformer or vae) on named inputs from a safetensors file", kiln::app::add_forward);
+    add("bench", "Benchmark a model or a synthetic architecture in eager/full/regional modes", kiln::app::add_bench);
+    add("devices", "List Vulkan devices and the features Kiln uses", kiln::app::add_devices);
+    add("info", "Describe a Kiln model file: components, config, parameters, dtypes, sizes", kiln::app::add_info);
+    try {
+        app.parse(argc, argv);
+        for (auto& [sub, run] : cmds)
+            if (sub->parsed()) run();
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const kiln::Error& e) {
+        std::fprintf(stderr, "kiln: error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kiln: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

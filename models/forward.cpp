@@ -1,0 +1,90 @@
+#include "models/forward.h"
+
+#include <algorithm>
+
+#include "models/dit.h"
+#include "models/vae.h"
+#include "runtime/core/error.h"
+#include "runtime/cpu/reference.h"
+
+namespace kiln::models {
+
+namespace {
+const Tensor& need(const std::map<std::string, Tensor>& in, const std::string& name, const std::string& cls) {
+    auto it = in.find(name);
+    KILN_CHECK(it != in.end(), cls, ": missing input '", name, "'");
+    return it->second;
+}
+
+// Timesteps may come as a scalar or [B], integer or float: the models take f32 [B].
+Tensor batch_vector(const Tensor& t, int64_t B, DType dt, const std::string& name) {
+    KILN_CHECK(t.numel() == 1 || t.numel() == B, "input '", name, "' has ", t.numel(), " values for batch ", B);
+    Tensor v = t.astype(dt);
+    if (t.numel() == B) {
+        v.shape = {B};
+        return v;
+    }
+    Tensor out(dt, {B});
+    for (int64_t i = 0; i < B; ++i) std::memcpy(out.bytes.data() + i * dtype_size(dt), v.bytes.data(), dtype_size(dt));
+    return out;
+}
+}  // namespace
+
+std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
+                                              const std::map<std::string, Tensor>& inputs) {
+    std::map<std::string, Tensor> in;
+    if (cls == "DiTTransformer2DModel") {
+        const Tensor& x = need(inputs, "hidden_states", cls);
+        KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
+        int64_t B = x.shape[0];
+        auto c = DiTConfig::from_json(config);
+        KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
+                   c.in_channels);
+        build_dit(b, c, (int)B, (int)x.shape[2], (int)x.shape[3]);
+        in["hidden_states"] = x.astype(DType::f32);
+        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+        in["class_labels"] = batch_vector(need(inputs, "class_labels", cls), B, DType::i32, "class_labels");
+        return in;
+    }
+    if (cls == "AutoencoderKL") {
+        auto c = VaeConfig::from_json(config);
+        if (inputs.count("latents")) {
+            const Tensor& z = inputs.at("latents");
+            KILN_CHECK(z.shape.size() == 4, "AutoencoderKL: latents must be [B, C, h, w]");
+            build_vae_decoder(b, c, (int)z.shape[0], (int)z.shape[2], (int)z.shape[3]);
+            in["latents"] = z.astype(DType::f32);
+        } else {
+            const Tensor& x = need(inputs, "image", cls);
+            KILN_CHECK(x.shape.size() == 4, "AutoencoderKL: image must be [B, C, H, W]");
+            build_vae_encoder(b, c, (int)x.shape[0], (int)x.shape[2], (int)x.shape[3]);
+            in["image"] = x.astype(DType::f32);
+        }
+        return in;
+    }
+    KILN_FAIL("no forward for class '", cls, "' (supported: DiTTransformer2DModel, AutoencoderKL)");
+}
+
+std::map<std::string, Tensor> forward_component(vk::Context* ctx, const ModelSource& src, const std::string& component,
+                                                const std::map<std::string, Tensor>& inputs, exec::Mode mode) {
+    auto ws = src.weights(component);
+    ir::Graph g;
+    Builder b(g, *ws);
+    auto in = build_component(b, src.class_of(component), src.config(component), inputs);
+    std::map<std::string, Tensor> out;
+    if (ctx) {
+        if (mode == exec::Mode::regional && g.regions().size() < 2) mode = exec::Mode::full;  // nothing to replay
+        out = exec::run_graph(*ctx, g, b.weight_fn(), in, mode);
+    } else {
+        out = cpu::run(g, in, cpu_weights(*ws, b.constants()));
+    }
+    // DiagonalGaussianDistribution clamps logvar to [-30, 20].
+    if (auto it = out.find("latent_logvar_raw"); it != out.end()) {
+        Tensor t = it->second;
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::clamp(t.data<float>()[i], -30.f, 20.f);
+        out.erase(it);
+        out["latent_logvar"] = t;
+    }
+    return out;
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,112 @@
+#include "models/source.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/core/error.h"
+#if __has_include("runtime/core/gguf.h")  // TODO(remove once the converter lands)
+#include "runtime/core/gguf.h"
+#define KILN_HAVE_GGUF 1
+#endif
+
+namespace kiln::models {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string component_role(const std::string& cls) {
+    if (cls == "AutoencoderKL") return "vae";
+    if (cls.find("Scheduler") != std::string::npos) return "scheduler";
+    if (cls.find("Transformer") != std::string::npos) return "transformer";
+    return "";
+}
+
+namespace {
+json read_json(const fs::path& p) {
+    std::ifstream f(p);
+    KILN_CHECK(f.good(), p.string(), ": cannot open");
+    try {
+        return json::parse(f);
+    } catch (const std::exception& e) {
+        KILN_FAIL(p.string(), ": invalid JSON: ", e.what());
+    }
+}
+}  // namespace
+
+ModelSource ModelSource::open(const std::string& path) {
+    ModelSource s;
+    s.path_ = path;
+    KILN_CHECK(fs::exists(path), path, ": no such file or folder");
+    if (fs::is_directory(path)) {
+        fs::path d(path);
+        if (fs::exists(d / "model_index.json")) {
+            s.model_index_ = read_json(d / "model_index.json");
+            for (auto& [name, v] : s.model_index_.items()) {
+                if (!v.is_array() || v.size() != 2 || v[1].is_null()) continue;
+                fs::path sub = d / name;
+                fs::path cfg = fs::exists(sub / "config.json") ? sub / "config.json" : sub / "scheduler_config.json";
+                if (!fs::exists(cfg)) continue;
+                std::string role = component_role(v[1].get<std::string>());
+                if (role.empty()) continue;  // text encoders, tokenizers: not yet
+                s.components_.push_back(name);
+                s.configs_[name] = read_json(cfg);
+                s.dirs_[name] = sub.string();
+            }
+        } else {
+            fs::path cfg = fs::exists(d / "config.json") ? d / "config.json" : d / "scheduler_config.json";
+            KILN_CHECK(fs::exists(cfg), path, ": neither model_index.json, config.json nor scheduler_config.json");
+            json j = read_json(cfg);
+            KILN_CHECK(j.contains("_class_name"), cfg.string(), ": no _class_name");
+            std::string role = component_role(j["_class_name"].get<std::string>());
+            KILN_CHECK(!role.empty(), cfg.string(), ": unsupported class ", j["_class_name"]);
+            s.components_.push_back(role);
+            s.configs_[role] = j;
+            s.dirs_[role] = path;
+        }
+        return s;
+    }
+#ifndef KILN_HAVE_GGUF
+    KILN_FAIL(path, ": Kiln model files need GGUF support");
+#else
+    s.kiln_file_ = true;
+    GgufFile f = GgufFile::open(path);
+    KILN_CHECK(f.has("kiln.components"), path, ": not a Kiln model file (no kiln.components; convert with kiln-convert)");
+    s.components_ = f.get_string_array("kiln.components");
+    for (auto& c : s.components_) {
+        try {
+            s.configs_[c] = json::parse(f.get_string("kiln." + c + ".config"));
+        } catch (const json::exception& e) {
+            KILN_FAIL(path, ": kiln.", c, ".config is not valid JSON: ", e.what());
+        }
+    }
+    if (f.has("kiln.pipeline.model_index")) s.model_index_ = json::parse(f.get_string("kiln.pipeline.model_index"));
+    return s;
+#endif
+}
+
+bool ModelSource::has(const std::string& c) const { return configs_.count(c) > 0; }
+
+const json& ModelSource::config(const std::string& c) const {
+    auto it = configs_.find(c);
+    KILN_CHECK(it != configs_.end(), path_, ": no component '", c, "' (has: ", [&] {
+        std::string s;
+        for (auto& x : components_) s += (s.empty() ? "" : ", ") + x;
+        return s;
+    }(), ")");
+    return it->second;
+}
+
+std::string ModelSource::class_of(const std::string& c) const {
+    const json& j = config(c);
+    KILN_CHECK(j.contains("_class_name") && j["_class_name"].is_string(), path_, ": component '", c,
+               "' has no _class_name");
+    return j["_class_name"].get<std::string>();
+}
+
+std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
+    config(c);
+    if (kiln_file_) return open_kiln_component(path_, c, nullptr);
+    return open_diffusers_component(dirs_.at(c), nullptr);
+}
+
+}  // namespace kiln::models

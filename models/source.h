@@ -1,0 +1,37 @@
+#pragma once
+// A model source: a Kiln model file (GGUF, from kiln-convert), a diffusers pipeline folder
+// (model_index.json + transformer/, vae/, scheduler/) or a diffusers component folder.
+// Gives each component's class, config and weights.
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/weights.h"
+
+namespace kiln::models {
+
+class ModelSource {
+public:
+    static ModelSource open(const std::string& path);
+    const std::string& path() const { return path_; }
+    const std::vector<std::string>& components() const { return components_; }
+    bool has(const std::string& component) const;
+    std::string class_of(const std::string& component) const;  // diffusers _class_name
+    const nlohmann::json& config(const std::string& component) const;
+    std::unique_ptr<WeightStore> weights(const std::string& component) const;
+    const nlohmann::json& model_index() const { return model_index_; }  // {} for a single component
+
+private:
+    std::string path_;
+    bool kiln_file_ = false;
+    std::vector<std::string> components_;
+    std::map<std::string, nlohmann::json> configs_;
+    std::map<std::string, std::string> dirs_;  // diffusers: component -> folder
+    nlohmann::json model_index_;
+};
+
+// "transformer" for transformer classes, "vae" for AutoencoderKL, "scheduler" for schedulers.
+std::string component_role(const std::string& class_name);
+
+}  // namespace kiln::models
