@@ -1,0 +1,47 @@
+// kiln-convert: diffusers folder -> one Kiln model file (GGUF v3).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "converter/convert.h"
+#include "runtime/core/error.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "Convert a diffusers model or pipeline folder into one Kiln model file (GGUF v3).\n\n"
+        "SRC_DIR may be a pipeline folder (model_index.json with transformer/, vae/, scheduler/;\n"
+        "text encoders and tokenizers are skipped for now), a component folder (config.json +\n"
+        "diffusion_pytorch_model.safetensors, or sharded *.safetensors + its .index.json), or a\n"
+        "scheduler folder (scheduler_config.json). Nothing is written unless everything checks out.\n\n"
+        "Examples:\n"
+        "  kiln-convert models/default/dit-digits -o dit-digits.kiln\n"
+        "  kiln-convert ~/hf/PixArt-XL-2-512x512/transformer -o pixart.kiln --dtype bf16\n"
+        "  kiln-convert ~/hf/sd3-medium -o sd3.kiln --variant fp16\n"
+        "  kiln info dit-digits.kiln        # inspect the result\n",
+        "kiln-convert"};
+    std::string src, out, dtype = "f16", variant;
+    bool quiet = false;
+    app.add_option("SRC_DIR", src, "diffusers folder to convert")->required();
+    app.add_option("-o,--output", out, "output model file (written atomically: OUT.tmp, then renamed)")->required();
+    app.add_option("--dtype", dtype,
+                   "storage of weights with >= 2 dims: f32, f16 (default) or bf16; 1-D tensors (biases, norms) "
+                   "are always f32 and integer tensors are kept")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+    app.add_option("--variant", variant, "read *.VARIANT.safetensors weights, as diffusers' variant= (e.g. fp16)");
+    app.add_flag("-q,--quiet", quiet, "print nothing but errors");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        kiln::converter::Options opt;
+        opt.dtype = kiln::parse_dtype(dtype, "--dtype");
+        opt.variant = variant;
+        opt.quiet = quiet;
+        kiln::converter::convert_folder(src, out, opt);
+    } catch (const kiln::Error& e) {
+        std::fprintf(stderr, "kiln-convert: error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kiln-convert: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

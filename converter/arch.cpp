@@ -1,0 +1,394 @@
+#include "converter/arch.h"
+
+#include <algorithm>
+
+#include "runtime/core/error.h"
+
+namespace kiln::converter {
+
+namespace {
+using json = nlohmann::json;
+
+// Typed config access: a present key of the wrong type is an error naming the config and key.
+struct Config {
+    const json& j;
+    const std::string& where;
+
+    bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
+    int64_t integer(const char* k, int64_t def) const {
+        if (!has(k)) return def;
+        KILN_CHECK(j[k].is_number_integer(), where, ": config key '", k, "' must be an integer, got ", j[k].dump());
+        return j[k].get<int64_t>();
+    }
+    bool boolean(const char* k, bool def) const {
+        if (!has(k)) return def;
+        KILN_CHECK(j[k].is_boolean(), where, ": config key '", k, "' must be true/false, got ", j[k].dump());
+        return j[k].get<bool>();
+    }
+    std::string string(const char* k, const std::string& def) const {
+        if (!has(k)) return def;
+        KILN_CHECK(j[k].is_string(), where, ": config key '", k, "' must be a string, got ", j[k].dump());
+        return j[k].get<std::string>();
+    }
+    std::vector<int64_t> ints(const char* k) const {
+        std::vector<int64_t> out;
+        if (!has(k)) return out;
+        KILN_CHECK(j[k].is_array(), where, ": config key '", k, "' must be a list of integers");
+        for (auto& e : j[k]) {
+            KILN_CHECK(e.is_number_integer(), where, ": config key '", k, "' must be a list of integers");
+            out.push_back(e.get<int64_t>());
+        }
+        return out;
+    }
+    std::vector<std::string> strings(const char* k) const {
+        std::vector<std::string> out;
+        if (!has(k)) return out;
+        KILN_CHECK(j[k].is_array(), where, ": config key '", k, "' must be a list of strings");
+        for (auto& e : j[k]) {
+            KILN_CHECK(e.is_string(), where, ": config key '", k, "' must be a list of strings");
+            out.push_back(e.get<std::string>());
+        }
+        return out;
+    }
+    int64_t positive(const char* k, int64_t def, int64_t max = 1 << 20) const {
+        int64_t v = integer(k, def);
+        KILN_CHECK(v >= 0 && v <= max, where, ": config key '", k, "' = ", v, " is out of range [0, ", max, "]");
+        return v;
+    }
+};
+
+// Collects names under a prefix: N("attn").lin("to_q") -> "attn.to_q.weight", "attn.to_q.bias".
+struct Names {
+    std::vector<std::string>& out;
+    std::string prefix;
+    Names sub(const std::string& p) const { return {out, prefix + p + "."}; }
+    void w(const std::string& p) const { out.push_back(prefix + p + ".weight"); }
+    void b(const std::string& p) const { out.push_back(prefix + p + ".bias"); }
+    void raw(const std::string& p) const { out.push_back(prefix + p); }
+    void lin(const std::string& p, bool bias = true) const {
+        w(p);
+        if (bias) b(p);
+    }
+    void timestep_embedding(const std::string& p) const {  // TimestepEmbedding
+        lin(p + ".linear_1");
+        lin(p + ".linear_2");
+    }
+    void layer_norm(const std::string& p, bool affine) const {  // nn.LayerNorm(elementwise_affine)
+        if (affine) lin(p);
+    }
+    void feed_forward(const std::string& p, bool bias = true) const {  // FeedForward: net.0.proj, net.2
+        lin(p + ".net.0.proj", bias);
+        lin(p + ".net.2", bias);
+    }
+    // Attention.norm_q/norm_k (and norm_added_*) for a qk_norm setting; returns false if unsupported.
+    void qk_norm(const std::string& attn, const std::string& kind, bool added, const std::string& where) const {
+        if (kind.empty()) return;
+        const char* q = added ? ".norm_added_q" : ".norm_q";
+        const char* k = added ? ".norm_added_k" : ".norm_k";
+        if (kind == "rms_norm") {
+            w(attn + q);
+            w(attn + k);
+        } else if (kind == "layer_norm") {
+            lin(attn + q);
+            lin(attn + k);
+        } else if (kind == "fp32_layer_norm" || kind == "l2") {
+            // no parameters
+        } else {
+            KILN_FAIL(where, ": qk_norm '", kind, "' is not supported (supported: null, rms_norm, layer_norm)");
+        }
+    }
+    void self_attention(const std::string& p, bool bias, bool out_bias = true) const {
+        lin(p + ".to_q", bias);
+        lin(p + ".to_k", bias);
+        lin(p + ".to_v", bias);
+        lin(p + ".to_out.0", out_bias);
+    }
+};
+
+void check_activation(const Config& c, const char* key, const std::string& def) {
+    std::string a = c.string(key, def);
+    static const char* ok[] = {"gelu", "gelu-approximate", "geglu", "geglu-approximate", "swiglu", "silu"};
+    KILN_CHECK(std::find(std::begin(ok), std::end(ok), a) != std::end(ok), c.where, ": activation_fn '", a,
+               "' is not supported");
+}
+
+// BasicTransformerBlock (attention.py) as DiT and PixArt build it.
+void basic_transformer_block(const Names& n, const Config& c, const std::string& norm_type, bool cross_attention,
+                             bool affine) {
+    bool bias = c.boolean("attention_bias", false);
+    if (norm_type == "ada_norm_zero") {  // AdaLayerNormZero(dim, num_embeds_ada_norm)
+        n.timestep_embedding("norm1.emb.timestep_embedder");
+        n.w("norm1.emb.class_embedder.embedding_table");
+        n.lin("norm1.linear");
+    } else {  // ada_norm_single: plain LayerNorm
+        n.layer_norm("norm1", affine);
+    }
+    n.self_attention("attn1", bias);
+    if (cross_attention) {
+        n.layer_norm("norm2", affine);
+        n.self_attention("attn2", bias);
+    } else if (norm_type == "ada_norm_single") {
+        n.layer_norm("norm2", affine);
+    }
+    if (norm_type == "ada_norm_zero") n.layer_norm("norm3", affine);
+    n.feed_forward("ff");
+    if (norm_type == "ada_norm_single") n.raw("scale_shift_table");
+}
+
+ArchSpec dit(const Config& c) {
+    ArchSpec s{"transformer", {}, {}, {}};
+    Names n{s.expected, ""};
+    std::string norm_type = c.string("norm_type", "ada_norm_zero");
+    KILN_CHECK(norm_type == "ada_norm_zero", c.where, ": DiT norm_type '", norm_type,
+               "' is not supported (supported: ada_norm_zero)");
+    KILN_CHECK(c.has("num_embeds_ada_norm"), c.where, ": DiT needs num_embeds_ada_norm (the number of classes)");
+    check_activation(c, "activation_fn", "gelu-approximate");
+    int64_t layers = c.positive("num_layers", 28);
+    n.lin("pos_embed.proj");
+    for (int64_t i = 0; i < layers; ++i)
+        basic_transformer_block(n.sub("transformer_blocks." + std::to_string(i)), c, norm_type, false,
+                                c.boolean("norm_elementwise_affine", false));
+    n.lin("proj_out_1");
+    n.lin("proj_out_2");
+    s.blocks.push_back({"transformer_blocks", layers, std::vector<int>((size_t)layers, 0)});
+    return s;
+}
+
+ArchSpec pixart(const Config& c) {
+    ArchSpec s{"transformer", {}, {}, {}};
+    Names n{s.expected, ""};
+    std::string norm_type = c.string("norm_type", "ada_norm_single");
+    KILN_CHECK(norm_type == "ada_norm_single", c.where, ": PixArt norm_type '", norm_type,
+               "' is not supported (supported: ada_norm_single)");
+    std::string att = c.string("attention_type", "default");
+    KILN_CHECK(att == "default", c.where, ": PixArt attention_type '", att, "' is not supported (supported: default)");
+    check_activation(c, "activation_fn", "gelu-approximate");
+    int64_t layers = c.positive("num_layers", 28);
+    bool extra = c.has("use_additional_conditions") ? c.boolean("use_additional_conditions", false)
+                                                    : c.integer("sample_size", 128) == 128;
+    bool cross = !c.j.contains("cross_attention_dim") || !c.j["cross_attention_dim"].is_null();  // default 1152
+    n.lin("pos_embed.proj");
+    for (int64_t i = 0; i < layers; ++i)
+        basic_transformer_block(n.sub("transformer_blocks." + std::to_string(i)), c, norm_type, cross,
+                                c.boolean("norm_elementwise_affine", false));
+    n.raw("scale_shift_table");
+    n.lin("proj_out");
+    n.timestep_embedding("adaln_single.emb.timestep_embedder");
+    if (extra) {
+        n.timestep_embedding("adaln_single.emb.resolution_embedder");
+        n.timestep_embedding("adaln_single.emb.aspect_ratio_embedder");
+    }
+    n.lin("adaln_single.linear");
+    if (c.has("caption_channels")) {
+        n.lin("caption_projection.linear_1");
+        n.lin("caption_projection.linear_2");
+    }
+    s.blocks.push_back({"transformer_blocks", layers, std::vector<int>((size_t)layers, 0)});
+    return s;
+}
+
+ArchSpec sd3(const Config& c) {
+    ArchSpec s{"transformer", {}, {}, {}};
+    Names n{s.expected, ""};
+    int64_t layers = c.positive("num_layers", 18);
+    std::string qk = c.string("qk_norm", "");
+    auto dual = c.ints("dual_attention_layers");
+    n.lin("pos_embed.proj");
+    // PatchEmbed keeps pos_embed as a persistent buffer only when pos_embed_max_size is set (default 96).
+    int64_t pos_max = !c.j.contains("pos_embed_max_size") ? 96 : c.integer("pos_embed_max_size", 0);
+    if (pos_max > 0) n.raw("pos_embed.pos_embed");
+    n.timestep_embedding("time_text_embed.timestep_embedder");
+    n.timestep_embedding("time_text_embed.text_embedder");
+    n.lin("context_embedder");
+    BlockKind kind{"transformer_blocks", layers, {}};
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub("transformer_blocks." + std::to_string(i));
+        bool pre_only = i == layers - 1;
+        bool is_dual = std::find(dual.begin(), dual.end(), i) != dual.end();
+        b.lin("norm1.linear");          // AdaLayerNormZero or SD35AdaLayerNormZeroX
+        b.lin("norm1_context.linear");  // AdaLayerNormZero or AdaLayerNormContinuous (pre_only)
+        b.self_attention("attn", true);
+        b.lin("attn.add_q_proj");
+        b.lin("attn.add_k_proj");
+        b.lin("attn.add_v_proj");
+        if (!pre_only) b.lin("attn.to_add_out");
+        b.qk_norm("attn", qk, false, c.where);
+        b.qk_norm("attn", qk, true, c.where);
+        if (is_dual) {
+            b.self_attention("attn2", true);
+            b.qk_norm("attn2", qk, false, c.where);
+        }
+        b.feed_forward("ff");
+        if (!pre_only) b.feed_forward("ff_context");
+        kind.variant.push_back((pre_only ? 2 : 0) + (is_dual ? 1 : 0));
+    }
+    n.lin("norm_out.linear");
+    n.lin("proj_out");
+    s.blocks.push_back(std::move(kind));
+    return s;
+}
+
+ArchSpec flux(const Config& c) {
+    ArchSpec s{"transformer", {}, {}, {}};
+    Names n{s.expected, ""};
+    int64_t layers = c.positive("num_layers", 19), single = c.positive("num_single_layers", 38);
+    n.lin("x_embedder");
+    n.timestep_embedding("time_text_embed.timestep_embedder");
+    if (c.boolean("guidance_embeds", false)) n.timestep_embedding("time_text_embed.guidance_embedder");
+    n.timestep_embedding("time_text_embed.text_embedder");
+    n.lin("context_embedder");
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub("transformer_blocks." + std::to_string(i));
+        b.lin("norm1.linear");
+        b.lin("norm1_context.linear");
+        b.self_attention("attn", true);
+        b.lin("attn.add_q_proj");
+        b.lin("attn.add_k_proj");
+        b.lin("attn.add_v_proj");
+        b.lin("attn.to_add_out");
+        b.qk_norm("attn", "rms_norm", false, c.where);
+        b.qk_norm("attn", "rms_norm", true, c.where);
+        b.feed_forward("ff");
+        b.feed_forward("ff_context");
+    }
+    for (int64_t i = 0; i < single; ++i) {
+        Names b = n.sub("single_transformer_blocks." + std::to_string(i));
+        b.lin("norm.linear");
+        b.lin("proj_mlp");
+        b.lin("proj_out");
+        b.lin("attn.to_q");
+        b.lin("attn.to_k");
+        b.lin("attn.to_v");
+        b.qk_norm("attn", "rms_norm", false, c.where);
+    }
+    n.lin("norm_out.linear");
+    n.lin("proj_out");
+    s.blocks.push_back({"transformer_blocks", layers, std::vector<int>((size_t)layers, 0)});
+    s.blocks.push_back({"single_transformer_blocks", single, std::vector<int>((size_t)single, 0)});
+    return s;
+}
+
+// ResnetBlock2D without time embedding (VAE).
+void resnet(const Names& n, int64_t in, int64_t out) {
+    n.lin("norm1");
+    n.lin("conv1");
+    n.lin("norm2");
+    n.lin("conv2");
+    if (in != out) n.lin("conv_shortcut");
+}
+
+// UNetMidBlock2D as the VAE builds it: resnet, [attention, resnet].
+void vae_mid_block(const Names& n, int64_t ch, bool attention) {
+    resnet(n.sub("resnets.0"), ch, ch);
+    if (attention) {
+        n.lin("attentions.0.group_norm");
+        n.self_attention("attentions.0", true);
+    }
+    resnet(n.sub("resnets.1"), ch, ch);
+}
+
+ArchSpec autoencoder_kl(const Config& c) {
+    ArchSpec s{"vae", {}, {}, {}};
+    Names n{s.expected, ""};
+    auto ch = c.ints("block_out_channels");
+    if (ch.empty()) ch = {64};
+    auto down = c.strings("down_block_types"), up = c.strings("up_block_types");
+    if (down.empty()) down = {"DownEncoderBlock2D"};
+    if (up.empty()) up = {"UpDecoderBlock2D"};
+    KILN_CHECK(down.size() == ch.size() && up.size() == ch.size(), c.where,
+               ": block_out_channels, down_block_types and up_block_types must have the same length");
+    for (auto& t : down)
+        KILN_CHECK(t == "DownEncoderBlock2D", c.where, ": down block type '", t,
+                   "' is not supported (supported: DownEncoderBlock2D)");
+    for (auto& t : up)
+        KILN_CHECK(t == "UpDecoderBlock2D", c.where, ": up block type '", t,
+                   "' is not supported (supported: UpDecoderBlock2D)");
+    int64_t layers = c.positive("layers_per_block", 1, 64);
+    bool attn = c.boolean("mid_block_add_attention", true);
+    const size_t nb = ch.size();
+
+    Names e = n.sub("encoder");  // Encoder (autoencoders/vae.py)
+    e.lin("conv_in");
+    for (size_t i = 0; i < nb; ++i) {
+        Names d = e.sub("down_blocks." + std::to_string(i));
+        int64_t in = i ? ch[i - 1] : ch[0], out = ch[i];
+        for (int64_t j = 0; j < layers; ++j) resnet(d.sub("resnets." + std::to_string(j)), j ? out : in, out);
+        if (i + 1 < nb) d.lin("downsamplers.0.conv");
+    }
+    vae_mid_block(e.sub("mid_block"), ch.back(), attn);
+    e.lin("conv_norm_out");
+    e.lin("conv_out");
+
+    Names dec = n.sub("decoder");  // Decoder: channels reversed, layers_per_block + 1 resnets per block
+    dec.lin("conv_in");
+    vae_mid_block(dec.sub("mid_block"), ch.back(), attn);
+    std::vector<int64_t> rev(ch.rbegin(), ch.rend());
+    for (size_t i = 0; i < nb; ++i) {
+        Names u = dec.sub("up_blocks." + std::to_string(i));
+        int64_t in = i ? rev[i - 1] : rev[0], out = rev[i];
+        for (int64_t j = 0; j <= layers; ++j) resnet(u.sub("resnets." + std::to_string(j)), j ? out : in, out);
+        if (i + 1 < nb) u.lin("upsamplers.0.conv");
+    }
+    dec.lin("conv_norm_out");
+    dec.lin("conv_out");
+    if (c.boolean("use_quant_conv", true)) n.lin("quant_conv");
+    if (c.boolean("use_post_quant_conv", true)) n.lin("post_quant_conv");
+    s.renames = {{".query.", ".to_q."}, {".key.", ".to_k."}, {".value.", ".to_v."}, {".proj_attn.", ".to_out.0."}};
+    return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& supported_model_classes() {
+    static const std::vector<std::string> v = {"DiTTransformer2DModel", "PixArtTransformer2DModel",
+                                               "SD3Transformer2DModel", "FluxTransformer2DModel", "AutoencoderKL"};
+    return v;
+}
+
+const std::vector<std::string>& supported_scheduler_classes() {
+    static const std::vector<std::string> v = {"DDIMScheduler", "DPMSolverMultistepScheduler",
+                                               "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler"};
+    return v;
+}
+
+bool is_supported_scheduler(const std::string& cls) {
+    auto& v = supported_scheduler_classes();
+    return std::find(v.begin(), v.end(), cls) != v.end();
+}
+
+ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const std::string& where) {
+    Config c{config, where};
+    ArchSpec s;
+    if (cls == "DiTTransformer2DModel") {
+        s = dit(c);
+    } else if (cls == "PixArtTransformer2DModel") {
+        s = pixart(c);
+    } else if (cls == "SD3Transformer2DModel") {
+        s = sd3(c);
+    } else if (cls == "FluxTransformer2DModel") {
+        s = flux(c);
+    } else if (cls == "AutoencoderKL") {
+        s = autoencoder_kl(c);
+    } else {
+        std::string list;
+        for (auto& m : supported_model_classes()) list += (list.empty() ? "" : ", ") + m;
+        for (auto& m : supported_scheduler_classes()) list += ", " + m;
+        KILN_FAIL(where, ": unsupported _class_name '", cls, "' (supported: ", list, ")");
+    }
+    return s;
+}
+
+std::string canonical_name(const ArchSpec& spec, const std::string& name) {
+    for (auto& [from, to] : spec.renames) {
+        // Only the attention layers of mid blocks use the old names, always as "<...>.<old>.<weight|bias>".
+        for (const char* leaf : {"weight", "bias"}) {
+            std::string suffix = from + leaf;
+            if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+                name.find(".attentions.") != std::string::npos)
+                return name.substr(0, name.size() - suffix.size()) + to + leaf;
+        }
+    }
+    return name;
+}
+
+}  // namespace kiln::converter

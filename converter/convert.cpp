@@ -1,0 +1,442 @@
+// diffusers folder -> Kiln model file.
+//
+// Metadata written (the runtime never guesses):
+//   general.architecture="kiln", general.name, general.alignment=4096 (u32), kiln.format_version=1 (u32)
+//   kiln.components                  string array, e.g. ["transformer","vae","scheduler"]
+//   kiln.pipeline.class / .model_index / .id2label (pipelines only; id2label only if model_index has it)
+//   kiln.C.class, kiln.C.config (config text verbatim), kiln.C.params (i64, elements of all C's tensors)
+//   kiln.C.blocks                    string array of block kinds (models only)
+//   kiln.C.blocks.K.count            i64, number of blocks of kind K
+//   kiln.C.blocks.K.runs             i64 array, 4 per run: [first, count, base, stride]. A run is a
+//                                    maximal range of blocks with one layout; block i of a run starts at
+//                                    data_start + base + (i - first) * stride, and every tensor of it at
+//                                    the same offset relative to its block start as in the run's first block.
+//   kiln.C.blocks.K.base / .stride   i64, only when K is a single run (DiT, PixArt, Flux): base + i*stride.
+//                                    SD3 has several runs (its last block is context_pre_only; dual-attention
+//                                    blocks carry attn2), so it has runs but no base/stride.
+// Tensor order: per component, non-block tensors sorted by name, then each block kind, blocks in order,
+// each block's tensors sorted by their name relative to the block. Names are "C." + diffusers name.
+#include "converter/convert.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "converter/arch.h"
+#include "runtime/core/error.h"
+#include "runtime/core/gguf.h"
+#include "runtime/core/safetensors.h"
+
+namespace kiln::converter {
+
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string read_text(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    KILN_CHECK(f.good(), p.string(), ": cannot open");
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    KILN_CHECK(!f.bad(), p.string(), ": read failed");
+    return ss.str();
+}
+
+// Python's json (which diffusers uses) writes NaN, Infinity and -Infinity (e.g. DPMSolver's
+// lambda_min_clipped); standard JSON has no such tokens. For validation they are read as null; the
+// stored config text stays verbatim.
+std::string python_json_to_json(const std::string& s) {
+    std::string out;
+    out.reserve(s.size());
+    bool in_str = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+        char ch = s[i];
+        if (in_str) {
+            out += ch;
+            if (ch == '\\' && i + 1 < s.size()) out += s[++i];
+            else if (ch == '"') in_str = false;
+            continue;
+        }
+        if (ch == '"') in_str = true;
+        bool replaced = false;
+        for (const char* tok : {"-Infinity", "Infinity", "NaN"}) {
+            size_t n = std::char_traits<char>::length(tok);
+            if (s.compare(i, n, tok) == 0) {
+                out += "null";
+                i += n - 1;
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced) out += ch;
+    }
+    return out;
+}
+
+json parse_json_object(const std::string& text, const std::string& where) {
+    json j;
+    try {
+        j = json::parse(python_json_to_json(text));
+    } catch (const std::exception& e) {
+        KILN_FAIL(where, ": invalid JSON: ", e.what());
+    }
+    KILN_CHECK(j.is_object(), where, ": expected a JSON object");
+    return j;
+}
+
+std::string class_name(const json& j, const std::string& where) {
+    KILN_CHECK(j.contains("_class_name") && j["_class_name"].is_string(), where,
+               ": no \"_class_name\" string (is this a diffusers config?)");
+    return j["_class_name"].get<std::string>();
+}
+
+std::string name_list(const std::vector<std::string>& v, size_t max = 10) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < max; ++i) s += (i ? ", " : "") + ("'" + v[i] + "'");
+    if (v.size() > max) s += ", ... (" + std::to_string(v.size() - max) + " more)";
+    return s;
+}
+
+std::string human_bytes(double b) {
+    const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    while (b >= 1024 && k < 4) b /= 1024, ++k;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, k ? "%.1f %s" : "%.0f %s", b, u[k]);
+    return buf;
+}
+
+struct Item {
+    std::string rel;  // diffusers name (canonical), or name relative to its block
+    const SafeTensorInfo* src;
+    DType out;
+};
+
+struct Run {
+    int64_t first = 0, count = 0;
+    uint64_t base = 0, stride = 0;
+};
+
+struct KindPlan {
+    std::string name;
+    int64_t count = 0;
+    std::vector<std::vector<Item>> blocks;
+    std::vector<Run> runs;
+};
+
+struct Component {
+    std::string name, cls, config_text;
+    bool scheduler = false;
+    std::unique_ptr<SafeTensors> st;
+    std::vector<Item> loose;
+    std::vector<KindPlan> kinds;
+    int64_t params = 0;
+};
+
+// Output dtype: floats with >= 2 dims take --dtype; 1-D/0-D floats are f32; integers are kept.
+DType out_dtype(const SafeTensorInfo& t, DType want, const std::string& file) {
+    switch (t.dtype) {
+        case DType::f32: case DType::f16: case DType::bf16: return t.shape.size() >= 2 ? want : DType::f32;
+        case DType::i32: case DType::i64: return t.dtype;
+        case DType::u8: break;
+    }
+    KILN_FAIL(file, ": tensor '", t.name, "' has dtype U8, which a Kiln model file cannot hold");
+}
+
+fs::path find_weights(const fs::path& dir, const std::string& variant) {
+    const std::string v = variant.empty() ? "" : "." + variant;
+    fs::path single = dir / ("diffusion_pytorch_model" + v + ".safetensors");
+    fs::path index = dir / ("diffusion_pytorch_model.safetensors.index" + v + ".json");
+    if (fs::exists(index)) return index;  // diffusers prefers the index when both exist
+    if (fs::exists(single)) return single;
+    std::string hint;
+    if (!variant.empty() && (fs::exists(dir / "diffusion_pytorch_model.safetensors") ||
+                             fs::exists(dir / "diffusion_pytorch_model.safetensors.index.json")))
+        hint = " (the folder has non-variant weights: drop --variant)";
+    else if (variant.empty() && fs::exists(dir / "diffusion_pytorch_model.fp16.safetensors"))
+        hint = " (the folder has fp16 variant weights: add --variant fp16)";
+    else if (fs::exists(dir / "diffusion_pytorch_model.bin"))
+        hint = " (PyTorch .bin checkpoints are not supported: save with safe_serialization=True)";
+    KILN_FAIL(dir.string(), ": no weights: neither ", single.filename().string(), " nor ", index.filename().string(),
+              hint);
+}
+
+// Loads and validates one model component: config, weights, expected names, block layouts.
+Component plan_model(const fs::path& dir, const std::string& comp_name, const std::string& expect_cls,
+                     const Options& opt) {
+    Component c;
+    c.name = comp_name;
+    const fs::path cfg_path = dir / "config.json";
+    KILN_CHECK(fs::exists(cfg_path), dir.string(), ": missing config.json");
+    c.config_text = read_text(cfg_path);
+    json cfg = parse_json_object(c.config_text, cfg_path.string());
+    c.cls = class_name(cfg, cfg_path.string());
+    KILN_CHECK(expect_cls.empty() || expect_cls == c.cls, cfg_path.string(), ": _class_name '", c.cls,
+               "' differs from model_index.json, which says '", expect_cls, "'");
+    ArchSpec spec = arch_spec(c.cls, cfg, cfg_path.string());
+    if (comp_name.empty()) c.name = spec.component;
+    const fs::path wpath = find_weights(dir, opt.variant);
+    c.st = std::make_unique<SafeTensors>(SafeTensors::open(wpath.string()));
+    const std::string file = wpath.string();
+
+    // Canonical name -> source tensor; compare with the expected set.
+    std::map<std::string, const SafeTensorInfo*> have;
+    for (auto& t : c.st->tensors()) {
+        std::string n = canonical_name(spec, t.name);
+        KILN_CHECK(!have.count(n), file, ": tensors '", have[n]->name, "' and '", t.name, "' both map to '", n, "'");
+        have[n] = &t;
+    }
+    std::set<std::string> expected(spec.expected.begin(), spec.expected.end());
+    KILN_CHECK(expected.size() == spec.expected.size(), "internal: duplicate expected name for ", c.cls);
+    std::vector<std::string> missing, unexpected;
+    for (auto& n : expected)
+        if (!have.count(n)) missing.push_back(n);
+    for (auto& [n, t] : have)
+        if (!expected.count(n)) unexpected.push_back(t->name);
+    if (!missing.empty() || !unexpected.empty()) {
+        std::string msg = file + ": tensors do not match " + c.cls + " as " + cfg_path.string() + " configures it:";
+        if (!missing.empty()) msg += " missing tensor(s) [" + std::to_string(missing.size()) + "]: " + name_list(missing);
+        if (!missing.empty() && !unexpected.empty()) msg += ";";
+        if (!unexpected.empty())
+            msg += " unexpected tensor(s) [" + std::to_string(unexpected.size()) + "]: " + name_list(unexpected);
+        KILN_FAIL(msg);
+    }
+
+    // Split into block tensors and the rest.
+    std::set<std::string> in_block;
+    for (auto& kind : spec.blocks) {
+        KindPlan kp;
+        kp.name = kind.name;
+        kp.count = kind.count;
+        kp.blocks.resize((size_t)kind.count);
+        for (auto& [n, t] : have) {
+            if (n.compare(0, kind.name.size() + 1, kind.name + ".") != 0) continue;
+            size_t dot = n.find('.', kind.name.size() + 1);
+            KILN_CHECK(dot != std::string::npos, file, ": bad block tensor name '", t->name, "'");
+            int64_t i = std::stoll(n.substr(kind.name.size() + 1, dot - kind.name.size() - 1));
+            kp.blocks[(size_t)i].push_back({n.substr(dot + 1), t, out_dtype(*t, opt.dtype, file)});
+            in_block.insert(n);
+        }
+        // Runs of one variant; every block of a run must equal the run's first block.
+        for (int64_t i = 0; i < kind.count; ++i) {
+            if (i == 0 || kind.variant[(size_t)i] != kind.variant[(size_t)i - 1]) kp.runs.push_back({i, 0, 0, 0});
+            Run& r = kp.runs.back();
+            r.count++;
+            const auto& a = kp.blocks[(size_t)r.first];
+            const auto& b = kp.blocks[(size_t)i];
+            const std::string bi = kind.name + "." + std::to_string(i), b0 = kind.name + "." + std::to_string(r.first);
+            KILN_CHECK(a.size() == b.size(), file, ": block ", bi, " has ", b.size(), " tensors but ", b0, " has ",
+                       a.size(), " (blocks of one kind must be identical)");
+            for (size_t k = 0; k < a.size(); ++k) {
+                KILN_CHECK(a[k].rel == b[k].rel, file, ": block ", bi, " is not identical to ", b0, ": '", b[k].rel,
+                           "' vs '", a[k].rel, "'");
+                KILN_CHECK(a[k].src->shape == b[k].src->shape && a[k].src->dtype == b[k].src->dtype, file,
+                           ": block ", bi, " is not identical to ", b0, ": tensor '", b[k].src->name, "' is ",
+                           dtype_name(b[k].src->dtype), " ", shape_str(b[k].src->shape), " but '", a[k].src->name,
+                           "' is ", dtype_name(a[k].src->dtype), " ", shape_str(a[k].src->shape));
+            }
+        }
+        c.kinds.push_back(std::move(kp));
+    }
+    for (auto& [n, t] : have) {
+        c.params += shape_numel(t->shape);
+        if (!in_block.count(n)) c.loose.push_back({n, t, out_dtype(*t, opt.dtype, file)});
+    }
+    return c;
+}
+
+Component plan_scheduler(const fs::path& dir) {
+    Component c;
+    c.name = "scheduler";
+    c.scheduler = true;
+    const fs::path p = dir / "scheduler_config.json";
+    KILN_CHECK(fs::exists(p), dir.string(), ": missing scheduler_config.json");
+    c.config_text = read_text(p);
+    json j = parse_json_object(c.config_text, p.string());
+    c.cls = class_name(j, p.string());
+    if (!is_supported_scheduler(c.cls)) {
+        std::string list;
+        for (auto& s : supported_scheduler_classes()) list += (list.empty() ? "" : ", ") + s;
+        KILN_FAIL(p.string(), ": unsupported scheduler _class_name '", c.cls, "' (supported: ", list, ")");
+    }
+    return c;
+}
+
+// Progress on stderr: a redrawn bar on a TTY, else a line every ~10%.
+struct Progress {
+    std::ostream* os;
+    bool tty;
+    std::chrono::steady_clock::time_point last_line = std::chrono::steady_clock::now();
+    void operator()(size_t done, size_t total, uint64_t bytes) {
+        if (!os) return;
+        if (tty) {
+            int w = 30, fill = (int)(w * done / std::max<size_t>(total, 1));
+            *os << "\r[" << std::string(fill, '=') << std::string(w - fill, ' ') << "] " << done << "/" << total
+                << " tensors, " << human_bytes((double)bytes) << "   " << (done == total ? "\n" : "") << std::flush;
+        } else {  // not a terminal: a line at most every 5 s
+            auto now = std::chrono::steady_clock::now();
+            if (now - last_line > std::chrono::seconds(5) && done < total) {
+                last_line = now;
+                *os << "kiln-convert: " << done << "/" << total << " tensors (" << done * 100 / std::max<size_t>(total, 1)
+                    << "%)\n" << std::flush;
+            }
+        }
+    }
+};
+
+}  // namespace
+
+Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::ostream* log = opt.quiet ? nullptr : (opt.log ? opt.log : &std::cerr);
+    const fs::path dir(src_dir);
+    KILN_CHECK(fs::is_directory(dir), src_dir, ": not a directory");
+    KILN_CHECK(!out_path.empty(), "no output path given");
+
+    GgufWriter w;
+    std::vector<Component> comps;
+    std::string name = fs::weakly_canonical(dir).filename().string();
+    if (fs::exists(dir / "model_index.json")) {
+        const fs::path mi = dir / "model_index.json";
+        std::string text = read_text(mi);
+        json j = parse_json_object(text, mi.string());
+        std::string pcls = class_name(j, mi.string());
+        std::map<std::string, std::string> classes;
+        for (auto& [k, v] : j.items()) {
+            if (k.empty() || k[0] == '_' || !v.is_array()) continue;
+            KILN_CHECK(v.size() == 2, mi.string(), ": component '", k, "' is not [library, class]");
+            if (v[1].is_null()) continue;  // an optional component that is absent
+            KILN_CHECK(v[1].is_string(), mi.string(), ": component '", k, "' class is not a string");
+            classes[k] = v[1].get<std::string>();
+        }
+        KILN_CHECK(classes.count("transformer") || classes.count("vae") || classes.count("scheduler"), mi.string(),
+                   ": pipeline ", pcls, " has no transformer, vae or scheduler component",
+                   (classes.count("unet") ? " (UNet pipelines are not supported)" : ""));
+        for (auto& [k, cls] : classes) {
+            if (k == "transformer" || k == "vae" || k == "scheduler") continue;
+            if (k == "unet") KILN_FAIL(mi.string(), ": component 'unet' (", cls, ") is not supported");
+            if (log) *log << "kiln-convert: note: skipping component '" << k << "' (" << cls << "): not converted yet\n";
+        }
+        for (const char* k : {"transformer", "vae"})
+            if (classes.count(k)) {
+                KILN_CHECK(fs::is_directory(dir / k), mi.string(), ": component '", k, "' has no folder ",
+                           (dir / k).string());
+                comps.push_back(plan_model(dir / k, k, classes[k], opt));
+            }
+        if (classes.count("scheduler")) {
+            comps.push_back(plan_scheduler(dir / "scheduler"));
+            KILN_CHECK(comps.back().cls == classes["scheduler"], (dir / "scheduler/scheduler_config.json").string(),
+                       ": _class_name '", comps.back().cls, "' differs from model_index.json, which says '",
+                       classes["scheduler"], "'");
+        }
+        w.set_string("kiln.pipeline.class", pcls);
+        w.set_string("kiln.pipeline.model_index", text);
+        if (j.contains("id2label")) w.set_string("kiln.pipeline.id2label", j["id2label"].dump());
+    } else if (fs::exists(dir / "config.json")) {
+        comps.push_back(plan_model(dir, "", "", opt));
+    } else if (fs::exists(dir / "scheduler_config.json")) {
+        comps.push_back(plan_scheduler(dir));
+    } else {
+        KILN_FAIL(src_dir, ": not a diffusers folder (no model_index.json, config.json or scheduler_config.json)");
+    }
+
+    // Metadata, then the tensor layout (offsets come back from the writer, so block bases/strides are exact).
+    w.set_string("general.architecture", "kiln");
+    w.set_string("general.name", name);
+    w.set_u32("kiln.format_version", 1);
+    std::vector<std::string> names;
+    for (auto& c : comps) names.push_back(c.name);
+    w.set_string_array("kiln.components", names);
+    Summary sum;
+    sum.components = names;
+    auto add = [&](Component& c, const std::string& full, const Item& it) -> uint64_t {
+        const SafeTensorInfo* src = it.src;
+        const SafeTensors* st = c.st.get();
+        DType to = it.out;
+        sum.tensors++;
+        return w.add_tensor(full, to, src->shape, [st, src, to](void* dst) {
+            if (src->dtype == to) {
+                st->read_bytes(*src, dst);
+                return;
+            }
+            std::vector<uint8_t> buf((size_t)src->nbytes);
+            st->read_bytes(*src, buf.data());
+            kiln::convert(buf.data(), src->dtype, dst, to, (size_t)shape_numel(src->shape));
+        });
+    };
+    for (auto& c : comps) {
+        const std::string p = "kiln." + c.name + ".";
+        w.set_string(p + "class", c.cls);
+        w.set_string(p + "config", c.config_text);
+        w.set_i64(p + "params", c.params);
+        sum.params += c.params;
+        if (c.scheduler) continue;
+        for (auto& it : c.loose) add(c, c.name + "." + it.rel, it);
+        std::vector<std::string> kind_names;
+        for (auto& kp : c.kinds) {
+            kind_names.push_back(kp.name);
+            std::vector<int64_t> runs;
+            for (auto& r : kp.runs) {
+                std::vector<std::vector<uint64_t>> offs;
+                for (int64_t i = r.first; i < r.first + r.count; ++i) {
+                    offs.emplace_back();
+                    for (auto& it : kp.blocks[(size_t)i])
+                        offs.back().push_back(
+                            add(c, c.name + "." + kp.name + "." + std::to_string(i) + "." + it.rel, it));
+                }
+                // Blocks are identical, so with every tensor aligned the same way each block takes the same
+                // bytes; check that the layout is exactly base + i*stride + rel (a runtime contract).
+                r.base = offs[0].empty() ? w.data_size() : offs[0][0];
+                uint64_t end = w.data_size();
+                r.stride = r.count > 1 && !offs[1].empty() ? offs[1][0] - r.base
+                                                           : (end + kGgufAlignment - 1) / kGgufAlignment *
+                                                                     kGgufAlignment - r.base;
+                for (size_t i = 0; i < offs.size(); ++i)
+                    for (size_t k = 0; k < offs[i].size(); ++k)
+                        KILN_CHECK(offs[i][k] == r.base + i * r.stride + (offs[0][k] - r.base),
+                                   "internal: block layout of ", kp.name, " is not uniform");
+                runs.insert(runs.end(), {r.first, r.count, (int64_t)r.base, (int64_t)r.stride});
+            }
+            const std::string k = p + "blocks." + kp.name + ".";
+            w.set_i64(k + "count", kp.count);
+            w.set_i64_array(k + "runs", runs);
+            if (kp.runs.size() == 1) {
+                w.set_i64(k + "base", (int64_t)kp.runs[0].base);
+                w.set_i64(k + "stride", (int64_t)kp.runs[0].stride);
+            }
+        }
+        w.set_string_array(p + "blocks", kind_names);
+    }
+
+    Progress prog{log, log && ::isatty(STDERR_FILENO) && log == &std::cerr};
+    uint64_t written = 0;
+    w.on_tensor = [&](size_t done, size_t total) {
+        written = w.data_size() * done / std::max<size_t>(total, 1);  // approximate, for display only
+        prog(done, total, written);
+    };
+    w.write(out_path);
+    sum.bytes = fs::file_size(out_path);
+    sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (log) {
+        std::string cl;
+        for (auto& n : names) cl += (cl.empty() ? "" : ", ") + n;
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.2f", sum.seconds);
+        *log << "kiln-convert: wrote " << out_path << ": " << cl << "; " << sum.tensors << " tensors, " << sum.params
+             << " parameters, " << human_bytes((double)sum.bytes) << " (" << dtype_name(opt.dtype)
+             << " weights), " << secs << " s\n";
+    }
+    return sum;
+}
+
+}  // namespace kiln::converter

@@ -1,0 +1,33 @@
+#pragma once
+// diffusers folder -> one Kiln model file (GGUF v3). See runtime/core/gguf.h for the container and
+// docs in convert.cpp for the metadata keys the runtime reads.
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "runtime/core/dtype.h"
+
+namespace kiln::converter {
+
+struct Options {
+    DType dtype = DType::f16;  // storage of tensors with >= 2 dims; 1-D floats are f32, ints kept
+    std::string variant;       // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
+    bool quiet = false;        // no notes, progress or summary
+    std::ostream* log = nullptr;  // notes/progress/summary (std::cerr when null)
+};
+
+struct Summary {
+    std::vector<std::string> components;
+    size_t tensors = 0;
+    int64_t params = 0;
+    uint64_t bytes = 0;  // output file size
+    double seconds = 0;
+};
+
+// Converts a diffusers pipeline folder (model_index.json), component folder (config.json +
+// weights) or scheduler folder (scheduler_config.json) into out_path. Validates everything before
+// writing; on any error throws kiln::Error (naming file, tensor and problem) and leaves no output.
+Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt = {});
+
+}  // namespace kiln::converter
