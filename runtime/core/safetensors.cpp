@@ -47,6 +47,7 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& f
     auto* p = static_cast<uint8_t*>(dst);
     while (n) {
         ssize_t r = ::pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
         KILN_CHECK(r > 0, file, ": read failed at offset ", off, (r == 0 ? " (unexpected end of file)" : ""));
         p += r;
         n -= (uint64_t)r;
@@ -112,6 +113,7 @@ void SafeTensors::add_file(const std::string& path, const std::vector<std::strin
     int file_idx = (int)paths_.size() - 1;
     struct stat sb{};
     KILN_CHECK(::fstat(fd, &sb) == 0, path, ": cannot stat");
+    KILN_CHECK(S_ISREG(sb.st_mode), path, ": not a regular file");
     uint64_t fsize = (uint64_t)sb.st_size;
     KILN_CHECK(fsize >= 8, path, ": truncated (", fsize, " bytes; a safetensors file starts with an 8-byte header length)");
     uint64_t hlen = 0;
@@ -121,12 +123,23 @@ void SafeTensors::add_file(const std::string& path, const std::vector<std::strin
     std::string hdr(hlen, '\0');
     pread_all(fd, hdr.data(), hlen, 8, path);
     json j;
+    // JSON objects may repeat a key and nlohmann keeps the last silently: a repeated tensor name is
+    // caught while parsing (depth 1 = the header object's own keys).
+    std::vector<std::string> keys;
+    std::string dup;
+    auto on_event = [&](int depth, json::parse_event_t ev, json& parsed) {
+        if (ev == json::parse_event_t::key && depth == 1 && parsed.is_string()) keys.push_back(parsed.get<std::string>());
+        return true;
+    };
     try {
-        j = json::parse(hdr);
+        j = json::parse(hdr, on_event);
     } catch (const std::exception& e) {
         KILN_FAIL(path, ": header is not valid JSON: ", e.what());
     }
     KILN_CHECK(j.is_object(), path, ": header is not a JSON object");
+    std::sort(keys.begin(), keys.end());
+    for (size_t i = 1; i < keys.size(); ++i)
+        KILN_CHECK(keys[i] != keys[i - 1], path, ": tensor '", keys[i], "' appears twice in the header");
     const uint64_t data_start = 8 + hlen, data_size = fsize - data_start;
     std::vector<std::pair<uint64_t, uint64_t>> spans;
     std::vector<std::string> seen;
