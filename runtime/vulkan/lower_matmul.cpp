@@ -1,0 +1,80 @@
+// Lowering of linear, matmul (64x64 output tiles per 16x16 workgroup) and attention (one
+// invocation per (batch, head, query row); head_dim as a specialization constant).
+#include <cmath>
+#include <variant>
+
+#include "runtime/core/error.h"
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::vk {
+namespace {
+constexpr uint32_t kTile = 64;  // output tile edge of linear.comp / matmul.comp
+uint32_t tiles(int64_t n) { return (uint32_t)((n + kTile - 1) / kTile); }
+}  // namespace
+
+Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
+    const ir::Value& w = g.value(n.in[1]);
+    const Shape& sx = g.value(n.in[0]).shape;
+    KILN_CHECK(w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16, "linear: weight '", w.name,
+               "' ", shape_str(w.shape), " has dtype ", dtype_name(w.dtype), " (f32, f16 or bf16 only)");
+    int64_t N = w.shape[0], K = w.shape[1], M = shape_numel(sx) / K;
+    KILN_CHECK(M * K < (1ll << 32) && N * K < (1ll << 32) && M * N < (1ll << 32), "linear: x ", shape_str(sx),
+               " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
+    params::LinearParams p{(params::uint)M, (params::uint)N, (params::uint)K, n.in[2] >= 0 ? 1u : 0u};
+    Dispatch d;
+    d.shader = "linear" + weight_suffix(w.dtype);
+    d.set_push(p);
+    d.groups[0] = tiles(N);
+    d.groups[1] = tiles(M);
+    KILN_CHECK(d.groups[1] <= 65535, "linear: M = ", M, " rows exceed the dispatch limit");
+    return d;
+}
+
+Dispatch lower_matmul(const ir::Graph& g, const ir::Node& n) {
+    const Shape &sa = g.value(n.in[0]).shape, &sb = g.value(n.in[1]).shape;
+    int64_t B = sa[0], M = sa[1], K = sa[2], N = sb[2];
+    KILN_CHECK(B * M * K < (1ll << 32) && sb[0] * K * N < (1ll << 32) && B * M * N < (1ll << 32), "matmul: ",
+               shape_str(sa), " @ ", shape_str(sb), " has >= 2^32 elements in one operand");
+    KILN_CHECK(B <= 65535 && tiles(M) <= 65535, "matmul: ", shape_str(sa), " exceeds the dispatch limits");
+    params::MatmulParams p{(params::uint)B, (params::uint)M, (params::uint)N, (params::uint)K,
+                           sb[0] == 1 ? 0u : (params::uint)(K * N)};
+    Dispatch d;
+    d.shader = "matmul";
+    d.set_push(p);
+    d.groups[0] = tiles(N);
+    d.groups[1] = tiles(M);
+    d.groups[2] = (uint32_t)B;
+    return d;
+}
+
+Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
+    auto a = std::get<ir::AttentionAttrs>(n.attrs);
+    const Shape &sq = g.value(n.in[0]).shape, &sk = g.value(n.in[1]).shape;
+    int64_t B = sq[0], Sq = sq[1], Sk = sk[1], H = a.heads, D = sq[2] / H;
+    KILN_CHECK(D <= 256, "attention: head_dim ", D, " (q ", shape_str(sq), ", ", H, " heads) exceeds 256");
+    KILN_CHECK(B <= 65535 && H <= 65535 && B * std::max(Sq, Sk) * sq[2] < (1ll << 32), "attention: q ",
+               shape_str(sq), ", k ", shape_str(sk), " exceed the dispatch limits");
+    params::AttentionParams p{};
+    p.B = (params::uint)B;
+    p.Sq = (params::uint)Sq;
+    p.Sk = (params::uint)Sk;
+    p.H = (params::uint)H;
+    p.D = (params::uint)D;
+    p.scale = a.scale != 0 ? a.scale : (float)(1.0 / std::sqrt((double)D));
+    if (n.in.size() > 3 && n.in[3] >= 0) {
+        const Shape& sm = g.value(n.in[3]).shape;  // [B|1, Sq|1, Sk]
+        p.has_mask = 1;
+        p.mask_sq = sm[1] == 1 ? 0 : (params::uint)Sk;
+        p.mask_sb = sm[0] == 1 ? 0 : (params::uint)(sm[1] * Sk);
+    }
+    Dispatch d;
+    d.shader = "attention";
+    d.set_push(p);
+    d.spec = {(uint32_t)D};
+    d.groups[0] = (uint32_t)((Sq + 31) / 32);
+    d.groups[1] = (uint32_t)H;
+    d.groups[2] = (uint32_t)B;
+    return d;
+}
+
+}  // namespace kiln::vk

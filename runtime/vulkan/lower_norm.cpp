@@ -1,0 +1,57 @@
+// Lowering of the row ops (softmax, layer_norm, rms_norm: one workgroup per row of the last dim)
+// and group_norm (one workgroup per (batch, group)).
+#include <variant>
+
+#include "runtime/core/error.h"
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::vk {
+namespace {
+bool present(const ir::Node& n, size_t i) { return n.in.size() > i && n.in[i] >= 0; }
+
+Dispatch row(const char* shader, const ir::Graph& g, const ir::Node& n, float eps) {
+    const Shape& s = g.value(n.out).shape;
+    int64_t cols = s.back(), rows = shape_numel(s) / cols;
+    KILN_CHECK(shape_numel(s) < (1ll << 32), shader, ": ", shape_str(s), " has >= 2^32 elements");
+    params::RowParams p{};
+    p.rows = (params::uint)rows;
+    p.cols = (params::uint)cols;
+    p.has_w = present(n, 1);
+    p.has_b = present(n, 2);
+    p.eps = eps;
+    Dispatch d;
+    d.shader = shader;
+    d.set_push(p);
+    groups_1d(d, (uint64_t)rows, 1);  // one workgroup per row
+    return d;
+}
+}  // namespace
+
+Dispatch lower_softmax(const ir::Graph& g, const ir::Node& n) { return row("softmax", g, n, 0.f); }
+Dispatch lower_layer_norm(const ir::Graph& g, const ir::Node& n) {
+    return row("layer_norm", g, n, std::get<ir::NormAttrs>(n.attrs).eps);
+}
+Dispatch lower_rms_norm(const ir::Graph& g, const ir::Node& n) {
+    return row("rms_norm", g, n, std::get<ir::NormAttrs>(n.attrs).eps);
+}
+
+Dispatch lower_group_norm(const ir::Graph& g, const ir::Node& n) {
+    auto a = std::get<ir::NormAttrs>(n.attrs);
+    const Shape& s = g.value(n.out).shape;
+    KILN_CHECK(shape_numel(s) < (1ll << 32), "group_norm: ", shape_str(s), " has >= 2^32 elements");
+    params::GroupNormParams p{};
+    p.B = (params::uint)s[0];
+    p.C = (params::uint)s[1];
+    p.HW = (params::uint)(shape_numel(s) / (s[0] * s[1]));
+    p.G = (params::uint)a.groups;
+    p.has_w = present(n, 1);
+    p.has_b = present(n, 2);
+    p.eps = a.eps;
+    Dispatch d;
+    d.shader = "group_norm";
+    d.set_push(p);
+    groups_1d(d, (uint64_t)p.B * p.G, 1);  // one workgroup per (batch, group)
+    return d;
+}
+
+}  // namespace kiln::vk

@@ -1,0 +1,33 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// layer_norm over the last dim: (x - mean) / sqrt(var + eps) * w + b, two-pass mean/variance.
+#include "common.glsl"
+#define USE_ROW
+#include "runtime/ir/params.h"
+#include "reduce.glsl"
+layout(local_size_x = 64) in;
+layout(binding = 0) readonly buffer X { float x[]; };
+layout(binding = 1) readonly buffer Wt { float w[]; };
+layout(binding = 2) readonly buffer Bs { float b[]; };
+layout(binding = 3) writeonly buffer Y { float y[]; };
+
+void main() {
+    uint row = wg_row();
+    if (row >= p.rows) return;
+    uint base = row * p.cols, t = gl_LocalInvocationID.x;
+    float s = 0.0;
+    for (uint c = t; c < p.cols; c += 64) s += x[base + c];
+    float mean = wg_sum(s) / float(p.cols);
+    float v = 0.0;
+    for (uint c = t; c < p.cols; c += 64) {
+        float d = x[base + c] - mean;
+        v += d * d;
+    }
+    float inv = inversesqrt(wg_sum(v) / float(p.cols) + p.eps);
+    for (uint c = t; c < p.cols; c += 64) {
+        float r = (x[base + c] - mean) * inv;
+        if (p.has_w != 0) r *= w[c];
+        if (p.has_b != 0) r += b[c];
+        y[base + c] = r;
+    }
+}

@@ -1,0 +1,46 @@
+// conv2d NCHW with W stored f32/f16/bf16 (CPU gets the same rounded W). f32 accumulation over
+// K = C kh kw terms of |x w| <= 1: max-abs K^2 2^-24 / 4 (x2 margin), floor 1e-6; rel L2 1e-5.
+#include "tests/ops/op_harness.h"
+
+using namespace kiln;
+
+namespace {
+struct ConvCase {
+    Shape x;
+    int64_t O, kh, kw;
+    ir::Conv2dAttrs a;
+};
+}  // namespace
+
+TEST_CASE("conv2d matches the CPU reference", "[op:conv2d]") {
+    ConvCase c = GENERATE(ConvCase{{1, 1, 1, 1}, 1, 1, 1, {}}, ConvCase{{1, 3, 13, 13}, 5, 3, 3, {1, 1, 1, 1}},
+                          ConvCase{{2, 4, 9, 11}, 7, 3, 3, {2, 2, 1, 1}}, ConvCase{{1, 5, 8, 8}, 6, 2, 2, {2, 2, 0, 0}},
+                          ConvCase{{1, 3, 7, 17}, 3, 1, 5, {1, 3, 0, 2}}, ConvCase{{2, 16, 6, 5}, 9, 1, 1, {}});
+    DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
+    bool bias = GENERATE(false, true);
+    CAPTURE(shape_str(c.x), c.O, c.kh, c.kw, dtype_name(wt), bias);
+    Shape sw{c.O, c.x[1], c.kh, c.kw};
+    ir::Graph g;
+    auto x = g.input("x", c.x);
+    auto w = g.weight("w", sw, wt);
+    ir::Val b = bias ? g.weight("b", {c.O}) : ir::Val{};
+    g.output(g.conv2d(x, w, b, c.a), "y");
+    std::map<std::string, Tensor> ws{{"w", test::random_weight(sw, wt, 71)}};
+    if (bias) ws["b"] = test::random_tensor({c.O}, 72);
+    auto r = test::run_op(g, {{"x", test::random_tensor(c.x, 70)}}, ws);
+    double K = (double)(c.x[1] * c.kh * c.kw);
+    CHECK(test::max_err(r.gpu, r.cpu) <= std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
+
+TEST_CASE("conv2d rejects bad shapes and attributes", "[op:conv2d][bad]") {
+    ir::Graph g;
+    auto x = g.input("x", {1, 3, 8, 8});
+    auto w = g.weight("w", {4, 2, 3, 3});
+    REQUIRE_THROWS_WITH(g.conv2d(x, w, {}, {}), Catch::Contains("conv2d") && Catch::Contains("[1, 3, 8, 8]") &&
+                                                    Catch::Contains("[4, 2, 3, 3]"));
+    auto w2 = g.weight("w2", {4, 3, 3, 3});
+    REQUIRE_THROWS_WITH(g.conv2d(x, w2, {}, {0, 1, 0, 0}), Catch::Contains("conv2d") && Catch::Contains("stride"));
+    auto w3 = g.weight("w3", {4, 3, 11, 3});
+    REQUIRE_THROWS_WITH(g.conv2d(x, w3, {}, {}), Catch::Contains("conv2d") && Catch::Contains("larger"));
+}
