@@ -235,9 +235,9 @@ GgufFile GgufFile::open(const std::string& path) {
     uint64_t n_kv = c.get<uint64_t>("metadata count");
     // A KV takes >= 13 bytes (key length, 1-char key, type, 1-byte value); a tensor info >= 24.
     KILN_CHECK(n_kv <= c.remaining() / 13, path, ": metadata count ", n_kv, " is impossible for a file of ",
-               g.file_size_, " bytes");
+               g.file_size_, " bytes (truncated or corrupt)");
     KILN_CHECK(n_tensors <= c.remaining() / 24, path, ": tensor count ", n_tensors,
-               " is impossible for a file of ", g.file_size_, " bytes");
+               " is impossible for a file of ", g.file_size_, " bytes (truncated or corrupt)");
 
     for (uint64_t k = 0; k < n_kv; ++k) {
         std::string key = c.string("metadata key #" + std::to_string(k));
