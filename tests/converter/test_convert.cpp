@@ -253,3 +253,32 @@ TEST_CASE("old VAE attention names are renamed as diffusers does", "[converter]"
     CHECK(g.find("vae.decoder.mid_block.attentions.0.to_out.0.weight"));
     CHECK_FALSE(g.find("vae.decoder.mid_block.attentions.0.proj_attn.weight"));
 }
+
+// Not part of the default run: writes converted fixtures plus Kiln's own listing of each
+// (X.kiln.json) into $KILN_GGUF_DUMP_DIR for tests/converter/gguf_check.mjs (CTest: converter_gguf_npm).
+TEST_CASE("dump converted fixtures for the independent GGUF check", "[.gguf_dump]") {
+    const char* env = std::getenv("KILN_GGUF_DUMP_DIR");
+    REQUIRE(env);
+    fs::create_directories(env);
+    std::vector<std::pair<std::string, std::string>> srcs;
+    for (auto n : {"dit", "vae", "pixart", "sd3", "sd3_qknorm_dual", "flux", "flux_noguidance", "dit_pipeline_ddim",
+                   "sched_euler"})
+        srcs.emplace_back(n, fixture(n));
+    srcs.emplace_back("dit-digits", repo_path("models/default/dit-digits"));
+    for (auto& [n, dir] : srcs) {
+        const std::string out = std::string(env) + "/" + n + ".kiln";
+        converter::convert_folder(dir, out, quiet(n == "flux" ? DType::bf16 : DType::f16));
+        GgufFile g = GgufFile::open(out);
+        nlohmann::json j;
+        j["data_offset"] = g.data_offset();
+        j["metadata"] = {{"general.architecture", g.get_string("general.architecture")},
+                         {"general.alignment", g.get_int("general.alignment")},
+                         {"kiln.format_version", g.get_int("kiln.format_version")},
+                         {"kiln.components", g.get_string_array("kiln.components")}};
+        j["tensors"] = nlohmann::json::array();
+        for (auto& t : g.tensors())
+            j["tensors"].push_back(
+                {{"name", t.name}, {"shape", t.shape}, {"ggml_type", ggml_type_of(t.dtype)}, {"offset", t.offset}});
+        spit(out + ".json", j.dump());
+    }
+}
