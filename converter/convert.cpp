@@ -52,37 +52,6 @@ std::string read_text(const fs::path& p) {
     return ss.str();
 }
 
-// Python's json (which diffusers uses) writes NaN, Infinity and -Infinity (e.g. DPMSolver's
-// lambda_min_clipped); standard JSON has no such tokens. For validation they are read as null; the
-// stored config text stays verbatim.
-std::string python_json_to_json(const std::string& s) {
-    std::string out;
-    out.reserve(s.size());
-    bool in_str = false;
-    for (size_t i = 0; i < s.size(); ++i) {
-        char ch = s[i];
-        if (in_str) {
-            out += ch;
-            if (ch == '\\' && i + 1 < s.size()) out += s[++i];
-            else if (ch == '"') in_str = false;
-            continue;
-        }
-        if (ch == '"') in_str = true;
-        bool replaced = false;
-        for (const char* tok : {"-Infinity", "Infinity", "NaN"}) {
-            size_t n = std::char_traits<char>::length(tok);
-            if (s.compare(i, n, tok) == 0) {
-                out += "null";
-                i += n - 1;
-                replaced = true;
-                break;
-            }
-        }
-        if (!replaced) out += ch;
-    }
-    return out;
-}
-
 json parse_json_object(const std::string& text, const std::string& where) {
     json j;
     try {
@@ -295,6 +264,37 @@ struct Progress {
 };
 
 }  // namespace
+
+// Python's json (which diffusers uses) writes NaN, Infinity and -Infinity (e.g. DPMSolver's
+// lambda_min_clipped); standard JSON has no such tokens. For validation they are read as null; the
+// stored config text stays verbatim.
+std::string python_json_to_json(const std::string& s) {
+    std::string out;
+    out.reserve(s.size());
+    bool in_str = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+        char ch = s[i];
+        if (in_str) {
+            out += ch;
+            if (ch == '\\' && i + 1 < s.size()) out += s[++i];
+            else if (ch == '"') in_str = false;
+            continue;
+        }
+        if (ch == '"') in_str = true;
+        bool replaced = false;
+        for (const char* tok : {"-Infinity", "Infinity", "NaN"}) {
+            size_t n = std::char_traits<char>::length(tok);
+            if (s.compare(i, n, tok) == 0) {
+                out += "null";
+                i += n - 1;
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced) out += ch;
+    }
+    return out;
+}
 
 Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -30,4 +30,8 @@ struct Summary {
 // writing; on any error throws kiln::Error (naming file, tensor and problem) and leaves no output.
 Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt = {});
 
+// Python's json (diffusers' writer) emits NaN/Infinity/-Infinity, which JSON lacks; returns the text with
+// those tokens (outside strings) replaced by null, for parsing with nlohmann::json.
+std::string python_json_to_json(const std::string& text);
+
 }  // namespace kiln::converter

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "converter/convert.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 
@@ -59,7 +60,7 @@ void print_model_info(const std::string& path, std::ostream& os) {
     for (const std::string& c : f.get_string_array("kiln.components")) {
         const std::string p = "kiln." + c + ".";
         os << "\n[" << c << "] " << f.get_string(p + "class") << "\n";
-        json cfg = json::parse(f.get_string(p + "config"), nullptr, false);
+        json cfg = json::parse(converter::python_json_to_json(f.get_string(p + "config")), nullptr, false);
         if (cfg.is_object()) {
             std::string line;
             for (const char* k : kKeyFields)
@@ -75,7 +76,7 @@ void print_model_info(const std::string& path, std::ostream& os) {
                 bytes += t.nbytes;
                 count++;
             }
-        if (f.has(p + "params")) os << "  parameters: " << human_count(f.get_int(p + "params")) << " (" << f.get_int(p + "params") << ")\n";
+        if (f.has(p + "params") && c != "scheduler") os << "  parameters: " << human_count(f.get_int(p + "params")) << " (" << f.get_int(p + "params") << ")\n";
         if (count) {
             os << "  tensors: " << count << ", " << human_bytes((double)bytes) << " (";
             bool first = true;

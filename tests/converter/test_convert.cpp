@@ -282,3 +282,13 @@ TEST_CASE("dump converted fixtures for the independent GGUF check", "[.gguf_dump
         spit(out + ".json", j.dump());
     }
 }
+
+TEST_CASE("Python JSON tokens are read as null, strings untouched", "[converter]") {
+    std::string t = R"({"a": -Infinity, "b": [NaN, Infinity], "c": "NaN -Infinity \"Infinity\"", "d": 1e-3})";
+    auto j = nlohmann::json::parse(converter::python_json_to_json(t));
+    CHECK(j["a"].is_null());
+    CHECK(j["b"][0].is_null());
+    CHECK(j["b"][1].is_null());
+    CHECK(j["c"] == "NaN -Infinity \"Infinity\"");
+    CHECK(j["d"] == 1e-3);
+}
