@@ -6,9 +6,14 @@
 #include "runtime/core/error.h"
 #include "runtime/vulkan/lower.h"
 
+#ifndef LIN_TN
+#define LIN_TN 128
+#define LIN_TM 64
+#endif
 namespace kiln::vk {
 namespace {
-constexpr uint32_t kTile = 64;  // output tile edge of linear.comp / matmul.comp
+constexpr uint32_t kTile = 64;                   // output tile edge of matmul.comp
+constexpr uint32_t kLinTileM = 64, kLinTileN = 128;  // output tile of linear.glsl
 uint32_t tiles(int64_t n) { return (uint32_t)((n + kTile - 1) / kTile); }
 }  // namespace
 
@@ -22,10 +27,12 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
                " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
     params::LinearParams p{(params::uint)M, (params::uint)N, (params::uint)K, n.in[2] >= 0 ? 1u : 0u};
     Dispatch d;
-    d.shader = "linear" + weight_suffix(w.dtype);
+    // K % 4 == 0: every row of x and W starts 16-byte aligned (bindings are 256-aligned), so the
+    // 4-vector variant applies.
+    d.shader = (K % 4 == 0 ? "linear_vec4" : "linear") + weight_suffix(w.dtype);
     d.set_push(p);
-    d.groups[0] = tiles(N);
-    d.groups[1] = tiles(M);
+    d.groups[0] = (uint32_t)((N + kLinTileN - 1) / kLinTileN);
+    d.groups[1] = (uint32_t)((M + kLinTileM - 1) / kLinTileM);
     KILN_CHECK(d.groups[1] <= 65535, "linear: M = ", M, " rows exceed the dispatch limit");
     return d;
 }

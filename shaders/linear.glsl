@@ -1,0 +1,63 @@
+// linear body: y[M, N] = x[M, K] @ W[N, K]^T + b[N]   (W in PyTorch layout, stored f32/f16/bf16).
+// Register tiling, no shared memory, no barriers: a 16x16 workgroup owns a 64 x 128 output tile;
+// invocation (tx, ty) owns rows ty + 16i (i < 4) and cols tx + 16j (j < 8), so stores are contiguous
+// across tx. Every k step loads 4 x and 8 W values for 32 FMAs. Out-of-range rows/cols are clamped for
+// the loads (branch-free K loop) and masked at the store.
+// LINEAR_VEC4 (linear_vec4.comp, K % 4 == 0): x and W are read as 4-vectors along K, a quarter of the
+// load instructions (lavapipe issues one load per lane per instruction; on GPUs: 16-byte loads).
+#include "common.glsl"
+#define USE_LINEAR
+#include "runtime/ir/params.h"
+#define RM 4
+#define RN 8
+layout(local_size_x = 16, local_size_y = 16) in;
+#ifdef LINEAR_VEC4
+#define VT vec4
+layout(binding = 0) readonly buffer X { vec4 x[]; };
+#if defined(W_F16)
+layout(binding = 1) readonly buffer Wt { f16vec4 w[]; };
+#define WLOAD(i) vec4(w[i])
+#elif defined(W_BF16)
+layout(binding = 1) readonly buffer Wt { u16vec4 w[]; };
+#define WLOAD(i) uintBitsToFloat(uvec4(w[i]) << 16)
+#else
+layout(binding = 1) readonly buffer Wt { vec4 w[]; };
+#define WLOAD(i) w[i]
+#endif
+#define KSTEPS (p.K / 4)
+#else
+#define VT float
+layout(binding = 0) readonly buffer X { float x[]; };
+layout(binding = 1) readonly buffer Wt { WTYPE w[]; };
+#define WLOAD(i) W2F(w[i])
+#define KSTEPS p.K
+#endif
+layout(binding = 2) readonly buffer Bs { float bias[]; };
+layout(binding = 3) writeonly buffer Y { float y[]; };
+
+void main() {
+    uint n0 = gl_WorkGroupID.x * (16 * RN) + gl_LocalInvocationID.x;
+    uint m0 = gl_WorkGroupID.y * (16 * RM) + gl_LocalInvocationID.y;
+    uint ks = KSTEPS;
+    uint xr[RM], wr[RN];  // row starts in units of VT
+    [[unroll]] for (uint i = 0; i < RM; ++i) xr[i] = min(m0 + 16 * i, p.M - 1) * ks;
+    [[unroll]] for (uint j = 0; j < RN; ++j) wr[j] = min(n0 + 16 * j, p.N - 1) * ks;
+    float acc[RM][RN];
+    [[unroll]] for (uint i = 0; i < RM; ++i)
+        [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = 0.0;
+    for (uint k = 0; k < ks; ++k) {
+        VT a[RM], b[RN];
+        [[unroll]] for (uint i = 0; i < RM; ++i) a[i] = x[xr[i] + k];
+        [[unroll]] for (uint j = 0; j < RN; ++j) b[j] = WLOAD(wr[j] + k);
+        [[unroll]] for (uint i = 0; i < RM; ++i)
+            [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += dot(a[i], b[j]);
+    }
+    [[unroll]] for (uint i = 0; i < RM; ++i) {
+        uint m = m0 + 16 * i;
+        if (m >= p.M) break;
+        [[unroll]] for (uint j = 0; j < RN; ++j) {
+            uint n = n0 + 16 * j;
+            if (n < p.N) y[m * p.N + n] = acc[i][j] + (p.has_bias != 0 ? bias[n] : 0.0);
+        }
+    }
+}

@@ -1,0 +1,7 @@
+// variants: f32 f16 bf16
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+// linear for K % 4 == 0: 4-vector loads along K (see linear.glsl).
+#define LINEAR_VEC4
+#include "linear.glsl"

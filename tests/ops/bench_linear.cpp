@@ -1,0 +1,37 @@
+// Hidden benchmark (not run by default): ./test_ops "[.bench]". Linear GFLOP/s per weight dtype,
+// 2 M N K flops per run, best of 5 runs after a warm-up, wall clock around Executor::run().
+#include <chrono>
+#include <cstdio>
+
+#include "tests/ops/op_harness.h"
+
+using namespace kiln;
+
+TEST_CASE("linear throughput", "[.bench]") {
+    struct Size {
+        int64_t M, K, N;
+    };
+    for (Size s : {Size{512, 512, 512}, Size{1024, 1152, 1152}})
+        for (DType wt : {DType::f32, DType::f16}) {
+            ir::Graph g;
+            auto x = g.input("x", {s.M, s.K});
+            auto w = g.weight("w", {s.N, s.K}, wt);
+            g.output(g.linear(x, w, {}), "y");
+            Tensor wv = test::random_weight({s.N, s.K}, wt, 1);
+            exec::Executor ex(test::op_ctx(), g,
+                              [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, wv.bytes.data(), n); },
+                              exec::Mode::full);
+            ex.set_input("x", test::random_tensor({s.M, s.K}, 2));
+            ex.run();
+            double best = 1e30;
+            for (int i = 0; i < 5; ++i) {
+                auto t0 = std::chrono::steady_clock::now();
+                ex.run();
+                best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            double gflops = 2.0 * s.M * s.N * s.K / best * 1e-9;
+            std::printf("linear %s M=%lld K=%lld N=%lld: %.2f ms, %.1f GFLOP/s (gpu timer %.2f ms) on %s\n",
+                        dtype_name(wt), (long long)s.M, (long long)s.K, (long long)s.N, best * 1e3, gflops,
+                        ex.last_gpu_ms(), test::op_ctx().info().name.c_str());
+        }
+}
