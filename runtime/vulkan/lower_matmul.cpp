@@ -75,9 +75,12 @@ Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
         p.mask_sb = sm[0] == 1 ? 0 : (params::uint)(sm[1] * Sk);
     }
     Dispatch d;
-    d.shader = "attention";
+    // D % 4 == 0: rows of q/k/v start 16-byte aligned, the 4-vector variant applies; the spec constant
+    // is the head width in the shader's vector units.
+    bool vec4 = D % 4 == 0;
+    d.shader = vec4 ? "attention_vec4" : "attention";
     d.set_push(p);
-    d.spec = {(uint32_t)D};
+    d.spec = {(uint32_t)(vec4 ? D / 4 : D)};
     d.groups[0] = (uint32_t)((Sq + 31) / 32);
     d.groups[1] = (uint32_t)H;
     d.groups[2] = (uint32_t)B;

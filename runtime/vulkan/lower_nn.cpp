@@ -64,12 +64,13 @@ Dispatch lower_conv2d(const ir::Graph& g, const ir::Node& n) {
     p.pad_h = (params::uint)a.pad_h;
     p.pad_w = (params::uint)a.pad_w;
     p.has_bias = n.in[2] >= 0;
-    uint64_t quads = (uint64_t)p.B * p.HO * ((p.WO + 3) / 4);  // invocations on x: (b, row, column quad)
+    constexpr uint32_t kTO = 8, kTC = 8;  // conv2d.comp: output channels x columns per invocation
+    uint64_t blocks = (uint64_t)p.B * p.HO * ((p.WO + kTC - 1) / kTC);  // invocations on x: (b, row, block)
     Dispatch d;
     d.shader = "conv2d" + weight_suffix(w.dtype);
     d.set_push(p);
-    d.groups[0] = (uint32_t)((quads + 63) / 64);
-    d.groups[1] = (p.O + 3) / 4;
+    d.groups[0] = (uint32_t)((blocks + 63) / 64);
+    d.groups[1] = (p.O + kTO - 1) / kTO;
     KILN_CHECK(d.groups[0] <= 65535 && d.groups[1] <= 65535, "conv2d: x ", shape_str(sx), " -> ", shape_str(so),
                " exceeds the dispatch limits");
     return d;
