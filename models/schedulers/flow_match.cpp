@@ -1,0 +1,102 @@
+// FlowMatchEulerDiscreteScheduler (diffusers 0.38, scheduling_flow_match_euler_discrete.py): prev = x + dt * v.
+#include <cmath>
+
+#include "models/schedulers/schedulers_impl.h"
+#include "runtime/core/error.h"
+
+namespace kiln::sched::detail {
+namespace {
+
+class FlowMatchEuler final : public Scheduler {
+public:
+    explicit FlowMatchEuler(const Config& c) {
+        name_ = "FlowMatchEulerDiscreteScheduler";
+        num_train_timesteps_ = c.integer("num_train_timesteps", 1000);
+        if (num_train_timesteps_ < 1) c.reject("num_train_timesteps", "must be at least 1");
+        shift_ = c.number("shift", 1.0);
+        dynamic_ = c.boolean("use_dynamic_shifting", false);
+        time_shift_type_ = c.choice("time_shift_type", "exponential", {"exponential", "linear"});
+        invert_ = c.boolean("invert_sigmas", false);
+        shift_terminal_ = c.opt_number("shift_terminal");
+        if (shift_terminal_ && *shift_terminal_ == 1.0) c.reject("shift_terminal", "must not be 1");
+        karras_ = c.boolean("use_karras_sigmas", false);
+        exponential_ = c.boolean("use_exponential_sigmas", false);
+        if (c.boolean("use_beta_sigmas", false))
+            c.reject("use_beta_sigmas", "beta sigmas (scipy.stats.beta.ppf) are not implemented");
+        if (karras_ && exponential_)
+            c.reject("use_exponential_sigmas", "only one of use_karras_sigmas, use_exponential_sigmas may be set");
+        if (c.boolean("stochastic_sampling", false))
+            c.reject("stochastic_sampling", "stochastic sampling needs a noise input per step; not implemented");
+        // base_shift, max_shift, base_image_seq_len, max_image_seq_len only feed the pipeline's calculate_shift.
+
+        // Training schedule (float32): sigmas = linspace(1, N, N)[::-1] / N, statically shifted unless dynamic.
+        const int64_t N = num_train_timesteps_;
+        const std::vector<double> lin = np_linspace(1, (double)N, N);
+        const float fs = (float)shift_, fs1 = (float)(shift_ - 1);
+        float first = 0, last = 0;
+        for (int64_t i = 0; i < N; ++i) {
+            float s = (float)lin[(size_t)(N - 1 - i)] / (float)N;
+            if (!dynamic_) s = fs * s / (1.0f + fs1 * s);
+            if (i == 0) first = s;
+            last = s;
+        }
+        sigma_max_ = first;
+        sigma_min_ = last;
+    }
+
+    void set_timesteps(int n, std::optional<double> mu) override {
+        KILN_CHECK(!dynamic_ || mu, name_, ": set_timesteps needs mu: config field 'use_dynamic_shifting' is true ",
+                   "(see calculate_shift)");
+        KILN_CHECK(n >= 1, name_, ": num_inference_steps must be >= 1, got ", n);
+        const double N = (double)num_train_timesteps_;
+        std::vector<double> s = np_linspace(sigma_max_ * N, sigma_min_ * N, n);
+        for (double& v : s) v = v / N;
+        if (dynamic_) {
+            const double m = *mu;
+            for (double& v : s) {
+                const double x = 1 / v - 1;  // (1/t - 1) ** 1.0
+                v = time_shift_type_ == "exponential" ? std::exp(m) / (std::exp(m) + x) : m / (m + x);
+            }
+        } else {
+            for (double& v : s) v = shift_ * v / (1 + (shift_ - 1) * v);
+        }
+        if (shift_terminal_ && *shift_terminal_ != 0) {
+            const double scale = (1 - s.back()) / (1 - *shift_terminal_);
+            for (double& v : s) v = 1 - (1 - v) / scale;
+        }
+        if (karras_) s = karras_sigmas(s.back(), s.front(), n);
+        else if (exponential_) s = exponential_sigmas(s.back(), s.front(), n);
+
+        const float fN = (float)num_train_timesteps_;
+        sigmas_.clear();
+        timesteps_.clear();
+        for (double v : s) {
+            float sg = (float)v;
+            if (invert_) sg = 1.0f - sg;
+            sigmas_.push_back(sg);
+            timesteps_.push_back(sg * fN);
+        }
+        sigmas_.push_back(invert_ ? 1.0 : 0.0);
+        reset_state();
+    }
+
+    StepCoefficients plan_step(int step_index) override {
+        check_step_index(step_index);
+        StepCoefficients c;
+        c.prev_sample = 1;
+        c.prev_model = (float)sigmas_[(size_t)step_index + 1] - (float)sigmas_[(size_t)step_index];  // dt
+        return c;
+    }
+
+private:
+    double shift_ = 1.0, sigma_min_ = 0, sigma_max_ = 1;
+    bool dynamic_ = false, invert_ = false, karras_ = false, exponential_ = false;
+    std::optional<double> shift_terminal_;
+    std::string time_shift_type_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_flow_match_euler(const Config& c) { return std::make_unique<FlowMatchEuler>(c); }
+
+}  // namespace kiln::sched::detail

@@ -1,0 +1,66 @@
+#pragma once
+// Internal to models/schedulers: the numpy / torch behaviours the diffusers schedulers rely on, reproduced with the
+// same dtypes (numpy float64 schedules, torch float32 tensors), and a typed reader for scheduler_config.json.
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::sched::detail {
+
+// ---- numpy (float64) ----
+double np_round(double x);                                                // round half to even, like np.round
+std::vector<double> np_linspace(double start, double stop, int64_t num);  // endpoint=True
+std::vector<double> np_arange(double start, double stop, double step);    // float arange: start + i*(second-start)
+// np.interp(x, arange(len(fp)), fp) in float64.
+double np_interp(double x, const std::vector<float>& fp);
+
+// ---- torch (float32) ----
+std::vector<float> torch_linspace_f32(double start, double end, int64_t steps);
+std::vector<float> torch_cumprod_f32(const std::vector<float>& x);  // CPU kernel accumulates in double
+
+// ---- sigma schedules shared by the schedulers ----
+// diffusers' _sigma_to_t: fractional training index of sigma by linear interpolation in log-sigma. log_sigmas is the
+// float32 array numpy holds (ascending); the float32 comparisons and weights follow numpy's value-based casting.
+double sigma_to_t(double sigma, const std::vector<float>& log_sigmas);
+std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t n);       // rho = 7
+std::vector<double> exponential_sigmas(double sigma_min, double sigma_max, int64_t n);  // exp(linspace(log max, log min))
+
+// Reads scheduler_config.json values with diffusers' defaults; every error names the field and its value.
+class Config {
+public:
+    Config(const nlohmann::json& j, std::string cls);
+    const std::string& cls() const { return cls_; }
+
+    bool has(const std::string& key) const;  // present and not null
+    bool boolean(const std::string& key, bool def) const;
+    int64_t integer(const std::string& key, int64_t def) const;
+    double number(const std::string& key, double def) const;  // accepts "Infinity", "-Infinity", "NaN"
+    std::optional<double> opt_number(const std::string& key) const;  // null or absent -> nullopt
+    std::string string(const std::string& key, const std::string& def) const;
+    std::optional<std::vector<double>> number_list(const std::string& key) const;
+    std::string value_str(const std::string& key) const;  // the raw value as JSON text, for messages
+
+    // The value of a string field, checked against the accepted set.
+    std::string choice(const std::string& key, const std::string& def, const std::set<std::string>& accepted) const;
+    [[noreturn]] void reject(const std::string& key, const std::string& why) const;
+
+private:
+    const nlohmann::json* find(const std::string& key) const;
+    const nlohmann::json& j_;
+    std::string cls_;
+};
+
+// The training noise schedule of the DDPM-family schedulers (DDIM, DPM-Solver, Euler): float32 like diffusers'
+// torch tensors. Honours num_train_timesteps, beta_start, beta_end, beta_schedule, trained_betas,
+// rescale_betas_zero_snr.
+struct TrainSchedule {
+    int64_t num_train_timesteps = 1000;
+    std::vector<float> betas, alphas_cumprod;
+};
+TrainSchedule make_train_schedule(const Config& c);
+
+}  // namespace kiln::sched::detail

@@ -1,0 +1,190 @@
+#include "models/schedulers/scheduler.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "models/schedulers/schedulers_impl.h"
+#include "runtime/core/error.h"
+
+namespace kiln::sched {
+
+std::vector<float> apply_step(const StepCoefficients& c, const std::vector<float>& model_output,
+                              const std::vector<float>& sample, const std::vector<const std::vector<float>*>& history,
+                              std::vector<float>* x0_out) {
+    const size_t n = sample.size();
+    KILN_CHECK(model_output.size() == n, "scheduler step: model_output has ", model_output.size(),
+               " elements, sample has ", n);
+    KILN_CHECK((int)history.size() >= c.history_used, "scheduler step: needs ", c.history_used,
+               " previous model outputs, got ", history.size());
+    for (int k = 0; k < c.history_used; ++k)
+        KILN_CHECK(history[(size_t)k] && history[(size_t)k]->size() == n, "scheduler step: history[", k,
+                   "] has the wrong size");
+    const float xs = (float)c.x0_sample, xm = (float)c.x0_model, clip = (float)c.x0_clip;
+    const float ps = (float)c.prev_sample, pm = (float)c.prev_model, px = (float)c.prev_x0;
+    const float h0 = (float)c.prev_history[0], h1 = (float)c.prev_history[1];
+    const float* hist0 = c.history_used > 0 ? history[0]->data() : nullptr;
+    const float* hist1 = c.history_used > 1 ? history[1]->data() : nullptr;
+    const bool want_x0 = c.needs_x0() || x0_out;
+    if (x0_out) x0_out->resize(n);
+    std::vector<float> prev(n);
+    for (size_t i = 0; i < n; ++i) {
+        const float s = sample[i], m = model_output[i];
+        float x0 = 0;
+        if (want_x0) {
+            x0 = xs * s + xm * m;
+            if (clip > 0) x0 = std::clamp(x0, -clip, clip);
+            if (x0_out) (*x0_out)[i] = x0;
+        }
+        float p = ps * s + pm * m + px * x0;
+        if (hist0) p += h0 * hist0[i];
+        if (hist1) p += h1 * hist1[i];
+        prev[i] = p;
+    }
+    return prev;
+}
+
+void Scheduler::scale_model_input(std::vector<float>& x, int step_index) const {
+    const float d = model_input_divisor(step_index);
+    if (d == 1.0f) return;
+    for (float& v : x) v = v / d;
+}
+
+void Scheduler::check_step_index(int step_index) {
+    KILN_CHECK(!timesteps_.empty(), name_, ": step before set_timesteps");
+    KILN_CHECK(step_index >= 0 && step_index < (int)timesteps_.size(), name_, ": step index ", step_index,
+               " out of range [0, ", timesteps_.size(), ")");
+    KILN_CHECK(last_step_ < 0 || step_index == last_step_ + 1, name_, ": steps must run in order: step ",
+               step_index, " after step ", last_step_, " (call set_timesteps to restart)");
+    last_step_ = step_index;
+}
+
+void Scheduler::reset_state() {
+    last_step_ = -1;
+    history_.clear();
+}
+
+std::vector<float> Scheduler::step(const std::vector<float>& model_output, int step_index,
+                                   const std::vector<float>& sample) {
+    const StepCoefficients c = plan_step(step_index);
+    std::vector<const std::vector<float>*> hist;
+    for (const auto& h : history_) hist.push_back(&h);
+    std::vector<float> x0;
+    std::vector<float> prev = apply_step(c, model_output, sample, hist, c.history_keep > 0 ? &x0 : nullptr);
+    if (c.history_keep > 0) {
+        history_.insert(history_.begin(), std::move(x0));
+        history_.resize(std::min(history_.size(), (size_t)c.history_keep));
+    }
+    return prev;
+}
+
+// ---------------------------------------------------------------- factory
+
+namespace {
+struct Entry {
+    const char* cls;
+    std::unique_ptr<Scheduler> (*make)(const detail::Config&);
+};
+const Entry kEntries[] = {
+    {"DDIMScheduler", detail::make_ddim},
+    {"DPMSolverMultistepScheduler", detail::make_dpm_solver},
+    {"EulerDiscreteScheduler", detail::make_euler},
+    {"FlowMatchEulerDiscreteScheduler", detail::make_flow_match_euler},
+};
+const std::pair<const char*, const char*> kAliases[] = {
+    {"ddim", "DDIMScheduler"},
+    {"dpm", "DPMSolverMultistepScheduler"},
+    {"dpm++", "DPMSolverMultistepScheduler"},
+    {"dpmpp", "DPMSolverMultistepScheduler"},
+    {"dpm++2m", "DPMSolverMultistepScheduler"},
+    {"euler", "EulerDiscreteScheduler"},
+    {"flow_match_euler", "FlowMatchEulerDiscreteScheduler"},
+    {"flowmatch", "FlowMatchEulerDiscreteScheduler"},
+};
+}  // namespace
+
+std::vector<std::string> supported_schedulers() {
+    std::vector<std::string> out;
+    for (const auto& e : kEntries) out.push_back(e.cls);
+    for (const auto& a : kAliases) out.push_back(a.first);
+    return out;
+}
+
+std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override) {
+    std::string cls = class_override;
+    for (const auto& a : kAliases)
+        if (cls == a.first) cls = a.second;
+    for (const auto& e : kEntries)
+        if (cls == e.cls) return e.make(detail::Config(config, cls));
+    std::string list;
+    for (const auto& s : supported_schedulers()) list += (list.empty() ? "" : ", ") + s;
+    KILN_FAIL("scheduler config: _class_name '", class_override, "' is not supported (supported: ", list, ")");
+}
+
+std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config) {
+    KILN_CHECK(config.is_object(), "scheduler config must be a JSON object");
+    auto it = config.find("_class_name");
+    KILN_CHECK(it != config.end() && it->is_string(), "scheduler config: field '_class_name' missing or not a string");
+    return make_scheduler(config, it->get<std::string>());
+}
+
+nlohmann::json parse_scheduler_config(const std::string& text) {
+    // Quote the bare tokens Infinity, -Infinity, NaN that Python's json writes (outside strings only).
+    std::string out;
+    out.reserve(text.size() + 16);
+    bool in_str = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char ch = text[i];
+        if (in_str) {
+            out += ch;
+            if (ch == '\\' && i + 1 < text.size()) out += text[++i];
+            else if (ch == '"') in_str = false;
+            continue;
+        }
+        if (ch == '"') {
+            in_str = true;
+            out += ch;
+            continue;
+        }
+        bool replaced = false;
+        for (const char* tok : {"-Infinity", "Infinity", "NaN"}) {
+            const size_t len = std::char_traits<char>::length(tok);
+            if (text.compare(i, len, tok) == 0) {
+                out += '"';
+                out += tok;
+                out += '"';
+                i += len - 1;
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced) out += ch;
+    }
+    try {
+        return nlohmann::json::parse(out);
+    } catch (const nlohmann::json::exception& e) {
+        KILN_FAIL("scheduler config: invalid JSON: ", e.what());
+    }
+}
+
+nlohmann::json load_scheduler_config(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    KILN_CHECK(f, "scheduler config: cannot open ", path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    try {
+        return parse_scheduler_config(ss.str());
+    } catch (const Error& e) {
+        KILN_FAIL(path, ": ", e.what());
+    }
+}
+
+double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_seq_len, double base_shift,
+                       double max_shift) {
+    KILN_CHECK(max_seq_len != base_seq_len, "calculate_shift: max_seq_len equals base_seq_len (", base_seq_len, ")");
+    const double m = (max_shift - base_shift) / (double)(max_seq_len - base_seq_len);
+    const double b = base_shift - m * (double)base_seq_len;
+    return (double)image_seq_len * m + b;
+}
+
+}  // namespace kiln::sched
