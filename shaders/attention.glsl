@@ -1,14 +1,19 @@
 // attention body: out = softmax(q k^T * scale + mask) v per (batch, head); q/k/v/out [B, S, H*D].
-// One invocation per (b, h, query row): q (pre-scaled) and the output accumulator live in registers
-// (DV, the head width in units of VT, is a specialization constant), one pass over Sk with online
-// softmax: running max m and sum l; acc is rescaled by exp(m_old - m_new) when the max grows.
+// Each invocation owns QR query rows of one (b, h) (rows base + 32r, so a workgroup of 32 covers
+// 32 QR consecutive rows); q (pre-scaled) and the output accumulators live in registers. DV (the head
+// width in units of VT) and QR are specialization constants; QR trades registers (2 QR D floats) for
+// loads (each k/v load serves QR rows: 1.6x at QR 2 on lavapipe, 2x at QR 4). One pass over Sk with
+// online softmax: running max m and sum l per row; acc is rescaled by exp(m_old - m_new) when the max
+// grows. Rows past Sq are clamped for the loads and not stored.
 // ATTN_VEC4 (attention_vec4.comp, D % 4 == 0): q/k/v/out read and written as 4-vectors.
-// Workgroups: (ceil(Sq / 32), H, B).
+// Workgroups: (ceil(Sq / (32 QR)), H, B).
 #include "common.glsl"
 #define USE_ATTENTION
 #include "runtime/ir/params.h"
+#extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 32) in;
 layout(constant_id = 0) const uint DV = 64;
+layout(constant_id = 1) const uint QR = 1;
 #ifdef ATTN_VEC4
 #define VT vec4
 #else
@@ -21,32 +26,53 @@ layout(binding = 3) readonly buffer Mk { float mask[]; };
 layout(binding = 4) writeonly buffer O { VT o[]; };
 
 void main() {
-    uint i = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
-    if (i >= p.Sq) return;
+    uint h = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
+    uint i0 = gl_WorkGroupID.x * (32 * QR) + gl_LocalInvocationID.x;
+    if (i0 >= p.Sq) return;
     uint W = p.H * DV;  // row width in VT units
-    uint qoff = (b * p.Sq + i) * W + h * DV;
-    VT qv[DV], acc[DV];
-    for (uint d = 0; d < DV; ++d) {
-        qv[d] = q[qoff + d] * p.scale;
-        acc[d] = VT(0.0);
+    uint rows[QR];
+    [[unroll]] for (uint r = 0; r < QR; ++r) rows[r] = min(i0 + 32 * r, p.Sq - 1);
+    VT qv[QR][DV], acc[QR][DV];
+    float m[QR], l[QR];
+    [[unroll]] for (uint r = 0; r < QR; ++r) {
+        uint qoff = (b * p.Sq + rows[r]) * W + h * DV;
+        for (uint d = 0; d < DV; ++d) {
+            qv[r][d] = q[qoff + d] * p.scale;
+            acc[r][d] = VT(0.0);
+        }
+        m[r] = -3.402823466e38;  // finite start: a -inf score then gives p = 0, not NaN
+        l[r] = 0.0;
     }
-    uint moff = b * p.mask_sb + i * p.mask_sq;
-    float m = -3.402823466e38, l = 0.0;  // finite start: a -inf score then gives p = 0, not NaN
     for (uint j = 0; j < p.Sk; ++j) {
         uint koff = (b * p.Sk + j) * W + h * DV;
-        float s = 0.0;
-        for (uint d = 0; d < DV; ++d) s += dot(qv[d], k[koff + d]);
-        if (p.has_mask != 0) s += mask[moff + j];
-        if (s > m) {
-            float c = exp(m - s);
-            l *= c;
-            for (uint d = 0; d < DV; ++d) acc[d] *= c;
-            m = s;
+        float s[QR];
+        [[unroll]] for (uint r = 0; r < QR; ++r) s[r] = 0.0;
+        for (uint d = 0; d < DV; ++d) {
+            VT kv = k[koff + d];
+            [[unroll]] for (uint r = 0; r < QR; ++r) s[r] += dot(qv[r][d], kv);
         }
-        float pj = exp(s - m);
-        l += pj;
-        for (uint d = 0; d < DV; ++d) acc[d] += pj * v[koff + d];
+        float pj[QR];
+        [[unroll]] for (uint r = 0; r < QR; ++r) {
+            if (p.has_mask != 0) s[r] += mask[b * p.mask_sb + rows[r] * p.mask_sq + j];
+            if (s[r] > m[r]) {
+                float c = exp(m[r] - s[r]);
+                l[r] *= c;
+                for (uint d = 0; d < DV; ++d) acc[r][d] *= c;
+                m[r] = s[r];
+            }
+            pj[r] = exp(s[r] - m[r]);
+            l[r] += pj[r];
+        }
+        for (uint d = 0; d < DV; ++d) {
+            VT vv = v[koff + d];
+            [[unroll]] for (uint r = 0; r < QR; ++r) acc[r][d] += pj[r] * vv;
+        }
     }
-    float inv = 1.0 / l;
-    for (uint d = 0; d < DV; ++d) o[qoff + d] = acc[d] * inv;
+    [[unroll]] for (uint r = 0; r < QR; ++r) {
+        uint i = i0 + 32 * r;
+        if (i >= p.Sq) break;
+        uint qoff = (b * p.Sq + i) * W + h * DV;
+        float inv = 1.0 / l[r];
+        for (uint d = 0; d < DV; ++d) o[qoff + d] = acc[r][d] * inv;
+    }
 }

@@ -1,5 +1,6 @@
 // Lowering of linear, matmul (64x64 output tiles per 16x16 workgroup) and attention (one
 // invocation per (batch, head, query row); head_dim as a specialization constant).
+#include <algorithm>
 #include <cmath>
 #include <variant>
 
@@ -80,8 +81,10 @@ Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
     bool vec4 = D % 4 == 0;
     d.shader = vec4 ? "attention_vec4" : "attention";
     d.set_push(p);
-    d.spec = {(uint32_t)(vec4 ? D / 4 : D)};
-    d.groups[0] = (uint32_t)((Sq + 31) / 32);
+    // Query rows per invocation: the q and accumulator registers (2 QR D floats) stay within ~512.
+    uint32_t qr = (uint32_t)std::clamp<int64_t>(256 / D, 1, 4);
+    d.spec = {(uint32_t)(vec4 ? D / 4 : D), qr};
+    d.groups[0] = (uint32_t)((Sq + 32 * qr - 1) / (32 * qr));
     d.groups[1] = (uint32_t)H;
     d.groups[2] = (uint32_t)B;
     return d;

@@ -1,4 +1,5 @@
-// attention softmax(q k^T s + mask) v, heads packed in the last dim, head_dim 1..256, Sq != Sk,
+// attention softmax(q k^T s + mask) v, heads packed in the last dim, head_dim 1..256 (scalar and
+// 4-vector variants, 1..4 query rows per invocation), Sq != Sk,
 // with/without an additive mask broadcast over batch or rows. Scores: D-term f32 dot products of
 // |q k| <= 1 scaled by 1/sqrt(D): ~sqrt(D) 2^-24 absolute; exp <= 3 + 2|s - max| ulp; the output is
 // a convex combination of |v| <= 1 accumulated over Sk terms: ~Sk 2^-24. Max-abs 2e-5, rel L2 1e-5.
@@ -16,7 +17,7 @@ struct AttnCase {
 TEST_CASE("attention matches the CPU reference", "[op:attention]") {
     AttnCase c = GENERATE(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 3, 13, 1, 3, 0}, AttnCase{2, 13, 7, 3, 8, 1},
                           AttnCase{2, 33, 127, 2, 64, 2}, AttnCase{1, 5, 40, 1, 256, 0},
-                          AttnCase{1, 70, 19, 4, 72, 1});
+                          AttnCase{1, 70, 19, 4, 72, 1}, AttnCase{1, 45, 9, 2, 100, 2});
     CAPTURE(c.B, c.Sq, c.Sk, c.H, c.D, c.mask);
     int64_t W = c.H * c.D;
     ir::Graph g;
