@@ -141,12 +141,14 @@ public:
         check_step_index(step_index);
         if (first) lower_order_nums_ = 0;
         const int n = (int)timesteps_.size();
-        const bool lower_final = step_index == n - 1 &&
-                                 (euler_at_final_ || (lower_order_final_ && n < 15) || final_sigmas_ == "zero");
+        const bool lower_final =
+            step_index == n - 1 && (euler_at_final_ || (lower_order_final_ && n < 15) || final_sigmas_ == "zero");
         const bool lower_second = step_index == n - 2 && lower_order_final_ && n < 15;
         int ord = 3;
-        if (order_ == 1 || lower_order_nums_ < 1 || lower_final) ord = 1;
-        else if (order_ == 2 || lower_order_nums_ < 2 || lower_second) ord = 2;
+        if (order_ == 1 || lower_order_nums_ < 1 || lower_final)
+            ord = 1;
+        else if (order_ == 2 || lower_order_nums_ < 2 || lower_second)
+            ord = 2;
 
         StepCoefficients c = convert(step_index);
         c.history_keep = order_ - 1;

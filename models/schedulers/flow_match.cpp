@@ -64,8 +64,10 @@ public:
             const double scale = (1 - s.back()) / (1 - *shift_terminal_);
             for (double& v : s) v = 1 - (1 - v) / scale;
         }
-        if (karras_) s = karras_sigmas(s.back(), s.front(), n);
-        else if (exponential_) s = exponential_sigmas(s.back(), s.front(), n);
+        if (karras_)
+            s = karras_sigmas(s.back(), s.front(), n);
+        else if (exponential_)
+            s = exponential_sigmas(s.back(), s.front(), n);
 
         const float fN = (float)num_train_timesteps_;
         sigmas_.clear();

@@ -209,7 +209,8 @@ std::optional<std::vector<double>> Config::number_list(const std::string& key) c
     return out;
 }
 
-std::string Config::choice(const std::string& key, const std::string& def, const std::set<std::string>& accepted) const {
+std::string Config::choice(const std::string& key, const std::string& def,
+                           const std::set<std::string>& accepted) const {
     const std::string s = string(key, def);
     if (accepted.count(s)) return s;
     std::string list;
@@ -257,8 +258,8 @@ TrainSchedule make_train_schedule(const Config& c) {
     const double beta_start = c.number("beta_start", 0.0001), beta_end = c.number("beta_end", 0.02);
     if (auto tb = c.number_list("trained_betas")) {
         if ((int64_t)tb->size() != n)
-            c.reject("trained_betas", "has " + std::to_string(tb->size()) + " values, num_train_timesteps is " +
-                                          std::to_string(n));
+            c.reject("trained_betas",
+                     "has " + std::to_string(tb->size()) + " values, num_train_timesteps is " + std::to_string(n));
         for (double b : *tb) t.betas.push_back((float)b);
     } else {
         const std::string sched = c.choice("beta_schedule", "linear", {"linear", "scaled_linear", "squaredcos_cap_v2"});

@@ -2,12 +2,18 @@
 // Internal to models/schedulers: the numpy / torch behaviours the diffusers schedulers rely on, reproduced with the
 // same dtypes (numpy float64 schedules, torch float32 tensors), and a typed reader for scheduler_config.json.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+// Schedules must round like numpy and torch do: no contraction of a*b+c into a fused multiply-add (GCC in ISO mode,
+// which this project builds with, does not contract; clang does unless told). Where torch itself fuses, the code
+// calls std::fma explicitly.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 namespace kiln::sched::detail {
 
@@ -26,8 +32,9 @@ std::vector<float> torch_cumprod_f32(const std::vector<float>& x);  // CPU kerne
 // diffusers' _sigma_to_t: fractional training index of sigma by linear interpolation in log-sigma. log_sigmas is the
 // float32 array numpy holds (ascending); the float32 comparisons and weights follow numpy's value-based casting.
 double sigma_to_t(double sigma, const std::vector<float>& log_sigmas);
-std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t n);       // rho = 7
-std::vector<double> exponential_sigmas(double sigma_min, double sigma_max, int64_t n);  // exp(linspace(log max, log min))
+std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t n);  // rho = 7
+std::vector<double> exponential_sigmas(double sigma_min, double sigma_max,
+                                       int64_t n);  // exp(linspace(log max, log min))
 
 // Reads scheduler_config.json values with diffusers' defaults; every error names the field and its value.
 class Config {
@@ -38,7 +45,7 @@ public:
     bool has(const std::string& key) const;  // present and not null
     bool boolean(const std::string& key, bool def) const;
     int64_t integer(const std::string& key, int64_t def) const;
-    double number(const std::string& key, double def) const;  // accepts "Infinity", "-Infinity", "NaN"
+    double number(const std::string& key, double def) const;         // accepts "Infinity", "-Infinity", "NaN"
     std::optional<double> opt_number(const std::string& key) const;  // null or absent -> nullopt
     std::string string(const std::string& key, const std::string& def) const;
     std::optional<std::vector<double>> number_list(const std::string& key) const;

@@ -54,8 +54,8 @@ void Scheduler::check_step_index(int step_index) {
     KILN_CHECK(!timesteps_.empty(), name_, ": step before set_timesteps");
     KILN_CHECK(step_index >= 0 && step_index < (int)timesteps_.size(), name_, ": step index ", step_index,
                " out of range [0, ", timesteps_.size(), ")");
-    KILN_CHECK(last_step_ < 0 || step_index == last_step_ + 1, name_, ": steps must run in order: step ",
-               step_index, " after step ", last_step_, " (call set_timesteps to restart)");
+    KILN_CHECK(last_step_ < 0 || step_index == last_step_ + 1, name_, ": steps must run in order: step ", step_index,
+               " after step ", last_step_, " (call set_timesteps to restart)");
     last_step_ = step_index;
 }
 
@@ -137,8 +137,10 @@ nlohmann::json parse_scheduler_config(const std::string& text) {
         const char ch = text[i];
         if (in_str) {
             out += ch;
-            if (ch == '\\' && i + 1 < text.size()) out += text[++i];
-            else if (ch == '"') in_str = false;
+            if (ch == '\\' && i + 1 < text.size())
+                out += text[++i];
+            else if (ch == '"')
+                in_str = false;
             continue;
         }
         if (ch == '"') {

@@ -8,11 +8,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kiln::sched {
 
@@ -63,7 +62,7 @@ public:
     // One step: prev_sample from model_output and sample, keeping the history a multistep solver needs.
     std::vector<float> step(const std::vector<float>& model_output, int step_index, const std::vector<float>& sample);
 
-    int order() const { return 1; }  // diffusers' class attribute `order` (1 for all four)
+    int order() const { return 1; }                    // diffusers' class attribute `order` (1 for all four)
     const std::string& name() const { return name_; }  // diffusers' class name
     int64_t num_train_timesteps() const { return num_train_timesteps_; }
 
@@ -74,7 +73,7 @@ protected:
     std::string name_;
     int64_t num_train_timesteps_ = 1000;
     std::vector<double> timesteps_, sigmas_;
-    int last_step_ = -1;  // last planned step index, -1 after set_timesteps
+    int last_step_ = -1;                       // last planned step index, -1 after set_timesteps
     std::vector<std::vector<float>> history_;  // newest first (DPM-Solver's model_outputs)
 };
 

@@ -2,8 +2,8 @@
 // Internal to models/schedulers: one constructor per diffusers class, each in its own .cpp.
 #include <memory>
 
-#include "models/schedulers/scheduler.h"
 #include "models/schedulers/sched_math.h"
+#include "models/schedulers/scheduler.h"
 
 namespace kiln::sched::detail {
 std::unique_ptr<Scheduler> make_ddim(const Config& c);

@@ -4,7 +4,6 @@
 // sample-prediction. Schedules (timesteps, sigmas, alphas_cumprod) are taken from the scheduler under test: those are
 // checked against diffusers in test_schedulers.cpp.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "models/schedulers/sched_math.h"
@@ -20,7 +19,10 @@ namespace {
 using Vec = std::vector<float>;
 
 nlohmann::json base_config(const std::string& cls) {
-    return {{"_class_name", cls}, {"num_train_timesteps", 1000}, {"beta_start", 0.00085}, {"beta_end", 0.012},
+    return {{"_class_name", cls},
+            {"num_train_timesteps", 1000},
+            {"beta_start", 0.00085},
+            {"beta_end", 0.012},
             {"beta_schedule", "scaled_linear"}};
 }
 
@@ -44,13 +46,19 @@ struct DpmRef {
         Vec r(x.size());
         for (size_t k = 0; k < x.size(); ++k) {
             if (algorithm == "dpmsolver++") {
-                if (prediction == "epsilon") r[k] = (x[k] - s * mo[k]) / a;
-                else if (prediction == "sample") r[k] = mo[k];
-                else r[k] = a * x[k] - s * mo[k];
+                if (prediction == "epsilon")
+                    r[k] = (x[k] - s * mo[k]) / a;
+                else if (prediction == "sample")
+                    r[k] = mo[k];
+                else
+                    r[k] = a * x[k] - s * mo[k];
             } else {
-                if (prediction == "epsilon") r[k] = mo[k];
-                else if (prediction == "sample") r[k] = (x[k] - a * mo[k]) / s;
-                else r[k] = a * mo[k] + s * x[k];
+                if (prediction == "epsilon")
+                    r[k] = mo[k];
+                else if (prediction == "sample")
+                    r[k] = (x[k] - a * mo[k]) / s;
+                else
+                    r[k] = a * mo[k] + s * x[k];
             }
         }
         return r;
@@ -87,8 +95,8 @@ struct DpmRef {
                     out[k] = (st / s0) * x[k] - (at * (std::exp(-h) - 1.0f)) * D0 +
                              (at * ((std::exp(-h) - 1.0f) / h + 1.0f)) * D1;
                 else if (solver_type == "midpoint")
-                    out[k] = (at / a0) * x[k] - (st * (std::exp(h) - 1.0f)) * D0 -
-                             (0.5f * (st * (std::exp(h) - 1.0f))) * D1;
+                    out[k] =
+                        (at / a0) * x[k] - (st * (std::exp(h) - 1.0f)) * D0 - (0.5f * (st * (std::exp(h) - 1.0f))) * D1;
                 else
                     out[k] = (at / a0) * x[k] - (st * (std::exp(h) - 1.0f)) * D0 -
                              (st * ((std::exp(h) - 1.0f) / h - 1.0f)) * D1;
@@ -242,10 +250,12 @@ struct EulerRef {
         Vec out(x.size());
         for (size_t k = 0; k < x.size(); ++k) {
             float pred;
-            if (prediction == "epsilon") pred = x[k] - sigma_hat * mo[k];
+            if (prediction == "epsilon")
+                pred = x[k] - sigma_hat * mo[k];
             else if (prediction == "v_prediction")
                 pred = mo[k] * (-sigma / std::sqrt(sigma * sigma + 1.0f)) + x[k] / (sigma * sigma + 1.0f);
-            else pred = mo[k];
+            else
+                pred = mo[k];
             const float derivative = (x[k] - pred) / sigma_hat;
             out[k] = x[k] + derivative * dt;
         }
@@ -303,8 +313,10 @@ TEST_CASE("sigma schedule variants are well formed", "[schedulers]") {
         REQUIRE(sg.size() == 21);
         const bool inverted = std::string(c.key) == "invert_sigmas";
         for (size_t i = 1; i < sg.size(); ++i) {
-            if (inverted) CHECK(sg[i] > sg[i - 1]);
-            else CHECK(sg[i] < sg[i - 1]);
+            if (inverted)
+                CHECK(sg[i] > sg[i - 1]);
+            else
+                CHECK(sg[i] < sg[i - 1]);
         }
         for (size_t i = 0; i < t.size(); ++i) {
             CHECK(t[i] >= 0);

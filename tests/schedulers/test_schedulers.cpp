@@ -1,7 +1,6 @@
 // Parity of the scheduler ports with diffusers 0.38's own outputs (tests/data/fixtures/sched_*), config handling,
 // and schedule sanity over step counts.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -108,9 +107,10 @@ TEST_CASE("scheduler fixtures match diffusers", "[schedulers]") {
         mo_err = std::max(mo_err, e_mo);
         prev_err = std::max(prev_err, e_prev);
     }
-    std::printf("%-24s alphas_cumprod max|d| %.3g  sigmas max rel %.3g  loop rel-L2: model_input %.3g "
-                "model_output %.3g prev_sample %.3g\n",
-                name.c_str(), ac_err, sigma_err, mi_err, mo_err, prev_err);
+    std::printf(
+        "%-24s alphas_cumprod max|d| %.3g  sigmas max rel %.3g  loop rel-L2: model_input %.3g "
+        "model_output %.3g prev_sample %.3g\n",
+        name.c_str(), ac_err, sigma_err, mi_err, mo_err, prev_err);
 }
 
 TEST_CASE("pipeline scheduler configs parse", "[schedulers]") {
