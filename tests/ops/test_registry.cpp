@@ -1,5 +1,7 @@
 // Every op of the table has its four pieces: a shader (compute ops), a CPU reference and a Vulkan
-// lowering (both referenced here, so a missing one fails to link), and a Catch2 test tagged [op:<name>].
+// lowering (both referenced here, so a missing one fails to link), a Catch2 test tagged [op:<name>] and
+// a bad-input test tagged [op:<name>][bad].
+#include <algorithm>
 #include <set>
 
 #include "tests/ops/op_harness.h"
@@ -21,9 +23,15 @@ TEST_CASE("every op has a shader, a CPU reference, a lowering and a test", "[reg
         KILN_OPS(KILN_X)
 #undef KILN_X
     };
-    std::set<std::string> tags;
-    for (const auto& tc : Catch::getAllTestCasesSorted(*Catch::getCurrentContext().getConfig()))
-        for (const auto& t : tc.getTestCaseInfo().tags) tags.insert(t);
+    std::set<std::string> tags, bad;  // ops with a test; ops with a bad-input test ([op:x][bad])
+    for (const auto& tc : Catch::getAllTestCasesSorted(*Catch::getCurrentContext().getConfig())) {
+        const auto& t = tc.getTestCaseInfo().tags;
+        bool is_bad = std::find(t.begin(), t.end(), "bad") != t.end();
+        for (const auto& x : t) {
+            tags.insert(x);
+            if (is_bad) bad.insert(x);
+        }
+    }
     REQUIRE(tags.count("registry"));  // the registry query itself works (tags are stored without brackets)
     for (const Entry& e : ops) {
         CAPTURE(e.name);
@@ -32,6 +40,7 @@ TEST_CASE("every op has a shader, a CPU reference, a lowering and a test", "[reg
         if (e.kind == ir::OpKind::compute)
             CHECK((vk::has_shader(e.name) || vk::has_shader(std::string(e.name) + "_f32")));
         CHECK(tags.count(std::string("op:") + e.name));
+        CHECK(bad.count(std::string("op:") + e.name));
     }
 }
 
