@@ -292,3 +292,22 @@ TEST_CASE("Python JSON tokens are read as null, strings untouched", "[converter]
     CHECK(j["c"] == "NaN -Infinity \"Infinity\"");
     CHECK(j["d"] == 1e-3);
 }
+
+TEST_CASE("text encoders and tokenizers in a pipeline are skipped with a note", "[converter]") {
+    TempDir tmp;
+    const std::string dir = tmp / "pipe";
+    fs::copy(fixture("dit_pipeline_ddim"), dir, fs::copy_options::recursive);
+    auto m = nlohmann::json::parse(slurp(dir + "/model_index.json"));
+    m["text_encoder"] = {"transformers", "CLIPTextModel"};
+    m["tokenizer"] = {"transformers", "CLIPTokenizer"};
+    m["safety_checker"] = {nullptr, nullptr};
+    spit(dir + "/model_index.json", m.dump(2));
+    std::ostringstream log;
+    converter::Options o;
+    o.log = &log;
+    auto sum = converter::convert_folder(dir, tmp / "p.kiln", o);
+    CHECK(sum.components == std::vector<std::string>{"transformer", "vae", "scheduler"});
+    CHECK_THAT(log.str(), Catch::Contains("skipping component 'text_encoder' (CLIPTextModel)") &&
+                              Catch::Contains("skipping component 'tokenizer'") &&
+                              !Catch::Contains("safety_checker") && Catch::Contains("wrote "));
+}
