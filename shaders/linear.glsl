@@ -1,16 +1,19 @@
 // linear body: y[M, N] = x[M, K] @ W[N, K]^T + b[N]   (W in PyTorch layout, stored f32/f16/bf16).
-// Register tiling, no shared memory, no barriers: a 16x16 workgroup owns a 64 x 128 output tile;
-// invocation (tx, ty) owns rows ty + 16i (i < 4) and cols tx + 16j (j < 8), so stores are contiguous
-// across tx. Every k step loads 4 x and 8 W values for 32 FMAs. Out-of-range rows/cols are clamped for
-// the loads (branch-free K loop) and masked at the store.
+// Register tiling, no shared memory, no barriers: a 16 x LY workgroup owns an (LY RM) x 128 output
+// tile; invocation (tx, ty) owns rows ty + LY i (i < RM) and cols tx + 16j (j < 8), so stores are
+// contiguous across tx. Every k step loads RM x and 8 W values for 8 RM FMAs. Out-of-range rows/cols
+// are clamped for the loads (branch-free K loop) and masked at the store. LY and RM are
+// specialization constants: 16 x 4 (64-row tiles) in general, 1 x 1 for small M (the adaLN / timestep
+// MLPs with M = batch), where a 64-row tile would be mostly clamped duplicates.
 // LINEAR_VEC4 (linear_vec4.comp, K % 4 == 0): x and W are read as 4-vectors along K, a quarter of the
 // load instructions (lavapipe issues one load per lane per instruction; on GPUs: 16-byte loads).
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
-#define RM 4
 #define RN 8
-layout(local_size_x = 16, local_size_y = 16) in;
+layout(local_size_x = 16, local_size_y_id = 1) in;
+layout(constant_id = 0) const uint RM = 4;
+layout(constant_id = 1) const uint LY = 16;
 #ifdef LINEAR_VEC4
 #define VT vec4
 layout(binding = 0) readonly buffer X { vec4 x[]; };
@@ -37,10 +40,10 @@ layout(binding = 3) writeonly buffer Y { float y[]; };
 
 void main() {
     uint n0 = gl_WorkGroupID.x * (16 * RN) + gl_LocalInvocationID.x;
-    uint m0 = gl_WorkGroupID.y * (16 * RM) + gl_LocalInvocationID.y;
+    uint m0 = gl_WorkGroupID.y * (LY * RM) + gl_LocalInvocationID.y;
     uint ks = KSTEPS;
     uint xr[RM], wr[RN];  // row starts in units of VT
-    [[unroll]] for (uint i = 0; i < RM; ++i) xr[i] = min(m0 + 16 * i, p.M - 1) * ks;
+    [[unroll]] for (uint i = 0; i < RM; ++i) xr[i] = min(m0 + LY * i, p.M - 1) * ks;
     [[unroll]] for (uint j = 0; j < RN; ++j) wr[j] = min(n0 + 16 * j, p.N - 1) * ks;
     float acc[RM][RN];
     [[unroll]] for (uint i = 0; i < RM; ++i)
@@ -53,7 +56,7 @@ void main() {
             [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += dot(a[i], b[j]);
     }
     [[unroll]] for (uint i = 0; i < RM; ++i) {
-        uint m = m0 + 16 * i;
+        uint m = m0 + LY * i;
         if (m >= p.M) break;
         [[unroll]] for (uint j = 0; j < RN; ++j) {
             uint n = n0 + 16 * j;

@@ -14,7 +14,7 @@
 namespace kiln::vk {
 namespace {
 constexpr uint32_t kTile = 64;                   // output tile edge of matmul.comp
-constexpr uint32_t kLinTileM = 64, kLinTileN = 128;  // output tile of linear.glsl
+constexpr uint32_t kLinTileN = 128;  // output columns per linear.glsl workgroup
 uint32_t tiles(int64_t n) { return (uint32_t)((n + kTile - 1) / kTile); }
 }  // namespace
 
@@ -32,8 +32,11 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     // 4-vector variant applies.
     d.shader = (K % 4 == 0 ? "linear_vec4" : "linear") + weight_suffix(w.dtype);
     d.set_push(p);
+    // Spec constants (RM rows per invocation, LY workgroup height): 64-row tiles, or 1-row tiles for M <= 8.
+    uint32_t rm = M <= 8 ? 1 : 4, ly = M <= 8 ? 1 : 16;
+    d.spec = {rm, ly};
     d.groups[0] = (uint32_t)((N + kLinTileN - 1) / kLinTileN);
-    d.groups[1] = (uint32_t)((M + kLinTileM - 1) / kLinTileM);
+    d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
     KILN_CHECK(d.groups[1] <= 65535, "linear: M = ", M, " rows exceed the dispatch limit");
     return d;
 }

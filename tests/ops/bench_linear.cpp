@@ -11,7 +11,7 @@ TEST_CASE("linear throughput", "[.bench]") {
     struct Size {
         int64_t M, K, N;
     };
-    for (Size s : {Size{512, 512, 512}, Size{1024, 1152, 1152}})
+    for (Size s : {Size{512, 512, 512}, Size{1024, 1152, 1152}, Size{2, 1152, 6912}})
         for (DType wt : {DType::f32, DType::f16}) {
             ir::Graph g;
             auto x = g.input("x", {s.M, s.K});

@@ -9,7 +9,8 @@ using namespace kiln;
 TEST_CASE("linear matches the CPU reference", "[op:linear]") {
     auto [sx, N] = GENERATE(std::make_pair(Shape{1, 1}, 1), std::make_pair(Shape{3, 13}, 3),
                             std::make_pair(Shape{2, 13, 127}, 67), std::make_pair(Shape{65, 128}, 129),
-                            std::make_pair(Shape{2, 70, 36}, 64), std::make_pair(Shape{1, 300}, 77));
+                            std::make_pair(Shape{2, 70, 36}, 64), std::make_pair(Shape{1, 300}, 77),
+                            std::make_pair(Shape{8, 20}, 130), std::make_pair(Shape{9, 13}, 5));
     DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
     bool bias = GENERATE(false, true);
     int64_t K = sx.back();
