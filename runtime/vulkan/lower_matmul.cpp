@@ -1,5 +1,5 @@
-// Lowering of linear, matmul (64x64 output tiles per 16x16 workgroup) and attention (one
-// invocation per (batch, head, query row); head_dim as a specialization constant).
+// Lowering of linear (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64x64 tiles) and
+// attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
 #include <algorithm>
 #include <cmath>
 #include <variant>
@@ -7,13 +7,9 @@
 #include "runtime/core/error.h"
 #include "runtime/vulkan/lower.h"
 
-#ifndef LIN_TN
-#define LIN_TN 128
-#define LIN_TM 64
-#endif
 namespace kiln::vk {
 namespace {
-constexpr uint32_t kTile = 64;                   // output tile edge of matmul.comp
+constexpr uint32_t kTile = 64;       // output tile edge of matmul.comp
 constexpr uint32_t kLinTileN = 128;  // output columns per linear.glsl workgroup
 uint32_t tiles(int64_t n) { return (uint32_t)((n + kTile - 1) / kTile); }
 }  // namespace
@@ -32,7 +28,7 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     // 4-vector variant applies.
     d.shader = (K % 4 == 0 ? "linear_vec4" : "linear") + weight_suffix(w.dtype);
     d.set_push(p);
-    // Spec constants (RM rows per invocation, LY workgroup height): 64-row tiles, or 1-row tiles for M <= 8.
+    // Spec constants (RM rows per invocation, LY workgroup height): 64-row tiles, 1-row tiles for M <= 8.
     uint32_t rm = M <= 8 ? 1 : 4, ly = M <= 8 ? 1 : 16;
     d.spec = {rm, ly};
     d.groups[0] = (uint32_t)((N + kLinTileN - 1) / kLinTileN);
