@@ -1,4 +1,4 @@
-// Lowering of linear (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64x64 tiles) and
+// Lowering of linear (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x 128 with 4-vectors) and
 // attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
 #include <algorithm>
 #include <cmath>
@@ -46,9 +46,11 @@ Dispatch lower_matmul(const ir::Graph& g, const ir::Node& n) {
     params::MatmulParams p{(params::uint)B, (params::uint)M, (params::uint)N, (params::uint)K,
                            sb[0] == 1 ? 0u : (params::uint)(K * N)};
     Dispatch d;
-    d.shader = "matmul";
+    // K, N % 4 == 0: rows of a, b and y start 16-byte aligned; 4-vector variant with 64 x 128 tiles.
+    bool vec4 = K % 4 == 0 && N % 4 == 0;
+    d.shader = vec4 ? "matmul_vec4" : "matmul";
     d.set_push(p);
-    d.groups[0] = tiles(N);
+    d.groups[0] = vec4 ? (uint32_t)((N + 127) / 128) : tiles(N);
     d.groups[1] = tiles(M);
     d.groups[2] = (uint32_t)B;
     return d;

@@ -82,3 +82,23 @@ TEST_CASE("conv2d throughput", "[.bench]") {
                     (long long)O, (long long)H, (long long)W, best * 1e3, gflops);
     }
 }
+
+TEST_CASE("matmul throughput", "[.bench]") {
+    for (int64_t n : {512, 511}) {  // 4-vector and scalar variants
+        ir::Graph g;
+        auto a = g.input("a", {1, n, n});
+        auto b = g.input("b", {1, n, n});
+        g.output(g.matmul(a, b), "y");
+        exec::Executor ex(test::op_ctx(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
+        ex.set_input("a", test::random_tensor({1, n, n}, 1));
+        ex.set_input("b", test::random_tensor({1, n, n}, 2));
+        ex.run();
+        double best = 1e30;
+        for (int i = 0; i < 3; ++i) {
+            auto t0 = std::chrono::steady_clock::now();
+            ex.run();
+            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::printf("matmul %lld^3: %.2f ms, %.1f GFLOP/s\n", (long long)n, best * 1e3, 2.0 * n * n * n / best * 1e-9);
+    }
+}
