@@ -1,4 +1,4 @@
-// Hidden benchmark (not run by default): ./test_ops "[.bench]". Linear GFLOP/s per weight dtype,
+// Hidden benchmarks (not run by default): ./test_ops "[.bench]". Linear GFLOP/s per weight dtype,
 // 2 M N K flops per run, best of 5 runs after a warm-up, wall clock around Executor::run().
 #include <chrono>
 #include <cstdio>
