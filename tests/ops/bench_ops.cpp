@@ -1,5 +1,5 @@
-// Hidden benchmarks (not run by default): ./test_ops "[.bench]". Linear GFLOP/s per weight dtype,
-// 2 M N K flops per run, best of 5 runs after a warm-up, wall clock around Executor::run().
+// Hidden benchmarks (not run by default): ./test_ops "[.bench]". GFLOP/s of linear (per weight dtype),
+// attention, conv2d and matmul: best of several runs after a warm-up, wall clock around Executor::run().
 #include <chrono>
 #include <cstdio>
 
