@@ -38,6 +38,31 @@ TEST_CASE("timestep_embedding matches the CPU reference", "[op:timestep_embeddin
     CHECK(worst <= 1.0);
 }
 
+TEST_CASE("timestep_embedding with scale and max_period (Flux-style t in [0, 1], scale 1000)",
+          "[op:timestep_embedding]") {
+    std::vector<float> tv{0.f, 1.f, 0.999f, 0.5f, 0.0371f, 0.25f};
+    int64_t N = (int64_t)tv.size();
+    ir::TimestepAttrs a;
+    a.dim = 256;
+    a.scale = 1000.f;
+    a.max_period = 5000.f;
+    ir::Graph g;
+    auto t = g.input("t", {N});
+    g.output(g.timestep_embedding(t, a), "y");
+    auto r = test::run_op(g, {{"t", Tensor::from_f32({N}, tv)}});
+    double worst = 0;  // same tolerance as above, on |arg| = scale * t * freq <= 1000
+    for (int64_t i = 0; i < N; ++i)
+        for (int c = 0; c < a.dim; ++c) {
+            int k = c % (a.dim / 2);
+            float expo = -std::log(a.max_period) * (float)k / (float)(a.dim / 2);
+            double arg = std::abs(a.scale * (tv[(size_t)i] * std::exp(expo)));
+            double tol = 2 * std::ldexp(1.0, std::ilogb(std::max(arg, 1e-30)) - 23) + 2e-7;
+            size_t e = (size_t)(i * a.dim + c);
+            worst = std::max(worst, std::abs((double)r.gpu[e] - r.cpu[e]) / tol);
+        }
+    CHECK(worst <= 1.0);
+}
+
 TEST_CASE("timestep_embedding rejects bad dims", "[op:timestep_embedding][bad]") {
     ir::Graph g;
     auto t = g.input("t", {2, 3});
