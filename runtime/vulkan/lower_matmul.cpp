@@ -1,5 +1,5 @@
-// Lowering of linear (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x 128 with 4-vectors) and
-// attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
+// Lowering of linear (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x 128 with
+// 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
 #include <algorithm>
 #include <cmath>
 #include <variant>
@@ -40,8 +40,8 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
 Dispatch lower_matmul(const ir::Graph& g, const ir::Node& n) {
     const Shape &sa = g.value(n.in[0]).shape, &sb = g.value(n.in[1]).shape;
     int64_t B = sa[0], M = sa[1], K = sa[2], N = sb[2];
-    KILN_CHECK(B * M * K < (1ll << 32) && sb[0] * K * N < (1ll << 32) && B * M * N < (1ll << 32), "matmul: ",
-               shape_str(sa), " @ ", shape_str(sb), " has >= 2^32 elements in one operand");
+    KILN_CHECK(B * M * K < (1ll << 32) && sb[0] * K * N < (1ll << 32) && B * M * N < (1ll << 32),
+               "matmul: ", shape_str(sa), " @ ", shape_str(sb), " has >= 2^32 elements in one operand");
     KILN_CHECK(B <= 65535 && tiles(M) <= 65535, "matmul: ", shape_str(sa), " exceeds the dispatch limits");
     params::MatmulParams p{(params::uint)B, (params::uint)M, (params::uint)N, (params::uint)K,
                            sb[0] == 1 ? 0u : (params::uint)(K * N)};
@@ -61,8 +61,8 @@ Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
     const Shape &sq = g.value(n.in[0]).shape, &sk = g.value(n.in[1]).shape;
     int64_t B = sq[0], Sq = sq[1], Sk = sk[1], H = a.heads, D = sq[2] / H;
     KILN_CHECK(D <= 256, "attention: head_dim ", D, " (q ", shape_str(sq), ", ", H, " heads) exceeds 256");
-    KILN_CHECK(B <= 65535 && H <= 65535 && B * std::max(Sq, Sk) * sq[2] < (1ll << 32), "attention: q ",
-               shape_str(sq), ", k ", shape_str(sk), " exceed the dispatch limits");
+    KILN_CHECK(B <= 65535 && H <= 65535 && B * std::max(Sq, Sk) * sq[2] < (1ll << 32), "attention: q ", shape_str(sq),
+               ", k ", shape_str(sk), " exceed the dispatch limits");
     params::AttentionParams p{};
     p.B = (params::uint)B;
     p.Sq = (params::uint)Sq;

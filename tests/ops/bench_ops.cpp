@@ -18,9 +18,9 @@ TEST_CASE("linear throughput", "[.bench]") {
             auto w = g.weight("w", {s.N, s.K}, wt);
             g.output(g.linear(x, w, {}), "y");
             Tensor wv = test::random_weight({s.N, s.K}, wt, 1);
-            exec::Executor ex(test::op_ctx(), g,
-                              [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, wv.bytes.data(), n); },
-                              exec::Mode::full);
+            exec::Executor ex(
+                test::op_ctx(), g, [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, wv.bytes.data(), n); },
+                exec::Mode::full);
             ex.set_input("x", test::random_tensor({s.M, s.K}, 2));
             ex.run();
             double best = 1e30;
@@ -43,7 +43,8 @@ TEST_CASE("attention throughput", "[.bench]") {
     Shape s{B, S, H * D};
     auto q = g.input("q", s), k = g.input("k", s), v = g.input("v", s);
     g.output(g.attention(q, k, v, (int)H), "y");
-    exec::Executor ex(test::op_ctx(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
+    exec::Executor ex(
+        test::op_ctx(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
     for (const char* n : {"q", "k", "v"}) ex.set_input(n, test::random_tensor(s, 3));
     ex.run();
     double best = 1e30;
@@ -66,9 +67,9 @@ TEST_CASE("conv2d throughput", "[.bench]") {
         auto w = g.weight("w", {O, C, 3, 3}, wt);
         g.output(g.conv2d(x, w, {}, {1, 1, 1, 1}), "y");
         Tensor wv = test::random_weight({O, C, 3, 3}, wt, 1);
-        exec::Executor ex(test::op_ctx(), g,
-                          [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, wv.bytes.data(), n); },
-                          exec::Mode::full);
+        exec::Executor ex(
+            test::op_ctx(), g, [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, wv.bytes.data(), n); },
+            exec::Mode::full);
         ex.set_input("x", test::random_tensor({1, C, H, W}, 2));
         ex.run();
         double best = 1e30;
@@ -89,7 +90,8 @@ TEST_CASE("matmul throughput", "[.bench]") {
         auto a = g.input("a", {1, n, n});
         auto b = g.input("b", {1, n, n});
         g.output(g.matmul(a, b), "y");
-        exec::Executor ex(test::op_ctx(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
+        exec::Executor ex(
+            test::op_ctx(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
         ex.set_input("a", test::random_tensor({1, n, n}, 1));
         ex.set_input("b", test::random_tensor({1, n, n}, 2));
         ex.run();

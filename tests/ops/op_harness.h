@@ -1,9 +1,8 @@
 #pragma once
 // Shared by the op tests: one vk::Context per process, and a runner that executes a graph on
 // Vulkan and on the CPU reference with the same inputs and the same (already rounded) weights.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <map>

@@ -16,8 +16,8 @@ struct AttnCase {
 
 TEST_CASE("attention matches the CPU reference", "[op:attention]") {
     AttnCase c = GENERATE(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 3, 13, 1, 3, 0}, AttnCase{2, 13, 7, 3, 8, 1},
-                          AttnCase{2, 33, 127, 2, 64, 2}, AttnCase{1, 5, 40, 1, 256, 0},
-                          AttnCase{1, 70, 19, 4, 72, 1}, AttnCase{1, 45, 9, 2, 100, 2});
+                          AttnCase{2, 33, 127, 2, 64, 2}, AttnCase{1, 5, 40, 1, 256, 0}, AttnCase{1, 70, 19, 4, 72, 1},
+                          AttnCase{1, 45, 9, 2, 100, 2});
     CAPTURE(c.B, c.Sq, c.Sk, c.H, c.D, c.mask);
     int64_t W = c.H * c.D;
     ir::Graph g;
@@ -46,8 +46,8 @@ TEST_CASE("attention with an explicit scale", "[op:attention]") {
     Shape s{2, 9, 32};
     auto q = g.input("q", s), k = g.input("k", s), v = g.input("v", s);
     g.output(g.attention(q, k, v, 2, {}, 0.3f), "y");
-    auto r = test::run_op(g, {{"q", test::random_tensor(s, 44)}, {"k", test::random_tensor(s, 45)},
-                              {"v", test::random_tensor(s, 46)}});
+    auto r = test::run_op(
+        g, {{"q", test::random_tensor(s, 44)}, {"k", test::random_tensor(s, 45)}, {"v", test::random_tensor(s, 46)}});
     CHECK(test::max_err(r.gpu, r.cpu) <= 2e-5);
 }
 

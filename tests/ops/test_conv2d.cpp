@@ -13,10 +13,11 @@ struct ConvCase {
 }  // namespace
 
 TEST_CASE("conv2d matches the CPU reference", "[op:conv2d]") {
-    ConvCase c = GENERATE(ConvCase{{1, 1, 1, 1}, 1, 1, 1, {}}, ConvCase{{1, 3, 13, 13}, 5, 3, 3, {1, 1, 1, 1}},
-                          ConvCase{{2, 4, 9, 11}, 7, 3, 3, {2, 2, 1, 1}}, ConvCase{{1, 5, 8, 8}, 6, 2, 2, {2, 2, 0, 0}},
-                          ConvCase{{1, 3, 7, 17}, 3, 1, 5, {1, 3, 0, 2}}, ConvCase{{2, 16, 6, 5}, 9, 1, 1, {}},
-                          ConvCase{{1, 2, 6, 19}, 3, 2, 2, {1, 1, 1, 1}}, ConvCase{{1, 3, 5, 9}, 2, 3, 1, {1, 1, 1, 0}});
+    ConvCase c =
+        GENERATE(ConvCase{{1, 1, 1, 1}, 1, 1, 1, {}}, ConvCase{{1, 3, 13, 13}, 5, 3, 3, {1, 1, 1, 1}},
+                 ConvCase{{2, 4, 9, 11}, 7, 3, 3, {2, 2, 1, 1}}, ConvCase{{1, 5, 8, 8}, 6, 2, 2, {2, 2, 0, 0}},
+                 ConvCase{{1, 3, 7, 17}, 3, 1, 5, {1, 3, 0, 2}}, ConvCase{{2, 16, 6, 5}, 9, 1, 1, {}},
+                 ConvCase{{1, 2, 6, 19}, 3, 2, 2, {1, 1, 1, 1}}, ConvCase{{1, 3, 5, 9}, 2, 3, 1, {1, 1, 1, 0}});
     DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
     bool bias = GENERATE(false, true);
     CAPTURE(shape_str(c.x), c.O, c.kh, c.kw, dtype_name(wt), bias);

@@ -13,8 +13,8 @@ Tensor ids_tensor(const std::vector<int32_t>& v) {
 }  // namespace
 
 TEST_CASE("embedding matches the CPU reference", "[op:embedding]") {
-    auto [V, D] = GENERATE(std::make_pair(1, 1), std::make_pair(3, 13), std::make_pair(1000, 127),
-                           std::make_pair(13, 300));
+    auto [V, D] =
+        GENERATE(std::make_pair(1, 1), std::make_pair(3, 13), std::make_pair(1000, 127), std::make_pair(13, 300));
     DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
     CAPTURE(V, D, dtype_name(wt));
     std::vector<int32_t> ids;

@@ -24,7 +24,7 @@ TEST_CASE("layer_norm rejects mismatched weight", "[op:layer_norm][bad]") {
     ir::Graph g;
     auto x = g.input("x", {2, 8});
     auto w = g.weight("w", {7});
-    REQUIRE_THROWS_WITH(g.layer_norm(x, w, {}, 1e-5f), Catch::Contains("layer_norm") && Catch::Contains("[7]") &&
-                                                           Catch::Contains("[2, 8]"));
+    REQUIRE_THROWS_WITH(g.layer_norm(x, w, {}, 1e-5f),
+                        Catch::Contains("layer_norm") && Catch::Contains("[7]") && Catch::Contains("[2, 8]"));
     REQUIRE_THROWS_WITH(g.layer_norm(x, {}, {}, -1.f), Catch::Contains("layer_norm") && Catch::Contains("eps"));
 }

@@ -7,10 +7,10 @@
 using namespace kiln;
 
 TEST_CASE("linear matches the CPU reference", "[op:linear]") {
-    auto [sx, N] = GENERATE(std::make_pair(Shape{1, 1}, 1), std::make_pair(Shape{3, 13}, 3),
-                            std::make_pair(Shape{2, 13, 127}, 67), std::make_pair(Shape{65, 128}, 129),
-                            std::make_pair(Shape{2, 70, 36}, 64), std::make_pair(Shape{1, 300}, 77),
-                            std::make_pair(Shape{8, 20}, 130), std::make_pair(Shape{9, 13}, 5));
+    auto [sx, N] =
+        GENERATE(std::make_pair(Shape{1, 1}, 1), std::make_pair(Shape{3, 13}, 3), std::make_pair(Shape{2, 13, 127}, 67),
+                 std::make_pair(Shape{65, 128}, 129), std::make_pair(Shape{2, 70, 36}, 64),
+                 std::make_pair(Shape{1, 300}, 77), std::make_pair(Shape{8, 20}, 130), std::make_pair(Shape{9, 13}, 5));
     DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
     bool bias = GENERATE(false, true);
     int64_t K = sx.back();
@@ -31,8 +31,8 @@ TEST_CASE("linear rejects bad shapes and dtypes", "[op:linear][bad]") {
     ir::Graph g;
     auto x = g.input("x", {2, 8});
     auto w = g.weight("w", {4, 7});
-    REQUIRE_THROWS_WITH(g.linear(x, w, {}), Catch::Contains("linear") && Catch::Contains("[2, 8]") &&
-                                                Catch::Contains("[4, 7]"));
+    REQUIRE_THROWS_WITH(g.linear(x, w, {}),
+                        Catch::Contains("linear") && Catch::Contains("[2, 8]") && Catch::Contains("[4, 7]"));
     auto w2 = g.weight("w2", {4, 8});
     auto b = g.weight("b", {5});
     REQUIRE_THROWS_WITH(g.linear(x, w2, b), Catch::Contains("linear") && Catch::Contains("[5]"));

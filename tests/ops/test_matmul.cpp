@@ -5,12 +5,12 @@
 using namespace kiln;
 
 TEST_CASE("matmul matches the CPU reference", "[op:matmul]") {
-    auto [sa, sb] = GENERATE(std::make_pair(Shape{1, 1, 1}, Shape{1, 1, 1}), std::make_pair(Shape{1, 3, 13}, Shape{1, 13, 3}),
-                             std::make_pair(Shape{2, 13, 127}, Shape{2, 127, 67}),
-                             std::make_pair(Shape{3, 65, 31}, Shape{1, 31, 129}),
-                             std::make_pair(Shape{2, 64, 64}, Shape{2, 64, 64}),
-                             std::make_pair(Shape{2, 67, 36}, Shape{1, 36, 132}),     // 4-vector variant, edges
-                             std::make_pair(Shape{1, 5, 8}, Shape{1, 8, 4}), std::make_pair(Shape{2, 3, 12}, Shape{2, 12, 6}));
+    auto [sa, sb] = GENERATE(
+        std::make_pair(Shape{1, 1, 1}, Shape{1, 1, 1}), std::make_pair(Shape{1, 3, 13}, Shape{1, 13, 3}),
+        std::make_pair(Shape{2, 13, 127}, Shape{2, 127, 67}), std::make_pair(Shape{3, 65, 31}, Shape{1, 31, 129}),
+        std::make_pair(Shape{2, 64, 64}, Shape{2, 64, 64}),
+        std::make_pair(Shape{2, 67, 36}, Shape{1, 36, 132}),  // 4-vector variant, edges
+        std::make_pair(Shape{1, 5, 8}, Shape{1, 8, 4}), std::make_pair(Shape{2, 3, 12}, Shape{2, 12, 6}));
     CAPTURE(shape_str(sa), shape_str(sb));
     int64_t K = sa[2];
     ir::Graph g;
@@ -26,6 +26,6 @@ TEST_CASE("matmul rejects mismatched shapes", "[op:matmul][bad]") {
     ir::Graph g;
     auto a = g.input("a", {2, 3, 4});
     auto b = g.input("b", {3, 4, 5});
-    REQUIRE_THROWS_WITH(g.matmul(a, b), Catch::Contains("matmul") && Catch::Contains("[2, 3, 4]") &&
-                                            Catch::Contains("[3, 4, 5]"));
+    REQUIRE_THROWS_WITH(g.matmul(a, b),
+                        Catch::Contains("matmul") && Catch::Contains("[2, 3, 4]") && Catch::Contains("[3, 4, 5]"));
 }

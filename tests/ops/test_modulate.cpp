@@ -19,6 +19,6 @@ TEST_CASE("modulate matches the CPU reference", "[op:modulate]") {
 TEST_CASE("modulate rejects mismatched shift/scale", "[op:modulate][bad]") {
     ir::Graph g;
     auto x = g.input("x", {2, 3, 4}), sh = g.input("shift", {2, 5}), sc = g.input("scale", {2, 4});
-    REQUIRE_THROWS_WITH(g.modulate(x, sh, sc), Catch::Contains("modulate") && Catch::Contains("[2, 5]") &&
-                                                   Catch::Contains("[2, 3, 4]"));
+    REQUIRE_THROWS_WITH(g.modulate(x, sh, sc),
+                        Catch::Contains("modulate") && Catch::Contains("[2, 5]") && Catch::Contains("[2, 3, 4]"));
 }

@@ -4,11 +4,11 @@
 using namespace kiln;
 
 TEST_CASE("permute matches the CPU reference", "[op:permute]") {
-    auto [s, perm] = GENERATE(std::make_pair(Shape{1}, std::vector<int>{0}),
-                              std::make_pair(Shape{3, 13}, std::vector<int>{1, 0}),
-                              std::make_pair(Shape{2, 3, 5, 7}, std::vector<int>{0, 2, 3, 1}),
-                              std::make_pair(Shape{2, 3, 4, 2, 5, 3}, std::vector<int>{0, 5, 1, 3, 2, 4}),
-                              std::make_pair(Shape{2, 13, 127}, std::vector<int>{2, 0, 1}));
+    auto [s, perm] =
+        GENERATE(std::make_pair(Shape{1}, std::vector<int>{0}), std::make_pair(Shape{3, 13}, std::vector<int>{1, 0}),
+                 std::make_pair(Shape{2, 3, 5, 7}, std::vector<int>{0, 2, 3, 1}),
+                 std::make_pair(Shape{2, 3, 4, 2, 5, 3}, std::vector<int>{0, 5, 1, 3, 2, 4}),
+                 std::make_pair(Shape{2, 13, 127}, std::vector<int>{2, 0, 1}));
     ir::Graph g;
     auto x = g.input("x", s);
     g.output(g.permute(x, perm), "y");

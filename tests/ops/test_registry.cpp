@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "tests/ops/op_harness.h"
 #include "runtime/vulkan/pipeline.h"
+#include "tests/ops/op_harness.h"
 
 using namespace kiln;
 

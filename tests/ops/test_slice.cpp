@@ -4,10 +4,10 @@
 using namespace kiln;
 
 TEST_CASE("slice matches the CPU reference", "[op:slice]") {
-    auto [s, axis, start, len] = GENERATE(std::make_tuple(Shape{1}, 0, 0, 1), std::make_tuple(Shape{3, 13}, 1, 5, 7),
-                                          std::make_tuple(Shape{2, 13, 127}, 2, 1, 126),
-                                          std::make_tuple(Shape{4, 3, 5}, 0, 3, 1),
-                                          std::make_tuple(Shape{2, 6, 5, 7}, -3, 2, 3));
+    auto [s, axis, start, len] =
+        GENERATE(std::make_tuple(Shape{1}, 0, 0, 1), std::make_tuple(Shape{3, 13}, 1, 5, 7),
+                 std::make_tuple(Shape{2, 13, 127}, 2, 1, 126), std::make_tuple(Shape{4, 3, 5}, 0, 3, 1),
+                 std::make_tuple(Shape{2, 6, 5, 7}, -3, 2, 3));
     ir::Graph g;
     auto x = g.input("x", s);
     g.output(g.slice(x, axis, start, len), "y");

@@ -7,9 +7,9 @@
 using namespace kiln;
 
 TEST_CASE("timestep_embedding matches the CPU reference", "[op:timestep_embedding]") {
-    auto [dim, flip, shift] = GENERATE(std::make_tuple(2, true, 0.f), std::make_tuple(5, false, 1.f),
-                                       std::make_tuple(13, true, 1.f), std::make_tuple(256, true, 0.f),
-                                       std::make_tuple(320, false, 1.f), std::make_tuple(127, false, 0.f));
+    auto [dim, flip, shift] =
+        GENERATE(std::make_tuple(2, true, 0.f), std::make_tuple(5, false, 1.f), std::make_tuple(13, true, 1.f),
+                 std::make_tuple(256, true, 0.f), std::make_tuple(320, false, 1.f), std::make_tuple(127, false, 0.f));
     std::vector<float> tv{0.f, 1.f, 999.f, 1000.f, 0.5f, 37.25f, 500.f, 981.f, 3.f};
     CAPTURE(dim, flip, shift);
     int64_t N = (int64_t)tv.size();
