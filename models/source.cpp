@@ -3,11 +3,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "converter/convert.h"
 #include "runtime/core/error.h"
-#if __has_include("runtime/core/gguf.h")  // TODO(remove once the converter lands)
 #include "runtime/core/gguf.h"
-#define KILN_HAVE_GGUF 1
-#endif
 
 namespace kiln::models {
 
@@ -22,11 +20,20 @@ std::string component_role(const std::string& cls) {
 }
 
 namespace {
+// diffusers writes Python's JSON (-Infinity, NaN in scheduler configs); parsed with those as null.
+json parse_py_json(const std::string& text, const std::string& what) {
+    try {
+        return json::parse(converter::python_json_to_json(text));
+    } catch (const json::exception& e) {
+        KILN_FAIL(what, ": invalid JSON: ", e.what());
+    }
+}
+
 json read_json(const fs::path& p) {
     std::ifstream f(p);
     KILN_CHECK(f.good(), p.string(), ": cannot open");
     try {
-        return json::parse(f);
+        return parse_py_json(std::string(std::istreambuf_iterator<char>(f), {}), p.string());
     } catch (const std::exception& e) {
         KILN_FAIL(p.string(), ": invalid JSON: ", e.what());
     }
@@ -65,23 +72,16 @@ ModelSource ModelSource::open(const std::string& path) {
         }
         return s;
     }
-#ifndef KILN_HAVE_GGUF
-    KILN_FAIL(path, ": Kiln model files need GGUF support");
-#else
     s.kiln_file_ = true;
     GgufFile f = GgufFile::open(path);
     KILN_CHECK(f.has("kiln.components"), path, ": not a Kiln model file (no kiln.components; convert with kiln-convert)");
     s.components_ = f.get_string_array("kiln.components");
     for (auto& c : s.components_) {
-        try {
-            s.configs_[c] = json::parse(f.get_string("kiln." + c + ".config"));
-        } catch (const json::exception& e) {
-            KILN_FAIL(path, ": kiln.", c, ".config is not valid JSON: ", e.what());
-        }
+        s.configs_[c] = parse_py_json(f.get_string("kiln." + c + ".config"), path + ": kiln." + c + ".config");
     }
-    if (f.has("kiln.pipeline.model_index")) s.model_index_ = json::parse(f.get_string("kiln.pipeline.model_index"));
+    if (f.has("kiln.pipeline.model_index"))
+        s.model_index_ = parse_py_json(f.get_string("kiln.pipeline.model_index"), path + ": kiln.pipeline.model_index");
     return s;
-#endif
 }
 
 bool ModelSource::has(const std::string& c) const { return configs_.count(c) > 0; }

@@ -5,11 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "converter/convert.h"
 #include "runtime/core/error.h"
-#if __has_include("runtime/core/gguf.h")  // TODO(remove once the converter lands)
 #include "runtime/core/gguf.h"
-#define KILN_HAVE_GGUF 1
-#endif
 #include "runtime/core/safetensors.h"
 
 namespace kiln::models {
@@ -22,7 +20,7 @@ json read_json(const fs::path& p) {
     std::ifstream f(p);
     KILN_CHECK(f.good(), p.string(), ": cannot open");
     try {
-        return json::parse(f);
+        return json::parse(converter::python_json_to_json(std::string(std::istreambuf_iterator<char>(f), {})));
     } catch (const std::exception& e) {
         KILN_FAIL(p.string(), ": invalid JSON: ", e.what());
     }
@@ -46,7 +44,6 @@ private:
     std::map<std::string, TensorMeta> meta_;
 };
 
-#ifdef KILN_HAVE_GGUF
 class GgufStore : public WeightStore {
 public:
     GgufStore(const std::string& path, const std::string& comp) : f_(GgufFile::open(path)), prefix_(comp + ".") {
@@ -66,7 +63,6 @@ private:
     std::string prefix_;
     std::map<std::string, TensorMeta> meta_;
 };
-#endif
 }  // namespace
 
 namespace {
@@ -122,21 +118,17 @@ std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, js
 }
 
 std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component, json* config) {
-#ifndef KILN_HAVE_GGUF
-    KILN_FAIL("built without GGUF support");
-#else
     auto s = std::make_unique<GgufStore>(file, component);
     if (config) {
         const std::string key = "kiln." + component + ".config";
         KILN_CHECK(s->file().has(key), file, ": no component '", component, "' (missing metadata ", key, ")");
         try {
-            *config = json::parse(s->file().get_string(key));
+            *config = json::parse(converter::python_json_to_json(s->file().get_string(key)));
         } catch (const json::exception& e) {
             KILN_FAIL(file, ": metadata ", key, " is not valid JSON: ", e.what());
         }
     }
     return s;
-#endif
 }
 
 const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) const {

@@ -3,14 +3,11 @@
 #include <iostream>
 
 #include "apps/kiln/commands.h"
+#include "converter/info.h"
 #include "models/forward.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/vulkan/context.h"
-#if __has_include("converter/info.h")  // TODO(remove once the converter lands)
-#include "converter/info.h"
-#define KILN_HAVE_INFO 1
-#endif
 
 namespace kiln::app {
 
@@ -41,11 +38,7 @@ Run add_info(CLI::App& app) {
     auto file = std::make_shared<std::string>();
     app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert)")->required();
     return [file] {
-#ifdef KILN_HAVE_INFO
         print_model_info(*file, std::cout);
-#else
-        KILN_FAIL("kiln info needs the converter library");
-#endif
     };
 }
 

@@ -1,0 +1,126 @@
+// kiln generate: DiTPipeline end to end, PNG out.
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <unistd.h>
+
+#include "apps/kiln/commands.h"
+#include "apps/kiln/png.h"
+#include "models/dit_pipeline.h"
+#include "runtime/core/error.h"
+#include "runtime/core/safetensors.h"
+
+namespace kiln::app {
+
+namespace {
+std::vector<int> parse_labels(const std::string& s, const nlohmann::json& model_index) {
+    std::vector<int> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        KILN_CHECK(!item.empty(), "--class-labels: empty entry in '", s, "'");
+        char* end = nullptr;
+        long v = std::strtol(item.c_str(), &end, 10);
+        if (*end == '\0') {
+            out.push_back((int)v);
+            continue;
+        }
+        // A label name: look it up in model_index.json's id2label, as DiTPipeline.get_label_ids does.
+        bool found = false;
+        if (model_index.contains("id2label"))
+            for (auto& [id, name] : model_index["id2label"].items())
+                for (auto part : {name.get<std::string>()})
+                    if (part == item) out.push_back(std::stoi(id)), found = true;
+        KILN_CHECK(found, "--class-labels: '", item, "' is neither a number nor a label of this model");
+    }
+    return out;
+}
+}  // namespace
+
+Run add_generate(CLI::App& app) {
+    struct Opts {
+        std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
+        int steps = 25, device = -1, upscale = 1, cols = 0;
+        double guidance = 4.0;
+        uint64_t seed = 0;
+        bool grid = false;
+    };
+    auto o = std::make_shared<Opts>();
+    app.add_option("--model", o->model, "Kiln model file or diffusers DiTPipeline folder (default: built-in dit-digits)");
+    app.add_option("--class-labels", o->labels, "Comma-separated class ids or label names, one image each")
+        ->capture_default_str();
+    app.add_option("--steps", o->steps, "Denoising steps")->capture_default_str();
+    app.add_option("--guidance", o->guidance, "Classifier-free guidance scale (1 = off)")->capture_default_str();
+    app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")->capture_default_str();
+    app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
+    app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
+    app.add_option("--latents", o->latents, "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise");
+    app.add_option("--dump", o->dump, "Write intermediates (step{i}_latents, step{i}_noise_pred, decoded, image)");
+    app.add_option("-o,--output", o->out, "PNG path; several images become NAME-0.png, NAME-1.png, ... (or --grid)")
+        ->capture_default_str();
+    app.add_flag("--grid", o->grid, "Write all images into one grid PNG");
+    app.add_option("--upscale", o->upscale, "Nearest-neighbour upscale of the PNG (the demo model draws 32x32)")
+        ->capture_default_str();
+    app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
+    app.footer("Examples:\n  kiln generate -o digits.png --class-labels 0,1,2,3,4,5,6,7,8,9 --grid --upscale 4\n"
+               "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png");
+    return [o] {
+        const std::string model = o->model.empty() ? default_model() : o->model;
+        auto src = models::ModelSource::open(model);
+        models::GenerateOptions g;
+        g.labels = parse_labels(o->labels, src.model_index());
+        g.steps = o->steps;
+        g.guidance = o->guidance;
+        g.seed = o->seed;
+        g.scheduler = o->scheduler;
+        g.mode = exec::parse_mode(o->mode);
+        g.keep_intermediates = !o->dump.empty();
+        if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
+        const bool tty = isatty(2);
+        auto t0 = std::chrono::steady_clock::now();
+        g.progress = [&](int i, int n) {
+            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (tty) {
+                int w = 30, f = i * w / n;
+                std::fprintf(stderr, "\r  denoise [%s%s] %d/%d  %.1fs", std::string((size_t)f, '#').c_str(),
+                             std::string((size_t)(w - f), '.').c_str(), i, n, s);
+                if (i == n) std::fprintf(stderr, "\n");
+            } else if (i == n || i % std::max(1, n / 5) == 0) {
+                std::fprintf(stderr, "  denoise %d/%d  %.1fs\n", i, n, s);
+            }
+        };
+        vk::Context ctx(o->device);
+        std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
+                     model.c_str(), ctx.info().name.c_str(), g.labels.size(), g.steps, g.guidance,
+                     (unsigned long long)g.seed, exec::mode_name(g.mode));
+        t0 = std::chrono::steady_clock::now();
+        auto r = models::generate_dit(ctx, src, g);
+        std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
+                     r.denoise_ms, r.denoise_ms / g.steps, r.decode_ms);
+        std::vector<std::pair<std::string, std::string>> text = {
+            {"Software", "kiln"},
+            {"kiln:model", model},
+            {"kiln:settings", "labels=" + o->labels + " steps=" + std::to_string(g.steps) +
+                                  " guidance=" + std::to_string(g.guidance) + " seed=" + std::to_string(g.seed) +
+                                  " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
+                                  " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents)}};
+        const Tensor& im = r.image;
+        const int B = (int)im.shape[0], H = (int)im.shape[1], W = (int)im.shape[2], C = (int)im.shape[3];
+        if (o->grid || B == 1) {
+            Tensor gimg = B == 1 ? im : make_grid(im, o->cols > 0 ? o->cols : std::min(B, 10));
+            write_png(o->out, gimg.data<float>(), (int)gimg.shape[1], (int)gimg.shape[2], C, o->upscale, text);
+            std::fprintf(stderr, "wrote %s\n", o->out.c_str());
+        } else {
+            std::string base = o->out, ext = ".png";
+            if (base.size() > 4 && base.substr(base.size() - 4) == ".png") base = base.substr(0, base.size() - 4);
+            for (int b = 0; b < B; ++b) {
+                std::string p = base + "-" + std::to_string(b) + ext;
+                write_png(p, im.data<float>() + (size_t)b * H * W * C, H, W, C, o->upscale, text);
+                std::fprintf(stderr, "wrote %s\n", p.c_str());
+            }
+        }
+        if (!o->dump.empty()) write_safetensors(o->dump, r.intermediates);
+    };
+}
+
+}  // namespace kiln::app

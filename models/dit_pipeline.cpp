@@ -1,0 +1,151 @@
+#include "models/dit_pipeline.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "models/dit.h"
+#include "models/schedulers/scheduler.h"
+#include "models/vae.h"
+#include "runtime/core/error.h"
+
+namespace kiln::models {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+}  // namespace
+
+Tensor seeded_normal(const Shape& shape, uint64_t seed) {
+    Tensor t(DType::f32, shape);
+    std::mt19937_64 rng(seed);
+    auto uniform = [&] { return ((double)(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };  // (0, 1)
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); i += 2) {
+        double r = std::sqrt(-2.0 * std::log(uniform())), th = 2.0 * M_PI * uniform();
+        p[i] = (float)(r * std::cos(th));
+        if (i + 1 < t.numel()) p[i + 1] = (float)(r * std::sin(th));
+    }
+    return t;
+}
+
+GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const GenerateOptions& opt) {
+    GenerateResult res;
+    auto t_plan = Clock::now();
+    KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(),
+               ": a DiT pipeline needs transformer, vae and scheduler components");
+    KILN_CHECK(src.class_of("transformer") == "DiTTransformer2DModel", src.path(), ": transformer is ",
+               src.class_of("transformer"), ", `generate` runs DiTTransformer2DModel pipelines");
+    KILN_CHECK(!opt.labels.empty(), "no class labels given");
+    KILN_CHECK(opt.steps >= 1 && opt.steps <= 1000, "--steps must be in 1..1000, got ", opt.steps);
+    auto tc = DiTConfig::from_json(src.config("transformer"));
+    auto vc = VaeConfig::from_json(src.config("vae"));
+    for (int l : opt.labels)
+        KILN_CHECK(l >= 0 && l < tc.num_embeds_ada_norm, "class label ", l, " out of range [0, ",
+                   tc.num_embeds_ada_norm, ")");
+    const int B = (int)opt.labels.size(), C = tc.in_channels, S = tc.sample_size;
+    const bool cfg = opt.guidance > 1.0;
+    const int BB = cfg ? 2 * B : B;
+    const Shape lat_shape{B, C, S, S};
+
+    auto sched = opt.scheduler.empty() ? sched::make_scheduler(src.config("scheduler"))
+                                       : sched::make_scheduler(src.config("scheduler"), opt.scheduler);
+    sched->set_timesteps(opt.steps);
+
+    // Transformer for the guidance batch; VAE decoder for the batch.
+    auto tws = src.weights("transformer");
+    ir::Graph tg;
+    Builder tb(tg, *tws);
+    build_dit(tb, tc, BB, S, S);
+    exec::Mode mode = opt.mode == exec::Mode::regional && tc.layers < 2 ? exec::Mode::full : opt.mode;
+    exec::Executor tx(ctx, tg, tb.weight_fn(), mode);
+    auto vws = src.weights("vae");
+    ir::Graph vg;
+    Builder vb(vg, *vws);
+    build_vae_decoder(vb, vc, B, S, S);
+    exec::Executor vx(ctx, vg, vb.weight_fn(), opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full);
+    res.plan_ms = ms_since(t_plan);
+    res.transformer_counters = tx.counters();
+
+    Tensor latents = opt.latents_init ? *opt.latents_init : seeded_normal(lat_shape, opt.seed);
+    KILN_CHECK(latents.shape == lat_shape, "initial latents have shape ", shape_str(latents.shape), ", expected ",
+               shape_str(lat_shape));
+    latents = latents.astype(DType::f32);
+    const size_t n_half = (size_t)latents.numel();
+    std::vector<float> x(n_half * (cfg ? 2 : 1));  // latent_model_input
+    for (size_t r = 0; r < x.size() / n_half; ++r)
+        std::memcpy(x.data() + r * n_half, latents.data<float>(), n_half * 4);
+    KILN_CHECK(!cfg || tc.num_embeds_ada_norm >= 1000, "guidance needs DiT's null class 1000, but this model has ",
+               tc.num_embeds_ada_norm, " classes (use --guidance 1)");
+    Tensor labels(DType::i32, {BB});
+    for (int i = 0; i < BB; ++i) labels.data<int32_t>()[i] = i < B ? opt.labels[(size_t)i] : 1000;
+    tx.set_input("class_labels", labels);
+
+    auto t_loop = Clock::now();
+    const auto& ts = sched->timesteps();
+    const size_t plane = (size_t)S * S;
+    for (int i = 0; i < (int)ts.size(); ++i) {
+        if (cfg) std::memcpy(x.data() + n_half, x.data(), n_half * 4);  // cat([half, half])
+        sched->scale_model_input(x, i);
+        tx.set_input("hidden_states", Tensor::from_f32({BB, C, S, S}, x));
+        Tensor tt(DType::f32, {BB});
+        for (int b = 0; b < BB; ++b) tt.data<float>()[b] = (float)ts[(size_t)i];
+        tx.set_input("timestep", tt);
+        tx.run();
+        Tensor noise = tx.output("sample");  // [BB, out, S, S]
+        const int OC = (int)noise.shape[1];
+        float* np = noise.data<float>();
+        if (cfg) {  // guidance on the first C channels, copied to both halves
+            for (int b = 0; b < B; ++b)
+                for (size_t k = 0; k < (size_t)C * plane; ++k) {
+                    float cond = np[(size_t)b * OC * plane + k], unc = np[(size_t)(b + B) * OC * plane + k];
+                    float h = unc + (float)opt.guidance * (cond - unc);
+                    np[(size_t)b * OC * plane + k] = h;
+                    np[(size_t)(b + B) * OC * plane + k] = h;
+                }
+        }
+        if (opt.keep_intermediates) res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", noise});
+        // Learned sigma: the scheduler sees the first C channels only.
+        std::vector<float> model_out((size_t)BB * C * plane);
+        const bool split = OC / 2 == C;
+        for (int b = 0; b < BB; ++b)
+            std::memcpy(model_out.data() + (size_t)b * C * plane, np + (size_t)b * OC * plane,
+                        (split ? C : OC) * plane * 4);
+        x = sched->step(model_out, i, x);
+        if (opt.keep_intermediates)
+            res.intermediates.push_back({"step" + std::to_string(i) + "_latents",
+                                         Tensor::from_f32(lat_shape, std::vector<float>(x.begin(), x.begin() + (long)n_half))});
+        if (opt.progress) opt.progress(i + 1, (int)ts.size());
+    }
+    res.denoise_ms = ms_since(t_loop);
+
+    auto t_dec = Clock::now();
+    std::vector<float> z(x.begin(), x.begin() + (long)n_half);
+    const float inv_sf = (float)(1.0 / vc.scaling_factor);
+    for (auto& v : z) v = inv_sf * v;
+    if (opt.keep_intermediates) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(lat_shape, z)});
+    vx.set_input("latents", Tensor::from_f32(lat_shape, z));
+    vx.run();
+    Tensor dec = vx.output("decoded");  // [B, 3, H, W]
+    if (opt.keep_intermediates) res.intermediates.push_back({"decoded", dec});
+    const int OCH = (int)dec.shape[1], H = (int)dec.shape[2], W = (int)dec.shape[3];
+    res.image = Tensor(DType::f32, {B, H, W, OCH});
+    Tensor unclamped(DType::f32, {B, H, W, OCH});
+    for (int b = 0; b < B; ++b)
+        for (int c = 0; c < OCH; ++c)
+            for (int y = 0; y < H; ++y)
+                for (int xx = 0; xx < W; ++xx) {
+                    float v = dec.data<float>()[(((size_t)b * OCH + c) * H + y) * W + xx] / 2.f + 0.5f;
+                    size_t o = (((size_t)b * H + y) * W + xx) * OCH + c;
+                    unclamped.data<float>()[o] = v;
+                    res.image.data<float>()[o] = std::min(1.f, std::max(0.f, v));
+                }
+    if (opt.keep_intermediates) {
+        res.intermediates.push_back({"image_unclamped", unclamped});
+        res.intermediates.push_back({"image", res.image});
+    }
+    res.decode_ms = ms_since(t_dec);
+    return res;
+}
+
+}  // namespace kiln::models
