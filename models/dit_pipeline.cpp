@@ -93,7 +93,10 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
         tx.set_input("timestep", tt);
         tx.run();
         Tensor noise = tx.output("sample");  // [BB, out, S, S]
+        const Tensor raw = noise;
         const int OC = (int)noise.shape[1];
+        // The raw transformer output of the whole guidance batch, as diffusers' fixtures record it.
+        if (opt.keep_intermediates) res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", raw});
         float* np = noise.data<float>();
         if (cfg) {  // guidance on the first C channels, copied to both halves
             for (int b = 0; b < B; ++b)
@@ -104,7 +107,6 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
                     np[(size_t)(b + B) * OC * plane + k] = h;
                 }
         }
-        if (opt.keep_intermediates) res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", noise});
         // Learned sigma: the scheduler sees the first C channels only.
         std::vector<float> model_out((size_t)BB * C * plane);
         const bool split = OC / 2 == C;
