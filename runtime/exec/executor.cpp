@@ -256,10 +256,15 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     for (auto& k : blocks) {
         const auto& t = g.regions()[(size_t)k.regions[0]];
         int end_t = (int)(std::find(active.begin(), active.end(), t.end - 1) - active.begin());
-        for (auto [x, y] : k.chain) {
-            if (life.count(r(x))) life[r(x)].second = std::max(life[r(x)].second, end_t + 1);
-            if (life.count(r(y))) life[r(y)].second = std::max(life[r(y)].second, end_t + 1);
-        }
+        // The template runs once per instance: whatever it reads from outside (shared values such as
+        // the timestep embedding, chain inputs) must survive every replay, and so must chain outputs.
+        auto keep = [&](int v) {
+            if (v >= 0 && life.count(r(v))) life[r(v)].second = std::max(life[r(v)].second, end_t + 1);
+        };
+        for (int n = t.first; n < t.end; ++n)
+            for (int v : nodes[(size_t)n].in)
+                if (v >= 0 && (g.value(v).producer < t.first || g.value(v).producer >= t.end)) keep(v);
+        for (auto [x, y] : k.chain) keep(x), keep(y);
     }
     // Greedy first-fit placement by definition time.
     struct Live {

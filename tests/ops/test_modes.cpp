@@ -48,14 +48,13 @@ TEST_CASE("a repeated block gives the CPU result in eager and full modes", "[mod
     dit_like_blocks(GENERATE(exec::Mode::eager, exec::Mode::full));
 }
 
-// Regional mode currently fails when an activation computed before the blocks (here temb) is read by
-// every block instance; the minimal case below isolates it (an executor issue, not a lowering one:
-// the same graph with temb as a graph input passes). [!mayfail] until the executor handles it.
-TEST_CASE("a repeated block gives the CPU result in regional mode", "[modes][!mayfail]") {
+// Regional mode replays the block: an activation computed before the blocks (here temb) and read by
+// every instance must stay alive across all replays (this once failed; the case below isolates it).
+TEST_CASE("a repeated block gives the CPU result in regional mode", "[modes]") {
     dit_like_blocks(exec::Mode::regional);
 }
 
-TEST_CASE("regional mode: an activation shared by every block instance", "[modes][!mayfail]") {
+TEST_CASE("regional mode: an activation shared by every block instance", "[modes]") {
     bool from_input = GENERATE(true, false);
     CAPTURE(from_input);
     const int64_t B = 2, C = 8;
