@@ -1,6 +1,7 @@
 #include "models/forward.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "models/dit.h"
 #include "models/vae.h"
@@ -62,6 +63,41 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         return in;
     }
     KILN_FAIL("no forward for class '", cls, "' (supported: DiTTransformer2DModel, AutoencoderKL)");
+}
+
+std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int h, int w) {
+    auto ramp = [](Shape s) {  // deterministic values in [-1, 1]
+        Tensor t(DType::f32, std::move(s));
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = (float)((i * 7919) % 2001) / 1000.f - 1.f;
+        return t;
+    };
+    std::map<std::string, Tensor> in;
+    if (cls == "DiTTransformer2DModel") {
+        in["hidden_states"] = ramp({B, cfg.value("in_channels", 4), h, w});
+        Tensor t(DType::f32, {B}), l(DType::i32, {B});
+        for (int b = 0; b < B; ++b) t.data<float>()[b] = 500.f, l.data<int32_t>()[b] = b % 1000;
+        in["timestep"] = t;
+        in["class_labels"] = l;
+        return in;
+    }
+    KILN_FAIL("no example inputs for class '", cls, "'");
+}
+
+const std::map<std::string, SyntheticArch>& synthetic_archs() {
+    auto dit = [](int heads, int hd, int layers, int sample) {
+        return SyntheticArch{"DiTTransformer2DModel",
+                             {{"_class_name", "DiTTransformer2DModel"}, {"num_attention_heads", heads},
+                              {"attention_head_dim", hd}, {"num_layers", layers}, {"in_channels", 4},
+                              {"out_channels", 8}, {"patch_size", 2}, {"sample_size", sample},
+                              {"num_embeds_ada_norm", 1000}},
+                             sample};
+    };
+    static const std::map<std::string, SyntheticArch> archs = {
+        {"dit-xl-2-256", dit(16, 72, 28, 32)},
+        {"dit-xl-2-512", dit(16, 72, 28, 64)},
+        {"dit-tiny", dit(2, 32, 28, 8)},  // 28 blocks of width 64: the JIT's acceptance case
+    };
+    return archs;
 }
 
 std::map<std::string, Tensor> forward_component(vk::Context* ctx, const ModelSource& src, const std::string& component,

@@ -14,6 +14,18 @@ namespace kiln::models {
 std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
                                               const std::map<std::string, Tensor>& inputs);
 
+// Plausible inputs for a component class (random latents, mid timestep, ...) at batch B and a latent of
+// h x w: for `kiln bench` and tests.
+std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& config, int B, int h, int w);
+
+// Real architectures by name for `kiln bench --synthetic` (config as diffusers' config.json).
+struct SyntheticArch {
+    std::string cls;
+    nlohmann::json config;
+    int latent = 32;  // latent side at the architecture's native resolution
+};
+const std::map<std::string, SyntheticArch>& synthetic_archs();
+
 // ctx == nullptr runs the CPU reference.
 std::map<std::string, Tensor> forward_component(vk::Context* ctx, const ModelSource& src, const std::string& component,
                                                 const std::map<std::string, Tensor>& inputs,

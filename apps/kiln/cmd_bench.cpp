@@ -18,39 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-struct Arch {
-    std::string cls;
-    nlohmann::json config;
-    int latent = 32;  // latent side
-};
-
-std::map<std::string, Arch> synthetic_archs() {
-    auto dit = [](int heads, int hd, int layers, int sample) {
-        return Arch{"DiTTransformer2DModel",
-                    {{"_class_name", "DiTTransformer2DModel"}, {"num_attention_heads", heads}, {"attention_head_dim", hd},
-                     {"num_layers", layers}, {"in_channels", 4}, {"out_channels", 8}, {"patch_size", 2},
-                     {"sample_size", sample}, {"num_embeds_ada_norm", 1000}},
-                    sample};
-    };
-    return {{"dit-xl-2-256", dit(16, 72, 28, 32)},
-            {"dit-xl-2-512", dit(16, 72, 28, 64)},
-            {"dit-tiny", dit(2, 32, 28, 8)}};  // 28 blocks of width 64: the JIT's acceptance case
-}
-
-std::map<std::string, Tensor> bench_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int latent) {
-    KILN_CHECK(cls == "DiTTransformer2DModel", "bench: class ", cls, " not supported yet");
-    int C = cfg.value("in_channels", 4);
-    std::map<std::string, Tensor> in;
-    Tensor x(DType::f32, {B, C, latent, latent});
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = (float)((i * 7919) % 2001) / 1000.f - 1.f;
-    in["hidden_states"] = x;
-    Tensor t(DType::f32, {B}), l(DType::i32, {B});
-    for (int b = 0; b < B; ++b) t.data<float>()[b] = 500.f, l.data<int32_t>()[b] = b % 1000;
-    in["timestep"] = t;
-    in["class_labels"] = l;
-    return in;
-}
-
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
@@ -64,8 +31,8 @@ Run add_bench(CLI::App& app) {
     };
     auto o = std::make_shared<Opts>();
     auto* m = app.add_option("--model", o->model, "Kiln model file or diffusers folder (its transformer is benched)");
-    app.add_option("--synthetic", o->synthetic, "Real architecture, random weights in memory: dit-xl-2-256, "
-                                                "dit-xl-2-512, dit-tiny")
+    app.add_option("--synthetic", o->synthetic, "Real architecture, random weights in memory (e.g. dit-xl-2-256, "
+                                                "dit-xl-2-512, dit-tiny)")
         ->excludes(m);
     app.add_option("--size", o->size, "Image size in pixels (latent = size / 8); default: the model's");
     app.add_option("--batch", o->batch, "Transformer batch (2 = one image with classifier-free guidance)")
@@ -80,11 +47,15 @@ Run add_bench(CLI::App& app) {
     return [o] {
         KILN_CHECK(!o->model.empty() || !o->synthetic.empty(), "give --model FILE or --synthetic ARCH");
         std::unique_ptr<models::WeightStore> ws;
-        Arch arch;
+        models::SyntheticArch arch;
         if (!o->synthetic.empty()) {
-            auto archs = synthetic_archs();
+            const auto& archs = models::synthetic_archs();
             auto it = archs.find(o->synthetic);
-            KILN_CHECK(it != archs.end(), "unknown --synthetic '", o->synthetic, "' (dit-xl-2-256, dit-xl-2-512, dit-tiny)");
+            if (it == archs.end()) {
+                std::string names;
+                for (auto& [n, a] : archs) names += (names.empty() ? "" : ", ") + n;
+                KILN_FAIL("unknown --synthetic '", o->synthetic, "' (", names, ")");
+            }
             arch = it->second;
             ws = models::synthetic_store(parse_dtype(o->dtype, "--dtype"));
         } else {
@@ -98,7 +69,7 @@ Run add_bench(CLI::App& app) {
         else modes = {exec::parse_mode(o->mode)};
 
         vk::Context ctx(o->device);
-        auto inputs = bench_inputs(arch.cls, arch.config, o->batch, arch.latent);
+        auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
         nlohmann::json report = {{"device", ctx.info().name}, {"driver", ctx.info().driver}, {"class", arch.cls},
                                  {"arch", o->synthetic.empty() ? o->model : o->synthetic}, {"batch", o->batch},
                                  {"latent", arch.latent}, {"modes", nlohmann::json::array()}};

@@ -22,7 +22,8 @@ struct BlockKind {
     std::vector<std::pair<int, int>> last_outputs;  // (value id in last instance, template chain input X)
 };
 
-// Groups regions by kind and validates replayability; throws kiln::Error explaining what differs.
+// Groups regions by kind (kinds with a single instance are left out: they run inline) and validates
+// replayability; throws kiln::Error explaining what differs.
 std::vector<BlockKind> analyze_regions(const ir::Graph& g);
 
 }  // namespace kiln::exec
