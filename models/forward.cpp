@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "models/dit.h"
+#include "models/pixart.h"
 #include "models/vae.h"
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
@@ -47,6 +48,45 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         in["class_labels"] = batch_vector(need(inputs, "class_labels", cls), B, DType::i32, "class_labels");
         return in;
     }
+    if (cls == "PixArtTransformer2DModel") {
+        const Tensor& x = need(inputs, "hidden_states", cls);
+        const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+        KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
+        KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == x.shape[0], cls,
+                   ": encoder_hidden_states must be [B, L, C], got ", shape_str(ctx.shape));
+        const int64_t B = x.shape[0], L = ctx.shape[1];
+        auto c = PixArtConfig::from_json(config);
+        KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
+                   c.in_channels);
+        // encoder_attention_mask: a 0/1 mask [B, L] becomes the bias (1 - mask) * -10000 [B, 1, L], as diffusers
+        // does; a [B, 1, L] bias is taken as is.
+        auto m = inputs.find("encoder_attention_mask");
+        bool mask = m != inputs.end() && c.cross_attention_dim;
+        if (mask) {
+            Tensor mk = m->second.astype(DType::f32);
+            KILN_CHECK(mk.numel() == B * L && (mk.shape.size() == 2 || mk.shape.size() == 3), cls,
+                       ": encoder_attention_mask must be [B, L] or [B, 1, L], got ", shape_str(mk.shape));
+            if (mk.shape.size() == 2)
+                for (int64_t i = 0; i < mk.numel(); ++i) mk.data<float>()[i] = (1.f - mk.data<float>()[i]) * -10000.f;
+            mk.shape = {B, 1, L};
+            in["encoder_attention_mask"] = mk;
+        }
+        build_pixart(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)L, mask);
+        in["hidden_states"] = x.astype(DType::f32);
+        if (c.cross_attention_dim) in["encoder_hidden_states"] = ctx.astype(DType::f32);
+        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+        if (c.use_additional_conditions) {
+            Tensor r = need(inputs, "resolution", cls).astype(DType::f32),
+                   a = need(inputs, "aspect_ratio", cls).astype(DType::f32);
+            KILN_CHECK(r.numel() == 2 * B && a.numel() == B, cls,
+                       ": resolution must be [B, 2] and aspect_ratio [B, 1]");
+            r.shape = {B, 2};
+            a.shape = {B, 1};
+            in["resolution"] = r;
+            in["aspect_ratio"] = a;
+        }
+        return in;
+    }
     if (cls == "AutoencoderKL") {
         auto c = VaeConfig::from_json(config);
         if (inputs.count("latents")) {
@@ -62,7 +102,8 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         }
         return in;
     }
-    KILN_FAIL("no forward for class '", cls, "' (supported: DiTTransformer2DModel, AutoencoderKL)");
+    KILN_FAIL("no forward for class '", cls,
+              "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, AutoencoderKL)");
 }
 
 std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int h, int w) {
@@ -80,6 +121,27 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["class_labels"] = l;
         return in;
     }
+    if (cls == "PixArtTransformer2DModel") {
+        auto c = PixArtConfig::from_json(cfg);
+        const int L = 300;  // PixArt-Sigma's max_sequence_length (T5 tokens)
+        in["hidden_states"] = ramp({B, c.in_channels, h, w});
+        in["encoder_hidden_states"] = ramp({B, L, c.caption_channels ? c.caption_channels : c.cross_attention_dim});
+        Tensor t(DType::f32, {B}), mask(DType::f32, {B, L});
+        for (int b = 0; b < B; ++b) t.data<float>()[b] = 500.f;
+        for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = i % L < 120 ? 1.f : 0.f;  // 120 real tokens
+        in["timestep"] = t;
+        in["encoder_attention_mask"] = mask;
+        if (c.use_additional_conditions) {
+            Tensor r(DType::f32, {B, 2}), a(DType::f32, {B, 1});
+            for (int b = 0; b < B; ++b) {
+                r.data<float>()[2 * b] = 8.f * h, r.data<float>()[2 * b + 1] = 8.f * w;  // image height, width
+                a.data<float>()[b] = (float)h / w;
+            }
+            in["resolution"] = r;
+            in["aspect_ratio"] = a;
+        }
+        return in;
+    }
     KILN_FAIL("no example inputs for class '", cls, "'");
 }
 
@@ -92,10 +154,21 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                               {"num_embeds_ada_norm", 1000}},
                              sample};
     };
+    // PixArt-alpha/PixArt-Sigma-XL-2-1024-MS transformer/config.json (no micro-conditions, interpolation 2).
+    const SyntheticArch pixart_sigma_1024{
+        "PixArtTransformer2DModel",
+        {{"_class_name", "PixArtTransformer2DModel"}, {"num_attention_heads", 16}, {"attention_head_dim", 72},
+         {"num_layers", 28}, {"in_channels", 4}, {"out_channels", 8}, {"patch_size", 2}, {"sample_size", 128},
+         {"caption_channels", 4096}, {"cross_attention_dim", 1152}, {"attention_bias", true},
+         {"activation_fn", "gelu-approximate"}, {"norm_type", "ada_norm_single"}, {"norm_eps", 1e-6},
+         {"norm_elementwise_affine", false}, {"num_embeds_ada_norm", 1000}, {"interpolation_scale", 2},
+         {"use_additional_conditions", false}},
+        128};
     static const std::map<std::string, SyntheticArch> archs = {
         {"dit-xl-2-256", dit(16, 72, 28, 32)},
         {"dit-xl-2-512", dit(16, 72, 28, 64)},
         {"dit-tiny", dit(2, 32, 28, 8)},  // 28 blocks of width 64: the JIT's acceptance case
+        {"pixart-sigma-1024", pixart_sigma_1024},
     };
     return archs;
 }
