@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "converter/convert.h"
+#include "models/forward.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 
@@ -84,6 +85,26 @@ ModelSource ModelSource::open(const std::string& path) {
     return s;
 }
 
+ModelSource ModelSource::synthetic(const std::string& arch, DType weight_dtype) {
+    const auto& archs = synthetic_archs();
+    auto it = archs.find(arch);
+    KILN_CHECK(it != archs.end() && it->second.cls == "DiTTransformer2DModel", "no synthetic DiT pipeline '", arch,
+               "' (dit-xl-2-256, dit-xl-2-512, dit-tiny)");
+    ModelSource s;
+    s.path_ = "synthetic:" + arch;
+    s.synthetic_ = true;
+    s.synthetic_dtype_ = weight_dtype;
+    s.components_ = {"transformer", "vae", "scheduler"};
+    s.configs_["transformer"] = it->second.config;
+    s.configs_["vae"] = {{"_class_name", "AutoencoderKL"}, {"block_out_channels", {128, 256, 512, 512}},
+                         {"layers_per_block", 2}, {"norm_num_groups", 32}, {"latent_channels", 4},
+                         {"in_channels", 3}, {"out_channels", 3}, {"scaling_factor", 0.18215}};
+    s.configs_["scheduler"] = {{"_class_name", "DPMSolverMultistepScheduler"}, {"beta_schedule", "linear"},
+                               {"beta_start", 0.0001}, {"beta_end", 0.02}, {"num_train_timesteps", 1000},
+                               {"solver_order", 2}, {"algorithm_type", "dpmsolver++"}};
+    return s;
+}
+
 bool ModelSource::has(const std::string& c) const { return configs_.count(c) > 0; }
 
 const json& ModelSource::config(const std::string& c) const {
@@ -105,6 +126,7 @@ std::string ModelSource::class_of(const std::string& c) const {
 
 std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
     config(c);
+    if (synthetic_) return synthetic_store(synthetic_dtype_, std::hash<std::string>{}(c));
     if (kiln_file_) return open_kiln_component(path_, c, nullptr);
     return open_diffusers_component(dirs_.at(c), nullptr);
 }

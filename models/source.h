@@ -14,6 +14,9 @@ namespace kiln::models {
 class ModelSource {
 public:
     static ModelSource open(const std::string& path);
+    // A pipeline with a real architecture and random weights in memory ("dit-xl-2-256", "dit-xl-2-512"):
+    // DiT transformer, Stable Diffusion's VAE, DPM-Solver++ scheduler. For timing without downloads.
+    static ModelSource synthetic(const std::string& arch, DType weight_dtype = DType::f16);
     const std::string& path() const { return path_; }
     const std::vector<std::string>& components() const { return components_; }
     bool has(const std::string& component) const;
@@ -25,6 +28,8 @@ public:
 private:
     std::string path_;
     bool kiln_file_ = false;
+    bool synthetic_ = false;
+    DType synthetic_dtype_ = DType::f16;
     std::vector<std::string> components_;
     std::map<std::string, nlohmann::json> configs_;
     std::map<std::string, std::string> dirs_;  // diffusers: component -> folder

@@ -46,7 +46,8 @@ Run add_generate(CLI::App& app) {
         bool grid = false;
     };
     auto o = std::make_shared<Opts>();
-    app.add_option("--model", o->model, "Kiln model file or diffusers DiTPipeline folder (default: built-in dit-digits)");
+    app.add_option("--model", o->model, "Kiln model file or diffusers DiTPipeline folder (default: built-in "
+                                        "dit-digits); synthetic:dit-xl-2-256 = real architecture, random weights");
     app.add_option("--class-labels", o->labels, "Comma-separated class ids or label names, one image each")
         ->capture_default_str();
     app.add_option("--steps", o->steps, "Denoising steps")->capture_default_str();
@@ -66,7 +67,8 @@ Run add_generate(CLI::App& app) {
                "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png");
     return [o] {
         const std::string model = o->model.empty() ? default_model() : o->model;
-        auto src = models::ModelSource::open(model);
+        auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
+                                                     : models::ModelSource::open(model);
         models::GenerateOptions g;
         g.labels = parse_labels(o->labels, src.model_index());
         g.steps = o->steps;
