@@ -5,6 +5,7 @@
 
 #include "models/dit.h"
 #include "models/pixart.h"
+#include "models/sd3.h"
 #include "models/vae.h"
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
@@ -87,6 +88,27 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         }
         return in;
     }
+    if (cls == "SD3Transformer2DModel") {
+        const Tensor& x = need(inputs, "hidden_states", cls);
+        const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+        const Tensor& pooled = need(inputs, "pooled_projections", cls);
+        KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
+        const int64_t B = x.shape[0];
+        KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B, cls, ": encoder_hidden_states must be [B, L, C], got ",
+                   shape_str(ctx.shape));
+        auto c = SD3Config::from_json(config);
+        KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
+                   c.in_channels);
+        KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
+                   c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
+        build_sd3(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)ctx.shape[1]);
+        in["hidden_states"] = x.astype(DType::f32);
+        in["encoder_hidden_states"] = ctx.astype(DType::f32);
+        in["pooled_projections"] = pooled.astype(DType::f32);
+        in["pooled_projections"].shape = {B, c.pooled_projection_dim};
+        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+        return in;
+    }
     if (cls == "AutoencoderKL") {
         auto c = VaeConfig::from_json(config);
         if (inputs.count("latents")) {
@@ -103,7 +125,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         return in;
     }
     KILN_FAIL("no forward for class '", cls,
-              "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, AutoencoderKL)");
+              "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, SD3Transformer2DModel, AutoencoderKL)");
 }
 
 std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int h, int w) {
@@ -142,6 +164,17 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         }
         return in;
     }
+    if (cls == "SD3Transformer2DModel") {
+        auto c = SD3Config::from_json(cfg);
+        const int L = 333;  // 77 CLIP tokens + 256 T5 tokens, as StableDiffusion3Pipeline concatenates them
+        in["hidden_states"] = ramp({B, c.in_channels, h, w});
+        in["encoder_hidden_states"] = ramp({B, L, c.joint_attention_dim});
+        in["pooled_projections"] = ramp({B, c.pooled_projection_dim});
+        Tensor t(DType::f32, {B});
+        for (int b = 0; b < B; ++b) t.data<float>()[b] = 500.f;
+        in["timestep"] = t;
+        return in;
+    }
     KILN_FAIL("no example inputs for class '", cls, "'");
 }
 
@@ -164,11 +197,20 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
          {"norm_elementwise_affine", false}, {"num_embeds_ada_norm", 1000}, {"interpolation_scale", 2},
          {"use_additional_conditions", false}},
         128};
+    // stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json.
+    const SyntheticArch sd3_medium_1024{
+        "SD3Transformer2DModel",
+        {{"_class_name", "SD3Transformer2DModel"}, {"num_attention_heads", 24}, {"attention_head_dim", 64},
+         {"num_layers", 24}, {"in_channels", 16}, {"out_channels", 16}, {"patch_size", 2}, {"sample_size", 128},
+         {"joint_attention_dim", 4096}, {"caption_projection_dim", 1536}, {"pooled_projection_dim", 2048},
+         {"pos_embed_max_size", 192}},
+        128};
     static const std::map<std::string, SyntheticArch> archs = {
         {"dit-xl-2-256", dit(16, 72, 28, 32)},
         {"dit-xl-2-512", dit(16, 72, 28, 64)},
         {"dit-tiny", dit(2, 32, 28, 8)},  // 28 blocks of width 64: the JIT's acceptance case
         {"pixart-sigma-1024", pixart_sigma_1024},
+        {"sd3-medium-1024", sd3_medium_1024},
     };
     return archs;
 }

@@ -1,0 +1,126 @@
+// SD3Transformer2DModel parity with diffusers (fixtures `sd3`, `sd3_qknorm_dual`: SD3.5's per-head RMS qk norm
+// and a dual-attention block): CPU reference, and Vulkan in every JIT mode from a converted Kiln file (f32
+// and f16 weights); a non-square latent and replayed block runs, CPU reference vs Vulkan.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "converter/convert.h"
+#include "models/forward.h"
+#include "runtime/core/safetensors.h"
+#include "runtime/cpu/reference.h"
+#include "tests/models/model_harness.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+
+namespace {
+std::map<std::string, Tensor> sd3_inputs(const SafeTensors& io) {
+    return {{"hidden_states", io.read("hidden_states")},
+            {"encoder_hidden_states", io.read("encoder_hidden_states")},
+            {"pooled_projections", io.read("pooled_projections")},
+            {"timestep", io.read("timestep")}};
+}
+}  // namespace
+
+TEST_CASE("SD3 matches diffusers on the CPU reference", "[models][sd3]") {
+    std::string fx = GENERATE("sd3", "sd3_qknorm_dual");
+    auto src = models::ModelSource::open(test::data_path("fixtures/" + fx));
+    auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
+    auto out = models::forward_component(nullptr, src, "transformer", sd3_inputs(io));
+    // f32 weights and activations, f64 accumulation: only diffusers' own f32 rounding differs (~1e-6).
+    double err = rel_l2(out["sample"].to_f32(), io.read("sample").to_f32());
+    INFO(fx << " relative L2 error " << err);
+    CHECK(err <= 1e-4);
+}
+
+TEST_CASE("SD3 matches diffusers on Vulkan in every JIT mode", "[models][sd3][vulkan]") {
+    std::string fx = GENERATE("sd3", "sd3_qknorm_dual");
+    auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
+    const auto ref = io.read("sample").to_f32();
+    auto dir = std::filesystem::temp_directory_path() / "kiln_test_sd3";
+    std::filesystem::create_directories(dir);
+    for (DType dt : {DType::f32, DType::f16}) {
+        std::string file = (dir / (fx + "_" + dtype_name(dt) + ".kiln")).string();
+        converter::Options opt;
+        opt.dtype = dt;
+        opt.quiet = true;
+        converter::convert_folder(test::data_path("fixtures/" + fx), file, opt);
+        auto src = models::ModelSource::open(file);
+        Tensor first;
+        for (exec::Mode m : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional}) {
+            auto out = models::forward_component(&test::context(), src, "transformer", sd3_inputs(io), m);
+            double err = rel_l2(out["sample"].to_f32(), ref);
+            INFO(fx << " " << dtype_name(dt) << " " << exec::mode_name(m) << " relative L2 " << err);
+            // f32: as the CPU reference. f16: weights rounded to f16; io.json observed max |diff| 1.2e-3 (sd3) and
+            // 1.8e-3 (sd3_qknorm_dual) on outputs of absmax 3.2 and 3.8 (<= 4.8e-4 of absmax) -> relative L2
+            // bound 2e-3 (4x margin).
+            CHECK(err <= (dt == DType::f32 ? 1e-4 : 2e-3));
+            if (m == exec::Mode::eager)
+                first = out["sample"];
+            else
+                CHECK(first.bytes == out["sample"].bytes);  // modes are bitwise identical
+        }
+    }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("SD3 on a non-square latent: Vulkan matches the CPU reference", "[models][sd3][vulkan]") {
+    std::string fx = GENERATE("sd3", "sd3_qknorm_dual");
+    auto src = models::ModelSource::open(test::data_path("fixtures/" + fx));
+    // 8 x 12 latent (4 x 6 patches, an off-centre crop of the 16 x 16 table), 333 text tokens.
+    auto in = models::example_inputs("SD3Transformer2DModel", src.config("transformer"), 2, 8, 12);
+    auto ref = models::forward_component(nullptr, src, "transformer", in);
+    auto out = models::forward_component(&test::context(), src, "transformer", in, exec::Mode::regional);
+    REQUIRE(out["sample"].shape == (Shape{2, 4, 8, 12}));
+    double err = rel_l2(out["sample"].to_f32(), ref["sample"].to_f32());
+    INFO(fx << " relative L2 " << err);
+    CHECK(err <= 1e-5);  // same f32 weights and math; only summation order differs
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("SD3.5-like block runs replay in the regional JIT: Vulkan matches the CPU reference",
+          "[models][sd3][vulkan]") {
+    // Blocks 0-1 dual attention, 2-4 plain, 5 context_pre_only: two replayed kinds and an inline last block.
+    nlohmann::json cfg = {{"num_attention_heads", 2},
+                          {"attention_head_dim", 16},
+                          {"num_layers", 6},
+                          {"in_channels", 4},
+                          {"out_channels", 4},
+                          {"sample_size", 8},
+                          {"joint_attention_dim", 40},
+                          {"caption_projection_dim", 32},
+                          {"pooled_projection_dim", 24},
+                          {"pos_embed_max_size", 16},
+                          {"qk_norm", "rms_norm"},
+                          {"dual_attention_layers", {0, 1}}};
+    auto ws = models::synthetic_store(DType::f32, 3);
+    ir::Graph g;
+    models::Builder b(g, *ws);
+    auto in = models::build_component(b, "SD3Transformer2DModel", cfg,
+                                      models::example_inputs("SD3Transformer2DModel", cfg, 2, 10, 6));
+    auto ref = cpu::run(g, in, models::cpu_weights(*ws, b.constants()));
+    Tensor first;
+    for (exec::Mode m : {exec::Mode::eager, exec::Mode::regional}) {
+        auto out = exec::run_graph(test::context(), g, b.weight_fn(), in, m);
+        double err = rel_l2(out["sample"].to_f32(), ref["sample"].to_f32());
+        INFO(exec::mode_name(m) << " relative L2 " << err);
+        CHECK(err <= 1e-5);
+        if (m == exec::Mode::eager)
+            first = out["sample"];
+        else
+            CHECK(first.bytes == out["sample"].bytes);
+    }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("sd3-medium-1024 synthetic arch builds at its native size", "[models][sd3]") {
+    const auto& arch = models::synthetic_archs().at("sd3-medium-1024");
+    auto ws = models::synthetic_store(DType::f16);
+    ir::Graph g;
+    models::Builder b(g, *ws);
+    auto in = models::build_component(b, arch.cls, arch.config,
+                                      models::example_inputs(arch.cls, arch.config, 1, arch.latent, arch.latent));
+    CHECK(in.at("encoder_hidden_states").shape == (Shape{1, 333, 4096}));
+    CHECK(g.regions().size() == 23);  // the last block (context_pre_only) runs inline
+    CHECK(g.shape(ir::Val{g.outputs().at(0).second}) == (Shape{1, 16, 128, 128}));
+}
