@@ -1,4 +1,4 @@
-// CPU references: norms, softmax, linear/matmul, attention, modulate, conv2d. f64 accumulation.
+// CPU references: norms, softmax, linear/matmul, attention, modulate, rope, conv2d. f64 accumulation.
 #include <cmath>
 #include <limits>
 
@@ -171,6 +171,22 @@ void modulate(const ir::Graph& g, const ir::Node& n, Vals& v) {
                 size_t o = (size_t)((b * N + i) * C + c), bc = (size_t)(b * C + c);
                 y[o] = x[o] * (1.f + sc[bc]) + shift[bc];
             }
+}
+
+void rope(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    const Shape& s = g.value(n.out).shape;
+    int64_t B = s[0], S = s[1], half = g.value(n.in[1]).shape[1], H = s[2] / (2 * half);
+    const auto &x = v[(size_t)n.in[0]], &c = v[(size_t)n.in[1]], &sn = v[(size_t)n.in[2]];
+    auto& y = v[(size_t)n.out];
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < S; ++t)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t i = 0; i < half; ++i) {
+                    size_t o = (size_t)(((b * S + t) * H + h) * 2 * half + 2 * i), ti = (size_t)(t * half + i);
+                    double re = x[o], im = x[o + 1], cs = c[ti], sv = sn[ti];
+                    y[o] = (float)(re * cs - im * sv);
+                    y[o + 1] = (float)(im * cs + re * sv);
+                }
 }
 
 void conv2d(const ir::Graph& g, const ir::Node& n, Vals& v) {

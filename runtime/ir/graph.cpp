@@ -200,6 +200,17 @@ Val Graph::modulate(Val x, Val shift, Val scale) {
     return add_node(Op::modulate, {x.id, shift.id, scale.id}, s);
 }
 
+Val Graph::rope(Val x, Val cos, Val sin) {
+    for (Val t : {x, cos, sin}) check_f32(Op::rope, t, "x/cos/sin");
+    const Shape &s = shape(x), &sc = shape(cos);
+    KILN_CHECK(s.size() == 3, "rope: x must be [B, S, H*D], got ", shape_str(s));
+    KILN_CHECK(sc.size() == 2 && sc[0] == s[1] && shape(sin) == sc, "rope: cos ", shape_str(sc), " / sin ",
+               shape_str(shape(sin)), " must be [S, D/2] with S = ", s[1], " for x ", shape_str(s));
+    KILN_CHECK(s[2] % (2 * sc[1]) == 0, "rope: head dim 2*", sc[1], " does not divide width ", s[2], " of x ",
+               shape_str(s));
+    return add_node(Op::rope, {x.id, cos.id, sin.id}, s);
+}
+
 Val Graph::embedding(Val table, Val ids) {
     const Shape &st = shape(table), &si = shape(ids);
     KILN_CHECK(st.size() == 2, "embedding: table '", value(table).name, "' must be [V, D], got ", shape_str(st));

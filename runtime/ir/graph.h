@@ -66,6 +66,9 @@ public:
     // q [B, Sq, H*D], k/v [B, Sk, H*D], mask additive [B|1, Sq|1, Sk] or absent -> [B, Sq, H*D]
     Val attention(Val q, Val k, Val v, int heads, Val mask = {}, float scale = 0.f);
     Val modulate(Val x, Val shift, Val scale);  // x [B, N, C], shift/scale [B, C]
+    // Rotary embedding, interleaved pairs (diffusers apply_rotary_emb, use_real_unbind_dim=-1): x [B, S, H*D],
+    // cos/sin [S, D/2] (D = 2 * cos.shape[1]); y[2i] = x[2i] cos - x[2i+1] sin, y[2i+1] = x[2i+1] cos + x[2i] sin.
+    Val rope(Val x, Val cos, Val sin);
     Val embedding(Val table, Val ids);          // table [V, D], ids i32 [N] -> [N, D]
     Val timestep_embedding(Val t, const TimestepAttrs& a);  // t f32 [N] -> [N, dim]
     Val conv2d(Val x, Val w, Val b, const Conv2dAttrs& a);  // x [B,C,H,W], w [O,C,kh,kw]

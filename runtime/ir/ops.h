@@ -20,6 +20,7 @@
     X(matmul, compute)             /* a [B, M, K] @ b [B|1, K, N] */                              \
     X(attention, compute)          /* softmax(q k^T * s + mask) v, heads packed in the last dim */ \
     X(modulate, compute)           /* x [B, N, C] * (1 + scale[B, C]) + shift[B, C] */           \
+    X(rope, compute)               /* x [B, S, H*D] pairs rotated by cos/sin [S, D/2] */          \
     X(embedding, compute)          /* table [V, D] rows by i32 ids [N] */                         \
     X(timestep_embedding, compute) /* diffusers get_timestep_embedding */                         \
     X(conv2d, compute)             /* NCHW, any kernel / stride / padding */                      \

@@ -83,6 +83,13 @@ KILN_PARAMS(ModulateParams) {
 } KILN_PARAMS_END(ModulateParams)
 #endif
 
+// rope: x [B, S, H, 2*pairs]; pair i of (b, s, h) rotated by cos/sin[s, i].
+#if defined(__cplusplus) || defined(USE_ROPE)
+KILN_PARAMS(RopeParams) {
+    uint B, S, H, pairs;  // pairs = D / 2
+} KILN_PARAMS_END(RopeParams)
+#endif
+
 // embedding: y[i, :] = table[ids[i], :], table [V, D].
 #if defined(__cplusplus) || defined(USE_EMBEDDING)
 KILN_PARAMS(EmbeddingParams) {

@@ -1,4 +1,4 @@
-// Lowering of the elementwise ops: scale, silu, gelu (UnaryParams) and modulate.
+// Lowering of the elementwise ops: scale, silu, gelu (UnaryParams), modulate and rope.
 #include <variant>
 
 #include "runtime/core/error.h"
@@ -39,6 +39,18 @@ Dispatch lower_modulate(const ir::Graph& g, const ir::Node& n) {
     d.shader = "modulate";
     d.set_push(p);
     groups_1d(d, (uint64_t)shape_numel(s));
+    return d;
+}
+
+Dispatch lower_rope(const ir::Graph& g, const ir::Node& n) {
+    const Shape& s = g.value(n.out).shape;  // [B, S, H*D]
+    int64_t half = g.value(n.in[1]).shape[1];
+    KILN_CHECK(shape_numel(s) < (1ll << 32), "rope: ", shape_str(s), " has >= 2^32 elements");
+    params::RopeParams p{(params::uint)s[0], (params::uint)s[1], (params::uint)(s[2] / (2 * half)), (params::uint)half};
+    Dispatch d;
+    d.shader = "rope";
+    d.set_push(p);
+    groups_1d(d, (uint64_t)shape_numel(s) / 2);  // one invocation per pair
     return d;
 }
 
