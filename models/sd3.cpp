@@ -137,20 +137,26 @@ void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L) {
     ir::Val t = g.input("timestep", {B});
 
     // pos_embed: PatchEmbed conv(k=p, s=p) -> [B, h*w, D] + the stored [1, M*M, D] table cropped to the
-    // centre h x w (top = (M - h) / 2, left = (M - w) / 2).
+    // centre h x w (top = (M - h) / 2, left = (M - w) / 2). The crop is taken on the host: the whole table
+    // can exceed a device's maxStorageBufferRange (SD3 medium: 192^2 x 1536 f32 = 226 MB; lavapipe: 128 MB).
     ir::Val pw = b.matrix("pos_embed.proj.weight", {D, c.in_channels, p, p});
     ir::Val pb = b.vec("pos_embed.proj.bias", {D});
     ir::Val hs = g.conv2d(x, pw, pb, {p, p, 0, 0});                 // [B, D, h, w]
     hs = g.transpose(g.reshape(hs, {B, D, (int64_t)h * w}), 1, 2);  // [B, h*w, D]
-    ir::Val pos;
+    Tensor pos(DType::f32, {1, (int64_t)h * w, D});
     if (M) {
-        ir::Val table = g.reshape(b.vec("pos_embed.pos_embed", {1, (int64_t)M * M, D}), {M, M, D});
-        pos = g.slice(g.slice(table, 0, (M - h) / 2, h), 1, (M - w) / 2, w);  // [h, w, D]
-        pos = g.reshape(pos, {1, (int64_t)h * w, D});
+        // Declared (shape-checked) but read by no op, so never uploaded; its bytes come through weight_fn.
+        const ir::Value& tv = g.value(b.vec("pos_embed.pos_embed", {1, (int64_t)M * M, D}));
+        Tensor table(DType::f32, tv.shape);
+        b.weight_fn()(tv, table.bytes.data(), table.bytes.size());
+        const int top = (M - h) / 2, left = (M - w) / 2;
+        for (int i = 0; i < h; ++i)
+            std::copy_n(table.data<float>() + ((size_t)(top + i) * M + left) * D, (size_t)w * D,
+                        pos.data<float>() + (size_t)i * w * D);
     } else {
-        pos = b.constant("const.pos_embed", sincos_pos_embed_2d(D, h, w, c.sample_size / p, 1.0));
+        pos = sincos_pos_embed_2d(D, h, w, c.sample_size / p, 1.0);
     }
-    hs = g.add(hs, pos);
+    hs = g.add(hs, b.constant("const.pos_embed", std::move(pos)));  // [1, h*w, D]
 
     // time_text_embed: TimestepEmbedding(Timesteps(256, True, 0)) + PixArtAlphaTextProjection(silu) -> temb [B, D].
     ir::Val t_proj = g.timestep_embedding(t, {256, true, 0.f, 1.f, 10000.f});
