@@ -78,6 +78,7 @@ Run add_bench(CLI::App& app) {
         std::printf("%-9s %9s %9s %9s %8s %6s %6s %6s %10s %10s %10s %9s %8s %8s\n", "mode", "cold_ms", "warm_ms",
                     "record_ms", "pipes", "cmdbuf", "disp", "submit", "step_med", "step_min", "step_max", "gpu_ms",
                     "GFLOP/s", "mem_MiB");
+        std::fflush(stdout);
         for (exec::Mode mode : modes) {
             ir::Graph g;
             models::Builder b(g, *ws);
@@ -97,12 +98,14 @@ Run add_bench(CLI::App& app) {
             for (int i = 0; i < o->warmup; ++i) ex->run();
             std::vector<double> wall, gpu;
             std::map<std::string, double> per_op;
+            std::vector<double> block_ms;
             for (int i = 0; i < o->steps; ++i) {
                 auto ts = Clock::now();
                 ex->run();
                 wall.push_back(ms_since(ts));
                 gpu.push_back(ex->last_gpu_ms());
                 for (auto& [k, v] : ex->last_op_ms()) per_op[k] += v / o->steps;
+                block_ms = ex->last_block_ms();
             }
             double med = median(wall), gmed = median(gpu);
             double gflops = cost.flops / (med * 1e-3) * 1e-9;
@@ -111,6 +114,7 @@ Run add_bench(CLI::App& app) {
                         c.command_buffers_recorded, c.dispatches_per_run, c.submissions_per_run, med,
                         *std::min_element(wall.begin(), wall.end()), *std::max_element(wall.begin(), wall.end()), gmed,
                         gflops, (double)c.device_bytes / (1 << 20));
+            std::fflush(stdout);
             nlohmann::json jm = {{"mode", exec::mode_name(mode)},
                                  {"cold_compile_ms", cold - c.upload_ms},
                                  {"warm_compile_ms", warm},
@@ -136,7 +140,9 @@ Run add_bench(CLI::App& app) {
                                  {"bytes_per_step", cost.bytes},
                                  {"gflops_per_s", gflops},
                                  {"gbytes_per_s", cost.bytes / (med * 1e-3) * 1e-9},
-                                 {"gpu_ms_per_op_kind", per_op}};
+                                 {"gpu_ms_per_op_kind", per_op},
+                                 {"gpu_ms_per_block", block_ms},
+                                 {"gpu_ms_block_median", median(block_ms)}};
             report["modes"].push_back(jm);
         }
         if (!o->json.empty()) {

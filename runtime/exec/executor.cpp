@@ -105,6 +105,8 @@ struct Executor::Impl {
     VkCommandBuffer primary = VK_NULL_HANDLE;
     std::vector<VkCommandBuffer> secondaries;
     VkQueryPool queries = VK_NULL_HANDLE;
+    uint32_t n_queries = 0;
+    std::vector<double> block_ms;
     VkFence fence = VK_NULL_HANDLE;
     double gpu_ms = 0;
     std::vector<std::pair<std::string, double>> op_ms;
@@ -378,7 +380,10 @@ void Executor::Impl::record() {
     if (ctx.info().timestamps) {
         VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
         qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-        qi.queryCount = 2;
+        // [0, 1]: the whole run; then a (begin, end) pair around every replayed block instance.
+        n_queries = 2;
+        for (auto& k : blocks) n_queries += 2 * (uint32_t)k.weights.size();
+        qi.queryCount = n_queries;
         VK_CHECK(vkCreateQueryPool(dev, &qi, nullptr, &queries));
     }
     if (mode == Mode::eager) {  // recorded per op at run time
@@ -414,10 +419,11 @@ void Executor::Impl::record() {
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     VK_CHECK(vkBeginCommandBuffer(primary, &bi));
     if (queries) {
-        vkCmdResetQueryPool(primary, queries, 0, 2);
+        vkCmdResetQueryPool(primary, queries, 0, n_queries);
         vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, 0);
     }
     Recorder rec{primary};
+    uint32_t next_query = 2;
     for (auto& step : program) {
         if (step.kind == Step::dispatch) {
             record_dispatch(rec, dispatches[(size_t)step.index]);
@@ -432,10 +438,12 @@ void Executor::Impl::record() {
             vkCmdCopyBuffer(primary, block_arena[k].buffer, block_window[k].buffer, 1, &cp);
             c.copies_per_run++;
             rec.barrier();
+            if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
             vkCmdExecuteCommands(primary, 1, &secondaries[k]);
             c.barriers_per_run += sec_barriers[k];
             c.dispatches_per_run += (int)block_dispatches[k].size();
             rec.barrier();
+            if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
             for (auto [x, y] : bk.chain) {  // carry the residual stream(s) to the next instance
                 Span sx = span(x), sy = span(y);
                 VkBufferCopy cc{sy.off, sx.off, sx.size};
@@ -517,12 +525,17 @@ void Executor::run() {
     }
     submit(m.primary);
     if (m.queries) {
-        uint64_t ts[2];
-        VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, 2, sizeof(ts), ts, 8,
+        std::vector<uint64_t> ts(m.n_queries);
+        VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, m.n_queries, ts.size() * 8, ts.data(), 8,
                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
-        m.gpu_ms = (double)(ts[1] - ts[0]) * m.ctx.info().timestamp_period_ns * 1e-6;
+        const double ns = m.ctx.info().timestamp_period_ns * 1e-6;
+        m.gpu_ms = (double)(ts[1] - ts[0]) * ns;
+        m.block_ms.clear();
+        for (uint32_t q = 2; q + 1 < m.n_queries; q += 2) m.block_ms.push_back((double)(ts[q + 1] - ts[q]) * ns);
     }
 }
+
+const std::vector<double>& Executor::last_block_ms() const { return impl_->block_ms; }
 
 Tensor Executor::output(const std::string& name) const {
     auto it = impl_->outputs.find(name);

@@ -51,6 +51,8 @@ public:
     Mode mode() const;
     // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
     double last_gpu_ms() const;
+    // Regional mode: GPU ms of every replayed block instance in the last run() (timestamps around each replay).
+    const std::vector<double>& last_block_ms() const;
     // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.
     const std::vector<std::pair<std::string, double>>& last_op_ms() const;
 
