@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "models/dit.h"
+#include "models/flux.h"
 #include "models/pixart.h"
 #include "models/sd3.h"
 #include "models/vae.h"
@@ -109,6 +110,33 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
         return in;
     }
+    if (cls == "FluxTransformer2DModel") {
+        const Tensor& x = need(inputs, "hidden_states", cls);
+        const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+        const Tensor& pooled = need(inputs, "pooled_projections", cls);
+        auto c = FluxConfig::from_json(config);
+        KILN_CHECK(x.shape.size() == 3 && x.shape[2] == c.in_channels, cls, ": hidden_states must be [B, S, ",
+                   c.in_channels, "] (packed latents), got ", shape_str(x.shape));
+        const int64_t B = x.shape[0], S_img = x.shape[1];
+        KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B && ctx.shape[2] == c.joint_attention_dim, cls,
+                   ": encoder_hidden_states must be [B, L, ", c.joint_attention_dim, "], got ", shape_str(ctx.shape));
+        KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
+                   c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
+        // FluxPosEmbed on the host from the ids (f64 angles, as diffusers): the cos/sin tables are graph inputs.
+        auto [cos, sin] = flux_rope_tables(c, need(inputs, "txt_ids", cls), need(inputs, "img_ids", cls));
+        KILN_CHECK(cos.shape[0] == ctx.shape[1] + S_img, cls, ": txt_ids/img_ids have ", cos.shape[0],
+                   " rows for ", ctx.shape[1], " text and ", S_img, " image tokens");
+        build_flux(b, c, (int)B, (int)S_img, (int)ctx.shape[1]);
+        in["hidden_states"] = x.astype(DType::f32);
+        in["encoder_hidden_states"] = ctx.astype(DType::f32);
+        in["pooled_projections"] = pooled.astype(DType::f32);
+        in["pooled_projections"].shape = {B, c.pooled_projection_dim};
+        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+        if (c.guidance_embeds) in["guidance"] = batch_vector(need(inputs, "guidance", cls), B, DType::f32, "guidance");
+        in["rope_cos"] = cos;
+        in["rope_sin"] = sin;
+        return in;
+    }
     if (cls == "AutoencoderKL") {
         auto c = VaeConfig::from_json(config);
         if (inputs.count("latents")) {
@@ -125,7 +153,8 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         return in;
     }
     KILN_FAIL("no forward for class '", cls,
-              "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, SD3Transformer2DModel, AutoencoderKL)");
+              "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, SD3Transformer2DModel, "
+              "FluxTransformer2DModel, AutoencoderKL)");
 }
 
 std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int h, int w) {
@@ -175,6 +204,28 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["timestep"] = t;
         return in;
     }
+    if (cls == "FluxTransformer2DModel") {
+        // As FluxPipeline: the h x w latent packed in 2x2 patches, img ids (0, row, col), 512 T5 tokens with
+        // zero ids, guidance 3.5.
+        auto c = FluxConfig::from_json(cfg);
+        const int L = 512, ph = h / 2, pw = w / 2;
+        in["hidden_states"] = ramp({B, (int64_t)ph * pw, c.in_channels});
+        in["encoder_hidden_states"] = ramp({B, L, c.joint_attention_dim});
+        in["pooled_projections"] = ramp({B, c.pooled_projection_dim});
+        Tensor t(DType::f32, {B}), gs(DType::f32, {B}), img(DType::f32, {(int64_t)ph * pw, 3});
+        Tensor txt(DType::f32, {L, 3});  // zeros
+        for (int b = 0; b < B; ++b) t.data<float>()[b] = 0.5f, gs.data<float>()[b] = 3.5f;
+        for (int i = 0; i < ph; ++i)
+            for (int j = 0; j < pw; ++j) {
+                float* id = img.data<float>() + ((int64_t)i * pw + j) * 3;
+                id[0] = 0.f, id[1] = (float)i, id[2] = (float)j;
+            }
+        in["timestep"] = t;
+        if (c.guidance_embeds) in["guidance"] = gs;
+        in["img_ids"] = img;
+        in["txt_ids"] = txt;
+        return in;
+    }
     KILN_FAIL("no example inputs for class '", cls, "'");
 }
 
@@ -205,12 +256,21 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
          {"joint_attention_dim", 4096}, {"caption_projection_dim", 1536}, {"pooled_projection_dim", 2048},
          {"pos_embed_max_size", 192}},
         128};
+    // black-forest-labs/FLUX.1-dev transformer/config.json; latent 128 (1024 px) -> 4096 packed image tokens.
+    const SyntheticArch flux_dev_1024{
+        "FluxTransformer2DModel",
+        {{"_class_name", "FluxTransformer2DModel"}, {"num_attention_heads", 24}, {"attention_head_dim", 128},
+         {"num_layers", 19}, {"num_single_layers", 38}, {"in_channels", 64}, {"out_channels", nullptr},
+         {"patch_size", 1}, {"joint_attention_dim", 4096}, {"pooled_projection_dim", 768},
+         {"guidance_embeds", true}, {"axes_dims_rope", {16, 56, 56}}},
+        128};
     static const std::map<std::string, SyntheticArch> archs = {
         {"dit-xl-2-256", dit(16, 72, 28, 32)},
         {"dit-xl-2-512", dit(16, 72, 28, 64)},
         {"dit-tiny", dit(2, 32, 28, 8)},  // 28 blocks of width 64: the JIT's acceptance case
         {"pixart-sigma-1024", pixart_sigma_1024},
         {"sd3-medium-1024", sd3_medium_1024},
+        {"flux-dev-1024", flux_dev_1024},
     };
     return archs;
 }
