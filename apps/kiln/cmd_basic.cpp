@@ -29,6 +29,7 @@ Run add_devices(CLI::App& app) {
                         (unsigned long long)(d.max_storage_buffer_range >> 20), (unsigned long long)(d.max_allocation >> 20),
                         d.max_shared_memory >> 10);
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
+            if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
         }
         std::printf("Kiln picks discrete > integrated > virtual > CPU; override with --device N or KILN_DEVICE=N.\n");
     };

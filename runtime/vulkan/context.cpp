@@ -145,6 +145,8 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
                     std::to_string(VK_API_VERSION_MINOR(p.apiVersion)) + "." +
                     std::to_string(VK_API_VERSION_PATCH(p.apiVersion));
     d.subgroup_size = sub.subgroupSize;
+    d.subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                            (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     d.max_storage_buffer_range = p.limits.maxStorageBufferRange;
     d.min_storage_offset_align = p.limits.minStorageBufferOffsetAlignment;
     d.max_push_constants = p.limits.maxPushConstantsSize;
@@ -253,6 +255,8 @@ Context::Context(int device) {
     info_ = query(phys_, chosen);
     KILN_CHECK(info_.fp16_storage, "device '", info_.name, "' lacks the Vulkan feature storageBuffer16BitAccess, "
                                    "which Kiln needs for f16/bf16 weights");
+    KILN_CHECK(info_.subgroup_arithmetic, "device '", info_.name, "' lacks subgroup arithmetic in compute shaders "
+                                          "(VK_SUBGROUP_FEATURE_ARITHMETIC_BIT), which Kiln's reductions need");
     vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
 
     uint32_t nq = 0;
