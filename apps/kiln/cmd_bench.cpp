@@ -27,7 +27,7 @@ double median(std::vector<double> v) {
 Run add_bench(CLI::App& app) {
     struct Opts {
         std::string model, synthetic, mode = "all", json, dtype = "f16";
-        int size = 0, batch = 2, steps = 3, warmup = 1, device = -1;
+        int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
     };
     auto o = std::make_shared<Opts>();
     auto* m = app.add_option("--model", o->model, "Kiln model file or diffusers folder (its transformer is benched)");
@@ -35,6 +35,8 @@ Run add_bench(CLI::App& app) {
                                                 "dit-xl-2-512, dit-tiny)")
         ->excludes(m);
     app.add_option("--size", o->size, "Image size in pixels (latent = size / 8); default: the model's");
+    app.add_option("--blocks", o->blocks, "Synthetic only: keep at most N blocks of each kind (for machines that "
+                                          "cannot hold the whole model; per-block figures stay valid)");
     app.add_option("--batch", o->batch, "Transformer batch (2 = one image with classifier-free guidance)")
         ->capture_default_str();
     app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode")->capture_default_str();
@@ -57,6 +59,9 @@ Run add_bench(CLI::App& app) {
                 KILN_FAIL("unknown --synthetic '", o->synthetic, "' (", names, ")");
             }
             arch = it->second;
+            if (o->blocks > 0)
+                for (const char* key : {"num_layers", "num_single_layers"})
+                    if (arch.config.contains(key)) arch.config[key] = std::min(arch.config[key].get<int>(), o->blocks);
             ws = models::synthetic_store(parse_dtype(o->dtype, "--dtype"));
         } else {
             auto src = models::ModelSource::open(o->model);
@@ -72,6 +77,7 @@ Run add_bench(CLI::App& app) {
         auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
         nlohmann::json report = {{"device", ctx.info().name}, {"driver", ctx.info().driver}, {"class", arch.cls},
                                  {"arch", o->synthetic.empty() ? o->model : o->synthetic}, {"batch", o->batch},
+                                 {"config", arch.config},
                                  {"latent", arch.latent}, {"modes", nlohmann::json::array()}};
         std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(),
                     o->batch, arch.latent, arch.latent, ctx.info().name.c_str());

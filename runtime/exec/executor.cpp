@@ -91,7 +91,8 @@ struct Executor::Impl {
     std::vector<int> root;
     vk::BufferRange dummy;
     std::vector<BlockKind> blocks;
-    std::vector<vk::BufferRange> block_arena, block_window;  // per kind
+    std::vector<std::vector<vk::BufferRange>> block_arena;  // per kind, per instance: its weights
+    std::vector<vk::BufferRange> block_window;               // per kind: what the recording binds
     std::vector<VkDeviceSize> block_stride;
     VkDescriptorPool pool = VK_NULL_HANDLE;
     std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
@@ -216,10 +217,15 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
             stride += align_up((size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype));
         }
         stride = std::max<VkDeviceSize>(stride, kAlign);
-        auto arena = alloc.alloc(stride * k.weights.size(), ("weights of block kind " + k.kind).c_str(), false);
+        // One range per instance: the allocator packs them block-major into its large blocks, and no
+        // single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
+        const std::string what = "weights of block kind " + k.kind;
+        std::vector<vk::BufferRange> inst;
+        for (size_t i = 0; i < k.weights.size(); ++i) {
+            inst.push_back(alloc.alloc(stride, what.c_str(), false));
+            for (size_t j = 0; j < k.tmpl_weights.size(); ++j) fill(k.weights[i][j], inst.back(), rel[j]);
+        }
         auto window = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
-        for (size_t i = 0; i < k.weights.size(); ++i)
-            for (size_t j = 0; j < k.tmpl_weights.size(); ++j) fill(k.weights[i][j], arena, i * stride + rel[j]);
         for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
             int v = k.tmpl_weights[j];
             VkDeviceSize n = (size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
@@ -228,7 +234,7 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
             range[(size_t)v] = {window.buffer, window.offset + rel[j], n,
                                 window.mapped ? window.mapped + rel[j] : nullptr};
         }
-        block_arena.push_back(arena);
+        block_arena.push_back(std::move(inst));
         block_window.push_back(window);
         block_stride.push_back(stride);
     }
@@ -434,8 +440,9 @@ void Executor::Impl::record() {
         const BlockKind& bk = blocks[k];
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             rec.barrier();  // the previous instance finished reading the window / writing its outputs
-            VkBufferCopy cp{block_arena[k].offset + i * block_stride[k], block_window[k].offset, block_stride[k]};
-            vkCmdCopyBuffer(primary, block_arena[k].buffer, block_window[k].buffer, 1, &cp);
+            const vk::BufferRange& src = block_arena[k][i];
+            VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
+            vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
             c.copies_per_run++;
             rec.barrier();
             if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
