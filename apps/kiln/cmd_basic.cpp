@@ -54,7 +54,9 @@ Run add_forward(CLI::App& app) {
     app.add_option("--component", o->component, "transformer or vae")->capture_default_str();
     app.add_option("--inputs", o->inputs,
                    "safetensors with inputs named as diffusers' forward arguments: hidden_states, timestep, "
-                   "class_labels (DiT); latents (VAE decode) or image (VAE encode)")
+                   "class_labels (DiT); + encoder_hidden_states, encoder_attention_mask (PixArt); "
+                   "+ pooled_projections (SD3); + img_ids, txt_ids, guidance (Flux); latents (VAE decode) or "
+                   "image (VAE encode)")
         ->required();
     app.add_option("--output", o->output, "safetensors to write: sample (transformer); decoded, or latent_mean and "
                                           "latent_logvar (VAE)")
