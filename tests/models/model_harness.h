@@ -1,10 +1,68 @@
 #pragma once
-// Shared by the model tests: one Vulkan context per process.
+// Shared by the model tests: one Vulkan context per process, and the fixture-parity checks every
+// transformer runs (CPU reference vs diffusers; Vulkan in every JIT mode from a converted Kiln file).
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "converter/convert.h"
+#include "models/forward.h"
+#include "runtime/core/safetensors.h"
 #include "runtime/vulkan/context.h"
+#include "tests/support/test_support.h"
 
 namespace kiln::test {
 inline vk::Context& context() {
     static vk::Context ctx;
     return ctx;
+}
+
+// The named inputs of a fixture's io.safetensors.
+inline std::map<std::string, Tensor> fixture_inputs(const SafeTensors& io, const std::vector<std::string>& names) {
+    std::map<std::string, Tensor> in;
+    for (auto& n : names)
+        if (io.find(n)) in[n] = io.read(n);
+    return in;
+}
+
+// CPU reference vs diffusers' `sample`. f32 weights and activations, f64 accumulation: only diffusers'
+// own f32 rounding differs (~1e-6), so relative L2 <= 1e-4.
+inline void check_cpu_parity(const std::string& fx, const std::vector<std::string>& inputs) {
+    auto src = models::ModelSource::open(data_path("fixtures/" + fx));
+    auto io = SafeTensors::open(data_path("fixtures/" + fx + "/io.safetensors"));
+    auto out = models::forward_component(nullptr, src, "transformer", fixture_inputs(io, inputs));
+    double err = rel_l2(out["sample"].to_f32(), io.read("sample").to_f32());
+    INFO(fx << " CPU relative L2 " << err);
+    CHECK(err <= 1e-4);
+}
+
+// Converts the fixture to a Kiln file with f32 and with f16 weights and runs it on Vulkan in eager, full
+// and regional modes: f32 within 1e-4 relative L2 of diffusers (as the CPU reference), f16 within
+// `f16_bound` (derived per model from io.json's weights_fp16_rounded figures), modes bitwise identical.
+inline void check_vulkan_parity(const std::string& fx, const std::vector<std::string>& inputs, double f16_bound) {
+    auto io = SafeTensors::open(data_path("fixtures/" + fx + "/io.safetensors"));
+    const auto ref = io.read("sample").to_f32();
+    auto in = fixture_inputs(io, inputs);
+    auto dir = std::filesystem::temp_directory_path() / "kiln_test_models";
+    std::filesystem::create_directories(dir);
+    for (DType dt : {DType::f32, DType::f16}) {
+        std::string file = (dir / (fx + "_" + dtype_name(dt) + ".kiln")).string();
+        converter::Options opt;
+        opt.dtype = dt;
+        opt.quiet = true;
+        converter::convert_folder(data_path("fixtures/" + fx), file, opt);
+        auto src = models::ModelSource::open(file);
+        Tensor first;
+        for (exec::Mode m : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional}) {
+            auto out = models::forward_component(&context(), src, "transformer", in, m);
+            double err = rel_l2(out["sample"].to_f32(), ref);
+            INFO(fx << " " << dtype_name(dt) << " " << exec::mode_name(m) << " relative L2 " << err);
+            CHECK(err <= (dt == DType::f32 ? 1e-4 : f16_bound));
+            if (m == exec::Mode::eager)
+                first = out["sample"];
+            else
+                CHECK(first.bytes == out["sample"].bytes);  // modes are bitwise identical
+        }
+    }
+    CHECK(vk::Context::validation_errors() == 0);
 }
 }  // namespace kiln::test

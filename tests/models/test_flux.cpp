@@ -15,55 +15,19 @@
 using namespace kiln;
 
 namespace {
-std::map<std::string, Tensor> flux_inputs(const SafeTensors& io) {
-    std::map<std::string, Tensor> in;
-    for (const char* k :
-         {"hidden_states", "encoder_hidden_states", "pooled_projections", "timestep", "img_ids", "txt_ids", "guidance"})
-        if (io.find(k)) in[k] = io.read(k);
-    return in;
+const std::vector<std::string> kInputs = {"hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
+                                          "img_ids", "txt_ids", "guidance"};  // guidance only where present
 }
-}  // namespace
 
 TEST_CASE("Flux matches diffusers on the CPU reference", "[models][flux]") {
-    std::string fx = GENERATE("flux", "flux_noguidance");
-    auto src = models::ModelSource::open(test::data_path("fixtures/" + fx));
-    auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
-    auto out = models::forward_component(nullptr, src, "transformer", flux_inputs(io));
-    // f32 weights and activations, f64 accumulation: only diffusers' own f32 rounding differs (~1e-6).
-    double err = rel_l2(out["sample"].to_f32(), io.read("sample").to_f32());
-    INFO(fx << " relative L2 error " << err);
-    CHECK(err <= 1e-4);
+    test::check_cpu_parity(GENERATE("flux", "flux_noguidance"), kInputs);
 }
 
 TEST_CASE("Flux matches diffusers on Vulkan in every JIT mode", "[models][flux][vulkan]") {
-    std::string fx = GENERATE("flux", "flux_noguidance");
-    auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
-    const auto ref = io.read("sample").to_f32();
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_flux";
-    std::filesystem::create_directories(dir);
-    for (DType dt : {DType::f32, DType::f16}) {
-        std::string file = (dir / (fx + "_" + dtype_name(dt) + ".kiln")).string();
-        converter::Options opt;
-        opt.dtype = dt;
-        opt.quiet = true;
-        converter::convert_folder(test::data_path("fixtures/" + fx), file, opt);
-        auto src = models::ModelSource::open(file);
-        Tensor first;
-        for (exec::Mode m : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional}) {
-            auto out = models::forward_component(&test::context(), src, "transformer", flux_inputs(io), m);
-            double err = rel_l2(out["sample"].to_f32(), ref);
-            INFO(fx << " " << dtype_name(dt) << " " << exec::mode_name(m) << " relative L2 " << err);
-            // f32: as the CPU reference. f16: weights rounded to f16; io.json observed max |diff| 2.1e-3 (flux) and
-            // 2.6e-3 (flux_noguidance) on outputs of absmax 3.45 and 3.21 (<= 8e-4 of absmax) -> relative L2
-            // bound 2e-3 (2.5x margin over the max-abs ratio, which bounds the L2 ratio).
-            CHECK(err <= (dt == DType::f32 ? 1e-4 : 2e-3));
-            if (m == exec::Mode::eager)
-                first = out["sample"];
-            else
-                CHECK(first.bytes == out["sample"].bytes);  // modes are bitwise identical
-        }
-    }
-    CHECK(vk::Context::validation_errors() == 0);
+    // f16: weights rounded to f16; io.json observed max |diff| 2.1e-3 (flux) and 2.6e-3 (flux_noguidance) on
+    // outputs of absmax 3.45 and 3.21 (<= 8e-4 of absmax) -> relative L2 bound 2e-3 (2.5x margin over the
+    // max-abs ratio, which bounds the L2 ratio).
+    test::check_vulkan_parity(GENERATE("flux", "flux_noguidance"), kInputs, 2e-3);
 }
 
 TEST_CASE("Flux with other heads, sequence lengths and ids: Vulkan matches the CPU reference",

@@ -12,52 +12,20 @@
 
 using namespace kiln;
 
+
 namespace {
-std::map<std::string, Tensor> pixart_inputs(const SafeTensors& io) {
-    return {{"hidden_states", io.read("hidden_states")},
-            {"encoder_hidden_states", io.read("encoder_hidden_states")},
-            {"encoder_attention_mask", io.read("encoder_attention_mask")},
-            {"timestep", io.read("timestep")}};
+const std::vector<std::string> kInputs = {"hidden_states", "encoder_hidden_states", "encoder_attention_mask",
+                                          "timestep"};
 }
-}  // namespace
 
 TEST_CASE("PixArt matches diffusers on the CPU reference", "[models][pixart]") {
-    auto src = models::ModelSource::open(test::data_path("fixtures/pixart"));
-    auto io = SafeTensors::open(test::data_path("fixtures/pixart/io.safetensors"));
-    auto out = models::forward_component(nullptr, src, "transformer", pixart_inputs(io));
-    // f32 weights and activations, f64 accumulation: only diffusers' own f32 rounding differs (~1e-6).
-    double err = rel_l2(out["sample"].to_f32(), io.read("sample").to_f32());
-    INFO("relative L2 error " << err);
-    CHECK(err <= 1e-4);
+    test::check_cpu_parity("pixart", kInputs);
 }
 
 TEST_CASE("PixArt matches diffusers on Vulkan in every JIT mode", "[models][pixart][vulkan]") {
-    auto io = SafeTensors::open(test::data_path("fixtures/pixart/io.safetensors"));
-    const auto ref = io.read("sample").to_f32();
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_pixart";
-    std::filesystem::create_directories(dir);
-    for (DType dt : {DType::f32, DType::f16}) {
-        std::string file = (dir / (std::string("pixart_") + dtype_name(dt) + ".kiln")).string();
-        converter::Options opt;
-        opt.dtype = dt;
-        opt.quiet = true;
-        converter::convert_folder(test::data_path("fixtures/pixart"), file, opt);
-        auto src = models::ModelSource::open(file);
-        Tensor first;
-        for (exec::Mode m : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional}) {
-            auto out = models::forward_component(&test::context(), src, "transformer", pixart_inputs(io), m);
-            double err = rel_l2(out["sample"].to_f32(), ref);
-            INFO(dtype_name(dt) << " " << exec::mode_name(m) << " relative L2 " << err);
-            // f32: as the CPU reference. f16: weights rounded to f16; io.json observed max |diff| 2.7e-3 on
-            // outputs of absmax 4.9 (5.5e-4 of absmax) -> relative L2 bound 2e-3 (3.6x margin).
-            CHECK(err <= (dt == DType::f32 ? 1e-4 : 2e-3));
-            if (m == exec::Mode::eager)
-                first = out["sample"];
-            else
-                CHECK(first.bytes == out["sample"].bytes);  // modes are bitwise identical
-        }
-    }
-    CHECK(vk::Context::validation_errors() == 0);
+    // f16: weights rounded to f16; io.json observed max |diff| 2.7e-3 on outputs of absmax 4.9 (5.5e-4 of
+    // absmax) -> relative L2 bound 2e-3 (3.6x margin).
+    test::check_vulkan_parity("pixart", kInputs, 2e-3);
 }
 
 TEST_CASE("PixArt on a non-square latent: Vulkan matches the CPU reference", "[models][pixart][vulkan]") {

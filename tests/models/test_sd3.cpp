@@ -13,55 +13,19 @@
 
 using namespace kiln;
 
+
 namespace {
-std::map<std::string, Tensor> sd3_inputs(const SafeTensors& io) {
-    return {{"hidden_states", io.read("hidden_states")},
-            {"encoder_hidden_states", io.read("encoder_hidden_states")},
-            {"pooled_projections", io.read("pooled_projections")},
-            {"timestep", io.read("timestep")}};
+const std::vector<std::string> kInputs = {"hidden_states", "encoder_hidden_states", "pooled_projections", "timestep"};
 }
-}  // namespace
 
 TEST_CASE("SD3 matches diffusers on the CPU reference", "[models][sd3]") {
-    std::string fx = GENERATE("sd3", "sd3_qknorm_dual");
-    auto src = models::ModelSource::open(test::data_path("fixtures/" + fx));
-    auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
-    auto out = models::forward_component(nullptr, src, "transformer", sd3_inputs(io));
-    // f32 weights and activations, f64 accumulation: only diffusers' own f32 rounding differs (~1e-6).
-    double err = rel_l2(out["sample"].to_f32(), io.read("sample").to_f32());
-    INFO(fx << " relative L2 error " << err);
-    CHECK(err <= 1e-4);
+    test::check_cpu_parity(GENERATE("sd3", "sd3_qknorm_dual"), kInputs);
 }
 
 TEST_CASE("SD3 matches diffusers on Vulkan in every JIT mode", "[models][sd3][vulkan]") {
-    std::string fx = GENERATE("sd3", "sd3_qknorm_dual");
-    auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
-    const auto ref = io.read("sample").to_f32();
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_sd3";
-    std::filesystem::create_directories(dir);
-    for (DType dt : {DType::f32, DType::f16}) {
-        std::string file = (dir / (fx + "_" + dtype_name(dt) + ".kiln")).string();
-        converter::Options opt;
-        opt.dtype = dt;
-        opt.quiet = true;
-        converter::convert_folder(test::data_path("fixtures/" + fx), file, opt);
-        auto src = models::ModelSource::open(file);
-        Tensor first;
-        for (exec::Mode m : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional}) {
-            auto out = models::forward_component(&test::context(), src, "transformer", sd3_inputs(io), m);
-            double err = rel_l2(out["sample"].to_f32(), ref);
-            INFO(fx << " " << dtype_name(dt) << " " << exec::mode_name(m) << " relative L2 " << err);
-            // f32: as the CPU reference. f16: weights rounded to f16; io.json observed max |diff| 1.2e-3 (sd3) and
-            // 1.8e-3 (sd3_qknorm_dual) on outputs of absmax 3.2 and 3.8 (<= 4.8e-4 of absmax) -> relative L2
-            // bound 2e-3 (4x margin).
-            CHECK(err <= (dt == DType::f32 ? 1e-4 : 2e-3));
-            if (m == exec::Mode::eager)
-                first = out["sample"];
-            else
-                CHECK(first.bytes == out["sample"].bytes);  // modes are bitwise identical
-        }
-    }
-    CHECK(vk::Context::validation_errors() == 0);
+    // f16: weights rounded to f16; io.json observed max |diff| 1.2e-3 (sd3) and 1.8e-3 (sd3_qknorm_dual) on
+    // outputs of absmax 3.2 and 3.8 (<= 4.8e-4 of absmax) -> relative L2 bound 2e-3 (4x margin).
+    test::check_vulkan_parity(GENERATE("sd3", "sd3_qknorm_dual"), kInputs, 2e-3);
 }
 
 TEST_CASE("SD3 on a non-square latent: Vulkan matches the CPU reference", "[models][sd3][vulkan]") {
