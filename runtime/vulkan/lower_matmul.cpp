@@ -60,7 +60,8 @@ Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
     auto a = std::get<ir::AttentionAttrs>(n.attrs);
     const Shape &sq = g.value(n.in[0]).shape, &sk = g.value(n.in[1]).shape;
     int64_t B = sq[0], Sq = sq[1], Sk = sk[1], H = a.heads, D = sq[2] / H;
-    KILN_CHECK(D <= 256, "attention: head_dim ", D, " (q ", shape_str(sq), ", ", H, " heads) exceeds 256");
+    // 512: the single-head mid-block attention of the Stable Diffusion / Flux VAEs (registers: 2 x 512 floats).
+    KILN_CHECK(D <= 512, "attention: head_dim ", D, " (q ", shape_str(sq), ", ", H, " heads) exceeds 512");
     KILN_CHECK(B <= 65535 && H <= 65535 && B * std::max(Sq, Sk) * sq[2] < (1ll << 32), "attention: q ", shape_str(sq),
                ", k ", shape_str(sk), " exceed the dispatch limits");
     params::AttentionParams p{};
