@@ -28,11 +28,20 @@ std::vector<int> parse_labels(const std::string& s, const nlohmann::json& model_
         // A label name: look it up in model_index.json's id2label, as DiTPipeline.get_label_ids does.
         bool found = false;
         if (model_index.contains("id2label"))
-            for (auto& [id, name] : model_index["id2label"].items())
-                for (auto part : {name.get<std::string>()})
-                    if (part == item) out.push_back(std::stoi(id)), found = true;
+            for (auto& [id, name] : model_index["id2label"].items()) {
+                // ImageNet labels list synonyms: "tench, Tinca tinca" (DiTPipeline splits them the same way).
+                std::stringstream names(name.is_string() ? name.get<std::string>() : "");
+                std::string part;
+                while (!found && std::getline(names, part, ','))
+                    if (part.erase(0, part.find_first_not_of(' ')) == item) out.push_back(std::stoi(id)), found = true;
+            }
         KILN_CHECK(found, "--class-labels: '", item, "' is neither a number nor a label of this model");
     }
+    // A model that names its classes (model_index.json id2label) only knows those.
+    if (model_index.contains("id2label") && model_index["id2label"].is_object())
+        for (int id : out)
+            KILN_CHECK(model_index["id2label"].contains(std::to_string(id)), "--class-labels: class ", id,
+                       " is not one of this model's ", model_index["id2label"].size(), " labels (see `kiln info`)");
     return out;
 }
 }  // namespace

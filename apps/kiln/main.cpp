@@ -18,7 +18,7 @@ std::string default_model() {
 int main(int argc, char** argv) {
     CLI::App app{
         "kiln: diffusion transformers (DiT, PixArt, SD3, Flux) on any GPU through Vulkan compute.\n"
-        "Try: kiln generate -o digits.png --class-labels 0,1,2,3 --upscale 4"};
+        "Try: kiln generate --class-labels 0,1,2,3 --grid --upscale 4 -o digits.png"};
     app.require_subcommand(1);
     std::vector<std::pair<CLI::App*, kiln::app::Run>> cmds;
     auto add = [&](const char* name, const char* help, kiln::app::Run (*fn)(CLI::App&)) {
