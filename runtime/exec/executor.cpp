@@ -107,6 +107,7 @@ struct Executor::Impl {
     std::vector<VkCommandBuffer> secondaries;
     VkQueryPool queries = VK_NULL_HANDLE;
     uint32_t n_queries = 0;
+    bool profile = false, profile_blocks = false;  // timestamps around every replayed block
     std::vector<double> block_ms;
     VkFence fence = VK_NULL_HANDLE;
     double gpu_ms = 0;
@@ -388,7 +389,9 @@ void Executor::Impl::record() {
         qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
         // [0, 1]: the whole run; then a (begin, end) pair around every replayed block instance.
         n_queries = 2;
-        for (auto& k : blocks) n_queries += 2 * (uint32_t)k.weights.size();
+        profile_blocks = profile;
+        if (profile_blocks)
+            for (auto& k : blocks) n_queries += 2 * (uint32_t)k.weights.size();
         qi.queryCount = n_queries;
         VK_CHECK(vkCreateQueryPool(dev, &qi, nullptr, &queries));
     }
@@ -396,16 +399,22 @@ void Executor::Impl::record() {
         c.dispatches_per_run = c.submissions_per_run = (int)dispatches.size();
         return;
     }
-    auto t0 = Clock::now();
+    // Command buffers are allocated first: record_ms counts recording only.
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = ctx.pool();
-    // Secondary command buffers: one per block kind, recorded once, executed once per instance.
-    std::vector<int> sec_barriers(blocks.size());
     if (!blocks.empty()) {
         secondaries.resize(blocks.size());
         ai.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
         ai.commandBufferCount = (uint32_t)blocks.size();
         VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries.data()));
+    }
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &primary));
+    auto t0 = Clock::now();
+    // Secondary command buffers: one per block kind, recorded once, executed once per instance.
+    std::vector<int> sec_barriers(blocks.size());
+    if (!blocks.empty()) {
         for (size_t k = 0; k < blocks.size(); ++k) {
             VkCommandBufferInheritanceInfo inh{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
             VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
@@ -419,9 +428,6 @@ void Executor::Impl::record() {
             c.command_buffers_recorded++;
         }
     }
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &primary));
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     VK_CHECK(vkBeginCommandBuffer(primary, &bi));
     if (queries) {
@@ -438,20 +444,11 @@ void Executor::Impl::record() {
         }
         size_t k = (size_t)step.index;
         const BlockKind& bk = blocks[k];
-        for (size_t i = 0; i < bk.weights.size(); ++i) {
-            rec.barrier();  // the previous instance finished reading the window / writing its outputs
-            const vk::BufferRange& src = block_arena[k][i];
-            VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
-            vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
-            c.copies_per_run++;
-            rec.barrier();
-            if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
-            vkCmdExecuteCommands(primary, 1, &secondaries[k]);
-            c.barriers_per_run += sec_barriers[k];
-            c.dispatches_per_run += (int)block_dispatches[k].size();
-            rec.barrier();
-            if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
-            for (auto [x, y] : bk.chain) {  // carry the residual stream(s) to the next instance
+        // Per instance: carry the previous instance's outputs into the chain inputs and its weights into
+        // the window (both only after the barrier that closed the previous replay), one barrier, replay,
+        // one barrier.
+        auto carry = [&] {
+            for (auto [x, y] : bk.chain) {
                 Span sx = span(x), sy = span(y);
                 VkBufferCopy cc{sy.off, sx.off, sx.size};
                 vkCmdCopyBuffer(primary, sy.b, sx.b, 1, &cc);
@@ -459,7 +456,22 @@ void Executor::Impl::record() {
                 rec.writes.push_back(sx);
                 rec.reads.push_back(sy);
             }
+        };
+        for (size_t i = 0; i < bk.weights.size(); ++i) {
+            if (i > 0) carry();
+            const vk::BufferRange& src = block_arena[k][i];
+            VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
+            vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
+            c.copies_per_run++;
+            rec.barrier();
+            if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
+            vkCmdExecuteCommands(primary, 1, &secondaries[k]);
+            c.barriers_per_run += sec_barriers[k];
+            c.dispatches_per_run += (int)block_dispatches[k].size();
+            rec.barrier();
+            if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
         }
+        carry();
         rec.barrier();
     }
     if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 1);
@@ -470,8 +482,9 @@ void Executor::Impl::record() {
     c.record_ms = ms_since(t0);
 }
 
-Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode)
+Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile)
     : impl_(std::make_unique<Impl>(ctx, g, mode)) {
+    impl_->profile = profile;
     impl_->plan(weights);
 }
 

@@ -38,7 +38,9 @@ struct Counters {
 
 class Executor {
 public:
-    Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode = Mode::regional);
+    // profile: also time every replayed block (timestamps around each replay; see last_block_ms()).
+    Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode = Mode::regional,
+             bool profile = false);
     ~Executor();
     Executor(const Executor&) = delete;
     Executor& operator=(const Executor&) = delete;
@@ -51,7 +53,7 @@ public:
     Mode mode() const;
     // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
     double last_gpu_ms() const;
-    // Regional mode: GPU ms of every replayed block instance in the last run() (timestamps around each replay).
+    // Regional mode with profile: GPU ms of every replayed block instance in the last run().
     const std::vector<double>& last_block_ms() const;
     // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.
     const std::vector<std::pair<std::string, double>>& last_op_ms() const;

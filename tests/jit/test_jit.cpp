@@ -117,6 +117,22 @@ TEST_CASE("replaying one plan with new inputs gives fresh answers; a new shape g
     CHECK(vk::Context::validation_errors() == 0);
 }
 
+TEST_CASE("profiling times every replayed block and changes no result", "[jit]") {
+    Toy toy(6, 2, 13, 32);
+    auto in = inputs(2, 13, 32, 9);
+    exec::Executor plain(context(), toy.g, toy.gpu(), exec::Mode::regional);
+    exec::Executor prof(context(), toy.g, toy.gpu(), exec::Mode::regional, true);
+    for (exec::Executor* ex : {&plain, &prof}) {
+        for (auto& [n, t] : in) ex->set_input(n, t);
+        ex->run();
+    }
+    CHECK(plain.last_block_ms().empty());
+    REQUIRE(prof.last_block_ms().size() == 6);
+    for (double ms : prof.last_block_ms()) CHECK(ms >= 0);
+    CHECK(bitwise_equal(plain.output("y"), prof.output("y")));
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
 TEST_CASE("region analysis rejects blocks that differ", "[jit]") {
     ir::Graph g;
     ir::Val x = g.input("x", {2, 4});
