@@ -3,8 +3,21 @@
 #include <string>
 
 #include "models/weights.h"
+#include "runtime/core/error.h"
 
 namespace kiln::models {
+
+// config.json's `key`, or `def` when it is absent or null (diffusers' default). A value of the wrong
+// type is a kiln::Error naming the key.
+template <class T>
+T config_value(const nlohmann::json& j, const char* key, T def) {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    try {
+        return j[key].get<T>();
+    } catch (const nlohmann::json::exception&) {
+        KILN_FAIL("config.json: '", key, "' has the wrong type (", j[key].dump(), ")");
+    }
+}
 
 // diffusers get_2d_sincos_pos_embed(embed_dim, (h, w), base_size, interpolation_scale), as [1, h*w, D].
 Tensor sincos_pos_embed_2d(int embed_dim, int h, int w, double base_size, double interpolation_scale);

@@ -9,9 +9,7 @@ namespace kiln::models {
 
 FluxConfig FluxConfig::from_json(const nlohmann::json& j) {
     FluxConfig c;
-    auto get = [&](const char* k, auto def) {
-        return j.contains(k) && !j[k].is_null() ? j[k].get<decltype(def)>() : def;
-    };
+    auto get = [&](const char* k, auto def) { return config_value(j, k, def); };
     c.heads = get("num_attention_heads", 24);
     c.head_dim = get("attention_head_dim", 128);
     c.in_channels = get("in_channels", 64);

@@ -13,9 +13,7 @@ bool SD3Config::dual(int i) const {
 
 SD3Config SD3Config::from_json(const nlohmann::json& j) {
     SD3Config c;
-    auto get = [&](const char* k, auto def) {
-        return j.contains(k) && !j[k].is_null() ? j[k].get<decltype(def)>() : def;
-    };
+    auto get = [&](const char* k, auto def) { return config_value(j, k, def); };
     c.heads = get("num_attention_heads", 18);
     c.head_dim = get("attention_head_dim", 64);
     c.in_channels = get("in_channels", 16);

@@ -7,7 +7,7 @@ namespace kiln::models {
 
 VaeConfig VaeConfig::from_json(const nlohmann::json& j) {
     VaeConfig c;
-    auto get = [&](const char* k, auto def) { return j.contains(k) && !j[k].is_null() ? j[k].get<decltype(def)>() : def; };
+    auto get = [&](const char* k, auto def) { return config_value(j, k, def); };
     c.in_channels = get("in_channels", 3);
     c.out_channels = get("out_channels", 3);
     c.latent_channels = get("latent_channels", 4);
