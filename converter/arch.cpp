@@ -346,8 +346,8 @@ const std::vector<std::string>& supported_model_classes() {
 }
 
 const std::vector<std::string>& supported_scheduler_classes() {
-    static const std::vector<std::string> v = {"DDIMScheduler", "DPMSolverMultistepScheduler",
-                                               "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler"};
+    static const std::vector<std::string> v = {"DDIMScheduler", "DPMSolverMultistepScheduler", "EulerDiscreteScheduler",
+                                               "FlowMatchEulerDiscreteScheduler"};
     return v;
 }
 

@@ -115,9 +115,15 @@ struct Component {
 // Output dtype: floats with >= 2 dims take --dtype; 1-D/0-D floats are f32; integers are kept.
 DType out_dtype(const SafeTensorInfo& t, DType want, const std::string& file) {
     switch (t.dtype) {
-        case DType::f32: case DType::f16: case DType::bf16: return t.shape.size() >= 2 ? want : DType::f32;
-        case DType::i32: case DType::i64: return t.dtype;
-        case DType::u8: break;
+        case DType::f32:
+        case DType::f16:
+        case DType::bf16:
+            return t.shape.size() >= 2 ? want : DType::f32;
+        case DType::i32:
+        case DType::i64:
+            return t.dtype;
+        case DType::u8:
+            break;
     }
     KILN_FAIL(file, ": tensor '", t.name, "' has dtype U8, which a Kiln model file cannot hold");
 }
@@ -174,7 +180,8 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
         if (!expected.count(n)) unexpected.push_back(t->name);
     if (!missing.empty() || !unexpected.empty()) {
         std::string msg = file + ": tensors do not match " + c.cls + " as " + cfg_path.string() + " configures it:";
-        if (!missing.empty()) msg += " missing tensor(s) [" + std::to_string(missing.size()) + "]: " + name_list(missing);
+        if (!missing.empty())
+            msg += " missing tensor(s) [" + std::to_string(missing.size()) + "]: " + name_list(missing);
         if (!missing.empty() && !unexpected.empty()) msg += ";";
         if (!unexpected.empty())
             msg += " unexpected tensor(s) [" + std::to_string(unexpected.size()) + "]: " + name_list(unexpected);
@@ -209,8 +216,8 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
             for (size_t k = 0; k < a.size(); ++k) {
                 KILN_CHECK(a[k].rel == b[k].rel, file, ": block ", bi, " is not identical to ", b0, ": '", b[k].rel,
                            "' vs '", a[k].rel, "'");
-                KILN_CHECK(a[k].src->shape == b[k].src->shape && a[k].src->dtype == b[k].src->dtype, file,
-                           ": block ", bi, " is not identical to ", b0, ": tensor '", b[k].src->name, "' is ",
+                KILN_CHECK(a[k].src->shape == b[k].src->shape && a[k].src->dtype == b[k].src->dtype, file, ": block ",
+                           bi, " is not identical to ", b0, ": tensor '", b[k].src->name, "' is ",
                            dtype_name(b[k].src->dtype), " ", shape_str(b[k].src->shape), " but '", a[k].src->name,
                            "' is ", dtype_name(a[k].src->dtype), " ", shape_str(a[k].src->shape));
             }
@@ -256,8 +263,9 @@ struct Progress {
             auto now = std::chrono::steady_clock::now();
             if (now - last_line > std::chrono::seconds(5) && done < total) {
                 last_line = now;
-                *os << "kiln-convert: " << done << "/" << total << " tensors (" << done * 100 / std::max<size_t>(total, 1)
-                    << "%)\n" << std::flush;
+                *os << "kiln-convert: " << done << "/" << total << " tensors ("
+                    << done * 100 / std::max<size_t>(total, 1) << "%)\n"
+                    << std::flush;
             }
         }
     }
@@ -276,8 +284,10 @@ std::string python_json_to_json(const std::string& s) {
         char ch = s[i];
         if (in_str) {
             out += ch;
-            if (ch == '\\' && i + 1 < s.size()) out += s[++i];
-            else if (ch == '"') in_str = false;
+            if (ch == '\\' && i + 1 < s.size())
+                out += s[++i];
+            else if (ch == '"')
+                in_str = false;
             continue;
         }
         if (ch == '"') in_str = true;
@@ -325,7 +335,8 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
         for (auto& [k, cls] : classes) {
             if (k == "transformer" || k == "vae" || k == "scheduler") continue;
             if (k == "unet") KILN_FAIL(mi.string(), ": component 'unet' (", cls, ") is not supported");
-            if (log) *log << "kiln-convert: note: skipping component '" << k << "' (" << cls << "): not converted yet\n";
+            if (log)
+                *log << "kiln-convert: note: skipping component '" << k << "' (" << cls << "): not converted yet\n";
         }
         for (const char* k : {"transformer", "vae"})
             if (classes.count(k)) {
@@ -398,9 +409,9 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
                 // bytes; check that the layout is exactly base + i*stride + rel (a runtime contract).
                 r.base = offs[0].empty() ? w.data_size() : offs[0][0];
                 uint64_t end = w.data_size();
-                r.stride = r.count > 1 && !offs[1].empty() ? offs[1][0] - r.base
-                                                           : (end + kGgufAlignment - 1) / kGgufAlignment *
-                                                                     kGgufAlignment - r.base;
+                r.stride = r.count > 1 && !offs[1].empty()
+                               ? offs[1][0] - r.base
+                               : (end + kGgufAlignment - 1) / kGgufAlignment * kGgufAlignment - r.base;
                 for (size_t i = 0; i < offs.size(); ++i)
                     for (size_t k = 0; k < offs[i].size(); ++k)
                         KILN_CHECK(offs[i][k] == r.base + i * r.stride + (offs[0][k] - r.base),
@@ -433,8 +444,8 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
         char secs[32];
         std::snprintf(secs, sizeof secs, "%.2f", sum.seconds);
         *log << "kiln-convert: wrote " << out_path << ": " << cl << "; " << sum.tensors << " tensors, " << sum.params
-             << " parameters, " << human_bytes((double)sum.bytes) << " (" << dtype_name(opt.dtype)
-             << " weights), " << secs << " s\n";
+             << " parameters, " << human_bytes((double)sum.bytes) << " (" << dtype_name(opt.dtype) << " weights), "
+             << secs << " s\n";
     }
     return sum;
 }

@@ -11,9 +11,9 @@
 namespace kiln::converter {
 
 struct Options {
-    DType dtype = DType::f16;  // storage of tensors with >= 2 dims; 1-D floats are f32, ints kept
-    std::string variant;       // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
-    bool quiet = false;        // no notes, progress or summary
+    DType dtype = DType::f16;     // storage of tensors with >= 2 dims; 1-D floats are f32, ints kept
+    std::string variant;          // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
+    bool quiet = false;           // no notes, progress or summary
     std::ostream* log = nullptr;  // notes/progress/summary (std::cerr when null)
 };
 

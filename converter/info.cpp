@@ -25,29 +25,60 @@ std::string human_bytes(double b) {
 
 std::string human_count(int64_t n) {
     char buf[32];
-    if (n >= 1000000000) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-    else if (n >= 1000000) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-    else if (n >= 1000) std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
-    else std::snprintf(buf, sizeof buf, "%lld", (long long)n);
+    if (n >= 1000000000)
+        std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+    else if (n >= 1000000)
+        std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+    else if (n >= 1000)
+        std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+    else
+        std::snprintf(buf, sizeof buf, "%lld", (long long)n);
     return buf;
 }
 
 // The config fields worth a glance, in this order, when present.
-const char* kKeyFields[] = {
-    "num_layers", "num_single_layers", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
-    "patch_size", "sample_size", "num_embeds_ada_norm", "cross_attention_dim", "caption_channels",
-    "joint_attention_dim", "pooled_projection_dim", "qk_norm", "dual_attention_layers", "guidance_embeds",
-    "block_out_channels", "layers_per_block", "latent_channels", "norm_num_groups", "scaling_factor", "shift_factor",
-    "num_train_timesteps", "beta_schedule", "beta_start", "beta_end", "prediction_type", "timestep_spacing",
-    "steps_offset", "solver_order", "algorithm_type", "shift", "use_dynamic_shifting"};
+const char* kKeyFields[] = {"num_layers",
+                            "num_single_layers",
+                            "num_attention_heads",
+                            "attention_head_dim",
+                            "in_channels",
+                            "out_channels",
+                            "patch_size",
+                            "sample_size",
+                            "num_embeds_ada_norm",
+                            "cross_attention_dim",
+                            "caption_channels",
+                            "joint_attention_dim",
+                            "pooled_projection_dim",
+                            "qk_norm",
+                            "dual_attention_layers",
+                            "guidance_embeds",
+                            "block_out_channels",
+                            "layers_per_block",
+                            "latent_channels",
+                            "norm_num_groups",
+                            "scaling_factor",
+                            "shift_factor",
+                            "num_train_timesteps",
+                            "beta_schedule",
+                            "beta_start",
+                            "beta_end",
+                            "prediction_type",
+                            "timestep_spacing",
+                            "steps_offset",
+                            "solver_order",
+                            "algorithm_type",
+                            "shift",
+                            "use_dynamic_shifting"};
 }  // namespace
 
 void print_model_info(const std::string& path, std::ostream& os) {
     GgufFile f = GgufFile::open(path);
     KILN_CHECK(f.has("general.architecture") && f.get_string("general.architecture") == "kiln", path,
                ": not a Kiln model file (general.architecture is not 'kiln')");
-    os << path << ": Kiln model file v" << f.get_int("kiln.format_version") << ", " << human_bytes((double)f.file_size())
-       << ", " << f.tensors().size() << " tensors, alignment " << f.alignment() << "\n";
+    os << path << ": Kiln model file v" << f.get_int("kiln.format_version") << ", "
+       << human_bytes((double)f.file_size()) << ", " << f.tensors().size() << " tensors, alignment " << f.alignment()
+       << "\n";
     os << "  name: " << (f.has("general.name") ? f.get_string("general.name") : std::string("?")) << "\n";
     if (f.has("kiln.pipeline.class")) {
         os << "  pipeline: " << f.get_string("kiln.pipeline.class");
@@ -64,7 +95,8 @@ void print_model_info(const std::string& path, std::ostream& os) {
         if (cfg.is_object()) {
             std::string line;
             for (const char* k : kKeyFields)
-                if (cfg.contains(k) && !cfg[k].is_null()) line += std::string(line.empty() ? "" : ", ") + k + "=" + cfg[k].dump();
+                if (cfg.contains(k) && !cfg[k].is_null())
+                    line += std::string(line.empty() ? "" : ", ") + k + "=" + cfg[k].dump();
             if (!line.empty()) os << "  config: " << line << "\n";
         }
         std::map<std::string, size_t> hist;
@@ -76,7 +108,8 @@ void print_model_info(const std::string& path, std::ostream& os) {
                 bytes += t.nbytes;
                 count++;
             }
-        if (f.has(p + "params") && c != "scheduler") os << "  parameters: " << human_count(f.get_int(p + "params")) << " (" << f.get_int(p + "params") << ")\n";
+        if (f.has(p + "params") && c != "scheduler")
+            os << "  parameters: " << human_count(f.get_int(p + "params")) << " (" << f.get_int(p + "params") << ")\n";
         if (count) {
             os << "  tensors: " << count << ", " << human_bytes((double)bytes) << " (";
             bool first = true;
@@ -89,8 +122,8 @@ void print_model_info(const std::string& path, std::ostream& os) {
                 os << "  blocks: " << k << " x" << f.get_int(bk + "count");
                 auto runs = f.get_int_array(bk + "runs");
                 for (size_t r = 0; r + 3 < runs.size(); r += 4)
-                    os << (r ? "; " : ": ") << "[" << runs[r] << ".." << runs[r] + runs[r + 1] - 1 << "] base " << runs[r + 2]
-                       << " stride " << human_bytes((double)runs[r + 3]);
+                    os << (r ? "; " : ": ") << "[" << runs[r] << ".." << runs[r] + runs[r + 1] - 1 << "] base "
+                       << runs[r + 2] << " stride " << human_bytes((double)runs[r + 3]);
                 os << "\n";
             }
     }

@@ -42,8 +42,8 @@ void build_dit(Builder& b, const DiTConfig& c, int B, int H, int W) {
     // pos_embed: PatchEmbed = conv(k=p, s=p) -> flatten(2).transpose(1, 2) -> + 2-D sincos table.
     ir::Val pw = b.matrix("pos_embed.proj.weight", {D, c.in_channels, p, p});
     ir::Val pb = b.vec("pos_embed.proj.bias", {D});
-    ir::Val hs = g.conv2d(x, pw, pb, {p, p, 0, 0});                    // [B, D, h, w]
-    hs = g.transpose(g.reshape(hs, {B, D, (int64_t)h * w}), 1, 2);   // [B, h*w, D]
+    ir::Val hs = g.conv2d(x, pw, pb, {p, p, 0, 0});                 // [B, D, h, w]
+    hs = g.transpose(g.reshape(hs, {B, D, (int64_t)h * w}), 1, 2);  // [B, h*w, D]
     ir::Val pos = b.constant("const.pos_embed", sincos_pos_embed_2d(D, h, w, c.sample_size / p, 1.0));
     hs = g.add(hs, pos);
 
@@ -52,8 +52,8 @@ void build_dit(Builder& b, const DiTConfig& c, int B, int H, int W) {
 
     auto conditioning = [&](const std::string& pre) {  // CombinedTimestepLabelEmbeddings -> [B, D]
         ir::Val temb = timestep_embedding_mlp(b, pre + "norm1.emb.timestep_embedder", t_proj, 256, D);
-        ir::Val table = b.matrix(pre + "norm1.emb.class_embedder.embedding_table.weight",
-                                 {c.num_embeds_ada_norm + 1, D});
+        ir::Val table =
+            b.matrix(pre + "norm1.emb.class_embedder.embedding_table.weight", {c.num_embeds_ada_norm + 1, D});
         return g.add(temb, g.embedding(table, labels));
     };
 

@@ -115,8 +115,9 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
                         (split ? C : OC) * plane * 4);
         x = sched->step(model_out, i, x);
         if (opt.keep_intermediates)
-            res.intermediates.push_back({"step" + std::to_string(i) + "_latents",
-                                         Tensor::from_f32(lat_shape, std::vector<float>(x.begin(), x.begin() + (long)n_half))});
+            res.intermediates.push_back(
+                {"step" + std::to_string(i) + "_latents",
+                 Tensor::from_f32(lat_shape, std::vector<float>(x.begin(), x.begin() + (long)n_half))});
         if (opt.progress) opt.progress(i + 1, (int)ts.size());
     }
     res.denoise_ms = ms_since(t_loop);

@@ -124,8 +124,8 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
                    c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
         // FluxPosEmbed on the host from the ids (f64 angles, as diffusers): the cos/sin tables are graph inputs.
         auto [cos, sin] = flux_rope_tables(c, need(inputs, "txt_ids", cls), need(inputs, "img_ids", cls));
-        KILN_CHECK(cos.shape[0] == ctx.shape[1] + S_img, cls, ": txt_ids/img_ids have ", cos.shape[0],
-                   " rows for ", ctx.shape[1], " text and ", S_img, " image tokens");
+        KILN_CHECK(cos.shape[0] == ctx.shape[1] + S_img, cls, ": txt_ids/img_ids have ", cos.shape[0], " rows for ",
+                   ctx.shape[1], " text and ", S_img, " image tokens");
         build_flux(b, c, (int)B, (int)S_img, (int)ctx.shape[1]);
         in["hidden_states"] = x.astype(DType::f32);
         in["encoder_hidden_states"] = ctx.astype(DType::f32);
@@ -232,44 +232,72 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
 const std::map<std::string, SyntheticArch>& synthetic_archs() {
     auto dit = [](int heads, int hd, int layers, int sample) {
         return SyntheticArch{"DiTTransformer2DModel",
-                             {{"_class_name", "DiTTransformer2DModel"}, {"num_attention_heads", heads},
-                              {"attention_head_dim", hd}, {"num_layers", layers}, {"in_channels", 4},
-                              {"out_channels", 8}, {"patch_size", 2}, {"sample_size", sample},
+                             {{"_class_name", "DiTTransformer2DModel"},
+                              {"num_attention_heads", heads},
+                              {"attention_head_dim", hd},
+                              {"num_layers", layers},
+                              {"in_channels", 4},
+                              {"out_channels", 8},
+                              {"patch_size", 2},
+                              {"sample_size", sample},
                               {"num_embeds_ada_norm", 1000}},
                              sample};
     };
     // PixArt-alpha/PixArt-Sigma-XL-2-1024-MS transformer/config.json (no micro-conditions, interpolation 2).
-    const SyntheticArch pixart_sigma_1024{
-        "PixArtTransformer2DModel",
-        {{"_class_name", "PixArtTransformer2DModel"}, {"num_attention_heads", 16}, {"attention_head_dim", 72},
-         {"num_layers", 28}, {"in_channels", 4}, {"out_channels", 8}, {"patch_size", 2}, {"sample_size", 128},
-         {"caption_channels", 4096}, {"cross_attention_dim", 1152}, {"attention_bias", true},
-         {"activation_fn", "gelu-approximate"}, {"norm_type", "ada_norm_single"}, {"norm_eps", 1e-6},
-         {"norm_elementwise_affine", false}, {"num_embeds_ada_norm", 1000}, {"interpolation_scale", 2},
-         {"use_additional_conditions", false}},
-        128};
+    const SyntheticArch pixart_sigma_1024{"PixArtTransformer2DModel",
+                                          {{"_class_name", "PixArtTransformer2DModel"},
+                                           {"num_attention_heads", 16},
+                                           {"attention_head_dim", 72},
+                                           {"num_layers", 28},
+                                           {"in_channels", 4},
+                                           {"out_channels", 8},
+                                           {"patch_size", 2},
+                                           {"sample_size", 128},
+                                           {"caption_channels", 4096},
+                                           {"cross_attention_dim", 1152},
+                                           {"attention_bias", true},
+                                           {"activation_fn", "gelu-approximate"},
+                                           {"norm_type", "ada_norm_single"},
+                                           {"norm_eps", 1e-6},
+                                           {"norm_elementwise_affine", false},
+                                           {"num_embeds_ada_norm", 1000},
+                                           {"interpolation_scale", 2},
+                                           {"use_additional_conditions", false}},
+                                          128};
     // stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json.
-    const SyntheticArch sd3_medium_1024{
-        "SD3Transformer2DModel",
-        {{"_class_name", "SD3Transformer2DModel"}, {"num_attention_heads", 24}, {"attention_head_dim", 64},
-         {"num_layers", 24}, {"in_channels", 16}, {"out_channels", 16}, {"patch_size", 2}, {"sample_size", 128},
-         {"joint_attention_dim", 4096}, {"caption_projection_dim", 1536}, {"pooled_projection_dim", 2048},
-         {"pos_embed_max_size", 192}},
-        128};
+    const SyntheticArch sd3_medium_1024{"SD3Transformer2DModel",
+                                        {{"_class_name", "SD3Transformer2DModel"},
+                                         {"num_attention_heads", 24},
+                                         {"attention_head_dim", 64},
+                                         {"num_layers", 24},
+                                         {"in_channels", 16},
+                                         {"out_channels", 16},
+                                         {"patch_size", 2},
+                                         {"sample_size", 128},
+                                         {"joint_attention_dim", 4096},
+                                         {"caption_projection_dim", 1536},
+                                         {"pooled_projection_dim", 2048},
+                                         {"pos_embed_max_size", 192}},
+                                        128};
     // black-forest-labs/FLUX.1-dev transformer/config.json; latent 128 (1024 px) -> 4096 packed image tokens.
-    const SyntheticArch flux_dev_1024{
-        "FluxTransformer2DModel",
-        {{"_class_name", "FluxTransformer2DModel"}, {"num_attention_heads", 24}, {"attention_head_dim", 128},
-         {"num_layers", 19}, {"num_single_layers", 38}, {"in_channels", 64}, {"out_channels", nullptr},
-         {"patch_size", 1}, {"joint_attention_dim", 4096}, {"pooled_projection_dim", 768},
-         {"guidance_embeds", true}, {"axes_dims_rope", {16, 56, 56}}},
-        128};
+    const SyntheticArch flux_dev_1024{"FluxTransformer2DModel",
+                                      {{"_class_name", "FluxTransformer2DModel"},
+                                       {"num_attention_heads", 24},
+                                       {"attention_head_dim", 128},
+                                       {"num_layers", 19},
+                                       {"num_single_layers", 38},
+                                       {"in_channels", 64},
+                                       {"out_channels", nullptr},
+                                       {"patch_size", 1},
+                                       {"joint_attention_dim", 4096},
+                                       {"pooled_projection_dim", 768},
+                                       {"guidance_embeds", true},
+                                       {"axes_dims_rope", {16, 56, 56}}},
+                                      128};
     static const std::map<std::string, SyntheticArch> archs = {
-        {"dit-xl-2-256", dit(16, 72, 28, 32)},
-        {"dit-xl-2-512", dit(16, 72, 28, 64)},
+        {"dit-xl-2-256", dit(16, 72, 28, 32)},    {"dit-xl-2-512", dit(16, 72, 28, 64)},
         {"dit-tiny", dit(2, 32, 28, 8)},  // 28 blocks of width 64: the JIT's acceptance case
-        {"pixart-sigma-1024", pixart_sigma_1024},
-        {"sd3-medium-1024", sd3_medium_1024},
+        {"pixart-sigma-1024", pixart_sigma_1024}, {"sd3-medium-1024", sd3_medium_1024},
         {"flux-dev-1024", flux_dev_1024},
     };
     return archs;

@@ -75,7 +75,8 @@ ModelSource ModelSource::open(const std::string& path) {
     }
     s.kiln_file_ = true;
     GgufFile f = GgufFile::open(path);
-    KILN_CHECK(f.has("kiln.components"), path, ": not a Kiln model file (no kiln.components; convert with kiln-convert)");
+    KILN_CHECK(f.has("kiln.components"), path,
+               ": not a Kiln model file (no kiln.components; convert with kiln-convert)");
     s.components_ = f.get_string_array("kiln.components");
     for (auto& c : s.components_) {
         s.configs_[c] = parse_py_json(f.get_string("kiln." + c + ".config"), path + ": kiln." + c + ".config");
@@ -96,12 +97,21 @@ ModelSource ModelSource::synthetic(const std::string& arch, DType weight_dtype) 
     s.synthetic_dtype_ = weight_dtype;
     s.components_ = {"transformer", "vae", "scheduler"};
     s.configs_["transformer"] = it->second.config;
-    s.configs_["vae"] = {{"_class_name", "AutoencoderKL"}, {"block_out_channels", {128, 256, 512, 512}},
-                         {"layers_per_block", 2}, {"norm_num_groups", 32}, {"latent_channels", 4},
-                         {"in_channels", 3}, {"out_channels", 3}, {"scaling_factor", 0.18215}};
-    s.configs_["scheduler"] = {{"_class_name", "DPMSolverMultistepScheduler"}, {"beta_schedule", "linear"},
-                               {"beta_start", 0.0001}, {"beta_end", 0.02}, {"num_train_timesteps", 1000},
-                               {"solver_order", 2}, {"algorithm_type", "dpmsolver++"}};
+    s.configs_["vae"] = {{"_class_name", "AutoencoderKL"},
+                         {"block_out_channels", {128, 256, 512, 512}},
+                         {"layers_per_block", 2},
+                         {"norm_num_groups", 32},
+                         {"latent_channels", 4},
+                         {"in_channels", 3},
+                         {"out_channels", 3},
+                         {"scaling_factor", 0.18215}};
+    s.configs_["scheduler"] = {{"_class_name", "DPMSolverMultistepScheduler"},
+                               {"beta_schedule", "linear"},
+                               {"beta_start", 0.0001},
+                               {"beta_end", 0.02},
+                               {"num_train_timesteps", 1000},
+                               {"solver_order", 2},
+                               {"algorithm_type", "dpmsolver++"}};
     return s;
 }
 
@@ -109,11 +119,14 @@ bool ModelSource::has(const std::string& c) const { return configs_.count(c) > 0
 
 const json& ModelSource::config(const std::string& c) const {
     auto it = configs_.find(c);
-    KILN_CHECK(it != configs_.end(), path_, ": no component '", c, "' (has: ", [&] {
-        std::string s;
-        for (auto& x : components_) s += (s.empty() ? "" : ", ") + x;
-        return s;
-    }(), ")");
+    KILN_CHECK(
+        it != configs_.end(), path_, ": no component '", c, "' (has: ",
+        [&] {
+            std::string s;
+            for (auto& x : components_) s += (s.empty() ? "" : ", ") + x;
+            return s;
+        }(),
+        ")");
     return it->second;
 }
 

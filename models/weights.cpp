@@ -75,7 +75,8 @@ public:
     }
     const TensorMeta* lookup(const std::string& name, const Shape& shape) const override {
         auto it = meta_.find(name);
-        if (it == meta_.end()) it = meta_.emplace(name, TensorMeta{shape, shape.size() >= 2 ? dtype_ : DType::f32}).first;
+        if (it == meta_.end())
+            it = meta_.emplace(name, TensorMeta{shape, shape.size() >= 2 ? dtype_ : DType::f32}).first;
         return &it->second;
     }
     Tensor read(const std::string& name) const override {
@@ -109,10 +110,10 @@ std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, js
     fs::path d(dir);
     KILN_CHECK(fs::is_directory(d), dir, ": not a directory");
     if (config) *config = read_json(d / "config.json");
-    for (const char* name : {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.safetensors.index.json",
-                             "diffusion_pytorch_model.fp16.safetensors",
-                             "diffusion_pytorch_model.safetensors.index.fp16.json", "model.safetensors",
-                             "model.safetensors.index.json"})
+    for (const char* name :
+         {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.safetensors.index.json",
+          "diffusion_pytorch_model.fp16.safetensors", "diffusion_pytorch_model.safetensors.index.fp16.json",
+          "model.safetensors", "model.safetensors.index.json"})
         if (fs::exists(d / name)) return std::make_unique<SafetensorsStore>((d / name).string());
     KILN_FAIL(dir, ": no diffusion_pytorch_model*.safetensors found");
 }
@@ -141,8 +142,8 @@ const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) con
 
 ir::Val Builder::matrix(const std::string& name, const Shape& shape) {
     DType t = meta(name, shape).dtype;
-    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, ws_.source(), ": tensor '", name,
-               "' has dtype ", dtype_name(t), "; weights must be f32, f16 or bf16");
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, ws_.source(), ": tensor '", name, "' has dtype ",
+               dtype_name(t), "; weights must be f32, f16 or bf16");
     return g_.weight(name, shape, t);
 }
 
@@ -173,7 +174,8 @@ exec::WeightBytesFn Builder::weight_fn() const {
     };
 }
 
-std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws, const std::map<std::string, Tensor>& consts) {
+std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws,
+                                                    const std::map<std::string, Tensor>& consts) {
     return [&ws, &consts](const ir::Value& v) {
         auto it = consts.find(v.name);
         // The oracle sees exactly the values the GPU sees: stored dtype rounded to the declared one.

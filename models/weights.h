@@ -24,8 +24,8 @@ public:
     // What the Builder asks: the tensor `name` that the config implies has `shape`. Stores backed by
     // files answer find(); the synthetic store makes the tensor up.
     virtual const TensorMeta* lookup(const std::string& name, const Shape& shape) const { return find(name); }
-    virtual Tensor read(const std::string& name) const = 0;             // stored dtype
-    virtual std::string source() const = 0;                             // for error messages
+    virtual Tensor read(const std::string& name) const = 0;  // stored dtype
+    virtual std::string source() const = 0;                  // for error messages
 };
 
 // Opens a diffusers component folder (config.json + diffusion_pytorch_model[.fp16].safetensors, single or
@@ -45,11 +45,11 @@ std::unique_ptr<WeightStore> synthetic_store(DType matrix_dtype, uint64_t seed =
 class Builder {
 public:
     Builder(ir::Graph& g, const WeightStore& ws) : g_(g), ws_(ws) {}
-    ir::Val matrix(const std::string& name, const Shape& shape);  // linear/conv/embedding operand
-    ir::Val vec(const std::string& name, const Shape& shape);     // f32
+    ir::Val matrix(const std::string& name, const Shape& shape);   // linear/conv/embedding operand
+    ir::Val vec(const std::string& name, const Shape& shape);      // f32
     ir::Val opt_vec(const std::string& name, const Shape& shape);  // Val{} if absent
     bool has(const std::string& name) const { return ws_.find(name) != nullptr; }
-    ir::Val constant(const std::string& name, Tensor t);           // f32 host tensor
+    ir::Val constant(const std::string& name, Tensor t);  // f32 host tensor
     ir::Graph& g() { return g_; }
     // The weight callback executors need: store tensors converted to the declared dtype, or constants.
     exec::WeightBytesFn weight_fn() const;

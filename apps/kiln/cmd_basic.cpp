@@ -20,14 +20,16 @@ Run add_devices(CLI::App& app) {
             std::printf("    driver: %s, Vulkan %s\n", d.driver.c_str(), d.api_version.c_str());
             std::printf("    memory: %.1f GiB device-local%s\n", (double)d.device_local_bytes / (1 << 30),
                         d.unified_memory ? " (unified: host-visible)" : "");
-            std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n", d.fp16_storage ? "yes" : "no",
-                        d.fp16_arith ? "yes" : "no", d.int8_arith ? "yes" : "no", d.int64 ? "yes" : "no");
+            std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n",
+                        d.fp16_storage ? "yes" : "no", d.fp16_arith ? "yes" : "no", d.int8_arith ? "yes" : "no",
+                        d.int64 ? "yes" : "no");
             std::printf("    subgroup size: %u, cooperative matrix: %s, buffer device address: %s, timestamps: %s\n",
                         d.subgroup_size, d.cooperative_matrix ? "yes" : "no", d.buffer_device_address ? "yes" : "no",
                         d.timestamps ? "yes" : "no");
-            std::printf("    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
-                        (unsigned long long)(d.max_storage_buffer_range >> 20), (unsigned long long)(d.max_allocation >> 20),
-                        d.max_shared_memory >> 10);
+            std::printf(
+                "    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
+                (unsigned long long)(d.max_storage_buffer_range >> 20), (unsigned long long)(d.max_allocation >> 20),
+                d.max_shared_memory >> 10);
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
             if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
         }
@@ -38,9 +40,7 @@ Run add_devices(CLI::App& app) {
 Run add_info(CLI::App& app) {
     auto file = std::make_shared<std::string>();
     app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert)")->required();
-    return [file] {
-        print_model_info(*file, std::cout);
-    };
+    return [file] { print_model_info(*file, std::cout); };
 }
 
 Run add_forward(CLI::App& app) {
@@ -58,8 +58,9 @@ Run add_forward(CLI::App& app) {
                    "+ pooled_projections (SD3); + img_ids, txt_ids, guidance (Flux); latents (VAE decode) or "
                    "image (VAE encode)")
         ->required();
-    app.add_option("--output", o->output, "safetensors to write: sample (transformer); decoded, or latent_mean and "
-                                          "latent_logvar (VAE)")
+    app.add_option("--output", o->output,
+                   "safetensors to write: sample (transformer); decoded, or latent_mean and "
+                   "latent_logvar (VAE)")
         ->required();
     app.add_option("--mode", o->mode, "eager | full | regional")->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");

@@ -31,12 +31,14 @@ Run add_bench(CLI::App& app) {
     };
     auto o = std::make_shared<Opts>();
     auto* m = app.add_option("--model", o->model, "Kiln model file or diffusers folder (its transformer is benched)");
-    app.add_option("--synthetic", o->synthetic, "Real architecture, random weights in memory (e.g. dit-xl-2-256, "
-                                                "dit-xl-2-512, dit-tiny)")
+    app.add_option("--synthetic", o->synthetic,
+                   "Real architecture, random weights in memory (e.g. dit-xl-2-256, "
+                   "dit-xl-2-512, dit-tiny)")
         ->excludes(m);
     app.add_option("--size", o->size, "Image size in pixels (latent = size / 8); default: the model's");
-    app.add_option("--blocks", o->blocks, "Synthetic only: keep at most N blocks of each kind (for machines that "
-                                          "cannot hold the whole model; per-block figures stay valid)");
+    app.add_option("--blocks", o->blocks,
+                   "Synthetic only: keep at most N blocks of each kind (for machines that "
+                   "cannot hold the whole model; per-block figures stay valid)");
     app.add_option("--batch", o->batch, "Transformer batch (2 = one image with classifier-free guidance)")
         ->capture_default_str();
     app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode")->capture_default_str();
@@ -65,20 +67,23 @@ Run add_bench(CLI::App& app) {
             ws = models::synthetic_store(parse_dtype(o->dtype, "--dtype"));
         } else {
             auto src = models::ModelSource::open(o->model);
-            arch = {src.class_of("transformer"), src.config("transformer"), src.config("transformer").value("sample_size", 32)};
+            arch = {src.class_of("transformer"), src.config("transformer"),
+                    src.config("transformer").value("sample_size", 32)};
             ws = src.weights("transformer");
         }
         if (o->size > 0) arch.latent = o->size / 8;
         std::vector<exec::Mode> modes;
-        if (o->mode == "all") modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
-        else modes = {exec::parse_mode(o->mode)};
+        if (o->mode == "all")
+            modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
+        else
+            modes = {exec::parse_mode(o->mode)};
 
         vk::Context ctx(o->device);
         auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
-        nlohmann::json report = {{"device", ctx.info().name}, {"driver", ctx.info().driver}, {"class", arch.cls},
-                                 {"arch", o->synthetic.empty() ? o->model : o->synthetic}, {"batch", o->batch},
-                                 {"config", arch.config},
-                                 {"latent", arch.latent}, {"modes", nlohmann::json::array()}};
+        nlohmann::json report = {{"device", ctx.info().name}, {"driver", ctx.info().driver},
+                                 {"class", arch.cls},         {"arch", o->synthetic.empty() ? o->model : o->synthetic},
+                                 {"batch", o->batch},         {"config", arch.config},
+                                 {"latent", arch.latent},     {"modes", nlohmann::json::array()}};
         std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(),
                     o->batch, arch.latent, arch.latent, ctx.info().name.c_str());
         std::printf("%-9s %9s %9s %9s %8s %6s %6s %6s %10s %10s %10s %9s %8s %8s\n", "mode", "cold_ms", "warm_ms",

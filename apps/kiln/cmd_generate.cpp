@@ -1,8 +1,9 @@
 // kiln generate: DiTPipeline end to end, PNG out.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <sstream>
-#include <unistd.h>
 
 #include "apps/kiln/commands.h"
 #include "apps/kiln/png.h"
@@ -55,13 +56,15 @@ Run add_generate(CLI::App& app) {
         bool grid = false;
     };
     auto o = std::make_shared<Opts>();
-    app.add_option("--model", o->model, "Kiln model file or diffusers DiTPipeline folder (default: built-in "
-                                        "dit-digits); synthetic:dit-xl-2-256 = real architecture, random weights");
+    app.add_option("--model", o->model,
+                   "Kiln model file or diffusers DiTPipeline folder (default: built-in "
+                   "dit-digits); synthetic:dit-xl-2-256 = real architecture, random weights");
     app.add_option("--class-labels", o->labels, "Comma-separated class ids or label names, one image each")
         ->capture_default_str();
     app.add_option("--steps", o->steps, "Denoising steps")->capture_default_str();
     app.add_option("--guidance", o->guidance, "Classifier-free guidance scale (1 = off)")->capture_default_str();
-    app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")->capture_default_str();
+    app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")
+        ->capture_default_str();
     app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
     app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
     app.add_option("--latents", o->latents, "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise");
@@ -72,8 +75,9 @@ Run add_generate(CLI::App& app) {
     app.add_option("--upscale", o->upscale, "Nearest-neighbour upscale of the PNG (the demo model draws 32x32)")
         ->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
-    app.footer("Examples:\n  kiln generate -o digits.png --class-labels 0,1,2,3,4,5,6,7,8,9 --grid --upscale 4\n"
-               "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png");
+    app.footer(
+        "Examples:\n  kiln generate -o digits.png --class-labels 0,1,2,3,4,5,6,7,8,9 --grid --upscale 4\n"
+        "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png");
     return [o] {
         const std::string model = o->model.empty() ? default_model() : o->model;
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
@@ -111,10 +115,10 @@ Run add_generate(CLI::App& app) {
         std::vector<std::pair<std::string, std::string>> text = {
             {"Software", "kiln"},
             {"kiln:model", model},
-            {"kiln:settings", "labels=" + o->labels + " steps=" + std::to_string(g.steps) +
-                                  " guidance=" + std::to_string(g.guidance) + " seed=" + std::to_string(g.seed) +
-                                  " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
-                                  " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents)}};
+            {"kiln:settings",
+             "labels=" + o->labels + " steps=" + std::to_string(g.steps) + " guidance=" + std::to_string(g.guidance) +
+                 " seed=" + std::to_string(g.seed) + " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
+                 " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents)}};
         const Tensor& im = r.image;
         const int B = (int)im.shape[0], H = (int)im.shape[1], W = (int)im.shape[2], C = (int)im.shape[3];
         if (o->grid || B == 1) {

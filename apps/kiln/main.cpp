@@ -25,8 +25,10 @@ int main(int argc, char** argv) {
         CLI::App* sub = app.add_subcommand(name, help);
         cmds.push_back({sub, fn(*sub)});
     };
-    add("generate", "Generate images with a DiT pipeline (default: the built-in dit-digits model)", kiln::app::add_generate);
-    add("forward", "Run one component (transformer or vae) on named inputs from a safetensors file", kiln::app::add_forward);
+    add("generate", "Generate images with a DiT pipeline (default: the built-in dit-digits model)",
+        kiln::app::add_generate);
+    add("forward", "Run one component (transformer or vae) on named inputs from a safetensors file",
+        kiln::app::add_forward);
     add("bench", "Benchmark a model or a synthetic architecture in eager/full/regional modes", kiln::app::add_bench);
     add("devices", "List Vulkan devices and the features Kiln uses", kiln::app::add_devices);
     add("info", "Describe a Kiln model file: components, config, parameters, dtypes, sizes", kiln::app::add_info);

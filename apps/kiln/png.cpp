@@ -10,7 +10,10 @@
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"  // the static writers Kiln does not call
 #include <stb_image_write.h>
+#pragma GCC diagnostic pop
 
 namespace kiln::app {
 

@@ -9,24 +9,36 @@ namespace kiln {
 
 size_t dtype_size(DType t) {
     switch (t) {
-        case DType::f32: return 4;
-        case DType::f16: return 2;
-        case DType::bf16: return 2;
-        case DType::i32: return 4;
-        case DType::i64: return 8;
-        case DType::u8: return 1;
+        case DType::f32:
+            return 4;
+        case DType::f16:
+            return 2;
+        case DType::bf16:
+            return 2;
+        case DType::i32:
+            return 4;
+        case DType::i64:
+            return 8;
+        case DType::u8:
+            return 1;
     }
     return 0;
 }
 
 const char* dtype_name(DType t) {
     switch (t) {
-        case DType::f32: return "f32";
-        case DType::f16: return "f16";
-        case DType::bf16: return "bf16";
-        case DType::i32: return "i32";
-        case DType::i64: return "i64";
-        case DType::u8: return "u8";
+        case DType::f32:
+            return "f32";
+        case DType::f16:
+            return "f16";
+        case DType::bf16:
+            return "bf16";
+        case DType::i32:
+            return "i32";
+        case DType::i64:
+            return "i64";
+        case DType::u8:
+            return "u8";
     }
     return "?";
 }
@@ -113,23 +125,41 @@ float bf16_to_f32(uint16_t h) {
 namespace {
 double load(const void* p, DType t, size_t i) {
     switch (t) {
-        case DType::f32: return ((const float*)p)[i];
-        case DType::f16: return f16_to_f32(((const uint16_t*)p)[i]);
-        case DType::bf16: return bf16_to_f32(((const uint16_t*)p)[i]);
-        case DType::i32: return ((const int32_t*)p)[i];
-        case DType::i64: return (double)((const int64_t*)p)[i];
-        case DType::u8: return ((const uint8_t*)p)[i];
+        case DType::f32:
+            return ((const float*)p)[i];
+        case DType::f16:
+            return f16_to_f32(((const uint16_t*)p)[i]);
+        case DType::bf16:
+            return bf16_to_f32(((const uint16_t*)p)[i]);
+        case DType::i32:
+            return ((const int32_t*)p)[i];
+        case DType::i64:
+            return (double)((const int64_t*)p)[i];
+        case DType::u8:
+            return ((const uint8_t*)p)[i];
     }
     return 0;
 }
 void store(void* p, DType t, size_t i, double v) {
     switch (t) {
-        case DType::f32: ((float*)p)[i] = (float)v; break;
-        case DType::f16: ((uint16_t*)p)[i] = f32_to_f16((float)v); break;
-        case DType::bf16: ((uint16_t*)p)[i] = f32_to_bf16((float)v); break;
-        case DType::i32: ((int32_t*)p)[i] = (int32_t)v; break;
-        case DType::i64: ((int64_t*)p)[i] = (int64_t)v; break;
-        case DType::u8: ((uint8_t*)p)[i] = (uint8_t)v; break;
+        case DType::f32:
+            ((float*)p)[i] = (float)v;
+            break;
+        case DType::f16:
+            ((uint16_t*)p)[i] = f32_to_f16((float)v);
+            break;
+        case DType::bf16:
+            ((uint16_t*)p)[i] = f32_to_bf16((float)v);
+            break;
+        case DType::i32:
+            ((int32_t*)p)[i] = (int32_t)v;
+            break;
+        case DType::i64:
+            ((int64_t*)p)[i] = (int64_t)v;
+            break;
+        case DType::u8:
+            ((uint8_t*)p)[i] = (uint8_t)v;
+            break;
     }
 }
 }  // namespace

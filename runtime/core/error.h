@@ -28,8 +28,8 @@ template <class... A>
 
 // Throws kiln::Error with the streamed message when cond is false. For user-facing errors:
 // the message must name the file/tensor/op and the problem.
-#define KILN_CHECK(cond, ...)                                 \
-    do {                                                      \
+#define KILN_CHECK(cond, ...)                                  \
+    do {                                                       \
         if (!(cond)) ::kiln::detail::throw_error(__VA_ARGS__); \
     } while (0)
 

@@ -23,36 +23,61 @@ constexpr int kMaxArrayDepth = 4;
 
 const char* type_name(GgufType t) {
     switch (t) {
-        case GgufType::u8: return "u8";
-        case GgufType::i8: return "i8";
-        case GgufType::u16: return "u16";
-        case GgufType::i16: return "i16";
-        case GgufType::u32: return "u32";
-        case GgufType::i32: return "i32";
-        case GgufType::f32: return "f32";
-        case GgufType::boolean: return "bool";
-        case GgufType::string: return "string";
-        case GgufType::array: return "array";
-        case GgufType::u64: return "u64";
-        case GgufType::i64: return "i64";
-        case GgufType::f64: return "f64";
+        case GgufType::u8:
+            return "u8";
+        case GgufType::i8:
+            return "i8";
+        case GgufType::u16:
+            return "u16";
+        case GgufType::i16:
+            return "i16";
+        case GgufType::u32:
+            return "u32";
+        case GgufType::i32:
+            return "i32";
+        case GgufType::f32:
+            return "f32";
+        case GgufType::boolean:
+            return "bool";
+        case GgufType::string:
+            return "string";
+        case GgufType::array:
+            return "array";
+        case GgufType::u64:
+            return "u64";
+        case GgufType::i64:
+            return "i64";
+        case GgufType::f64:
+            return "f64";
     }
     return "?";
 }
 
 size_t scalar_size(GgufType t) {
     switch (t) {
-        case GgufType::u8: case GgufType::i8: case GgufType::boolean: return 1;
-        case GgufType::u16: case GgufType::i16: return 2;
-        case GgufType::u32: case GgufType::i32: case GgufType::f32: return 4;
-        case GgufType::u64: case GgufType::i64: case GgufType::f64: return 8;
-        default: return 0;
+        case GgufType::u8:
+        case GgufType::i8:
+        case GgufType::boolean:
+            return 1;
+        case GgufType::u16:
+        case GgufType::i16:
+            return 2;
+        case GgufType::u32:
+        case GgufType::i32:
+        case GgufType::f32:
+            return 4;
+        case GgufType::u64:
+        case GgufType::i64:
+        case GgufType::f64:
+            return 8;
+        default:
+            return 0;
     }
 }
 
 bool is_int(GgufType t) {
-    return t == GgufType::u8 || t == GgufType::i8 || t == GgufType::u16 || t == GgufType::i16 ||
-           t == GgufType::u32 || t == GgufType::i32 || t == GgufType::u64 || t == GgufType::i64;
+    return t == GgufType::u8 || t == GgufType::i8 || t == GgufType::u16 || t == GgufType::i16 || t == GgufType::u32 ||
+           t == GgufType::i32 || t == GgufType::u64 || t == GgufType::i64;
 }
 bool is_unsigned(GgufType t) {
     return t == GgufType::u8 || t == GgufType::u16 || t == GgufType::u32 || t == GgufType::u64;
@@ -60,12 +85,23 @@ bool is_unsigned(GgufType t) {
 
 bool dtype_of_ggml(uint32_t g, DType* out) {
     switch (g) {
-        case 0: *out = DType::f32; return true;
-        case 1: *out = DType::f16; return true;
-        case 26: *out = DType::i32; return true;
-        case 27: *out = DType::i64; return true;
-        case 30: *out = DType::bf16; return true;
-        default: return false;
+        case 0:
+            *out = DType::f32;
+            return true;
+        case 1:
+            *out = DType::f16;
+            return true;
+        case 26:
+            *out = DType::i32;
+            return true;
+        case 27:
+            *out = DType::i64;
+            return true;
+        case 30:
+            *out = DType::bf16;
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -134,23 +170,45 @@ GgufValue read_value(Cursor& c, GgufType t, const std::string& key, const std::s
     v.type = t;
     const std::string what = "value of key '" + key + "'";
     switch (t) {
-        case GgufType::u8: v.u = c.get<uint8_t>(what); break;
-        case GgufType::i8: v.i = c.get<int8_t>(what); break;
-        case GgufType::u16: v.u = c.get<uint16_t>(what); break;
-        case GgufType::i16: v.i = c.get<int16_t>(what); break;
-        case GgufType::u32: v.u = c.get<uint32_t>(what); break;
-        case GgufType::i32: v.i = c.get<int32_t>(what); break;
-        case GgufType::u64: v.u = c.get<uint64_t>(what); break;
-        case GgufType::i64: v.i = c.get<int64_t>(what); break;
-        case GgufType::f32: v.f = c.get<float>(what); break;
-        case GgufType::f64: v.f = c.get<double>(what); break;
+        case GgufType::u8:
+            v.u = c.get<uint8_t>(what);
+            break;
+        case GgufType::i8:
+            v.i = c.get<int8_t>(what);
+            break;
+        case GgufType::u16:
+            v.u = c.get<uint16_t>(what);
+            break;
+        case GgufType::i16:
+            v.i = c.get<int16_t>(what);
+            break;
+        case GgufType::u32:
+            v.u = c.get<uint32_t>(what);
+            break;
+        case GgufType::i32:
+            v.i = c.get<int32_t>(what);
+            break;
+        case GgufType::u64:
+            v.u = c.get<uint64_t>(what);
+            break;
+        case GgufType::i64:
+            v.i = c.get<int64_t>(what);
+            break;
+        case GgufType::f32:
+            v.f = c.get<float>(what);
+            break;
+        case GgufType::f64:
+            v.f = c.get<double>(what);
+            break;
         case GgufType::boolean: {
             uint8_t b = c.get<uint8_t>(what);
             KILN_CHECK(b <= 1, path, ": metadata key '", key, "': bool value ", (int)b, " is not 0 or 1");
             v.i = b;
             break;
         }
-        case GgufType::string: v.s = c.string(what); break;
+        case GgufType::string:
+            v.s = c.string(what);
+            break;
         case GgufType::array: {
             KILN_CHECK(depth < kMaxArrayDepth, path, ": metadata key '", key, "': arrays nested deeper than ",
                        kMaxArrayDepth);
@@ -166,7 +224,8 @@ GgufValue read_value(Cursor& c, GgufType t, const std::string& key, const std::s
             for (uint64_t k = 0; k < n; ++k) v.arr.push_back(read_value(c, v.elem, key, path, depth + 1));
             break;
         }
-        default: KILN_FAIL(path, ": metadata key '", key, "' has bad value type ", (uint32_t)t);
+        default:
+            KILN_FAIL(path, ": metadata key '", key, "' has bad value type ", (uint32_t)t);
     }
     return v;
 }
@@ -175,25 +234,38 @@ GgufValue read_value(Cursor& c, GgufType t, const std::string& key, const std::s
 
 uint32_t ggml_type_of(DType t) {
     switch (t) {
-        case DType::f32: return 0;
-        case DType::f16: return 1;
-        case DType::i32: return 26;
-        case DType::i64: return 27;
-        case DType::bf16: return 30;
-        case DType::u8: break;
+        case DType::f32:
+            return 0;
+        case DType::f16:
+            return 1;
+        case DType::i32:
+            return 26;
+        case DType::i64:
+            return 27;
+        case DType::bf16:
+            return 30;
+        case DType::u8:
+            break;
     }
     KILN_FAIL("GGUF: dtype ", dtype_name(t), " has no GGUF tensor type (supported: f32, f16, bf16, i32, i64)");
 }
 
 const char* ggml_type_name(uint32_t g) {
     switch (g) {
-        case 0: return "F32";
-        case 1: return "F16";
-        case 8: return "Q8_0";
-        case 26: return "I32";
-        case 27: return "I64";
-        case 30: return "BF16";
-        default: return "?";
+        case 0:
+            return "F32";
+        case 1:
+            return "F16";
+        case 8:
+            return "Q8_0";
+        case 26:
+            return "I32";
+        case 27:
+            return "I64";
+        case 30:
+            return "BF16";
+        default:
+            return "?";
     }
 }
 
@@ -221,7 +293,7 @@ GgufFile GgufFile::open(const std::string& path) {
     g.path_ = path;
     g.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     KILN_CHECK(g.fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
-    struct stat sb{};
+    struct stat sb {};
     KILN_CHECK(::fstat(g.fd_, &sb) == 0, path, ": cannot stat");
     KILN_CHECK(S_ISREG(sb.st_mode), path, ": not a regular file");
     g.file_size_ = (uint64_t)sb.st_size;
@@ -236,8 +308,8 @@ GgufFile GgufFile::open(const std::string& path) {
     // A KV takes >= 13 bytes (key length, 1-char key, type, 1-byte value); a tensor info >= 24.
     KILN_CHECK(n_kv <= c.remaining() / 13, path, ": metadata count ", n_kv, " is impossible for a file of ",
                g.file_size_, " bytes (truncated or corrupt)");
-    KILN_CHECK(n_tensors <= c.remaining() / 24, path, ": tensor count ", n_tensors,
-               " is impossible for a file of ", g.file_size_, " bytes (truncated or corrupt)");
+    KILN_CHECK(n_tensors <= c.remaining() / 24, path, ": tensor count ", n_tensors, " is impossible for a file of ",
+               g.file_size_, " bytes (truncated or corrupt)");
 
     for (uint64_t k = 0; k < n_kv; ++k) {
         std::string key = c.string("metadata key #" + std::to_string(k));
@@ -296,8 +368,7 @@ GgufFile GgufFile::open(const std::string& path) {
         auto& t = g.tensors_[k];
         uint64_t off = rel_offsets[k];
         KILN_CHECK(off <= data_size && t.nbytes <= data_size - off, path, ": tensor '", t.name, "' data [", off, ", ",
-                   off + t.nbytes, ") runs past the end of the data section (", data_size,
-                   " bytes; file truncated?)");
+                   off + t.nbytes, ") runs past the end of the data section (", data_size, " bytes; file truncated?)");
         t.offset = g.data_offset_ + off;
         if (t.nbytes) spans.push_back({off, k});
     }
@@ -305,8 +376,7 @@ GgufFile GgufFile::open(const std::string& path) {
     for (size_t k = 1; k < spans.size(); ++k) {
         const auto& a = g.tensors_[spans[k - 1].second];
         const auto& b = g.tensors_[spans[k].second];
-        KILN_CHECK(a.offset + a.nbytes <= b.offset, path, ": tensor data of '", a.name, "' and '", b.name,
-                   "' overlap");
+        KILN_CHECK(a.offset + a.nbytes <= b.offset, path, ": tensor data of '", a.name, "' and '", b.name, "' overlap");
     }
     return g;
 }
@@ -321,8 +391,7 @@ const GgufValue& GgufFile::value(const std::string& key) const {
 
 std::string GgufFile::get_string(const std::string& key) const {
     const auto& v = value(key);
-    KILN_CHECK(v.type == GgufType::string, path_, ": metadata key '", key, "' is ", type_name(v.type),
-               ", not string");
+    KILN_CHECK(v.type == GgufType::string, path_, ": metadata key '", key, "' is ", type_name(v.type), ", not string");
     return v.s;
 }
 
@@ -440,18 +509,42 @@ private:
 
 void write_value(Out& o, const GgufValue& v) {
     switch (v.type) {
-        case GgufType::u8: o.put<uint8_t>((uint8_t)v.u); break;
-        case GgufType::i8: o.put<int8_t>((int8_t)v.i); break;
-        case GgufType::u16: o.put<uint16_t>((uint16_t)v.u); break;
-        case GgufType::i16: o.put<int16_t>((int16_t)v.i); break;
-        case GgufType::u32: o.put<uint32_t>((uint32_t)v.u); break;
-        case GgufType::i32: o.put<int32_t>((int32_t)v.i); break;
-        case GgufType::u64: o.put<uint64_t>(v.u); break;
-        case GgufType::i64: o.put<int64_t>(v.i); break;
-        case GgufType::f32: o.put<float>((float)v.f); break;
-        case GgufType::f64: o.put<double>(v.f); break;
-        case GgufType::boolean: o.put<uint8_t>(v.i ? 1 : 0); break;
-        case GgufType::string: o.str(v.s); break;
+        case GgufType::u8:
+            o.put<uint8_t>((uint8_t)v.u);
+            break;
+        case GgufType::i8:
+            o.put<int8_t>((int8_t)v.i);
+            break;
+        case GgufType::u16:
+            o.put<uint16_t>((uint16_t)v.u);
+            break;
+        case GgufType::i16:
+            o.put<int16_t>((int16_t)v.i);
+            break;
+        case GgufType::u32:
+            o.put<uint32_t>((uint32_t)v.u);
+            break;
+        case GgufType::i32:
+            o.put<int32_t>((int32_t)v.i);
+            break;
+        case GgufType::u64:
+            o.put<uint64_t>(v.u);
+            break;
+        case GgufType::i64:
+            o.put<int64_t>(v.i);
+            break;
+        case GgufType::f32:
+            o.put<float>((float)v.f);
+            break;
+        case GgufType::f64:
+            o.put<double>(v.f);
+            break;
+        case GgufType::boolean:
+            o.put<uint8_t>(v.i ? 1 : 0);
+            break;
+        case GgufType::string:
+            o.str(v.s);
+            break;
         case GgufType::array:
             o.put<uint32_t>((uint32_t)v.elem);
             o.put<uint64_t>(v.arr.size());
@@ -462,9 +555,7 @@ void write_value(Out& o, const GgufValue& v) {
 
 }  // namespace
 
-GgufWriter::GgufWriter() {
-    set_u32("general.alignment", kGgufAlignment);
-}
+GgufWriter::GgufWriter() { set_u32("general.alignment", kGgufAlignment); }
 
 void GgufWriter::set_value(const std::string& key, GgufValue v) {
     KILN_CHECK(!key.empty(), "GGUF writer: empty metadata key");

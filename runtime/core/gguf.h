@@ -23,8 +23,19 @@ namespace kiln {
 constexpr uint32_t kGgufAlignment = 4096;
 
 enum class GgufType : uint32_t {
-    u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
-    string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
+    u8 = 0,
+    i8 = 1,
+    u16 = 2,
+    i16 = 3,
+    u32 = 4,
+    i32 = 5,
+    f32 = 6,
+    boolean = 7,
+    string = 8,
+    array = 9,
+    u64 = 10,
+    i64 = 11,
+    f64 = 12,
 };
 
 // One metadata value. Scalars live in i/u/f/b, strings in s, arrays in arr (all of type elem).
@@ -60,7 +71,7 @@ public:
     bool has(const std::string& key) const;
     const GgufValue& value(const std::string& key) const;
     std::string get_string(const std::string& key) const;
-    int64_t get_int(const std::string& key) const;  // any integer type (u64 must fit in i64)
+    int64_t get_int(const std::string& key) const;   // any integer type (u64 must fit in i64)
     double get_float(const std::string& key) const;  // f32/f64 (integers are accepted too)
     bool get_bool(const std::string& key) const;
     std::vector<std::string> get_string_array(const std::string& key) const;

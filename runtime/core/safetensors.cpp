@@ -33,12 +33,18 @@ DType st_dtype(const std::string& s, const std::string& file, const std::string&
 
 const char* st_name(DType t) {
     switch (t) {
-        case DType::f32: return "F32";
-        case DType::f16: return "F16";
-        case DType::bf16: return "BF16";
-        case DType::i32: return "I32";
-        case DType::i64: return "I64";
-        case DType::u8: return "U8";
+        case DType::f32:
+            return "F32";
+        case DType::f16:
+            return "F16";
+        case DType::bf16:
+            return "BF16";
+        case DType::i32:
+            return "I32";
+        case DType::i64:
+            return "I64";
+        case DType::u8:
+            return "U8";
     }
     return "?";
 }
@@ -111,11 +117,12 @@ void SafeTensors::add_file(const std::string& path, const std::vector<std::strin
     fds_.push_back(fd);
     paths_.push_back(path);
     int file_idx = (int)paths_.size() - 1;
-    struct stat sb{};
+    struct stat sb {};
     KILN_CHECK(::fstat(fd, &sb) == 0, path, ": cannot stat");
     KILN_CHECK(S_ISREG(sb.st_mode), path, ": not a regular file");
     uint64_t fsize = (uint64_t)sb.st_size;
-    KILN_CHECK(fsize >= 8, path, ": truncated (", fsize, " bytes; a safetensors file starts with an 8-byte header length)");
+    KILN_CHECK(fsize >= 8, path, ": truncated (", fsize,
+               " bytes; a safetensors file starts with an 8-byte header length)");
     uint64_t hlen = 0;
     pread_all(fd, &hlen, 8, 0, path);  // little-endian host assumed (x86, ARM)
     KILN_CHECK(hlen <= kMaxHeader, path, ": header length ", hlen, " exceeds the 100 MB limit");
@@ -128,7 +135,8 @@ void SafeTensors::add_file(const std::string& path, const std::vector<std::strin
     std::vector<std::string> keys;
     std::string dup;
     auto on_event = [&](int depth, json::parse_event_t ev, json& parsed) {
-        if (ev == json::parse_event_t::key && depth == 1 && parsed.is_string()) keys.push_back(parsed.get<std::string>());
+        if (ev == json::parse_event_t::key && depth == 1 && parsed.is_string())
+            keys.push_back(parsed.get<std::string>());
         return true;
     };
     try {
@@ -177,8 +185,8 @@ void SafeTensors::add_file(const std::string& path, const std::vector<std::strin
         KILN_CHECK(e <= data_size, path, ": tensor '", name, "' data [", b, ", ", e, ") runs past the data area (",
                    data_size, " bytes; file truncated?)");
         uint64_t expect = numel * dtype_size(t.dtype);
-        KILN_CHECK(e - b == expect, path, ": tensor '", name, "' has ", e - b, " bytes but shape ",
-                   shape_str(t.shape), " x ", st_name(t.dtype), " needs ", expect);
+        KILN_CHECK(e - b == expect, path, ": tensor '", name, "' has ", e - b, " bytes but shape ", shape_str(t.shape),
+                   " x ", st_name(t.dtype), " needs ", expect);
         KILN_CHECK(!index_.count(name), path, ": tensor '", name, "' appears twice (also in ",
                    paths_[tensors_[index_[name]].file], ")");
         t.offset = data_start + b;
@@ -241,7 +249,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
         uint64_t n = hs.size();
         f.write(reinterpret_cast<const char*>(&n), 8);
         f.write(hs.data(), (std::streamsize)hs.size());
-        for (auto& [name, t] : tensors) f.write(reinterpret_cast<const char*>(t.bytes.data()), (std::streamsize)t.nbytes());
+        for (auto& [name, t] : tensors)
+            f.write(reinterpret_cast<const char*>(t.bytes.data()), (std::streamsize)t.nbytes());
         KILN_CHECK(f.good(), tmp, ": write failed");
     }
     std::error_code ec;

@@ -25,9 +25,13 @@ struct Tensor {
     int64_t numel() const { return shape_numel(shape); }
     size_t nbytes() const { return bytes.size(); }
     template <class T>
-    T* data() { return reinterpret_cast<T*>(bytes.data()); }
+    T* data() {
+        return reinterpret_cast<T*>(bytes.data());
+    }
     template <class T>
-    const T* data() const { return reinterpret_cast<const T*>(bytes.data()); }
+    const T* data() const {
+        return reinterpret_cast<const T*>(bytes.data());
+    }
 
     std::vector<float> to_f32() const;  // any float or int dtype, converted
     Tensor astype(DType t) const;

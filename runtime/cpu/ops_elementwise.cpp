@@ -45,9 +45,15 @@ std::vector<int64_t> strides_of(const Shape& s) {
 
 }  // namespace
 
-void add(const ir::Graph& g, const ir::Node& n, Vals& v) { binary(g, n, v, [](float a, float b) { return a + b; }); }
-void sub(const ir::Graph& g, const ir::Node& n, Vals& v) { binary(g, n, v, [](float a, float b) { return a - b; }); }
-void mul(const ir::Graph& g, const ir::Node& n, Vals& v) { binary(g, n, v, [](float a, float b) { return a * b; }); }
+void add(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    binary(g, n, v, [](float a, float b) { return a + b; });
+}
+void sub(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    binary(g, n, v, [](float a, float b) { return a - b; });
+}
+void mul(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    binary(g, n, v, [](float a, float b) { return a * b; });
+}
 
 void scale(const ir::Graph& g, const ir::Node& n, Vals& v) {
     auto a = std::get<ir::ScaleAttrs>(n.attrs);

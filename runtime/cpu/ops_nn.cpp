@@ -141,7 +141,8 @@ void attention(const ir::Graph& g, const ir::Node& n, Vals& v) {
                 for (int64_t j = 0; j < Sk; ++j) {
                     double s = 0;
                     for (int64_t d = 0; d < D; ++d)
-                        s += (double)q[(size_t)((b * Sq + i) * W + h * D + d)] * k[(size_t)((b * Sk + j) * W + h * D + d)];
+                        s += (double)q[(size_t)((b * Sq + i) * W + h * D + d)] *
+                             k[(size_t)((b * Sk + j) * W + h * D + d)];
                     s *= scale;
                     if (mask) {
                         int64_t mb = sm[0] == 1 ? 0 : b, mi = sm[1] == 1 ? 0 : i;

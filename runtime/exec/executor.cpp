@@ -15,9 +15,12 @@ namespace kiln::exec {
 
 const char* mode_name(Mode m) {
     switch (m) {
-        case Mode::eager: return "eager";
-        case Mode::full: return "full";
-        case Mode::regional: return "regional";
+        case Mode::eager:
+            return "eager";
+        case Mode::full:
+            return "full";
+        case Mode::regional:
+            return "regional";
     }
     return "?";
 }
@@ -92,7 +95,7 @@ struct Executor::Impl {
     vk::BufferRange dummy;
     std::vector<BlockKind> blocks;
     std::vector<std::vector<vk::BufferRange>> block_arena;  // per kind, per instance: its weights
-    std::vector<vk::BufferRange> block_window;               // per kind: what the recording binds
+    std::vector<vk::BufferRange> block_window;              // per kind: what the recording binds
     std::vector<VkDeviceSize> block_stride;
     VkDescriptorPool pool = VK_NULL_HANDLE;
     std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
@@ -119,8 +122,7 @@ struct Executor::Impl {
         VkDevice d = ctx.device();
         vkDeviceWaitIdle(d);
         if (primary) vkFreeCommandBuffers(d, ctx.pool(), 1, &primary);
-        if (!secondaries.empty())
-            vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)secondaries.size(), secondaries.data());
+        if (!secondaries.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)secondaries.size(), secondaries.data());
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
         if (queries) vkDestroyQueryPool(d, queries, nullptr);
         if (fence) vkDestroyFence(d, fence, nullptr);
@@ -147,7 +149,8 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     for (size_t v = 0; v < root.size(); ++v) {
         root[v] = (int)v;
         int p = g.values()[v].producer;
-        if (p >= 0 && ir::op_kind(nodes[(size_t)p].op) == ir::OpKind::view) root[v] = root[(size_t)nodes[(size_t)p].in[0]];
+        if (p >= 0 && ir::op_kind(nodes[(size_t)p].op) == ir::OpKind::view)
+            root[v] = root[(size_t)nodes[(size_t)p].in[0]];
     }
     for (int v : g.inputs()) inputs[g.value(v).name] = v;
     for (auto& [name, v] : g.outputs()) outputs[name] = v;
@@ -317,7 +320,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     const auto& nodes = g.nodes();
     int n_dispatch = 0, n_bind = 0;
     for (int n : active)
-        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute) n_dispatch++, n_bind += (int)nodes[(size_t)n].in.size() + 1;
+        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute)
+            n_dispatch++, n_bind += (int)nodes[(size_t)n].in.size() + 1;
     VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
@@ -469,7 +473,8 @@ void Executor::Impl::record() {
             c.barriers_per_run += sec_barriers[k];
             c.dispatches_per_run += (int)block_dispatches[k].size();
             rec.barrier();
-            if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
+            if (profile_blocks)
+                vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
         }
         carry();
         rec.barrier();

@@ -26,9 +26,9 @@ Mode parse_mode(const std::string& s);  // "eager" | "full" | "regional"
 using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
 
 struct Counters {
-    int pipelines = 0;             // pipelines this executor uses (created or found in the cache)
+    int pipelines = 0;  // pipelines this executor uses (created or found in the cache)
     int command_buffers_recorded = 0;
-    int dispatches_per_run = 0;    // dispatches executed by one run()
+    int dispatches_per_run = 0;  // dispatches executed by one run()
     int submissions_per_run = 0;
     int barriers_per_run = 0;
     int copies_per_run = 0;

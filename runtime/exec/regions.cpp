@@ -57,12 +57,12 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
                 const ir::Node &a = nodes[(size_t)(t.first + j)], &b = nodes[(size_t)(R.first + j)];
                 KILN_CHECK(a.op == b.op && a.attrs == b.attrs && a.in.size() == b.in.size() &&
                                same_value_type(g.value(a.out), g.value(b.out)),
-                           "block '", name, "' ", R.index, " op ", j, " (", ir::op_name(b.op),
-                           ") differs from block ", t.index, " (", ir::op_name(a.op), ")");
+                           "block '", name, "' ", R.index, " op ", j, " (", ir::op_name(b.op), ") differs from block ",
+                           t.index, " (", ir::op_name(a.op), ")");
                 for (size_t s = 0; s < a.in.size(); ++s) {
                     int va = a.in[s], vb = b.in[s];
-                    KILN_CHECK((va < 0) == (vb < 0), "block '", name, "' ", R.index, " op ", j,
-                               ": optional input ", s, " present in one block only");
+                    KILN_CHECK((va < 0) == (vb < 0), "block '", name, "' ", R.index, " op ", j, ": optional input ", s,
+                               " present in one block only");
                     if (va < 0) continue;
                     KILN_CHECK(same_value_type(g.value(va), g.value(vb)), "block '", name, "' ", R.index, " op ", j,
                                " input ", s, ": shape/dtype differs from block ", t.index);
@@ -73,8 +73,8 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
                                    ": internal wiring differs from block ", t.index);
                     } else if (g.value(va).role == ir::Role::weight) {
                         // Per-instance weight (a weight every instance shares maps to itself).
-                        KILN_CHECK(g.value(vb).role == ir::Role::weight, "block '", name, "' ", R.index,
-                                   " op ", j, ": activation where block ", t.index, " has a weight");
+                        KILN_CHECK(g.value(vb).role == ir::Role::weight, "block '", name, "' ", R.index, " op ", j,
+                                   ": activation where block ", t.index, " has a weight");
                         auto it = weight_index.find(va);
                         if (it == weight_index.end()) {
                             KILN_CHECK(r == 0, "block '", name, "': weight layout differs between blocks");
@@ -84,8 +84,8 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
                         } else if (r > 0) {
                             auto& w = k.weights[r];
                             if ((int)w.size() <= it->second) w.resize((size_t)it->second + 1, -1);
-                            KILN_CHECK(w[(size_t)it->second] < 0 || w[(size_t)it->second] == vb, "block '", name,
-                                       "' ", R.index, ": one template weight maps to two weights");
+                            KILN_CHECK(w[(size_t)it->second] < 0 || w[(size_t)it->second] == vb, "block '", name, "' ",
+                                       R.index, ": one template weight maps to two weights");
                             w[(size_t)it->second] = vb;
                         }
                     } else if (va == vb) {  // shared by every instance (e.g. the timestep embedding)

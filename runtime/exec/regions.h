@@ -11,8 +11,8 @@ namespace kiln::exec {
 
 struct BlockKind {
     std::string kind;
-    std::vector<int> regions;  // indices into Graph::regions(), in execution order; [0] is the template
-    int first = 0, end = 0;    // node range of all instances together
+    std::vector<int> regions;               // indices into Graph::regions(), in execution order; [0] is the template
+    int first = 0, end = 0;                 // node range of all instances together
     std::vector<int> tmpl_weights;          // weight value ids the template reads (per-instance weights)
     std::vector<std::vector<int>> weights;  // [instance][k]: the weight replacing tmpl_weights[k]
     // Chain pairs: (template's external input X, template value Y): instance r+1 reads instance r's Y

@@ -166,8 +166,8 @@ Val Graph::matmul(Val a, Val b) {
     check_f32(Op::matmul, a, "a");
     check_f32(Op::matmul, b, "b");
     const Shape &sa = shape(a), &sb = shape(b);
-    KILN_CHECK(sa.size() == 3 && sb.size() == 3 && sa[2] == sb[1] && (sb[0] == sa[0] || sb[0] == 1),
-               "matmul: shapes ", shape_str(sa), " @ ", shape_str(sb), " do not match ([B, M, K] @ [B|1, K, N])");
+    KILN_CHECK(sa.size() == 3 && sb.size() == 3 && sa[2] == sb[1] && (sb[0] == sa[0] || sb[0] == 1), "matmul: shapes ",
+               shape_str(sa), " @ ", shape_str(sb), " do not match ([B, M, K] @ [B|1, K, N])");
     return add_node(Op::matmul, {a.id, b.id}, {sa[0], sa[1], sb[2]});
 }
 
@@ -182,8 +182,7 @@ Val Graph::attention(Val q, Val k, Val v, int heads, Val mask, float scale) {
     if (mask) {
         check_f32(Op::attention, mask, "mask");
         const Shape& sm = shape(mask);
-        KILN_CHECK(sm.size() == 3 && (sm[0] == 1 || sm[0] == sq[0]) && (sm[1] == 1 || sm[1] == sq[1]) &&
-                       sm[2] == sk[1],
+        KILN_CHECK(sm.size() == 3 && (sm[0] == 1 || sm[0] == sq[0]) && (sm[1] == 1 || sm[1] == sq[1]) && sm[2] == sk[1],
                    "attention: mask ", shape_str(sm), " must be [B|1, Sq|1, Sk] for q ", shape_str(sq), ", k ",
                    shape_str(sk));
     }
@@ -254,8 +253,8 @@ Val Graph::upsample_nearest2x(Val x) {
 Val Graph::permute(Val x, const std::vector<int>& perm) {
     check_f32(Op::permute, x, "x");
     const Shape& s = shape(x);
-    KILN_CHECK(perm.size() == s.size() && s.size() <= 6, "permute: perm of size ", perm.size(), " for x ",
-               shape_str(s), " (rank <= 6)");
+    KILN_CHECK(perm.size() == s.size() && s.size() <= 6, "permute: perm of size ", perm.size(), " for x ", shape_str(s),
+               " (rank <= 6)");
     PermuteAttrs a;
     Shape out(s.size());
     std::vector<bool> used(s.size());

@@ -69,7 +69,7 @@ public:
     // Rotary embedding, interleaved pairs (diffusers apply_rotary_emb, use_real_unbind_dim=-1): x [B, S, H*D],
     // cos/sin [S, D/2] (D = 2 * cos.shape[1]); y[2i] = x[2i] cos - x[2i+1] sin, y[2i+1] = x[2i+1] cos + x[2i] sin.
     Val rope(Val x, Val cos, Val sin);
-    Val embedding(Val table, Val ids);          // table [V, D], ids i32 [N] -> [N, D]
+    Val embedding(Val table, Val ids);                      // table [V, D], ids i32 [N] -> [N, D]
     Val timestep_embedding(Val t, const TimestepAttrs& a);  // t f32 [N] -> [N, dim]
     Val conv2d(Val x, Val w, Val b, const Conv2dAttrs& a);  // x [B,C,H,W], w [O,C,kh,kw]
     Val upsample_nearest2x(Val x);

@@ -16,15 +16,16 @@ namespace kiln::vk {
 const char* vk_result_name(VkResult r) {
     switch (r) {
 #define C(x) \
-    case x: return #x;
-        C(VK_SUCCESS) C(VK_NOT_READY) C(VK_TIMEOUT) C(VK_INCOMPLETE) C(VK_ERROR_OUT_OF_HOST_MEMORY)
-        C(VK_ERROR_OUT_OF_DEVICE_MEMORY) C(VK_ERROR_INITIALIZATION_FAILED) C(VK_ERROR_DEVICE_LOST)
-        C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT)
-        C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
-        C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
-        C(VK_ERROR_UNKNOWN)
+    case x:  \
+        return #x;
+        C(VK_SUCCESS)
+        C(VK_NOT_READY) C(VK_TIMEOUT) C(VK_INCOMPLETE) C(VK_ERROR_OUT_OF_HOST_MEMORY) C(VK_ERROR_OUT_OF_DEVICE_MEMORY)
+            C(VK_ERROR_INITIALIZATION_FAILED) C(VK_ERROR_DEVICE_LOST) C(VK_ERROR_MEMORY_MAP_FAILED)
+                C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT) C(VK_ERROR_FEATURE_NOT_PRESENT)
+                    C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS) C(VK_ERROR_FORMAT_NOT_SUPPORTED)
+                        C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY) C(VK_ERROR_UNKNOWN)
 #undef C
-        default: return "VK_ERROR_(unnamed)";
+                            default : return "VK_ERROR_(unnamed)";
     }
 }
 
@@ -75,8 +76,9 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
         vkEnumerateInstanceLayerProperties(&nl, ls.data());
         bool found = std::any_of(ls.begin(), ls.end(),
                                  [](auto& l) { return std::strcmp(l.layerName, "VK_LAYER_KHRONOS_validation") == 0; });
-        KILN_CHECK(found, "KILN_VALIDATION=1 but the layer VK_LAYER_KHRONOS_validation is not installed "
-                          "(Debian: apt-get install vulkan-validationlayers)");
+        KILN_CHECK(found,
+                   "KILN_VALIDATION=1 but the layer VK_LAYER_KHRONOS_validation is not installed "
+                   "(Debian: apt-get install vulkan-validationlayers)");
         layers.push_back("VK_LAYER_KHRONOS_validation");
         KILN_CHECK(has_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME), "KILN_VALIDATION=1 needs VK_EXT_debug_utils");
         enabled.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
@@ -94,12 +96,14 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
     ci.ppEnabledLayerNames = layers.data();
     VkInstance inst = VK_NULL_HANDLE;
     VkResult r = vkCreateInstance(&ci, nullptr, &inst);
-    KILN_CHECK(r != VK_ERROR_INCOMPATIBLE_DRIVER, "no Vulkan 1.2 driver found (install your GPU's Vulkan driver, "
-                                                  "or Mesa's lavapipe: apt-get install mesa-vulkan-drivers)");
+    KILN_CHECK(r != VK_ERROR_INCOMPATIBLE_DRIVER,
+               "no Vulkan 1.2 driver found (install your GPU's Vulkan driver, "
+               "or Mesa's lavapipe: apt-get install mesa-vulkan-drivers)");
     VK_CHECK(r);
     if (validation) {
         VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
-        mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+        mi.messageSeverity =
+            VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
         mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                          VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
         mi.pfnUserCallback = debug_cb;
@@ -111,21 +115,31 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
 
 const char* type_name(VkPhysicalDeviceType t) {
     switch (t) {
-        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
-        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
-        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
-        case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
-        default: return "other";
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+            return "discrete";
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+            return "integrated";
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+            return "virtual";
+        case VK_PHYSICAL_DEVICE_TYPE_CPU:
+            return "cpu";
+        default:
+            return "other";
     }
 }
 
 int type_rank(VkPhysicalDeviceType t) {
     switch (t) {
-        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
-        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
-        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
-        case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
-        default: return 0;
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+            return 4;
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+            return 3;
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+            return 2;
+        case VK_PHYSICAL_DEVICE_TYPE_CPU:
+            return 1;
+        default:
+            return 0;
     }
 }
 
@@ -233,8 +247,9 @@ std::vector<DeviceInfo> list_devices() {
 Context::Context(int device) {
     instance_ = make_instance(env_on("KILN_VALIDATION"), &messenger_);
     auto pds = physical_devices(instance_);
-    KILN_CHECK(!pds.empty(), "no Vulkan device found (for a CPU device install Mesa's lavapipe: "
-                             "apt-get install mesa-vulkan-drivers)");
+    KILN_CHECK(!pds.empty(),
+               "no Vulkan device found (for a CPU device install Mesa's lavapipe: "
+               "apt-get install mesa-vulkan-drivers)");
     if (device < 0) {
         if (const char* e = std::getenv("KILN_DEVICE"); e && *e) device = std::atoi(e);
     }
@@ -253,10 +268,12 @@ Context::Context(int device) {
     }
     phys_ = pds[(size_t)chosen];
     info_ = query(phys_, chosen);
-    KILN_CHECK(info_.fp16_storage, "device '", info_.name, "' lacks the Vulkan feature storageBuffer16BitAccess, "
-                                   "which Kiln needs for f16/bf16 weights");
-    KILN_CHECK(info_.subgroup_arithmetic, "device '", info_.name, "' lacks subgroup arithmetic in compute shaders "
-                                          "(VK_SUBGROUP_FEATURE_ARITHMETIC_BIT), which Kiln's reductions need");
+    KILN_CHECK(info_.fp16_storage, "device '", info_.name,
+               "' lacks the Vulkan feature storageBuffer16BitAccess, "
+               "which Kiln needs for f16/bf16 weights");
+    KILN_CHECK(info_.subgroup_arithmetic, "device '", info_.name,
+               "' lacks subgroup arithmetic in compute shaders "
+               "(VK_SUBGROUP_FEATURE_ARITHMETIC_BIT), which Kiln's reductions need");
     vkGetPhysicalDeviceMemoryProperties(phys_, &mem_props_);
 
     uint32_t nq = 0;
@@ -341,7 +358,8 @@ Context::~Context() {
         vkDestroyDevice(device_, nullptr);
     }
     if (messenger_) {
-        auto fn = (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(instance_, "vkDestroyDebugUtilsMessengerEXT");
+        auto fn =
+            (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(instance_, "vkDestroyDebugUtilsMessengerEXT");
         if (fn) fn(instance_, messenger_, nullptr);
     }
     if (instance_) vkDestroyInstance(instance_, nullptr);

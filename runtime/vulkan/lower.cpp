@@ -18,10 +18,14 @@ void groups_1d(Dispatch& d, uint64_t n, uint32_t local) {
 
 std::string weight_suffix(DType t) {
     switch (t) {
-        case DType::f32: return "_f32";
-        case DType::f16: return "_f16";
-        case DType::bf16: return "_bf16";
-        default: KILN_FAIL("weights must be f32, f16 or bf16, got ", dtype_name(t));
+        case DType::f32:
+            return "_f32";
+        case DType::f16:
+            return "_f16";
+        case DType::bf16:
+            return "_bf16";
+        default:
+            KILN_FAIL("weights must be f32, f16 or bf16, got ", dtype_name(t));
     }
 }
 

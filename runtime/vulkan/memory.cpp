@@ -62,8 +62,10 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
 
 BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable) {
     const auto& info = ctx_.info();
-    KILN_CHECK(!bindable || size <= info.max_storage_buffer_range, what, " needs ", size, " bytes in one binding, over this "
-               "device's maxStorageBufferRange (", info.max_storage_buffer_range, ")");
+    KILN_CHECK(!bindable || size <= info.max_storage_buffer_range, what, " needs ", size,
+               " bytes in one binding, over this "
+               "device's maxStorageBufferRange (",
+               info.max_storage_buffer_range, ")");
     VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_align, 256);
     size = std::max<VkDeviceSize>(size, 4);
     for (auto& b : blocks_) {

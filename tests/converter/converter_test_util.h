@@ -1,12 +1,13 @@
 #pragma once
 // Helpers for the converter tests: temp folders, raw safetensors writing, and the round-trip check.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unistd.h>
 
 #include "converter/convert.h"
 #include "runtime/core/error.h"

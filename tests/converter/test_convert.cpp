@@ -63,7 +63,8 @@ void check_blocks(const GgufFile& g, const std::string& comp) {
             const std::string b0 = comp + "." + kind + "." + std::to_string(first) + ".";
             std::map<std::string, uint64_t> rel;
             for (auto& t : g.tensors())
-                if (t.name.compare(0, b0.size(), b0) == 0) rel[t.name.substr(b0.size())] = t.offset - g.data_offset() - base;
+                if (t.name.compare(0, b0.size(), b0) == 0)
+                    rel[t.name.substr(b0.size())] = t.offset - g.data_offset() - base;
             REQUIRE(!rel.empty());
             for (int64_t i = first; i < first + n; ++i) {
                 const std::string bi = comp + "." + kind + "." + std::to_string(i) + ".";
@@ -72,7 +73,8 @@ void check_blocks(const GgufFile& g, const std::string& comp) {
                     if (t.name.compare(0, bi.size(), bi) == 0) {
                         INFO(t.name);
                         REQUIRE(rel.count(t.name.substr(bi.size())));
-                        CHECK(t.offset - g.data_offset() == (uint64_t)(base + (i - first) * stride) + rel[t.name.substr(bi.size())]);
+                        CHECK(t.offset - g.data_offset() ==
+                              (uint64_t)(base + (i - first) * stride) + rel[t.name.substr(bi.size())]);
                         seen++;
                     }
                 CHECK(seen == rel.size());
@@ -106,7 +108,8 @@ converter::Options quiet(DType d = DType::f16) {
 }  // namespace
 
 TEST_CASE("every model fixture converts and round-trips", "[converter]") {
-    auto name = GENERATE(as<std::string>{}, "dit", "vae", "pixart", "sd3", "sd3_qknorm_dual", "flux", "flux_noguidance");
+    auto name =
+        GENERATE(as<std::string>{}, "dit", "vae", "pixart", "sd3", "sd3_qknorm_dual", "flux", "flux_noguidance");
     auto dt = GENERATE(DType::f32, DType::f16, DType::bf16);
     INFO(name << " " << dtype_name(dt));
     TempDir tmp;
@@ -131,7 +134,8 @@ TEST_CASE("every model fixture converts and round-trips", "[converter]") {
 }
 
 TEST_CASE("pipelines convert with transformer, vae and scheduler", "[converter]") {
-    auto dir = GENERATE(fixture("dit_pipeline_ddim"), fixture("dit_pipeline_dpmpp"), repo_path("models/default/dit-digits"));
+    auto dir =
+        GENERATE(fixture("dit_pipeline_ddim"), fixture("dit_pipeline_dpmpp"), repo_path("models/default/dit-digits"));
     INFO(dir);
     TempDir tmp;
     const std::string out = tmp / "pipe.kiln";
@@ -240,7 +244,9 @@ TEST_CASE("old VAE attention names are renamed as diffusers does", "[converter]"
     nlohmann::json h2 = nlohmann::json::object();
     for (auto& [name, v] : hdr.items()) {
         std::string n = name;
-        for (auto [from, to] : {std::pair{".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."},
+        for (auto [from, to] : {std::pair{".to_q.", ".query."},
+                                {".to_k.", ".key."},
+                                {".to_v.", ".value."},
                                 {".to_out.0.", ".proj_attn."}})
             if (n.find(".attentions.") != std::string::npos && n.find(from) != std::string::npos)
                 n.replace(n.find(from), std::string(from).size(), to);
@@ -308,6 +314,6 @@ TEST_CASE("text encoders and tokenizers in a pipeline are skipped with a note", 
     auto sum = converter::convert_folder(dir, tmp / "p.kiln", o);
     CHECK(sum.components == std::vector<std::string>{"transformer", "vae", "scheduler"});
     CHECK_THAT(log.str(), Catch::Contains("skipping component 'text_encoder' (CLIPTextModel)") &&
-                              Catch::Contains("skipping component 'tokenizer'") &&
-                              !Catch::Contains("safety_checker") && Catch::Contains("wrote "));
+                              Catch::Contains("skipping component 'tokenizer'") && !Catch::Contains("safety_checker") &&
+                              Catch::Contains("wrote "));
 }

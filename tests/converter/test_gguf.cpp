@@ -65,8 +65,12 @@ TEST_CASE("GGUF metadata of every type round-trips", "[gguf]") {
     w.set_string_array("sa", {"a", "", "ccc"});
     w.set_i64_array("ia", {1, -2, 3});
     w.set_i64_array("empty", {});
-    for (auto [k, t] : {std::pair{"u8", GgufType::u8}, {"i8", GgufType::i8}, {"u16", GgufType::u16},
-                        {"i16", GgufType::i16}, {"i32", GgufType::i32}, {"u64", GgufType::u64}}) {
+    for (auto [k, t] : {std::pair{"u8", GgufType::u8},
+                        {"i8", GgufType::i8},
+                        {"u16", GgufType::u16},
+                        {"i16", GgufType::i16},
+                        {"i32", GgufType::i32},
+                        {"u64", GgufType::u64}}) {
         GgufValue v;
         v.type = t;
         v.u = 7;
@@ -167,9 +171,11 @@ TEST_CASE("defective GGUF files are rejected at open", "[gguf][malformed]") {
         // The first KV is general.alignment (key length 17 at offset 24, key, then its type at 49).
         REQUIRE(bytes.substr(32, 17) == "general.alignment");
         cases.push_back({"bad metadata type", "bad value type 13", edit(49, std::string("\x0d\0\0\0", 4))});
-        cases.push_back({"key length past EOF", "runs past the end", edit(24, std::string("\xff\xff\xff\x0f\0\0\0\0", 8))});
+        cases.push_back(
+            {"key length past EOF", "runs past the end", edit(24, std::string("\xff\xff\xff\x0f\0\0\0\0", 8))});
         cases.push_back({"alignment of the wrong type", "must be u32", edit(49, std::string("\x05\0\0\0", 4))});
-        cases.push_back({"alignment not a power of two", "not a power of two", edit(53, std::string("\x01\x10\0\0", 4))});
+        cases.push_back(
+            {"alignment not a power of two", "not a power of two", edit(53, std::string("\x01\x10\0\0", 4))});
     }
     cases.push_back({"impossible tensor count", "tensor count", edit(8, std::string("\0\0\0\0\0\0\0\x01", 8))});
     cases.push_back({"impossible kv count", "metadata count", edit(16, std::string("\0\0\0\0\0\0\0\x01", 8))});
@@ -189,21 +195,18 @@ TEST_CASE("defective GGUF files are rejected at open", "[gguf][malformed]") {
                          r.header(2, 1).kv_u32("general.alignment", 32).info("a", {16}, 0, 0).info("b", {8}, 0, 32);
                          r.pad(32).zeros(128);
                      })});
-    cases.push_back({"duplicate tensor names", "appears twice", raw([](Raw& r) {
-                         r.header(2, 0).info("a", {4}, 0, 0).info("a", {4}, 0, 32).pad(32).zeros(64);
-                     })});
-    cases.push_back({"duplicate keys", "appears twice", raw([](Raw& r) {
-                         r.header(0, 2).kv_u32("k", 1).kv_u32("k", 2);
-                     })});
+    cases.push_back({"duplicate tensor names", "appears twice",
+                     raw([](Raw& r) { r.header(2, 0).info("a", {4}, 0, 0).info("a", {4}, 0, 32).pad(32).zeros(64); })});
+    cases.push_back(
+        {"duplicate keys", "appears twice", raw([](Raw& r) { r.header(0, 2).kv_u32("k", 1).kv_u32("k", 2); })});
     cases.push_back({"dims overflow", "shape overflows", raw([](Raw& r) {
                          r.header(1, 0).info("a", {1ull << 40, 1ull << 40}, 0, 0).pad(32).zeros(64);
                      })});
     cases.push_back({"too many dims", "dims (at most 8)", raw([](Raw& r) {
                          r.header(1, 0).info("a", std::vector<uint64_t>(9, 1), 0, 0).pad(32).zeros(64);
                      })});
-    cases.push_back({"bool not 0/1", "bool value 2", raw([](Raw& r) {
-                         r.header(0, 1).str("b").put<uint32_t>(7).put<uint8_t>(2).zeros(16);
-                     })});
+    cases.push_back({"bool not 0/1", "bool value 2",
+                     raw([](Raw& r) { r.header(0, 1).str("b").put<uint32_t>(7).put<uint8_t>(2).zeros(16); })});
     cases.push_back({"huge array", "runs past the end of the file", raw([](Raw& r) {
                          r.header(0, 1).str("a").put<uint32_t>(9).put<uint32_t>(6).put<uint64_t>(1ull << 60).zeros(16);
                      })});

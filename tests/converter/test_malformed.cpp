@@ -15,13 +15,12 @@ namespace {
 void copy_dit(const std::string& dir) {
     fs::create_directories(dir);
     fs::copy_file(fixture("dit") + "/config.json", dir + "/config.json");
-    fs::copy_file(fixture("dit") + "/diffusion_pytorch_model.safetensors", dir + "/diffusion_pytorch_model.safetensors");
+    fs::copy_file(fixture("dit") + "/diffusion_pytorch_model.safetensors",
+                  dir + "/diffusion_pytorch_model.safetensors");
 }
 
 // Copies the DDIM DiT pipeline to dir.
-void copy_pipeline(const std::string& dir) {
-    fs::copy(fixture("dit_pipeline_ddim"), dir, fs::copy_options::recursive);
-}
+void copy_pipeline(const std::string& dir) { fs::copy(fixture("dit_pipeline_ddim"), dir, fs::copy_options::recursive); }
 
 // Rewrites dir's safetensors through f(header, data).
 void edit_weights(const std::string& dir, const std::function<void(json&, std::string&)>& f) {
@@ -33,7 +32,7 @@ void edit_weights(const std::string& dir, const std::function<void(json&, std::s
 
 struct Defect {
     const char* name;
-    const char* expect;  // a word the message must contain
+    const char* expect;                                // a word the message must contain
     std::function<void(const std::string& dir)> make;  // dir: a fresh folder to build the bad input in
 };
 
@@ -114,7 +113,8 @@ const std::vector<Defect>& defects() {
         {"index points to a missing shard", "is missing",
          [](const std::string& dir) {
              copy_dit(dir);
-             fs::rename(dir + "/diffusion_pytorch_model.safetensors", dir + "/diffusion_pytorch_model-00001-of-00002.safetensors");
+             fs::rename(dir + "/diffusion_pytorch_model.safetensors",
+                        dir + "/diffusion_pytorch_model-00001-of-00002.safetensors");
              auto [h, d] = read_raw_safetensors(dir + "/diffusion_pytorch_model-00001-of-00002.safetensors");
              json wm = json::object();
              for (auto& [n, v] : h.items())
@@ -194,7 +194,8 @@ const std::vector<Defect>& defects() {
              copy_dit(dir);
              fs::remove(dir + "/diffusion_pytorch_model.safetensors");
          }},
-        {"not a diffusers folder", "not a diffusers folder", [](const std::string& dir) { fs::create_directories(dir); }},
+        {"not a diffusers folder", "not a diffusers folder",
+         [](const std::string& dir) { fs::create_directories(dir); }},
         {"non-identical blocks", "is not identical to transformer_blocks.0",
          [](const std::string& dir) {
              copy_dit(dir);

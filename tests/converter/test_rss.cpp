@@ -28,15 +28,14 @@ TEST_CASE("peak RSS of converting a ~1 GB checkpoint", "[.rss]") {
     spit(dir + "/config.json", cfg.dump(2));
 
     // Shapes of every tensor DiT needs at this size.
-    std::vector<std::pair<std::string, Shape>> shapes = {{"pos_embed.proj.weight", {d, 4, 2, 2}},
-                                                         {"pos_embed.proj.bias", {d}},
-                                                         {"proj_out_1.weight", {2 * d, d}},
-                                                         {"proj_out_1.bias", {2 * d}},
-                                                         {"proj_out_2.weight", {32, d}},
-                                                         {"proj_out_2.bias", {32}}};
+    std::vector<std::pair<std::string, Shape>> shapes = {
+        {"pos_embed.proj.weight", {d, 4, 2, 2}}, {"pos_embed.proj.bias", {d}},
+        {"proj_out_1.weight", {2 * d, d}},       {"proj_out_1.bias", {2 * d}},
+        {"proj_out_2.weight", {32, d}},          {"proj_out_2.bias", {32}}};
     for (int64_t i = 0; i < layers; ++i) {
         std::string b = "transformer_blocks." + std::to_string(i) + ".";
-        for (auto n : {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "norm1.emb.timestep_embedder.linear_2"}) {
+        for (auto n :
+             {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "norm1.emb.timestep_embedder.linear_2"}) {
             shapes.push_back({b + n + ".weight", {d, d}});
             shapes.push_back({b + n + ".bias", {d}});
         }
@@ -89,17 +88,18 @@ TEST_CASE("peak RSS of converting a ~1 GB checkpoint", "[.rss]") {
         }
     }
     int status = 0;
-    struct rusage ru{};
+    struct rusage ru {};
     REQUIRE(wait4(pid, &status, 0, &ru) == pid);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     REQUIRE(WIFEXITED(status));
     REQUIRE(WEXITSTATUS(status) == 0);
     uint64_t largest = 0;
     for (auto& [n, s] : shapes) largest = std::max<uint64_t>(largest, (uint64_t)shape_numel(s) * 4);
-    std::printf("rss: input %.1f MiB f32 (%zu tensors, largest %.1f MiB) -> %.1f MiB f16 in %.1f s; "
-                "peak RSS of the conversion: %.1f MiB\n",
-                off / 1048576.0, shapes.size(), largest / 1048576.0, fs::file_size(out) / 1048576.0, secs,
-                ru.ru_maxrss / 1024.0);
+    std::printf(
+        "rss: input %.1f MiB f32 (%zu tensors, largest %.1f MiB) -> %.1f MiB f16 in %.1f s; "
+        "peak RSS of the conversion: %.1f MiB\n",
+        off / 1048576.0, shapes.size(), largest / 1048576.0, fs::file_size(out) / 1048576.0, secs,
+        ru.ru_maxrss / 1024.0);
     CHECK(ru.ru_maxrss * 1024.0 < 4.0 * largest + 64e6);  // ~one tensor in + out, plus the process itself
     GgufFile g = GgufFile::open(out);
     CHECK(g.get_int("kiln.transformer.blocks.transformer_blocks.count") == layers);

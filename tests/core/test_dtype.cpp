@@ -9,7 +9,7 @@ using namespace kiln;
 TEST_CASE("f16 conversion is exact on representable values and rounds to nearest even", "[core]") {
     for (float f : {0.f, -0.f, 1.f, -2.5f, 65504.f, 6.103515625e-05f, 5.960464477539063e-08f})
         CHECK(f16_to_f32(f32_to_f16(f)) == f);
-    CHECK(f32_to_f16(1.0f + 1.0f / 2048) == f32_to_f16(1.0f));        // tie -> even
+    CHECK(f32_to_f16(1.0f + 1.0f / 2048) == f32_to_f16(1.0f));                // tie -> even
     CHECK(f32_to_f16(1.0f + 3.0f / 2048) == f32_to_f16(1.0f + 2.0f / 1024));  // tie -> even (up)
     CHECK(std::isinf(f16_to_f32(f32_to_f16(1e6f))));
     CHECK(std::isnan(f16_to_f32(f32_to_f16(NAN))));

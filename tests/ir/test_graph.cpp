@@ -15,7 +15,8 @@ TEST_CASE("shape inference and errors that name the op and the shapes", "[ir]") 
     CHECK(g.shape(g.linear(x, w, {})) == Shape{2, 5, 16});
     CHECK(g.shape(g.add(x, g.input("b", {1, 5, 1}))) == Shape{2, 5, 8});
     CHECK_THROWS_WITH(g.add(x, g.input("c", {3, 8})), Catch::Contains("add") && Catch::Contains("[2, 5, 8]"));
-    CHECK_THROWS_WITH(g.linear(x, g.weight("w2", {16, 7}), {}), Catch::Contains("linear") && Catch::Contains("[16, 7]"));
+    CHECK_THROWS_WITH(g.linear(x, g.weight("w2", {16, 7}), {}),
+                      Catch::Contains("linear") && Catch::Contains("[16, 7]"));
     CHECK_THROWS_WITH(g.attention(x, x, x, 3), Catch::Contains("heads"));
     CHECK_THROWS_WITH(g.reshape(x, {3, -1}), Catch::Contains("reshape"));
     CHECK_THROWS_WITH(g.slice(x, 2, 6, 4), Catch::Contains("out of range"));

@@ -15,8 +15,9 @@
 using namespace kiln;
 
 namespace {
-const std::vector<std::string> kInputs = {"hidden_states", "encoder_hidden_states", "pooled_projections", "timestep",
-                                          "img_ids", "txt_ids", "guidance"};  // guidance only where present
+const std::vector<std::string> kInputs = {
+    "hidden_states", "encoder_hidden_states", "pooled_projections", "timestep", "img_ids", "txt_ids",
+    "guidance"};  // guidance only where present
 }
 
 TEST_CASE("Flux matches diffusers on the CPU reference", "[models][flux]") {

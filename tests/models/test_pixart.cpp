@@ -12,7 +12,6 @@
 
 using namespace kiln;
 
-
 namespace {
 const std::vector<std::string> kInputs = {"hidden_states", "encoder_hidden_states", "encoder_attention_mask",
                                           "timestep"};

@@ -13,7 +13,6 @@
 
 using namespace kiln;
 
-
 namespace {
 const std::vector<std::string> kInputs = {"hidden_states", "encoder_hidden_states", "pooled_projections", "timestep"};
 }
