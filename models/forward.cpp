@@ -139,14 +139,18 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
     }
     if (cls == "AutoencoderKL") {
         auto c = VaeConfig::from_json(config);
+        // latents -> decoded; image -> latent_mean, latent_logvar; both when both are given (one graph).
+        KILN_CHECK(inputs.count("latents") || inputs.count("image"),
+                   "AutoencoderKL: give 'latents' (to decode) and/or 'image' (to encode)");
         if (inputs.count("latents")) {
             const Tensor& z = inputs.at("latents");
-            KILN_CHECK(z.shape.size() == 4, "AutoencoderKL: latents must be [B, C, h, w]");
+            KILN_CHECK(z.shape.size() == 4, "AutoencoderKL: latents must be [B, C, h, w], got ", shape_str(z.shape));
             build_vae_decoder(b, c, (int)z.shape[0], (int)z.shape[2], (int)z.shape[3]);
             in["latents"] = z.astype(DType::f32);
-        } else {
-            const Tensor& x = need(inputs, "image", cls);
-            KILN_CHECK(x.shape.size() == 4, "AutoencoderKL: image must be [B, C, H, W]");
+        }
+        if (inputs.count("image")) {
+            const Tensor& x = inputs.at("image");
+            KILN_CHECK(x.shape.size() == 4, "AutoencoderKL: image must be [B, C, H, W], got ", shape_str(x.shape));
             build_vae_encoder(b, c, (int)x.shape[0], (int)x.shape[2], (int)x.shape[3]);
             in["image"] = x.astype(DType::f32);
         }

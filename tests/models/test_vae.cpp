@@ -23,5 +23,12 @@ TEST_CASE("VAE decode and encode match diffusers", "[models][vae][vulkan]") {
         CHECK(e1 <= 1e-4);
         CHECK(e2 <= 1e-4);
     }
+    // Both inputs at once (as the fixture's io.safetensors holds them): one graph, all three outputs.
+    auto both = models::forward_component(&test::context(), src, "vae",
+                                          {{"latents", io.read("latents")}, {"image", io.read("image")}});
+    for (const char* name : {"decoded", "latent_mean", "latent_logvar"}) {
+        REQUIRE(both.count(name));
+        CHECK(rel_l2(both[name].to_f32(), io.read(name).to_f32()) <= 1e-4);
+    }
     CHECK(vk::Context::validation_errors() == 0);
 }
