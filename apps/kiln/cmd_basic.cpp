@@ -45,13 +45,14 @@ Run add_info(CLI::App& app) {
 
 Run add_forward(CLI::App& app) {
     struct Opts {
-        std::string model, component = "transformer", inputs, output, mode = "regional";
+        std::string model, component, inputs, output, mode = "regional";
         int device = -1;
         bool cpu = false;
     };
     auto o = std::make_shared<Opts>();
     app.add_option("--model", o->model, "Kiln model file, or a diffusers pipeline/component folder")->required();
-    app.add_option("--component", o->component, "transformer or vae")->capture_default_str();
+    app.add_option("--component", o->component,
+                   "transformer or vae (default: the transformer, or the file's only model component)");
     app.add_option("--inputs", o->inputs,
                    "safetensors with inputs named as diffusers' forward arguments: hidden_states, timestep, "
                    "class_labels (DiT); + encoder_hidden_states, encoder_attention_mask (PixArt); "
@@ -74,7 +75,9 @@ Run add_forward(CLI::App& app) {
         exec::Mode mode = exec::parse_mode(o->mode);
         std::unique_ptr<vk::Context> ctx;
         if (!o->cpu) ctx = std::make_unique<vk::Context>(o->device);
-        auto out = models::forward_component(ctx.get(), src, o->component, in, mode);
+        std::string comp = o->component;
+        if (comp.empty()) comp = src.has("transformer") || !src.has("vae") ? "transformer" : "vae";
+        auto out = models::forward_component(ctx.get(), src, comp, in, mode);
         std::vector<std::pair<std::string, Tensor>> list(out.begin(), out.end());
         write_safetensors(o->output, list);
         for (auto& [name, t] : list) std::fprintf(stderr, "wrote %s %s\n", name.c_str(), shape_str(t.shape).c_str());
