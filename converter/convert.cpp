@@ -33,6 +33,7 @@
 #include <sstream>
 
 #include "converter/arch.h"
+#include "converter/info.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
@@ -74,15 +75,6 @@ std::string name_list(const std::vector<std::string>& v, size_t max = 10) {
     for (size_t i = 0; i < v.size() && i < max; ++i) s += (i ? ", " : "") + ("'" + v[i] + "'");
     if (v.size() > max) s += ", ... (" + std::to_string(v.size() - max) + " more)";
     return s;
-}
-
-std::string human_bytes(double b) {
-    const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int k = 0;
-    while (b >= 1024 && k < 4) b /= 1024, ++k;
-    char buf[32];
-    std::snprintf(buf, sizeof buf, k ? "%.1f %s" : "%.0f %s", b, u[k]);
-    return buf;
 }
 
 struct Item {

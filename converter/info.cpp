@@ -11,9 +11,6 @@
 
 namespace kiln {
 
-namespace {
-using json = nlohmann::json;
-
 std::string human_bytes(double b) {
     const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int k = 0;
@@ -22,6 +19,9 @@ std::string human_bytes(double b) {
     std::snprintf(buf, sizeof buf, k ? "%.1f %s" : "%.0f %s", b, u[k]);
     return buf;
 }
+
+namespace {
+using json = nlohmann::json;
 
 std::string human_count(int64_t n) {
     char buf[32];

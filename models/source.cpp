@@ -140,8 +140,8 @@ std::string ModelSource::class_of(const std::string& c) const {
 std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
     config(c);
     if (synthetic_) return synthetic_store(synthetic_dtype_, std::hash<std::string>{}(c));
-    if (kiln_file_) return open_kiln_component(path_, c, nullptr);
-    return open_diffusers_component(dirs_.at(c), nullptr);
+    if (kiln_file_) return open_kiln_component(path_, c);
+    return open_diffusers_component(dirs_.at(c));
 }
 
 }  // namespace kiln::models

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "converter/convert.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
@@ -13,19 +12,8 @@
 namespace kiln::models {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
-json read_json(const fs::path& p) {
-    std::ifstream f(p);
-    KILN_CHECK(f.good(), p.string(), ": cannot open");
-    try {
-        return json::parse(converter::python_json_to_json(std::string(std::istreambuf_iterator<char>(f), {})));
-    } catch (const std::exception& e) {
-        KILN_FAIL(p.string(), ": invalid JSON: ", e.what());
-    }
-}
-
 class SafetensorsStore : public WeightStore {
 public:
     explicit SafetensorsStore(const std::string& path) : st_(SafeTensors::open(path)), path_(path) {
@@ -56,7 +44,6 @@ public:
     }
     Tensor read(const std::string& name) const override { return f_.read(prefix_ + name); }
     std::string source() const override { return f_.path() + " (" + prefix_.substr(0, prefix_.size() - 1) + ")"; }
-    const GgufFile& file() const { return f_; }
 
 private:
     GgufFile f_;
@@ -106,10 +93,9 @@ std::unique_ptr<WeightStore> synthetic_store(DType matrix_dtype, uint64_t seed) 
     return std::make_unique<SyntheticStore>(matrix_dtype, seed);
 }
 
-std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, json* config) {
+std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir) {
     fs::path d(dir);
     KILN_CHECK(fs::is_directory(d), dir, ": not a directory");
-    if (config) *config = read_json(d / "config.json");
     for (const char* name :
          {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.safetensors.index.json",
           "diffusion_pytorch_model.fp16.safetensors", "diffusion_pytorch_model.safetensors.index.fp16.json",
@@ -118,18 +104,8 @@ std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, js
     KILN_FAIL(dir, ": no diffusion_pytorch_model*.safetensors found");
 }
 
-std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component, json* config) {
-    auto s = std::make_unique<GgufStore>(file, component);
-    if (config) {
-        const std::string key = "kiln." + component + ".config";
-        KILN_CHECK(s->file().has(key), file, ": no component '", component, "' (missing metadata ", key, ")");
-        try {
-            *config = json::parse(converter::python_json_to_json(s->file().get_string(key)));
-        } catch (const json::exception& e) {
-            KILN_FAIL(file, ": metadata ", key, " is not valid JSON: ", e.what());
-        }
-    }
-    return s;
+std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component) {
+    return std::make_unique<GgufStore>(file, component);
 }
 
 const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) const {

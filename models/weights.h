@@ -28,12 +28,11 @@ public:
     virtual std::string source() const = 0;                  // for error messages
 };
 
-// Opens a diffusers component folder (config.json + diffusion_pytorch_model[.fp16].safetensors, single or
-// sharded) as a store. Returns the parsed config.json too.
-std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir, nlohmann::json* config);
+// Opens the weights of a diffusers component folder (diffusion_pytorch_model[.fp16].safetensors, single or
+// sharded) as a store. Configs are read by ModelSource.
+std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir);
 // A component of a Kiln model file: tensors named "<component>.<diffusers name>".
-std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component,
-                                                 nlohmann::json* config);
+std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component);
 
 // Random weights in memory for any architecture at any size (`kiln bench --synthetic`): matrices in
 // `matrix_dtype`, uniform(-1, 1) / sqrt(fan_in); vectors f32. Deterministic per tensor name and seed.

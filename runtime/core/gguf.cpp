@@ -11,13 +11,12 @@
 #include <filesystem>
 
 #include "runtime/core/error.h"
+#include "runtime/core/file_io.h"
 
 namespace kiln {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
-constexpr uint32_t kMaxDims = 8;
 constexpr uint64_t kMaxString = 1ull << 30;  // a sane cap; every length is also bounds-checked
 constexpr int kMaxArrayDepth = 4;
 
@@ -106,18 +105,6 @@ bool dtype_of_ggml(uint32_t g, DType* out) {
 }
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-
-void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& file) {
-    auto* p = static_cast<uint8_t*>(dst);
-    while (n) {
-        ssize_t r = ::pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        KILN_CHECK(r > 0, file, ": read failed at offset ", off, (r == 0 ? " (unexpected end of file)" : ""));
-        p += r;
-        n -= (uint64_t)r;
-        off += (uint64_t)r;
-    }
-}
 
 // Bounds-checked sequential reader over the file header, buffered in 64 KiB windows.
 class Cursor {
@@ -300,7 +287,7 @@ GgufFile GgufFile::open(const std::string& path) {
     Cursor c(g.fd_, g.file_size_, g.path_);
     KILN_CHECK(g.file_size_ >= 24, path, ": truncated (", g.file_size_, " bytes; a GGUF header has at least 24)");
     uint32_t magic = c.get<uint32_t>("magic");
-    KILN_CHECK(magic == kMagic, path, ": bad magic (not a GGUF file)");
+    KILN_CHECK(magic == kGgufMagic, path, ": bad magic (not a GGUF file)");
     uint32_t version = c.get<uint32_t>("version");
     KILN_CHECK(version == 3, path, ": unsupported GGUF version ", version, " (Kiln reads version 3)");
     uint64_t n_tensors = c.get<uint64_t>("tensor count");
@@ -338,7 +325,7 @@ GgufFile GgufFile::open(const std::string& path) {
         KILN_CHECK(!t.name.empty(), path, ": tensor #", k, " has an empty name");
         KILN_CHECK(!g.index_.count(t.name), path, ": ", w, " appears twice");
         uint32_t nd = c.get<uint32_t>(w + " n_dims");
-        KILN_CHECK(nd <= kMaxDims, path, ": ", w, " has ", nd, " dims (at most ", kMaxDims, ")");
+        KILN_CHECK(nd <= kGgufMaxDims, path, ": ", w, " has ", nd, " dims (at most ", kGgufMaxDims, ")");
         uint64_t numel = 1;
         t.shape.assign(nd, 0);
         for (uint32_t d = 0; d < nd; ++d) {
@@ -461,222 +448,6 @@ Tensor GgufFile::read(const std::string& name) const {
     Tensor t(info.dtype, info.shape);
     read_bytes(info, t.bytes.data());
     return t;
-}
-
-// ---------------------------------------------------------------------------------------- writer
-
-namespace {
-
-class Out {
-public:
-    explicit Out(const std::string& path) : path_(path) {
-        f_ = std::fopen(path.c_str(), "wb");
-        KILN_CHECK(f_, path, ": cannot open for writing: ", std::strerror(errno));
-    }
-    ~Out() {
-        if (f_) std::fclose(f_);
-    }
-    void write(const void* p, size_t n) {
-        KILN_CHECK(std::fwrite(p, 1, n, f_) == n, path_, ": write failed: ", std::strerror(errno));
-        pos_ += n;
-    }
-    template <class T>
-    void put(T v) {
-        write(&v, sizeof(T));
-    }
-    void str(const std::string& s) {
-        put<uint64_t>(s.size());
-        write(s.data(), s.size());
-    }
-    void pad_to(uint64_t target) {
-        static const uint8_t zeros[4096] = {};
-        while (pos_ < target) write(zeros, (size_t)std::min<uint64_t>(sizeof zeros, target - pos_));
-    }
-    void close() {
-        int r1 = std::fflush(f_);
-        int r2 = ::fsync(::fileno(f_));
-        int r3 = std::fclose(f_);
-        f_ = nullptr;
-        KILN_CHECK(r1 == 0 && r2 == 0 && r3 == 0, path_, ": write failed on close: ", std::strerror(errno));
-    }
-    uint64_t pos() const { return pos_; }
-
-private:
-    std::string path_;
-    std::FILE* f_ = nullptr;
-    uint64_t pos_ = 0;
-};
-
-void write_value(Out& o, const GgufValue& v) {
-    switch (v.type) {
-        case GgufType::u8:
-            o.put<uint8_t>((uint8_t)v.u);
-            break;
-        case GgufType::i8:
-            o.put<int8_t>((int8_t)v.i);
-            break;
-        case GgufType::u16:
-            o.put<uint16_t>((uint16_t)v.u);
-            break;
-        case GgufType::i16:
-            o.put<int16_t>((int16_t)v.i);
-            break;
-        case GgufType::u32:
-            o.put<uint32_t>((uint32_t)v.u);
-            break;
-        case GgufType::i32:
-            o.put<int32_t>((int32_t)v.i);
-            break;
-        case GgufType::u64:
-            o.put<uint64_t>(v.u);
-            break;
-        case GgufType::i64:
-            o.put<int64_t>(v.i);
-            break;
-        case GgufType::f32:
-            o.put<float>((float)v.f);
-            break;
-        case GgufType::f64:
-            o.put<double>(v.f);
-            break;
-        case GgufType::boolean:
-            o.put<uint8_t>(v.i ? 1 : 0);
-            break;
-        case GgufType::string:
-            o.str(v.s);
-            break;
-        case GgufType::array:
-            o.put<uint32_t>((uint32_t)v.elem);
-            o.put<uint64_t>(v.arr.size());
-            for (auto& e : v.arr) write_value(o, e);
-            break;
-    }
-}
-
-}  // namespace
-
-GgufWriter::GgufWriter() { set_u32("general.alignment", kGgufAlignment); }
-
-void GgufWriter::set_value(const std::string& key, GgufValue v) {
-    KILN_CHECK(!key.empty(), "GGUF writer: empty metadata key");
-    for (auto& kv : kv_)
-        if (kv.first == key) {
-            kv.second = std::move(v);
-            return;
-        }
-    kv_.emplace_back(key, std::move(v));
-}
-
-void GgufWriter::set_string(const std::string& key, const std::string& v) {
-    GgufValue x;
-    x.type = GgufType::string;
-    x.s = v;
-    set_value(key, std::move(x));
-}
-void GgufWriter::set_u32(const std::string& key, uint32_t v) {
-    GgufValue x;
-    x.type = GgufType::u32;
-    x.u = v;
-    set_value(key, std::move(x));
-}
-void GgufWriter::set_i64(const std::string& key, int64_t v) {
-    GgufValue x;
-    x.type = GgufType::i64;
-    x.i = v;
-    set_value(key, std::move(x));
-}
-void GgufWriter::set_f32(const std::string& key, float v) {
-    GgufValue x;
-    x.type = GgufType::f32;
-    x.f = v;
-    set_value(key, std::move(x));
-}
-void GgufWriter::set_bool(const std::string& key, bool v) {
-    GgufValue x;
-    x.type = GgufType::boolean;
-    x.i = v ? 1 : 0;
-    set_value(key, std::move(x));
-}
-void GgufWriter::set_string_array(const std::string& key, const std::vector<std::string>& v) {
-    GgufValue x;
-    x.type = GgufType::array;
-    x.elem = GgufType::string;
-    for (auto& s : v) {
-        GgufValue e;
-        e.type = GgufType::string;
-        e.s = s;
-        x.arr.push_back(std::move(e));
-    }
-    set_value(key, std::move(x));
-}
-void GgufWriter::set_i64_array(const std::string& key, const std::vector<int64_t>& v) {
-    GgufValue x;
-    x.type = GgufType::array;
-    x.elem = GgufType::i64;
-    for (int64_t i : v) {
-        GgufValue e;
-        e.type = GgufType::i64;
-        e.i = i;
-        x.arr.push_back(std::move(e));
-    }
-    set_value(key, std::move(x));
-}
-
-uint64_t GgufWriter::add_tensor(std::string name, DType dtype, Shape shape, std::function<void(void*)> fill) {
-    KILN_CHECK(!name.empty(), "GGUF writer: empty tensor name");
-    KILN_CHECK(!names_.count(name), "GGUF writer: tensor '", name, "' added twice");
-    KILN_CHECK(shape.size() <= kMaxDims, "GGUF writer: tensor '", name, "' has more than ", kMaxDims, " dims");
-    ggml_type_of(dtype);  // throws for u8
-    for (int64_t d : shape) KILN_CHECK(d >= 0, "GGUF writer: tensor '", name, "' has a negative dim");
-    Pending p{std::move(name), dtype, std::move(shape), 0, 0, std::move(fill)};
-    p.nbytes = (uint64_t)shape_numel(p.shape) * dtype_size(dtype);
-    p.offset = align_up(data_size_, kGgufAlignment);
-    data_size_ = p.offset + p.nbytes;
-    names_[p.name] = tensors_.size();
-    tensors_.push_back(std::move(p));
-    return tensors_.back().offset;
-}
-
-void GgufWriter::write(const std::string& path) {
-    const std::string tmp = path + ".tmp";
-    try {
-        Out o(tmp);
-        o.put<uint32_t>(kMagic);
-        o.put<uint32_t>(3);
-        o.put<uint64_t>(tensors_.size());
-        o.put<uint64_t>(kv_.size());
-        for (auto& [key, v] : kv_) {
-            o.str(key);
-            o.put<uint32_t>((uint32_t)v.type);
-            write_value(o, v);
-        }
-        for (auto& t : tensors_) {
-            o.str(t.name);
-            o.put<uint32_t>((uint32_t)t.shape.size());
-            for (size_t d = t.shape.size(); d-- > 0;) o.put<uint64_t>((uint64_t)t.shape[d]);  // innermost first
-            o.put<uint32_t>(ggml_type_of(t.dtype));
-            o.put<uint64_t>(t.offset);
-        }
-        const uint64_t data_start = align_up(o.pos(), kGgufAlignment);
-        o.pad_to(data_start);
-        std::vector<uint8_t> buf;
-        for (size_t k = 0; k < tensors_.size(); ++k) {
-            auto& t = tensors_[k];
-            o.pad_to(data_start + t.offset);
-            buf.resize((size_t)t.nbytes);
-            if (t.fill) t.fill(buf.data());
-            o.write(buf.data(), buf.size());
-            if (on_tensor) on_tensor(k + 1, tensors_.size());
-        }
-        o.close();
-        std::error_code ec;
-        std::filesystem::rename(tmp, path, ec);
-        KILN_CHECK(!ec, path, ": cannot rename temporary file: ", ec.message());
-    } catch (...) {
-        std::error_code ec;
-        std::filesystem::remove(tmp, ec);
-        throw;
-    }
 }
 
 }  // namespace kiln

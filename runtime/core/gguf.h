@@ -20,7 +20,9 @@
 
 namespace kiln {
 
+constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint32_t kGgufAlignment = 4096;
+constexpr uint32_t kGgufMaxDims = 8;
 
 enum class GgufType : uint32_t {
     u8 = 0,
