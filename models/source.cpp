@@ -15,6 +15,10 @@ using json = nlohmann::json;
 
 std::string component_role(const std::string& cls) {
     if (cls == "AutoencoderKL") return "vae";
+    if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection" || cls == "T5EncoderModel")
+        return "text_encoder";
+    if (cls == "CLIPTokenizer" || cls == "CLIPTokenizerFast" || cls == "T5Tokenizer" || cls == "T5TokenizerFast")
+        return "tokenizer";
     if (cls.find("Scheduler") != std::string::npos) return "scheduler";
     if (cls.find("Transformer") != std::string::npos) return "transformer";
     return "";
@@ -52,19 +56,43 @@ ModelSource ModelSource::open(const std::string& path) {
             for (auto& [name, v] : s.model_index_.items()) {
                 if (!v.is_array() || v.size() != 2 || v[1].is_null()) continue;
                 fs::path sub = d / name;
-                fs::path cfg = fs::exists(sub / "config.json") ? sub / "config.json" : sub / "scheduler_config.json";
-                if (!fs::exists(cfg)) continue;
-                std::string role = component_role(v[1].get<std::string>());
-                if (role.empty()) continue;  // text encoders, tokenizers: not yet
+                const std::string cls = v[1].get<std::string>();
+                std::string role = component_role(cls);
+                if (role.empty() || !fs::is_directory(sub)) continue;
+                json cfg;
+                if (role == "tokenizer") {  // tokenizer_config.json is optional; the files are what matter
+                    cfg = fs::exists(sub / "tokenizer_config.json") ? read_json(sub / "tokenizer_config.json")
+                                                                    : json::object();
+                } else {
+                    fs::path f = fs::exists(sub / "config.json") ? sub / "config.json" : sub / "scheduler_config.json";
+                    if (!fs::exists(f)) continue;
+                    cfg = read_json(f);
+                }
+                // transformers' configs name their class in "architectures", not "_class_name".
+                if (!cfg.contains("_class_name") || !cfg["_class_name"].is_string()) cfg["_class_name"] = cls;
                 s.components_.push_back(name);
-                s.configs_[name] = read_json(cfg);
+                s.configs_[name] = cfg;
                 s.dirs_[name] = sub.string();
             }
+        } else if (!fs::exists(d / "config.json") && !fs::exists(d / "scheduler_config.json") &&
+                   (fs::exists(d / "spiece.model") || fs::exists(d / "vocab.json"))) {
+            // A tokenizer folder as transformers saves it.
+            json j = fs::exists(d / "tokenizer_config.json") ? read_json(d / "tokenizer_config.json") : json::object();
+            if (!j.contains("tokenizer_class") || !j["tokenizer_class"].is_string())
+                j["tokenizer_class"] = fs::exists(d / "spiece.model") ? "T5Tokenizer" : "CLIPTokenizer";
+            j["_class_name"] = j["tokenizer_class"];
+            s.components_.push_back("tokenizer");
+            s.configs_["tokenizer"] = j;
+            s.dirs_["tokenizer"] = path;
         } else {
             fs::path cfg = fs::exists(d / "config.json") ? d / "config.json" : d / "scheduler_config.json";
             KILN_CHECK(fs::exists(cfg), path, ": neither model_index.json, config.json nor scheduler_config.json");
             json j = read_json(cfg);
-            KILN_CHECK(j.contains("_class_name"), cfg.string(), ": no _class_name");
+            // transformers' configs (text encoders) name their class in "architectures".
+            if (!j.contains("_class_name") && j.contains("architectures") && j["architectures"].is_array() &&
+                !j["architectures"].empty() && j["architectures"][0].is_string())
+                j["_class_name"] = j["architectures"][0];
+            KILN_CHECK(j.contains("_class_name"), cfg.string(), ": no _class_name (nor transformers' architectures)");
             std::string role = component_role(j["_class_name"].get<std::string>());
             KILN_CHECK(!role.empty(), cfg.string(), ": unsupported class ", j["_class_name"]);
             s.components_.push_back(role);
@@ -142,6 +170,13 @@ std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
     if (synthetic_) return synthetic_store(synthetic_dtype_, std::hash<std::string>{}(c));
     if (kiln_file_) return open_kiln_component(path_, c);
     return open_diffusers_component(dirs_.at(c));
+}
+
+text::TokenizerFiles ModelSource::tokenizer_files(const std::string& c) const {
+    KILN_CHECK(component_role(class_of(c)) == "tokenizer", path_, ": component '", c, "' is ", class_of(c),
+               ", not a tokenizer");
+    if (kiln_file_) KILN_FAIL(path_, ": tokenizers in Kiln files are not implemented yet");
+    return text::read_tokenizer_folder(dirs_.at(c));
 }
 
 }  // namespace kiln::models

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/text/tokenizer.h"
 #include "models/weights.h"
 
 namespace kiln::models {
@@ -23,6 +24,8 @@ public:
     std::string class_of(const std::string& component) const;  // diffusers _class_name
     const nlohmann::json& config(const std::string& component) const;
     std::unique_ptr<WeightStore> weights(const std::string& component) const;
+    // The files of a tokenizer component (vocab.json, merges.txt, spiece.model, tokenizer_config.json, ...).
+    text::TokenizerFiles tokenizer_files(const std::string& component) const;
     const nlohmann::json& model_index() const { return model_index_; }  // {} for a single component
 
 private:
@@ -36,7 +39,8 @@ private:
     nlohmann::json model_index_;
 };
 
-// "transformer" for transformer classes, "vae" for AutoencoderKL, "scheduler" for schedulers.
+// "transformer" for transformer classes, "vae" for AutoencoderKL, "scheduler" for schedulers, "text_encoder" for
+// CLIPTextModel(WithProjection) and T5EncoderModel, "tokenizer" for CLIPTokenizer and T5Tokenizer; "" otherwise.
 std::string component_role(const std::string& class_name);
 
 }  // namespace kiln::models

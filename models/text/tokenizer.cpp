@@ -1,0 +1,54 @@
+#include "models/text/tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/text/clip_tokenizer.h"
+#include "models/text/t5_tokenizer.h"
+#include "runtime/core/error.h"
+
+namespace kiln::text {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where) {
+    if (files.count("vocab.json") && files.count("merges.txt")) return load_clip_tokenizer(files, where);
+    if (files.count("spiece.model")) return load_t5_tokenizer(files, where);
+    KILN_FAIL(where, ": no tokenizer files (need vocab.json + merges.txt for CLIP, or spiece.model for T5)");
+}
+
+TokenizerFiles read_tokenizer_folder(const std::string& dir) {
+    TokenizerFiles files;
+    for (const char* name : {"vocab.json", "merges.txt", "spiece.model", "tokenizer_config.json",
+                             "special_tokens_map.json", "added_tokens.json"}) {
+        fs::path p = fs::path(dir) / name;
+        if (!fs::exists(p)) continue;
+        std::ifstream f(p, std::ios::binary);
+        KILN_CHECK(f.good(), p.string(), ": cannot open");
+        files[name] = std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    return files;
+}
+
+void check_utf8(const std::string& s, const std::string& what) {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const size_t n = s.size();
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        bool ok = len > 0 && i + (size_t)len <= n;
+        uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+        for (int k = 1; ok && k < len; ++k) {
+            ok = (p[i + (size_t)k] & 0xC0) == 0x80;
+            cp = (cp << 6) | (p[i + (size_t)k] & 0x3F);
+        }
+        // Overlong forms, surrogates and code points past U+10FFFF are invalid too.
+        if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+                   (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF))
+            ok = false;
+        KILN_CHECK(ok, what, ": invalid UTF-8 at byte ", i);
+        i += (size_t)len;
+    }
+}
+
+}  // namespace kiln::text
