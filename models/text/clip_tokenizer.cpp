@@ -7,6 +7,7 @@
 
 #include <array>
 #include <climits>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -99,6 +100,9 @@ private:
     std::unordered_map<std::string, int32_t> added_ids_;
     int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1, unk_id_ = -1;
     int model_max_length_ = 0;
+    // Per-piece BPE result (ids), shared by concurrent encode() calls.
+    mutable std::mutex cache_mutex_;
+    mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
 
 void ClipTokenizer::load_vocab(const std::string& text) {
@@ -193,12 +197,11 @@ ClipTokenizer::ClipTokenizer(const TokenizerFiles& files, const std::string& whe
     bool has_unk = entry("unk_token", "<|endoftext|>", unk), has_pad = entry("pad_token", "<|endoftext|>", pad);
     for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
         if (entry(key, nullptr, t)) specials.push_back(t);
-    const json& extra = special.contains("additional_special_tokens")
-                            ? special["additional_special_tokens"]
-                            : config.value("additional_special_tokens", json());
-    if (extra.is_array())
-        for (const json& v : extra)
-            if (token_entry(v, t, where + ": additional_special_tokens")) specials.push_back(t);
+    // additional_special_tokens: tokenizer_config.json's list, then special_tokens_map.json's new ones.
+    for (const json* src : {&config, &special})
+        if (src->contains("additional_special_tokens") && (*src)["additional_special_tokens"].is_array())
+            for (const json& v : (*src)["additional_special_tokens"])
+                if (token_entry(v, t, where + ": additional_special_tokens")) specials.push_back(t);
     size_t next_id = vocab_.size();
     for (const auto& [content, id] : added_ids_) next_id += vocab_.count(content) ? 0 : 1;
     for (AddedToken& s : specials) {
@@ -273,8 +276,21 @@ std::vector<std::string> ClipTokenizer::bpe(const std::string& piece) const {
 }
 
 void ClipTokenizer::append_text_ids(const std::string& text, std::vector<int32_t>& ids) const {
-    for (const std::string& piece : clip::pre_tokenize(text))
-        for (const std::string& token : bpe(piece)) ids.push_back(token_id(token));
+    for (const std::string& piece : clip::pre_tokenize(text)) {
+        {
+            std::lock_guard<std::mutex> lock(cache_mutex_);
+            if (auto c = cache_.find(piece); c != cache_.end()) {
+                ids.insert(ids.end(), c->second.begin(), c->second.end());
+                continue;
+            }
+        }
+        std::vector<int32_t> word;
+        for (const std::string& token : bpe(piece)) word.push_back(token_id(token));
+        ids.insert(ids.end(), word.begin(), word.end());
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        if (cache_.size() >= 100000) cache_.clear();  // bounded: prompts are open-ended
+        cache_.emplace(piece, std::move(word));
+    }
 }
 
 // PreTrainedTokenizer.tokenize + convert_tokens_to_ids: the added-tokens trie cuts the text at the leftmost
