@@ -1,5 +1,6 @@
 #include "models/text_encode.h"
 
+#include <unicode/locid.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
