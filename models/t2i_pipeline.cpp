@@ -178,16 +178,18 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
     KILN_CHECK(p.height % multiple == 0 && p.width % multiple == 0, p.pipeline, ": width and height must be multiples ",
                "of ", multiple, " (vae_scale_factor ", p.vae_scale_factor, " x ",
-               p.pipeline == "FluxPipeline" ? "2 (2x2 packing)" : "patch size", "), got ", p.width, "x", p.height);
+               p.pipeline == "FluxPipeline" ? "2 (2x2 packing)" : "patch size", "), got ", p.width, "x", p.height,
+               " (--no-resolution-binning)");
     if (p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline" && opt.resolution_binning) {
         // diffusers maps (height, width) to the nearest entry of an aspect-ratio table and resizes the image back.
         const int side = pixart_bin_side(sample);
         KILN_CHECK(side, p.pipeline, ": use_resolution_binning needs a transformer sample_size of 32, 64, 128 or 256 ",
-                   "(diffusers: \"Invalid sample size\"), this one has ", sample, "; turn resolution binning off");
+                   "(diffusers: \"Invalid sample size\"), this one has ", sample,
+                   "; turn resolution binning off (kiln generate --no-resolution-binning)");
         KILN_CHECK(p.height == side && p.width == side, p.pipeline, ": use_resolution_binning would generate ", p.width,
                    "x", p.height, " at a binned size and resize back; Kiln implements binning only where ",
                    "it is the identity (", side, "x", side, "); turn resolution binning off to generate at ", p.width,
-                   "x", p.height);
+                   "x", p.height, " (--no-resolution-binning)");
     }
     p.latent_h = p.height / p.vae_scale_factor;
     p.latent_w = p.width / p.vae_scale_factor;
@@ -246,7 +248,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const Shape nchw{B, C, h, w};
     Tensor init = opt.latents_init ? opt.latents_init->astype(DType::f32) : seeded_normal(nchw, opt.seed);
     KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
-               " for ", B, " prompt(s) at ", p.width, "x", p.height);
+               " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     auto sched = opt.scheduler.empty() ? sched::make_scheduler(src.config("scheduler"))
                                        : sched::make_scheduler(src.config("scheduler"), opt.scheduler);
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
