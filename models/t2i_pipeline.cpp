@@ -1,5 +1,7 @@
 #include "models/t2i_pipeline.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -182,14 +184,16 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
                " (--no-resolution-binning)");
     if (p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline" && opt.resolution_binning) {
         // diffusers maps (height, width) to the nearest entry of an aspect-ratio table and resizes the image back.
+        // Its tables exist for sample_size 32, 64, 128 and 256 only (other sizes raise "Invalid sample size" there,
+        // so such models are run without binning). At the square bin side binning is the identity; elsewhere Kiln
+        // generates at the requested size and says so.
         const int side = pixart_bin_side(sample);
-        KILN_CHECK(side, p.pipeline, ": use_resolution_binning needs a transformer sample_size of 32, 64, 128 or 256 ",
-                   "(diffusers: \"Invalid sample size\"), this one has ", sample,
-                   "; turn resolution binning off (kiln generate --no-resolution-binning)");
-        KILN_CHECK(p.height == side && p.width == side, p.pipeline, ": use_resolution_binning would generate ", p.width,
-                   "x", p.height, " at a binned size and resize back; Kiln implements binning only where ",
-                   "it is the identity (", side, "x", side, "); turn resolution binning off to generate at ", p.width,
-                   "x", p.height, " (--no-resolution-binning)");
+        if (side && (p.height != side || p.width != side))
+            std::fprintf(stderr,
+                         "kiln: warning: %s: diffusers' resolution binning would generate at the nearest aspect-ratio "
+                         "bin and resize to %dx%d; Kiln generates at %dx%d directly (--no-resolution-binning silences "
+                         "this)\n",
+                         p.pipeline.c_str(), p.width, p.height, p.width, p.height);
     }
     p.latent_h = p.height / p.vae_scale_factor;
     p.latent_w = p.width / p.vae_scale_factor;

@@ -29,7 +29,7 @@ struct T2IOptions {
     std::optional<double> guidance;    // default: the pipeline's (PixArt 4.5, SD3 7.0, Flux 3.5)
     std::optional<int> height, width;  // default: transformer sample_size * vae_scale_factor (Flux: 128 * vsf)
     // PixArt's use_resolution_binning (diffusers default true). Kiln implements binning only where it maps the
-    // size to itself (square at the bin's native side); other sizes with binning on are an error.
+    // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
     bool resolution_binning = true;
     uint64_t seed = 0;
     std::string scheduler;  // "" = the model's; else a scheduler class name or alias

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "models/forward.h"
+#include "models/t2i_pipeline.h"
 #include "models/text/tokenizer.h"
 #include "runtime/core/error.h"
 
@@ -150,20 +151,8 @@ std::string python_lower_strip(const std::string& utf8) {
     return out;
 }
 
-std::string pipeline_class(const ModelSource& src) {
-    const auto& mi = src.model_index();
-    if (mi.contains("_class_name") && mi["_class_name"].is_string()) return mi["_class_name"].get<std::string>();
-    KILN_CHECK(src.has("transformer"), src.path(), ": no transformer component");
-    const std::string t = src.class_of("transformer");
-    if (t == "DiTTransformer2DModel") return "DiTPipeline";
-    if (t == "PixArtTransformer2DModel") return "PixArtSigmaPipeline";
-    if (t == "SD3Transformer2DModel") return "StableDiffusion3Pipeline";
-    if (t == "FluxTransformer2DModel") return "FluxPipeline";
-    KILN_FAIL(src.path(), ": no pipeline for transformer class ", t);
-}
-
 int default_max_sequence_length(const ModelSource& src) {
-    const std::string p = pipeline_class(src);
+    const std::string p = t2i_pipeline_class(src);
     if (p == "PixArtAlphaPipeline") return 120;
     if (p == "PixArtSigmaPipeline") return 300;
     if (p == "StableDiffusion3Pipeline") return 256;
@@ -178,14 +167,13 @@ int default_max_sequence_length(const ModelSource& src) {
 
 EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt) {
     EncodedPrompts res;
-    const std::string pipe = pipeline_class(src);
+    const std::string pipe = t2i_pipeline_class(src);
     KILN_CHECK(!opt.prompts.empty(), "no prompt given");
     const int T5 = opt.max_sequence_length > 0 ? opt.max_sequence_length : default_max_sequence_length(src);
     const std::vector<std::string> negs(opt.prompts.size(), opt.negative.value_or(""));
     auto keep = [&](const std::string& name, const Tensor& t) {
         if (opt.keep_intermediates) res.intermediates.push_back({name, t});
     };
-    auto t_tok = Clock::now();
     double tok_ms = 0;
     auto tokenized = [&](const std::string& enc, const std::vector<std::string>& prompts, int max_len, bool neg) {
         auto t0 = Clock::now();
@@ -194,7 +182,6 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         keep(enc + (neg ? "_negative" : "") + "_input_ids", t.ids);
         return t;
     };
-    (void)t_tok;
 
     if (pipe == "PixArtSigmaPipeline" || pipe == "PixArtAlphaPipeline") {
         // _text_preprocessing(clean_caption): without bs4/ftfy diffusers falls back to lower().strip().
@@ -245,7 +232,6 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         KILN_FAIL(src.path(), ": ", pipe, " does not take a prompt (it is class-conditional: use --class-labels)");
     }
     res.tokenize_ms = tok_ms;
-    for (auto& [name, t] : res.tensors) keep(name, t);
     return res;
 }
 

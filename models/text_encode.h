@@ -38,8 +38,6 @@ struct EncodedPrompts {
     uint64_t peak_device_bytes = 0;  // largest encoder's device memory (weights + activations)
 };
 
-// The pipeline class of a source: model_index.json's _class_name, else inferred from the transformer.
-std::string pipeline_class(const ModelSource& src);
 // diffusers' max_sequence_length default for the pipeline (PixArt-α 120, PixArt-Σ 300, SD3 256, Flux-dev 512,
 // Flux-schnell (no guidance embedding) 256).
 int default_max_sequence_length(const ModelSource& src);

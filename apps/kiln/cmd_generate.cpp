@@ -9,6 +9,8 @@
 #include "apps/kiln/png.h"
 #include "models/dit_pipeline.h"
 #include "models/t2i_pipeline.h"
+#include "models/text/tokenizer.h"
+#include "models/text_encode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 
@@ -86,7 +88,8 @@ std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_p
 Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
-        std::string prompt, negative_prompt, prompt_embeds;
+        std::vector<std::string> prompts;
+        std::string negative_prompt, prompt_embeds;
         int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
@@ -100,8 +103,13 @@ Run add_generate(CLI::App& app) {
                    "(text); default: built-in dit-digits; synthetic:dit-xl-2-256 = real architecture, random weights");
     o->labels_opt = app.add_option("--class-labels", o->labels,
                                    "DiT: comma-separated class ids or label names, one image each (default 0)");
-    o->text_opts.push_back(app.add_option("--prompt", o->prompt, "Text models: the prompt"));
-    o->text_opts.push_back(app.add_option("--negative-prompt", o->negative_prompt, "Text models: the negative prompt"));
+    o->text_opts.push_back(app.add_option("--prompt", o->prompts,
+                                          "Text models: the prompt (UTF-8); repeat for several images, batched as "
+                                          "diffusers batches a list of prompts")
+                               ->expected(1)
+                               ->take_all());
+    o->text_opts.push_back(app.add_option("--negative-prompt", o->negative_prompt,
+                                          "Text models: negative prompt for every image (default \"\"; PixArt, SD3)"));
     o->text_opts.push_back(app.add_option("--max-sequence-length", o->max_sequence_length,
                                           "Text models: T5 token count (default: the pipeline's)"));
     o->text_opts.push_back(app.add_option(
@@ -190,22 +198,61 @@ Run add_generate(CLI::App& app) {
             t.mode = exec::parse_mode(o->mode);
             t.keep_intermediates = !o->dump.empty();
             const auto plan = models::plan_t2i(src, t);  // defaults and size checks before any heavy work
-            KILN_CHECK(!o->prompt_embeds.empty(),
-                       "text encoders not wired yet: pass --prompt-embeds FILE (encode_prompt's outputs)");
-            t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
+            KILN_CHECK(!o->prompts.empty() || !o->prompt_embeds.empty(), model, " is a text-to-image model (",
+                       plan.pipeline, "): give --prompt TEXT (or --prompt-embeds FILE)");
+            KILN_CHECK(o->prompts.empty() || o->prompt_embeds.empty(),
+                       "give either --prompt or --prompt-embeds, not both");
+            for (size_t i = 0; i < o->prompts.size(); ++i)
+                text::check_utf8(o->prompts[i], "--prompt " + std::to_string(i + 1));
+            if (o->text_opts[1]->count()) text::check_utf8(o->negative_prompt, "--negative-prompt");
+            if (plan.pipeline == "FluxPipeline" && o->text_opts[1]->count())
+                std::fprintf(stderr, "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
+                                     "--negative-prompt is ignored\n");
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
-            t.progress = progress_printer(t0);
+            if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             vk::Context ctx(o->device);
+            std::vector<std::pair<std::string, Tensor>> text_dump;
+            if (!o->prompts.empty()) {
+                models::PromptOptions po;
+                po.prompts = o->prompts;
+                if (o->text_opts[1]->count()) po.negative = o->negative_prompt;
+                po.cfg = plan.cfg;
+                po.max_sequence_length = o->max_sequence_length;
+                po.mode = t.mode;
+                po.keep_intermediates = t.keep_intermediates;
+                // The encoders' device memory is freed here, before the transformer's weights are uploaded.
+                auto enc = models::encode_prompts(&ctx, src, po);
+                std::fprintf(stderr, "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms, peak %.1f MiB\n",
+                             o->prompts.size(), enc.tokenize_ms, enc.encode_ms,
+                             (double)enc.peak_device_bytes / (1 << 20));
+                auto get = [&](const char* n) {
+                    auto it = enc.tensors.find(n);
+                    return it == enc.tensors.end() ? Tensor() : it->second;
+                };
+                t.text.prompt_embeds = get("prompt_embeds");
+                t.text.negative_prompt_embeds = get("negative_prompt_embeds");
+                t.text.pooled_prompt_embeds = get("pooled_prompt_embeds");
+                t.text.negative_pooled_prompt_embeds = get("negative_pooled_prompt_embeds");
+                t.text.prompt_attention_mask = get("prompt_attention_mask");
+                t.text.negative_prompt_attention_mask = get("negative_prompt_attention_mask");
+                text_dump = std::move(enc.intermediates);
+            }
+            t.progress = progress_printer(t0);
             std::fprintf(stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s\n",
                          model.c_str(), plan.pipeline.c_str(), ctx.info().name.c_str(), plan.width, plan.height,
                          plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
             t0 = std::chrono::steady_clock::now();
             r = models::generate_t2i(ctx, src, t);
+            r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
             n_steps = plan.steps;
-            settings = "pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
+            std::string prompt_text;
+            for (auto& p : o->prompts) prompt_text += (prompt_text.empty() ? "" : " | ") + p;
+            settings = "prompt=" + prompt_text + (o->text_opts[1]->count() ? " negative=" + o->negative_prompt : "") +
+                       " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
                        std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
                        " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
-                       " mode=" + exec::mode_name(t.mode) + " prompt_embeds=" + o->prompt_embeds +
+                       " mode=" + exec::mode_name(t.mode) +
+                       (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
                        (o->latents.empty() ? "" : " latents=" + o->latents);
         }
         std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
