@@ -1,0 +1,124 @@
+// Text-to-image from the prompt: tokenizers + text encoders (encode_prompts) + pipeline against diffusers'
+// pipeline fixtures. Token ids must be exact; prompt embeddings and every step's latents within 1e-4 relative L2
+// at f32 (f32 weights and activations; only summation order differs from PyTorch's f32 CPU run, ~1e-6 per
+// encoder or transformer forward, carried through the steps).
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "models/t2i_pipeline.h"
+#include "models/text_encode.h"
+#include "runtime/core/error.h"
+#include "runtime/core/safetensors.h"
+#include "tests/models/model_harness.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+
+namespace {
+nlohmann::json fixture_json(const std::string& fixture) {
+    std::ifstream f(test::data_path("fixtures/" + fixture + "/io.json"));
+    REQUIRE(f);
+    return nlohmann::json::parse(f);
+}
+
+void check_close(const std::map<std::string, Tensor>& got, const SafeTensors& io, const std::string& name,
+                 const std::string& what) {
+    INFO(what << " " << name);
+    REQUIRE(got.count(name));
+    REQUIRE(io.find(name));
+    const Tensor ref = io.read(name);
+    const Tensor& t = got.at(name);
+    REQUIRE(t.shape == ref.shape);
+    if (ref.dtype == DType::i64) {  // token ids and masks: exact
+        CHECK(t.to_f32() == ref.to_f32());
+        return;
+    }
+    double err = rel_l2(t.to_f32(), ref.to_f32());
+    INFO("relative L2 " << err);
+    CHECK(err <= 1e-4);
+}
+}  // namespace
+
+TEST_CASE("prompts encode as diffusers' encode_prompt does", "[models][t2i][prompt][vulkan]") {
+    auto [fixture, cpu] = GENERATE(table<const char*, bool>({{"pixart_pipeline", false},
+                                                             {"sd3_pipeline", false},
+                                                             {"flux_pipeline", false},
+                                                             {"sd3_pipeline", true}}));
+    auto src = models::ModelSource::open(test::data_path(std::string("fixtures/") + fixture));
+    auto io = SafeTensors::open(test::data_path(std::string("fixtures/") + fixture + "/io.safetensors"));
+    auto j = fixture_json(fixture);
+    models::PromptOptions po;
+    for (auto& p : j["prompt"]) po.prompts.push_back(p.get<std::string>());
+    if (j["negative_prompt"].is_string()) po.negative = j["negative_prompt"].get<std::string>();
+    po.cfg = std::string(fixture) != "flux_pipeline";
+    po.keep_intermediates = true;
+    auto enc = models::encode_prompts(cpu ? nullptr : &test::context(), src, po);
+    std::map<std::string, Tensor> got(enc.intermediates.begin(), enc.intermediates.end());
+    for (auto& [n, t] : enc.tensors) got[n] = t;
+    std::vector<std::string> names;
+    for (auto& [n, t] : got) names.push_back(n);
+    CHECK(names.size() >= 4);
+    for (auto& n : names) check_close(got, io, n, std::string(fixture) + (cpu ? " cpu" : " vulkan"));
+}
+
+TEST_CASE("text-to-image from a prompt matches diffusers step by step", "[models][pipeline][t2i][prompt][vulkan]") {
+    auto fixture = GENERATE(as<std::string>{}, "pixart_pipeline", "sd3_pipeline", "flux_pipeline");
+    auto src = models::ModelSource::open(test::data_path("fixtures/" + fixture));
+    auto io = SafeTensors::open(test::data_path("fixtures/" + fixture + "/io.safetensors"));
+    auto j = fixture_json(fixture);
+    const auto& s = j["call"]["scalars"];
+    models::T2IOptions opt;
+    opt.steps = s["num_inference_steps"].get<int>();
+    opt.guidance = s["guidance_scale"].get<double>();
+    opt.height = s["height"].get<int>();
+    opt.width = s["width"].get<int>();
+    opt.resolution_binning = false;  // sample_size 16: diffusers has no bin table for it
+    opt.latents_init = io.read("latents_init");
+    opt.keep_intermediates = true;
+    const auto plan = models::plan_t2i(src, opt);
+    models::PromptOptions po;
+    for (auto& p : j["prompt"]) po.prompts.push_back(p.get<std::string>());
+    if (j["negative_prompt"].is_string()) po.negative = j["negative_prompt"].get<std::string>();
+    po.cfg = plan.cfg;
+    auto enc = models::encode_prompts(&test::context(), src, po);
+    auto get = [&](const char* n) { return enc.tensors.count(n) ? enc.tensors.at(n) : Tensor(); };
+    opt.text.prompt_embeds = get("prompt_embeds");
+    opt.text.negative_prompt_embeds = get("negative_prompt_embeds");
+    opt.text.pooled_prompt_embeds = get("pooled_prompt_embeds");
+    opt.text.negative_pooled_prompt_embeds = get("negative_pooled_prompt_embeds");
+    opt.text.prompt_attention_mask = get("prompt_attention_mask");
+    opt.text.negative_prompt_attention_mask = get("negative_prompt_attention_mask");
+    auto r = models::generate_t2i(test::context(), src, opt);
+    std::map<std::string, Tensor> got(r.intermediates.begin(), r.intermediates.end());
+    for (int i = 0; i < *opt.steps; ++i) check_close(got, io, "step" + std::to_string(i) + "_latents", fixture);
+    check_close(got, io, "image", fixture);
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("prompt errors are clear", "[models][t2i][prompt]") {
+    auto src = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    models::PromptOptions po;
+    po.prompts = {"a \xff cat"};
+    CHECK_THROWS_WITH(models::encode_prompts(nullptr, src, po), Catch::Contains("invalid UTF-8"));
+    po.prompts = {};
+    CHECK_THROWS_WITH(models::encode_prompts(nullptr, src, po), Catch::Contains("no prompt"));
+    auto dit = models::ModelSource::open(test::data_path("fixtures/dit_pipeline_ddim"));
+    po.prompts = {"a cat"};
+    CHECK_THROWS(models::encode_prompts(nullptr, dit, po));
+    // An over-long prompt is truncated with a warning, as diffusers does.
+    std::string longp;
+    for (int i = 0; i < 100; ++i) longp += "cat ";
+    po.prompts = {longp};
+    std::vector<std::string> warnings;
+    po.warn = [&](const std::string& w) { warnings.push_back(w); };
+    auto enc = models::encode_prompts(nullptr, src, po);
+    CHECK(warnings.size() >= 2);  // both CLIP tokenizers (77) at least
+    CHECK(enc.tensors.at("prompt_embeds").shape == Shape{1, 333, 64});
+}
+
+TEST_CASE("PixArt's prompt preprocessing is Python's lower().strip()", "[models][t2i][prompt]") {
+    CHECK(models::python_lower_strip("  A Red FOX\t\n") == "a red fox");
+    CHECK(models::python_lower_strip("\xc3\x89T\xc3\x89 \xce\xa9\xce\x9c") == "\xc3\xa9t\xc3\xa9 \xcf\x89\xce\xbc");  // ÉTÉ ΩΜ
+    CHECK(models::python_lower_strip("\xe3\x80\x80x\xe3\x80\x80") == "x");  // ideographic spaces stripped
+    CHECK(models::python_lower_strip("") == "");
+}
