@@ -21,8 +21,10 @@ CLIPTextConfig CLIPTextConfig::from_json(const nlohmann::json& j, bool with_proj
     c.hidden_act = get("hidden_act", std::string("quick_gelu"));
     c.layer_norm_eps = (float)get("layer_norm_eps", 1e-5);
     c.projection = with_projection;
+    if (c.hidden_act == "gelu_pytorch_tanh") c.hidden_act = "gelu_new";  // the same tanh approximation
     KILN_CHECK(c.hidden_act == "quick_gelu" || c.hidden_act == "gelu" || c.hidden_act == "gelu_new",
-               "CLIPTextModel: hidden_act '", c.hidden_act, "' is not supported (quick_gelu, gelu, gelu_new)");
+               "CLIPTextModel: hidden_act '", c.hidden_act,
+               "' is not supported (quick_gelu, gelu, gelu_new, gelu_pytorch_tanh)");
     KILN_CHECK(c.heads > 0 && c.hidden_size % c.heads == 0 && c.layers > 0 && c.vocab_size > 0,
                "CLIPTextModel: bad config (hidden_size ", c.hidden_size, ", ", c.heads, " heads, ", c.layers,
                " layers)");

@@ -13,7 +13,7 @@ namespace kiln::models {
 struct CLIPTextConfig {
     int vocab_size = 49408, hidden_size = 512, intermediate_size = 2048, heads = 8, layers = 12;
     int max_positions = 77, projection_dim = 512, eos_token_id = 2;
-    std::string hidden_act = "quick_gelu";  // quick_gelu | gelu | gelu_new
+    std::string hidden_act = "quick_gelu";  // quick_gelu | gelu | gelu_new (tanh)
     float layer_norm_eps = 1e-5f;
     bool projection = false;  // CLIPTextModelWithProjection
     // transformers' config.json keys; rejects activations Kiln does not implement.

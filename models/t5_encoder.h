@@ -22,7 +22,7 @@ struct T5Config {
 
 // transformers T5Attention._relative_position_bucket(memory - context, bidirectional=True) for every
 // (query i, key j) of S tokens: i32 [S*S], row-major over (i, j). The log-spaced buckets are computed in
-// f32 as torch does (a bucket boundary can fall on an exact value: f64 would move it).
+// f32 as torch does, so a distance on a bucket boundary truncates as it does there.
 Tensor t5_relative_buckets(const T5Config& c, int S);
 
 // The graph inputs for input_ids [B, S] and an optional 0/1 attention_mask [B, S]: "input_ids" i32 [B*S],
