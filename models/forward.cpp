@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "models/clip_text.h"
 #include "models/dit.h"
 #include "models/flux.h"
 #include "models/pixart.h"
 #include "models/sd3.h"
+#include "models/t5_encoder.h"
 #include "models/vae.h"
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
@@ -156,9 +158,27 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         }
         return in;
     }
+    if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection" || cls == "T5EncoderModel") {
+        // input_ids [B, S] (integer), optional attention_mask [B, S] (1 = keep); host-side ids, masks, EOS
+        // positions and T5 position buckets become graph inputs.
+        const Tensor& ids = need(inputs, "input_ids", cls);
+        KILN_CHECK(ids.shape.size() == 2, cls, ": input_ids must be [B, S], got ", shape_str(ids.shape));
+        auto m = inputs.find("attention_mask");
+        const Tensor* mask = m != inputs.end() ? &m->second : nullptr;
+        const int B = (int)ids.shape[0], S = (int)ids.shape[1];
+        if (cls == "T5EncoderModel") {
+            auto c = T5Config::from_json(config);
+            build_t5_encoder(b, c, B, S);
+            return t5_encoder_inputs(c, ids, mask);
+        }
+        auto c = CLIPTextConfig::from_json(config, cls == "CLIPTextModelWithProjection");
+        in = clip_text_inputs(c, ids, mask);
+        build_clip_text(b, c, B, S, mask != nullptr);
+        return in;
+    }
     KILN_FAIL("no forward for class '", cls,
               "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, SD3Transformer2DModel, "
-              "FluxTransformer2DModel, AutoencoderKL)");
+              "FluxTransformer2DModel, AutoencoderKL, CLIPTextModel, CLIPTextModelWithProjection, T5EncoderModel)");
 }
 
 std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int h, int w) {
@@ -230,6 +250,22 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["txt_ids"] = txt;
         return in;
     }
+    if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection" || cls == "T5EncoderModel") {
+        // A prompt of S/3 tokens then the end token (CLIP: EOS padding to 77 tokens; T5: </s> = 1, then pad 0 to
+        // 512 tokens, as FluxPipeline), no attention mask.
+        const bool t5 = cls == "T5EncoderModel";
+        const int V = cfg.value("vocab_size", t5 ? 32128 : 49408);
+        const int S = t5 ? 512 : std::min(77, cfg.value("max_position_embeddings", 77));
+        const int eos_cfg = cfg.value("eos_token_id", 2), eos = t5 ? 1 : eos_cfg == 2 ? V - 1 : eos_cfg;
+        Tensor ids(DType::i64, {B, S});
+        for (int b = 0; b < B; ++b)
+            for (int s = 0; s < S; ++s) {
+                int64_t v = s < S / 3 ? 3 + (s * 7919 + b * 13) % (V - 4) : (s == S / 3 || !t5) ? eos : 0;
+                ids.data<int64_t>()[(int64_t)b * S + s] = v;
+            }
+        in["input_ids"] = ids;
+        return in;
+    }
     KILN_FAIL("no example inputs for class '", cls, "'");
 }
 
@@ -298,11 +334,44 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                                        {"guidance_embeds", true},
                                        {"axes_dims_rope", {16, 56, 56}}},
                                       128};
+    // Text encoders: openai/clip-vit-large-patch14's text model (SD3 text_encoder, Flux's CLIP), the OpenCLIP
+    // bigG text model as SD3's text_encoder_2, and google/t5-v1_1-xxl's encoder (SD3 / Flux T5).
+    auto clip = [](int hidden, int ff, int heads, int layers, const char* act) {
+        return SyntheticArch{"CLIPTextModelWithProjection",
+                             {{"_class_name", "CLIPTextModelWithProjection"},
+                              {"vocab_size", 49408},
+                              {"hidden_size", hidden},
+                              {"intermediate_size", ff},
+                              {"num_attention_heads", heads},
+                              {"num_hidden_layers", layers},
+                              {"max_position_embeddings", 77},
+                              {"hidden_act", act},
+                              {"layer_norm_eps", 1e-5},
+                              {"projection_dim", hidden},
+                              {"eos_token_id", 2}}};
+    };
+    const SyntheticArch t5_xxl{"T5EncoderModel",
+                               {{"_class_name", "T5EncoderModel"},
+                                {"vocab_size", 32128},
+                                {"d_model", 4096},
+                                {"d_kv", 64},
+                                {"d_ff", 10240},
+                                {"num_heads", 64},
+                                {"num_layers", 24},
+                                {"relative_attention_num_buckets", 32},
+                                {"relative_attention_max_distance", 128},
+                                {"layer_norm_epsilon", 1e-6},
+                                {"feed_forward_proj", "gated-gelu"}}};
     static const std::map<std::string, SyntheticArch> archs = {
-        {"dit-xl-2-256", dit(16, 72, 28, 32)},    {"dit-xl-2-512", dit(16, 72, 28, 64)},
+        {"dit-xl-2-256", dit(16, 72, 28, 32)},
+        {"dit-xl-2-512", dit(16, 72, 28, 64)},
         {"dit-tiny", dit(2, 32, 28, 8)},  // 28 blocks of width 64: the JIT's acceptance case
-        {"pixart-sigma-1024", pixart_sigma_1024}, {"sd3-medium-1024", sd3_medium_1024},
+        {"pixart-sigma-1024", pixart_sigma_1024},
+        {"sd3-medium-1024", sd3_medium_1024},
         {"flux-dev-1024", flux_dev_1024},
+        {"clip-l", clip(768, 3072, 12, 12, "quick_gelu")},
+        {"clip-g", clip(1280, 5120, 20, 32, "gelu")},
+        {"t5-xxl", t5_xxl},
     };
     return archs;
 }

@@ -52,16 +52,17 @@ Run add_forward(CLI::App& app) {
     auto o = std::make_shared<Opts>();
     app.add_option("--model", o->model, "Kiln model file, or a diffusers pipeline/component folder")->required();
     app.add_option("--component", o->component,
-                   "transformer or vae (default: the transformer, or the file's only model component)");
+                   "transformer, vae, text_encoder, ... (default: the transformer, or the only model component)");
     app.add_option("--inputs", o->inputs,
                    "safetensors with inputs named as diffusers' forward arguments: hidden_states, timestep, "
                    "class_labels (DiT); + encoder_hidden_states, encoder_attention_mask (PixArt); "
                    "+ pooled_projections (SD3); + img_ids, txt_ids, guidance (Flux); latents (VAE decode) or "
-                   "image (VAE encode)")
+                   "image (VAE encode); input_ids, attention_mask (text encoders)")
         ->required();
     app.add_option("--output", o->output,
                    "safetensors to write: sample (transformer); decoded, or latent_mean and "
-                   "latent_logvar (VAE)")
+                   "latent_logvar (VAE); last_hidden_state, penultimate_hidden_state, pooler_output or "
+                   "text_embeds (CLIP); last_hidden_state (T5)")
         ->required();
     app.add_option("--mode", o->mode, "eager | full | regional")->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
@@ -76,7 +77,14 @@ Run add_forward(CLI::App& app) {
         std::unique_ptr<vk::Context> ctx;
         if (!o->cpu) ctx = std::make_unique<vk::Context>(o->device);
         std::string comp = o->component;
-        if (comp.empty()) comp = src.has("transformer") || !src.has("vae") ? "transformer" : "vae";
+        if (comp.empty()) {  // the transformer, else the only model component (a VAE or a text-encoder folder)
+            std::vector<std::string> models;
+            for (auto& c : src.components()) {
+                std::string role = models::component_role(src.class_of(c));
+                if (role != "scheduler" && role != "tokenizer") models.push_back(c);
+            }
+            comp = src.has("transformer") || models.size() != 1 ? "transformer" : models[0];
+        }
         auto out = models::forward_component(ctx.get(), src, comp, in, mode);
         std::vector<std::pair<std::string, Tensor>> list(out.begin(), out.end());
         write_safetensors(o->output, list);

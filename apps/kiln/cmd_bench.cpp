@@ -62,7 +62,7 @@ Run add_bench(CLI::App& app) {
             }
             arch = it->second;
             if (o->blocks > 0)
-                for (const char* key : {"num_layers", "num_single_layers"})
+                for (const char* key : {"num_layers", "num_single_layers", "num_hidden_layers"})
                     if (arch.config.contains(key)) arch.config[key] = std::min(arch.config[key].get<int>(), o->blocks);
             ws = models::synthetic_store(parse_dtype(o->dtype, "--dtype"));
         } else {
