@@ -1,4 +1,4 @@
-// kiln generate: DiTPipeline end to end, PNG out.
+// kiln generate: DiTPipeline (class labels) or a text-to-image pipeline (PixArt, SD3, Flux) end to end, PNG out.
 #include <unistd.h>
 
 #include <chrono>
@@ -8,6 +8,7 @@
 #include "apps/kiln/commands.h"
 #include "apps/kiln/png.h"
 #include "models/dit_pipeline.h"
+#include "models/t2i_pipeline.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 
@@ -45,29 +46,83 @@ std::vector<int> parse_labels(const std::string& s, const nlohmann::json& model_
                        " is not one of this model's ", model_index["id2label"].size(), " labels (see `kiln info`)");
     return out;
 }
+
+// Writes one PNG per image (NAME-0.png, ...), or one grid / single image to `out`.
+void write_images(const Tensor& im, const std::string& out, bool grid, int upscale,
+                  const std::vector<std::pair<std::string, std::string>>& text) {
+    const int B = (int)im.shape[0], H = (int)im.shape[1], W = (int)im.shape[2], C = (int)im.shape[3];
+    if (grid || B == 1) {
+        Tensor gimg = B == 1 ? im : make_grid(im, std::min(B, 10));
+        write_png(out, gimg.data<float>(), (int)gimg.shape[1], (int)gimg.shape[2], C, upscale, text);
+        std::fprintf(stderr, "wrote %s\n", out.c_str());
+        return;
+    }
+    std::string base = out, ext = ".png";
+    if (base.size() > 4 && base.substr(base.size() - 4) == ".png") base = base.substr(0, base.size() - 4);
+    for (int b = 0; b < B; ++b) {
+        std::string p = base + "-" + std::to_string(b) + ext;
+        write_png(p, im.data<float>() + (size_t)b * H * W * C, H, W, C, upscale, text);
+        std::fprintf(stderr, "wrote %s\n", p.c_str());
+    }
+}
+
+// A progress bar on a terminal, a few lines otherwise.
+std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_point& t0) {
+    const bool tty = isatty(2);
+    return [&t0, tty](int i, int n) {
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (tty) {
+            int w = 30, f = i * w / n;
+            std::fprintf(stderr, "\r  denoise [%s%s] %d/%d  %.1fs", std::string((size_t)f, '#').c_str(),
+                         std::string((size_t)(w - f), '.').c_str(), i, n, s);
+            if (i == n) std::fprintf(stderr, "\n");
+        } else if (i == n || i % std::max(1, n / 5) == 0) {
+            std::fprintf(stderr, "  denoise %d/%d  %.1fs\n", i, n, s);
+        }
+    };
+}
 }  // namespace
 
 Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
-        int steps = 25, device = -1, upscale = 1, cols = 0;
+        std::string prompt, negative_prompt, prompt_embeds;
+        int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
-        bool grid = false;
+        bool grid = false, no_binning = false;
+        CLI::Option *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
+        std::vector<CLI::Option*> text_opts, size_opts;
     };
     auto o = std::make_shared<Opts>();
     app.add_option("--model", o->model,
-                   "Kiln model file or diffusers DiTPipeline folder (default: built-in "
-                   "dit-digits); synthetic:dit-xl-2-256 = real architecture, random weights");
-    app.add_option("--class-labels", o->labels, "Comma-separated class ids or label names, one image each")
-        ->capture_default_str();
-    app.add_option("--steps", o->steps, "Denoising steps")->capture_default_str();
-    app.add_option("--guidance", o->guidance, "Classifier-free guidance scale (1 = off)")->capture_default_str();
+                   "Kiln model file or diffusers pipeline folder: DiT (class labels), PixArt-alpha/Sigma, SD3 or Flux "
+                   "(text); default: built-in dit-digits; synthetic:dit-xl-2-256 = real architecture, random weights");
+    o->labels_opt = app.add_option("--class-labels", o->labels,
+                                   "DiT: comma-separated class ids or label names, one image each (default 0)");
+    o->text_opts.push_back(app.add_option("--prompt", o->prompt, "Text models: the prompt"));
+    o->text_opts.push_back(app.add_option("--negative-prompt", o->negative_prompt, "Text models: the negative prompt"));
+    o->text_opts.push_back(app.add_option("--max-sequence-length", o->max_sequence_length,
+                                          "Text models: T5 token count (default: the pipeline's)"));
+    o->text_opts.push_back(app.add_option(
+        "--prompt-embeds", o->prompt_embeds,
+        "Text models: safetensors with encode_prompt's outputs (prompt_embeds, negative_prompt_embeds, "
+        "pooled_prompt_embeds, negative_pooled_prompt_embeds, prompt_attention_mask, negative_prompt_attention_mask); "
+        "skips the text encoders, one image per prompt_embeds row"));
+    o->text_opts.push_back(app.add_flag("--no-resolution-binning", o->no_binning,
+                                        "PixArt: generate at exactly --width x --height (diffusers' "
+                                        "use_resolution_binning=False)"));
+    o->size_opts.push_back(app.add_option("--width", o->width, "Text models: image width (default: the model's)"));
+    o->size_opts.push_back(app.add_option("--height", o->height, "Text models: image height (default: the model's)"));
+    o->steps_opt = app.add_option("--steps", o->steps, "Denoising steps (default: the pipeline's; DiT 25)");
+    o->guidance_opt = app.add_option("--guidance", o->guidance,
+                                     "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded)");
     app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")
         ->capture_default_str();
     app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
     app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
-    app.add_option("--latents", o->latents, "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise");
+    app.add_option("--latents", o->latents,
+                   "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise (Flux packs it)");
     app.add_option("--dump", o->dump, "Write intermediates (step{i}_latents, step{i}_noise_pred, decoded, image)");
     app.add_option("-o,--output", o->out, "PNG path; several images become NAME-0.png, NAME-1.png, ... (or --grid)")
         ->capture_default_str();
@@ -77,63 +132,86 @@ Run add_generate(CLI::App& app) {
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
     app.footer(
         "Examples:\n  kiln generate -o digits.png --class-labels 0,1,2,3,4,5,6,7,8,9 --grid --upscale 4\n"
-        "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png");
+        "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png\n"
+        "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
         const std::string model = o->model.empty() ? default_model() : o->model;
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                      : models::ModelSource::open(model);
-        models::GenerateOptions g;
-        g.labels = parse_labels(o->labels, src.model_index());
-        g.steps = o->steps;
-        g.guidance = o->guidance;
-        g.seed = o->seed;
-        g.scheduler = o->scheduler;
-        g.mode = exec::parse_mode(o->mode);
-        g.keep_intermediates = !o->dump.empty();
-        if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
-        const bool tty = isatty(2);
-        auto t0 = std::chrono::steady_clock::now();
-        g.progress = [&](int i, int n) {
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (tty) {
-                int w = 30, f = i * w / n;
-                std::fprintf(stderr, "\r  denoise [%s%s] %d/%d  %.1fs", std::string((size_t)f, '#').c_str(),
-                             std::string((size_t)(w - f), '.').c_str(), i, n, s);
-                if (i == n) std::fprintf(stderr, "\n");
-            } else if (i == n || i % std::max(1, n / 5) == 0) {
-                std::fprintf(stderr, "  denoise %d/%d  %.1fs\n", i, n, s);
-            }
+        const bool dit = src.has("transformer") && src.class_of("transformer") == "DiTTransformer2DModel";
+        auto given = [](const std::vector<CLI::Option*>& opts) -> std::string {
+            for (auto* op : opts)
+                if (op->count()) return op->get_name();
+            return "";
         };
-        vk::Context ctx(o->device);
-        std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
-                     model.c_str(), ctx.info().name.c_str(), g.labels.size(), g.steps, g.guidance,
-                     (unsigned long long)g.seed, exec::mode_name(g.mode));
-        t0 = std::chrono::steady_clock::now();
-        auto r = models::generate_dit(ctx, src, g);
-        std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
-                     r.denoise_ms, r.denoise_ms / g.steps, r.decode_ms);
-        std::vector<std::pair<std::string, std::string>> text = {
-            {"Software", "kiln"},
-            {"kiln:model", model},
-            {"kiln:settings",
-             "labels=" + o->labels + " steps=" + std::to_string(g.steps) + " guidance=" + std::to_string(g.guidance) +
-                 " seed=" + std::to_string(g.seed) + " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
-                 " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents)}};
-        const Tensor& im = r.image;
-        const int B = (int)im.shape[0], H = (int)im.shape[1], W = (int)im.shape[2], C = (int)im.shape[3];
-        if (o->grid || B == 1) {
-            Tensor gimg = B == 1 ? im : make_grid(im, o->cols > 0 ? o->cols : std::min(B, 10));
-            write_png(o->out, gimg.data<float>(), (int)gimg.shape[1], (int)gimg.shape[2], C, o->upscale, text);
-            std::fprintf(stderr, "wrote %s\n", o->out.c_str());
+        std::string settings;
+        int n_steps = 1;
+        models::GenerateResult r;
+        auto t0 = std::chrono::steady_clock::now();
+        if (dit) {
+            std::string bad = given(o->text_opts);
+            if (bad.empty()) bad = given(o->size_opts);
+            KILN_CHECK(bad.empty(), model, " is a class-conditional DiT model: ", bad,
+                       " does not apply (use --class-labels)");
+            models::GenerateOptions g;
+            g.labels = parse_labels(o->labels, src.model_index());
+            g.steps = o->steps;
+            g.guidance = o->guidance;
+            g.seed = o->seed;
+            g.scheduler = o->scheduler;
+            g.mode = exec::parse_mode(o->mode);
+            g.keep_intermediates = !o->dump.empty();
+            if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
+            g.progress = progress_printer(t0);
+            vk::Context ctx(o->device);
+            std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
+                         model.c_str(), ctx.info().name.c_str(), g.labels.size(), g.steps, g.guidance,
+                         (unsigned long long)g.seed, exec::mode_name(g.mode));
+            t0 = std::chrono::steady_clock::now();
+            r = models::generate_dit(ctx, src, g);
+            n_steps = g.steps;
+            settings = "labels=" + o->labels + " steps=" + std::to_string(g.steps) +
+                       " guidance=" + std::to_string(g.guidance) + " seed=" + std::to_string(g.seed) +
+                       " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
+                       " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents);
         } else {
-            std::string base = o->out, ext = ".png";
-            if (base.size() > 4 && base.substr(base.size() - 4) == ".png") base = base.substr(0, base.size() - 4);
-            for (int b = 0; b < B; ++b) {
-                std::string p = base + "-" + std::to_string(b) + ext;
-                write_png(p, im.data<float>() + (size_t)b * H * W * C, H, W, C, o->upscale, text);
-                std::fprintf(stderr, "wrote %s\n", p.c_str());
-            }
+            KILN_CHECK(
+                !o->labels_opt->count(), model, " is a text-to-image model (",
+                models::t2i_pipeline_class(src).empty() ? src.class_of("transformer") : models::t2i_pipeline_class(src),
+                "): --class-labels does not apply (use --prompt-embeds)");
+            models::T2IOptions t;
+            if (o->steps_opt->count()) t.steps = o->steps;
+            if (o->guidance_opt->count()) t.guidance = o->guidance;
+            if (o->size_opts[0]->count()) t.width = o->width;
+            if (o->size_opts[1]->count()) t.height = o->height;
+            t.resolution_binning = !o->no_binning;
+            t.seed = o->seed;
+            t.scheduler = o->scheduler;
+            t.mode = exec::parse_mode(o->mode);
+            t.keep_intermediates = !o->dump.empty();
+            const auto plan = models::plan_t2i(src, t);  // defaults and size checks before any heavy work
+            KILN_CHECK(!o->prompt_embeds.empty(),
+                       "text encoders not wired yet: pass --prompt-embeds FILE (encode_prompt's outputs)");
+            t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
+            if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
+            t.progress = progress_printer(t0);
+            vk::Context ctx(o->device);
+            std::fprintf(stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s\n",
+                         model.c_str(), plan.pipeline.c_str(), ctx.info().name.c_str(), plan.width, plan.height,
+                         plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
+            t0 = std::chrono::steady_clock::now();
+            r = models::generate_t2i(ctx, src, t);
+            n_steps = plan.steps;
+            settings = "pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
+                       std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
+                       " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
+                       " mode=" + exec::mode_name(t.mode) + " prompt_embeds=" + o->prompt_embeds +
+                       (o->latents.empty() ? "" : " latents=" + o->latents);
         }
+        std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
+                     r.denoise_ms, r.denoise_ms / n_steps, r.decode_ms);
+        write_images(r.image, o->out, o->grid, o->upscale,
+                     {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
         if (!o->dump.empty()) write_safetensors(o->dump, r.intermediates);
     };
 }

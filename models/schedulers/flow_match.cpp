@@ -45,8 +45,7 @@ public:
     }
 
     void set_timesteps(int n, std::optional<double> mu) override {
-        KILN_CHECK(!dynamic_ || mu, name_, ": set_timesteps needs mu: config field 'use_dynamic_shifting' is true ",
-                   "(see calculate_shift)");
+        check_mu(mu);
         KILN_CHECK(n >= 1, name_, ": num_inference_steps must be >= 1, got ", n);
         const double N = (double)num_train_timesteps_;
         std::vector<double> s = np_linspace(sigma_max_ * N, sigma_min_ * N, n);
@@ -64,11 +63,53 @@ public:
             const double scale = (1 - s.back()) / (1 - *shift_terminal_);
             for (double& v : s) v = 1 - (1 - v) / scale;
         }
+        finish(s);
+    }
+
+    // Custom sigmas: diffusers holds them as a float32 numpy array, so the shifts below run in float32 (a Python
+    // float scalar meeting a float32 array computes in float32).
+    void set_sigmas(const std::vector<double>& in, std::optional<double> mu) override {
+        check_mu(mu);
+        KILN_CHECK(!in.empty(), name_, ": set_timesteps(sigmas=...) needs at least one sigma");
+        std::vector<float> f(in.begin(), in.end());
+        if (dynamic_) {
+            const float m = (float)*mu, em = (float)std::exp(*mu);
+            for (float& v : f) {
+                const float x = 1.0f / v - 1.0f;
+                v = time_shift_type_ == "exponential" ? em / (em + x) : m / (m + x);
+            }
+        } else {
+            const float fs = (float)shift_, fs1 = (float)(shift_ - 1);
+            for (float& v : f) v = fs * v / (1.0f + fs1 * v);
+        }
+        if (shift_terminal_ && *shift_terminal_ != 0) {
+            const float scale = (1.0f - f.back()) / (float)(1 - *shift_terminal_);
+            for (float& v : f) v = 1.0f - (1.0f - v) / scale;
+        }
+        finish(std::vector<double>(f.begin(), f.end()));
+    }
+
+    StepCoefficients plan_step(int step_index) override {
+        check_step_index(step_index);
+        StepCoefficients c;
+        c.prev_sample = 1;
+        c.prev_model = (float)sigmas_[(size_t)step_index + 1] - (float)sigmas_[(size_t)step_index];  // dt
+        return c;
+    }
+
+private:
+    void check_mu(const std::optional<double>& mu) const {
+        KILN_CHECK(!dynamic_ || mu, name_, ": set_timesteps needs mu: config field 'use_dynamic_shifting' is true ",
+                   "(see calculate_shift)");
+    }
+
+    // Karras / exponential respacing, then the float32 sigmas and timesteps = sigma * num_train_timesteps.
+    void finish(std::vector<double> s) {
+        const int n = (int)s.size();
         if (karras_)
             s = karras_sigmas(s.back(), s.front(), n);
         else if (exponential_)
             s = exponential_sigmas(s.back(), s.front(), n);
-
         const float fN = (float)num_train_timesteps_;
         sigmas_.clear();
         timesteps_.clear();
@@ -82,15 +123,6 @@ public:
         reset_state();
     }
 
-    StepCoefficients plan_step(int step_index) override {
-        check_step_index(step_index);
-        StepCoefficients c;
-        c.prev_sample = 1;
-        c.prev_model = (float)sigmas_[(size_t)step_index + 1] - (float)sigmas_[(size_t)step_index];  // dt
-        return c;
-    }
-
-private:
     double shift_ = 1.0, sigma_min_ = 0, sigma_max_ = 1;
     bool dynamic_ = false, invert_ = false, karras_ = false, exponential_ = false;
     std::optional<double> shift_terminal_;

@@ -44,6 +44,10 @@ std::vector<float> apply_step(const StepCoefficients& c, const std::vector<float
     return prev;
 }
 
+void Scheduler::set_sigmas(const std::vector<double>&, std::optional<double>) {
+    KILN_FAIL(name_, ": custom sigmas are not supported (only FlowMatchEulerDiscreteScheduler takes them)");
+}
+
 void Scheduler::scale_model_input(std::vector<float>& x, int step_index) const {
     const float d = model_input_divisor(step_index);
     if (d == 1.0f) return;

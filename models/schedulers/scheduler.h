@@ -45,6 +45,10 @@ public:
     // multistep state.
     virtual void set_timesteps(int num_inference_steps, std::optional<double> mu = std::nullopt) = 0;
 
+    // diffusers' set_timesteps(sigmas=..., mu=...): a custom sigma schedule (one per step, without the final 0), as
+    // the Flux pipeline passes linspace(1, 1/N, N). Only FlowMatchEulerDiscreteScheduler takes one; others throw.
+    virtual void set_sigmas(const std::vector<double>& sigmas, std::optional<double> mu = std::nullopt);
+
     const std::vector<double>& timesteps() const { return timesteps_; }  // diffusers' scheduler.timesteps, as float64
     const std::vector<double>& sigmas() const { return sigmas_; }        // float32 values; empty for DDIM
     int num_inference_steps() const { return (int)timesteps_.size(); }

@@ -248,6 +248,36 @@ TEST_CASE("calculate_shift matches the Flux pipeline", "[schedulers]") {
     CHECK(calculate_shift(4096) == Approx(1.15).epsilon(1e-12));
 }
 
+TEST_CASE("custom sigmas: FluxPipeline's linspace(1, 1/N, N) with dynamic shifting", "[schedulers]") {
+    // flux_pipeline: 3 steps, 32x32 image -> 16x16 latent -> 64 packed tokens; diffusers' scheduler timesteps and
+    // sigmas after set_timesteps(sigmas=linspace(1, 1/3, 3), mu=calculate_shift(64)).
+    const std::string dir = test::data_path("fixtures/flux_pipeline/");
+    const nlohmann::json config = load_scheduler_config(dir + "scheduler/scheduler_config.json");
+    const SafeTensors st = SafeTensors::open(dir + "io.safetensors");
+    auto s = make_scheduler(config);
+    const int n = 3;
+    s->set_sigmas(sched::detail::np_linspace(1.0, 1.0 / n, n), calculate_shift(64));
+    const std::vector<float> ref_t = read_f32(st, "timesteps"), ref_s = read_f32(st, "sigmas");
+    REQUIRE(s->timesteps().size() == ref_t.size());
+    for (size_t i = 0; i < ref_t.size(); ++i) CHECK(s->timesteps()[i] == (double)ref_t[i]);
+    REQUIRE(s->sigmas().size() == ref_s.size());
+    for (size_t i = 0; i < ref_s.size(); ++i) CHECK(s->sigmas()[i] == (double)ref_s[i]);
+    // Not the default schedule: set_timesteps(3, mu) spaces from sigma_max to sigma_min instead.
+    auto d = make_scheduler(config);
+    d->set_timesteps(n, calculate_shift(64));
+    CHECK(d->timesteps()[1] != s->timesteps()[1]);
+    // Static shift (SD3's config) in float32, and schedulers without custom sigmas refuse them.
+    auto sd3 =
+        make_scheduler(load_scheduler_config(test::data_path("fixtures/sd3_pipeline/scheduler/scheduler_config.json")));
+    sd3->set_sigmas({1.0, 0.5});
+    CHECK(sd3->sigmas()[1] == (double)(3.0f * 0.5f / (1.0f + 2.0f * 0.5f)));
+    CHECK_THROWS_WITH(make_scheduler(load_scheduler_config(
+                                         test::data_path("fixtures/pixart_pipeline/scheduler/scheduler_config.json")))
+                          ->set_sigmas({1.0}),
+                      Catch::Contains("custom sigmas"));
+    CHECK_THROWS_WITH(make_scheduler(config)->set_sigmas({1.0}), Catch::Contains("mu"));
+}
+
 TEST_CASE("steps must run in order", "[schedulers]") {
     auto s = make_scheduler(
         load_scheduler_config(test::data_path("fixtures/dit_pipeline_dpmpp/scheduler/scheduler_config.json")));

@@ -1,0 +1,392 @@
+#include "models/t2i_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "models/flux.h"
+#include "models/forward.h"
+#include "models/pixart.h"
+#include "models/schedulers/scheduler.h"
+#include "models/sd3.h"
+#include "models/vae.h"
+#include "runtime/core/error.h"
+
+namespace kiln::models {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+const char* const kConditioningNames[] = {"prompt_embeds",         "negative_prompt_embeds",
+                                          "pooled_prompt_embeds",  "negative_pooled_prompt_embeds",
+                                          "prompt_attention_mask", "negative_prompt_attention_mask"};
+
+bool present(const Tensor& t) { return t.numel() > 0; }
+
+// A conditioning tensor for the B prompt rows: batch B as is, batch 1 repeated (negatives apply to all rows).
+Tensor rows(const Tensor& t, int64_t B, size_t rank, const std::string& name) {
+    KILN_CHECK(t.shape.size() == rank, name, " must have ", rank, " dimensions, got ", shape_str(t.shape));
+    KILN_CHECK(t.shape[0] == B || t.shape[0] == 1, name, " has batch ", t.shape[0], ", expected ", B, " or 1");
+    Tensor f = t.astype(DType::f32);
+    if (t.shape[0] == B) return f;
+    Shape s = f.shape;
+    s[0] = B;
+    Tensor out(DType::f32, s);
+    for (int64_t b = 0; b < B; ++b) std::memcpy(out.bytes.data() + (size_t)b * f.nbytes(), f.bytes.data(), f.nbytes());
+    return out;
+}
+
+// cat([a, b], dim=0) of f32 tensors with equal trailing shapes.
+Tensor cat0(const Tensor& a, const Tensor& b, const std::string& what) {
+    KILN_CHECK(a.shape.size() == b.shape.size() && std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1),
+               what, ": negative ", shape_str(a.shape), " and prompt ", shape_str(b.shape), " shapes differ");
+    Shape s = a.shape;
+    s[0] += b.shape[0];
+    Tensor out(DType::f32, s);
+    std::memcpy(out.bytes.data(), a.bytes.data(), a.nbytes());
+    std::memcpy(out.bytes.data() + a.nbytes(), b.bytes.data(), b.nbytes());
+    return out;
+}
+
+int vae_scale_factor(const VaeConfig& vc) { return 1 << ((int)vc.block_out.size() - 1); }
+
+// Side of the aspect-ratio-1 entry of PixArt's ASPECT_RATIO_{256,512,1024,2048}_BIN, by transformer sample_size.
+int pixart_bin_side(int sample_size) {
+    switch (sample_size) {
+        case 32:
+            return 256;
+        case 64:
+            return 512;
+        case 128:
+            return 1024;
+        case 256:
+            return 2048;
+        default:
+            return 0;
+    }
+}
+
+// FluxPipeline._pack_latents: [B, C, h, w] -> [B, (h/2)(w/2), C*4], channel c*4 + dy*2 + dx.
+std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) {
+    std::vector<float> out((size_t)B * C * h * w);
+    const int ph = h / 2, pw = w / 2;
+    for (int b = 0; b < B; ++b)
+        for (int i = 0; i < ph; ++i)
+            for (int j = 0; j < pw; ++j)
+                for (int c = 0; c < C; ++c)
+                    for (int dy = 0; dy < 2; ++dy)
+                        for (int dx = 0; dx < 2; ++dx)
+                            out[(((size_t)b * ph * pw + (size_t)i * pw + j) * C + c) * 4 + dy * 2 + dx] =
+                                x[(((size_t)b * C + c) * h + 2 * i + dy) * w + 2 * j + dx];
+    return out;
+}
+
+// FluxPipeline._unpack_latents: the inverse of pack_2x2.
+std::vector<float> unpack_2x2(const float* p, int B, int C, int h, int w) {
+    std::vector<float> out((size_t)B * C * h * w);
+    const int ph = h / 2, pw = w / 2;
+    for (int b = 0; b < B; ++b)
+        for (int i = 0; i < ph; ++i)
+            for (int j = 0; j < pw; ++j)
+                for (int c = 0; c < C; ++c)
+                    for (int dy = 0; dy < 2; ++dy)
+                        for (int dx = 0; dx < 2; ++dx)
+                            out[(((size_t)b * C + c) * h + 2 * i + dy) * w + 2 * j + dx] =
+                                p[(((size_t)b * ph * pw + (size_t)i * pw + j) * C + c) * 4 + dy * 2 + dx];
+    return out;
+}
+}  // namespace
+
+TextConditioning TextConditioning::read(const SafeTensors& st) {
+    TextConditioning t;
+    Tensor* slots[] = {&t.prompt_embeds,         &t.negative_prompt_embeds,
+                       &t.pooled_prompt_embeds,  &t.negative_pooled_prompt_embeds,
+                       &t.prompt_attention_mask, &t.negative_prompt_attention_mask};
+    for (size_t i = 0; i < 6; ++i)
+        if (st.find(kConditioningNames[i])) *slots[i] = st.read(kConditioningNames[i]);
+    return t;
+}
+
+std::vector<std::pair<std::string, Tensor>> TextConditioning::named() const {
+    const Tensor* slots[] = {&prompt_embeds,         &negative_prompt_embeds,
+                             &pooled_prompt_embeds,  &negative_pooled_prompt_embeds,
+                             &prompt_attention_mask, &negative_prompt_attention_mask};
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (size_t i = 0; i < 6; ++i)
+        if (present(*slots[i])) out.push_back({kConditioningNames[i], *slots[i]});
+    return out;
+}
+
+std::string t2i_pipeline_class(const ModelSource& src) {
+    const auto& mi = src.model_index();
+    if (mi.is_object() && mi.contains("_class_name") && mi["_class_name"].is_string()) {
+        std::string c = mi["_class_name"];
+        if (c == "PixArtAlphaPipeline" || c == "PixArtSigmaPipeline" || c == "StableDiffusion3Pipeline" ||
+            c == "FluxPipeline")
+            return c;
+    }
+    if (!src.has("transformer")) return "";
+    const std::string tc = src.class_of("transformer");
+    if (tc == "PixArtTransformer2DModel")
+        return PixArtConfig::from_json(src.config("transformer")).use_additional_conditions ? "PixArtAlphaPipeline"
+                                                                                            : "PixArtSigmaPipeline";
+    if (tc == "SD3Transformer2DModel") return "StableDiffusion3Pipeline";
+    if (tc == "FluxTransformer2DModel") return "FluxPipeline";
+    return "";
+}
+
+T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
+    T2IPlan p;
+    p.pipeline = t2i_pipeline_class(src);
+    KILN_CHECK(!p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
+               src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
+               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux");
+    KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(), ": a ", p.pipeline,
+               " needs transformer, vae and scheduler components");
+    const auto vc = VaeConfig::from_json(src.config("vae"));
+    p.vae_scale_factor = vae_scale_factor(vc);
+    const auto& tcfg = src.config("transformer");
+    int sample = 0, multiple = 0;
+    if (p.pipeline == "FluxPipeline") {
+        const auto c = FluxConfig::from_json(tcfg);
+        KILN_CHECK(c.in_channels % 4 == 0, "Flux: in_channels ", c.in_channels, " is not 4 x latent channels");
+        p.latent_channels = c.in_channels / 4;
+        sample = 128;  // FluxPipeline.default_sample_size
+        multiple = p.vae_scale_factor * 2;
+        p.steps = 28, p.guidance = 3.5;
+    } else if (p.pipeline == "StableDiffusion3Pipeline") {
+        const auto c = SD3Config::from_json(tcfg);
+        p.latent_channels = c.in_channels;
+        sample = c.sample_size;
+        multiple = p.vae_scale_factor * c.patch;
+        p.steps = 28, p.guidance = 7.0;
+    } else {
+        const auto c = PixArtConfig::from_json(tcfg);
+        p.latent_channels = c.in_channels;
+        sample = c.sample_size;
+        multiple = p.vae_scale_factor * c.patch;
+        p.steps = 20, p.guidance = 4.5;
+    }
+    KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
+               " latent channels, the transformer ", p.latent_channels);
+    if (opt.steps) p.steps = *opt.steps;
+    if (opt.guidance) p.guidance = *opt.guidance;
+    KILN_CHECK(p.steps >= 1 && p.steps <= 1000, "steps must be in 1..1000, got ", p.steps);
+    p.height = opt.height.value_or(sample * p.vae_scale_factor);
+    p.width = opt.width.value_or(sample * p.vae_scale_factor);
+    KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
+    KILN_CHECK(p.height % multiple == 0 && p.width % multiple == 0, p.pipeline, ": width and height must be multiples ",
+               "of ", multiple, " (vae_scale_factor ", p.vae_scale_factor, " x ",
+               p.pipeline == "FluxPipeline" ? "2 (2x2 packing)" : "patch size", "), got ", p.width, "x", p.height,
+               " (--no-resolution-binning)");
+    if (p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline" && opt.resolution_binning) {
+        // diffusers maps (height, width) to the nearest entry of an aspect-ratio table and resizes the image back.
+        const int side = pixart_bin_side(sample);
+        KILN_CHECK(side, p.pipeline, ": use_resolution_binning needs a transformer sample_size of 32, 64, 128 or 256 ",
+                   "(diffusers: \"Invalid sample size\"), this one has ", sample,
+                   "; turn resolution binning off (kiln generate --no-resolution-binning)");
+        KILN_CHECK(p.height == side && p.width == side, p.pipeline, ": use_resolution_binning would generate ", p.width,
+                   "x", p.height, " at a binned size and resize back; Kiln implements binning only where ",
+                   "it is the identity (", side, "x", side, "); turn resolution binning off to generate at ", p.width,
+                   "x", p.height, " (--no-resolution-binning)");
+    }
+    p.latent_h = p.height / p.vae_scale_factor;
+    p.latent_w = p.width / p.vae_scale_factor;
+    p.cfg = p.pipeline != "FluxPipeline" && p.guidance > 1.0;
+    return p;
+}
+
+GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt) {
+    GenerateResult res;
+    auto t_plan = Clock::now();
+    const T2IPlan p = plan_t2i(src, opt);
+    const bool flux = p.pipeline == "FluxPipeline", sd3 = p.pipeline == "StableDiffusion3Pipeline";
+    const bool pixart = !flux && !sd3;
+    const TextConditioning& tx = opt.text;
+    const std::string cls = src.class_of("transformer");
+    const auto& tcfg = src.config("transformer");
+    const auto vc = VaeConfig::from_json(src.config("vae"));
+
+    // ---- Conditioning: the guidance batch cat([negative, prompt]) when cfg.
+    KILN_CHECK(present(tx.prompt_embeds), p.pipeline, ": prompt_embeds missing (text encoders not wired yet)");
+    KILN_CHECK(tx.prompt_embeds.shape.size() == 3, "prompt_embeds must be [B, L, D], got ",
+               shape_str(tx.prompt_embeds.shape));
+    const int64_t B = tx.prompt_embeds.shape[0];
+    const int BB = (int)(p.cfg ? 2 * B : B);
+    auto guided = [&](const Tensor& pos, const Tensor& neg, size_t rank, const std::string& name) {
+        Tensor pr = rows(pos, B, rank, name);
+        if (!p.cfg) return pr;
+        KILN_CHECK(present(neg), p.pipeline, ": guidance ", p.guidance, " > 1 needs negative_", name,
+                   " (or guidance 1)");
+        return cat0(rows(neg, B, rank, "negative_" + name), pr, name);
+    };
+    std::map<std::string, Tensor> in;
+    in["encoder_hidden_states"] = guided(tx.prompt_embeds, tx.negative_prompt_embeds, 3, "prompt_embeds");
+    if (pixart) {
+        KILN_CHECK(present(tx.prompt_attention_mask), p.pipeline, ": prompt_attention_mask missing (diffusers: ",
+                   "\"Must provide `prompt_attention_mask` when specifying `prompt_embeds`\")");
+        in["encoder_attention_mask"] =
+            guided(tx.prompt_attention_mask, tx.negative_prompt_attention_mask, 2, "prompt_attention_mask");
+        if (PixArtConfig::from_json(tcfg).use_additional_conditions) {  // micro-conditions: (height, width), h/w
+            Tensor r(DType::f32, {BB, 2}), a(DType::f32, {BB, 1});
+            for (int b = 0; b < BB; ++b) {
+                r.data<float>()[2 * b] = (float)p.height, r.data<float>()[2 * b + 1] = (float)p.width;
+                a.data<float>()[b] = (float)((double)p.height / p.width);
+            }
+            in["resolution"] = r;
+            in["aspect_ratio"] = a;
+        }
+    } else {
+        KILN_CHECK(present(tx.pooled_prompt_embeds), p.pipeline, ": pooled_prompt_embeds missing");
+        in["pooled_projections"] =
+            guided(tx.pooled_prompt_embeds, tx.negative_pooled_prompt_embeds, 2, "pooled_prompt_embeds");
+    }
+
+    // ---- Latents: [B, C, h, w] noise * init_noise_sigma; Flux packs them 2x2 into [B, S, 4C].
+    const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
+    const Shape nchw{B, C, h, w};
+    Tensor init = opt.latents_init ? opt.latents_init->astype(DType::f32) : seeded_normal(nchw, opt.seed);
+    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
+               " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
+    auto sched = opt.scheduler.empty() ? sched::make_scheduler(src.config("scheduler"))
+                                       : sched::make_scheduler(src.config("scheduler"), opt.scheduler);
+    std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
+    Shape lat_shape = nchw;
+    const int S_img = (h / 2) * (w / 2);
+    if (flux) {
+        x = pack_2x2(x.data(), (int)B, C, h, w);
+        lat_shape = {B, S_img, 4 * C};
+        Tensor img(DType::f32, {S_img, 3});
+        for (int i = 0; i < h / 2; ++i)
+            for (int j = 0; j < w / 2; ++j) {
+                float* id = img.data<float>() + ((size_t)i * (w / 2) + j) * 3;
+                id[0] = 0.f, id[1] = (float)i, id[2] = (float)j;
+            }
+        in["img_ids"] = img;
+        in["txt_ids"] = Tensor(DType::f32, {tx.prompt_embeds.shape[1], 3});  // zeros
+        Tensor g(DType::f32, {B});
+        for (int b = 0; b < B; ++b) g.data<float>()[b] = (float)p.guidance;
+        in["guidance"] = g;
+    }
+
+    // ---- Timesteps. Flux: sigmas linspace(1, 1/N, N) and mu from the packed sequence length; SD3: mu from the
+    // patch count when the scheduler shifts dynamically.
+    const auto& scfg = src.config("scheduler");
+    const bool dynamic = scfg.value("use_dynamic_shifting", false);
+    auto shift_for = [&](int64_t seq, double max_default) {
+        return sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
+                                      scfg.value("base_shift", 0.5), scfg.value("max_shift", max_default));
+    };
+    if (flux) {
+        std::vector<double> sigmas(p.steps);
+        for (int i = 0; i < p.steps; ++i)  // np.linspace(1.0, 1/N, N)
+            sigmas[i] = p.steps == 1 ? 1.0 : 1.0 + i * ((1.0 / p.steps - 1.0) / (p.steps - 1));
+        if (p.steps > 1) sigmas.back() = 1.0 / p.steps;
+        sched->set_sigmas(sigmas, dynamic ? std::optional<double>(shift_for(S_img, 1.15)) : std::nullopt);
+    } else if (sd3 && dynamic) {
+        const int patch = SD3Config::from_json(tcfg).patch;
+        sched->set_timesteps(p.steps, shift_for((int64_t)(h / patch) * (w / patch), 1.16));
+    } else {
+        sched->set_timesteps(p.steps);
+    }
+    const double sigma0 = sched->init_noise_sigma();
+    if (sigma0 != 1.0)
+        for (float& v : x) v = v * (float)sigma0;
+
+    // ---- Transformer for the guidance batch, built once; VAE decoder for the batch.
+    Shape model_shape = lat_shape;
+    model_shape[0] = BB;
+    in["hidden_states"] = Tensor(DType::f32, model_shape);
+    in["timestep"] = Tensor(DType::f32, {BB});
+    auto tws = src.weights("transformer");
+    ir::Graph tg;
+    Builder tb(tg, *tws);
+    const auto graph_in = build_component(tb, cls, tcfg, in);
+    exec::Mode mode = opt.mode == exec::Mode::regional && tg.regions().size() < 2 ? exec::Mode::full : opt.mode;
+    exec::Executor tx_exec(ctx, tg, tb.weight_fn(), mode);
+    for (auto& [name, t] : graph_in)
+        if (name != "hidden_states" && name != "timestep") tx_exec.set_input(name, t);
+    auto vws = src.weights("vae");
+    ir::Graph vg;
+    Builder vb(vg, *vws);
+    build_vae_decoder(vb, vc, (int)B, h, w);
+    exec::Executor vx(ctx, vg, vb.weight_fn(), opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full);
+    res.plan_ms = ms_since(t_plan);
+    res.transformer_counters = tx_exec.counters();
+    if (opt.keep_intermediates) {
+        for (auto& kv : tx.named()) res.intermediates.push_back(kv);
+        if (flux) res.intermediates.push_back({"text_ids", in["txt_ids"]});
+        const auto& ts = sched->timesteps();
+        res.intermediates.push_back(
+            {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+        const auto& sg = sched->sigmas();
+        if (!sg.empty())
+            res.intermediates.push_back(
+                {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
+    }
+
+    // ---- Denoising loop.
+    auto t_loop = Clock::now();
+    const auto& ts = sched->timesteps();
+    const size_t n_lat = x.size(), row_lat = n_lat / (size_t)B;
+    std::vector<float> model_in((size_t)BB * row_lat), noise(n_lat);
+    for (int i = 0; i < (int)ts.size(); ++i) {
+        for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
+        sched->scale_model_input(model_in, i);
+        tx_exec.set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
+        // PixArt: the scheduler's (integer) timestep; SD3: t = sigma * 1000; Flux: t / 1000 (float32, as torch).
+        const float t = flux ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i];
+        tx_exec.set_input("timestep", Tensor::from_f32({BB}, std::vector<float>((size_t)BB, t)));
+        tx_exec.run();
+        const Tensor out = tx_exec.output("sample");
+        const std::string si = "step" + std::to_string(i);
+        if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
+        const size_t row_out = (size_t)out.numel() / (size_t)BB;
+        // Learned sigma (PixArt, out_channels = 2C): the scheduler sees the first C channels of each row.
+        KILN_CHECK(row_out == row_lat || row_out == 2 * row_lat, cls, ": output ", shape_str(out.shape),
+                   " does not match latents ", shape_str(lat_shape));
+        const float* o = out.data<float>();
+        const float g = (float)p.guidance;
+        for (int64_t b = 0; b < B; ++b)
+            for (size_t k = 0; k < row_lat; ++k) {
+                float v = o[(size_t)b * row_out + k];
+                if (p.cfg) {  // rows [0, B) negative, [B, 2B) prompt: uncond + g * (text - uncond)
+                    const float unc = v, txt = o[(size_t)(b + B) * row_out + k];
+                    v = unc + g * (txt - unc);
+                }
+                noise[(size_t)b * row_lat + k] = v;
+            }
+        if (opt.keep_intermediates)
+            res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+        x = sched->step(noise, i, x);
+        if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
+        if (opt.progress) opt.progress(i + 1, (int)ts.size());
+    }
+    res.denoise_ms = ms_since(t_loop);
+
+    // ---- Decode: latents / scaling_factor (+ shift_factor), VAE, (decoded / 2 + 0.5) clamped, NHWC.
+    auto t_dec = Clock::now();
+    std::vector<float> z = flux ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
+    const float sf = (float)vc.scaling_factor, shift = (float)vc.shift_factor;
+    for (auto& v : z) v = pixart ? v / sf : v / sf + shift;
+    if (opt.keep_intermediates) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(nchw, z)});
+    vx.set_input("latents", Tensor::from_f32(nchw, z));
+    vx.run();
+    Tensor dec = vx.output("decoded");  // [B, 3, H, W]
+    if (opt.keep_intermediates) res.intermediates.push_back({"decoded", dec});
+    const int OCH = (int)dec.shape[1], H = (int)dec.shape[2], W = (int)dec.shape[3];
+    res.image = Tensor(DType::f32, {B, H, W, OCH});
+    for (int64_t b = 0; b < B; ++b)
+        for (int c = 0; c < OCH; ++c)
+            for (int y = 0; y < H; ++y)
+                for (int xx = 0; xx < W; ++xx) {
+                    const float v = dec.data<float>()[(((size_t)b * OCH + c) * H + y) * W + xx] * 0.5f + 0.5f;
+                    res.image.data<float>()[(((size_t)b * H + y) * W + xx) * OCH + c] = std::min(1.f, std::max(0.f, v));
+                }
+    if (opt.keep_intermediates) res.intermediates.push_back({"image", res.image});
+    res.decode_ms = ms_since(t_dec);
+    return res;
+}
+
+}  // namespace kiln::models

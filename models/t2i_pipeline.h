@@ -1,0 +1,60 @@
+#pragma once
+// diffusers' text-to-image pipelines on Kiln, from the text conditioning on: PixArtAlphaPipeline,
+// PixArtSigmaPipeline, StableDiffusion3Pipeline and FluxPipeline, each followed step by step from the
+// point where encode_prompt has returned (latents, scheduler loop with guidance on the host, VAE decode).
+#include <optional>
+#include <string>
+
+#include "models/dit_pipeline.h"
+#include "runtime/core/safetensors.h"
+
+namespace kiln::models {
+
+// What encode_prompt returns, under diffusers' names; an absent tensor is empty (numel() == 0).
+//   PixArt: prompt_embeds [B, L, D] (T5), prompt_attention_mask [B, L] (1 = keep), negative_* likewise.
+//   SD3:    prompt_embeds [B, 77 + L_t5, D], pooled_prompt_embeds [B, P], negative_* likewise.
+//   Flux:   prompt_embeds [B, L, D] (T5), pooled_prompt_embeds [B, P] (CLIP); negatives unused (no CFG).
+// Negative tensors with batch 1 apply to every prompt row.
+struct TextConditioning {
+    Tensor prompt_embeds, negative_prompt_embeds, pooled_prompt_embeds, negative_pooled_prompt_embeds;
+    Tensor prompt_attention_mask, negative_prompt_attention_mask;
+
+    static TextConditioning read(const SafeTensors& st);        // the tensors of those names that the file has
+    std::vector<std::pair<std::string, Tensor>> named() const;  // the present ones, by name
+};
+
+struct T2IOptions {
+    TextConditioning text;
+    std::optional<int> steps;          // default: the pipeline's (PixArt 20, SD3 28, Flux 28)
+    std::optional<double> guidance;    // default: the pipeline's (PixArt 4.5, SD3 7.0, Flux 3.5)
+    std::optional<int> height, width;  // default: transformer sample_size * vae_scale_factor (Flux: 128 * vsf)
+    // PixArt's use_resolution_binning (diffusers default true). Kiln implements binning only where it maps the
+    // size to itself (square at the bin's native side); other sizes with binning on are an error.
+    bool resolution_binning = true;
+    uint64_t seed = 0;
+    std::string scheduler;  // "" = the model's; else a scheduler class name or alias
+    exec::Mode mode = exec::Mode::regional;
+    std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)
+    bool keep_intermediates = false;     // the fixture names: step{i}_noise_pred, step{i}_latents, decoded, ...
+    std::function<void(int step, int total)> progress;
+};
+
+// The call as resolved from the model and the options, before any heavy work.
+struct T2IPlan {
+    std::string pipeline;  // diffusers pipeline class
+    int steps = 0, height = 0, width = 0;
+    double guidance = 0;
+    bool cfg = false;  // classifier-free guidance batch (PixArt, SD3 with guidance > 1)
+    int vae_scale_factor = 8, latent_channels = 4, latent_h = 0, latent_w = 0;
+};
+
+// The pipeline class of a text-to-image model: model_index.json's _class_name when it names one of the four,
+// else by the transformer class (PixArt with micro-conditions -> PixArtAlphaPipeline). "" when not text-to-image.
+std::string t2i_pipeline_class(const ModelSource& src);
+
+// Defaults and size checks (a size that is not a multiple of vae_scale_factor * patch -> kiln::Error).
+T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt);
+
+GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt);
+
+}  // namespace kiln::models

@@ -1,0 +1,193 @@
+// transformers' BasicTokenizer (the no-ftfy path of CLIPTokenizer) and CLIP's pre-tokenizer regex, on code points,
+// with ICU for the Unicode data (categories, NFC, full lower-casing). The order of the steps is transformers':
+// _clean_text, _tokenize_chinese_chars, NFC, whitespace split, str.lower per word, " ".join, regex.findall.
+#include "models/text/clip_pretokenize.h"
+
+#include <unicode/locid.h>
+#include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
+#include "runtime/core/error.h"
+
+namespace kiln::text::clip {
+
+namespace {
+
+using U32 = std::u32string;
+
+U32 decode_utf8(const std::string& s) {  // s is valid UTF-8 (checked by the caller)
+    U32 out;
+    out.reserve(s.size());
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    for (size_t i = 0; i < s.size();) {
+        unsigned c = p[i];
+        int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+        for (int k = 1; k < len && i + (size_t)k < s.size(); ++k) cp = (cp << 6) | (p[i + (size_t)k] & 0x3F);
+        out.push_back(cp);
+        i += (size_t)len;
+    }
+    return out;
+}
+
+void append_utf8(std::string& out, char32_t c) {
+    if (c < 0x80) {
+        out += (char)c;
+    } else if (c < 0x800) {
+        out += (char)(0xC0 | (c >> 6));
+        out += (char)(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+        out += (char)(0xE0 | (c >> 12));
+        out += (char)(0x80 | ((c >> 6) & 0x3F));
+        out += (char)(0x80 | (c & 0x3F));
+    } else {
+        out += (char)(0xF0 | (c >> 18));
+        out += (char)(0x80 | ((c >> 12) & 0x3F));
+        out += (char)(0x80 | ((c >> 6) & 0x3F));
+        out += (char)(0x80 | (c & 0x3F));
+    }
+}
+
+std::string encode_utf8(const char32_t* b, const char32_t* e) {
+    std::string out;
+    for (; b != e; ++b) append_utf8(out, *b);
+    return out;
+}
+
+uint32_t gc_mask(char32_t c) { return U_GET_GC_MASK((UChar32)c); }
+
+// Python's str.isspace(): bidirectional class WS, B or S, or category Zs. A fixed set.
+bool py_isspace(char32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// BasicTokenizer._is_chinese_char: the CJK Unified Ideographs blocks (not Japanese kana or Korean hangul).
+bool is_cjk(char32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+// _clean_text + _tokenize_chinese_chars: drop NUL, U+FFFD and category C* except \t \n \r; whitespace
+// (\t \n \r space, Zs) becomes " "; CJK ideographs get a space on each side.
+U32 clean(const U32& in) {
+    U32 out;
+    out.reserve(in.size());
+    for (char32_t c : in) {
+        bool tnr = c == '\t' || c == '\n' || c == '\r';
+        if (c == 0 || c == 0xFFFD || (!tnr && (gc_mask(c) & U_GC_C_MASK))) continue;
+        if (tnr || c == ' ' || (gc_mask(c) & U_GC_ZS_MASK)) {
+            out.push_back(' ');
+        } else if (is_cjk(c)) {
+            out.push_back(' ');
+            out.push_back(c);
+            out.push_back(' ');
+        } else {
+            out.push_back(c);
+        }
+    }
+    return out;
+}
+
+icu::UnicodeString to_icu(const char32_t* b, const char32_t* e) {
+    return icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(b), (int32_t)(e - b));
+}
+
+U32 from_icu(const icu::UnicodeString& s) {
+    U32 out;
+    for (int32_t i = 0; i < s.length();) {
+        UChar32 c = s.char32At(i);
+        out.push_back((char32_t)c);
+        i += U16_LENGTH(c);
+    }
+    return out;
+}
+
+U32 nfc(const U32& s) {
+    UErrorCode err = U_ZERO_ERROR;
+    const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
+    KILN_CHECK(U_SUCCESS(err), "ICU: cannot load the NFC normalizer data (", u_errorName(err), ")");
+    icu::UnicodeString out = n->normalize(to_icu(s.data(), s.data() + s.size()), err);
+    KILN_CHECK(U_SUCCESS(err), "ICU: NFC normalization failed (", u_errorName(err), ")");
+    return from_icu(out);
+}
+
+// Python's str.lower(): full Unicode mappings, language-independent (root locale), with Final_Sigma.
+U32 lower(const char32_t* b, const char32_t* e) {
+    icu::UnicodeString s = to_icu(b, e);
+    s.toLower(icu::Locale::getRoot());
+    return from_icu(s);
+}
+
+// The regex runs with IGNORECASE: literals compare by simple case folding (the `regex` module's default).
+char32_t fold(char32_t c) { return (char32_t)u_foldCase((UChar32)c, U_FOLD_CASE_DEFAULT); }
+
+// Length (in code points) of the literal `lit` matched case-insensitively at s[i], or 0.
+size_t match_literal(const U32& s, size_t i, const char* lit) {
+    size_t n = 0;
+    for (; lit[n]; ++n)
+        if (i + n >= s.size() || fold(s[i + n]) != fold((char32_t)(unsigned char)lit[n])) return 0;
+    return n;
+}
+
+bool is_letter(char32_t c) { return gc_mask(c) & U_GC_L_MASK; }
+bool is_number(char32_t c) { return gc_mask(c) & U_GC_N_MASK; }
+bool is_regex_space(char32_t c) { return u_isUWhiteSpace((UChar32)c) || (c >= 0x09 && c <= 0x0D); }
+
+// Length of the regex match at s[i] (alternatives tried in order, as the regex engine does), or 0 for none.
+size_t match_at(const U32& s, size_t i) {
+    static const char* const literals[] = {
+        "<|startoftext|>", "<|endoftext|>", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+    for (const char* lit : literals)
+        if (size_t n = match_literal(s, i, lit)) return n;
+    size_t j = i;
+    if (is_letter(s[i])) {  // [\p{L}]+
+        while (j < s.size() && is_letter(s[j])) ++j;
+        return j - i;
+    }
+    if (is_number(s[i])) return 1;  // [\p{N}]
+    while (j < s.size() && !is_regex_space(s[j]) && !is_letter(s[j]) && !is_number(s[j])) ++j;
+    return j - i;  // [^\s\p{L}\p{N}]+ (0 on whitespace)
+}
+
+}  // namespace
+
+std::vector<std::string> pre_tokenize(const std::string& utf8) {
+    U32 text = nfc(clean(decode_utf8(utf8)));
+    // whitespace_tokenize (str.split()), lower-case each word, " ".join.
+    U32 joined;
+    for (size_t i = 0; i < text.size();) {
+        if (py_isspace(text[i])) {
+            ++i;
+            continue;
+        }
+        size_t j = i;
+        while (j < text.size() && !py_isspace(text[j])) ++j;
+        if (!joined.empty()) joined.push_back(' ');
+        joined += lower(text.data() + i, text.data() + j);
+        i = j;
+    }
+    std::vector<std::string> pieces;
+    for (size_t i = 0; i < joined.size();) {
+        size_t n = match_at(joined, i);
+        if (n == 0) {
+            ++i;
+            continue;
+        }
+        pieces.push_back(encode_utf8(joined.data() + i, joined.data() + i + n));
+        i += n;
+    }
+    return pieces;
+}
+
+std::string py_strip(const std::string& utf8, bool left, bool right) {
+    U32 s = decode_utf8(utf8);
+    size_t b = 0, e = s.size();
+    while (left && b < e && py_isspace(s[b])) ++b;
+    while (right && e > b && py_isspace(s[e - 1])) --e;
+    return encode_utf8(s.data() + b, s.data() + e);
+}
+
+}  // namespace kiln::text::clip

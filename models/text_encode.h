@@ -1,0 +1,53 @@
+#pragma once
+// The prompt side of the text-to-image pipelines: tokenizers and text encoders run exactly as each
+// diffusers pipeline's encode_prompt does, giving the conditioning tensors under diffusers' names.
+//   PixArt-α/Σ: T5 (lower-cased, stripped prompt; max_sequence_length 120 / 300) with its attention mask.
+//   SD3/SD3.5:  CLIP-L and CLIP-G penultimate states concatenated on features, zero-padded to the T5 width,
+//               then T5 along the sequence; pooled = cat(CLIP-L, CLIP-G text_embeds). T5 absent -> zeros.
+//   Flux.1:     CLIP pooler_output (pooled), T5 last_hidden_state (no mask; 512 dev, 256 schnell).
+// Each encoder runs as a JIT graph whose layers are replayed; its device memory is freed when it returns,
+// before the transformer is loaded, unless the caller keeps an EncoderCache.
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/source.h"
+#include "runtime/exec/executor.h"
+
+namespace kiln::models {
+
+struct PromptOptions {
+    std::vector<std::string> prompts;        // one image each
+    std::optional<std::string> negative;     // nullopt: diffusers' default ("")
+    bool cfg = true;                         // negative embeddings are needed (guidance > 1 and a CFG pipeline)
+    int max_sequence_length = 0;             // T5 tokens; 0: the pipeline's default
+    exec::Mode mode = exec::Mode::regional;  // JIT mode of the encoders
+    bool keep_intermediates = false;         // token ids and per-encoder outputs under the fixtures' names
+    std::function<void(const std::string&)> warn;  // truncation warnings (stderr when empty)
+};
+
+struct EncodedPrompts {
+    // prompt_embeds, negative_prompt_embeds, pooled_prompt_embeds, negative_pooled_prompt_embeds,
+    // prompt_attention_mask, negative_prompt_attention_mask (I64): those the pipeline uses.
+    std::map<std::string, Tensor> tensors;
+    std::vector<std::pair<std::string, Tensor>> intermediates;  // {enc}_input_ids, {enc}_text_embeds, ...
+    double tokenize_ms = 0, encode_ms = 0;
+    uint64_t peak_device_bytes = 0;  // largest encoder's device memory (weights + activations)
+};
+
+// The pipeline class of a source: model_index.json's _class_name, else inferred from the transformer.
+std::string pipeline_class(const ModelSource& src);
+// diffusers' max_sequence_length default for the pipeline (PixArt-α 120, PixArt-Σ 300, SD3 256, Flux-dev 512,
+// Flux-schnell (no guidance embedding) 256).
+int default_max_sequence_length(const ModelSource& src);
+
+// Runs the tokenizers and text encoders of `src` on the prompts. ctx == nullptr runs the CPU reference.
+EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt);
+
+// Python's str.lower().strip() on UTF-8 (PixArt's _text_preprocessing without bs4/ftfy caption cleaning).
+std::string python_lower_strip(const std::string& utf8);
+
+}  // namespace kiln::models
