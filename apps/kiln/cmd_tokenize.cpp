@@ -42,7 +42,7 @@ Run add_tokenize(CLI::App& app) {
         auto tok = text::load_tokenizer(src.tokenizer_files(o->component), where);
         int max_len = o->no_truncate ? 0 : o->max_length > 0 ? o->max_length : tok->model_max_length();
         text::Tokens t = tok->encode(o->prompt, max_len, max_len > 0);
-        nlohmann::json j = {{"input_ids", t.ids}, {"attention_mask", t.mask}};
+        nlohmann::ordered_json j = {{"input_ids", t.ids}, {"attention_mask", t.mask}};  // keys in this order
         std::printf("%s\n", j.dump().c_str());
     };
 }
