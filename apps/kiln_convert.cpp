@@ -9,10 +9,11 @@
 int main(int argc, char** argv) {
     CLI::App app{
         "Convert a diffusers model or pipeline folder into one Kiln model file (GGUF v3).\n\n"
-        "SRC_DIR may be a pipeline folder (model_index.json with transformer/, vae/, scheduler/;\n"
-        "text encoders and tokenizers are skipped for now), a component folder (config.json +\n"
+        "SRC_DIR may be a pipeline folder (model_index.json with transformer/, vae/, scheduler/,\n"
+        "text_encoder*/ and tokenizer*/), a component folder (config.json +\n"
         "diffusion_pytorch_model.safetensors, or sharded *.safetensors + its .index.json), or a\n"
-        "scheduler folder (scheduler_config.json). Nothing is written unless everything checks out.\n\n"
+        "scheduler folder (scheduler_config.json); text encoders (config.json + model.safetensors) and\n"
+        "tokenizer folders too. Nothing is written unless everything checks out.\n\n"
         "Examples:\n"
         "  kiln-convert models/default/dit-digits -o dit-digits.kiln\n"
         "  kiln-convert ~/hf/PixArt-XL-2-512x512/transformer -o pixart.kiln --dtype bf16\n"

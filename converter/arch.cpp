@@ -337,11 +337,82 @@ ArchSpec autoencoder_kl(const Config& c) {
     return s;
 }
 
+// transformers' CLIPTextModel / CLIPTextModelWithProjection (modeling_clip.py).
+ArchSpec clip_text(const Config& c, bool projection) {
+    ArchSpec s{"text_encoder", {}, {}, {}};
+    Names n{s.expected, ""};
+    std::string act = c.string("hidden_act", "quick_gelu");
+    KILN_CHECK(act == "quick_gelu" || act == "gelu", c.where, ": CLIP hidden_act '", act,
+               "' is not supported (supported: quick_gelu, gelu)");
+    int64_t layers = c.positive("num_hidden_layers", 12);
+    n.w("text_model.embeddings.token_embedding");
+    n.w("text_model.embeddings.position_embedding");
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub("text_model.encoder.layers." + std::to_string(i));
+        b.lin("layer_norm1");
+        b.lin("self_attn.q_proj");
+        b.lin("self_attn.k_proj");
+        b.lin("self_attn.v_proj");
+        b.lin("self_attn.out_proj");
+        b.lin("layer_norm2");
+        b.lin("mlp.fc1");
+        b.lin("mlp.fc2");
+    }
+    n.lin("text_model.final_layer_norm");
+    if (projection) n.w("text_projection");  // Linear(hidden, projection_dim, bias=False)
+    s.blocks.push_back({"text_model.encoder.layers", layers, std::vector<int>((size_t)layers, 0)});
+    s.ignored = {"text_model.embeddings.position_ids"};  // a buffer older transformers saved
+    s.weights_base = "model";
+    return s;
+}
+
+// transformers' T5EncoderModel (modeling_t5.py): block 0 alone holds relative_attention_bias, so the
+// blocks form two runs (variant 1 for block 0, 0 for the rest).
+ArchSpec t5_encoder(const Config& c) {
+    ArchSpec s{"text_encoder", {}, {}, {}};
+    Names n{s.expected, ""};
+    std::string ff = c.string("feed_forward_proj", "relu");
+    const bool gated = ff.compare(0, 6, "gated-") == 0;
+    std::string act = gated ? ff.substr(6) : ff;
+    KILN_CHECK(!act.empty() && act.find('-') == std::string::npos, c.where, ": T5 feed_forward_proj '", ff,
+               "' is not of the form 'ACT' or 'gated-ACT'");
+    int64_t layers = c.positive("num_layers", 6);
+    n.w("shared");
+    BlockKind kind{"encoder.block", layers, {}};
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub("encoder.block." + std::to_string(i));
+        b.w("layer.0.layer_norm");  // T5LayerNorm: RMS, weight only
+        for (const char* p : {"q", "k", "v", "o"}) b.w(std::string("layer.0.SelfAttention.") + p);
+        if (i == 0) b.w("layer.0.SelfAttention.relative_attention_bias");
+        b.w("layer.1.layer_norm");
+        if (gated) {
+            b.w("layer.1.DenseReluDense.wi_0");
+            b.w("layer.1.DenseReluDense.wi_1");
+        } else {
+            b.w("layer.1.DenseReluDense.wi");
+        }
+        b.w("layer.1.DenseReluDense.wo");
+        kind.variant.push_back(i == 0 ? 1 : 0);
+    }
+    n.w("encoder.final_layer_norm");
+    s.blocks.push_back(std::move(kind));
+    s.aliases = {{"encoder.embed_tokens.weight", "shared.weight"}};  // tied to shared
+    s.ignored = {"decoder.", "lm_head."};                            // T5EncoderModel ignores "decoder"
+    s.weights_base = "model";
+    return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_model_classes() {
-    static const std::vector<std::string> v = {"DiTTransformer2DModel", "PixArtTransformer2DModel",
-                                               "SD3Transformer2DModel", "FluxTransformer2DModel", "AutoencoderKL"};
+    static const std::vector<std::string> v = {"DiTTransformer2DModel",
+                                               "PixArtTransformer2DModel",
+                                               "SD3Transformer2DModel",
+                                               "FluxTransformer2DModel",
+                                               "AutoencoderKL",
+                                               "CLIPTextModel",
+                                               "CLIPTextModelWithProjection",
+                                               "T5EncoderModel"};
     return v;
 }
 
@@ -369,6 +440,10 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
         s = flux(c);
     } else if (cls == "AutoencoderKL") {
         s = autoencoder_kl(c);
+    } else if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection") {
+        s = clip_text(c, cls == "CLIPTextModelWithProjection");
+    } else if (cls == "T5EncoderModel") {
+        s = t5_encoder(c);
     } else {
         std::string list;
         for (auto& m : supported_model_classes()) list += (list.empty() ? "" : ", ") + m;
@@ -379,6 +454,8 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
 }
 
 std::string canonical_name(const ArchSpec& spec, const std::string& name) {
+    for (auto& [alias, canon] : spec.aliases)
+        if (name == alias) return canon;
     for (auto& [from, to] : spec.renames) {
         // Only the attention layers of mid blocks use the old names, always as "<...>.<old>.<weight|bias>".
         for (const char* leaf : {"weight", "bias"}) {

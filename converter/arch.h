@@ -18,11 +18,17 @@ struct BlockKind {
 };
 
 struct ArchSpec {
-    std::string component;              // "transformer" or "vae"
+    std::string component;              // "transformer", "vae" or "text_encoder"
     std::vector<std::string> expected;  // every tensor name the checkpoint must hold
     std::vector<BlockKind> blocks;
     // Old checkpoint names diffusers renames at load (VAE attention: query -> to_q ...): {old suffix, new}.
     std::vector<std::pair<std::string, std::string>> renames;
+    // Whole checkpoint names transformers also accepts: {alias, canonical}. An alias is renamed to the
+    // canonical name, or dropped when the canonical tensor is there too (tied weights saved twice).
+    std::vector<std::pair<std::string, std::string>> aliases;
+    // Name prefixes that transformers ignores at load (CLIP's position_ids buffer, T5's decoder): dropped.
+    std::vector<std::string> ignored;
+    std::string weights_base = "diffusion_pytorch_model";  // transformers: "model"
 };
 
 // Supported model classes ("DiTTransformer2DModel, ...") and scheduler classes, for messages.

@@ -2,7 +2,8 @@
 //
 // Metadata written (the runtime never guesses):
 //   general.architecture="kiln", general.name, general.alignment=4096 (u32), kiln.format_version=1 (u32)
-//   kiln.components                  string array, e.g. ["transformer","vae","scheduler"]
+//   kiln.components                  string array: transformer, vae, scheduler, then text_encoder* and
+//                                    tokenizer* (pipelines with text encoders: SD3, Flux, PixArt)
 //   kiln.pipeline.class / .model_index / .id2label (pipelines only; id2label only if model_index has it)
 //   kiln.C.class, kiln.C.config (config text verbatim), kiln.C.params (i64, elements of all C's tensors)
 //   kiln.C.blocks                    string array of block kinds (models only)
@@ -14,6 +15,12 @@
 //   kiln.C.blocks.K.base / .stride   i64, only when K is a single run (DiT, PixArt, Flux): base + i*stride.
 //                                    SD3 has several runs (its last block is context_pre_only; dual-attention
 //                                    blocks carry attn2), so it has runs but no base/stride.
+//                                    T5's block 0 alone has relative_attention_bias: two runs, [0] and [1..].
+//   Text encoders: class from model_index.json or config.json "architectures"; config.json verbatim;
+//                                    tensors as transformers names them (T5's encoder.embed_tokens is kept
+//                                    as shared.weight; buffers transformers ignores are dropped).
+//   Tokenizers: kiln.C.class (tokenizer class), kiln.C.config (tokenizer_config.json or "{}"), and the
+//                                    files verbatim (converter/tokenizer_files.h: kiln.C.files, ...).
 // Tensor order: per component, non-block tensors sorted by name, then each block kind, blocks in order,
 // each block's tensors sorted by their name relative to the block. Names are "C." + diffusers name.
 #include "converter/convert.h"
@@ -34,6 +41,7 @@
 
 #include "converter/arch.h"
 #include "converter/info.h"
+#include "converter/tokenizer_files.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
@@ -70,6 +78,21 @@ std::string class_name(const json& j, const std::string& where) {
     return j["_class_name"].get<std::string>();
 }
 
+// A model config's class: diffusers' _class_name, else (transformers) the class model_index.json names,
+// else transformers' architectures[0], as diffusers and ModelSource pick it.
+std::string model_class(const json& j, const std::string& expect_cls, const std::string& where) {
+    if (j.contains("_class_name") || expect_cls.empty()) {
+        if (!j.contains("_class_name") && j.contains("architectures") && j["architectures"].is_array() &&
+            !j["architectures"].empty() && j["architectures"][0].is_string())
+            return j["architectures"][0].get<std::string>();
+        KILN_CHECK(j.contains("_class_name") && j["_class_name"].is_string(), where,
+                   ": no \"_class_name\" string nor transformers' \"architectures\" (is this a diffusers or "
+                   "transformers config?)");
+        return j["_class_name"].get<std::string>();
+    }
+    return expect_cls;
+}
+
 std::string name_list(const std::vector<std::string>& v, size_t max = 10) {
     std::string s;
     for (size_t i = 0; i < v.size() && i < max; ++i) s += (i ? ", " : "") + ("'" + v[i] + "'");
@@ -98,6 +121,8 @@ struct KindPlan {
 struct Component {
     std::string name, cls, config_text;
     bool scheduler = false;
+    bool tokenizer = false;
+    FileMap files;  // tokenizers: file name -> bytes
     std::unique_ptr<SafeTensors> st;
     std::vector<Item> loose;
     std::vector<KindPlan> kinds;
@@ -120,19 +145,20 @@ DType out_dtype(const SafeTensorInfo& t, DType want, const std::string& file) {
     KILN_FAIL(file, ": tensor '", t.name, "' has dtype U8, which a Kiln model file cannot hold");
 }
 
-fs::path find_weights(const fs::path& dir, const std::string& variant) {
+// base: "diffusion_pytorch_model" (diffusers) or "model" (transformers); both name variants and shards alike.
+fs::path find_weights(const fs::path& dir, const std::string& variant, const std::string& base) {
     const std::string v = variant.empty() ? "" : "." + variant;
-    fs::path single = dir / ("diffusion_pytorch_model" + v + ".safetensors");
-    fs::path index = dir / ("diffusion_pytorch_model.safetensors.index" + v + ".json");
+    fs::path single = dir / (base + v + ".safetensors");
+    fs::path index = dir / (base + ".safetensors.index" + v + ".json");
     if (fs::exists(index)) return index;  // diffusers prefers the index when both exist
     if (fs::exists(single)) return single;
     std::string hint;
-    if (!variant.empty() && (fs::exists(dir / "diffusion_pytorch_model.safetensors") ||
-                             fs::exists(dir / "diffusion_pytorch_model.safetensors.index.json")))
+    if (!variant.empty() &&
+        (fs::exists(dir / (base + ".safetensors")) || fs::exists(dir / (base + ".safetensors.index.json"))))
         hint = " (the folder has non-variant weights: drop --variant)";
-    else if (variant.empty() && fs::exists(dir / "diffusion_pytorch_model.fp16.safetensors"))
+    else if (variant.empty() && fs::exists(dir / (base + ".fp16.safetensors")))
         hint = " (the folder has fp16 variant weights: add --variant fp16)";
-    else if (fs::exists(dir / "diffusion_pytorch_model.bin"))
+    else if (fs::exists(dir / (base == "model" ? "pytorch_model.bin" : base + ".bin")))
         hint = " (PyTorch .bin checkpoints are not supported: save with safe_serialization=True)";
     KILN_FAIL(dir.string(), ": no weights: neither ", single.filename().string(), " nor ", index.filename().string(),
               hint);
@@ -140,29 +166,48 @@ fs::path find_weights(const fs::path& dir, const std::string& variant) {
 
 // Loads and validates one model component: config, weights, expected names, block layouts.
 Component plan_model(const fs::path& dir, const std::string& comp_name, const std::string& expect_cls,
-                     const Options& opt) {
+                     const Options& opt, std::ostream* log) {
     Component c;
     c.name = comp_name;
     const fs::path cfg_path = dir / "config.json";
     KILN_CHECK(fs::exists(cfg_path), dir.string(), ": missing config.json");
     c.config_text = read_text(cfg_path);
     json cfg = parse_json_object(c.config_text, cfg_path.string());
-    c.cls = class_name(cfg, cfg_path.string());
+    c.cls = model_class(cfg, expect_cls, cfg_path.string());
     KILN_CHECK(expect_cls.empty() || expect_cls == c.cls, cfg_path.string(), ": _class_name '", c.cls,
                "' differs from model_index.json, which says '", expect_cls, "'");
     ArchSpec spec = arch_spec(c.cls, cfg, cfg_path.string());
     if (comp_name.empty()) c.name = spec.component;
-    const fs::path wpath = find_weights(dir, opt.variant);
+    const fs::path wpath = find_weights(dir, opt.variant, spec.weights_base);
     c.st = std::make_unique<SafeTensors>(SafeTensors::open(wpath.string()));
     const std::string file = wpath.string();
 
     // Canonical name -> source tensor; compare with the expected set.
     std::map<std::string, const SafeTensorInfo*> have;
+    std::vector<std::string> ignored;
+    std::set<std::string> names;
+    for (auto& t : c.st->tensors()) names.insert(t.name);
     for (auto& t : c.st->tensors()) {
+        bool ignore = false;
+        for (auto& pre : spec.ignored) ignore |= t.name.compare(0, pre.size(), pre) == 0;
+        for (auto& [alias, canon] : spec.aliases)  // tied weights saved under both names: keep the canonical
+            if (t.name == alias && names.count(canon)) {
+                const SafeTensorInfo& o = c.st->at(canon);
+                KILN_CHECK(o.shape == t.shape, file, ": tied tensors '", alias, "' ", shape_str(t.shape), " and '",
+                           canon, "' ", shape_str(o.shape), " differ in shape");
+                ignore = true;
+            }
+        if (ignore) {
+            ignored.push_back(t.name);
+            continue;
+        }
         std::string n = canonical_name(spec, t.name);
         KILN_CHECK(!have.count(n), file, ": tensors '", have[n]->name, "' and '", t.name, "' both map to '", n, "'");
         have[n] = &t;
     }
+    if (log && !ignored.empty())
+        *log << "kiln-convert: note: " << file << ": dropping " << ignored.size()
+             << " tensor(s) that transformers ignores: " << name_list(ignored, 3) << "\n";
     std::set<std::string> expected(spec.expected.begin(), spec.expected.end());
     KILN_CHECK(expected.size() == spec.expected.size(), "internal: duplicate expected name for ", c.cls);
     std::vector<std::string> missing, unexpected;
@@ -220,6 +265,22 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
         c.params += shape_numel(t->shape);
         if (!in_block.count(n)) c.loose.push_back({n, t, out_dtype(*t, opt.dtype, file)});
     }
+    return c;
+}
+
+// A tokenizer folder: its files are stored verbatim; the config is tokenizer_config.json ("{}" if absent).
+Component plan_tokenizer(const fs::path& dir, const std::string& comp_name, const std::string& expect_cls,
+                         std::ostream* log) {
+    Component c;
+    c.name = comp_name;
+    c.tokenizer = true;
+    c.cls = expect_cls.empty() ? tokenizer_class_of_dir(dir.string()) : expect_cls;
+    std::vector<std::string> skipped;
+    c.files = read_tokenizer_dir(dir.string(), c.cls, &skipped);
+    c.config_text = c.files.count("tokenizer_config.json") ? c.files["tokenizer_config.json"] : "{}";
+    if (log && !skipped.empty())
+        *log << "kiln-convert: note: " << dir.string() << ": not storing " << name_list(skipped)
+             << " (Kiln's tokenizers do not read them)\n";
     return c;
 }
 
@@ -324,33 +385,49 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
         KILN_CHECK(classes.count("transformer") || classes.count("vae") || classes.count("scheduler"), mi.string(),
                    ": pipeline ", pcls, " has no transformer, vae or scheduler component",
                    (classes.count("unet") ? " (UNet pipelines are not supported)" : ""));
+        // Text encoders and tokenizers by class; model_index keys sort text_encoder < text_encoder_2 < ...
+        const auto& models = supported_model_classes();
+        std::vector<std::string> encoders, tokenizers;
         for (auto& [k, cls] : classes) {
             if (k == "transformer" || k == "vae" || k == "scheduler") continue;
             if (k == "unet") KILN_FAIL(mi.string(), ": component 'unet' (", cls, ") is not supported");
-            if (log)
-                *log << "kiln-convert: note: skipping component '" << k << "' (" << cls << "): not converted yet\n";
+            if (is_supported_tokenizer(cls))
+                tokenizers.push_back(k);
+            else if (k.compare(0, 12, "text_encoder") == 0 &&
+                     std::find(models.begin(), models.end(), cls) != models.end())
+                encoders.push_back(k);
+            else if (log)
+                *log << "kiln-convert: note: skipping component '" << k << "' (" << cls << "): not supported\n";
         }
+        auto folder = [&](const std::string& k) {
+            KILN_CHECK(fs::is_directory(dir / k), mi.string(), ": component '", k, "' (", classes[k],
+                       ") has no folder ", (dir / k).string());
+            return dir / k;
+        };
         for (const char* k : {"transformer", "vae"})
-            if (classes.count(k)) {
-                KILN_CHECK(fs::is_directory(dir / k), mi.string(), ": component '", k, "' has no folder ",
-                           (dir / k).string());
-                comps.push_back(plan_model(dir / k, k, classes[k], opt));
-            }
+            if (classes.count(k)) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
         if (classes.count("scheduler")) {
-            comps.push_back(plan_scheduler(dir / "scheduler"));
+            comps.push_back(plan_scheduler(folder("scheduler")));
             KILN_CHECK(comps.back().cls == classes["scheduler"], (dir / "scheduler/scheduler_config.json").string(),
                        ": _class_name '", comps.back().cls, "' differs from model_index.json, which says '",
                        classes["scheduler"], "'");
         }
+        for (auto& k : encoders) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
+        for (auto& k : tokenizers) comps.push_back(plan_tokenizer(folder(k), k, classes[k], log));
         w.set_string("kiln.pipeline.class", pcls);
         w.set_string("kiln.pipeline.model_index", text);
         if (j.contains("id2label")) w.set_string("kiln.pipeline.id2label", j["id2label"].dump());
     } else if (fs::exists(dir / "config.json")) {
-        comps.push_back(plan_model(dir, "", "", opt));
+        comps.push_back(plan_model(dir, "", "", opt, log));
     } else if (fs::exists(dir / "scheduler_config.json")) {
         comps.push_back(plan_scheduler(dir));
+    } else if (fs::exists(dir / "tokenizer_config.json") || fs::exists(dir / "spiece.model") ||
+               fs::exists(dir / "vocab.json")) {
+        comps.push_back(plan_tokenizer(dir, "tokenizer", "", log));
     } else {
-        KILN_FAIL(src_dir, ": not a diffusers folder (no model_index.json, config.json or scheduler_config.json)");
+        KILN_FAIL(src_dir,
+                  ": not a diffusers folder (no model_index.json, config.json, scheduler_config.json or "
+                  "tokenizer files)");
     }
 
     // Metadata, then the tensor layout (offsets come back from the writer, so block bases/strides are exact).
@@ -383,7 +460,8 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
         w.set_string(p + "config", c.config_text);
         w.set_i64(p + "params", c.params);
         sum.params += c.params;
-        if (c.scheduler) continue;
+        if (c.tokenizer) write_tokenizer_files(w, c.name, c.files);
+        if (c.scheduler || c.tokenizer) continue;
         for (auto& it : c.loose) add(c, c.name + "." + it.rel, it);
         std::vector<std::string> kind_names;
         for (auto& kp : c.kinds) {

@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "converter/convert.h"
+#include "converter/tokenizer_files.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 
@@ -37,39 +38,81 @@ std::string human_count(int64_t n) {
 }
 
 // The config fields worth a glance, in this order, when present.
-const char* kKeyFields[] = {"num_layers",
-                            "num_single_layers",
-                            "num_attention_heads",
-                            "attention_head_dim",
-                            "in_channels",
-                            "out_channels",
-                            "patch_size",
-                            "sample_size",
-                            "num_embeds_ada_norm",
-                            "cross_attention_dim",
-                            "caption_channels",
-                            "joint_attention_dim",
-                            "pooled_projection_dim",
-                            "qk_norm",
-                            "dual_attention_layers",
-                            "guidance_embeds",
-                            "block_out_channels",
-                            "layers_per_block",
-                            "latent_channels",
-                            "norm_num_groups",
-                            "scaling_factor",
-                            "shift_factor",
-                            "num_train_timesteps",
-                            "beta_schedule",
-                            "beta_start",
-                            "beta_end",
-                            "prediction_type",
-                            "timestep_spacing",
-                            "steps_offset",
-                            "solver_order",
-                            "algorithm_type",
-                            "shift",
-                            "use_dynamic_shifting"};
+const char* kKeyFields[] = {
+    "num_layers", "num_single_layers", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
+    "patch_size", "sample_size", "num_embeds_ada_norm", "cross_attention_dim", "caption_channels",
+    "joint_attention_dim", "pooled_projection_dim", "qk_norm", "dual_attention_layers", "guidance_embeds",
+    "block_out_channels", "layers_per_block", "latent_channels", "norm_num_groups", "scaling_factor", "shift_factor",
+    "num_train_timesteps", "beta_schedule", "beta_start", "beta_end", "prediction_type", "timestep_spacing",
+    "steps_offset", "solver_order", "algorithm_type", "shift", "use_dynamic_shifting",
+    // transformers text encoders (CLIP, T5)
+    "hidden_size", "intermediate_size", "projection_dim", "hidden_act", "d_model", "d_ff", "d_kv", "num_heads",
+    "feed_forward_proj", "relative_attention_num_buckets", "relative_attention_max_distance", "vocab_size",
+    "max_position_embeddings"};
+
+// Number of pieces in a SentencePiece ModelProto (field 1, repeated, length-delimited); -1 if malformed.
+int64_t spiece_pieces(const std::string& b) {
+    size_t i = 0;
+    auto varint = [&](uint64_t& v) {
+        v = 0;
+        for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
+            uint8_t c = (uint8_t)b[i++];
+            v |= (uint64_t)(c & 0x7F) << shift;
+            if (!(c & 0x80)) return true;
+        }
+        return false;
+    };
+    int64_t n = 0;
+    while (i < b.size()) {
+        uint64_t tag, len;
+        if (!varint(tag)) return -1;
+        switch (tag & 7) {
+            case 0:
+                if (!varint(len)) return -1;
+                break;
+            case 1:
+                i += 8;
+                break;
+            case 5:
+                i += 4;
+                break;
+            case 2:
+                if (!varint(len) || len > b.size() - i) return -1;
+                i += len;
+                n += (tag >> 3) == 1;
+                break;
+            default:
+                return -1;
+        }
+        if (i > b.size()) return -1;
+    }
+    return n;
+}
+
+void print_tokenizer(const GgufFile& f, const std::string& c, const json& cfg, std::ostream& os) {
+    converter::FileMap files = converter::read_tokenizer_files(f, c);
+    os << "  files:";
+    bool first = true;
+    for (auto& [n, bytes] : files)
+        os << (first ? " " : ", ") << n << " (" << human_bytes((double)bytes.size()) << ")", first = false;
+    os << "\n";
+    if (files.count("vocab.json")) {
+        json v = json::parse(files["vocab.json"], nullptr, false);
+        if (v.is_object()) os << "  vocab: " << v.size() << " tokens (vocab.json)\n";
+    } else if (files.count("spiece.model")) {
+        int64_t n = spiece_pieces(files["spiece.model"]);
+        os << "  vocab: " << (n < 0 ? std::string("? (spiece.model is malformed)") : std::to_string(n) + " pieces")
+           << " (spiece.model)\n";
+    }
+    if (files.count("added_tokens.json")) {
+        json v = json::parse(files["added_tokens.json"], nullptr, false);
+        if (v.is_object()) os << "  added tokens: " << v.size() << "\n";
+    }
+    if (cfg.is_object() && cfg.contains("model_max_length") && cfg["model_max_length"].is_number()) {
+        double m = cfg["model_max_length"].get<double>();
+        os << "  model_max_length: " << (m > 1e6 ? std::string("unset") : std::to_string((int64_t)m)) << "\n";
+    }
+}
 }  // namespace
 
 void print_model_info(const std::string& path, std::ostream& os) {
@@ -90,8 +133,13 @@ void print_model_info(const std::string& path, std::ostream& os) {
     }
     for (const std::string& c : f.get_string_array("kiln.components")) {
         const std::string p = "kiln." + c + ".";
-        os << "\n[" << c << "] " << f.get_string(p + "class") << "\n";
+        const std::string cls = f.get_string(p + "class");
+        os << "\n[" << c << "] " << cls << "\n";
         json cfg = json::parse(converter::python_json_to_json(f.get_string(p + "config")), nullptr, false);
+        if (f.has(p + "files")) {  // a tokenizer
+            print_tokenizer(f, c, cfg, os);
+            continue;
+        }
         if (cfg.is_object()) {
             std::string line;
             for (const char* k : kKeyFields)
@@ -108,6 +156,10 @@ void print_model_info(const std::string& path, std::ostream& os) {
                 bytes += t.nbytes;
                 count++;
             }
+        if (cfg.is_object() && cls.find("TextModel") != std::string::npos && cfg.contains("num_hidden_layers"))
+            os << "  layers: " << cfg["num_hidden_layers"].dump() << "\n";
+        else if (cfg.is_object() && cls == "T5EncoderModel")
+            os << "  layers: " << (cfg.contains("num_layers") ? cfg["num_layers"].dump() : "6") << "\n";
         if (f.has(p + "params") && c != "scheduler")
             os << "  parameters: " << human_count(f.get_int(p + "params")) << " (" << f.get_int(p + "params") << ")\n";
         if (count) {

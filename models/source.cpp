@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "converter/convert.h"
+#include "converter/tokenizer_files.h"
 #include "models/forward.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
@@ -107,7 +108,12 @@ ModelSource ModelSource::open(const std::string& path) {
                ": not a Kiln model file (no kiln.components; convert with kiln-convert)");
     s.components_ = f.get_string_array("kiln.components");
     for (auto& c : s.components_) {
-        s.configs_[c] = parse_py_json(f.get_string("kiln." + c + ".config"), path + ": kiln." + c + ".config");
+        json cfg = parse_py_json(f.get_string("kiln." + c + ".config"), path + ": kiln." + c + ".config");
+        KILN_CHECK(cfg.is_object(), path, ": kiln.", c, ".config is not a JSON object");
+        // Text encoders (transformers configs) and tokenizers (tokenizer_config.json) have no _class_name.
+        if (!cfg.contains("_class_name") || !cfg["_class_name"].is_string())
+            cfg["_class_name"] = f.get_string("kiln." + c + ".class");
+        s.configs_[c] = std::move(cfg);
     }
     if (f.has("kiln.pipeline.model_index"))
         s.model_index_ = parse_py_json(f.get_string("kiln.pipeline.model_index"), path + ": kiln.pipeline.model_index");
@@ -175,7 +181,7 @@ std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
 text::TokenizerFiles ModelSource::tokenizer_files(const std::string& c) const {
     KILN_CHECK(component_role(class_of(c)) == "tokenizer", path_, ": component '", c, "' is ", class_of(c),
                ", not a tokenizer");
-    if (kiln_file_) KILN_FAIL(path_, ": tokenizers in Kiln files are not implemented yet");
+    if (kiln_file_) return converter::read_tokenizer_files(GgufFile::open(path_), c);
     return text::read_tokenizer_folder(dirs_.at(c));
 }
 

@@ -11,6 +11,7 @@ Run add_info(CLI::App& app);
 Run add_forward(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_tokenize(CLI::App& app);
 // The built-in default model (the trained dit-digits pipeline that ships with Kiln).
 std::string default_model();
 }  // namespace kiln::app

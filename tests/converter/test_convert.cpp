@@ -268,7 +268,7 @@ TEST_CASE("dump converted fixtures for the independent GGUF check", "[.gguf_dump
     fs::create_directories(env);
     std::vector<std::pair<std::string, std::string>> srcs;
     for (auto n : {"dit", "vae", "pixart", "sd3", "sd3_qknorm_dual", "flux", "flux_noguidance", "dit_pipeline_ddim",
-                   "sched_euler"})
+                   "sched_euler", "pixart_pipeline", "sd3_pipeline", "flux_pipeline", "tok_t5"})
         srcs.emplace_back(n, fixture(n));
     srcs.emplace_back("dit-digits", repo_path("models/default/dit-digits"));
     for (auto& [n, dir] : srcs) {
@@ -281,6 +281,13 @@ TEST_CASE("dump converted fixtures for the independent GGUF check", "[.gguf_dump
                          {"general.alignment", g.get_int("general.alignment")},
                          {"kiln.format_version", g.get_int("kiln.format_version")},
                          {"kiln.components", g.get_string_array("kiln.components")}};
+        // Tokenizer files are strings (base64 for binary ones): @huggingface/gguf must read them back the same.
+        for (auto& c : g.get_string_array("kiln.components"))
+            if (g.has("kiln." + c + ".files"))
+                for (auto& f : g.get_string_array("kiln." + c + ".files")) {
+                    const std::string k = "kiln." + c + ".file." + f;
+                    j["metadata"][k] = g.get_string(k);
+                }
         j["tensors"] = nlohmann::json::array();
         for (auto& t : g.tensors())
             j["tensors"].push_back(
@@ -299,13 +306,13 @@ TEST_CASE("Python JSON tokens are read as null, strings untouched", "[converter]
     CHECK(j["d"] == 1e-3);
 }
 
-TEST_CASE("text encoders and tokenizers in a pipeline are skipped with a note", "[converter]") {
+TEST_CASE("unsupported pipeline components are skipped with a note", "[converter]") {
     TempDir tmp;
     const std::string dir = tmp / "pipe";
     fs::copy(fixture("dit_pipeline_ddim"), dir, fs::copy_options::recursive);
     auto m = nlohmann::json::parse(slurp(dir + "/model_index.json"));
-    m["text_encoder"] = {"transformers", "CLIPTextModel"};
-    m["tokenizer"] = {"transformers", "CLIPTokenizer"};
+    m["text_encoder"] = {"transformers", "UMT5EncoderModel"};
+    m["feature_extractor"] = {"transformers", "CLIPImageProcessor"};
     m["safety_checker"] = {nullptr, nullptr};
     spit(dir + "/model_index.json", m.dump(2));
     std::ostringstream log;
@@ -313,7 +320,14 @@ TEST_CASE("text encoders and tokenizers in a pipeline are skipped with a note", 
     o.log = &log;
     auto sum = converter::convert_folder(dir, tmp / "p.kiln", o);
     CHECK(sum.components == std::vector<std::string>{"transformer", "vae", "scheduler"});
-    CHECK_THAT(log.str(), Catch::Contains("skipping component 'text_encoder' (CLIPTextModel)") &&
-                              Catch::Contains("skipping component 'tokenizer'") && !Catch::Contains("safety_checker") &&
-                              Catch::Contains("wrote "));
+    CHECK_THAT(log.str(), Catch::Contains("skipping component 'text_encoder' (UMT5EncoderModel)") &&
+                              Catch::Contains("skipping component 'feature_extractor'") &&
+                              !Catch::Contains("safety_checker") && Catch::Contains("wrote "));
+
+    // A supported text encoder that model_index.json lists must be there.
+    m["text_encoder"] = {"transformers", "CLIPTextModel"};
+    spit(dir + "/model_index.json", m.dump(2));
+    CHECK_THROWS_WITH(converter::convert_folder(dir, tmp / "q.kiln", o),
+                      Catch::Contains("component 'text_encoder' (CLIPTextModel) has no folder"));
+    CHECK_FALSE(fs::exists(tmp / "q.kiln"));
 }

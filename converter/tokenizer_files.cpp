@@ -1,0 +1,196 @@
+#include "converter/tokenizer_files.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "converter/convert.h"
+#include "runtime/core/error.h"
+#include "runtime/core/gguf.h"
+
+namespace kiln::converter {
+
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string read_file(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    KILN_CHECK(f.good(), p.string(), ": cannot open");
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    KILN_CHECK(!f.bad(), p.string(), ": read failed");
+    return s;
+}
+
+json parse_object(const std::string& text, const std::string& where) {
+    json j;
+    try {
+        j = json::parse(python_json_to_json(text));
+    } catch (const std::exception& e) {
+        KILN_FAIL(where, ": invalid JSON: ", e.what());
+    }
+    KILN_CHECK(j.is_object(), where, ": expected a JSON object");
+    return j;
+}
+
+bool is_clip(const std::string& cls) { return cls == "CLIPTokenizer" || cls == "CLIPTokenizerFast"; }
+bool is_t5(const std::string& cls) { return cls == "T5Tokenizer" || cls == "T5TokenizerFast"; }
+
+const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}  // namespace
+
+const std::vector<std::string>& tokenizer_file_names() {
+    static const std::vector<std::string> v = {
+        "vocab.json",       "merges.txt", "spiece.model", "tokenizer_config.json", "special_tokens_map.json",
+        "added_tokens.json"};
+    return v;
+}
+
+bool is_supported_tokenizer(const std::string& cls) { return is_clip(cls) || is_t5(cls); }
+
+std::string tokenizer_class_of_dir(const std::string& dir) {
+    const fs::path d(dir), cfg = d / "tokenizer_config.json";
+    if (fs::exists(cfg)) {
+        json j = parse_object(read_file(cfg), cfg.string());
+        if (j.contains("tokenizer_class") && j["tokenizer_class"].is_string())
+            return j["tokenizer_class"].get<std::string>();
+    }
+    if (fs::exists(d / "spiece.model")) return "T5Tokenizer";
+    if (fs::exists(d / "vocab.json")) return "CLIPTokenizer";
+    KILN_FAIL(dir,
+              ": not a tokenizer folder (no tokenizer_config.json with tokenizer_class, spiece.model or "
+              "vocab.json)");
+}
+
+FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::vector<std::string>* skipped) {
+    const fs::path d(dir);
+    KILN_CHECK(fs::is_directory(d), dir, ": tokenizer folder does not exist");
+    KILN_CHECK(is_supported_tokenizer(cls), dir, ": unsupported tokenizer class '", cls,
+               "' (supported: CLIPTokenizer, CLIPTokenizerFast, T5Tokenizer, T5TokenizerFast)");
+    const auto& names = tokenizer_file_names();
+    FileMap files;
+    for (auto& n : names)
+        if (fs::exists(d / n)) files[n] = read_file(d / n);
+    if (skipped)
+        for (auto& e : fs::directory_iterator(d))
+            if (e.is_regular_file() &&
+                std::find(names.begin(), names.end(), e.path().filename().string()) == names.end())
+                skipped->push_back(e.path().filename().string());
+    const std::string fast_hint =
+        fs::exists(d / "tokenizer.json") ? " (only tokenizer.json: fast-only tokenizer folders are not supported)" : "";
+    if (is_clip(cls)) {
+        KILN_CHECK(files.count("vocab.json") && files.count("merges.txt"), dir, ": ", cls,
+                   " needs vocab.json and merges.txt; missing ",
+                   files.count("vocab.json") ? "merges.txt" : "vocab.json", fast_hint);
+    } else {
+        KILN_CHECK(files.count("spiece.model"), dir, ": ", cls, " needs spiece.model, which is missing", fast_hint);
+        KILN_CHECK(!files["spiece.model"].empty(), (d / "spiece.model").string(), ": empty file");
+    }
+    for (auto& [n, text] : files)
+        if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) parse_object(text, (d / n).string());
+    return files;
+}
+
+void write_tokenizer_files(GgufWriter& w, const std::string& comp, const FileMap& files) {
+    const std::string p = "kiln." + comp + ".";
+    std::vector<std::string> names, encodings;
+    for (auto& [n, bytes] : files) {
+        const bool text = is_utf8(bytes);
+        names.push_back(n);
+        encodings.push_back(text ? "utf8" : "base64");
+        w.set_string(p + "file." + n, text ? bytes : base64_encode(bytes));
+    }
+    w.set_string_array(p + "files", names);
+    w.set_string_array(p + "file_encodings", encodings);
+}
+
+FileMap read_tokenizer_files(const GgufFile& f, const std::string& comp) {
+    const std::string p = "kiln." + comp + ".";
+    KILN_CHECK(f.has(p + "files"), f.path(), ": component '", comp, "' has no tokenizer files (no ", p, "files)");
+    auto names = f.get_string_array(p + "files");
+    auto enc = f.get_string_array(p + "file_encodings");
+    KILN_CHECK(enc.size() == names.size(), f.path(), ": ", p, "file_encodings has ", enc.size(), " entries for ",
+               names.size(), " files");
+    FileMap out;
+    for (size_t i = 0; i < names.size(); ++i) {
+        const std::string key = p + "file." + names[i];
+        std::string s = f.get_string(key);
+        if (enc[i] == "base64")
+            out[names[i]] = base64_decode(s, f.path() + ": " + key);
+        else if (enc[i] == "utf8")
+            out[names[i]] = std::move(s);
+        else
+            KILN_FAIL(f.path(), ": ", p, "file_encodings: unknown encoding '", enc[i], "' for ", names[i]);
+    }
+    return out;
+}
+
+std::string base64_encode(const std::string& in) {
+    std::string out;
+    out.reserve((in.size() + 2) / 3 * 4);
+    const auto* b = reinterpret_cast<const unsigned char*>(in.data());
+    size_t i = 0;
+    for (; i + 2 < in.size(); i += 3) {
+        uint32_t v = (uint32_t)b[i] << 16 | (uint32_t)b[i + 1] << 8 | b[i + 2];
+        for (int k = 3; k >= 0; --k) out += kB64[(v >> (6 * k)) & 63];
+    }
+    if (i < in.size()) {  // 1 or 2 bytes left: pad with '='
+        uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < in.size() ? (uint32_t)b[i + 1] << 8 : 0);
+        out += kB64[(v >> 18) & 63];
+        out += kB64[(v >> 12) & 63];
+        out += i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=';
+        out += '=';
+    }
+    return out;
+}
+
+std::string base64_decode(const std::string& s, const std::string& where) {
+    KILN_CHECK(s.size() % 4 == 0, where, ": invalid base64 (length ", s.size(), " is not a multiple of 4)");
+    std::string out;
+    out.reserve(s.size() / 4 * 3);
+    for (size_t i = 0; i < s.size(); i += 4) {
+        uint32_t v = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; ++k) {
+            char ch = s[i + k];
+            int d;
+            if (ch == '=' && i + 4 == s.size() && k >= 2) {
+                d = 0;
+                pad++;
+            } else {
+                const char* pos = ch ? std::strchr(kB64, ch) : nullptr;
+                KILN_CHECK(pos && !pad, where, ": invalid base64 at offset ", i + k);
+                d = (int)(pos - kB64);
+            }
+            v = v << 6 | (uint32_t)d;
+        }
+        out += (char)(v >> 16);
+        if (pad < 2) out += (char)(v >> 8 & 0xFF);
+        if (pad < 1) out += (char)(v & 0xFF);
+    }
+    return out;
+}
+
+bool is_utf8(const std::string& s) {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const size_t n = s.size();
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        if (len == 0 || i + (size_t)len > n) return false;
+        uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+        for (int k = 1; k < len; ++k) {
+            if ((p[i + (size_t)k] & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (p[i + (size_t)k] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+            return false;
+        i += (size_t)len;
+    }
+    return true;
+}
+
+}  // namespace kiln::converter
