@@ -117,13 +117,12 @@ ir::Val encoder_layer(Builder& b, const CLIPTextConfig& c, int i, ir::Val h, ir:
 void build_clip_text(Builder& b, const CLIPTextConfig& c, int B, int S, bool batch_mask) {
     auto& g = b.g();
     const int D = c.hidden_size;
-    ir::Val ids = g.input("input_ids", {(int64_t)B * S}, DType::i32);
+    ir::Val tok = g.input("inputs_embeds", {(int64_t)B * S, D});  // token_embedding rows, gathered on the host
     ir::Val pos_ids = g.input("position_ids", {S}, DType::i32);
     ir::Val bias = g.input("attention_bias", {batch_mask ? B : 1, S, S});
     ir::Val eos = g.input("eos_index", {B}, DType::i32);
 
     // embeddings: token_embedding(input_ids) + position_embedding(position_ids).
-    ir::Val tok = g.embedding(b.matrix("text_model.embeddings.token_embedding.weight", {c.vocab_size, D}), ids);
     ir::Val pos = g.embedding(b.matrix("text_model.embeddings.position_embedding.weight", {c.max_positions, D}),
                               pos_ids);                                       // [S, D]
     ir::Val h = g.add(g.reshape(tok, {B, S, D}), g.reshape(pos, {1, S, D}));  // [B, S, D]

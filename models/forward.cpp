@@ -166,15 +166,25 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         auto m = inputs.find("attention_mask");
         const Tensor* mask = m != inputs.end() ? &m->second : nullptr;
         const int B = (int)ids.shape[0], S = (int)ids.shape[1];
+        // The token embeddings are gathered on the host: the vocabulary table never goes to the device.
+        auto embed = [&](std::map<std::string, Tensor> in, const std::string& table, int64_t V, int64_t D) {
+            in["inputs_embeds"] = b.gather_rows(table, {V, D}, in.at("input_ids"));
+            in.erase("input_ids");
+            return in;
+        };
         if (cls == "T5EncoderModel") {
             auto c = T5Config::from_json(config);
             build_t5_encoder(b, c, B, S);
-            return t5_encoder_inputs(c, ids, mask);
+            // embed_tokens is tied to `shared`; some checkpoints store only the encoder's copy.
+            const std::string table = b.has("shared.weight") || !b.has("encoder.embed_tokens.weight")
+                                          ? "shared.weight"
+                                          : "encoder.embed_tokens.weight";
+            return embed(t5_encoder_inputs(c, ids, mask), table, c.vocab_size, c.d_model);
         }
         auto c = CLIPTextConfig::from_json(config, cls == "CLIPTextModelWithProjection");
-        in = clip_text_inputs(c, ids, mask);
         build_clip_text(b, c, B, S, mask != nullptr);
-        return in;
+        return embed(clip_text_inputs(c, ids, mask), "text_model.embeddings.token_embedding.weight", c.vocab_size,
+                     c.hidden_size);
     }
     KILN_FAIL("no forward for class '", cls,
               "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, SD3Transformer2DModel, "

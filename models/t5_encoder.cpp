@@ -120,15 +120,11 @@ ir::Val t5_block(Builder& b, const T5Config& c, int i, ir::Val h, ir::Val bias, 
 void build_t5_encoder(Builder& b, const T5Config& c, int B, int S) {
     auto& g = b.g();
     const int D = c.d_model, H = c.heads;
-    ir::Val ids = g.input("input_ids", {(int64_t)B * S}, DType::i32);
     ir::Val buckets = g.input("position_buckets", {(int64_t)S * S}, DType::i32);
     ir::Val mask = g.input("attention_bias", {B, 1, 1, S});
 
-    // embed_tokens is tied to `shared`; some checkpoints store only the encoder's copy.
-    const std::string emb = b.has("shared.weight") || !b.has("encoder.embed_tokens.weight")
-                                ? "shared.weight"
-                                : "encoder.embed_tokens.weight";
-    ir::Val h = g.reshape(g.embedding(b.matrix(emb, {c.vocab_size, D}), ids), {B, S, D});  // [B, S, D]
+    // embed_tokens(input_ids): rows of the vocabulary table gathered on the host (t5_embedding_name).
+    ir::Val h = g.reshape(g.input("inputs_embeds", {(int64_t)B * S, D}), {B, S, D});  // [B, S, D]
 
     // compute_bias of block 0: relative_attention_bias(buckets) [S, S, H] -> [1, H, S, S], plus the mask
     // [B, 1, 1, S], as one [B*H, S, S] bias that every block reads.

@@ -25,7 +25,8 @@ struct T5Config {
 // f32 as torch does, so a distance on a bucket boundary truncates as it does there.
 Tensor t5_relative_buckets(const T5Config& c, int S);
 
-// The graph inputs for input_ids [B, S] and an optional 0/1 attention_mask [B, S]: "input_ids" i32 [B*S],
+// The graph inputs for input_ids [B, S] and an optional 0/1 attention_mask [B, S]: "input_ids" i32 [B*S] (the
+// graph takes "inputs_embeds" f32 [B*S, d_model] instead: build_component gathers the rows on the host),
 // "position_buckets" i32 [S*S], "attention_bias" f32 [B, 1, 1, S] ((1 - mask) * finfo(f32).min; zeros without
 // a mask).
 std::map<std::string, Tensor> t5_encoder_inputs(const T5Config& c, const Tensor& input_ids,

@@ -139,6 +139,25 @@ ir::Val Builder::constant(const std::string& name, Tensor t) {
     return g_.weight(name, s, DType::f32);
 }
 
+Tensor Builder::gather_rows(const std::string& name, const Shape& shape, const Tensor& ids) const {
+    KILN_CHECK(shape.size() == 2 && ids.dtype == DType::i32, "gather_rows '", name, "': needs [V, D] and i32 ids");
+    const DType t = meta(name, shape).dtype;
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, ws_.source(), ": tensor '", name,
+               "' has dtype ", dtype_name(t), "; weights must be f32, f16 or bf16");
+    const Tensor table = ws_.read(name);
+    KILN_CHECK(table.dtype == t && table.numel() == shape_numel(shape), ws_.source(), ": tensor '", name,
+               "' read back with another dtype or size");
+    const int64_t V = shape[0], D = shape[1], N = ids.numel();
+    const size_t row = (size_t)D * dtype_size(t);
+    Tensor out(DType::f32, {N, D});
+    for (int64_t i = 0; i < N; ++i) {
+        const int64_t id = ids.data<int32_t>()[i];
+        KILN_CHECK(id >= 0 && id < V, "token id ", id, " is out of range of '", name, "' (", V, " rows)");
+        convert(table.bytes.data() + (size_t)id * row, t, out.data<float>() + i * D, DType::f32, (size_t)D);
+    }
+    return out;
+}
+
 exec::WeightBytesFn Builder::weight_fn() const {
     const WeightStore* ws = &ws_;
     const auto* consts = &consts_;

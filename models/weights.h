@@ -49,6 +49,10 @@ public:
     ir::Val opt_vec(const std::string& name, const Shape& shape);  // Val{} if absent
     bool has(const std::string& name) const { return ws_.find(name) != nullptr; }
     ir::Val constant(const std::string& name, Tensor t);  // f32 host tensor
+    // Rows `ids` (i32 [N]) of the matrix `name` [V, D], gathered on the host as f32 [N, D] with exactly the values
+    // the device would read from the stored dtype. For vocabulary tables: they stay off the device (T5-XXL's is
+    // 263 MB at f16, more than many devices bind at once) and only N rows are ever read.
+    Tensor gather_rows(const std::string& name, const Shape& shape, const Tensor& ids) const;
     ir::Graph& g() { return g_; }
     // The weight callback executors need: store tensors converted to the declared dtype, or constants.
     exec::WeightBytesFn weight_fn() const;
