@@ -24,7 +24,7 @@ const char* const kConditioningNames[] = {"prompt_embeds",         "negative_pro
                                           "pooled_prompt_embeds",  "negative_pooled_prompt_embeds",
                                           "prompt_attention_mask", "negative_prompt_attention_mask"};
 
-bool present(const Tensor& t) { return t.numel() > 0; }
+bool present(const Tensor& t) { return !t.bytes.empty(); }  // a default Tensor() (shape [], no bytes) is absent
 
 // A conditioning tensor for the B prompt rows: batch B as is, batch 1 repeated (negatives apply to all rows).
 Tensor rows(const Tensor& t, int64_t B, size_t rank, const std::string& name) {

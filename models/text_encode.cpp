@@ -54,30 +54,47 @@ TokenBatch tokenize(const ModelSource& src, const std::string& comp, const std::
     return t;
 }
 
-// Runs one text encoder on token ids (and the mask when `with_mask`), returning its named outputs.
-std::map<std::string, Tensor> run_encoder(vk::Context* ctx, const ModelSource& src, const std::string& comp,
-                                          const TokenBatch& t, bool with_mask, const PromptOptions& opt,
-                                          EncodedPrompts& res) {
-    std::map<std::string, Tensor> in{{"input_ids", t.ids}};
-    if (with_mask) in["attention_mask"] = t.mask;
+// Runs one text encoder on each batch of token ids (the prompts, then the negative prompts: same shape), with the
+// mask when `with_mask`. The encoder is planned and its weights uploaded once for all batches; its device memory
+// is freed on return, before the next encoder or the transformer loads, so the peak is one encoder's.
+std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const ModelSource& src,
+                                                       const std::string& comp, const std::vector<TokenBatch>& batches,
+                                                       bool with_mask, const PromptOptions& opt, EncodedPrompts& res) {
+    auto inputs = [&](const TokenBatch& t) {
+        std::map<std::string, Tensor> in{{"input_ids", t.ids}};
+        if (with_mask) in["attention_mask"] = t.mask;
+        return in;
+    };
     auto t0 = Clock::now();
-    std::map<std::string, Tensor> out;
+    std::vector<std::map<std::string, Tensor>> outs;
     if (!ctx) {
-        out = forward_component(nullptr, src, comp, in, opt.mode);
+        for (auto& t : batches) outs.push_back(forward_component(nullptr, src, comp, inputs(t), opt.mode));
     } else {
         auto ws = src.weights(comp);
         ir::Graph g;
         Builder b(g, *ws);
-        auto converted = build_component(b, src.class_of(comp), src.config(comp), in);
+        const std::string cls = src.class_of(comp);
+        auto converted = build_component(b, cls, src.config(comp), inputs(batches.at(0)));
         exec::Mode mode = opt.mode == exec::Mode::regional && g.regions().size() < 2 ? exec::Mode::full : opt.mode;
-        exec::Executor x(*ctx, g, b.weight_fn(), mode);  // freed on return, before the transformer loads
-        for (auto& [name, v] : converted) x.set_input(name, v);
-        x.run();
-        for (auto& [name, id] : g.outputs()) out[name] = x.output(name);
-        res.peak_device_bytes = std::max<uint64_t>(res.peak_device_bytes, x.counters().device_bytes);
+        exec::Executor x(*ctx, g, b.weight_fn(), mode);
+        for (size_t i = 0; i < batches.size(); ++i) {
+            if (i > 0) {  // the host-side inputs (embedding rows, masks, EOS rows) of the next batch
+                ir::Graph scratch;
+                Builder sb(scratch, *ws);
+                converted = build_component(sb, cls, src.config(comp), inputs(batches[i]));
+            }
+            for (auto& [name, v] : converted) x.set_input(name, v);
+            x.run();
+            std::map<std::string, Tensor> out;
+            for (auto& [name, id] : g.outputs()) out[name] = x.output(name);
+            outs.push_back(std::move(out));
+        }
+        const auto& k = x.counters();
+        res.peak_device_bytes = std::max<uint64_t>(res.peak_device_bytes, k.device_bytes);
+        res.peak_needed_bytes = std::max<uint64_t>(res.peak_needed_bytes, k.weight_bytes + k.activation_bytes_planned);
     }
     res.encode_ms += ms_since(t0);
-    return out;
+    return outs;
 }
 
 const Tensor& need(const std::map<std::string, Tensor>& m, const std::string& name, const std::string& comp) {
@@ -183,51 +200,58 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         return t;
     };
 
+    const int passes = opt.cfg && pipe != "FluxPipeline" ? 2 : 1;  // prompts, then negative prompts
+    auto both = [&](const std::string& enc, int max_len, bool lower) {
+        std::vector<TokenBatch> t;
+        for (int neg = 0; neg < passes; ++neg) {
+            std::vector<std::string> p = neg ? negs : opt.prompts;
+            if (lower)
+                for (auto& s : p) s = python_lower_strip(s);
+            t.push_back(tokenized(enc, p, max_len, neg));
+        }
+        return t;
+    };
+    auto pre = [](int neg) { return std::string(neg ? "negative_" : ""); };
     if (pipe == "PixArtSigmaPipeline" || pipe == "PixArtAlphaPipeline") {
-        // _text_preprocessing(clean_caption): without bs4/ftfy diffusers falls back to lower().strip().
-        for (int neg = 0; neg <= (opt.cfg ? 1 : 0); ++neg) {
-            std::vector<std::string> p;
-            for (auto& s : neg ? negs : opt.prompts) p.push_back(python_lower_strip(s));
-            TokenBatch t = tokenized("text_encoder", p, T5, neg);
-            auto out = run_encoder(ctx, src, "text_encoder", t, true, opt, res);
-            const std::string pre = neg ? "negative_" : "";
-            res.tensors[pre + "prompt_embeds"] = need(out, "last_hidden_state", "text_encoder");
-            res.tensors[pre + "prompt_attention_mask"] = t.mask;
+        // _text_preprocessing(clean_caption): without bs4/ftfy diffusers falls back to lower().strip(). The negative
+        // prompt is tokenized to the prompt's length (max_sequence_length).
+        auto t = both("text_encoder", T5, true);
+        auto out = run_encoder(ctx, src, "text_encoder", t, true, opt, res);
+        for (int neg = 0; neg < passes; ++neg) {
+            res.tensors[pre(neg) + "prompt_embeds"] = need(out[(size_t)neg], "last_hidden_state", "text_encoder");
+            res.tensors[pre(neg) + "prompt_attention_mask"] = t[(size_t)neg].mask;
         }
     } else if (pipe == "StableDiffusion3Pipeline") {
-        for (int neg = 0; neg <= (opt.cfg ? 1 : 0); ++neg) {
-            const auto& p = neg ? negs : opt.prompts;
-            const std::string pre = neg ? "negative_" : "";
-            std::map<std::string, Tensor> clip[2];
-            for (int k = 0; k < 2; ++k) {
-                const std::string enc = k ? "text_encoder_2" : "text_encoder";
-                TokenBatch t = tokenized(enc, p, 77, neg);  // tokenizer_max_length (CLIP: 77)
-                clip[k] = run_encoder(ctx, src, enc, t, false, opt, res);
-                keep(enc + "_" + pre + "text_embeds", need(clip[k], "text_embeds", enc));
-                keep(enc + "_" + pre + "penultimate_hidden_state", need(clip[k], "penultimate_hidden_state", enc));
+        std::vector<std::map<std::string, Tensor>> clip[2];
+        for (int k = 0; k < 2; ++k) {
+            const std::string enc = k ? "text_encoder_2" : "text_encoder";
+            clip[k] = run_encoder(ctx, src, enc, both(enc, 77, false), false, opt, res);  // CLIP: 77 tokens
+            for (int neg = 0; neg < passes; ++neg) {
+                keep(enc + "_" + pre(neg) + "text_embeds", need(clip[k][(size_t)neg], "text_embeds", enc));
+                keep(enc + "_" + pre(neg) + "penultimate_hidden_state",
+                     need(clip[k][(size_t)neg], "penultimate_hidden_state", enc));
             }
-            Tensor clip_embeds = cat3(clip[0]["penultimate_hidden_state"], clip[1]["penultimate_hidden_state"], 2);
-            Tensor t5;
-            const int64_t B = (int64_t)p.size();
-            if (src.has("text_encoder_3")) {
-                TokenBatch t = tokenized("text_encoder_3", p, T5, neg);
-                t5 = need(run_encoder(ctx, src, "text_encoder_3", t, false, opt, res), "last_hidden_state",
-                          "text_encoder_3");
-            } else {  // _get_t5_prompt_embeds without T5: zeros [B, tokenizer_max_length, joint_attention_dim]
-                const auto& tc = src.config("transformer");
-                t5 = Tensor(DType::f32, {B, 77, tc.value("joint_attention_dim", 4096)});
-            }
-            res.tensors[pre + "prompt_embeds"] = cat3(pad_features(clip_embeds, t5.shape[2]), t5, 1);
-            res.tensors[pre + "pooled_prompt_embeds"] = cat2(clip[0]["text_embeds"], clip[1]["text_embeds"]);
+        }
+        std::vector<std::map<std::string, Tensor>> t5;
+        if (src.has("text_encoder_3")) t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false),
+                                                        false, opt, res);
+        for (int neg = 0; neg < passes; ++neg) {
+            const size_t n = (size_t)neg;
+            Tensor clip_embeds =
+                cat3(clip[0][n]["penultimate_hidden_state"], clip[1][n]["penultimate_hidden_state"], 2);
+            // _get_t5_prompt_embeds without T5: zeros [B, tokenizer_max_length, joint_attention_dim].
+            Tensor t = !t5.empty() ? need(t5[n], "last_hidden_state", "text_encoder_3")
+                                   : Tensor(DType::f32, {(int64_t)opt.prompts.size(), 77,
+                                                         src.config("transformer").value("joint_attention_dim", 4096)});
+            res.tensors[pre(neg) + "prompt_embeds"] = cat3(pad_features(clip_embeds, t.shape[2]), t, 1);
+            res.tensors[pre(neg) + "pooled_prompt_embeds"] = cat2(clip[0][n]["text_embeds"], clip[1][n]["text_embeds"]);
         }
     } else if (pipe == "FluxPipeline") {
-        TokenBatch tc = tokenized("text_encoder", opt.prompts, 77, false);
-        auto clip = run_encoder(ctx, src, "text_encoder", tc, false, opt, res);
-        res.tensors["pooled_prompt_embeds"] = need(clip, "pooler_output", "text_encoder");
+        auto clip = run_encoder(ctx, src, "text_encoder", both("text_encoder", 77, false), false, opt, res);
+        res.tensors["pooled_prompt_embeds"] = need(clip[0], "pooler_output", "text_encoder");
         keep("text_encoder_pooler_output", res.tensors["pooled_prompt_embeds"]);
-        TokenBatch tt = tokenized("text_encoder_2", opt.prompts, T5, false);
-        res.tensors["prompt_embeds"] =
-            need(run_encoder(ctx, src, "text_encoder_2", tt, false, opt, res), "last_hidden_state", "text_encoder_2");
+        auto t5 = run_encoder(ctx, src, "text_encoder_2", both("text_encoder_2", T5, false), false, opt, res);
+        res.tensors["prompt_embeds"] = need(t5[0], "last_hidden_state", "text_encoder_2");
     } else {
         KILN_FAIL(src.path(), ": ", pipe, " does not take a prompt (it is class-conditional: use --class-labels)");
     }

@@ -35,7 +35,9 @@ struct EncodedPrompts {
     std::map<std::string, Tensor> tensors;
     std::vector<std::pair<std::string, Tensor>> intermediates;  // {enc}_input_ids, {enc}_text_embeds, ...
     double tokenize_ms = 0, encode_ms = 0;
-    uint64_t peak_device_bytes = 0;  // largest encoder's device memory (weights + activations)
+    // The largest encoder's device memory: allocated (the allocator's blocks), and what its weights and planned
+    // activations need. One encoder is resident at a time, so these are the encoding phase's peak.
+    uint64_t peak_device_bytes = 0, peak_needed_bytes = 0;
 };
 
 // diffusers' max_sequence_length default for the pipeline (PixArt-α 120, PixArt-Σ 300, SD3 256, Flux-dev 512,

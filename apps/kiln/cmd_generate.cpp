@@ -222,9 +222,11 @@ Run add_generate(CLI::App& app) {
                 po.keep_intermediates = t.keep_intermediates;
                 // The encoders' device memory is freed here, before the transformer's weights are uploaded.
                 auto enc = models::encode_prompts(&ctx, src, po);
-                std::fprintf(stderr, "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms, peak %.1f MiB\n",
+                std::fprintf(stderr,
+                             "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms; largest encoder %.1f MiB "
+                             "(weights + activations; %.0f MiB allocated), freed\n",
                              o->prompts.size(), enc.tokenize_ms, enc.encode_ms,
-                             (double)enc.peak_device_bytes / (1 << 20));
+                             (double)enc.peak_needed_bytes / (1 << 20), (double)enc.peak_device_bytes / (1 << 20));
                 auto get = [&](const char* n) {
                     auto it = enc.tensors.find(n);
                     return it == enc.tensors.end() ? Tensor() : it->second;
@@ -257,6 +259,10 @@ Run add_generate(CLI::App& app) {
         }
         std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
                      r.denoise_ms, r.denoise_ms / n_steps, r.decode_ms);
+        const auto& tc = r.transformer_counters;
+        std::fprintf(stderr, "  transformer %.1f MiB (weights + activations; %.0f MiB allocated)\n",
+                     (double)(tc.weight_bytes + tc.activation_bytes_planned) / (1 << 20),
+                     (double)tc.device_bytes / (1 << 20));
         write_images(r.image, o->out, o->grid, o->upscale,
                      {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
         if (!o->dump.empty()) write_safetensors(o->dump, r.intermediates);

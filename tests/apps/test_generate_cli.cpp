@@ -1,0 +1,122 @@
+// `kiln generate` from a prompt, run as the binary: the fixtures' pipelines end to end through the CLI (--latents,
+// --dump with diffusers' names), and the bad inputs that must stop with one clear error, a non-zero exit and
+// no PNG.
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/safetensors.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+struct Tmp {
+    fs::path path;
+    Tmp() {
+        static std::atomic<int> n{0};
+        path = fs::temp_directory_path() / ("kiln_gen_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+        fs::create_directories(path);
+    }
+    ~Tmp() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    std::string operator/(const std::string& rel) const { return (path / rel).string(); }
+};
+
+struct Result {
+    int rc = -1;
+    std::string err;
+};
+
+// Runs `kiln generate ARGS` through /bin/sh; stderr captured.
+Result generate(const Tmp& tmp, const std::string& args) {
+    const std::string err_file = tmp / "stderr.txt";
+    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
+    int status = std::system(cmd.c_str());
+    Result r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream f(err_file);
+    r.err.assign(std::istreambuf_iterator<char>(f), {});
+    return r;
+}
+
+std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
+
+nlohmann::json io_json(const std::string& name) {
+    std::ifstream f(fixture(name) + "/io.json");
+    return nlohmann::json::parse(f);
+}
+}  // namespace
+
+TEST_CASE("kiln generate --prompt reproduces diffusers' pipelines through the CLI", "[apps][generate][vulkan]") {
+    const std::string name = GENERATE(as<std::string>{}, "pixart_pipeline", "sd3_pipeline", "flux_pipeline");
+    Tmp tmp;
+    auto j = io_json(name);
+    const auto& s = j["call"]["scalars"];
+    std::string args = "--model " + fixture(name) + " --latents " + fixture(name) + "/io.safetensors";
+    for (auto& p : j["prompt"]) args += " --prompt '" + p.get<std::string>() + "'";
+    args += " --steps " + std::to_string(s["num_inference_steps"].get<int>()) +
+            " --guidance " + std::to_string(s["guidance_scale"].get<double>()) +
+            " --width " + std::to_string(s["width"].get<int>()) + " --height " + std::to_string(s["height"].get<int>()) +
+            " --dump " + (tmp / "dump.safetensors") + " -o " + (tmp / "out.png");
+    Result r = generate(tmp, args);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(fs::exists(tmp / "out.png"));
+    auto dump = SafeTensors::open(tmp / "dump.safetensors");
+    auto io = SafeTensors::open(fixture(name) + "/io.safetensors");
+    int compared = 0;
+    for (auto& t : io.tensors()) {
+        // Everything the pipeline fixture records that Kiln dumps under the same name: ids exact, floats 1e-4
+        // relative L2 (f32 throughout; summation order only).
+        if (!dump.find(t.name) || t.name == "latents_init") continue;
+        Tensor got = dump.read(t.name), ref = io.read(t.name);
+        INFO(name << " " << t.name);
+        REQUIRE(got.shape == ref.shape);
+        if (ref.dtype == DType::i64)
+            CHECK(got.to_f32() == ref.to_f32());
+        else
+            CHECK(rel_l2(got.to_f32(), ref.to_f32()) <= 1e-4);
+        ++compared;
+    }
+    for (const char* must : {"prompt_embeds", "text_encoder_input_ids", "step0_latents", "decoded", "image"}) {
+        INFO(name << " dump lacks " << must);
+        CHECK(dump.find(must));
+    }
+    CHECK(compared >= 10);
+}
+
+TEST_CASE("kiln generate rejects bad prompts and options before writing anything", "[apps][generate]") {
+    Tmp tmp;
+    const std::string png = tmp / "out.png";
+    auto expect_error = [&](const std::string& args, const std::string& needle) {
+        Result r = generate(tmp, args + " -o " + png);
+        INFO(args << "\n" << r.err);
+        CHECK(r.rc != 0);
+        CHECK(r.err.find("kiln: error:") != std::string::npos);
+        CHECK(r.err.find(needle) != std::string::npos);
+        CHECK(!fs::exists(png));
+    };
+    const std::string sd3 = " --model " + fixture("sd3_pipeline");
+    // Invalid UTF-8 in a prompt (printf writes the byte 0xFF).
+    expect_error(sd3 + " --prompt \"$(printf 'a \\377 cat')\"", "invalid UTF-8");
+    // --prompt given to a DiT model; --class-labels given to a text model.
+    expect_error(" --model " + fixture("dit_pipeline_ddim") + " --prompt 'a cat'", "does not apply");
+    expect_error(sd3 + " --class-labels 1", "--class-labels does not apply");
+    // A size that is not a multiple of vae_scale_factor x patch size.
+    expect_error(sd3 + " --prompt 'a cat' --width 30", "multiples of");
+    // No prompt at all.
+    expect_error(sd3, "--prompt");
+    // A pipeline folder whose tokenizer files are missing.
+    fs::copy(fixture("flux_pipeline"), tmp / "flux", fs::copy_options::recursive);
+    fs::remove_all(tmp / "flux/tokenizer_2");
+    expect_error(" --model " + (tmp / "flux") + " --prompt 'a cat'", "tokenizer_2");
+}
