@@ -15,6 +15,26 @@
 
 namespace kiln::models {
 
+struct EncoderCache::Entry {
+    std::unique_ptr<WeightStore> ws;
+    ir::Graph g;
+    std::unique_ptr<Builder> b;
+    std::unique_ptr<exec::Executor> x;
+};
+struct EncoderCacheAccess {
+    static std::map<std::string, std::unique_ptr<EncoderCache::Entry>>& entries(EncoderCache& c) { return c.entries_; }
+};
+EncoderCache::EncoderCache() = default;
+EncoderCache::~EncoderCache() = default;
+size_t EncoderCache::size() const { return entries_.size(); }
+void EncoderCache::clear() { entries_.clear(); }
+uint64_t EncoderCache::device_bytes() const {
+    uint64_t n = 0;
+    for (auto& [k, e] : entries_)
+        if (e->x) n += e->x->counters().device_bytes;
+    return n;
+}
+
 namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -70,26 +90,41 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
     if (!ctx) {
         for (auto& t : batches) outs.push_back(forward_component(nullptr, src, comp, inputs(t), opt.mode));
     } else {
-        auto ws = src.weights(comp);
-        ir::Graph g;
-        Builder b(g, *ws);
+        // One entry per encoder and input shape: the planned, uploaded executor with what it references.
+        const std::string key = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "");
+        std::unique_ptr<EncoderCache::Entry> local;
+        EncoderCache::Entry* e = nullptr;
+        if (opt.keep) {
+            auto& m = EncoderCacheAccess::entries(*opt.keep);
+            if (auto it = m.find(key); it != m.end()) e = it->second.get();
+        }
         const std::string cls = src.class_of(comp);
-        auto converted = build_component(b, cls, src.config(comp), inputs(batches.at(0)));
-        exec::Mode mode = opt.mode == exec::Mode::regional && g.regions().size() < 2 ? exec::Mode::full : opt.mode;
-        exec::Executor x(*ctx, g, b.weight_fn(), mode);
+        std::map<std::string, Tensor> converted;
+        if (e) {
+            res.reused_encoders++;
+        } else {  // plan and upload; only a complete entry goes into the cache
+            local = std::make_unique<EncoderCache::Entry>();
+            e = local.get();
+            e->ws = src.weights(comp);
+            e->b = std::make_unique<Builder>(e->g, *e->ws);
+            converted = build_component(*e->b, cls, src.config(comp), inputs(batches.at(0)));
+            exec::Mode mode = opt.mode == exec::Mode::regional && e->g.regions().size() < 2 ? exec::Mode::full : opt.mode;
+            e->x = std::make_unique<exec::Executor>(*ctx, e->g, e->b->weight_fn(), mode);
+            if (opt.keep) EncoderCacheAccess::entries(*opt.keep)[key] = std::move(local);
+        }
         for (size_t i = 0; i < batches.size(); ++i) {
-            if (i > 0) {  // the host-side inputs (embedding rows, masks, EOS rows) of the next batch
+            if (i > 0 || converted.empty()) {  // the host-side inputs (embedding rows, masks, EOS rows) of a batch
                 ir::Graph scratch;
-                Builder sb(scratch, *ws);
+                Builder sb(scratch, *e->ws);
                 converted = build_component(sb, cls, src.config(comp), inputs(batches[i]));
             }
-            for (auto& [name, v] : converted) x.set_input(name, v);
-            x.run();
+            for (auto& [name, v] : converted) e->x->set_input(name, v);
+            e->x->run();
             std::map<std::string, Tensor> out;
-            for (auto& [name, id] : g.outputs()) out[name] = x.output(name);
+            for (auto& [name, id] : e->g.outputs()) out[name] = e->x->output(name);
             outs.push_back(std::move(out));
         }
-        const auto& k = x.counters();
+        const auto& k = e->x->counters();
         res.peak_device_bytes = std::max<uint64_t>(res.peak_device_bytes, k.device_bytes);
         res.peak_needed_bytes = std::max<uint64_t>(res.peak_needed_bytes, k.weight_bytes + k.activation_bytes_planned);
     }

@@ -19,6 +19,25 @@
 
 namespace kiln::models {
 
+// Keeps text encoders resident between encode_prompts calls (kiln generate --keep-encoders): an encoder stays
+// planned, recorded and uploaded after its first use, so the next prompt of the same batch size skips all that.
+// It costs their device memory while the transformer runs. Not thread-safe; one per Context.
+class EncoderCache {
+public:
+    EncoderCache();
+    ~EncoderCache();
+    EncoderCache(const EncoderCache&) = delete;
+    EncoderCache& operator=(const EncoderCache&) = delete;
+    size_t size() const;             // resident encoders
+    uint64_t device_bytes() const;   // their device memory (allocated)
+    void clear();                    // frees them
+    struct Entry;
+
+private:
+    friend struct EncoderCacheAccess;
+    std::map<std::string, std::unique_ptr<Entry>> entries_;
+};
+
 struct PromptOptions {
     std::vector<std::string> prompts;        // one image each
     std::optional<std::string> negative;     // nullopt: diffusers' default ("")
@@ -27,6 +46,7 @@ struct PromptOptions {
     exec::Mode mode = exec::Mode::regional;  // JIT mode of the encoders
     bool keep_intermediates = false;         // token ids and per-encoder outputs under the fixtures' names
     std::function<void(const std::string&)> warn;  // truncation warnings (stderr when empty)
+    EncoderCache* keep = nullptr;  // keep the encoders resident here (Vulkan only); nullptr: free each after use
 };
 
 struct EncodedPrompts {
@@ -35,6 +55,7 @@ struct EncodedPrompts {
     std::map<std::string, Tensor> tensors;
     std::vector<std::pair<std::string, Tensor>> intermediates;  // {enc}_input_ids, {enc}_text_embeds, ...
     double tokenize_ms = 0, encode_ms = 0;
+    int reused_encoders = 0;  // encoders found resident in PromptOptions::keep
     // The largest encoder's device memory: allocated (the allocator's blocks), and what its weights and planned
     // activations need. One encoder is resident at a time, so these are the encoding phase's peak.
     uint64_t peak_device_bytes = 0, peak_needed_bytes = 0;

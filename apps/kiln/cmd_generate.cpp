@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "apps/kiln/commands.h"
@@ -68,6 +70,25 @@ void write_images(const Tensor& im, const std::string& out, bool grid, int upsca
     }
 }
 
+// The non-empty lines of a prompt file ('-': stdin), each one generation of one prompt.
+std::vector<std::vector<std::string>> read_prompt_file(const std::string& path) {
+    std::ifstream f;
+    std::istream* in = &std::cin;
+    if (path != "-") {
+        f.open(path, std::ios::binary);
+        KILN_CHECK(f.good(), path, ": cannot open the prompt file");
+        in = &f;
+    }
+    std::vector<std::vector<std::string>> jobs;
+    std::string line;
+    while (std::getline(*in, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") != std::string::npos) jobs.push_back({line});
+    }
+    KILN_CHECK(!jobs.empty(), path, ": no prompt in the prompt file");
+    return jobs;
+}
+
 // A progress bar on a terminal, a few lines otherwise.
 std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_point& t0) {
     const bool tty = isatty(2);
@@ -89,12 +110,12 @@ Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts;
-        std::string negative_prompt, prompt_embeds;
+        std::string negative_prompt, prompt_embeds, prompt_file;
         int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
-        bool grid = false, no_binning = false;
-        CLI::Option *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
+        bool grid = false, no_binning = false, keep_encoders = false;
+        CLI::Option *neg_opt = nullptr, *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
         std::vector<CLI::Option*> text_opts, size_opts;
     };
     auto o = std::make_shared<Opts>();
@@ -108,8 +129,14 @@ Run add_generate(CLI::App& app) {
                                           "diffusers batches a list of prompts")
                                ->expected(1)
                                ->take_all());
-    o->text_opts.push_back(app.add_option("--negative-prompt", o->negative_prompt,
+    o->text_opts.push_back(o->neg_opt = app.add_option("--negative-prompt", o->negative_prompt,
                                           "Text models: negative prompt for every image (default \"\"; PixArt, SD3)"));
+    o->text_opts.push_back(app.add_option("--prompt-file", o->prompt_file,
+                                          "Text models: one generation per non-empty line of this UTF-8 file ('-' = "
+                                          "stdin); images NAME-<line>.png"));
+    o->text_opts.push_back(app.add_flag("--keep-encoders", o->keep_encoders,
+                                        "Text models: keep the text encoders on the device between the prompts of "
+                                        "--prompt-file (no re-planning or re-upload; costs their memory)"));
     o->text_opts.push_back(app.add_option("--max-sequence-length", o->max_sequence_length,
                                           "Text models: T5 token count (default: the pipeline's)"));
     o->text_opts.push_back(app.add_option(
@@ -155,6 +182,18 @@ Run add_generate(CLI::App& app) {
         std::string settings;
         int n_steps = 1;
         models::GenerateResult r;
+        auto finish = [&](const models::GenerateResult& r, int n_steps, const std::string& settings,
+                          const std::string& out, const std::string& dump) {
+            std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
+                         r.denoise_ms, r.denoise_ms / n_steps, r.decode_ms);
+            const auto& tc = r.transformer_counters;
+            std::fprintf(stderr, "  transformer %.1f MiB (weights + activations; %.0f MiB allocated)\n",
+                         (double)(tc.weight_bytes + tc.activation_bytes_planned) / (1 << 20),
+                         (double)tc.device_bytes / (1 << 20));
+            write_images(r.image, out, o->grid, o->upscale,
+                         {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
+            if (!dump.empty()) write_safetensors(dump, r.intermediates);
+        };
         auto t0 = std::chrono::steady_clock::now();
         if (dit) {
             std::string bad = given(o->text_opts);
@@ -198,74 +237,97 @@ Run add_generate(CLI::App& app) {
             t.mode = exec::parse_mode(o->mode);
             t.keep_intermediates = !o->dump.empty();
             const auto plan = models::plan_t2i(src, t);  // defaults and size checks before any heavy work
-            KILN_CHECK(!o->prompts.empty() || !o->prompt_embeds.empty(), model, " is a text-to-image model (",
+            // One generation per --prompt list, or per line of --prompt-file.
+            std::vector<std::vector<std::string>> jobs;
+            if (!o->prompt_file.empty()) {
+                KILN_CHECK(o->prompts.empty() && o->prompt_embeds.empty(),
+                           "--prompt-file replaces --prompt and --prompt-embeds");
+                jobs = read_prompt_file(o->prompt_file);
+            } else if (!o->prompts.empty()) {
+                jobs.push_back(o->prompts);
+            }
+            KILN_CHECK(!jobs.empty() || !o->prompt_embeds.empty(), model, " is a text-to-image model (",
                        plan.pipeline, "): give --prompt TEXT (or --prompt-embeds FILE)");
             KILN_CHECK(o->prompts.empty() || o->prompt_embeds.empty(),
                        "give either --prompt or --prompt-embeds, not both");
-            for (size_t i = 0; i < o->prompts.size(); ++i)
-                text::check_utf8(o->prompts[i], "--prompt " + std::to_string(i + 1));
-            if (o->text_opts[1]->count()) text::check_utf8(o->negative_prompt, "--negative-prompt");
-            if (plan.pipeline == "FluxPipeline" && o->text_opts[1]->count())
+            for (auto& job : jobs)
+                for (size_t i = 0; i < job.size(); ++i) text::check_utf8(job[i], "prompt " + std::to_string(i + 1));
+            if (o->neg_opt->count()) text::check_utf8(o->negative_prompt, "--negative-prompt");
+            if (plan.pipeline == "FluxPipeline" && o->neg_opt->count())
                 std::fprintf(stderr, "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
                                      "--negative-prompt is ignored\n");
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
+            if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
             vk::Context ctx(o->device);
-            std::vector<std::pair<std::string, Tensor>> text_dump;
-            if (!o->prompts.empty()) {
-                models::PromptOptions po;
-                po.prompts = o->prompts;
-                if (o->text_opts[1]->count()) po.negative = o->negative_prompt;
-                po.cfg = plan.cfg;
-                po.max_sequence_length = o->max_sequence_length;
-                po.mode = t.mode;
-                po.keep_intermediates = t.keep_intermediates;
-                // The encoders' device memory is freed here, before the transformer's weights are uploaded.
-                auto enc = models::encode_prompts(&ctx, src, po);
-                std::fprintf(stderr,
-                             "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms; largest encoder %.1f MiB "
-                             "(weights + activations; %.0f MiB allocated), freed\n",
-                             o->prompts.size(), enc.tokenize_ms, enc.encode_ms,
-                             (double)enc.peak_needed_bytes / (1 << 20), (double)enc.peak_device_bytes / (1 << 20));
-                auto get = [&](const char* n) {
-                    auto it = enc.tensors.find(n);
-                    return it == enc.tensors.end() ? Tensor() : it->second;
-                };
-                t.text.prompt_embeds = get("prompt_embeds");
-                t.text.negative_prompt_embeds = get("negative_prompt_embeds");
-                t.text.pooled_prompt_embeds = get("pooled_prompt_embeds");
-                t.text.negative_pooled_prompt_embeds = get("negative_pooled_prompt_embeds");
-                t.text.prompt_attention_mask = get("prompt_attention_mask");
-                t.text.negative_prompt_attention_mask = get("negative_prompt_attention_mask");
-                text_dump = std::move(enc.intermediates);
+            models::EncoderCache resident;  // --keep-encoders: encoders stay uploaded from one prompt to the next
+            for (size_t job = 0; job < jobs.size(); ++job) {
+                const auto& prompts = jobs[job];
+                std::vector<std::pair<std::string, Tensor>> text_dump;
+                if (!prompts.empty()) {
+                    models::PromptOptions po;
+                    po.prompts = prompts;
+                    if (o->neg_opt->count()) po.negative = o->negative_prompt;
+                    po.cfg = plan.cfg;
+                    po.max_sequence_length = o->max_sequence_length;
+                    po.mode = t.mode;
+                    po.keep_intermediates = t.keep_intermediates;
+                    if (o->keep_encoders) po.keep = &resident;
+                    // Without --keep-encoders each encoder's device memory is freed as soon as it has run, before
+                    // the transformer's weights are uploaded: the peak is the largest, not the sum.
+                    auto enc = models::encode_prompts(&ctx, src, po);
+                    std::fprintf(stderr,
+                                 "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms; largest encoder %.1f MiB "
+                                 "(weights + activations; %.0f MiB allocated), %s\n",
+                                 prompts.size(), enc.tokenize_ms, enc.encode_ms,
+                                 (double)enc.peak_needed_bytes / (1 << 20), (double)enc.peak_device_bytes / (1 << 20),
+                                 o->keep_encoders ? (enc.reused_encoders ? "resident (reused)" : "kept resident")
+                                                  : "freed");
+                    auto get = [&](const char* n) {
+                        auto it = enc.tensors.find(n);
+                        return it == enc.tensors.end() ? Tensor() : it->second;
+                    };
+                    t.text.prompt_embeds = get("prompt_embeds");
+                    t.text.negative_prompt_embeds = get("negative_prompt_embeds");
+                    t.text.pooled_prompt_embeds = get("pooled_prompt_embeds");
+                    t.text.negative_pooled_prompt_embeds = get("negative_pooled_prompt_embeds");
+                    t.text.prompt_attention_mask = get("prompt_attention_mask");
+                    t.text.negative_prompt_attention_mask = get("negative_prompt_attention_mask");
+                    text_dump = std::move(enc.intermediates);
+                }
+                t.progress = progress_printer(t0);
+                std::fprintf(stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s\n",
+                             model.c_str(), plan.pipeline.c_str(), ctx.info().name.c_str(), plan.width, plan.height,
+                             plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
+                t0 = std::chrono::steady_clock::now();
+                r = models::generate_t2i(ctx, src, t);
+                r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
+                std::string prompt_text;
+                for (auto& p : prompts) prompt_text += (prompt_text.empty() ? "" : " | ") + p;
+                settings = "prompt=" + prompt_text +
+                           (o->neg_opt->count() ? " negative=" + o->negative_prompt : "") +
+                           " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
+                           std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
+                           " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
+                           " mode=" + exec::mode_name(t.mode) +
+                           (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
+                           (o->latents.empty() ? "" : " latents=" + o->latents);
+                if (jobs.size() == 1) {
+                    finish(r, plan.steps, settings, o->out, o->dump);
+                } else {  // NAME-<line>.png (and NAME-<line>.safetensors for --dump)
+                    auto numbered = [&](const std::string& path, const std::string& ext) {
+                        std::string base = path;
+                        if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0)
+                            base.resize(base.size() - ext.size());
+                        return base + "-" + std::to_string(job) + ext;
+                    };
+                    finish(r, plan.steps, settings, numbered(o->out, ".png"),
+                           o->dump.empty() ? "" : numbered(o->dump, ".safetensors"));
+                }
             }
-            t.progress = progress_printer(t0);
-            std::fprintf(stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s\n",
-                         model.c_str(), plan.pipeline.c_str(), ctx.info().name.c_str(), plan.width, plan.height,
-                         plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
-            t0 = std::chrono::steady_clock::now();
-            r = models::generate_t2i(ctx, src, t);
-            r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
-            n_steps = plan.steps;
-            std::string prompt_text;
-            for (auto& p : o->prompts) prompt_text += (prompt_text.empty() ? "" : " | ") + p;
-            settings = "prompt=" + prompt_text + (o->text_opts[1]->count() ? " negative=" + o->negative_prompt : "") +
-                       " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
-                       std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
-                       " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
-                       " mode=" + exec::mode_name(t.mode) +
-                       (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
-                       (o->latents.empty() ? "" : " latents=" + o->latents);
+            return;
         }
-        std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
-                     r.denoise_ms, r.denoise_ms / n_steps, r.decode_ms);
-        const auto& tc = r.transformer_counters;
-        std::fprintf(stderr, "  transformer %.1f MiB (weights + activations; %.0f MiB allocated)\n",
-                     (double)(tc.weight_bytes + tc.activation_bytes_planned) / (1 << 20),
-                     (double)tc.device_bytes / (1 << 20));
-        write_images(r.image, o->out, o->grid, o->upscale,
-                     {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
-        if (!o->dump.empty()) write_safetensors(o->dump, r.intermediates);
+        finish(r, n_steps, settings, o->out, o->dump);
     };
 }
 

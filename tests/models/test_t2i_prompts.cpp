@@ -174,3 +174,31 @@ TEST_CASE("batched prompts: each row is what that prompt alone gives", "[models]
         CHECK(rel_l2(row1, ref.to_f32()) > 1e-3);  // the other prompt really conditions its row
     }
 }
+
+TEST_CASE("resident encoders (--keep-encoders) give the same embeddings without re-planning",
+          "[models][t2i][prompt][vulkan]") {
+    auto src = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    models::PromptOptions po;
+    po.prompts = {"a photo of a cat on a chair"};
+    const auto fresh = models::encode_prompts(&test::context(), src, po);
+    CHECK(fresh.reused_encoders == 0);
+    models::EncoderCache cache;
+    po.keep = &cache;
+    auto first = models::encode_prompts(&test::context(), src, po);
+    CHECK(cache.size() == 3);  // CLIP-L, CLIP-G, T5 stay uploaded
+    CHECK(cache.device_bytes() > 0);
+    CHECK(first.reused_encoders == 0);
+    po.prompts = {"a dog"};
+    auto other = models::encode_prompts(&test::context(), src, po);
+    po.prompts = {"a photo of a cat on a chair"};
+    auto again = models::encode_prompts(&test::context(), src, po);
+    CHECK(again.reused_encoders == 3);
+    for (auto& [name, t] : fresh.tensors) {
+        INFO(name);
+        CHECK(again.tensors.at(name).bytes == t.bytes);  // bitwise: same recording, same inputs
+        CHECK(first.tensors.at(name).bytes == t.bytes);
+    }
+    CHECK(other.tensors.at("prompt_embeds").bytes != fresh.tensors.at("prompt_embeds").bytes);
+    cache.clear();
+    CHECK(cache.size() == 0);
+}
