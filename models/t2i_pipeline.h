@@ -36,6 +36,7 @@ struct T2IOptions {
     exec::Mode mode = exec::Mode::regional;
     std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)
     bool keep_intermediates = false;     // the fixture names: step{i}_noise_pred, step{i}_latents, decoded, ...
+    bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile
     std::function<void(int step, int total)> progress;
 };
 

@@ -93,7 +93,7 @@ Run add_generate(CLI::App& app) {
         int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
-        bool grid = false, no_binning = false;
+        bool grid = false, no_binning = false, vae_tiling = false;
         CLI::Option *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
         std::vector<CLI::Option*> text_opts, size_opts;
     };
@@ -135,6 +135,9 @@ Run add_generate(CLI::App& app) {
     app.add_option("-o,--output", o->out, "PNG path; several images become NAME-0.png, NAME-1.png, ... (or --grid)")
         ->capture_default_str();
     app.add_flag("--grid", o->grid, "Write all images into one grid PNG");
+    app.add_flag("--vae-tiling", o->vae_tiling,
+                 "Decode in overlapping tiles of the VAE's sample_size, as diffusers' vae.enable_tiling() (less "
+                 "memory; seams blended)");
     app.add_option("--upscale", o->upscale, "Nearest-neighbour upscale of the PNG (the demo model draws 32x32)")
         ->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
@@ -169,6 +172,7 @@ Run add_generate(CLI::App& app) {
             g.scheduler = o->scheduler;
             g.mode = exec::parse_mode(o->mode);
             g.keep_intermediates = !o->dump.empty();
+            g.tiled_vae = o->vae_tiling;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
             vk::Context ctx(o->device);
@@ -197,6 +201,7 @@ Run add_generate(CLI::App& app) {
             t.scheduler = o->scheduler;
             t.mode = exec::parse_mode(o->mode);
             t.keep_intermediates = !o->dump.empty();
+            t.tiled_vae = o->vae_tiling;
             const auto plan = models::plan_t2i(src, t);  // defaults and size checks before any heavy work
             KILN_CHECK(!o->prompts.empty() || !o->prompt_embeds.empty(), model, " is a text-to-image model (",
                        plan.pipeline, "): give --prompt TEXT (or --prompt-embeds FILE)");

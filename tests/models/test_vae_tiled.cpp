@@ -1,8 +1,12 @@
 // VAE tiling and slicing (diffusers enable_tiling / enable_slicing) against diffusers' tiled_decode and
 // _tiled_encode written out plainly here: the CPU reference per tile (forward_component), blend_v / blend_h in
 // double, crops and concatenations as separate loops.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "models/dit_pipeline.h"
 #include "models/vae_runner.h"
@@ -112,7 +116,7 @@ TEST_CASE("VAE tile geometry follows diffusers' AutoencoderKL.__init__", "[vae]"
     CHECK(t.encode_blend() == 32);
     sd3["sample_size"] = {512, 512};  // a list: its first entry
     CHECK(models::VaeTiling::from(models::VaeConfig::from_json(sd3)).latent == 64);
-    CHECK(models::VaeTiling::from(models::VaeConfig::from_json(sd3), 200).latent == 25);    // int(200 / 8)
+    CHECK(models::VaeTiling::from(models::VaeConfig::from_json(sd3), 200).latent == 25);          // int(200 / 8)
     CHECK_THROWS_AS(models::VaeTiling::from(models::VaeConfig::from_json(sd3), 8), kiln::Error);  // 1 latent: stride 0
 }
 
@@ -245,4 +249,47 @@ TEST_CASE("VAE decode memory at 1024 px, tiled and not", "[.vae_memory]") {
                     c.activation_bytes_planned / mib, c.activation_bytes_naive / mib, c.weight_bytes / mib,
                     c.device_bytes / mib);
     }
+}
+
+TEST_CASE("DiT pipeline decodes through the tiled VAE with tiled_vae", "[models][vae][pipeline][vulkan]") {
+    // The fixture pipeline with its VAE's sample_size lowered from 16 to 8 px (4 latents): its 8 x 8 latents then
+    // span 3 x 3 tiles (starts 0, 3, 6).
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("kiln_vae_tiled_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::copy(test::data_path("fixtures/dit_pipeline_ddim"), dir, fs::copy_options::recursive);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir / "vae" / "config.json"));
+    REQUIRE(cfg["sample_size"] == 16);
+    cfg["sample_size"] = 8;
+    std::ofstream(dir / "vae" / "config.json") << cfg.dump();
+    auto io = SafeTensors::open(test::data_path("fixtures/dit_pipeline_ddim/io.safetensors"));
+    models::GenerateOptions opt;
+    opt.labels = {1};
+    opt.steps = 2;
+    opt.latents_init = io.read("latents_init");
+    opt.latents_init->shape[0] = 1;
+    opt.latents_init->bytes.resize(opt.latents_init->bytes.size() / io.read("latents_init").shape[0]);
+    opt.keep_intermediates = true;
+    opt.mode = exec::Mode::full;
+    auto src = models::ModelSource::open(dir.string());
+    auto named = [](const models::GenerateResult& r, const std::string& n) {
+        for (auto& [name, t] : r.intermediates)
+            if (name == n) return t;
+        FAIL("no intermediate " << n);
+        return Tensor();
+    };
+    auto plain = models::generate_dit(test::context(), src, opt);
+    opt.tiled_vae = true;
+    auto tiled = models::generate_dit(test::context(), src, opt);
+    Tensor z = named(tiled, "final_latents_scaled");
+    CHECK(max_abs_diff(z, named(plain, "final_latents_scaled")) == 0.0);
+    models::VaeOptions vo;
+    vo.tiled = true;
+    models::VaeRunner vae(&test::context(), src, "vae", vo);
+    // The pipeline's decode is the runner's, bit for bit; and it is tiled (the untiled decode differs).
+    CHECK(max_abs_diff(named(tiled, "decoded"), vae.decode(z)) == 0.0);
+    CHECK(vae.forwards() == 9);
+    CHECK(rel_l2(named(tiled, "decoded").to_f32(), named(plain, "decoded").to_f32()) > 1e-2);
+    fs::remove_all(dir);
+    CHECK(vk::Context::validation_errors() == 0);
 }
