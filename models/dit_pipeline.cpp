@@ -62,6 +62,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     exec::Executor tx(ctx, tg, tb.weight_fn(), mode);
     VaeOptions vo;
     vo.tiled = opt.tiled_vae;
+    vo.tile_sample_size = opt.vae_tile_size;
     vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
     VaeRunner vx(&ctx, src, "vae", vo);
     vx.prepare_decode(lat_shape);

@@ -314,6 +314,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         if (name != "hidden_states" && name != "timestep") tx_exec.set_input(name, t);
     VaeOptions vo;
     vo.tiled = opt.tiled_vae;
+    vo.tile_sample_size = opt.vae_tile_size;
     vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
     VaeRunner vx(&ctx, src, "vae", vo);
     vx.prepare_decode(nchw);

@@ -238,16 +238,20 @@ TEST_CASE("VAE decode memory at 1024 px, tiled and not", "[.vae_memory]") {
                                 {"sample_size", 1024},
                                 {"use_quant_conv", false},
                                 {"use_post_quant_conv", false}};
-    for (int tile : {0, 512, 256}) {
+    for (int tile : {512, 384, 256, 128, 0}) {
         models::VaeOptions opt;
         opt.tiled = tile > 0;
         opt.tile_sample_size = tile;
         models::VaeRunner vae(&test::context(), models::synthetic_store(DType::f16), cfg, opt);
-        auto c = vae.plan_decode({1, 16, 128, 128});
-        const double mib = 1 << 20;
-        std::printf("tile %4d px: activations %.1f MiB planned (%.1f naive), weights %.1f MiB, device %.1f MiB\n", tile,
-                    c.activation_bytes_planned / mib, c.activation_bytes_naive / mib, c.weight_bytes / mib,
-                    c.device_bytes / mib);
+        try {
+            auto c = vae.plan_decode({1, 16, 128, 128});
+            const double mib = 1 << 20;
+            std::printf("tile %4d px: activations %.1f MiB planned (%.1f naive), weights %.1f MiB, device %.1f MiB\n",
+                        tile, c.activation_bytes_planned / mib, c.activation_bytes_naive / mib, c.weight_bytes / mib,
+                        c.device_bytes / mib);
+        } catch (const kiln::Error& e) {  // e.g. lavapipe's maxMemoryAllocationSize (the plan's size is in the text)
+            std::printf("tile %4d px: not planned on this device: %s\n", tile, e.what());
+        }
     }
 }
 
