@@ -7,6 +7,7 @@
 #include "models/dit.h"
 #include "models/schedulers/scheduler.h"
 #include "models/vae.h"
+#include "models/vae_runner.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
@@ -59,11 +60,12 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     build_dit(tb, tc, BB, S, S);
     exec::Mode mode = opt.mode == exec::Mode::regional && tc.layers < 2 ? exec::Mode::full : opt.mode;
     exec::Executor tx(ctx, tg, tb.weight_fn(), mode);
-    auto vws = src.weights("vae");
-    ir::Graph vg;
-    Builder vb(vg, *vws);
-    build_vae_decoder(vb, vc, B, S, S);
-    exec::Executor vx(ctx, vg, vb.weight_fn(), opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full);
+    VaeOptions vo;
+    vo.tiled = opt.tiled_vae;
+    vo.tile_sample_size = opt.vae_tile_size;
+    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
+    VaeRunner vx(&ctx, src, "vae", vo);
+    vx.prepare_decode(lat_shape);
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = tx.counters();
 
@@ -127,9 +129,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     const float inv_sf = (float)(1.0 / vc.scaling_factor);
     for (auto& v : z) v = inv_sf * v;
     if (opt.keep_intermediates) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(lat_shape, z)});
-    vx.set_input("latents", Tensor::from_f32(lat_shape, z));
-    vx.run();
-    Tensor dec = vx.output("decoded");  // [B, 3, H, W]
+    Tensor dec = vx.decode(Tensor::from_f32(lat_shape, z));  // [B, 3, H, W]
     if (opt.keep_intermediates) res.intermediates.push_back({"decoded", dec});
     const int OCH = (int)dec.shape[1], H = (int)dec.shape[2], W = (int)dec.shape[3];
     res.image = Tensor(DType::f32, {B, H, W, OCH});

@@ -12,6 +12,7 @@
 #include "models/schedulers/scheduler.h"
 #include "models/sd3.h"
 #include "models/vae.h"
+#include "models/vae_runner.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
@@ -311,11 +312,12 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     exec::Executor tx_exec(ctx, tg, tb.weight_fn(), mode);
     for (auto& [name, t] : graph_in)
         if (name != "hidden_states" && name != "timestep") tx_exec.set_input(name, t);
-    auto vws = src.weights("vae");
-    ir::Graph vg;
-    Builder vb(vg, *vws);
-    build_vae_decoder(vb, vc, (int)B, h, w);
-    exec::Executor vx(ctx, vg, vb.weight_fn(), opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full);
+    VaeOptions vo;
+    vo.tiled = opt.tiled_vae;
+    vo.tile_sample_size = opt.vae_tile_size;
+    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
+    VaeRunner vx(&ctx, src, "vae", vo);
+    vx.prepare_decode(nchw);
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = tx_exec.counters();
     if (opt.keep_intermediates) {
@@ -375,9 +377,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const float sf = (float)vc.scaling_factor, shift = (float)vc.shift_factor;
     for (auto& v : z) v = pixart ? v / sf : v / sf + shift;
     if (opt.keep_intermediates) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(nchw, z)});
-    vx.set_input("latents", Tensor::from_f32(nchw, z));
-    vx.run();
-    Tensor dec = vx.output("decoded");  // [B, 3, H, W]
+    Tensor dec = vx.decode(Tensor::from_f32(nchw, z));  // [B, 3, H, W]
     if (opt.keep_intermediates) res.intermediates.push_back({"decoded", dec});
     const int OCH = (int)dec.shape[1], H = (int)dec.shape[2], W = (int)dec.shape[3];
     res.image = Tensor(DType::f32, {B, H, W, OCH});

@@ -36,6 +36,8 @@ struct T2IOptions {
     exec::Mode mode = exec::Mode::regional;
     std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)
     bool keep_intermediates = false;     // the fixture names: step{i}_noise_pred, step{i}_latents, decoded, ...
+    bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile
+    int vae_tile_size = 0;               // tiled_vae: tile side in px (vae.tile_sample_min_size); 0 = sample_size
     std::function<void(int step, int total)> progress;
 };
 

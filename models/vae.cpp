@@ -19,6 +19,10 @@ VaeConfig VaeConfig::from_json(const nlohmann::json& j) {
     c.post_quant_conv = get("use_post_quant_conv", true);
     c.scaling_factor = get("scaling_factor", 0.18215);
     c.shift_factor = get("shift_factor", 0.0);
+    if (j.contains("sample_size") && j["sample_size"].is_array() && !j["sample_size"].empty())
+        c.sample_size = j["sample_size"][0].get<int>();
+    else
+        c.sample_size = get("sample_size", 32);
     std::string act = get("act_fn", std::string("silu"));
     KILN_CHECK(act == "silu", "AutoencoderKL: act_fn '", act, "' is not supported (silu)");
     for (auto& t : get("down_block_types", std::vector<std::string>{"DownEncoderBlock2D"}))

@@ -13,6 +13,7 @@ struct VaeConfig {
     std::vector<int> block_out{64};
     bool mid_attention = true, quant_conv = true, post_quant_conv = true;
     double scaling_factor = 0.18215, shift_factor = 0;
+    int sample_size = 32;  // config sample_size (the first entry of a list): the tile size of enable_tiling()
     static VaeConfig from_json(const nlohmann::json& j);
 };
 

@@ -5,6 +5,7 @@
 #include "apps/kiln/commands.h"
 #include "converter/info.h"
 #include "models/forward.h"
+#include "models/vae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/vulkan/context.h"
@@ -46,8 +47,8 @@ Run add_info(CLI::App& app) {
 Run add_forward(CLI::App& app) {
     struct Opts {
         std::string model, component, inputs, output, mode = "regional";
-        int device = -1;
-        bool cpu = false;
+        int device = -1, tile_size = 0;
+        bool cpu = false, tiled = false, sliced = false;
     };
     auto o = std::make_shared<Opts>();
     app.add_option("--model", o->model, "Kiln model file, or a diffusers pipeline/component folder")->required();
@@ -67,6 +68,13 @@ Run add_forward(CLI::App& app) {
     app.add_option("--mode", o->mode, "eager | full | regional")->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
     app.add_flag("--cpu", o->cpu, "Run the CPU reference executor instead of Vulkan (slow; the oracle)");
+    app.add_flag("--tiled", o->tiled,
+                 "VAE: tiled decode/encode as diffusers' enable_tiling() (overlapping tiles, blended), for inputs "
+                 "larger than one tile");
+    app.add_option("--tile-size", o->tile_size,
+                   "VAE with --tiled: tile side in pixels (diffusers' tile_sample_min_size; default: the config's "
+                   "sample_size)");
+    app.add_flag("--sliced", o->sliced, "VAE: one batch element at a time, as diffusers' enable_slicing()");
     app.footer("Example:\n  kiln forward --model dit.kiln --inputs in.safetensors --output out.safetensors");
     return [o] {
         auto src = models::ModelSource::open(o->model);
@@ -85,7 +93,22 @@ Run add_forward(CLI::App& app) {
             }
             comp = src.has("transformer") || models.size() != 1 ? "transformer" : models[0];
         }
-        auto out = models::forward_component(ctx.get(), src, comp, in, mode);
+        KILN_CHECK(o->tile_size == 0 || o->tiled, "--tile-size needs --tiled");
+        std::map<std::string, Tensor> out;
+        if (o->tiled || o->sliced) {
+            KILN_CHECK(src.class_of(comp) == "AutoencoderKL",
+                       "--tiled and --sliced are for the VAE (AutoencoderKL), "
+                       "not ",
+                       src.class_of(comp));
+            KILN_CHECK(in.count("latents") || in.count("image"),
+                       "the VAE takes `latents` (decode) or `image` (encode)");
+            models::VaeRunner vae(ctx.get(), src, comp, {o->tiled, o->sliced, o->tile_size, mode});
+            if (in.count("latents")) out["decoded"] = vae.decode(in.at("latents"));
+            if (in.count("image"))
+                for (auto& [name, t] : vae.encode(in.at("image"))) out[name] = t;
+        } else {
+            out = models::forward_component(ctx.get(), src, comp, in, mode);
+        }
         std::vector<std::pair<std::string, Tensor>> list(out.begin(), out.end());
         write_safetensors(o->output, list);
         for (auto& [name, t] : list) std::fprintf(stderr, "wrote %s %s\n", name.c_str(), shape_str(t.shape).c_str());

@@ -111,10 +111,10 @@ Run add_generate(CLI::App& app) {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts;
         std::string negative_prompt, prompt_embeds, prompt_file;
-        int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0;
+        int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
-        bool grid = false, no_binning = false, keep_encoders = false;
+        bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false;
         CLI::Option *neg_opt = nullptr, *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
         std::vector<CLI::Option*> text_opts, size_opts;
     };
@@ -162,6 +162,12 @@ Run add_generate(CLI::App& app) {
     app.add_option("-o,--output", o->out, "PNG path; several images become NAME-0.png, NAME-1.png, ... (or --grid)")
         ->capture_default_str();
     app.add_flag("--grid", o->grid, "Write all images into one grid PNG");
+    app.add_flag("--vae-tiling", o->vae_tiling,
+                 "Decode in overlapping tiles of the VAE's sample_size, as diffusers' vae.enable_tiling() (less "
+                 "memory; seams blended)");
+    app.add_option("--vae-tile-size", o->vae_tile,
+                   "With --vae-tiling: tile side in pixels (diffusers' vae.tile_sample_min_size; SD3/Flux VAEs say "
+                   "1024, so 1024 px images need a smaller tile to be tiled)");
     app.add_option("--upscale", o->upscale, "Nearest-neighbour upscale of the PNG (the demo model draws 32x32)")
         ->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
@@ -170,6 +176,7 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png\n"
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
+        KILN_CHECK(o->vae_tile == 0 || o->vae_tiling, "--vae-tile-size needs --vae-tiling");
         const std::string model = o->model.empty() ? default_model() : o->model;
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                      : models::ModelSource::open(model);
@@ -208,6 +215,8 @@ Run add_generate(CLI::App& app) {
             g.scheduler = o->scheduler;
             g.mode = exec::parse_mode(o->mode);
             g.keep_intermediates = !o->dump.empty();
+            g.tiled_vae = o->vae_tiling;
+            g.vae_tile_size = o->vae_tile;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
             vk::Context ctx(o->device);
@@ -236,6 +245,8 @@ Run add_generate(CLI::App& app) {
             t.scheduler = o->scheduler;
             t.mode = exec::parse_mode(o->mode);
             t.keep_intermediates = !o->dump.empty();
+            t.tiled_vae = o->vae_tiling;
+            t.vae_tile_size = o->vae_tile;
             const auto plan = models::plan_t2i(src, t);  // defaults and size checks before any heavy work
             // One generation per --prompt list, or per line of --prompt-file.
             std::vector<std::vector<std::string>> jobs;
