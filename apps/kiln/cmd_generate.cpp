@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "apps/kiln/commands.h"
@@ -66,6 +67,17 @@ void write_images(const Tensor& im, const std::string& out, bool grid, int upsca
         write_png(p, im.data<float>() + (size_t)b * H * W * C, H, W, C, upscale, text);
         std::fprintf(stderr, "wrote %s\n", p.c_str());
     }
+}
+
+// -o is checked before the model loads: its folder must exist and be writable.
+void check_output_path(const std::string& out) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::path(out).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    KILN_CHECK(fs::is_directory(dir, ec), "-o ", out, ": folder '", dir.string(), "' does not exist");
+    KILN_CHECK(::access(dir.c_str(), W_OK) == 0, "-o ", out, ": folder '", dir.string(), "' is not writable");
+    KILN_CHECK(!fs::is_directory(out, ec), "-o ", out, " is a folder (give a file name)");
 }
 
 // A progress bar on a terminal, a few lines otherwise.
@@ -143,6 +155,7 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png\n"
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
+        check_output_path(o->out);
         const std::string model = o->model.empty() ? default_model() : o->model;
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                      : models::ModelSource::open(model);
@@ -206,8 +219,9 @@ Run add_generate(CLI::App& app) {
                 text::check_utf8(o->prompts[i], "--prompt " + std::to_string(i + 1));
             if (o->text_opts[1]->count()) text::check_utf8(o->negative_prompt, "--negative-prompt");
             if (plan.pipeline == "FluxPipeline" && o->text_opts[1]->count())
-                std::fprintf(stderr, "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
-                                     "--negative-prompt is ignored\n");
+                std::fprintf(stderr,
+                             "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
+                             "--negative-prompt is ignored\n");
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             vk::Context ctx(o->device);
