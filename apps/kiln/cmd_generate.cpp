@@ -219,9 +219,8 @@ Run add_generate(CLI::App& app) {
                 text::check_utf8(o->prompts[i], "--prompt " + std::to_string(i + 1));
             if (o->text_opts[1]->count()) text::check_utf8(o->negative_prompt, "--negative-prompt");
             if (plan.pipeline == "FluxPipeline" && o->text_opts[1]->count())
-                std::fprintf(stderr,
-                             "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
-                             "--negative-prompt is ignored\n");
+                std::fprintf(stderr, "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
+                                     "--negative-prompt is ignored\n");
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             vk::Context ctx(o->device);
