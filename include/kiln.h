@@ -40,6 +40,13 @@ extern "C" {
 #define KILN_VERSION_MINOR 1
 #define KILN_VERSION_PATCH 0
 
+/* Initializer of a struct: struct_size set, every other field zero (C: designated, so -Wextra stays quiet). */
+#ifdef __cplusplus
+#define KILN_INIT_(T) ([] { T v_{}; v_.struct_size = sizeof(T); return v_; }())
+#else
+#define KILN_INIT_(T) {.struct_size = sizeof(T)}
+#endif
+
 typedef enum kiln_status {
     KILN_OK = 0,
     KILN_INVALID_ARGUMENT = 1, /* a NULL handle, an out-of-range value, inputs that do not fit the model */
@@ -75,7 +82,7 @@ typedef struct kiln_device_info {
     int unified_memory; /* 1: a device-local heap is host-visible */
     int usable;         /* 1: has the features Kiln needs (16-bit storage, subgroup arithmetic) */
 } kiln_device_info;
-#define KILN_DEVICE_INFO_INIT {sizeof(kiln_device_info)}
+#define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
 
 /* Number of Vulkan devices (0 when there is no driver: not an error). */
 KILN_API kiln_status kiln_device_count(int* count);
@@ -92,7 +99,16 @@ typedef struct kiln_context_options {
     int validation; /* 0 = KILN_VALIDATION environment variable decides, 1 = on, -1 = off */
 } kiln_context_options;
 /* device -1 (auto), validation from the environment. */
-#define KILN_CONTEXT_OPTIONS_INIT {sizeof(kiln_context_options), -1, 0}
+#ifdef __cplusplus
+#define KILN_CONTEXT_OPTIONS_INIT                                \
+    ([] {                                                        \
+        kiln_context_options o_ = KILN_INIT_(kiln_context_options); \
+        o_.device = -1;                                          \
+        return o_;                                               \
+    }())
+#else
+#define KILN_CONTEXT_OPTIONS_INIT {.struct_size = sizeof(kiln_context_options), .device = -1}
+#endif
 
 /* Creates a context on a device. options NULL = KILN_CONTEXT_OPTIONS_INIT. *out is NULL on failure. */
 KILN_API kiln_status kiln_context_create(const kiln_context_options* options, kiln_context** out);
@@ -120,7 +136,7 @@ typedef struct kiln_model_info {
     int default_width;     /* image size without width/height given */
     int default_height;
 } kiln_model_info;
-#define KILN_MODEL_INFO_INIT {sizeof(kiln_model_info)}
+#define KILN_MODEL_INFO_INIT KILN_INIT_(kiln_model_info)
 
 /* Opens a Kiln model file (from kiln-convert), a diffusers pipeline folder, or "synthetic:NAME" (a real
  * architecture with random weights: dit-xl-2-256, ...). Missing path -> KILN_NOT_FOUND, unreadable -> KILN_IO.
@@ -170,7 +186,7 @@ typedef struct kiln_generate_params {
     kiln_progress_fn progress;
     void* progress_user;
 } kiln_generate_params;
-#define KILN_GENERATE_PARAMS_INIT {sizeof(kiln_generate_params)}
+#define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 
 typedef enum kiln_pixel_format {
     KILN_PIXELS_RGBA8 = 0,  /* 4 bytes a pixel, alpha 255; round(v * 255) as diffusers' numpy_to_pil */
@@ -186,7 +202,7 @@ typedef struct kiln_image {
     int width, height, count; /* out */
     size_t required_bytes;    /* out: width * height * count * bytes per pixel */
 } kiln_image;
-#define KILN_IMAGE_INIT {sizeof(kiln_image)}
+#define KILN_IMAGE_INIT KILN_INIT_(kiln_image)
 
 /* Generates images. With out->data NULL, checks params and fills width/height/count/required_bytes without
  * generating (cheap); then call again with a buffer of at least required_bytes. */
@@ -220,7 +236,7 @@ typedef struct kiln_forward_params {
     kiln_jit_mode jit_mode;
     int cpu_reference; /* 1: run the CPU reference executor (slow; the oracle) instead of the device */
 } kiln_forward_params;
-#define KILN_FORWARD_PARAMS_INIT {sizeof(kiln_forward_params)}
+#define KILN_FORWARD_PARAMS_INIT KILN_INIT_(kiln_forward_params)
 
 typedef struct kiln_result kiln_result;
 

@@ -27,8 +27,8 @@ done
 if ldd "$tmp/build-static/digits" | grep -q libkiln; then echo "static digits links libkiln.so"; exit 1; fi
 
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
-test "$(pkg-config --modversion kiln)" = "$(sed -n 's/^project(kiln VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")" \
-  || { echo "kiln.pc version differs from the project's"; exit 1; }
+want=$(sed -n 's/^project(kiln VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
+test "$(pkg-config --modversion kiln)" = "$want" || { echo "kiln.pc version differs from the project's"; exit 1; }
 cc -std=c99 -Wall -Wextra -pedantic -Werror $(pkg-config --cflags kiln) "$src/apps/examples/digits.c" \
    $(pkg-config --libs kiln) -o "$tmp/digits-pc"
 LD_LIBRARY_PATH="$libdir" "$tmp/digits-pc" "$model" "$tmp/digits-pc.ppm" 7

@@ -37,9 +37,15 @@ Ppm read_ppm(const fs::path& p) {
 }  // namespace
 
 TEST_CASE("C API: the installed package builds and runs apps/examples/digits.c", "[capi][install][vulkan]") {
-    const fs::path tmp = fs::temp_directory_path() / ("kiln_install_" + std::to_string(::getpid()));
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
+    struct Tmp {
+        fs::path path = fs::temp_directory_path() / ("kiln_install_" + std::to_string(::getpid()));
+        Tmp() { fs::create_directories(path); }
+        ~Tmp() {
+            std::error_code ec;
+            fs::remove_all(path, ec);
+        }
+    } t;
+    const fs::path& tmp = t.path;
     const std::string cmd = std::string("sh ") + KILN_SOURCE_DIR + "/tests/capi/install_check.sh " + KILN_BUILD_DIR +
                             " " + KILN_SOURCE_DIR + " " + digits_model() + " " + tmp.string() + " 2>&1";
     INFO(cmd);
@@ -63,6 +69,4 @@ TEST_CASE("C API: the installed package builds and runs apps/examples/digits.c",
                                      (int)px[(((size_t)(x / 32) * 32 + y) * 32 + x % 32) * 4 + c]);
         CHECK(diff == 0);
     }
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
 }
