@@ -142,7 +142,10 @@ KILN_API kiln_status kiln_device_count(int* count) {
     return guarded(KILN_INTERNAL, [&] {
         KILN_ARG(count, "count is NULL");
         *count = 0;
-        *count = (int)vk::list_devices().size();
+        try {
+            *count = (int)vk::list_devices().size();
+        } catch (const Error&) {  // no Vulkan driver (vkCreateInstance fails): no devices
+        }
     });
 }
 
