@@ -245,8 +245,8 @@ std::vector<DeviceInfo> list_devices() {
     return out;
 }
 
-Context::Context(int device) {
-    instance_ = make_instance(env_on("KILN_VALIDATION"), &messenger_);
+Context::Context(int device, int validation) {
+    instance_ = make_instance(validation < 0 ? env_on("KILN_VALIDATION") : validation != 0, &messenger_);
     auto pds = physical_devices(instance_);
     KILN_CHECK(!pds.empty(),
                "no Vulkan device found (for a CPU device install Mesa's lavapipe: "

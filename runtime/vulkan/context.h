@@ -34,8 +34,8 @@ std::vector<DeviceInfo> list_devices();
 
 class Context {
 public:
-    // device < 0: KILN_DEVICE if set, else the best device.
-    explicit Context(int device = -1);
+    // device < 0: KILN_DEVICE if set, else the best device. validation < 0: KILN_VALIDATION decides; else 0/1.
+    explicit Context(int device = -1, int validation = -1);
     ~Context();
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;

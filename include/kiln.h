@@ -1,0 +1,256 @@
+/* libkiln: diffusion transformers (DiT, PixArt, SD3, Flux) on any GPU through Vulkan compute. The stable C API.
+ *
+ * C99; opaque handles; no C++ type crosses it. Link with `find_package(Kiln)` -> Kiln::kiln, or pkg-config kiln.
+ *
+ * Errors: every function that can fail returns a kiln_status; kiln_last_error() gives the message of the calling
+ * thread's last call (empty after a success). No exception or abort crosses the API on any input; a NULL pointer
+ * where one is required is KILN_INVALID_ARGUMENT.
+ *
+ * Structs the caller fills carry `struct_size` (set it to sizeof the struct; the *_INIT macros do, and zero the
+ * rest, which means "default" everywhere). A library older than the header accepts a larger struct only when the
+ * fields it does not know are zero (else KILN_UNSUPPORTED); a newer library reads an older, smaller struct with
+ * defaults for the fields it lacks.
+ *
+ * Threads: distinct contexts work concurrently on distinct threads. Calls on one context and its models from
+ * several threads at once are serialized by a mutex per context (they block, one after the other; never UB).
+ * Destroying a handle while another thread uses it is the caller's bug. A context's device stays alive while
+ * any of its models does, so models and contexts may be destroyed in any order.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#if defined(KILN_BUILDING_LIBRARY)
+#define KILN_API __declspec(dllexport)
+#else
+#define KILN_API
+#endif
+#else
+#define KILN_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+/* Initializer of a struct: struct_size set, every other field zero (C: designated, so -Wextra stays quiet). */
+#ifdef __cplusplus
+#define KILN_INIT_(T) ([] { T v_{}; v_.struct_size = sizeof(T); return v_; }())
+#else
+#define KILN_INIT_(T) {.struct_size = sizeof(T)}
+#endif
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_INVALID_ARGUMENT = 1, /* a NULL handle, an out-of-range value, inputs that do not fit the model */
+    KILN_NOT_FOUND = 2,        /* no such file, device, component or label */
+    KILN_IO = 3,               /* a model file that cannot be read: truncated, corrupt, unreadable */
+    KILN_UNSUPPORTED = 4,      /* a model class, scheduler or struct version this library does not handle */
+    KILN_OUT_OF_MEMORY = 5,    /* host or device memory */
+    KILN_DEVICE_LOST = 6,      /* the Vulkan device was lost; destroy the context */
+    KILN_CANCELLED = 7,        /* the progress callback returned non-zero */
+    KILN_BUFFER_TOO_SMALL = 8, /* kiln_image.capacity < required_bytes (nothing was generated) */
+    KILN_INTERNAL = 9          /* a bug in Kiln; the message says where */
+} kiln_status;
+
+/* "0.1.0"; the library's, which may differ from the KILN_VERSION_* the caller compiled with. */
+KILN_API const char* kiln_version(void);
+/* major * 10000 + minor * 100 + patch. */
+KILN_API int kiln_version_number(void);
+/* The message of the calling thread's last failed call ("" after a success). Valid until its next kiln_ call. */
+KILN_API const char* kiln_last_error(void);
+/* "KILN_OK", "KILN_NOT_FOUND", ...; "KILN_UNKNOWN_STATUS" for other values. */
+KILN_API const char* kiln_status_name(kiln_status s);
+
+/* ---- Devices ------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_device_info {
+    size_t struct_size;
+    int index;
+    char name[256];
+    char type[32];        /* "discrete", "integrated", "virtual", "cpu", "other" */
+    char driver[256];     /* driver name and version */
+    char api_version[32]; /* Vulkan version, "1.3.255" */
+    uint64_t device_local_bytes;
+    int unified_memory; /* 1: a device-local heap is host-visible */
+    int usable;         /* 1: has the features Kiln needs (16-bit storage, subgroup arithmetic) */
+} kiln_device_info;
+#define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
+
+/* Number of Vulkan devices (0 when there is no driver: not an error). */
+KILN_API kiln_status kiln_device_count(int* count);
+/* Fills *info for device `index` (0 .. count-1; else KILN_NOT_FOUND). info->struct_size must be set. */
+KILN_API kiln_status kiln_device_get_info(int index, kiln_device_info* info);
+
+/* ---- Context: one Vulkan device ------------------------------------------------------------------------------ */
+
+typedef struct kiln_context kiln_context;
+
+typedef struct kiln_context_options {
+    size_t struct_size;
+    int device;     /* Vulkan device index; -1 = KILN_DEVICE if set, else the best (discrete > integrated > ...) */
+    int validation; /* 0 = KILN_VALIDATION environment variable decides, 1 = on, -1 = off */
+} kiln_context_options;
+/* device -1 (auto), validation from the environment. */
+#ifdef __cplusplus
+#define KILN_CONTEXT_OPTIONS_INIT                                \
+    ([] {                                                        \
+        kiln_context_options o_ = KILN_INIT_(kiln_context_options); \
+        o_.device = -1;                                          \
+        return o_;                                               \
+    }())
+#else
+#define KILN_CONTEXT_OPTIONS_INIT {.struct_size = sizeof(kiln_context_options), .device = -1}
+#endif
+
+/* Creates a context on a device. options NULL = KILN_CONTEXT_OPTIONS_INIT. *out is NULL on failure. */
+KILN_API kiln_status kiln_context_create(const kiln_context_options* options, kiln_context** out);
+/* Releases the caller's handle (NULL is fine); the device goes when its last model does. */
+KILN_API void kiln_context_destroy(kiln_context* ctx);
+/* The context's device. */
+KILN_API kiln_status kiln_context_get_device(const kiln_context* ctx, kiln_device_info* info);
+
+/* ---- Model ----------------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_model kiln_model;
+
+typedef enum kiln_model_kind {
+    KILN_MODEL_CLASS_LABELS = 1, /* DiT: generate from class labels */
+    KILN_MODEL_TEXT = 2,         /* PixArt, SD3, Flux: generate from prompts */
+    KILN_MODEL_COMPONENT = 3     /* a single component (kiln_forward only) */
+} kiln_model_kind;
+
+typedef struct kiln_model_info {
+    size_t struct_size;
+    kiln_model_kind kind;
+    const char* pipeline;  /* "DiTPipeline", "PixArtSigmaPipeline", ... ("" for a single component); owned by model */
+    int component_count;   /* names: kiln_model_component */
+    int class_count;       /* class labels (0 for text models); names: kiln_model_class_label */
+    int default_width;     /* image size without width/height given */
+    int default_height;
+} kiln_model_info;
+#define KILN_MODEL_INFO_INIT KILN_INIT_(kiln_model_info)
+
+/* Opens a Kiln model file (from kiln-convert), a diffusers pipeline folder, or "synthetic:NAME" (a real
+ * architecture with random weights: dit-xl-2-256, ...). Missing path -> KILN_NOT_FOUND, unreadable -> KILN_IO.
+ * The weights are read from the file at each generate/forward; the model keeps the context alive. */
+KILN_API kiln_status kiln_model_open(kiln_context* ctx, const char* path, kiln_model** out);
+KILN_API void kiln_model_destroy(kiln_model* model); /* NULL is fine */
+KILN_API kiln_status kiln_model_get_info(const kiln_model* model, kiln_model_info* info);
+/* Component i (0 .. component_count-1): "transformer", "vae", "scheduler", "text_encoder", ...; *name and *cls
+ * (diffusers class, may be NULL) are owned by the model. */
+KILN_API kiln_status kiln_model_component(const kiln_model* model, int i, const char** name, const char** cls);
+/* Class label i (0 .. class_count-1): its id (what kiln_generate_params.class_labels takes) and name ("" when
+ * the model names none), owned by the model. */
+KILN_API kiln_status kiln_model_class_label(const kiln_model* model, int i, int* id, const char** name);
+
+/* ---- Generate -------------------------------------------------------------------------------------------------- */
+
+typedef enum kiln_jit_mode {
+    KILN_JIT_DEFAULT = 0, /* regional */
+    KILN_JIT_EAGER = 1,   /* one submit per op (debugging) */
+    KILN_JIT_FULL = 2,    /* the whole graph recorded once and replayed */
+    KILN_JIT_REGIONAL = 3 /* one repeated layer recorded once, replayed per layer */
+} kiln_jit_mode;
+
+/* Called after each denoising step (step 1 .. total), and once with step 0 before the first. Return non-zero to
+ * cancel: the call stops at the next step boundary with KILN_CANCELLED; the context stays usable. */
+typedef int (*kiln_progress_fn)(int step, int total, void* user);
+
+typedef struct kiln_generate_params {
+    size_t struct_size;
+    /* Text models: one image per prompt (UTF-8). Class-label models: one image per label. Give one or the other. */
+    const char* const* prompts;
+    int prompt_count;
+    const char* negative_prompt; /* NULL = the pipeline's default ("") */
+    const int* class_labels;
+    int class_label_count;
+    int width, height;      /* 0 = the model's (text models only; class-label models have one size) */
+    int steps;              /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
+    double guidance;        /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance */
+    uint64_t seed;          /* Kiln's initial-noise RNG (mt19937_64 + Box-Muller) */
+    const char* scheduler;  /* NULL/"" = the model's; "ddim", "dpm", "euler" or a diffusers scheduler class */
+    kiln_jit_mode jit_mode;
+    /* Optional exact initial noise, float32 NCHW [images, latent channels, h, w] (Flux: unpacked); NULL = seeded. */
+    const float* latents;
+    const int64_t* latents_shape;
+    int latents_ndim;
+    int max_sequence_length; /* text models: T5 tokens; 0 = the pipeline's */
+    kiln_progress_fn progress;
+    void* progress_user;
+} kiln_generate_params;
+#define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
+
+typedef enum kiln_pixel_format {
+    KILN_PIXELS_RGBA8 = 0,  /* 4 bytes a pixel, alpha 255; round(v * 255) as diffusers' numpy_to_pil */
+    KILN_PIXELS_RGB_F32 = 1 /* 3 floats a pixel in [0, 1] (diffusers' output_type="np") */
+} kiln_pixel_format;
+
+/* Images are written one after the other, each row-major from the top-left pixel, without padding. */
+typedef struct kiln_image {
+    size_t struct_size;
+    kiln_pixel_format format; /* in */
+    void* data;               /* in: caller's buffer, or NULL to query the size only */
+    size_t capacity;          /* in: bytes at data */
+    int width, height, count; /* out */
+    size_t required_bytes;    /* out: width * height * count * bytes per pixel */
+} kiln_image;
+#define KILN_IMAGE_INIT KILN_INIT_(kiln_image)
+
+/* Generates images. With out->data NULL, checks params and fills width/height/count/required_bytes without
+ * generating (cheap); then call again with a buffer of at least required_bytes. */
+KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_generate_params* params, kiln_image* out);
+
+/* ---- Forward: one component on named inputs (`kiln forward`) -------------------------------------------------- */
+
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F16 = 1,
+    KILN_BF16 = 2,
+    KILN_I32 = 3,
+    KILN_I64 = 4,
+    KILN_U8 = 5
+} kiln_dtype;
+
+/* A tensor view: contiguous, outermost dimension first (as PyTorch). This struct's layout is fixed. */
+typedef struct kiln_tensor {
+    const char* name;
+    kiln_dtype dtype;
+    int ndim; /* 0 .. 8 */
+    const int64_t* shape;
+    const void* data;
+} kiln_tensor;
+
+typedef struct kiln_forward_params {
+    size_t struct_size;
+    const char* component; /* NULL = the transformer, or the only model component */
+    const kiln_tensor* inputs; /* named as diffusers' forward arguments: hidden_states, timestep, class_labels, ... */
+    int input_count;
+    kiln_jit_mode jit_mode;
+    int cpu_reference; /* 1: run the CPU reference executor (slow; the oracle) instead of the device */
+} kiln_forward_params;
+#define KILN_FORWARD_PARAMS_INIT KILN_INIT_(kiln_forward_params)
+
+typedef struct kiln_result kiln_result;
+
+/* Runs one component; *out receives the named outputs (sample; decoded; last_hidden_state; ...). Unknown
+ * component -> KILN_NOT_FOUND; inputs that do not fit it -> KILN_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* params, kiln_result** out);
+KILN_API int kiln_result_count(const kiln_result* result); /* 0 for NULL */
+/* Output i; the tensor's name, shape and data are owned by the result. */
+KILN_API kiln_status kiln_result_get(const kiln_result* result, int i, kiln_tensor* tensor);
+KILN_API kiln_status kiln_result_find(const kiln_result* result, const char* name, kiln_tensor* tensor);
+KILN_API void kiln_result_destroy(kiln_result* result); /* NULL is fine */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */

@@ -1,0 +1,264 @@
+// The C API's version, errors, devices, contexts and models.
+#include <algorithm>
+#include <filesystem>
+#include <new>
+#include <optional>
+
+#include "lib/capi_internal.h"
+#include "models/forward.h"
+#include "models/t2i_pipeline.h"
+
+namespace kiln::capi {
+
+namespace {
+thread_local std::string t_message;
+thread_local const char* t_fixed = nullptr;  // when the message itself could not be stored (out of memory)
+
+bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
+
+void copy_str(char* dst, size_t cap, const std::string& s) {
+    const size_t n = std::min(cap - 1, s.size());
+    std::memcpy(dst, s.data(), n);
+    dst[n] = '\0';
+}
+}  // namespace
+
+kiln_status set_error(kiln_status s, const std::string& msg) {
+    try {
+        t_message = msg;
+        t_fixed = nullptr;
+    } catch (...) {
+        t_fixed = "out of host memory (while storing the error message)";
+    }
+    return s;
+}
+
+kiln_status status_of_current_exception(kiln_status fallback) {
+    try {
+        throw;
+    } catch (const StatusError& e) {
+        return set_error(e.status, e.what());
+    } catch (const Cancelled&) {
+        return set_error(KILN_CANCELLED, "cancelled by the progress callback");
+    } catch (const Error& e) {
+        // VK_CHECK names the VkResult: those two have their own status.
+        const std::string m = e.what();
+        kiln_status s = fallback;
+        if (contains(m, "VK_ERROR_DEVICE_LOST")) s = KILN_DEVICE_LOST;
+        if (contains(m, "VK_ERROR_OUT_OF_DEVICE_MEMORY") || contains(m, "VK_ERROR_OUT_OF_HOST_MEMORY") ||
+            contains(m, "VK_ERROR_OUT_OF_POOL_MEMORY"))
+            s = KILN_OUT_OF_MEMORY;
+        return set_error(s, m);
+    } catch (const std::bad_alloc&) {
+        return set_error(KILN_OUT_OF_MEMORY, "out of host memory");
+    } catch (const std::exception& e) {
+        return set_error(KILN_INTERNAL, std::string("internal error: ") + e.what());
+    } catch (...) {
+        return set_error(KILN_INTERNAL, "internal error: unknown exception");
+    }
+}
+
+void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out) {
+    out.index = d.index;
+    copy_str(out.name, sizeof out.name, d.name);
+    copy_str(out.type, sizeof out.type, d.type);
+    copy_str(out.driver, sizeof out.driver, d.driver);
+    copy_str(out.api_version, sizeof out.api_version, d.api_version);
+    out.device_local_bytes = d.device_local_bytes;
+    out.unified_memory = d.unified_memory;
+    out.usable = d.fp16_storage && d.subgroup_arithmetic;
+}
+
+namespace {
+// What kiln_model_info reports, resolved once at open.
+void describe(kiln_model& m) {
+    const auto& src = m.src;
+    for (auto& c : src.components()) m.components.push_back({c, src.class_of(c)});
+    const bool dit = src.has("transformer") && src.class_of("transformer") == "DiTTransformer2DModel";
+    if (dit) {
+        m.kind = KILN_MODEL_CLASS_LABELS;
+        m.pipeline = "DiTPipeline";
+        const auto& tc = src.config("transformer");
+        const int sample = tc.value("sample_size", 0);
+        int vsf = 1;
+        if (src.has("vae") && src.config("vae").contains("block_out_channels"))
+            vsf = 1 << std::max(0, (int)src.config("vae")["block_out_channels"].size() - 1);
+        m.default_width = m.default_height = sample * vsf;
+        const auto& mi = src.model_index();
+        if (mi.is_object() && mi.contains("id2label") && mi["id2label"].is_object()) {
+            for (auto& [id, name] : mi["id2label"].items())
+                m.labels.push_back({std::stoi(id), name.is_string() ? name.get<std::string>() : ""});
+            std::sort(m.labels.begin(), m.labels.end());
+        } else {
+            for (int i = 0; i < tc.value("num_embeds_ada_norm", 0); ++i) m.labels.push_back({i, ""});
+        }
+        return;
+    }
+    m.pipeline = models::t2i_pipeline_class(src);
+    if (m.pipeline.empty()) return;
+    m.kind = KILN_MODEL_TEXT;
+    try {
+        auto plan = models::plan_t2i(src, {});
+        m.default_width = plan.width, m.default_height = plan.height;
+    } catch (const Error&) {  // an incomplete pipeline: open works (forward may), generate will say why
+    }
+}
+}  // namespace
+
+}  // namespace kiln::capi
+
+using namespace kiln;
+using namespace kiln::capi;
+
+extern "C" {
+
+KILN_API const char* kiln_version(void) { return KILN_VERSION_STRING; }
+KILN_API int kiln_version_number(void) {
+    return KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH;
+}
+KILN_API const char* kiln_last_error(void) { return t_fixed ? t_fixed : t_message.c_str(); }
+
+KILN_API const char* kiln_status_name(kiln_status s) {
+    switch (s) {
+#define KILN_NAME(x) \
+    case x:          \
+        return #x;
+        KILN_NAME(KILN_OK)
+        KILN_NAME(KILN_INVALID_ARGUMENT)
+        KILN_NAME(KILN_NOT_FOUND)
+        KILN_NAME(KILN_IO)
+        KILN_NAME(KILN_UNSUPPORTED)
+        KILN_NAME(KILN_OUT_OF_MEMORY)
+        KILN_NAME(KILN_DEVICE_LOST)
+        KILN_NAME(KILN_CANCELLED)
+        KILN_NAME(KILN_BUFFER_TOO_SMALL)
+        KILN_NAME(KILN_INTERNAL)
+#undef KILN_NAME
+    }
+    return "KILN_UNKNOWN_STATUS";
+}
+
+KILN_API kiln_status kiln_device_count(int* count) {
+    return guarded(KILN_INTERNAL, [&] {
+        KILN_ARG(count, "count is NULL");
+        *count = 0;
+        try {
+            *count = (int)vk::list_devices().size();
+        } catch (const Error&) {  // no Vulkan driver (vkCreateInstance fails): no devices
+        }
+    });
+}
+
+KILN_API kiln_status kiln_device_get_info(int index, kiln_device_info* info) {
+    return guarded(KILN_INTERNAL, [&] {
+        auto v = read_struct(info, "info");
+        auto devs = vk::list_devices();
+        if (index < 0 || index >= (int)devs.size())
+            fail(KILN_NOT_FOUND, "device ", index, " does not exist (", devs.size(), " Vulkan devices)");
+        fill_device_info(devs[(size_t)index], v);
+        write_struct(info, v);
+    });
+}
+
+KILN_API kiln_status kiln_context_create(const kiln_context_options* options, kiln_context** out) {
+    return guarded(KILN_UNSUPPORTED, [&] {
+        KILN_ARG(out, "out is NULL");
+        *out = nullptr;
+        kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
+        if (options) o = read_struct(options, "options");
+        KILN_ARG(o.device >= -1, "options->device is ", o.device, " (a device index, or -1 for the best)");
+        KILN_ARG(o.validation >= -1 && o.validation <= 1, "options->validation is ", o.validation,
+                 " (0 = environment, 1 = on, -1 = off)");
+        if (o.device >= 0) {
+            const int n = (int)vk::list_devices().size();
+            if (o.device >= n) fail(KILN_NOT_FOUND, "device ", o.device, " does not exist (", n, " Vulkan devices)");
+        }
+        auto dev = std::make_shared<Device>();
+        dev->vk = std::make_unique<vk::Context>(o.device, o.validation == 0 ? -1 : o.validation == 1 ? 1 : 0);
+        auto ctx = std::make_unique<kiln_context>();
+        ctx->device = std::move(dev);
+        *out = ctx.release();
+    });
+}
+
+KILN_API void kiln_context_destroy(kiln_context* ctx) {
+    // The device's destructor does not throw (Vulkan destroy calls); the shared_ptr keeps it for live models.
+    delete ctx;
+}
+
+KILN_API kiln_status kiln_context_get_device(const kiln_context* ctx, kiln_device_info* info) {
+    return guarded(KILN_INTERNAL, [&] {
+        KILN_ARG(ctx, "ctx is NULL");
+        auto v = read_struct(info, "info");
+        fill_device_info(ctx->device->vk->info(), v);
+        write_struct(info, v);
+    });
+}
+
+KILN_API kiln_status kiln_model_open(kiln_context* ctx, const char* path, kiln_model** out) {
+    return guarded(KILN_IO, [&] {
+        KILN_ARG(out, "out is NULL");
+        *out = nullptr;
+        KILN_ARG(ctx, "ctx is NULL");
+        KILN_ARG(path && *path, "path is NULL or empty");
+        const std::string p = path;
+        // Reads files only: no device work, so no lock.
+        std::optional<models::ModelSource> src;
+        if (p.rfind("synthetic:", 0) == 0) {
+            const std::string arch = p.substr(10);
+            if (!models::synthetic_archs().count(arch)) fail(KILN_NOT_FOUND, "no synthetic architecture '", arch, "'");
+            try {
+                src = models::ModelSource::synthetic(arch);
+            } catch (const Error& e) {
+                fail(KILN_UNSUPPORTED, e.what());
+            }
+        } else {
+            std::error_code ec;
+            if (!std::filesystem::exists(p, ec)) fail(KILN_NOT_FOUND, p, ": no such file or folder");
+            src = models::ModelSource::open(p);
+        }
+        auto m = std::make_unique<kiln_model>(kiln_model{ctx->device, std::move(*src)});
+        describe(*m);
+        *out = m.release();
+    });
+}
+
+KILN_API void kiln_model_destroy(kiln_model* model) { delete model; }
+
+KILN_API kiln_status kiln_model_get_info(const kiln_model* model, kiln_model_info* info) {
+    return guarded(KILN_INTERNAL, [&] {
+        KILN_ARG(model, "model is NULL");
+        auto v = read_struct(info, "info");
+        v.kind = model->kind;
+        v.pipeline = model->pipeline.c_str();
+        v.component_count = (int)model->components.size();
+        v.class_count = (int)model->labels.size();
+        v.default_width = model->default_width;
+        v.default_height = model->default_height;
+        write_struct(info, v);
+    });
+}
+
+KILN_API kiln_status kiln_model_component(const kiln_model* model, int i, const char** name, const char** cls) {
+    return guarded(KILN_INTERNAL, [&] {
+        KILN_ARG(model, "model is NULL");
+        KILN_ARG(name, "name is NULL");
+        if (i < 0 || i >= (int)model->components.size())
+            fail(KILN_NOT_FOUND, "component index ", i, " out of range (", model->components.size(), " components)");
+        *name = model->components[(size_t)i].first.c_str();
+        if (cls) *cls = model->components[(size_t)i].second.c_str();
+    });
+}
+
+KILN_API kiln_status kiln_model_class_label(const kiln_model* model, int i, int* id, const char** name) {
+    return guarded(KILN_INTERNAL, [&] {
+        KILN_ARG(model, "model is NULL");
+        KILN_ARG(id || name, "id and name are both NULL");
+        if (i < 0 || i >= (int)model->labels.size())
+            fail(KILN_NOT_FOUND, "class index ", i, " out of range (", model->labels.size(), " classes)");
+        if (id) *id = model->labels[(size_t)i].first;
+        if (name) *name = model->labels[(size_t)i].second.c_str();
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,216 @@
+// kiln_generate: checks the parameters against the model (a size query stops there), then runs the DiT or the
+// text-to-image pipeline under the context's lock and writes the pixels into the caller's buffer.
+#include <cmath>
+#include <set>
+
+#include "lib/capi_internal.h"
+#include "models/dit_pipeline.h"
+#include "models/schedulers/scheduler.h"
+#include "models/t2i_pipeline.h"
+#include "models/text/tokenizer.h"
+#include "models/text_encode.h"
+
+namespace kiln::capi {
+
+exec::Mode jit_mode(kiln_jit_mode m) {
+    switch (m) {
+        case KILN_JIT_DEFAULT:
+        case KILN_JIT_REGIONAL:
+            return exec::Mode::regional;
+        case KILN_JIT_EAGER:
+            return exec::Mode::eager;
+        case KILN_JIT_FULL:
+            return exec::Mode::full;
+    }
+    fail(KILN_INVALID_ARGUMENT, "jit_mode ", (int)m, " is not a kiln_jit_mode");
+}
+
+namespace {
+
+// One generate call, resolved: everything checked before any heavy work.
+struct Request {
+    bool dit = false;
+    models::GenerateOptions g;
+    models::T2IOptions t;
+    models::T2IPlan plan;
+    std::vector<std::string> prompts;
+    std::optional<std::string> negative;
+    int max_sequence_length = 0;
+    int width = 0, height = 0, count = 0;
+};
+
+Tensor read_latents(const kiln_generate_params& p, const Shape& expected) {
+    KILN_ARG(p.latents_ndim >= 1 && p.latents_ndim <= 8 && p.latents_shape, "latents_shape/latents_ndim (",
+             p.latents_ndim, ") do not describe the latents");
+    Shape s(p.latents_shape, p.latents_shape + p.latents_ndim);
+    KILN_ARG(s == expected, "latents have shape ", shape_str(s), ", this call needs ", shape_str(expected));
+    Tensor t(DType::f32, s);
+    std::memcpy(t.bytes.data(), p.latents, t.nbytes());
+    return t;
+}
+
+void check_scheduler(const models::ModelSource& src, const std::string& name) {
+    if (name.empty()) return;
+    try {
+        (void)sched::make_scheduler(src.config("scheduler"), name);
+    } catch (const Error& e) {
+        fail(KILN_UNSUPPORTED, e.what());
+    }
+}
+
+Request resolve(const kiln_model& m, const kiln_generate_params& p) {
+    Request r;
+    KILN_ARG(p.steps >= 0 && p.steps <= 1000, "steps is ", p.steps, " (1..1000, or 0 for the pipeline's)");
+    KILN_ARG(p.guidance >= 0 && std::isfinite(p.guidance), "guidance is ", p.guidance,
+             " (>= 1, 1 = off, or 0 for the pipeline's)");
+    KILN_ARG(p.width >= 0 && p.height >= 0, "width/height are ", p.width, "x", p.height, " (0 = the model's)");
+    KILN_ARG(p.prompt_count >= 0 && p.class_label_count >= 0, "prompt_count/class_label_count are negative");
+    KILN_ARG(!p.latents || p.latents_shape, "latents given without latents_shape");
+    const std::string scheduler = p.scheduler ? p.scheduler : "";
+    const exec::Mode mode = jit_mode(p.jit_mode);
+    if (m.kind == KILN_MODEL_COMPONENT)
+        fail(KILN_UNSUPPORTED, m.src.path(),
+             " is not a pipeline Kiln generates with (components: ", m.components.size(), "); use kiln_forward");
+    check_scheduler(m.src, scheduler);
+    if (m.kind == KILN_MODEL_CLASS_LABELS) {
+        r.dit = true;
+        KILN_ARG(p.prompt_count == 0 && !p.negative_prompt, m.src.path(),
+                 " is a class-conditional DiT model: prompts do not apply (give class_labels)");
+        KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
+                 " is a class-conditional DiT model: give class_labels and class_label_count");
+        KILN_ARG((p.width == 0 || p.width == m.default_width) && (p.height == 0 || p.height == m.default_height),
+                 m.src.path(), " draws ", m.default_width, "x", m.default_height, " images only, not ", p.width, "x",
+                 p.height);
+        std::set<int> ids;
+        for (auto& [id, name] : m.labels) ids.insert(id);
+        for (int i = 0; i < p.class_label_count; ++i)
+            KILN_ARG(ids.count(p.class_labels[i]), "class_labels[", i, "] = ", p.class_labels[i],
+                     " is not a class of this model (", m.labels.size(), " classes)");
+        r.g.labels.assign(p.class_labels, p.class_labels + p.class_label_count);
+        if (p.steps) r.g.steps = p.steps;
+        if (p.guidance != 0) r.g.guidance = p.guidance;
+        r.g.seed = p.seed;
+        r.g.scheduler = scheduler;
+        r.g.mode = mode;
+        r.count = p.class_label_count;
+        r.width = m.default_width, r.height = m.default_height;
+        if (p.latents) {
+            const auto& tc = m.src.config("transformer");
+            const int64_t S = tc.value("sample_size", 0);
+            r.g.latents_init = read_latents(p, {r.count, tc.value("in_channels", 4), S, S});
+        }
+        return r;
+    }
+    KILN_ARG(p.class_label_count == 0, m.src.path(), " is a text-to-image model (", m.pipeline,
+             "): class_labels do not apply (give prompts)");
+    KILN_ARG(p.prompt_count > 0 && p.prompts, m.src.path(), " is a text-to-image model (", m.pipeline,
+             "): give prompts and prompt_count");
+    for (int i = 0; i < p.prompt_count; ++i) {
+        KILN_ARG(p.prompts[i], "prompts[", i, "] is NULL");
+        r.prompts.push_back(p.prompts[i]);
+        text::check_utf8(r.prompts.back(), "prompts[" + std::to_string(i) + "]");
+    }
+    if (p.negative_prompt) {
+        r.negative = std::string(p.negative_prompt);
+        text::check_utf8(*r.negative, "negative_prompt");
+    }
+    KILN_ARG(p.max_sequence_length >= 0, "max_sequence_length is ", p.max_sequence_length);
+    r.max_sequence_length = p.max_sequence_length;
+    if (p.steps) r.t.steps = p.steps;
+    if (p.guidance != 0) r.t.guidance = p.guidance;
+    if (p.width) r.t.width = p.width;
+    if (p.height) r.t.height = p.height;
+    r.t.seed = p.seed;
+    r.t.scheduler = scheduler;
+    r.t.mode = mode;
+    r.plan = models::plan_t2i(m.src, r.t);
+    r.count = p.prompt_count;
+    r.width = r.plan.width, r.height = r.plan.height;
+    if (p.latents)
+        r.t.latents_init = read_latents(p, {r.count, r.plan.latent_channels, r.plan.latent_h, r.plan.latent_w});
+    return r;
+}
+
+// Runs the pipeline: [count, H, W, 3] floats in [0, 1].
+Tensor run(vk::Context& ctx, const kiln_model& m, Request& r, const kiln_generate_params& p) {
+    auto progress = [&p](int step, int total) {
+        if (p.progress && p.progress(step, total, p.progress_user) != 0) throw Cancelled{};
+    };
+    if (r.dit) {
+        progress(0, r.g.steps);
+        r.g.progress = progress;
+        return models::generate_dit(ctx, m.src, r.g).image;
+    }
+    progress(0, r.plan.steps);
+    models::PromptOptions po;
+    po.prompts = r.prompts;
+    po.negative = r.negative;
+    po.cfg = r.plan.cfg;
+    po.max_sequence_length = r.max_sequence_length;
+    po.mode = r.t.mode;
+    auto enc = models::encode_prompts(&ctx, m.src, po);  // the encoders' device memory is freed on return
+    auto get = [&](const char* n) {
+        auto it = enc.tensors.find(n);
+        return it == enc.tensors.end() ? Tensor() : it->second;
+    };
+    r.t.text.prompt_embeds = get("prompt_embeds");
+    r.t.text.negative_prompt_embeds = get("negative_prompt_embeds");
+    r.t.text.pooled_prompt_embeds = get("pooled_prompt_embeds");
+    r.t.text.negative_pooled_prompt_embeds = get("negative_pooled_prompt_embeds");
+    r.t.text.prompt_attention_mask = get("prompt_attention_mask");
+    r.t.text.negative_prompt_attention_mask = get("negative_prompt_attention_mask");
+    r.t.progress = progress;
+    return models::generate_t2i(ctx, m.src, r.t).image;
+}
+
+void write_pixels(const Tensor& im, const kiln_image& out) {
+    const size_t n = (size_t)out.count * out.width * out.height;
+    if (im.shape != Shape{out.count, out.height, out.width, 3} || im.dtype != DType::f32)
+        fail(KILN_INTERNAL, "the pipeline returned an image of shape ", shape_str(im.shape), ", expected ",
+             shape_str({out.count, out.height, out.width, 3}));
+    const float* src = im.data<float>();
+    if (out.format == KILN_PIXELS_RGB_F32) {
+        std::memcpy(out.data, src, n * 3 * sizeof(float));
+        return;
+    }
+    auto* px = static_cast<uint8_t*>(out.data);
+    for (size_t i = 0; i < n; ++i) {
+        for (int c = 0; c < 3; ++c)
+            px[i * 4 + c] = (uint8_t)std::nearbyint(std::clamp(src[i * 3 + c], 0.f, 1.f) * 255.f);
+        px[i * 4 + 3] = 255;
+    }
+}
+
+}  // namespace
+}  // namespace kiln::capi
+
+using namespace kiln;
+using namespace kiln::capi;
+
+extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_generate_params* params, kiln_image* out) {
+    return guarded(KILN_INVALID_ARGUMENT, [&] {
+        KILN_ARG(model, "model is NULL");
+        const auto p = read_struct(params, "params");
+        auto img = read_struct(out, "out");
+        KILN_ARG(img.format == KILN_PIXELS_RGBA8 || img.format == KILN_PIXELS_RGB_F32, "out->format ", (int)img.format,
+                 " is not a kiln_pixel_format");
+        Request r = resolve(*model, p);
+        img.width = r.width, img.height = r.height, img.count = r.count;
+        img.required_bytes = (size_t)r.width * r.height * r.count * (img.format == KILN_PIXELS_RGBA8 ? 4 : 12);
+        write_struct(out, img);
+        if (!img.data) return;  // the size query
+        if (img.capacity < img.required_bytes)
+            fail(KILN_BUFFER_TOO_SMALL, "out->capacity is ", img.capacity, " bytes, ", img.required_bytes, " needed (",
+                 r.count, " image(s) of ", r.width, "x", r.height, ")");
+        std::lock_guard<std::mutex> lock(model->device->mutex);
+        Tensor im;
+        try {
+            im = run(*model->device->vk, *model, r, p);
+        } catch (const Error& e) {
+            if (dynamic_cast<const StatusError*>(&e)) throw;
+            // Past the checks above, a failure is the model's files, the device, or a bug: the message says which.
+            throw StatusError(status_of_current_exception(KILN_INTERNAL), e.what());
+        }
+        write_pixels(im, img);
+    });
+}

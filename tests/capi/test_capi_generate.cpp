@@ -1,0 +1,243 @@
+// The C API end to end on the built-in dit-digits model: model info, determinism, pixel formats, cancel from the
+// progress callback, forward, and threads (two contexts in parallel; one context from two threads).
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "runtime/core/tensor.h"
+#include "runtime/vulkan/context.h"
+#include "tests/capi/capi_test.h"
+
+using namespace kiln::capi_test;
+
+namespace {
+// Sum of |a - b| over bytes: 0 when identical.
+long diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+    REQUIRE(a.size() == b.size());
+    long d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d += std::abs((int)a[i] - (int)b[i]);
+    return d;
+}
+}  // namespace
+
+TEST_CASE("C API: devices and model info", "[capi]") {
+    int n = 0;
+    REQUIRE(kiln_device_count(&n) == KILN_OK);
+    REQUIRE(n >= 1);
+    kiln_device_info d = KILN_DEVICE_INFO_INIT;
+    REQUIRE(kiln_device_get_info(0, &d) == KILN_OK);
+    CHECK(std::strlen(d.name) > 0);
+    CHECK(std::strlen(d.type) > 0);
+    auto ctx = make_context();
+    kiln_device_info cd = KILN_DEVICE_INFO_INIT;
+    REQUIRE(kiln_context_get_device(ctx.get(), &cd) == KILN_OK);
+    CHECK(cd.usable == 1);
+
+    auto m = open_model(ctx.get(), digits_model());
+    kiln_model_info info = KILN_MODEL_INFO_INIT;
+    REQUIRE(kiln_model_get_info(m.get(), &info) == KILN_OK);
+    CHECK(info.kind == KILN_MODEL_CLASS_LABELS);
+    CHECK(std::string(info.pipeline) == "DiTPipeline");
+    CHECK(info.class_count == 10);
+    CHECK(info.default_width == 32);
+    CHECK(info.default_height == 32);
+    std::vector<std::string> comps;
+    for (int i = 0; i < info.component_count; ++i) {
+        const char *name = nullptr, *cls = nullptr;
+        REQUIRE(kiln_model_component(m.get(), i, &name, &cls) == KILN_OK);
+        comps.push_back(std::string(name) + ":" + cls);
+    }
+    CHECK(std::find(comps.begin(), comps.end(), "transformer:DiTTransformer2DModel") != comps.end());
+    CHECK(std::find(comps.begin(), comps.end(), "vae:AutoencoderKL") != comps.end());
+    for (int i = 0; i < info.class_count; ++i) {
+        int id = -1;
+        const char* name = nullptr;
+        REQUIRE(kiln_model_class_label(m.get(), i, &id, &name) == KILN_OK);
+        CHECK(id == i);
+        CHECK(std::string(name) == std::to_string(i));
+    }
+    // The model outlives its context handle (the device stays until the model goes).
+    ctx.reset();
+    std::vector<uint8_t> px;
+    CHECK(generate_digits(m.get(), {7}, 1, &px, 2) == KILN_OK);
+}
+
+TEST_CASE("C API: identical seeds give identical images; formats agree", "[capi][vulkan]") {
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), digits_model());
+    std::vector<uint8_t> a, b, c;
+    REQUIRE(generate_digits(m.get(), {0, 5}, 42, &a) == KILN_OK);
+    REQUIRE(generate_digits(m.get(), {0, 5}, 42, &b) == KILN_OK);
+    REQUIRE(generate_digits(m.get(), {0, 5}, 43, &c) == KILN_OK);
+    REQUIRE(a.size() == 2 * 32 * 32 * 4);
+    CHECK(diff(a, b) == 0);
+    CHECK(diff(a, c) > 0);
+    for (size_t i = 3; i < a.size(); i += 4) REQUIRE(a[i] == 255);  // opaque alpha
+    // Not a flat image.
+    CHECK(*std::max_element(a.begin(), a.end()) - *std::min_element(a.begin(), a.end()) > 100);
+
+    // RGB float32 of the same call rounds to the RGBA8 pixels.
+    int labels[2] = {0, 5};
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.class_labels = labels;
+    p.class_label_count = 2;
+    p.seed = 42;
+    p.steps = 4;
+    kiln_image img = KILN_IMAGE_INIT;
+    img.format = KILN_PIXELS_RGB_F32;
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    REQUIRE(img.required_bytes == 2 * 32 * 32 * 3 * sizeof(float));
+    std::vector<float> f(img.required_bytes / sizeof(float));
+    img.data = f.data();
+    img.capacity = img.required_bytes;
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    for (size_t i = 0; i < 2 * 32 * 32; ++i)
+        for (int k = 0; k < 3; ++k) {
+            INFO("pixel " << i << " channel " << k);
+            REQUIRE(a[i * 4 + k] == (uint8_t)std::nearbyint(std::clamp(f[i * 3 + k], 0.f, 1.f) * 255.f));
+        }
+    CHECK(kiln::vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("C API: the progress callback sees every step and cancels at a step boundary", "[capi][vulkan]") {
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), digits_model());
+    struct Seen {
+        std::vector<int> steps;
+        int total = 0, cancel_at = -1;
+    };
+    auto cb = [](int step, int total, void* user) -> int {
+        auto* s = static_cast<Seen*>(user);
+        s->steps.push_back(step);
+        s->total = total;
+        return step == s->cancel_at;
+    };
+    Seen all;
+    std::vector<uint8_t> px;
+    REQUIRE(generate_digits(m.get(), {1}, 0, &px, 5, cb, &all) == KILN_OK);
+    CHECK(all.total == 5);
+    CHECK(all.steps == std::vector<int>{0, 1, 2, 3, 4, 5});
+    for (int cancel_at : {0, 2}) {
+        Seen s;
+        s.cancel_at = cancel_at;
+        std::vector<uint8_t> none(7, 9);
+        kiln_status st = generate_digits(m.get(), {1}, 0, &none, 5, cb, &s);
+        INFO(kiln_last_error());
+        CHECK(st == KILN_CANCELLED);
+        CHECK(s.steps.back() == cancel_at);  // no step ran after the one that cancelled
+        CHECK(std::string(kiln_last_error()).find("cancel") != std::string::npos);
+    }
+    // The context and model are still usable, and give the same image as before.
+    std::vector<uint8_t> again;
+    REQUIRE(generate_digits(m.get(), {1}, 0, &again, 5) == KILN_OK);
+    CHECK(diff(px, again) == 0);
+    CHECK(kiln::vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("C API: kiln_forward on the device matches the CPU reference", "[capi][vulkan]") {
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), digits_model());
+    std::vector<float> x(2 * 4 * 8 * 8);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * (float)i);
+    float t[2] = {999, 10};
+    int64_t labels[2] = {3, 8};
+    int64_t xs[4] = {2, 4, 8, 8}, two[1] = {2};
+    kiln_tensor in[3] = {{"hidden_states", KILN_F32, 4, xs, x.data()},
+                         {"timestep", KILN_F32, 1, two, t},
+                         {"class_labels", KILN_I64, 1, two, labels}};
+    std::vector<float> outs[2];
+    for (int cpu : {0, 1}) {
+        kiln_forward_params fp = KILN_FORWARD_PARAMS_INIT;
+        fp.inputs = in;
+        fp.input_count = 3;
+        fp.cpu_reference = cpu;
+        kiln_result* r = nullptr;
+        INFO(kiln_last_error());
+        REQUIRE(kiln_forward(m.get(), &fp, &r) == KILN_OK);
+        Result res(r);
+        REQUIRE(kiln_result_count(r) >= 1);
+        kiln_tensor o;
+        REQUIRE(kiln_result_find(r, "sample", &o) == KILN_OK);
+        REQUIRE(o.dtype == KILN_F32);
+        REQUIRE(o.ndim == 4);
+        CHECK(o.shape[0] == 2);
+        CHECK(o.shape[1] == 8);  // learned sigma: 2 x in_channels
+        const float* d = static_cast<const float*>(o.data);
+        outs[cpu].assign(d, d + 2 * 8 * 8 * 8);
+    }
+    // f16 weights, f32 activations: summation order differs between the device and the reference: 1e-3 relative.
+    CHECK(kiln::rel_l2(outs[0], outs[1]) < 1e-3);
+    CHECK(kiln::vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("C API: two contexts generate concurrently on two threads", "[capi][vulkan][threads]") {
+    std::vector<uint8_t> ref;
+    {
+        auto ctx = make_context();
+        auto m = open_model(ctx.get(), digits_model());
+        REQUIRE(generate_digits(m.get(), {2, 9}, 7, &ref) == KILN_OK);
+    }
+    std::vector<uint8_t> got[2];
+    kiln_status st[2] = {KILN_INTERNAL, KILN_INTERNAL};
+    std::thread th[2];
+    for (int i = 0; i < 2; ++i)
+        th[i] = std::thread([&, i] {
+            kiln_context* c = nullptr;
+            kiln_model* m = nullptr;
+            st[i] = kiln_context_create(nullptr, &c);
+            if (st[i] == KILN_OK) st[i] = kiln_model_open(c, digits_model().c_str(), &m);
+            for (int rep = 0; rep < 2 && st[i] == KILN_OK; ++rep) st[i] = generate_digits(m, {2, 9}, 7, &got[i]);
+            kiln_model_destroy(m);
+            kiln_context_destroy(c);
+        });
+    for (auto& t : th) t.join();
+    for (int i = 0; i < 2; ++i) {
+        CHECK(st[i] == KILN_OK);
+        CHECK(diff(got[i], ref) == 0);
+    }
+    CHECK(kiln::vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("C API: one context hammered from two threads is serialized", "[capi][vulkan][threads]") {
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), digits_model());
+    std::vector<uint8_t> ref[2];
+    REQUIRE(generate_digits(m.get(), {4}, 11, &ref[0], 3) == KILN_OK);
+    REQUIRE(generate_digits(m.get(), {6}, 12, &ref[1], 3) == KILN_OK);
+    std::atomic<int> failures{0}, mismatches{0}, forwards{0};
+    std::thread th[2];
+    for (int i = 0; i < 2; ++i)
+        th[i] = std::thread([&, i] {
+            for (int rep = 0; rep < 3; ++rep) {
+                std::vector<uint8_t> px;
+                if (generate_digits(m.get(), {i == 0 ? 4 : 6}, i == 0 ? 11 : 12, &px, 3) != KILN_OK)
+                    failures++;
+                else if (px != ref[i])
+                    mismatches++;
+                // Interleave a forward and model queries on the same context.
+                kiln_model_info info = KILN_MODEL_INFO_INIT;
+                if (kiln_model_get_info(m.get(), &info) != KILN_OK) failures++;
+                std::vector<float> x(4 * 8 * 8, 0.25f);
+                float t = 100;
+                int64_t l = i, xs[4] = {1, 4, 8, 8}, one[1] = {1};
+                kiln_tensor in[3] = {{"hidden_states", KILN_F32, 4, xs, x.data()},
+                                     {"timestep", KILN_F32, 1, one, &t},
+                                     {"class_labels", KILN_I64, 1, one, &l}};
+                kiln_forward_params fp = KILN_FORWARD_PARAMS_INIT;
+                fp.inputs = in;
+                fp.input_count = 3;
+                kiln_result* r = nullptr;
+                if (kiln_forward(m.get(), &fp, &r) == KILN_OK && kiln_result_count(r) >= 1)
+                    forwards++;
+                else
+                    failures++;
+                kiln_result_destroy(r);
+            }
+        });
+    for (auto& t : th) t.join();
+    CHECK(failures == 0);
+    CHECK(mismatches == 0);
+    CHECK(forwards == 6);
+    CHECK(kiln::vk::Context::validation_errors() == 0);
+}
