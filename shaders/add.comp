@@ -1,3 +1,4 @@
+// ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // add: out = a + b with numpy broadcasting (see BinaryParams).

@@ -3,8 +3,12 @@
 #define USE_BINARY
 #include "runtime/ir/params.h"
 layout(local_size_x = 256) in;
-layout(binding = 0) readonly buffer A { float a[]; };
-layout(binding = 1) readonly buffer B { float b[]; };
+WEIGHT_BUF(0, A, float, a)
+WEIGHT_BUF(1, B, float, b)
+#ifdef KILN_PTR
+#define a A_p.data
+#define b B_p.data
+#endif
 layout(binding = 2) writeonly buffer Y { float y[]; };
 
 void main() {

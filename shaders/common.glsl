@@ -15,6 +15,22 @@
 #define W2F(x) (x)
 #endif
 
+// WEIGHT_BUF(binding, Block, T, name): a read-only input `name[]` that may be a block weight. In the
+// "_ptr" variants (-DKILN_PTR; for the regional replay, which selects each block instance's weights on
+// the device) the binding holds a small table of 64-bit device addresses, one per input binding, and
+// `name` is the array at entry [binding] (the including shader then #defines name as Block_p.data).
+// Bindings declared this way are found by reflection through the "_ptrs" suffix of their block name.
+#ifdef KILN_PTR
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#define WEIGHT_BUF(B, Blk, T, name)                                                                       \
+    layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Blk##_ref { T data[]; };        \
+    layout(binding = B) readonly buffer Blk##_ptrs { uvec2 Blk##_addr[]; };                               \
+    Blk##_ref Blk##_p = Blk##_ref(Blk##_addr[B]);
+#else
+#define WEIGHT_BUF(B, Blk, T, name) layout(binding = B) readonly buffer Blk { T name[]; };
+#endif
+
 // 1-D dispatch helper: invocations beyond n return. Groups may be spread over x and y when
 // n / local_size exceeds maxComputeWorkGroupCount[0] (65535).
 uint flat_id() { return gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x; }

@@ -1,4 +1,5 @@
 // variants: f32 f16 bf16
+// ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // embedding: y[i, :] = table[ids[i], :], table [V, D] stored f32/f16/bf16. Ids are clamped to
@@ -7,7 +8,10 @@
 #define USE_EMBEDDING
 #include "runtime/ir/params.h"
 layout(local_size_x = 256) in;
-layout(binding = 0) readonly buffer T { WTYPE table[]; };
+WEIGHT_BUF(0, T, WTYPE, table)
+#ifdef KILN_PTR
+#define table T_p.data
+#endif
 layout(binding = 1) readonly buffer I { int ids[]; };
 layout(binding = 2) writeonly buffer Y { float y[]; };
 

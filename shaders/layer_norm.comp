@@ -1,3 +1,4 @@
+// ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // layer_norm over the last dim: (x - mean) / sqrt(var + eps) * w + b, two-pass mean/variance.
@@ -7,8 +8,12 @@
 #include "reduce.glsl"
 layout(local_size_x = 64) in;
 layout(binding = 0) readonly buffer X { float x[]; };
-layout(binding = 1) readonly buffer Wt { float w[]; };
-layout(binding = 2) readonly buffer Bs { float b[]; };
+WEIGHT_BUF(1, Wt, float, w)
+WEIGHT_BUF(2, Bs, float, b)
+#ifdef KILN_PTR
+#define w Wt_p.data
+#define b Bs_p.data
+#endif
 layout(binding = 3) writeonly buffer Y { float y[]; };
 
 void main() {

@@ -1,4 +1,5 @@
 // variants: f32 f16 bf16
+// ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require

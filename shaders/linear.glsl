@@ -18,24 +18,28 @@ layout(constant_id = 1) const uint LY = 16;
 #define VT vec4
 layout(binding = 0) readonly buffer X { vec4 x[]; };
 #if defined(W_F16)
-layout(binding = 1) readonly buffer Wt { f16vec4 w[]; };
+WEIGHT_BUF(1, Wt, f16vec4, w)
 #define WLOAD(i) vec4(w[i])
 #elif defined(W_BF16)
-layout(binding = 1) readonly buffer Wt { u16vec4 w[]; };
+WEIGHT_BUF(1, Wt, u16vec4, w)
 #define WLOAD(i) uintBitsToFloat(uvec4(w[i]) << 16)
 #else
-layout(binding = 1) readonly buffer Wt { vec4 w[]; };
+WEIGHT_BUF(1, Wt, vec4, w)
 #define WLOAD(i) w[i]
 #endif
 #define KSTEPS (p.K / 4)
 #else
 #define VT float
 layout(binding = 0) readonly buffer X { float x[]; };
-layout(binding = 1) readonly buffer Wt { WTYPE w[]; };
+WEIGHT_BUF(1, Wt, WTYPE, w)
 #define WLOAD(i) W2F(w[i])
 #define KSTEPS p.K
 #endif
-layout(binding = 2) readonly buffer Bs { float bias[]; };
+WEIGHT_BUF(2, Bs, float, bias)
+#ifdef KILN_PTR
+#define w Wt_p.data
+#define bias Bs_p.data
+#endif
 layout(binding = 3) writeonly buffer Y { float y[]; };
 
 void main() {

@@ -1,3 +1,4 @@
+// ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -9,7 +10,10 @@
 #include "runtime/ir/params.h"
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(binding = 0) readonly buffer A { float a[]; };
-layout(binding = 1) readonly buffer Bm { float b[]; };
+WEIGHT_BUF(1, Bm, float, b)
+#ifdef KILN_PTR
+#define b Bm_p.data
+#endif
 layout(binding = 2) writeonly buffer Y { float y[]; };
 
 void main() {

@@ -1,3 +1,4 @@
+// ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // rms_norm over the last dim: x / sqrt(mean(x^2) + eps) * w (normalise in f32, then weight).
@@ -7,7 +8,10 @@
 #include "reduce.glsl"
 layout(local_size_x = 64) in;
 layout(binding = 0) readonly buffer X { float x[]; };
-layout(binding = 1) readonly buffer Wt { float w[]; };
+WEIGHT_BUF(1, Wt, float, w)
+#ifdef KILN_PTR
+#define w Wt_p.data
+#endif
 layout(binding = 2) writeonly buffer Y { float y[]; };
 
 void main() {

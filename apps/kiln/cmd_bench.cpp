@@ -26,7 +26,7 @@ double median(std::vector<double> v) {
 
 Run add_bench(CLI::App& app) {
     struct Opts {
-        std::string model, synthetic, mode = "all", json, dtype = "f16";
+        std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto";
         int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
     };
     auto o = std::make_shared<Opts>();
@@ -44,6 +44,10 @@ Run add_bench(CLI::App& app) {
     app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode")->capture_default_str();
     app.add_option("--warmup", o->warmup, "Untimed steps before timing")->capture_default_str();
     app.add_option("--mode", o->mode, "eager | full | regional | all")->capture_default_str();
+    app.add_option("--block-weights", o->block_weights,
+                   "Regional: auto | device (selected through device addresses, no copies) | copy (copied per "
+                   "replay)")
+        ->capture_default_str();
     app.add_option("--dtype", o->dtype, "Synthetic weight dtype: f32 | f16 | bf16")->capture_default_str();
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_option("--device", o->device, "Vulkan device index");
@@ -72,6 +76,7 @@ Run add_bench(CLI::App& app) {
             ws = src.weights("transformer");
         }
         if (o->size > 0) arch.latent = o->size / 8;
+        const exec::BlockWeights bw = exec::parse_block_weights(o->block_weights);
         std::vector<exec::Mode> modes;
         if (o->mode == "all")
             modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
@@ -86,9 +91,9 @@ Run add_bench(CLI::App& app) {
                                  {"latent", arch.latent},     {"modes", nlohmann::json::array()}};
         std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(),
                     o->batch, arch.latent, arch.latent, ctx.info().name.c_str());
-        std::printf("%-9s %9s %9s %9s %8s %6s %6s %6s %10s %10s %10s %9s %8s %8s\n", "mode", "cold_ms", "warm_ms",
-                    "record_ms", "pipes", "cmdbuf", "disp", "submit", "step_med", "step_min", "step_max", "gpu_ms",
-                    "GFLOP/s", "mem_MiB");
+        std::printf("%-9s %9s %9s %9s %8s %6s %6s %6s %6s %10s %10s %10s %9s %8s %8s %8s\n", "mode", "cold_ms",
+                    "warm_ms", "record_ms", "pipes", "cmdbuf", "disp", "submit", "copies", "step_med", "step_min",
+                    "step_max", "gpu_ms", "host_ms", "GFLOP/s", "mem_MiB");
         std::fflush(stdout);
         for (exec::Mode mode : modes) {
             ir::Graph g;
@@ -96,19 +101,19 @@ Run add_bench(CLI::App& app) {
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
             ir::Cost cost = ir::count_cost(g);
             auto t0 = Clock::now();
-            auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode);
+            auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw);
             double cold = ms_since(t0);
             exec::Counters c = ex->counters();
             // Warm: the same plan again, pipelines now from the VkPipelineCache; weights upload excluded.
             ex.reset();
             t0 = Clock::now();
             // The warm executor also times every replayed block (timestamps around each replay).
-            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true);
+            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw);
             exec::Counters cw = ex->counters();
             double warm = ms_since(t0) - cw.upload_ms;
             for (auto& [name, t] : in) ex->set_input(name, t);
             for (int i = 0; i < o->warmup; ++i) ex->run();
-            std::vector<double> wall, gpu;
+            std::vector<double> wall, gpu, host;
             std::map<std::string, double> per_op;
             std::vector<double> block_ms;
             for (int i = 0; i < o->steps; ++i) {
@@ -116,16 +121,22 @@ Run add_bench(CLI::App& app) {
                 ex->run();
                 wall.push_back(ms_since(ts));
                 gpu.push_back(ex->last_gpu_ms());
+                host.push_back(ex->last_host_ms());
                 for (auto& [k, v] : ex->last_op_ms()) per_op[k] += v / o->steps;
                 block_ms = ex->last_block_ms();
             }
-            double med = median(wall), gmed = median(gpu);
+            double med = median(wall), gmed = median(gpu), hmed = median(host);
             double gflops = cost.flops / (med * 1e-3) * 1e-9;
-            std::printf("%-9s %9.0f %9.0f %9.2f %8d %6d %6d %6d %10.1f %10.1f %10.1f %9.1f %8.1f %8.0f\n",
+            // Bytes moved per step: the graph's, plus block weights copied (read and written) where copied.
+            double bytes = cost.bytes + 2.0 * (double)c.weight_copy_bytes_per_run;
+            std::printf("%-9s %9.0f %9.0f %9.2f %8d %6d %6d %6d %6d %10.1f %10.1f %10.1f %9.1f %8.2f %8.1f %8.0f\n",
                         exec::mode_name(mode), cold - c.upload_ms, warm, c.record_ms, c.pipelines,
-                        c.command_buffers_recorded, c.dispatches_per_run, c.submissions_per_run, med,
+                        c.command_buffers_recorded, c.dispatches_per_run, c.submissions_per_run, c.copies_per_run, med,
                         *std::min_element(wall.begin(), wall.end()), *std::max_element(wall.begin(), wall.end()), gmed,
-                        gflops, (double)c.device_bytes / (1 << 20));
+                        hmed, gflops, (double)c.device_bytes / (1 << 20));
+            if (!c.block_weights_note.empty())
+                std::printf("          %s (%.1f MiB of weight copies per step)\n", c.block_weights_note.c_str(),
+                            (double)c.weight_copy_bytes_per_run / (1 << 20));
             std::fflush(stdout);
             nlohmann::json jm = {{"mode", exec::mode_name(mode)},
                                  {"cold_compile_ms", cold - c.upload_ms},
@@ -140,6 +151,9 @@ Run add_bench(CLI::App& app) {
                                  {"submissions_per_step", c.submissions_per_run},
                                  {"barriers_per_step", c.barriers_per_run},
                                  {"copies_per_step", c.copies_per_run},
+                                 {"weight_copy_bytes_per_step", c.weight_copy_bytes_per_run},
+                                 {"table_updates_per_step", c.table_updates_per_run},
+                                 {"block_weights", c.block_weights_note},
                                  {"activation_bytes_planned", c.activation_bytes_planned},
                                  {"activation_bytes_naive", c.activation_bytes_naive},
                                  {"weight_bytes", c.weight_bytes},
@@ -149,9 +163,11 @@ Run add_bench(CLI::App& app) {
                                  {"gpu_ms", gpu},
                                  {"gpu_ms_median", gmed},
                                  {"flops_per_step", cost.flops},
-                                 {"bytes_per_step", cost.bytes},
+                                 {"bytes_per_step", bytes},
+                                 {"host_ms", host},
+                                 {"host_ms_median", hmed},
                                  {"gflops_per_s", gflops},
-                                 {"gbytes_per_s", cost.bytes / (med * 1e-3) * 1e-9},
+                                 {"gbytes_per_s", bytes / (med * 1e-3) * 1e-9},
                                  {"gpu_ms_per_op_kind", per_op},
                                  {"gpu_ms_per_block", block_ms},
                                  {"gpu_ms_block_median", median(block_ms)}};

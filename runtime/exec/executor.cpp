@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "runtime/core/error.h"
-#include "runtime/exec/regions.h"
-#include "runtime/vulkan/lower.h"
-#include "runtime/vulkan/memory.h"
-#include "runtime/vulkan/pipeline.h"
+#include "runtime/exec/executor_impl.h"
 
 namespace kiln::exec {
 
@@ -32,115 +30,12 @@ Mode parse_mode(const std::string& s) {
     KILN_FAIL("unknown mode '", s, "' (eager, full or regional)");
 }
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-constexpr VkDeviceSize kAlign = 256;
-VkDeviceSize align_up(VkDeviceSize x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-struct Span {
-    VkBuffer b;
-    VkDeviceSize off, size;
-    bool overlaps(const Span& o) const { return b == o.b && off < o.off + o.size && o.off < off + size; }
-};
-
-// Records into one command buffer, inserting a memory barrier only where an access conflicts with
-// a write (RAW, WAW) or a read (WAR) made since the last barrier.
-struct Recorder {
-    VkCommandBuffer cb;
-    std::vector<Span> writes, reads;
-    int barriers = 0;
-    void barrier() {
-        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-        mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                           VK_ACCESS_TRANSFER_WRITE_BIT;
-        VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-        vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
-        writes.clear();
-        reads.clear();
-        barriers++;
-    }
-    void access(const std::vector<Span>& r, const std::vector<Span>& w) {
-        bool need = false;
-        for (auto& x : r)
-            for (auto& y : writes) need |= x.overlaps(y);
-        for (auto& x : w) {
-            for (auto& y : writes) need |= x.overlaps(y);
-            for (auto& y : reads) need |= x.overlaps(y);
-        }
-        if (need) barrier();
-        reads.insert(reads.end(), r.begin(), r.end());
-        writes.insert(writes.end(), w.begin(), w.end());
-    }
-};
-
-struct DispatchRec {
-    const vk::Kernel* kernel;
-    VkDescriptorSet set;
-    vk::Dispatch d;
-    std::vector<Span> reads, writes;
-};
-}  // namespace
-
-struct Executor::Impl {
-    vk::Context& ctx;
-    ir::Graph g;
-    Mode mode;
-    vk::Allocator alloc;
-    vk::Kernels kernels;
-    Counters c;
-    std::vector<vk::BufferRange> range;  // per value id; views share their root's range
-    std::vector<int> root;
-    vk::BufferRange dummy;
-    std::vector<BlockKind> blocks;
-    std::vector<std::vector<vk::BufferRange>> block_arena;  // per kind, per instance: its weights
-    std::vector<vk::BufferRange> block_window;              // per kind: what the recording binds
-    std::vector<VkDeviceSize> block_stride;
-    VkDescriptorPool pool = VK_NULL_HANDLE;
-    std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
-    // Program: a list of steps for the primary command buffer.
-    struct Step {
-        enum { dispatch, blocks } kind;
-        int index;  // dispatch index, or block kind index
-    };
-    std::vector<Step> program;
-    std::vector<std::vector<int>> block_dispatches;  // per kind: dispatch indices of the template
-    VkCommandBuffer primary = VK_NULL_HANDLE;
-    std::vector<VkCommandBuffer> secondaries;
-    VkQueryPool queries = VK_NULL_HANDLE;
-    uint32_t n_queries = 0;
-    bool profile = false, profile_blocks = false;  // timestamps around every replayed block
-    std::vector<double> block_ms;
-    VkFence fence = VK_NULL_HANDLE;
-    double gpu_ms = 0;
-    std::vector<std::pair<std::string, double>> op_ms;
-    std::map<std::string, int> inputs, outputs;
-
-    Impl(vk::Context& cx, const ir::Graph& graph, Mode m) : ctx(cx), g(graph), mode(m), alloc(cx), kernels(cx) {}
-    ~Impl() {
-        VkDevice d = ctx.device();
-        vkDeviceWaitIdle(d);
-        if (primary) vkFreeCommandBuffers(d, ctx.pool(), 1, &primary);
-        if (!secondaries.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)secondaries.size(), secondaries.data());
-        if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
-        if (queries) vkDestroyQueryPool(d, queries, nullptr);
-        if (fence) vkDestroyFence(d, fence, nullptr);
-    }
-
-    int r(int v) const { return v < 0 ? v : root[(size_t)v]; }
-    Span span(int v) const {
-        const auto& br = range[(size_t)r(v)];
-        return {br.buffer, br.offset, br.size};
-    }
-
-    void plan(const WeightBytesFn& weights);
-    void plan_weights(const WeightBytesFn& weights, const std::vector<int>& active);
-    void plan_activations(const std::vector<int>& active);
-    void build_dispatches(const std::vector<int>& active);
-    void record();
-    void record_dispatch(Recorder& rec, const DispatchRec& d);
-};
+BlockWeights parse_block_weights(const std::string& s) {
+    if (s == "auto") return BlockWeights::automatic;
+    if (s == "device") return BlockWeights::device;
+    if (s == "copy") return BlockWeights::copy;
+    KILN_FAIL("unknown block weights '", s, "' (auto, device or copy)");
+}
 
 void Executor::Impl::plan(const WeightBytesFn& weights) {
     auto t0 = Clock::now();
@@ -176,6 +71,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     c.plan_ms = ms_since(t0) - c.upload_ms;  // weight upload is reported on its own
     auto t1 = Clock::now();
     build_dispatches(active);
+    build_ptr_tables();
     c.pipeline_ms = kernels.create_ms();
     c.pipelines = kernels.created();
     c.plan_ms += ms_since(t1) - kernels.create_ms();
@@ -189,59 +85,16 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
     std::set<int> in_blocks;
     for (auto& k : blocks)
         for (auto& inst : k.weights) in_blocks.insert(inst.begin(), inst.end());
-    auto fill = [&](int v, const vk::BufferRange& dst, VkDeviceSize off) {
-        const ir::Value& val = g.value(v);
-        size_t n = (size_t)shape_numel(val.shape) * dtype_size(val.dtype);
-        if (dst.mapped) {
-            weights(val, dst.mapped + off, n);
-        } else {
-            std::vector<uint8_t> tmp(n);
-            weights(val, tmp.data(), n);
-            alloc.upload(dst, tmp.data(), n, off);
-        }
-        c.weight_bytes += n;
-    };
     // Weights read by active nodes outside blocks: one range each.
     std::set<int> used;
     for (int n : active)
         for (int v : g.nodes()[(size_t)n].in)
             if (v >= 0 && g.value(v).role == ir::Role::weight && !in_blocks.count(v)) used.insert(v);
     for (int v : used) {
-        const ir::Value& val = g.value(v);
-        range[(size_t)v] = alloc.alloc((size_t)shape_numel(val.shape) * dtype_size(val.dtype), val.name.c_str());
-        fill(v, range[(size_t)v], 0);
+        range[(size_t)v] = alloc.alloc(value_bytes(g.value(v)), g.value(v).name.c_str());
+        fill_weight(weights, v, range[(size_t)v], 0);
     }
-    // Block weights: block-major arena (instance i at i*stride, same relative offsets), plus a
-    // window the template binds; each replay copies instance i's weights into the window.
-    for (auto& k : blocks) {
-        std::vector<VkDeviceSize> rel;
-        VkDeviceSize stride = 0;
-        for (int v : k.tmpl_weights) {
-            rel.push_back(stride);
-            stride += align_up((size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype));
-        }
-        stride = std::max<VkDeviceSize>(stride, kAlign);
-        // One range per instance: the allocator packs them block-major into its large blocks, and no
-        // single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
-        const std::string what = "weights of block kind " + k.kind;
-        std::vector<vk::BufferRange> inst;
-        for (size_t i = 0; i < k.weights.size(); ++i) {
-            inst.push_back(alloc.alloc(stride, what.c_str(), false));
-            for (size_t j = 0; j < k.tmpl_weights.size(); ++j) fill(k.weights[i][j], inst.back(), rel[j]);
-        }
-        auto window = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
-        for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
-            int v = k.tmpl_weights[j];
-            VkDeviceSize n = (size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
-            KILN_CHECK(n <= ctx.info().max_storage_buffer_range, "weight '", g.value(v).name, "' (", n,
-                       " bytes) exceeds maxStorageBufferRange");
-            range[(size_t)v] = {window.buffer, window.offset + rel[j], n,
-                                window.mapped ? window.mapped + rel[j] : nullptr};
-        }
-        block_arena.push_back(std::move(inst));
-        block_window.push_back(window);
-        block_stride.push_back(stride);
-    }
+    plan_block_weights(weights);
     c.upload_ms = ms_since(t0);
 }
 
@@ -335,6 +188,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         const ir::Node& node = nodes[(size_t)n];
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
         vk::Dispatch d = vk::lower(g, node);
+        auto slot = ptr_slot.find(n);  // a "_ptr" dispatch of a block whose weights are selected on the device
+        if (slot != ptr_slot.end()) d.shader += "_ptr";
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
         KILN_CHECK(k.bindings == node.in.size() + 1, "shader ", d.shader, " has ", k.bindings, " bindings, op ",
                    ir::op_name(node.op), " needs ", node.in.size() + 1);
@@ -351,6 +206,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)r(v)];
             KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
             bi[b] = {br.buffer, br.offset, br.size};
+            if (slot != ptr_slot.end() && b < node.in.size() && (k.ptr_bindings >> b & 1))
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
             w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
             w[b].dstSet = rec.set;
             w[b].dstBinding = b;
@@ -448,9 +305,8 @@ void Executor::Impl::record() {
         }
         size_t k = (size_t)step.index;
         const BlockKind& bk = blocks[k];
-        // Per instance: carry the previous instance's outputs into the chain inputs and its weights into
-        // the window (both only after the barrier that closed the previous replay), one barrier, replay,
-        // one barrier.
+        // Per instance: carry the previous instance's outputs into the chain inputs and select its weights
+        // (both only after the barrier that closed the previous replay), one barrier, replay, one barrier.
         auto carry = [&] {
             for (auto [x, y] : bk.chain) {
                 Span sx = span(x), sy = span(y);
@@ -463,10 +319,7 @@ void Executor::Impl::record() {
         };
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             if (i > 0) carry();
-            const vk::BufferRange& src = block_arena[k][i];
-            VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
-            vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
-            c.copies_per_run++;
+            record_block_weights(rec, k, i);
             rec.barrier();
             if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
             vkCmdExecuteCommands(primary, 1, &secondaries[k]);
@@ -487,9 +340,13 @@ void Executor::Impl::record() {
     c.record_ms = ms_since(t0);
 }
 
-Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile)
+Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile,
+                   BlockWeights block_weights)
     : impl_(std::make_unique<Impl>(ctx, g, mode)) {
     impl_->profile = profile;
+    impl_->select = block_weights;
+    if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
+        impl_->select = parse_block_weights(env);
     impl_->plan(weights);
 }
 
@@ -498,6 +355,7 @@ Executor::~Executor() = default;
 const Counters& Executor::counters() const { return impl_->c; }
 Mode Executor::mode() const { return impl_->mode; }
 double Executor::last_gpu_ms() const { return impl_->gpu_ms; }
+double Executor::last_host_ms() const { return impl_->host_ms; }
 const std::vector<std::pair<std::string, double>>& Executor::last_op_ms() const { return impl_->op_ms; }
 
 void Executor::set_input(const std::string& name, const Tensor& t) {
@@ -513,12 +371,17 @@ void Executor::set_input(const std::string& name, const Tensor& t) {
 void Executor::run() {
     Impl& m = *impl_;
     VkDevice dev = m.ctx.device();
+    // Host time: all of run() but the waits for the device (recording in eager mode, submissions).
+    auto t_run = Clock::now();
+    double wait_ms = 0;
     auto submit = [&](VkCommandBuffer cb) {
         VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
         si.commandBufferCount = 1;
         si.pCommandBuffers = &cb;
         VK_CHECK(vkQueueSubmit(m.ctx.queue(), 1, &si, m.fence));
+        auto tw = Clock::now();
         VK_CHECK(vkWaitForFences(dev, 1, &m.fence, VK_TRUE, UINT64_MAX));
+        wait_ms += ms_since(tw);
         VK_CHECK(vkResetFences(dev, 1, &m.fence));
     };
     if (m.mode == Mode::eager) {
@@ -546,9 +409,11 @@ void Executor::run() {
             }
         }
         m.gpu_ms = total;
+        m.host_ms = ms_since(t_run) - wait_ms;
         return;
     }
     submit(m.primary);
+    m.host_ms = ms_since(t_run) - wait_ms;
     if (m.queries) {
         std::vector<uint64_t> ts(m.n_queries);
         VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, m.n_queries, ts.size() * 8, ts.data(), 8,

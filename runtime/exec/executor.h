@@ -22,6 +22,13 @@ enum class Mode { eager, full, regional };
 const char* mode_name(Mode m);
 Mode parse_mode(const std::string& s);  // "eager" | "full" | "regional"
 
+// How regional mode gives each replayed block instance its weights. automatic: on the device where
+// bufferDeviceAddress exists, except on CPU devices unless a block weight exceeds maxStorageBufferRange;
+// device: through device addresses (falls back to copies without bufferDeviceAddress); copy: copied.
+// KILN_BLOCK_WEIGHTS=auto|device|copy in the environment decides for `automatic`.
+enum class BlockWeights { automatic, device, copy };
+BlockWeights parse_block_weights(const std::string& s);  // "auto" | "device" | "copy"
+
 // Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long).
 using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
 
@@ -31,7 +38,11 @@ struct Counters {
     int dispatches_per_run = 0;  // dispatches executed by one run()
     int submissions_per_run = 0;
     int barriers_per_run = 0;
-    int copies_per_run = 0;
+    int copies_per_run = 0;                  // buffer copies (chain values; block weights where copied)
+    uint64_t weight_copy_bytes_per_run = 0;  // block weights copied per run (0 when selected on the device)
+    int table_updates_per_run = 0;           // address-table writes (vkCmdUpdateBuffer) selecting block weights
+    int block_kinds_on_device = 0;           // block kinds whose weights are selected on the device
+    std::string block_weights_note;          // how block weights are replayed, and why when copied
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
 };
@@ -40,7 +51,7 @@ class Executor {
 public:
     // profile: also time every replayed block (timestamps around each replay; see last_block_ms()).
     Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode = Mode::regional,
-             bool profile = false);
+             bool profile = false, BlockWeights block_weights = BlockWeights::automatic);
     ~Executor();
     Executor(const Executor&) = delete;
     Executor& operator=(const Executor&) = delete;
@@ -53,6 +64,8 @@ public:
     Mode mode() const;
     // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
     double last_gpu_ms() const;
+    // Host time of the last run() in ms: everything but waiting for the device (recording, submitting).
+    double last_host_ms() const;
     // Regional mode with profile: GPU ms of every replayed block instance in the last run().
     const std::vector<double>& last_block_ms() const;
     // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.

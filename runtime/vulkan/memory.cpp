@@ -30,6 +30,8 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
     VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bi.size = size;
     bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    const bool bda = ctx_.info().buffer_device_address;
+    if (bda) bi.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
     bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     VK_CHECK(vkCreateBuffer(ctx_.device(), &bi, nullptr, &b.buffer));
     VkMemoryRequirements req;
@@ -44,6 +46,9 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
     VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = type;
+    VkMemoryAllocateFlagsInfo fi{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+    fi.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+    if (bda) ai.pNext = &fi;
     VkResult r = vkAllocateMemory(ctx_.device(), &ai, nullptr, &b.memory);
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
@@ -121,6 +126,13 @@ void Allocator::upload(const BufferRange& dst, const void* src, VkDeviceSize siz
         return;
     }
     staged_copy(dst, const_cast<void*>(src), size, dst_offset, true);
+}
+
+VkDeviceAddress Allocator::address(const BufferRange& r) const {
+    KILN_CHECK(ctx_.info().buffer_device_address, "device '", ctx_.info().name, "' has no bufferDeviceAddress");
+    VkBufferDeviceAddressInfo ai{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+    ai.buffer = r.buffer;
+    return vkGetBufferDeviceAddress(ctx_.device(), &ai) + r.offset;
 }
 
 void Allocator::download(const BufferRange& src, void* dst, VkDeviceSize size) {

@@ -27,6 +27,8 @@ public:
     BufferRange alloc(VkDeviceSize size, const char* what, bool bindable = true);
     void upload(const BufferRange& dst, const void* src, VkDeviceSize size, VkDeviceSize dst_offset = 0);
     void download(const BufferRange& src, void* dst, VkDeviceSize size);
+    // The device address of r's first byte (needs the device's bufferDeviceAddress feature).
+    VkDeviceAddress address(const BufferRange& r) const;
     bool unified() const { return unified_; }
     uint64_t bytes() const { return bytes_; }
 

@@ -22,10 +22,14 @@ bool has_shader(const std::string& name) { return find_blob(name) != nullptr; }
 
 Reflection reflect_spirv(const uint32_t* code, size_t words) {
     KILN_CHECK(words > 5 && code[0] == 0x07230203u, "invalid SPIR-V module");
-    constexpr uint32_t OpDecorate = 71, OpVariable = 59, DecBinding = 33, DecSet = 34;
+    constexpr uint32_t OpName = 5, OpTypePointer = 32, OpDecorate = 71, OpVariable = 59, DecBinding = 33, DecSet = 34;
     constexpr uint32_t SCStorageBuffer = 12, SCUniform = 2, SCPushConstant = 9;
-    std::map<uint32_t, uint32_t> binding, set;
-    std::vector<std::pair<uint32_t, uint32_t>> vars;  // (id, storage class)
+    std::map<uint32_t, uint32_t> binding, set, pointee;
+    std::map<uint32_t, std::string> names;
+    struct Var {
+        uint32_t id, type, sc;
+    };
+    std::vector<Var> vars;
     for (size_t i = 5; i < words;) {
         uint32_t op = code[i] & 0xffffu, len = code[i] >> 16;
         KILN_CHECK(len > 0 && i + len <= words, "truncated SPIR-V instruction");
@@ -33,16 +37,24 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
             if (code[i + 2] == DecBinding) binding[code[i + 1]] = code[i + 3];
             if (code[i + 2] == DecSet) set[code[i + 1]] = code[i + 3];
         } else if (op == OpVariable && len >= 4) {
-            vars.push_back({code[i + 2], code[i + 3]});
+            vars.push_back({code[i + 2], code[i + 1], code[i + 3]});
+        } else if (op == OpTypePointer && len >= 4) {
+            pointee[code[i + 1]] = code[i + 3];
+        } else if (op == OpName && len >= 3) {
+            const char* s = reinterpret_cast<const char*>(code + i + 2);
+            names[code[i + 1]] = std::string(s, strnlen(s, (len - 2) * 4));
         }
         i += len;
     }
     Reflection r;
-    for (auto [id, sc] : vars) {
+    for (auto [id, type, sc] : vars) {
         if (sc == SCPushConstant) r.push_constants = true;
         if (sc == SCStorageBuffer || sc == SCUniform) {
             KILN_CHECK(binding.count(id) && set[id] == 0, "shader resource without binding in descriptor set 0");
             r.bindings.push_back(binding[id]);
+            const std::string& block = names[pointee[type]];
+            if (block.size() > 5 && block.compare(block.size() - 5, 5, "_ptrs") == 0)
+                r.ptr_bindings |= 1u << binding[id];
         }
     }
     std::sort(r.bindings.begin(), r.bindings.end());
@@ -71,6 +83,7 @@ const Kernel& Kernels::get(const std::string& name, const std::vector<uint32_t>&
     Kernel k;
     k.name = name;
     k.bindings = (uint32_t)refl.bindings.size();
+    k.ptr_bindings = refl.ptr_bindings;
 
     std::vector<VkDescriptorSetLayoutBinding> lb(k.bindings);
     for (uint32_t i = 0; i < k.bindings; ++i) {

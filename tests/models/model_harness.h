@@ -2,6 +2,7 @@
 // Shared by the model tests: one Vulkan context per process, and the fixture-parity checks every
 // transformer runs (CPU reference vs diffusers; Vulkan in every JIT mode from a converted Kiln file).
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 
 #include "converter/convert.h"
@@ -52,10 +53,15 @@ inline void check_vulkan_parity(const std::string& fx, const std::vector<std::st
         converter::convert_folder(data_path("fixtures/" + fx), file, opt);
         auto src = models::ModelSource::open(file);
         Tensor first;
-        for (exec::Mode m : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional}) {
+        // Regional twice: block weights copied per replay, then selected on the device (device addresses).
+        for (int run = 0; run < 4; ++run) {
+            exec::Mode m = run == 0 ? exec::Mode::eager : run == 1 ? exec::Mode::full : exec::Mode::regional;
+            ::setenv("KILN_BLOCK_WEIGHTS", run == 3 ? "device" : "copy", 1);
             auto out = models::forward_component(&context(), src, "transformer", in, m);
+            ::unsetenv("KILN_BLOCK_WEIGHTS");
             double err = rel_l2(out["sample"].to_f32(), ref);
-            INFO(fx << " " << dtype_name(dt) << " " << exec::mode_name(m) << " relative L2 " << err);
+            INFO(fx << " " << dtype_name(dt) << " " << exec::mode_name(m) << (run == 3 ? " (weights on device)" : "")
+                    << " relative L2 " << err);
             CHECK(err <= (dt == DType::f32 ? 1e-4 : f16_bound));
             if (m == exec::Mode::eager)
                 first = out["sample"];
