@@ -39,8 +39,8 @@ std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const 
 std::unique_ptr<WeightStore> synthetic_store(DType matrix_dtype, uint64_t seed = 0);
 
 // Model code declares weights through this: shapes are checked against the store, matrices keep
-// their stored dtype (f32/f16/bf16), everything else is f32. Constants (e.g. positional tables
-// computed on the host) are weights whose bytes the model supplies.
+// their stored dtype (f32/f16/bf16, or quantized for linear operands), everything else is f32. Constants (e.g.
+// positional tables computed on the host) are weights whose bytes the model supplies.
 class Builder {
 public:
     Builder(ir::Graph& g, const WeightStore& ws) : g_(g), ws_(ws) {}

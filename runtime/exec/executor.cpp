@@ -191,7 +191,7 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
         for (auto& inst : k.weights) in_blocks.insert(inst.begin(), inst.end());
     auto fill = [&](int v, const vk::BufferRange& dst, VkDeviceSize off) {
         const ir::Value& val = g.value(v);
-        size_t n = (size_t)shape_numel(val.shape) * dtype_size(val.dtype);
+        size_t n = dtype_nbytes(val.dtype, shape_numel(val.shape));
         if (dst.mapped) {
             weights(val, dst.mapped + off, n);
         } else {
@@ -208,7 +208,7 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
             if (v >= 0 && g.value(v).role == ir::Role::weight && !in_blocks.count(v)) used.insert(v);
     for (int v : used) {
         const ir::Value& val = g.value(v);
-        range[(size_t)v] = alloc.alloc((size_t)shape_numel(val.shape) * dtype_size(val.dtype), val.name.c_str());
+        range[(size_t)v] = alloc.alloc(dtype_nbytes(val.dtype, shape_numel(val.shape)), val.name.c_str());
         fill(v, range[(size_t)v], 0);
     }
     // Block weights: block-major arena (instance i at i*stride, same relative offsets), plus a
@@ -218,7 +218,7 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
         VkDeviceSize stride = 0;
         for (int v : k.tmpl_weights) {
             rel.push_back(stride);
-            stride += align_up((size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype));
+            stride += align_up(dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape)));
         }
         stride = std::max<VkDeviceSize>(stride, kAlign);
         // One range per instance: the allocator packs them block-major into its large blocks, and no
@@ -232,7 +232,7 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
         auto window = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
         for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
             int v = k.tmpl_weights[j];
-            VkDeviceSize n = (size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
+            VkDeviceSize n = dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape));
             KILN_CHECK(n <= ctx.info().max_storage_buffer_range, "weight '", g.value(v).name, "' (", n,
                        " bytes) exceeds maxStorageBufferRange");
             range[(size_t)v] = {window.buffer, window.offset + rel[j], n,
@@ -254,7 +254,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     for (int v : pinned) {
         const ir::Value& val = g.value(v);
         KILN_CHECK(val.role != ir::Role::weight, "a graph output is a weight ('", val.name, "')");
-        range[(size_t)v] = alloc.alloc((size_t)shape_numel(val.shape) * dtype_size(val.dtype), "graph input/output");
+        range[(size_t)v] = alloc.alloc(dtype_nbytes(val.dtype, shape_numel(val.shape)), "graph input/output");
     }
     // Liveness over the active order: [def, last use]; block chain inputs live to their kind's end.
     std::map<int, std::pair<int, int>> life;
@@ -291,7 +291,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     std::sort(order.begin(), order.end());
     for (auto [def, v] : order) {
         live.erase(std::remove_if(live.begin(), live.end(), [&](const Live& l) { return l.end < def; }), live.end());
-        VkDeviceSize size = align_up((size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype));
+        VkDeviceSize size = align_up(dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape)));
         c.activation_bytes_naive += size;
         std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.off < b.off; });
         VkDeviceSize at = 0;
@@ -307,7 +307,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     if (total) {
         auto arena = alloc.alloc(total, "activations", false);
         for (auto& [v, off] : offset) {
-            VkDeviceSize n = (size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
+            VkDeviceSize n = dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape));
             KILN_CHECK(n <= ctx.info().max_storage_buffer_range, "activation ", shape_str(g.value(v).shape),
                        " exceeds maxStorageBufferRange; use a smaller batch or resolution");
             range[(size_t)v] = {arena.buffer, arena.offset + off, n, arena.mapped ? arena.mapped + off : nullptr};
