@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     app.add_option("--dtype", dtype,
                    "storage of weights with >= 2 dims: f32, f16 (default) or bf16, or ggml's block-quantized "
                    "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k, which apply to linear-layer matrices whose rows are "
-                   "whole blocks (32 values; 256 for q4_k/q6_k), all other matrices (conv, embedding tables) then "
+                   "whole blocks (32 values; 256 for q4_k/q6_k, else q5_0/q8_0), all other matrices (conv, embedding "
+                   "tables) then "
                    "being f16; 1-D tensors (biases, norms) are always f32 and integer tensors are kept")
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k"}));
     app.add_option("--keep", keep,

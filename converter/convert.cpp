@@ -154,6 +154,9 @@ DType out_dtype(const SafeTensorInfo& t, const std::string& name, const Options&
             DType want = opt.dtype;
             for (auto& [pattern, dt] : opt.keep)
                 if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) want = dt;
+            // k-quant rows that are not whole 256-blocks fall back as llama.cpp does: q4_k -> q5_0, q6_k -> q8_0.
+            if ((want == DType::q4_k || want == DType::q6_k) && !quantizable(t, name, want))
+                want = want == DType::q4_k ? DType::q5_0 : DType::q8_0;
             if (dtype_is_quant(want) && !quantizable(t, name, want)) return DType::f16;
             return want;
         }
