@@ -166,7 +166,7 @@ DType out_dtype(const SafeTensorInfo& t, const std::string& name, const Options&
         default:
             break;
     }
-    KILN_FAIL(file, ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", which a Kiln model file cannot hold");
+    KILN_FAIL(file, ": tensor '", t.name, "' has dtype U8, which a Kiln model file cannot hold");
 }
 
 // base: "diffusion_pytorch_model" (diffusers) or "model" (transformers); both name variants and shards alike.
