@@ -45,6 +45,7 @@
 #include "converter/tokenizer_files.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
+#include "runtime/core/quant.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::converter {
@@ -130,21 +131,9 @@ struct Component {
     int64_t params = 0;
 };
 
-// A linear layer's matrix: the only tensors a quantized --dtype applies to. Rows must be whole blocks;
-// embedding tables (gathered row by row, never a linear operand) are recognised by their module name.
-bool quantizable(const SafeTensorInfo& t, const std::string& name, DType q) {
-    if (t.shape.size() != 2 || t.shape[1] % dtype_block(q) != 0 || name.size() < 7 ||
-        name.compare(name.size() - 7, 7, ".weight") != 0)
-        return false;
-    const std::string mod = name.substr(0, name.size() - 7);
-    const std::string leaf = mod.substr(mod.rfind('.') == std::string::npos ? 0 : mod.rfind('.') + 1);
-    return leaf.find("embedding") == std::string::npos && leaf != "embed_tokens" && leaf != "shared" &&
-           leaf != "relative_attention_bias";
-}
-
 // Output dtype of the tensor stored as `name` ("component.diffusers name"): the last --keep pattern that
 // matches it, else --dtype; floats with < 2 dims are f32; a quantized dtype applies to linear matrices
-// only (quantizable()), other floats take f16; integers are kept.
+// only (quant_storage()), other floats take f16; integers are kept.
 DType out_dtype(const SafeTensorInfo& t, const std::string& name, const Options& opt, const std::string& file) {
     switch (t.dtype) {
         case DType::f32:
@@ -154,11 +143,7 @@ DType out_dtype(const SafeTensorInfo& t, const std::string& name, const Options&
             DType want = opt.dtype;
             for (auto& [pattern, dt] : opt.keep)
                 if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) want = dt;
-            // k-quant rows that are not whole 256-blocks fall back as llama.cpp does: q4_k -> q5_0, q6_k -> q8_0.
-            if ((want == DType::q4_k || want == DType::q6_k) && !quantizable(t, name, want))
-                want = want == DType::q4_k ? DType::q5_0 : DType::q8_0;
-            if (dtype_is_quant(want) && !quantizable(t, name, want)) return DType::f16;
-            return want;
+            return dtype_is_quant(want) ? quant_storage(want, name, t.shape) : want;
         }
         case DType::i32:
         case DType::i64:

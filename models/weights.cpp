@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
+#include "runtime/core/quant.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::models {
@@ -63,7 +64,11 @@ public:
     const TensorMeta* lookup(const std::string& name, const Shape& shape) const override {
         auto it = meta_.find(name);
         if (it == meta_.end())
-            it = meta_.emplace(name, TensorMeta{shape, shape.size() >= 2 ? dtype_ : DType::f32}).first;
+            it = meta_
+                     .emplace(name, TensorMeta{shape, shape.size() < 2         ? DType::f32
+                                                      : dtype_is_quant(dtype_) ? quant_storage(dtype_, name, shape)
+                                                                               : dtype_})
+                     .first;
         return &it->second;
     }
     Tensor read(const std::string& name) const override {

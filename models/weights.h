@@ -35,7 +35,8 @@ std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir);
 std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component);
 
 // Random weights in memory for any architecture at any size (`kiln bench --synthetic`): matrices in
-// `matrix_dtype`, uniform(-1, 1) / sqrt(fan_in); vectors f32. Deterministic per tensor name and seed.
+// `matrix_dtype` (quantized: linear matrices only, as kiln-convert stores them; see quant_storage()),
+// uniform(-1, 1) / sqrt(fan_in); vectors f32. Deterministic per tensor name and seed.
 std::unique_ptr<WeightStore> synthetic_store(DType matrix_dtype, uint64_t seed = 0);
 
 // Model code declares weights through this: shapes are checked against the store, matrices keep

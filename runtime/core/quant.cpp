@@ -224,6 +224,23 @@ void dequant_q6k(const uint8_t* b, float* y) {
 
 }  // namespace
 
+DType quant_storage(DType want, const std::string& name, const Shape& shape) {
+    KILN_CHECK(dtype_is_quant(want), "quant_storage: ", dtype_name(want), " is not a quantized dtype");
+    const std::string suffix = ".weight";
+    if (shape.size() != 2 || name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return DType::f16;
+    const std::string mod = name.substr(0, name.size() - suffix.size());
+    const size_t dot = mod.rfind('.');
+    const std::string leaf = dot == std::string::npos ? mod : mod.substr(dot + 1);
+    if (leaf.find("embedding") != std::string::npos || leaf == "embed_tokens" || leaf == "shared" ||
+        leaf == "relative_attention_bias")
+        return DType::f16;
+    if (shape[1] % dtype_block(want) != 0 && (want == DType::q4_k || want == DType::q6_k))
+        want = want == DType::q4_k ? DType::q5_0 : DType::q8_0;
+    return shape[1] % dtype_block(want) == 0 ? want : DType::f16;
+}
+
 void quantize(const float* src, DType t, void* dst, size_t n) {
     KILN_CHECK(dtype_is_quant(t), "quantize: ", dtype_name(t), " is not a quantized dtype");
     const size_t bs = (size_t)dtype_block(t), bb = dtype_block_bytes(t);

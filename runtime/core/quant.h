@@ -14,8 +14,10 @@
 // both evaluate the same f32 expressions in the same order, so they agree bitwise.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/tensor.h"
 
 namespace kiln {
 
@@ -23,6 +25,12 @@ namespace kiln {
 // Scales are chosen so that every value is within about one quantization step (see the per-format
 // bounds in tests/core/test_quant.cpp); zero blocks encode exactly.
 void quantize(const float* src, DType t, void* dst, size_t n);
+// The storage a float tensor `name` of `shape` gets when `want` (quantized) is asked for. Only linear
+// layers' matrices are quantized: 2-D, named "*.weight", rows of whole blocks, and not an embedding table
+// (module name containing "embedding", or embed_tokens / shared / relative_attention_bias: gathered by
+// row, never a linear operand). q4_k / q6_k rows that are not whole 256-blocks fall back to q5_0 / q8_0
+// (as llama.cpp does); anything else is f16.
+DType quant_storage(DType want, const std::string& name, const Shape& shape);
 // Dequantizes n values (a multiple of dtype_block(t)) of type t from src.
 void dequantize(const void* src, DType t, float* dst, size_t n);
 
