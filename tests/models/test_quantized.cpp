@@ -49,6 +49,9 @@ TEST_CASE("quantized fixtures: Vulkan matches the CPU oracle, accuracy against f
     auto gpu = models::forward_component(&test::context(), src, "transformer", in, exec::Mode::full)["sample"];
     auto cpu = models::forward_component(nullptr, src, "transformer", in)["sample"];
     CHECK(rel_l2(gpu.to_f32(), cpu.to_f32()) <= 1e-4);
+    if (dt == DType::q4_0)  // replayed blocks read their quantized weights like the rest: modes bitwise equal
+        for (exec::Mode m : {exec::Mode::eager, exec::Mode::regional})
+            CHECK(models::forward_component(&test::context(), src, "transformer", in, m)["sample"].bytes == gpu.bytes);
     const double err = rel_l2(gpu.to_f32(), ref);
     std::printf("quantized fixture %-6s %-4s: %zu/%zu matrices quantized, relative L2 vs f32 %.4f\n", fx.c_str(),
                 dtype_name(dt), quantized, matrices, err);
