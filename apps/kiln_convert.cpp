@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "converter/convert.h"
 #include "runtime/core/error.h"
@@ -18,16 +20,25 @@ int main(int argc, char** argv) {
         "  kiln-convert models/default/dit-digits -o dit-digits.kiln\n"
         "  kiln-convert ~/hf/PixArt-XL-2-512x512/transformer -o pixart.kiln --dtype bf16\n"
         "  kiln-convert ~/hf/sd3-medium -o sd3.kiln --variant fp16\n"
+        "  kiln-convert models/default/dit-digits -o digits-q4.kiln --dtype q4_k --keep '*.proj_out*=f16'\n"
         "  kiln info dit-digits.kiln        # inspect the result\n",
         "kiln-convert"};
     std::string src, out, dtype = "f16", variant;
+    std::vector<std::string> keep;
     bool quiet = false;
     app.add_option("SRC_DIR", src, "diffusers folder to convert")->required();
     app.add_option("-o,--output", out, "output model file (written atomically: OUT.tmp, then renamed)")->required();
     app.add_option("--dtype", dtype,
-                   "storage of weights with >= 2 dims: f32, f16 (default) or bf16; 1-D tensors (biases, norms) "
-                   "are always f32 and integer tensors are kept")
-        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+                   "storage of weights with >= 2 dims: f32, f16 (default) or bf16, or ggml's block-quantized "
+                   "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k, which apply to linear-layer matrices whose rows are "
+                   "whole blocks (32 values; 256 for q4_k/q6_k, else q5_0/q8_0), all other matrices (conv, embedding "
+                   "tables) then "
+                   "being f16; 1-D tensors (biases, norms) are always f32 and integer tensors are kept")
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k"}));
+    app.add_option("--keep", keep,
+                   "per-tensor recipe PATTERN=DTYPE (repeatable; the last match wins): tensors whose stored name "
+                   "(e.g. transformer.proj_out.weight) matches the glob PATTERN take DTYPE instead of --dtype, "
+                   "e.g. --keep '*.proj_out.*=f16'");
     app.add_option("--variant", variant, "read *.VARIANT.safetensors weights, as diffusers' variant= (e.g. fp16)");
     app.add_flag("-q,--quiet", quiet, "print nothing but errors");
     CLI11_PARSE(app, argc, argv);
@@ -35,6 +46,14 @@ int main(int argc, char** argv) {
         kiln::converter::Options opt;
         opt.dtype = kiln::parse_dtype(dtype, "--dtype");
         opt.variant = variant;
+        for (const std::string& k : keep) {
+            const size_t eq = k.rfind('=');
+            KILN_CHECK(eq != std::string::npos && eq > 0, "--keep '", k, "': expected PATTERN=DTYPE");
+            const kiln::DType dt = kiln::parse_dtype(k.substr(eq + 1), "--keep " + k);
+            KILN_CHECK(dt != kiln::DType::i32 && dt != kiln::DType::i64 && dt != kiln::DType::u8, "--keep '", k,
+                       "': weights are stored as a float or quantized dtype");
+            opt.keep.emplace_back(k.substr(0, eq), dt);
+        }
         opt.quiet = quiet;
         kiln::converter::convert_folder(src, out, opt);
     } catch (const kiln::Error& e) {

@@ -25,6 +25,7 @@
 // each block's tensors sorted by their name relative to the block. Names are "C." + diffusers name.
 #include "converter/convert.h"
 
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +45,7 @@
 #include "converter/tokenizer_files.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
+#include "runtime/core/quant.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::converter {
@@ -129,17 +131,24 @@ struct Component {
     int64_t params = 0;
 };
 
-// Output dtype: floats with >= 2 dims take --dtype; 1-D/0-D floats are f32; integers are kept.
-DType out_dtype(const SafeTensorInfo& t, DType want, const std::string& file) {
+// Output dtype of the tensor stored as `name` ("component.diffusers name"): the last --keep pattern that
+// matches it, else --dtype; floats with < 2 dims are f32; a quantized dtype applies to linear matrices
+// only (quant_storage()), other floats take f16; integers are kept.
+DType out_dtype(const SafeTensorInfo& t, const std::string& name, const Options& opt, const std::string& file) {
     switch (t.dtype) {
         case DType::f32:
         case DType::f16:
-        case DType::bf16:
-            return t.shape.size() >= 2 ? want : DType::f32;
+        case DType::bf16: {
+            if (t.shape.size() < 2) return DType::f32;
+            DType want = opt.dtype;
+            for (auto& [pattern, dt] : opt.keep)
+                if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) want = dt;
+            return dtype_is_quant(want) ? quant_storage(want, name, t.shape) : want;
+        }
         case DType::i32:
         case DType::i64:
             return t.dtype;
-        case DType::u8:
+        default:
             break;
     }
     KILN_FAIL(file, ": tensor '", t.name, "' has dtype U8, which a Kiln model file cannot hold");
@@ -237,7 +246,7 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
             size_t dot = n.find('.', kind.name.size() + 1);
             KILN_CHECK(dot != std::string::npos, file, ": bad block tensor name '", t->name, "'");
             int64_t i = std::stoll(n.substr(kind.name.size() + 1, dot - kind.name.size() - 1));
-            kp.blocks[(size_t)i].push_back({n.substr(dot + 1), t, out_dtype(*t, opt.dtype, file)});
+            kp.blocks[(size_t)i].push_back({n.substr(dot + 1), t, out_dtype(*t, c.name + "." + n, opt, file)});
             in_block.insert(n);
         }
         // Runs of one variant; every block of a run must equal the run's first block.
@@ -257,13 +266,16 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
                            bi, " is not identical to ", b0, ": tensor '", b[k].src->name, "' is ",
                            dtype_name(b[k].src->dtype), " ", shape_str(b[k].src->shape), " but '", a[k].src->name,
                            "' is ", dtype_name(a[k].src->dtype), " ", shape_str(a[k].src->shape));
+                KILN_CHECK(a[k].out == b[k].out, "--keep: tensor '", b[k].src->name, "' would be stored ",
+                           dtype_name(b[k].out), " but '", a[k].src->name, "' ", dtype_name(a[k].out),
+                           "; blocks of one kind are stored alike (match every block, e.g. '*.", a[k].rel, "')");
             }
         }
         c.kinds.push_back(std::move(kp));
     }
     for (auto& [n, t] : have) {
         c.params += shape_numel(t->shape);
-        if (!in_block.count(n)) c.loose.push_back({n, t, out_dtype(*t, opt.dtype, file)});
+        if (!in_block.count(n)) c.loose.push_back({n, t, out_dtype(*t, c.name + "." + n, opt, file)});
     }
     return c;
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/dtype.h"
@@ -11,7 +12,13 @@
 namespace kiln::converter {
 
 struct Options {
-    DType dtype = DType::f16;     // storage of tensors with >= 2 dims; 1-D floats are f32, ints kept
+    // Storage of tensors with >= 2 dims; 1-D floats are f32, ints kept. Quantized types (q8_0 ... q6_k)
+    // apply to linear matrices whose rows are whole blocks (q4_k/q6_k rows that are not whole 256-blocks
+    // take q5_0/q8_0, as llama.cpp does); every other matrix (conv, embedding tables) is then f16.
+    DType dtype = DType::f16;
+    // (glob, dtype) recipe: a float tensor of >= 2 dims whose stored name ("transformer.proj_out.weight")
+    // matches glob takes dtype instead (the last match wins); e.g. {"*.proj_out.weight", f16}.
+    std::vector<std::pair<std::string, DType>> keep;
     std::string variant;          // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
     bool quiet = false;           // no notes, progress or summary
     std::ostream* log = nullptr;  // notes/progress/summary (std::cerr when null)

@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
+#include "runtime/core/quant.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::models {
@@ -63,7 +64,11 @@ public:
     const TensorMeta* lookup(const std::string& name, const Shape& shape) const override {
         auto it = meta_.find(name);
         if (it == meta_.end())
-            it = meta_.emplace(name, TensorMeta{shape, shape.size() >= 2 ? dtype_ : DType::f32}).first;
+            it = meta_
+                     .emplace(name, TensorMeta{shape, shape.size() < 2         ? DType::f32
+                                                      : dtype_is_quant(dtype_) ? quant_storage(dtype_, name, shape)
+                                                                               : dtype_})
+                     .first;
         return &it->second;
     }
     Tensor read(const std::string& name) const override {
@@ -118,8 +123,8 @@ const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) con
 
 ir::Val Builder::matrix(const std::string& name, const Shape& shape) {
     DType t = meta(name, shape).dtype;
-    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, ws_.source(), ": tensor '", name, "' has dtype ",
-               dtype_name(t), "; weights must be f32, f16 or bf16");
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t), ws_.source(), ": tensor '",
+               name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16 or quantized");
     return g_.weight(name, shape, t);
 }
 
@@ -142,13 +147,13 @@ ir::Val Builder::constant(const std::string& name, Tensor t) {
 Tensor Builder::gather_rows(const std::string& name, const Shape& shape, const Tensor& ids) const {
     KILN_CHECK(shape.size() == 2 && ids.dtype == DType::i32, "gather_rows '", name, "': needs [V, D] and i32 ids");
     const DType t = meta(name, shape).dtype;
-    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, ws_.source(), ": tensor '", name,
-               "' has dtype ", dtype_name(t), "; weights must be f32, f16 or bf16");
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t), ws_.source(), ": tensor '",
+               name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16 or quantized");
     const Tensor table = ws_.read(name);
     KILN_CHECK(table.dtype == t && table.numel() == shape_numel(shape), ws_.source(), ": tensor '", name,
                "' read back with another dtype or size");
     const int64_t V = shape[0], D = shape[1], N = ids.numel();
-    const size_t row = (size_t)D * dtype_size(t);
+    const size_t row = dtype_nbytes(t, D);  // quantized: rows are whole blocks
     Tensor out(DType::f32, {N, D});
     for (int64_t i = 0; i < N; ++i) {
         const int64_t id = ids.data<int32_t>()[i];
@@ -164,7 +169,7 @@ exec::WeightBytesFn Builder::weight_fn() const {
     return [ws, consts](const ir::Value& v, void* dst, size_t n) {
         auto it = consts->find(v.name);
         Tensor t = it != consts->end() ? it->second : ws->read(v.name);
-        KILN_CHECK((size_t)t.numel() * dtype_size(v.dtype) == n, "weight '", v.name, "': size mismatch");
+        KILN_CHECK(dtype_nbytes(v.dtype, t.numel()) == n, "weight '", v.name, "': size mismatch");
         convert(t.bytes.data(), t.dtype, dst, v.dtype, (size_t)t.numel());
     };
 }

@@ -35,12 +35,13 @@ std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir);
 std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component);
 
 // Random weights in memory for any architecture at any size (`kiln bench --synthetic`): matrices in
-// `matrix_dtype`, uniform(-1, 1) / sqrt(fan_in); vectors f32. Deterministic per tensor name and seed.
+// `matrix_dtype` (quantized: linear matrices only, as kiln-convert stores them; see quant_storage()),
+// uniform(-1, 1) / sqrt(fan_in); vectors f32. Deterministic per tensor name and seed.
 std::unique_ptr<WeightStore> synthetic_store(DType matrix_dtype, uint64_t seed = 0);
 
 // Model code declares weights through this: shapes are checked against the store, matrices keep
-// their stored dtype (f32/f16/bf16), everything else is f32. Constants (e.g. positional tables
-// computed on the host) are weights whose bytes the model supplies.
+// their stored dtype (f32/f16/bf16, or quantized for linear operands), everything else is f32. Constants (e.g.
+// positional tables computed on the host) are weights whose bytes the model supplies.
 class Builder {
 public:
     Builder(ir::Graph& g, const WeightStore& ws) : g_(g), ws_(ws) {}

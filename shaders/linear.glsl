@@ -1,4 +1,4 @@
-// linear body: y[M, N] = x[M, K] @ W[N, K]^T + b[N]   (W in PyTorch layout, stored f32/f16/bf16).
+// linear body: y[M, N] = x[M, K] @ W[N, K]^T + b[N]   (W in PyTorch layout, stored f32/f16/bf16/quantized).
 // Register tiling, no shared memory, no barriers: a 16 x LY workgroup owns an (LY RM) x 128 output
 // tile; invocation (tx, ty) owns rows ty + LY i (i < RM) and cols tx + 16j (j < 8), so stores are
 // contiguous across tx. Every k step loads RM x and 8 W values for 8 RM FMAs. Out-of-range rows/cols
@@ -7,6 +7,8 @@
 // MLPs with M = batch), where a 64-row tile would be mostly clamped duplicates.
 // LINEAR_VEC4 (linear_vec4.comp, K % 4 == 0): x and W are read as 4-vectors along K, a quarter of the
 // load instructions (lavapipe issues one load per lane per instruction; on GPUs: 16-byte loads).
+// W_Q8_0 .. W_Q6_K (vec4 only; quantized rows are whole 32/256-value blocks): W is ggml blocks, read as
+// 16-bit words and dequantized 4 values at a time in registers (quant.glsl); no full-precision copy.
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
@@ -23,6 +25,13 @@ WEIGHT_BUF(1, Wt, f16vec4, w)
 #elif defined(W_BF16)
 WEIGHT_BUF(1, Wt, u16vec4, w)
 #define WLOAD(i) uintBitsToFloat(uvec4(w[i]) << 16)
+#elif defined(W_QUANT)
+WEIGHT_BUF(1, Wt, uint16_t, w)
+#ifdef KILN_PTR
+#define w Wt_p.data  // before quant.glsl, whose functions read w
+#endif
+#include "quant.glsl"
+#define WLOAD(i) dq4(i)
 #else
 WEIGHT_BUF(1, Wt, vec4, w)
 #define WLOAD(i) w[i]
@@ -37,7 +46,9 @@ WEIGHT_BUF(1, Wt, WTYPE, w)
 #endif
 WEIGHT_BUF(2, Bs, float, bias)
 #ifdef KILN_PTR
+#ifndef w
 #define w Wt_p.data
+#endif
 #define bias Bs_p.data
 #endif
 layout(binding = 3) writeonly buffer Y { float y[]; };

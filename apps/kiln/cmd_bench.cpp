@@ -48,7 +48,10 @@ Run add_bench(CLI::App& app) {
                    "Regional: auto | device (selected through device addresses, no copies) | copy (copied per "
                    "replay)")
         ->capture_default_str();
-    app.add_option("--dtype", o->dtype, "Synthetic weight dtype: f32 | f16 | bf16")->capture_default_str();
+    app.add_option("--dtype", o->dtype,
+                   "Synthetic weight dtype: f32 | f16 | bf16, or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q6_k "
+                   "(linear matrices)")
+        ->capture_default_str();
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_option("--device", o->device, "Vulkan device index");
     app.footer("Example:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json");

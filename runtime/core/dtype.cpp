@@ -2,10 +2,46 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/core/quant.h"
 
 namespace kiln {
+
+bool dtype_is_quant(DType t) { return t >= DType::q8_0; }
+
+int64_t dtype_block(DType t) {
+    if (!dtype_is_quant(t)) return 1;
+    return t == DType::q4_k || t == DType::q6_k ? 256 : 32;
+}
+
+size_t dtype_block_bytes(DType t) {
+    switch (t) {
+        case DType::q8_0:
+            return 34;
+        case DType::q4_0:
+            return 18;
+        case DType::q4_1:
+            return 20;
+        case DType::q5_0:
+            return 22;
+        case DType::q5_1:
+            return 24;
+        case DType::q4_k:
+            return 144;
+        case DType::q6_k:
+            return 210;
+        default:
+            return dtype_size(t);
+    }
+}
+
+size_t dtype_nbytes(DType t, int64_t n) {
+    const int64_t b = dtype_block(t);
+    KILN_CHECK(n >= 0 && n % b == 0, dtype_name(t), ": ", n, " values are not a whole number of ", b, "-value blocks");
+    return (size_t)(n / b) * dtype_block_bytes(t);
+}
 
 size_t dtype_size(DType t) {
     switch (t) {
@@ -21,8 +57,9 @@ size_t dtype_size(DType t) {
             return 8;
         case DType::u8:
             return 1;
+        default:
+            KILN_FAIL("dtype_size: ", dtype_name(t), " is block-quantized (use dtype_nbytes)");
     }
-    return 0;
 }
 
 const char* dtype_name(DType t) {
@@ -39,6 +76,20 @@ const char* dtype_name(DType t) {
             return "i64";
         case DType::u8:
             return "u8";
+        case DType::q8_0:
+            return "q8_0";
+        case DType::q4_0:
+            return "q4_0";
+        case DType::q4_1:
+            return "q4_1";
+        case DType::q5_0:
+            return "q5_0";
+        case DType::q5_1:
+            return "q5_1";
+        case DType::q4_k:
+            return "q4_k";
+        case DType::q6_k:
+            return "q6_k";
     }
     return "?";
 }
@@ -52,7 +103,10 @@ DType parse_dtype(std::string_view s, std::string_view what) {
     if (l == "i32" || l == "int32") return DType::i32;
     if (l == "i64" || l == "int64") return DType::i64;
     if (l == "u8" || l == "uint8") return DType::u8;
-    KILN_FAIL(what, ": unsupported dtype '", s, "' (supported: f32, f16, bf16, i32, i64, u8)");
+    for (DType q : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k})
+        if (l == dtype_name(q)) return q;
+    KILN_FAIL(what, ": unsupported dtype '", s,
+              "' (supported: f32, f16, bf16, i32, i64, u8, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)");
 }
 
 uint16_t f32_to_f16(float f) {
@@ -137,8 +191,9 @@ double load(const void* p, DType t, size_t i) {
             return (double)((const int64_t*)p)[i];
         case DType::u8:
             return ((const uint8_t*)p)[i];
+        default:
+            KILN_FAIL("internal: load of ", dtype_name(t));
     }
-    return 0;
 }
 void store(void* p, DType t, size_t i, double v) {
     switch (t) {
@@ -160,13 +215,32 @@ void store(void* p, DType t, size_t i, double v) {
         case DType::u8:
             ((uint8_t*)p)[i] = (uint8_t)v;
             break;
+        default:
+            KILN_FAIL("internal: store of ", dtype_name(t));
     }
 }
 }  // namespace
 
 void convert(const void* src, DType from, void* dst, DType to, size_t n) {
     if (from == to) {
-        std::memcpy(dst, src, n * dtype_size(from));
+        std::memcpy(dst, src, dtype_nbytes(from, (int64_t)n));
+        return;
+    }
+    if (dtype_is_quant(from) || dtype_is_quant(to)) {  // through f32; quantized -> quantized re-quantizes
+        std::vector<float> tmp;
+        const float* f = (const float*)src;
+        if (from != DType::f32) {
+            tmp.resize(n);
+            if (dtype_is_quant(from))
+                dequantize(src, from, tmp.data(), n);
+            else
+                convert(src, from, tmp.data(), DType::f32, n);
+            f = tmp.data();
+        }
+        if (dtype_is_quant(to))
+            quantize(f, to, dst, n);
+        else
+            convert(f, DType::f32, dst, to, n);
         return;
     }
     if (from == DType::i64 && to == DType::i32) {  // exact, no double round trip

@@ -96,6 +96,27 @@ bool dtype_of_ggml(uint32_t g, DType* out) {
         case 27:
             *out = DType::i64;
             return true;
+        case 2:
+            *out = DType::q4_0;
+            return true;
+        case 3:
+            *out = DType::q4_1;
+            return true;
+        case 6:
+            *out = DType::q5_0;
+            return true;
+        case 7:
+            *out = DType::q5_1;
+            return true;
+        case 8:
+            *out = DType::q8_0;
+            return true;
+        case 12:
+            *out = DType::q4_k;
+            return true;
+        case 14:
+            *out = DType::q6_k;
+            return true;
         case 30:
             *out = DType::bf16;
             return true;
@@ -231,10 +252,26 @@ uint32_t ggml_type_of(DType t) {
             return 27;
         case DType::bf16:
             return 30;
+        case DType::q4_0:
+            return 2;
+        case DType::q4_1:
+            return 3;
+        case DType::q5_0:
+            return 6;
+        case DType::q5_1:
+            return 7;
+        case DType::q8_0:
+            return 8;
+        case DType::q4_k:
+            return 12;
+        case DType::q6_k:
+            return 14;
         case DType::u8:
             break;
     }
-    KILN_FAIL("GGUF: dtype ", dtype_name(t), " has no GGUF tensor type (supported: f32, f16, bf16, i32, i64)");
+    KILN_FAIL(
+        "GGUF: dtype ", dtype_name(t),
+        " has no GGUF tensor type (supported: f32, f16, bf16, i32, i64, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)");
 }
 
 const char* ggml_type_name(uint32_t g) {
@@ -243,8 +280,20 @@ const char* ggml_type_name(uint32_t g) {
             return "F32";
         case 1:
             return "F16";
+        case 2:
+            return "Q4_0";
+        case 3:
+            return "Q4_1";
+        case 6:
+            return "Q5_0";
+        case 7:
+            return "Q5_1";
         case 8:
             return "Q8_0";
+        case 12:
+            return "Q4_K";
+        case 14:
+            return "Q6_K";
         case 26:
             return "I32";
         case 27:
@@ -337,11 +386,16 @@ GgufFile GgufFile::open(const std::string& path) {
         }
         uint32_t gt = c.get<uint32_t>(w + " type");
         KILN_CHECK(dtype_of_ggml(gt, &t.dtype), path, ": ", w, " has unsupported ggml type ", gt, " (",
-                   ggml_type_name(gt), "; supported: F32, F16, BF16, I32, I64)");
+                   ggml_type_name(gt),
+                   "; supported: F32, F16, BF16, I32, I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)");
         uint64_t off = c.get<uint64_t>(w + " offset");
         KILN_CHECK(off % g.alignment_ == 0, path, ": ", w, " offset ", off, " is not a multiple of the alignment ",
                    g.alignment_);
-        t.nbytes = numel * dtype_size(t.dtype);
+        // Block-quantized rows (the innermost dim) are whole blocks, as ggml requires.
+        const int64_t blk = dtype_block(t.dtype);
+        KILN_CHECK(blk == 1 || (nd >= 1 && t.shape[nd - 1] % blk == 0), path, ": ", w, " of type ", ggml_type_name(gt),
+                   " has row length ", nd ? t.shape[nd - 1] : 0, ", not a multiple of its ", blk, "-value block");
+        t.nbytes = dtype_nbytes(t.dtype, (int64_t)numel);
         rel_offsets.push_back(off);
         g.index_[t.name] = g.tensors_.size();
         g.tensors_.push_back(std::move(t));

@@ -8,7 +8,8 @@
 // tensor can be mapped or uploaded with a page/buffer-offset-aligned start (tiny models pay at most
 // 4 KiB per tensor; the fixtures stay well under 3 MB). The reader accepts any power-of-two
 // alignment >= 8 (default 32, as the GGUF spec says, when the key is absent).
-// Supported ggml types: F32=0, F16=1, I32=26, I64=27, BF16=30 (Q8_0=8 is reserved and rejected).
+// Supported ggml types: F32=0, F16=1, I32=26, I64=27, BF16=30, and the block-quantized Q4_0=2, Q4_1=3,
+// Q5_0=6, Q5_1=7, Q8_0=8, Q4_K=12, Q6_K=14 (ggml's block layouts, runtime/core/quant.h; rows whole blocks).
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -118,7 +119,7 @@ public:
     void set_value(const std::string& key, GgufValue v);
 
     // Adds a tensor; returns its data offset relative to the data section (aligned to 4096).
-    // fill(dst) must write exactly numel(shape) * dtype_size(dtype) bytes. u8 is not a GGUF type.
+    // fill(dst) must write exactly dtype_nbytes(dtype, numel(shape)) bytes. u8 is not a GGUF type.
     uint64_t add_tensor(std::string name, DType dtype, Shape shape, std::function<void(void* dst)> fill);
     uint64_t data_size() const { return data_size_; }  // bytes of the data section so far
 

@@ -180,7 +180,10 @@ uint64_t GgufWriter::add_tensor(std::string name, DType dtype, Shape shape, std:
     ggml_type_of(dtype);  // throws for u8
     for (int64_t d : shape) KILN_CHECK(d >= 0, "GGUF writer: tensor '", name, "' has a negative dim");
     Pending p{std::move(name), dtype, std::move(shape), 0, 0, std::move(fill)};
-    p.nbytes = (uint64_t)shape_numel(p.shape) * dtype_size(dtype);
+    KILN_CHECK(dtype_block(dtype) == 1 || (!p.shape.empty() && p.shape.back() % dtype_block(dtype) == 0),
+               "GGUF writer: tensor '", p.name, "' ", shape_str(p.shape), " of type ", dtype_name(dtype),
+               " has rows that are not whole ", dtype_block(dtype), "-value blocks");
+    p.nbytes = dtype_nbytes(dtype, shape_numel(p.shape));
     p.offset = align_up(data_size_, kGgufAlignment);
     data_size_ = p.offset + p.nbytes;
     names_[p.name] = tensors_.size();

@@ -46,8 +46,9 @@ const char* st_name(DType t) {
             return "I64";
         case DType::u8:
             return "U8";
+        default:
+            KILN_FAIL("safetensors cannot hold ", dtype_name(t), " tensors");
     }
-    return "?";
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ std::string shape_str(const Shape& s) {
 
 Tensor::Tensor(DType t, Shape s) : dtype(t), shape(std::move(s)) {
     for (int64_t d : shape) KILN_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-    bytes.assign((size_t)numel() * dtype_size(t), 0);
+    bytes.assign(dtype_nbytes(t, numel()), 0);
 }
 
 Tensor Tensor::from_f32(Shape s, const std::vector<float>& v) {

@@ -107,7 +107,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     for (int v : pinned) {
         const ir::Value& val = g.value(v);
         KILN_CHECK(val.role != ir::Role::weight, "a graph output is a weight ('", val.name, "')");
-        range[(size_t)v] = alloc.alloc((size_t)shape_numel(val.shape) * dtype_size(val.dtype), "graph input/output");
+        range[(size_t)v] = alloc.alloc(dtype_nbytes(val.dtype, shape_numel(val.shape)), "graph input/output");
     }
     // Liveness over the active order: [def, last use]; block chain inputs live to their kind's end.
     std::map<int, std::pair<int, int>> life;
@@ -144,7 +144,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     std::sort(order.begin(), order.end());
     for (auto [def, v] : order) {
         live.erase(std::remove_if(live.begin(), live.end(), [&](const Live& l) { return l.end < def; }), live.end());
-        VkDeviceSize size = align_up((size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype));
+        VkDeviceSize size = align_up(dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape)));
         c.activation_bytes_naive += size;
         std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.off < b.off; });
         VkDeviceSize at = 0;
@@ -160,7 +160,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     if (total) {
         auto arena = alloc.alloc(total, "activations", false);
         for (auto& [v, off] : offset) {
-            VkDeviceSize n = (size_t)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
+            VkDeviceSize n = dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape));
             KILN_CHECK(n <= ctx.info().max_storage_buffer_range, "activation ", shape_str(g.value(v).shape),
                        " exceeds maxStorageBufferRange; use a smaller batch or resolution");
             range[(size_t)v] = {arena.buffer, arena.offset + off, n, arena.mapped ? arena.mapped + off : nullptr};

@@ -5,7 +5,7 @@ namespace kiln::ir {
 Cost count_cost(const Graph& g) {
     Cost c;
     auto bytes = [&](int v) {
-        return v < 0 ? 0.0 : (double)shape_numel(g.value(v).shape) * dtype_size(g.value(v).dtype);
+        return v < 0 ? 0.0 : (double)dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape));
     };
     for (const Node& n : g.nodes()) {
         if (op_kind(n.op) == OpKind::view) continue;

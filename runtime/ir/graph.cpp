@@ -57,8 +57,11 @@ Val Graph::input(const std::string& name, Shape shape, DType dtype) {
 }
 
 Val Graph::weight(const std::string& name, Shape shape, DType dtype) {
-    KILN_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, "weight '", name, "': dtype ",
-               dtype_name(dtype), " unsupported (f32, f16 or bf16)");
+    KILN_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 || dtype_is_quant(dtype), "weight '",
+               name, "': dtype ", dtype_name(dtype), " unsupported (f32, f16, bf16 or a quantized type)");
+    KILN_CHECK(!dtype_is_quant(dtype) || (shape.size() == 2 && shape[1] % dtype_block(dtype) == 0), "weight '", name,
+               "': ", dtype_name(dtype), " ", shape_str(shape), " must be a matrix whose rows are whole ",
+               dtype_block(dtype), "-value blocks");
     return add_value(Value{std::move(shape), dtype, Role::weight, name});
 }
 
@@ -212,6 +215,8 @@ Val Graph::rope(Val x, Val cos, Val sin) {
 
 Val Graph::embedding(Val table, Val ids) {
     const Shape &st = shape(table), &si = shape(ids);
+    KILN_CHECK(!dtype_is_quant(value(table).dtype), "embedding: table '", value(table).name, "' is ",
+               dtype_name(value(table).dtype), "; quantized weights are linear operands only");
     KILN_CHECK(st.size() == 2, "embedding: table '", value(table).name, "' must be [V, D], got ", shape_str(st));
     KILN_CHECK(value(ids).dtype == DType::i32 && si.size() == 1, "embedding: ids must be i32 [N], got ",
                dtype_name(value(ids).dtype), " ", shape_str(si));
@@ -228,6 +233,8 @@ Val Graph::timestep_embedding(Val t, const TimestepAttrs& a) {
 Val Graph::conv2d(Val x, Val w, Val b, const Conv2dAttrs& a) {
     check_f32(Op::conv2d, x, "x");
     const Shape &sx = shape(x), &sw = shape(w);
+    KILN_CHECK(!dtype_is_quant(value(w).dtype), "conv2d: weight '", value(w).name, "' is ", dtype_name(value(w).dtype),
+               "; quantized weights are linear operands only");
     KILN_CHECK(sx.size() == 4 && sw.size() == 4 && sx[1] == sw[1], "conv2d: x ", shape_str(sx), " and weight '",
                value(w).name, "' ", shape_str(sw), " do not match ([B, C, H, W] and [O, C, kh, kw])");
     KILN_CHECK(a.stride_h > 0 && a.stride_w > 0 && a.pad_h >= 0 && a.pad_w >= 0, "conv2d: bad stride/padding ",
@@ -340,6 +347,8 @@ Val Graph::reshape(Val x, Shape s) {
     }
     KILN_CHECK(shape_numel(s) == n, "reshape: ", shape_str(shape(x)), " (", n, " elements) cannot become ",
                shape_str(s));
+    KILN_CHECK(!dtype_is_quant(value(x).dtype), "reshape: '", value(x).name, "' is ", dtype_name(value(x).dtype),
+               "; quantized weights are linear operands only");
     Val out = add_node(Op::reshape, {x.id}, s);
     values_[(size_t)out.id].dtype = value(x).dtype;
     return out;

@@ -4,7 +4,9 @@
 // kind: compute (has a shader) or view (an alias of its input's memory, no shader).
 //
 // Dtype rule: activations are f32. The "matrix" operand of linear/conv2d/embedding may be stored
-// f32, f16 or bf16 (one shader source, compiled per weight dtype); every other operand is f32.
+// f32, f16 or bf16 (one shader source, compiled per weight dtype); that of linear may also be one of
+// ggml's block-quantized types (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k; rows of whole blocks),
+// dequantized inside the shader. Every other operand is f32.
 #define KILN_OPS(X)                                                                               \
     X(add, compute)                /* a + b, numpy broadcasting */                                \
     X(sub, compute)                /* a - b, numpy broadcasting */                                \

@@ -25,7 +25,8 @@ std::string weight_suffix(DType t) {
         case DType::bf16:
             return "_bf16";
         default:
-            KILN_FAIL("weights must be f32, f16 or bf16, got ", dtype_name(t));
+            KILN_CHECK(dtype_is_quant(t), "weights must be f32, f16, bf16 or quantized, got ", dtype_name(t));
+            return std::string("_") + dtype_name(t);
     }
 }
 

@@ -28,7 +28,7 @@ struct Dispatch {
 
 // Group counts for a 1-D dispatch of n invocations with local size `local` (spread over y past 65535).
 void groups_1d(Dispatch& d, uint64_t n, uint32_t local = 256);
-// "_f32" / "_f16" / "_bf16" for a weight of dtype t.
+// "_f32" / "_f16" / "_bf16" / "_q8_0" ... for a weight of dtype t.
 std::string weight_suffix(DType t);
 
 // One lowering per op (views excluded: reshape has no dispatch).

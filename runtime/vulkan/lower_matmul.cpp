@@ -17,15 +17,18 @@ uint32_t tiles(int64_t n) { return (uint32_t)((n + kTile - 1) / kTile); }
 Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     const ir::Value& w = g.value(n.in[1]);
     const Shape& sx = g.value(n.in[0]).shape;
-    KILN_CHECK(w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16, "linear: weight '", w.name,
-               "' ", shape_str(w.shape), " has dtype ", dtype_name(w.dtype), " (f32, f16 or bf16 only)");
+    const bool quant = dtype_is_quant(w.dtype);
+    KILN_CHECK(w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16 || quant, "linear: weight '",
+               w.name, "' ", shape_str(w.shape), " has dtype ", dtype_name(w.dtype), " (f32, f16, bf16 or quantized)");
     int64_t N = w.shape[0], K = w.shape[1], M = shape_numel(sx) / K;
+    KILN_CHECK(!quant || K % dtype_block(w.dtype) == 0, "linear: ", dtype_name(w.dtype), " weight '", w.name, "' ",
+               shape_str(w.shape), " has rows that are not whole blocks");
     KILN_CHECK(M * K < (1ll << 32) && N * K < (1ll << 32) && M * N < (1ll << 32), "linear: x ", shape_str(sx),
                " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
     params::LinearParams p{(params::uint)M, (params::uint)N, (params::uint)K, n.in[2] >= 0 ? 1u : 0u};
     Dispatch d;
     // K % 4 == 0: every row of x and W starts 16-byte aligned (bindings are 256-aligned), so the
-    // 4-vector variant applies.
+    // 4-vector variant applies. Quantized weights (K a multiple of 32) have only that variant.
     d.shader = (K % 4 == 0 ? "linear_vec4" : "linear") + weight_suffix(w.dtype);
     d.set_push(p);
     // Spec constants (RM rows per invocation, LY workgroup height): 64-row tiles, 1-row tiles for M <= 8.

@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 
 // The package is installed in tests/converter/node/ (package.json there); resolve it from that folder.
 const here = dirname(fileURLToPath(import.meta.url));
-const { gguf } = createRequire(join(here, "node", "package.json"))("@huggingface/gguf");
+const { gguf, GGMLQuantizationType } = createRequire(join(here, "node", "package.json"))("@huggingface/gguf");
 
 const dir = process.argv[2];
 if (!dir) {
@@ -17,6 +17,7 @@ if (!dir) {
   process.exit(2);
 }
 let files = 0, tensors = 0, failures = 0;
+const kinds = new Set();
 const fail = (file, msg) => { console.error(`FAIL ${file}: ${msg}`); failures++; };
 
 for (const name of readdirSync(dir).filter((f) => f.endsWith(".kiln")).sort()) {
@@ -37,11 +38,15 @@ for (const name of readdirSync(dir).filter((f) => f.endsWith(".kiln")).sort()) {
     if (t.name !== o.name) fail(name, `tensor #${i} name ${t.name} vs ${o.name}`);
     if (JSON.stringify(shape) !== JSON.stringify(o.shape)) fail(name, `${o.name} shape ${shape} vs ${o.shape}`);
     if (t.dtype !== o.ggml_type) fail(name, `${o.name} type ${t.dtype} vs ${o.ggml_type}`);
+    // The package's own id -> name table (Q4_0=2 ... Q6_K=14) must name the type as Kiln does.
+    if (GGMLQuantizationType[t.dtype] !== o.ggml_name) fail(name, `${o.name} type name ${GGMLQuantizationType[t.dtype]} vs ${o.ggml_name}`);
     if (Number(tensorDataOffset + t.offset) !== o.offset) fail(name, `${o.name} offset ${tensorDataOffset + t.offset} vs ${o.offset}`);
     if (Number(t.offset) % Number(metadata["general.alignment"]) !== 0) fail(name, `${o.name} offset not aligned`);
+    kinds.add(o.ggml_name);
     tensors++;
   });
 }
 if (files === 0) fail(dir, "no .kiln files");
-console.log(`gguf_check: ${files} files, ${tensors} tensors checked with @huggingface/gguf, ${failures} failures`);
+for (const q of ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K"]) if (!kinds.has(q)) fail(dir, `no ${q} tensor checked`);
+console.log(`gguf_check: ${files} files, ${tensors} tensors (${[...kinds].sort().join(" ")}) checked with @huggingface/gguf, ${failures} failures`);
 process.exit(failures ? 1 : 0);

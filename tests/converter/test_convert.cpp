@@ -271,9 +271,16 @@ TEST_CASE("dump converted fixtures for the independent GGUF check", "[.gguf_dump
                    "sched_euler", "pixart_pipeline", "sd3_pipeline", "flux_pipeline", "tok_t5"})
         srcs.emplace_back(n, fixture(n));
     srcs.emplace_back("dit-digits", repo_path("models/default/dit-digits"));
+    // Quantized files: every ggml block type (the DiT fixture has 32- and 256-wide linear rows).
+    std::map<std::string, DType> dtypes{{"flux", DType::bf16}, {"dit-digits_q4_k", DType::q4_k}};
+    for (DType q : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k}) {
+        srcs.emplace_back(std::string("dit_") + dtype_name(q), fixture("dit"));
+        dtypes[srcs.back().first] = q;
+    }
+    srcs.emplace_back("dit-digits_q4_k", repo_path("models/default/dit-digits"));
     for (auto& [n, dir] : srcs) {
         const std::string out = std::string(env) + "/" + n + ".kiln";
-        converter::convert_folder(dir, out, quiet(n == "flux" ? DType::bf16 : DType::f16));
+        converter::convert_folder(dir, out, quiet(dtypes.count(n) ? dtypes[n] : DType::f16));
         GgufFile g = GgufFile::open(out);
         nlohmann::json j;
         j["data_offset"] = g.data_offset();
@@ -290,8 +297,11 @@ TEST_CASE("dump converted fixtures for the independent GGUF check", "[.gguf_dump
                 }
         j["tensors"] = nlohmann::json::array();
         for (auto& t : g.tensors())
-            j["tensors"].push_back(
-                {{"name", t.name}, {"shape", t.shape}, {"ggml_type", ggml_type_of(t.dtype)}, {"offset", t.offset}});
+            j["tensors"].push_back({{"name", t.name},
+                                    {"shape", t.shape},
+                                    {"ggml_type", ggml_type_of(t.dtype)},
+                                    {"ggml_name", ggml_type_name(ggml_type_of(t.dtype))},
+                                    {"offset", t.offset}});
         spit(out + ".json", j.dump());
     }
 }

@@ -185,8 +185,28 @@ TEST_CASE("defective GGUF files are rejected at open", "[gguf][malformed]") {
         f(r);
         return r.b;
     };
-    cases.push_back({"unsupported ggml type", "unsupported ggml type 8 (Q8_0", raw([](Raw& r) {
-                         r.header(1, 1).kv_u32("general.alignment", 32).info("q", {32}, 8, 0).pad(32).zeros(64);
+    cases.push_back({"unsupported ggml type", "unsupported ggml type 9 (?", raw([](Raw& r) {
+                         r.header(1, 1).kv_u32("general.alignment", 32).info("q", {32}, 9, 0).pad(32).zeros(64);
+                     })});
+    cases.push_back({"unknown ggml type id", "unsupported ggml type 99", raw([](Raw& r) {
+                         r.header(1, 1).kv_u32("general.alignment", 32).info("q", {32}, 99, 0).pad(32).zeros(64);
+                     })});
+    // Quantized: rows must be whole blocks (Q4_0: 32 values, 18 bytes; Q4_K: 256 values, 144 bytes).
+    cases.push_back(
+        {"quantized row not whole blocks", "of type Q4_0 has row length 48, not a multiple of its 32", raw([](Raw& r) {
+             r.header(1, 1).kv_u32("general.alignment", 32).info("q", {48, 2}, 2, 0).pad(32).zeros(128);
+         })});
+    cases.push_back({"k-quant row not whole blocks", "of type Q4_K has row length 128", raw([](Raw& r) {
+                         r.header(1, 1).kv_u32("general.alignment", 32).info("q", {128, 2}, 12, 0).pad(32).zeros(512);
+                     })});
+    cases.push_back({"truncated quantized tensor", "runs past the end of the data section", raw([](Raw& r) {
+                         // Q8_0 [4, 64]: 8 blocks of 34 bytes = 272; one byte short
+                         r.header(1, 1).kv_u32("general.alignment", 32).info("q", {64, 4}, 8, 0).pad(32).zeros(271);
+                     })});
+    cases.push_back({"quantized tensors overlap", "overlap", raw([](Raw& r) {
+                         // Q6_K [1, 256] is 210 bytes: a tensor at offset 192 overlaps it
+                         r.header(2, 1).kv_u32("general.alignment", 32).info("a", {256}, 14, 0).info("b", {4}, 0, 192);
+                         r.pad(32).zeros(512);
                      })});
     cases.push_back({"misaligned offset", "not a multiple of the alignment", raw([](Raw& r) {
                          r.header(1, 1).kv_u32("general.alignment", 32).info("a", {4}, 0, 16).pad(32).zeros(64);

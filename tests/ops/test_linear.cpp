@@ -2,6 +2,9 @@
 // accumulation order differs). f32 accumulation over K terms: |err| <= K 2^-24 sum|x_k w_k| with
 // E|x w| = 1/4 for U(-1, 1) -> max-abs K^2 2^-24 / 4 (x2 margin), floor 1e-6; with random signs the
 // typical error is sqrt(K) 2^-24 relative -> rel L2 1e-5.
+#include <tuple>
+
+#include "runtime/core/quant.h"
 #include "tests/ops/op_harness.h"
 
 using namespace kiln;
@@ -41,4 +44,57 @@ TEST_CASE("linear rejects bad shapes and dtypes", "[op:linear][bad]") {
     auto y = g.linear(x, wi, {});
     REQUIRE_THROWS_WITH(vk::lower(g, g.nodes()[(size_t)g.value(y).producer]),
                         Catch::Contains("linear") && Catch::Contains("i32"));
+}
+
+// Quantized W (ggml blocks, dequantized in the shader). With x = identity rows the output is W's
+// dequantized values themselves (one product 1 * w, the rest + 0): they must equal kiln::dequantize()
+// exactly (bitwise but for the sign of zero, which the sum makes +0). With random x, only f32 accumulation
+// order differs from the f64 CPU reference, as above (quantized |w| <= 1 + one step: the same bounds hold).
+TEST_CASE("linear with quantized weights matches the CPU reference", "[op:linear][quant]") {
+    DType wt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k);
+    const int64_t B = dtype_block(wt);
+    auto [M, N, K] = GENERATE_COPY(std::make_tuple(1, 3, B), std::make_tuple(5, 13, 2 * B),
+                                   std::make_tuple(70, 127, 3 * B), std::make_tuple(9, 130, B));
+    bool bias = GENERATE(false, true);
+    CAPTURE(M, N, K, dtype_name(wt), bias);
+    Tensor w = test::random_weight({N, K}, wt, 31);
+    {
+        INFO("identity rows extract W");
+        ir::Graph g;
+        auto x = g.input("x", {K, K});
+        g.output(g.linear(x, g.weight("w", {N, K}, wt), {}), "y");
+        Tensor eye(DType::f32, {K, K});
+        for (int64_t i = 0; i < K; ++i) eye.data<float>()[i * K + i] = 1.f;
+        auto r = test::run_op(g, {{"x", eye}}, {{"w", w}});
+        std::vector<float> deq((size_t)(N * K));
+        dequantize(w.bytes.data(), wt, deq.data(), deq.size());
+        size_t mismatches = 0;
+        for (int64_t k = 0; k < K; ++k)
+            for (int64_t n = 0; n < N; ++n) {
+                float a = r.gpu[(size_t)(k * N + n)], b = deq[(size_t)(n * K + k)];
+                mismatches += !(a == b);  // exact; only -0 (0 d with d < 0) reads +0 after the sum
+            }
+        CHECK(mismatches == 0);
+        CHECK(r.cpu == r.gpu);
+    }
+    ir::Graph g;
+    auto x = g.input("x", {M, K});
+    ir::Val b = bias ? g.weight("b", {N}) : ir::Val{};
+    g.output(g.linear(x, g.weight("w", {N, K}, wt), b), "y");
+    std::map<std::string, Tensor> ws{{"w", w}};
+    if (bias) ws["b"] = test::random_tensor({N}, 32);
+    auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 30)}}, ws);
+    CHECK(test::max_err(r.gpu, r.cpu) <= std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
+
+TEST_CASE("quantized weights are linear operands only, rows of whole blocks", "[op:linear][quant][bad]") {
+    ir::Graph g;
+    CHECK_THROWS_WITH(g.weight("w", {4, 48}, DType::q8_0), Catch::Contains("whole 32-value blocks"));
+    CHECK_THROWS_WITH(g.weight("w", {4, 32, 1, 1}, DType::q4_0), Catch::Contains("must be a matrix"));
+    CHECK_THROWS_WITH(g.weight("w", {4, 128}, DType::q4_k), Catch::Contains("256-value"));
+    auto t = g.weight("t", {10, 64}, DType::q8_0);
+    CHECK_THROWS_WITH(g.embedding(t, g.input("ids", {3}, DType::i32)), Catch::Contains("linear operands only"));
+    CHECK_THROWS_WITH(g.reshape(t, {640}), Catch::Contains("linear operands only"));
+    CHECK_THROWS_WITH(g.add(t, t), Catch::Contains("must be f32"));
 }
