@@ -108,7 +108,8 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
             e->ws = src.weights(comp);
             e->b = std::make_unique<Builder>(e->g, *e->ws);
             converted = build_component(*e->b, cls, src.config(comp), inputs(batches.at(0)));
-            exec::Mode mode = opt.mode == exec::Mode::regional && e->g.regions().size() < 2 ? exec::Mode::full : opt.mode;
+            exec::Mode mode =
+                opt.mode == exec::Mode::regional && e->g.regions().size() < 2 ? exec::Mode::full : opt.mode;
             e->x = std::make_unique<exec::Executor>(*ctx, e->g, e->b->weight_fn(), mode);
             if (opt.keep) EncoderCacheAccess::entries(*opt.keep)[key] = std::move(local);
         }
@@ -210,8 +211,8 @@ int default_max_sequence_length(const ModelSource& src) {
     if (p == "StableDiffusion3Pipeline") return 256;
     if (p == "FluxPipeline") {
         const auto& c = src.config("transformer");
-        bool guidance = c.contains("guidance_embeds") && c["guidance_embeds"].is_boolean() &&
-                        c["guidance_embeds"].get<bool>();
+        bool guidance =
+            c.contains("guidance_embeds") && c["guidance_embeds"].is_boolean() && c["guidance_embeds"].get<bool>();
         return guidance ? 512 : 256;  // FLUX.1-schnell (no guidance embedding) was trained with 256
     }
     KILN_FAIL(src.path(), ": ", p, " takes no prompt");
@@ -268,8 +269,8 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
             }
         }
         std::vector<std::map<std::string, Tensor>> t5;
-        if (src.has("text_encoder_3")) t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false),
-                                                        false, opt, res);
+        if (src.has("text_encoder_3"))
+            t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false), false, opt, res);
         for (int neg = 0; neg < passes; ++neg) {
             const size_t n = (size_t)neg;
             Tensor clip_embeds =

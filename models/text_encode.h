@@ -28,9 +28,9 @@ public:
     ~EncoderCache();
     EncoderCache(const EncoderCache&) = delete;
     EncoderCache& operator=(const EncoderCache&) = delete;
-    size_t size() const;             // resident encoders
-    uint64_t device_bytes() const;   // their device memory (allocated)
-    void clear();                    // frees them
+    size_t size() const;            // resident encoders
+    uint64_t device_bytes() const;  // their device memory (allocated)
+    void clear();                   // frees them
     struct Entry;
 
 private:
@@ -39,12 +39,12 @@ private:
 };
 
 struct PromptOptions {
-    std::vector<std::string> prompts;        // one image each
-    std::optional<std::string> negative;     // nullopt: diffusers' default ("")
-    bool cfg = true;                         // negative embeddings are needed (guidance > 1 and a CFG pipeline)
-    int max_sequence_length = 0;             // T5 tokens; 0: the pipeline's default
-    exec::Mode mode = exec::Mode::regional;  // JIT mode of the encoders
-    bool keep_intermediates = false;         // token ids and per-encoder outputs under the fixtures' names
+    std::vector<std::string> prompts;              // one image each
+    std::optional<std::string> negative;           // nullopt: diffusers' default ("")
+    bool cfg = true;                               // negative embeddings are needed (guidance > 1 and a CFG pipeline)
+    int max_sequence_length = 0;                   // T5 tokens; 0: the pipeline's default
+    exec::Mode mode = exec::Mode::regional;        // JIT mode of the encoders
+    bool keep_intermediates = false;               // token ids and per-encoder outputs under the fixtures' names
     std::function<void(const std::string&)> warn;  // truncation warnings (stderr when empty)
     EncoderCache* keep = nullptr;  // keep the encoders resident here (Vulkan only); nullptr: free each after use
 };

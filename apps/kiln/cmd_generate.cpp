@@ -141,8 +141,9 @@ Run add_generate(CLI::App& app) {
                                           "diffusers batches a list of prompts")
                                ->expected(1)
                                ->take_all());
-    o->text_opts.push_back(o->neg_opt = app.add_option("--negative-prompt", o->negative_prompt,
-                                          "Text models: negative prompt for every image (default \"\"; PixArt, SD3)"));
+    o->text_opts.push_back(
+        o->neg_opt = app.add_option("--negative-prompt", o->negative_prompt,
+                                    "Text models: negative prompt for every image (default \"\"; PixArt, SD3)"));
     o->text_opts.push_back(app.add_option("--prompt-file", o->prompt_file,
                                           "Text models: one generation per non-empty line of this UTF-8 file ('-' = "
                                           "stdin); images NAME-<line>.png"));
@@ -186,6 +187,11 @@ Run add_generate(CLI::App& app) {
     app.footer(
         "Examples:\n  kiln generate -o digits.png --class-labels 0,1,2,3,4,5,6,7,8,9 --grid --upscale 4\n"
         "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png\n"
+        "  kiln generate --model sd3-medium.kiln --prompt \"a photo of a cat on a chair\" --negative-prompt blurry -o "
+        "cat.png\n"
+        "  kiln generate --model flux-schnell.kiln --prompt \"a castle\" --prompt \"a lighthouse\" --steps 4 "
+        "--guidance 0\n"
+        "  kiln generate --model pixart-sigma.kiln --prompt-file prompts.txt --keep-encoders -o out.png\n"
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
         KILN_CHECK(o->vae_tile == 0 || o->vae_tiling, "--vae-tile-size needs --vae-tiling");
@@ -270,16 +276,17 @@ Run add_generate(CLI::App& app) {
             } else if (!o->prompts.empty()) {
                 jobs.push_back(o->prompts);
             }
-            KILN_CHECK(!jobs.empty() || !o->prompt_embeds.empty(), model, " is a text-to-image model (",
-                       plan.pipeline, "): give --prompt TEXT (or --prompt-embeds FILE)");
+            KILN_CHECK(!jobs.empty() || !o->prompt_embeds.empty(), model, " is a text-to-image model (", plan.pipeline,
+                       "): give --prompt TEXT (or --prompt-embeds FILE)");
             KILN_CHECK(o->prompts.empty() || o->prompt_embeds.empty(),
                        "give either --prompt or --prompt-embeds, not both");
             for (auto& job : jobs)
                 for (size_t i = 0; i < job.size(); ++i) text::check_utf8(job[i], "prompt " + std::to_string(i + 1));
             if (o->neg_opt->count()) text::check_utf8(o->negative_prompt, "--negative-prompt");
             if (plan.pipeline == "FluxPipeline" && o->neg_opt->count())
-                std::fprintf(stderr, "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
-                                     "--negative-prompt is ignored\n");
+                std::fprintf(stderr,
+                             "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
+                             "--negative-prompt is ignored\n");
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
@@ -300,13 +307,13 @@ Run add_generate(CLI::App& app) {
                     // Without --keep-encoders each encoder's device memory is freed as soon as it has run, before
                     // the transformer's weights are uploaded: the peak is the largest, not the sum.
                     auto enc = models::encode_prompts(&ctx, src, po);
-                    std::fprintf(stderr,
-                                 "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms; largest encoder %.1f MiB "
-                                 "(weights + activations; %.0f MiB allocated), %s\n",
-                                 prompts.size(), enc.tokenize_ms, enc.encode_ms,
-                                 (double)enc.peak_needed_bytes / (1 << 20), (double)enc.peak_device_bytes / (1 << 20),
-                                 o->keep_encoders ? (enc.reused_encoders ? "resident (reused)" : "kept resident")
-                                                  : "freed");
+                    std::fprintf(
+                        stderr,
+                        "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms; largest encoder %.1f MiB "
+                        "(weights + activations; %.0f MiB allocated), %s\n",
+                        prompts.size(), enc.tokenize_ms, enc.encode_ms, (double)enc.peak_needed_bytes / (1 << 20),
+                        (double)enc.peak_device_bytes / (1 << 20),
+                        o->keep_encoders ? (enc.reused_encoders ? "resident (reused)" : "kept resident") : "freed");
                     auto get = [&](const char* n) {
                         auto it = enc.tensors.find(n);
                         return it == enc.tensors.end() ? Tensor() : it->second;
@@ -328,8 +335,7 @@ Run add_generate(CLI::App& app) {
                 r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
                 std::string prompt_text;
                 for (auto& p : prompts) prompt_text += (prompt_text.empty() ? "" : " | ") + p;
-                settings = "prompt=" + prompt_text +
-                           (o->neg_opt->count() ? " negative=" + o->negative_prompt : "") +
+                settings = "prompt=" + prompt_text + (o->neg_opt->count() ? " negative=" + o->negative_prompt : "") +
                            " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
                            std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
                            " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +

@@ -18,16 +18,19 @@ std::string default_model() {
 int main(int argc, char** argv) {
     CLI::App app{
         "kiln: diffusion transformers (DiT, PixArt, SD3, Flux) on any GPU through Vulkan compute.\n"
-        "Try: kiln generate --class-labels 0,1,2,3 --grid --upscale 4 -o digits.png"};
+        "Try: kiln generate --class-labels 0,1,2,3 --grid --upscale 4 -o digits.png\n"
+        "     kiln generate --model sd3.kiln --prompt \"a photo of a cat\" -o cat.png"};
     app.require_subcommand(1);
     std::vector<std::pair<CLI::App*, kiln::app::Run>> cmds;
     auto add = [&](const char* name, const char* help, kiln::app::Run (*fn)(CLI::App&)) {
         CLI::App* sub = app.add_subcommand(name, help);
         cmds.push_back({sub, fn(*sub)});
     };
-    add("generate", "Generate images with a DiT pipeline (default: the built-in dit-digits model)",
+    add("generate",
+        "Generate images: DiT from class labels (default: the built-in dit-digits model), PixArt, SD3 and Flux from "
+        "prompts",
         kiln::app::add_generate);
-    add("forward", "Run one component (transformer or vae) on named inputs from a safetensors file",
+    add("forward", "Run one component (transformer, vae or a text encoder) on named inputs from a safetensors file",
         kiln::app::add_forward);
     add("bench", "Benchmark a model or a synthetic architecture in eager/full/regional modes", kiln::app::add_bench);
     add("devices", "List Vulkan devices and the features Kiln uses", kiln::app::add_devices);
