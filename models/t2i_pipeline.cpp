@@ -111,6 +111,16 @@ TextConditioning TextConditioning::read(const SafeTensors& st) {
     return t;
 }
 
+TextConditioning TextConditioning::from(const std::map<std::string, Tensor>& named) {
+    TextConditioning t;
+    Tensor* slots[] = {&t.prompt_embeds,         &t.negative_prompt_embeds,
+                       &t.pooled_prompt_embeds,  &t.negative_pooled_prompt_embeds,
+                       &t.prompt_attention_mask, &t.negative_prompt_attention_mask};
+    for (size_t i = 0; i < 6; ++i)
+        if (auto it = named.find(kConditioningNames[i]); it != named.end()) *slots[i] = it->second;
+    return t;
+}
+
 std::vector<std::pair<std::string, Tensor>> TextConditioning::named() const {
     const Tensor* slots[] = {&prompt_embeds,         &negative_prompt_embeds,
                              &pooled_prompt_embeds,  &negative_pooled_prompt_embeds,

@@ -2,6 +2,7 @@
 // diffusers' text-to-image pipelines on Kiln, from the text conditioning on: PixArtAlphaPipeline,
 // PixArtSigmaPipeline, StableDiffusion3Pipeline and FluxPipeline, each followed step by step from the
 // point where encode_prompt has returned (latents, scheduler loop with guidance on the host, VAE decode).
+#include <map>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,7 @@ struct TextConditioning {
     Tensor prompt_attention_mask, negative_prompt_attention_mask;
 
     static TextConditioning read(const SafeTensors& st);        // the tensors of those names that the file has
+    static TextConditioning from(const std::map<std::string, Tensor>& named);  // likewise, from a map
     std::vector<std::pair<std::string, Tensor>> named() const;  // the present ones, by name
 };
 

@@ -314,16 +314,7 @@ Run add_generate(CLI::App& app) {
                         prompts.size(), enc.tokenize_ms, enc.encode_ms, (double)enc.peak_needed_bytes / (1 << 20),
                         (double)enc.peak_device_bytes / (1 << 20),
                         o->keep_encoders ? (enc.reused_encoders ? "resident (reused)" : "kept resident") : "freed");
-                    auto get = [&](const char* n) {
-                        auto it = enc.tensors.find(n);
-                        return it == enc.tensors.end() ? Tensor() : it->second;
-                    };
-                    t.text.prompt_embeds = get("prompt_embeds");
-                    t.text.negative_prompt_embeds = get("negative_prompt_embeds");
-                    t.text.pooled_prompt_embeds = get("pooled_prompt_embeds");
-                    t.text.negative_pooled_prompt_embeds = get("negative_pooled_prompt_embeds");
-                    t.text.prompt_attention_mask = get("prompt_attention_mask");
-                    t.text.negative_prompt_attention_mask = get("negative_prompt_attention_mask");
+                    t.text = models::TextConditioning::from(enc.tensors);
                     text_dump = std::move(enc.intermediates);
                 }
                 t.progress = progress_printer(t0);
