@@ -1,7 +1,8 @@
 // Soak test (opt-in: -DKILN_SOAK=ON, then ctest -L soak): 200 generations in one process with the built-in digits
 // model through the C API, with mixed labels, steps, guidance, seeds, schedulers and JIT modes. After a warm-up that
 // runs every parameter set once (so every pipeline, JIT recording and cache exists), host RSS and device memory
-// must not grow, and a repeated parameter set must give the same bytes.
+// must not grow (device memory: none left between generations, and the same peak each time a parameter set
+// repeats), and a repeated parameter set must give the same bytes.
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,13 @@ constexpr int kSets = 40;  // each set runs 5 times: the first 40 generations ar
 // and its latents). Device memory is allocated in whole blocks (>= 32 MiB), so any growth is a block: no slack.
 constexpr uint64_t kRssSlack = 4ull << 20;
 
+// Device memory is freed between generations, so it is sampled in the progress callback (after each step).
+int sample_device(int, int, void* user) {
+    auto* peak = static_cast<uint64_t*>(user);
+    *peak = std::max(*peak, kiln::vk::Allocator::process_bytes());
+    return 0;
+}
+
 }  // namespace
 
 TEST_CASE("soak: 200 generations, memory flat, same seed same bytes", "[soak]") {
@@ -67,7 +75,8 @@ TEST_CASE("soak: 200 generations, memory flat, same seed same bytes", "[soak]") 
     }
 
     std::vector<std::vector<uint8_t>> first(kSets);
-    uint64_t rss_warm = 0, dev_warm = 0, rss_max = 0, dev_max = 0;
+    std::vector<uint64_t> first_peak(kSets);
+    uint64_t rss_warm = 0, dev_warm = 0, rss_max = 0, dev_max = 0, dev_peak_max = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int g = 0; g < kGenerations; ++g) {
         const ParamSet& s = sets[(size_t)(g % kSets)];
@@ -79,6 +88,9 @@ TEST_CASE("soak: 200 generations, memory flat, same seed same bytes", "[soak]") 
         p.seed = s.seed;
         p.scheduler = s.scheduler;
         p.jit_mode = s.mode;
+        uint64_t dev_peak = 0;
+        p.progress = sample_device;
+        p.progress_user = &dev_peak;
         kiln_image img = KILN_IMAGE_INIT;
         img.format = KILN_PIXELS_RGBA8;
         REQUIRE(kiln_generate(model.get(), &p, &img) == KILN_OK);
@@ -88,22 +100,27 @@ TEST_CASE("soak: 200 generations, memory flat, same seed same bytes", "[soak]") 
         kiln_status st = kiln_generate(model.get(), &p, &img);
         INFO("generation " << g << ": " << kiln_last_error());
         REQUIRE(st == KILN_OK);
-        if (g < kSets)
+        REQUIRE(dev_peak > 0);
+        if (g < kSets) {
             first[(size_t)g] = std::move(pixels);
-        else
-            REQUIRE(pixels == first[(size_t)(g % kSets)]);  // identical parameters and seed: identical bytes
+            first_peak[(size_t)g] = dev_peak;
+        } else {
+            REQUIRE(pixels == first[(size_t)(g % kSets)]);         // identical parameters and seed: identical bytes
+            REQUIRE(dev_peak == first_peak[(size_t)(g % kSets)]);  // same work, same device memory while running
+        }
 
         const uint64_t rss = rss_bytes(), dev = kiln::vk::Allocator::process_bytes();
+        dev_peak_max = std::max(dev_peak_max, dev_peak);
         if (g == kSets - 1) rss_warm = rss, dev_warm = dev;
         if (g >= kSets) rss_max = std::max(rss_max, rss), dev_max = std::max(dev_max, dev);
         if (g % 20 == 19 || g == kSets - 1)
-            std::printf("soak: generation %3d  rss %.1f MiB  device %.1f MiB\n", g + 1, rss / 1048576.0,
-                        dev / 1048576.0);
+            std::printf("soak: generation %3d  rss %.1f MiB  device %.1f MiB (%.1f MiB while generating)\n", g + 1,
+                        rss / 1048576.0, dev / 1048576.0, dev_peak / 1048576.0);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
         "soak: %d generations in %.1f s; after warm-up rss %.1f -> max %.1f MiB (slack %.0f), device %.1f -> "
-        "max %.1f MiB\n",
+        "max %.1f MiB (peak while generating %.1f MiB)\n",
         kGenerations, secs, rss_warm / 1048576.0, rss_max / 1048576.0, kRssSlack / 1048576.0, dev_warm / 1048576.0,
         dev_max / 1048576.0);
     CHECK(rss_max <= rss_warm + kRssSlack);
