@@ -122,7 +122,7 @@ TEST_CASE("soak: 200 generations, memory flat, same seed same bytes", "[soak]") 
         "soak: %d generations in %.1f s; after warm-up rss %.1f -> max %.1f MiB (slack %.0f), device %.1f -> "
         "max %.1f MiB (peak while generating %.1f MiB)\n",
         kGenerations, secs, rss_warm / 1048576.0, rss_max / 1048576.0, kRssSlack / 1048576.0, dev_warm / 1048576.0,
-        dev_max / 1048576.0);
+        dev_max / 1048576.0, dev_peak_max / 1048576.0);
     CHECK(rss_max <= rss_warm + kRssSlack);
     CHECK(dev_max <= dev_warm);
 }
