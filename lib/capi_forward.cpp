@@ -7,7 +7,7 @@
 namespace kiln::capi {
 namespace {
 
-DType dtype_of(kiln_dtype d, const std::string& name) {
+DType dtype_of(int d, const std::string& name) {
     switch (d) {
         case KILN_F32:
             return DType::f32;
@@ -22,7 +22,7 @@ DType dtype_of(kiln_dtype d, const std::string& name) {
         case KILN_U8:
             return DType::u8;
     }
-    fail(KILN_INVALID_ARGUMENT, "input '", name, "': dtype ", (int)d, " is not a kiln_dtype");
+    fail(KILN_INVALID_ARGUMENT, "input '", name, "': dtype ", d, " is not a kiln_dtype");
 }
 
 kiln_dtype c_dtype(DType d) {
@@ -46,7 +46,7 @@ kiln_dtype c_dtype(DType d) {
 Tensor read_tensor(const kiln_tensor& t, int i) {
     KILN_ARG(t.name && *t.name, "inputs[", i, "].name is NULL or empty");
     const std::string name = t.name;
-    const DType dt = dtype_of(t.dtype, name);
+    const DType dt = dtype_of(raw_enum(t.dtype), name);
     KILN_ARG(t.ndim >= 0 && t.ndim <= 8, "input '", name, "': ndim ", t.ndim, " (0..8)");
     KILN_ARG(t.ndim == 0 || t.shape, "input '", name, "': shape is NULL");
     Shape s(t.shape, t.shape + t.ndim);
@@ -108,7 +108,7 @@ KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* 
             fail(KILN_UNSUPPORTED, "component '", comp, "' (", src.class_of(comp), ") has no forward");
         KILN_ARG(p.input_count >= 0 && (p.input_count == 0 || p.inputs), "inputs/input_count (", p.input_count,
                  ") do not describe an array");
-        const exec::Mode mode = jit_mode(p.jit_mode);
+        const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
         std::map<std::string, Tensor> in;
         for (int i = 0; i < p.input_count; ++i) {
             Tensor t = read_tensor(p.inputs[i], i);

@@ -12,7 +12,7 @@
 
 namespace kiln::capi {
 
-exec::Mode jit_mode(kiln_jit_mode m) {
+exec::Mode jit_mode(int m) {
     switch (m) {
         case KILN_JIT_DEFAULT:
         case KILN_JIT_REGIONAL:
@@ -22,7 +22,7 @@ exec::Mode jit_mode(kiln_jit_mode m) {
         case KILN_JIT_FULL:
             return exec::Mode::full;
     }
-    fail(KILN_INVALID_ARGUMENT, "jit_mode ", (int)m, " is not a kiln_jit_mode");
+    fail(KILN_INVALID_ARGUMENT, "jit_mode ", m, " is not a kiln_jit_mode");
 }
 
 namespace {
@@ -67,7 +67,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.prompt_count >= 0 && p.class_label_count >= 0, "prompt_count/class_label_count are negative");
     KILN_ARG(!p.latents || p.latents_shape, "latents given without latents_shape");
     const std::string scheduler = p.scheduler ? p.scheduler : "";
-    const exec::Mode mode = jit_mode(p.jit_mode);
+    const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
     if (m.kind == KILN_MODEL_COMPONENT)
         fail(KILN_UNSUPPORTED, m.src.path(),
              " is not a pipeline Kiln generates with (components: ", m.components.size(), "); use kiln_forward");
@@ -192,7 +192,8 @@ extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_gene
         KILN_ARG(model, "model is NULL");
         const auto p = read_struct(params, "params");
         auto img = read_struct(out, "out");
-        KILN_ARG(img.format == KILN_PIXELS_RGBA8 || img.format == KILN_PIXELS_RGB_F32, "out->format ", (int)img.format,
+        const int format = raw_enum(img.format);
+        KILN_ARG(format == KILN_PIXELS_RGBA8 || format == KILN_PIXELS_RGB_F32, "out->format ", format,
                  " is not a kiln_pixel_format");
         Request r = resolve(*model, p);
         img.width = r.width, img.height = r.height, img.count = r.count;

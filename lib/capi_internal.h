@@ -81,7 +81,17 @@ void write_struct(T* p, const T& v) {
 }
 
 // kiln_jit_mode -> exec::Mode (KILN_INVALID_ARGUMENT for other values).
-exec::Mode jit_mode(kiln_jit_mode m);
+// The value a caller stored in a C enum field, as an int. A value outside the enumerators is a caller error to
+// report, but loading it through the enum type is undefined behaviour in C++ (UBSan: "not a valid value for type").
+template <class E>
+int raw_enum(const E& e) {
+    static_assert(sizeof(E) == sizeof(int));
+    int v;
+    std::memcpy(&v, &e, sizeof v);
+    return v;
+}
+// kiln_jit_mode (read with raw_enum) -> executor mode; anything else is KILN_INVALID_ARGUMENT.
+exec::Mode jit_mode(int m);
 
 void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out);
 

@@ -1,6 +1,7 @@
 #include "runtime/vulkan/memory.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "runtime/core/error.h"
@@ -10,7 +11,17 @@ namespace kiln::vk {
 namespace {
 constexpr VkDeviceSize kBlockSize = 256ull << 20;
 constexpr VkDeviceSize kStagingSize = 32ull << 20;
+std::atomic<uint64_t> g_process_bytes{0};
+
+void free_memory(VkDevice d, VkDeviceMemory& m, VkDeviceSize size) {
+    if (!m) return;
+    vkFreeMemory(d, m, nullptr);
+    g_process_bytes -= size;
+    m = VK_NULL_HANDLE;
+}
 }  // namespace
+
+uint64_t Allocator::process_bytes() { return g_process_bytes.load(); }
 
 Allocator::Allocator(Context& ctx) : ctx_(ctx), unified_(ctx.info().unified_memory) {}
 
@@ -18,7 +29,7 @@ Allocator::~Allocator() {
     VkDevice d = ctx_.device();
     auto free_block = [&](Block& b) {
         if (b.buffer) vkDestroyBuffer(d, b.buffer, nullptr);
-        if (b.memory) vkFreeMemory(d, b.memory, nullptr);
+        free_memory(d, b.memory, b.memory_size);
     };
     for (auto& b : blocks_) free_block(b);
     free_block(staging_);
@@ -56,6 +67,8 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
                   " MiB already allocated on '", ctx_.info().name, "')");
     }
     VK_CHECK(r);
+    b.memory_size = req.size;
+    g_process_bytes += req.size;
     VK_CHECK(vkBindBufferMemory(ctx_.device(), b.buffer, b.memory, 0));
     if (mp.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
         void* p = nullptr;
@@ -87,7 +100,7 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
     Block b = make_block(bs, false, what);
     if (unified_ && !b.mapped) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
-        vkFreeMemory(ctx_.device(), b.memory, nullptr);
+        free_memory(ctx_.device(), b.memory, b.memory_size);
         b = make_block(bs, true, what);
     }
     bytes_ += bs;

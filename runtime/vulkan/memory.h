@@ -31,12 +31,16 @@ public:
     VkDeviceAddress address(const BufferRange& r) const;
     bool unified() const { return unified_; }
     uint64_t bytes() const { return bytes_; }
+    // Bytes of VkDeviceMemory currently allocated by all Allocators of this process (the soak test checks that
+    // it does not grow over many generations).
+    static uint64_t process_bytes();
 
 private:
     struct Block {
         VkDeviceMemory memory = VK_NULL_HANDLE;
         VkBuffer buffer = VK_NULL_HANDLE;
         VkDeviceSize size = 0, used = 0;
+        VkDeviceSize memory_size = 0;  // VkMemoryAllocateInfo::allocationSize
         uint8_t* mapped = nullptr;
     };
     Block make_block(VkDeviceSize size, bool host, const char* what);
