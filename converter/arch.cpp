@@ -343,7 +343,8 @@ ArchSpec clip_text(const Config& c, bool projection) {
     Names n{s.expected, ""};
     std::string act = c.string("hidden_act", "quick_gelu");
     KILN_CHECK(act == "quick_gelu" || act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh", c.where,
-               ": CLIP hidden_act '", act, "' is not supported (supported: quick_gelu, gelu, gelu_new, gelu_pytorch_tanh)");
+               ": CLIP hidden_act '", act,
+               "' is not supported (supported: quick_gelu, gelu, gelu_new, gelu_pytorch_tanh)");
     int64_t layers = c.positive("num_hidden_layers", 12);
     n.w("text_model.embeddings.token_embedding");
     n.w("text_model.embeddings.position_embedding");

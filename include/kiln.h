@@ -42,9 +42,15 @@ extern "C" {
 
 /* Initializer of a struct: struct_size set, every other field zero (C: designated, so -Wextra stays quiet). */
 #ifdef __cplusplus
-#define KILN_INIT_(T) ([] { T v_{}; v_.struct_size = sizeof(T); return v_; }())
+#define KILN_INIT_(T)               \
+    ([] {                           \
+        T v_{};                     \
+        v_.struct_size = sizeof(T); \
+        return v_;                  \
+    }())
 #else
-#define KILN_INIT_(T) {.struct_size = sizeof(T)}
+#define KILN_INIT_(T) \
+    { .struct_size = sizeof(T) }
 #endif
 
 typedef enum kiln_status {
@@ -100,14 +106,15 @@ typedef struct kiln_context_options {
 } kiln_context_options;
 /* device -1 (auto), validation from the environment. */
 #ifdef __cplusplus
-#define KILN_CONTEXT_OPTIONS_INIT                                \
-    ([] {                                                        \
+#define KILN_CONTEXT_OPTIONS_INIT                                   \
+    ([] {                                                           \
         kiln_context_options o_ = KILN_INIT_(kiln_context_options); \
-        o_.device = -1;                                          \
-        return o_;                                               \
+        o_.device = -1;                                             \
+        return o_;                                                  \
     }())
 #else
-#define KILN_CONTEXT_OPTIONS_INIT {.struct_size = sizeof(kiln_context_options), .device = -1}
+#define KILN_CONTEXT_OPTIONS_INIT \
+    { .struct_size = sizeof(kiln_context_options), .device = -1 }
 #endif
 
 /* Creates a context on a device. options NULL = KILN_CONTEXT_OPTIONS_INIT. *out is NULL on failure. */
@@ -130,10 +137,10 @@ typedef enum kiln_model_kind {
 typedef struct kiln_model_info {
     size_t struct_size;
     kiln_model_kind kind;
-    const char* pipeline;  /* "DiTPipeline", "PixArtSigmaPipeline", ... ("" for a single component); owned by model */
-    int component_count;   /* names: kiln_model_component */
-    int class_count;       /* class labels (0 for text models); names: kiln_model_class_label */
-    int default_width;     /* image size without width/height given */
+    const char* pipeline; /* "DiTPipeline", "PixArtSigmaPipeline", ... ("" for a single component); owned by model */
+    int component_count;  /* names: kiln_model_component */
+    int class_count;      /* class labels (0 for text models); names: kiln_model_class_label */
+    int default_width;    /* image size without width/height given */
     int default_height;
 } kiln_model_info;
 #define KILN_MODEL_INFO_INIT KILN_INIT_(kiln_model_info)
@@ -172,11 +179,11 @@ typedef struct kiln_generate_params {
     const char* negative_prompt; /* NULL = the pipeline's default ("") */
     const int* class_labels;
     int class_label_count;
-    int width, height;      /* 0 = the model's (text models only; class-label models have one size) */
-    int steps;              /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
-    double guidance;        /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance */
-    uint64_t seed;          /* Kiln's initial-noise RNG (mt19937_64 + Box-Muller) */
-    const char* scheduler;  /* NULL/"" = the model's; "ddim", "dpm", "euler" or a diffusers scheduler class */
+    int width, height;     /* 0 = the model's (text models only; class-label models have one size) */
+    int steps;             /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
+    double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance */
+    uint64_t seed;         /* Kiln's initial-noise RNG (mt19937_64 + Box-Muller) */
+    const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler" or a diffusers scheduler class */
     kiln_jit_mode jit_mode;
     /* Optional exact initial noise, float32 NCHW [images, latent channels, h, w] (Flux: unpacked); NULL = seeded. */
     const float* latents;
@@ -230,7 +237,7 @@ typedef struct kiln_tensor {
 
 typedef struct kiln_forward_params {
     size_t struct_size;
-    const char* component; /* NULL = the transformer, or the only model component */
+    const char* component;     /* NULL = the transformer, or the only model component */
     const kiln_tensor* inputs; /* named as diffusers' forward arguments: hidden_states, timestep, class_labels, ... */
     int input_count;
     kiln_jit_mode jit_mode;

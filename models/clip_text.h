@@ -22,8 +22,9 @@ struct CLIPTextConfig {
 
 // The graph inputs for input_ids [B, S] (any integer dtype) and an optional 0/1 attention_mask [B, S]:
 // "input_ids" i32 [B*S] (build_component turns them into "inputs_embeds" f32 [B*S, D], the token_embedding rows
-// gathered on the host, which is what the graph takes), "position_ids" i32 [S], "attention_bias" f32 [1|B, S, S] (causal, plus
-// (1 - mask) * finfo(f32).min added in f32 as transformers does), "eos_index" i32 [B] (row b*S + EOS position).
+// gathered on the host, which is what the graph takes), "position_ids" i32 [S], "attention_bias" f32 [1|B, S, S]
+// (causal, plus (1 - mask) * finfo(f32).min added in f32 as transformers does), "eos_index" i32 [B] (row b*S + EOS
+// position).
 std::map<std::string, Tensor> clip_text_inputs(const CLIPTextConfig& c, const Tensor& input_ids,
                                                const Tensor* attention_mask);
 

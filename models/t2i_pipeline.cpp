@@ -1,9 +1,8 @@
 #include "models/t2i_pipeline.h"
 
-#include <cstdio>
-
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "models/flux.h"
@@ -70,8 +69,9 @@ int pixart_bin_side(int sample_size) {
     }
 }
 
-// FluxPipeline._pack_latents: [B, C, h, w] -> [B, (h/2)(w/2), C*4], channel c*4 + dy*2 + dx.
-std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) {
+// FluxPipeline._pack_latents ([B, C, h, w] -> [B, (h/2)(w/2), C*4], channel c*4 + dy*2 + dx) when `pack`, else
+// _unpack_latents (its inverse): the same index pair, read one way or the other.
+std::vector<float> repack_2x2(const float* src, int B, int C, int h, int w, bool pack) {
     std::vector<float> out((size_t)B * C * h * w);
     const int ph = h / 2, pw = w / 2;
     for (int b = 0; b < B; ++b)
@@ -79,26 +79,19 @@ std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) {
             for (int j = 0; j < pw; ++j)
                 for (int c = 0; c < C; ++c)
                     for (int dy = 0; dy < 2; ++dy)
-                        for (int dx = 0; dx < 2; ++dx)
-                            out[(((size_t)b * ph * pw + (size_t)i * pw + j) * C + c) * 4 + dy * 2 + dx] =
-                                x[(((size_t)b * C + c) * h + 2 * i + dy) * w + 2 * j + dx];
+                        for (int dx = 0; dx < 2; ++dx) {
+                            const size_t packed =
+                                (((size_t)b * ph * pw + (size_t)i * pw + j) * C + c) * 4 + dy * 2 + dx;
+                            const size_t nchw = (((size_t)b * C + c) * h + 2 * i + dy) * w + 2 * j + dx;
+                            if (pack)
+                                out[packed] = src[nchw];
+                            else
+                                out[nchw] = src[packed];
+                        }
     return out;
 }
-
-// FluxPipeline._unpack_latents: the inverse of pack_2x2.
-std::vector<float> unpack_2x2(const float* p, int B, int C, int h, int w) {
-    std::vector<float> out((size_t)B * C * h * w);
-    const int ph = h / 2, pw = w / 2;
-    for (int b = 0; b < B; ++b)
-        for (int i = 0; i < ph; ++i)
-            for (int j = 0; j < pw; ++j)
-                for (int c = 0; c < C; ++c)
-                    for (int dy = 0; dy < 2; ++dy)
-                        for (int dx = 0; dx < 2; ++dx)
-                            out[(((size_t)b * C + c) * h + 2 * i + dy) * w + 2 * j + dx] =
-                                p[(((size_t)b * ph * pw + (size_t)i * pw + j) * C + c) * 4 + dy * 2 + dx];
-    return out;
-}
+std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) { return repack_2x2(x, B, C, h, w, true); }
+std::vector<float> unpack_2x2(const float* p, int B, int C, int h, int w) { return repack_2x2(p, B, C, h, w, false); }
 }  // namespace
 
 TextConditioning TextConditioning::read(const SafeTensors& st) {

@@ -20,9 +20,9 @@ struct TextConditioning {
     Tensor prompt_embeds, negative_prompt_embeds, pooled_prompt_embeds, negative_pooled_prompt_embeds;
     Tensor prompt_attention_mask, negative_prompt_attention_mask;
 
-    static TextConditioning read(const SafeTensors& st);        // the tensors of those names that the file has
+    static TextConditioning read(const SafeTensors& st);  // the tensors of those names that the file has
     static TextConditioning from(const std::map<std::string, Tensor>& named);  // likewise, from a map
-    std::vector<std::pair<std::string, Tensor>> named() const;  // the present ones, by name
+    std::vector<std::pair<std::string, Tensor>> named() const;                 // the present ones, by name
 };
 
 struct T2IOptions {

@@ -44,18 +44,15 @@ struct TokenBatch {
 };
 
 // tokenizer(prompts, padding="max_length", max_length, truncation=True) as the pipelines call it.
-TokenBatch tokenize(const ModelSource& src, const std::string& comp, const std::vector<std::string>& prompts,
-                    int max_length, const PromptOptions& opt) {
-    KILN_CHECK(src.has(comp), src.path(), ": this model has no '", comp,
-               "' (tokenizer files) for its text encoder; give --prompt-embeds FILE instead");
-    auto tok = text::load_tokenizer(src.tokenizer_files(comp), src.path() + " (" + comp + ")");
-    if (max_length <= 0) max_length = tok->model_max_length();
+TokenBatch tokenize(const text::Tokenizer& tok, const ModelSource& src, const std::string& comp,
+                    const std::vector<std::string>& prompts, int max_length, const PromptOptions& opt) {
+    if (max_length <= 0) max_length = tok.model_max_length();
     KILN_CHECK(max_length > 0, src.path(), " (", comp, "): the tokenizer has no model_max_length");
     const int64_t B = (int64_t)prompts.size();
     TokenBatch t{Tensor(DType::i64, {B, max_length}), Tensor(DType::i64, {B, max_length})};
     for (int64_t b = 0; b < B; ++b) {
         text::check_utf8(prompts[(size_t)b], "prompt " + std::to_string(b));
-        text::Tokens k = tok->encode(prompts[(size_t)b], max_length, true);
+        text::Tokens k = tok.encode(prompts[(size_t)b], max_length, true);
         KILN_CHECK((int)k.ids.size() == max_length, comp, ": tokenizer returned ", k.ids.size(), " ids, expected ",
                    max_length);
         if (k.untruncated > (size_t)max_length) {
@@ -228,23 +225,24 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         if (opt.keep_intermediates) res.intermediates.push_back({name, t});
     };
     double tok_ms = 0;
-    auto tokenized = [&](const std::string& enc, const std::vector<std::string>& prompts, int max_len, bool neg) {
-        auto t0 = Clock::now();
-        TokenBatch t = tokenize(src, tokenizer_of(enc), prompts, max_len, opt);
-        tok_ms += ms_since(t0);
-        keep(enc + (neg ? "_negative" : "") + "_input_ids", t.ids);
-        return t;
-    };
-
     const int passes = opt.cfg && pipe != "FluxPipeline" ? 2 : 1;  // prompts, then negative prompts
+    // The token batches of encoder `enc` for the prompts and (with CFG) the negative prompts; its tokenizer is
+    // loaded once for both.
     auto both = [&](const std::string& enc, int max_len, bool lower) {
+        auto t0 = Clock::now();
+        const std::string comp = tokenizer_of(enc);
+        KILN_CHECK(src.has(comp), src.path(), ": this model has no '", comp,
+                   "' (tokenizer files) for its text encoder; give --prompt-embeds FILE instead");
+        auto tok = text::load_tokenizer(src.tokenizer_files(comp), src.path() + " (" + comp + ")");
         std::vector<TokenBatch> t;
         for (int neg = 0; neg < passes; ++neg) {
             std::vector<std::string> p = neg ? negs : opt.prompts;
             if (lower)
                 for (auto& s : p) s = python_lower_strip(s);
-            t.push_back(tokenized(enc, p, max_len, neg));
+            t.push_back(tokenize(*tok, src, comp, p, max_len, opt));
+            keep(enc + (neg ? "_negative" : "") + "_input_ids", t.back().ids);
         }
+        tok_ms += ms_since(t0);
         return t;
     };
     auto pre = [](int neg) { return std::string(neg ? "negative_" : ""); };

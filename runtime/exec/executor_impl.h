@@ -20,7 +20,9 @@ inline double ms_since(Clock::time_point t0) {
 }
 constexpr VkDeviceSize kAlign = 256;
 inline VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a = kAlign) { return (x + a - 1) / a * a; }
-inline VkDeviceSize value_bytes(const ir::Value& v) { return (VkDeviceSize)dtype_nbytes(v.dtype, shape_numel(v.shape)); }
+inline VkDeviceSize value_bytes(const ir::Value& v) {
+    return (VkDeviceSize)dtype_nbytes(v.dtype, shape_numel(v.shape));
+}
 
 struct Span {
     VkBuffer b;

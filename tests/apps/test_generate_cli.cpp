@@ -63,10 +63,10 @@ TEST_CASE("kiln generate --prompt reproduces diffusers' pipelines through the CL
     const auto& s = j["call"]["scalars"];
     std::string args = "--model " + fixture(name) + " --latents " + fixture(name) + "/io.safetensors";
     for (auto& p : j["prompt"]) args += " --prompt '" + p.get<std::string>() + "'";
-    args += " --steps " + std::to_string(s["num_inference_steps"].get<int>()) +
-            " --guidance " + std::to_string(s["guidance_scale"].get<double>()) +
-            " --width " + std::to_string(s["width"].get<int>()) + " --height " + std::to_string(s["height"].get<int>()) +
-            " --dump " + (tmp / "dump.safetensors") + " -o " + (tmp / "out.png");
+    args += " --steps " + std::to_string(s["num_inference_steps"].get<int>()) + " --guidance " +
+            std::to_string(s["guidance_scale"].get<double>()) + " --width " + std::to_string(s["width"].get<int>()) +
+            " --height " + std::to_string(s["height"].get<int>()) + " --dump " + (tmp / "dump.safetensors") + " -o " +
+            (tmp / "out.png");
     Result r = generate(tmp, args);
     INFO(r.err);
     REQUIRE(r.rc == 0);

@@ -22,6 +22,27 @@ nlohmann::json fixture_json(const std::string& fixture) {
     return nlohmann::json::parse(f);
 }
 
+// The fixture's call (steps, guidance, size, latents_init) and its prompts, as diffusers ran it.
+struct FixtureCall {
+    models::T2IOptions opt;
+    models::PromptOptions po;
+};
+FixtureCall fixture_call(const std::string& fixture, const SafeTensors& io) {
+    auto j = fixture_json(fixture);
+    const auto& s = j["call"]["scalars"];
+    FixtureCall f;
+    f.opt.steps = s["num_inference_steps"].get<int>();
+    f.opt.guidance = s["guidance_scale"].get<double>();
+    f.opt.height = s["height"].get<int>();
+    f.opt.width = s["width"].get<int>();
+    f.opt.resolution_binning = false;  // sample_size 16: diffusers has no bin table for it
+    f.opt.latents_init = io.read("latents_init");
+    f.opt.keep_intermediates = true;
+    for (auto& p : j["prompt"]) f.po.prompts.push_back(p.get<std::string>());
+    if (j["negative_prompt"].is_string()) f.po.negative = j["negative_prompt"].get<std::string>();
+    return f;
+}
+
 void check_close(const std::map<std::string, Tensor>& got, const SafeTensors& io, const std::string& name,
                  const std::string& what) {
     INFO(what << " " << name);
@@ -41,10 +62,8 @@ void check_close(const std::map<std::string, Tensor>& got, const SafeTensors& io
 }  // namespace
 
 TEST_CASE("prompts encode as diffusers' encode_prompt does", "[models][t2i][prompt][vulkan]") {
-    auto [fixture, cpu] = GENERATE(table<const char*, bool>({{"pixart_pipeline", false},
-                                                             {"sd3_pipeline", false},
-                                                             {"flux_pipeline", false},
-                                                             {"sd3_pipeline", true}}));
+    auto [fixture, cpu] = GENERATE(table<const char*, bool>(
+        {{"pixart_pipeline", false}, {"sd3_pipeline", false}, {"flux_pipeline", false}, {"sd3_pipeline", true}}));
     auto src = models::ModelSource::open(test::data_path(std::string("fixtures/") + fixture));
     auto io = SafeTensors::open(test::data_path(std::string("fixtures/") + fixture + "/io.safetensors"));
     auto j = fixture_json(fixture);
@@ -66,20 +85,8 @@ TEST_CASE("text-to-image from a prompt matches diffusers step by step", "[models
     auto fixture = GENERATE(as<std::string>{}, "pixart_pipeline", "sd3_pipeline", "flux_pipeline");
     auto src = models::ModelSource::open(test::data_path("fixtures/" + fixture));
     auto io = SafeTensors::open(test::data_path("fixtures/" + fixture + "/io.safetensors"));
-    auto j = fixture_json(fixture);
-    const auto& s = j["call"]["scalars"];
-    models::T2IOptions opt;
-    opt.steps = s["num_inference_steps"].get<int>();
-    opt.guidance = s["guidance_scale"].get<double>();
-    opt.height = s["height"].get<int>();
-    opt.width = s["width"].get<int>();
-    opt.resolution_binning = false;  // sample_size 16: diffusers has no bin table for it
-    opt.latents_init = io.read("latents_init");
-    opt.keep_intermediates = true;
+    auto [opt, po] = fixture_call(fixture, io);
     const auto plan = models::plan_t2i(src, opt);
-    models::PromptOptions po;
-    for (auto& p : j["prompt"]) po.prompts.push_back(p.get<std::string>());
-    if (j["negative_prompt"].is_string()) po.negative = j["negative_prompt"].get<std::string>();
     po.cfg = plan.cfg;
     auto enc = models::encode_prompts(&test::context(), src, po);
     opt.text = models::TextConditioning::from(enc.tensors);
@@ -113,7 +120,8 @@ TEST_CASE("prompt errors are clear", "[models][t2i][prompt]") {
 
 TEST_CASE("PixArt's prompt preprocessing is Python's lower().strip()", "[models][t2i][prompt]") {
     CHECK(models::python_lower_strip("  A Red FOX\t\n") == "a red fox");
-    CHECK(models::python_lower_strip("\xc3\x89T\xc3\x89 \xce\xa9\xce\x9c") == "\xc3\xa9t\xc3\xa9 \xcf\x89\xce\xbc");  // ÉTÉ ΩΜ
+    CHECK(models::python_lower_strip("\xc3\x89T\xc3\x89 \xce\xa9\xce\x9c") ==
+          "\xc3\xa9t\xc3\xa9 \xcf\x89\xce\xbc");                            // ÉTÉ ΩΜ
     CHECK(models::python_lower_strip("\xe3\x80\x80x\xe3\x80\x80") == "x");  // ideographic spaces stripped
     CHECK(models::python_lower_strip("") == "");
 }
@@ -125,23 +133,14 @@ TEST_CASE("batched prompts: each row is what that prompt alone gives", "[models]
     auto fixture = GENERATE(as<std::string>{}, "pixart_pipeline", "sd3_pipeline", "flux_pipeline");
     auto src = models::ModelSource::open(test::data_path("fixtures/" + fixture));
     auto io = SafeTensors::open(test::data_path("fixtures/" + fixture + "/io.safetensors"));
-    auto j = fixture_json(fixture);
-    const auto& s = j["call"]["scalars"];
-    models::T2IOptions opt;
-    opt.steps = s["num_inference_steps"].get<int>();
-    opt.guidance = s["guidance_scale"].get<double>();
-    opt.height = s["height"].get<int>();
-    opt.width = s["width"].get<int>();
-    opt.resolution_binning = false;
+    auto [opt, po] = fixture_call(fixture, io);
     const Tensor l1 = io.read("latents_init");
     Tensor l2(DType::f32, {2, l1.shape[1], l1.shape[2], l1.shape[3]});
     for (int r = 0; r < 2; ++r) std::memcpy(l2.bytes.data() + r * l1.nbytes(), l1.bytes.data(), l1.nbytes());
     opt.latents_init = l2;
-    opt.keep_intermediates = true;
-    models::PromptOptions po;
-    po.prompts = {j["prompt"][0].get<std::string>(), ""};
+    po.prompts.resize(1);
+    po.prompts.push_back("");
     for (int i = 0; i < 40; ++i) po.prompts[1] += "caf\xc3\xa9 \xe6\x9d\xb1\xe4\xba\xac ";
-    if (j["negative_prompt"].is_string()) po.negative = j["negative_prompt"].get<std::string>();
     po.cfg = models::plan_t2i(src, opt).cfg;
     po.warn = [](const std::string&) {};
     auto enc = models::encode_prompts(&test::context(), src, po);
