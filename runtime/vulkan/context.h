@@ -35,7 +35,8 @@ std::vector<DeviceInfo> list_devices();
 class Context {
 public:
     // device < 0: KILN_DEVICE if set, else the best device. validation < 0: KILN_VALIDATION decides; else 0/1.
-    explicit Context(int device = -1, int validation = -1);
+    // pipeline_cache: 0 = no pipeline cache file (see pipeline_cache.h); otherwise KILN_PIPELINE_CACHE decides.
+    explicit Context(int device = -1, int validation = -1, int pipeline_cache = -1);
     ~Context();
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
@@ -46,7 +47,17 @@ public:
     VkQueue queue() const { return queue_; }
     uint32_t queue_family() const { return family_; }
     VkCommandPool pool() const { return pool_; }
-    VkPipelineCache pipeline_cache() const { return cache_; }
+    // The cache pipelines are created through: the persistent one, or an empty one during a cold start.
+    VkPipelineCache pipeline_cache() const { return cold_cache_ ? cold_cache_ : cache_; }
+    // Benchmarks: while on, pipelines are created through a fresh, empty cache (as on a first run);
+    // turning it off merges what was created into the persistent cache.
+    void set_cold_pipeline_cache(bool cold);
+    struct PipelineCacheInfo {
+        std::string path;    // "" when disabled
+        std::string status;  // "disabled", "loaded", "missing", "stale", "corrupt: ...", "foreign: ..."
+        size_t loaded_bytes = 0;
+    };
+    const PipelineCacheInfo& pipeline_cache_info() const { return cache_info_; }
     const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
 
     // One-off command buffer, submitted and waited for.
@@ -66,9 +77,10 @@ private:
     VkQueue queue_ = VK_NULL_HANDLE;
     uint32_t family_ = 0;
     VkCommandPool pool_ = VK_NULL_HANDLE;
-    VkPipelineCache cache_ = VK_NULL_HANDLE;
+    VkPipelineCache cache_ = VK_NULL_HANDLE, cold_cache_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
-    std::string cache_path_;
+    PipelineCacheInfo cache_info_;
+    std::vector<char> cache_loaded_;  // the driver data read at start (not rewritten when unchanged)
     DeviceInfo info_;
     VkPhysicalDeviceMemoryProperties mem_props_{};
 };
