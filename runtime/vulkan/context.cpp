@@ -22,13 +22,13 @@ const char* vk_result_name(VkResult r) {
         C(VK_TIMEOUT)
         C(VK_INCOMPLETE)
         C(VK_ERROR_OUT_OF_HOST_MEMORY)
-        C(VK_ERROR_OUT_OF_DEVICE_MEMORY) C(VK_ERROR_INITIALIZATION_FAILED) C(VK_ERROR_DEVICE_LOST)
-            C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT)
-                C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
-                    C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
-                        C(VK_ERROR_UNKNOWN)
+        C(VK_ERROR_OUT_OF_DEVICE_MEMORY)
+        C(VK_ERROR_INITIALIZATION_FAILED) C(VK_ERROR_DEVICE_LOST) C(VK_ERROR_MEMORY_MAP_FAILED)
+            C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT) C(VK_ERROR_FEATURE_NOT_PRESENT)
+                C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS) C(VK_ERROR_FORMAT_NOT_SUPPORTED)
+                    C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY) C(VK_ERROR_UNKNOWN)
 #undef C
-                            default : return "VK_ERROR_(unnamed)";
+                        default : return "VK_ERROR_(unnamed)";
     }
 }
 
@@ -189,8 +189,10 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     std::vector<VkExtensionProperties> exts(ne);
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
     for (auto& e : exts)
-        if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
-            !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
+        if (!std::strcmp(e.extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME))
+            d.memory_budget = true;
+        else if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
+                 !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
             d.cooperative_matrix = true;
 
     uint32_t nq = 0;
@@ -298,6 +300,8 @@ Context::Context(int device, int validation, int pipeline_cache) {
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
+    const char* budget_ext = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+    if (info_.memory_budget) dci.enabledExtensionCount = 1, dci.ppEnabledExtensionNames = &budget_ext;
     VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));
     vkGetDeviceQueue(device_, family_, 0, &queue_);
 
@@ -333,6 +337,20 @@ Context::Context(int device, int validation, int pipeline_cache) {
     }
     cache_info_.loaded_bytes = cache_loaded_.size();
 }
+
+uint64_t Context::heap_usage_bytes() const {
+    if (!info_.memory_budget) return 0;
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 mp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, &budget};
+    vkGetPhysicalDeviceMemoryProperties2(phys_, &mp);
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < mp.memoryProperties.memoryHeapCount; ++i)
+        if (mp.memoryProperties.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) used += budget.heapUsage[i];
+    return used;
+}
+
+void Context::sample_heap_usage() { peak_heap_usage_ = std::max(peak_heap_usage_, heap_usage_bytes()); }
+void Context::reset_peak_heap_usage() { peak_heap_usage_ = heap_usage_bytes(); }
 
 void Context::set_cold_pipeline_cache(bool cold) {
     if (cold && !cold_cache_) {

@@ -23,6 +23,7 @@ struct DeviceInfo {
     bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
+    bool memory_budget = false;  // VK_EXT_memory_budget: the driver reports each heap's usage
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
@@ -60,6 +61,13 @@ public:
     const PipelineCacheInfo& pipeline_cache_info() const { return cache_info_; }
     const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
 
+    // Device-local heap usage of this process as the driver reports it (VK_EXT_memory_budget; 0 without it),
+    // and the most seen by sample_heap_usage() (called after every allocation) since reset_peak_heap_usage().
+    uint64_t heap_usage_bytes() const;
+    uint64_t peak_heap_usage_bytes() const { return peak_heap_usage_; }
+    void sample_heap_usage();
+    void reset_peak_heap_usage();
+
     // One-off command buffer, submitted and waited for.
     VkCommandBuffer begin_one_shot();
     void submit_wait(VkCommandBuffer cb, bool free = true);
@@ -80,7 +88,8 @@ private:
     VkPipelineCache cache_ = VK_NULL_HANDLE, cold_cache_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
     PipelineCacheInfo cache_info_;
-    std::vector<char> cache_loaded_;  // the driver data read at start (not rewritten when unchanged)
+    std::vector<char> cache_loaded_;
+    uint64_t peak_heap_usage_ = 0;  // the driver data read at start (not rewritten when unchanged)
     DeviceInfo info_;
     VkPhysicalDeviceMemoryProperties mem_props_{};
 };
