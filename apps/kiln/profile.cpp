@@ -21,6 +21,7 @@ struct Column {
     const char* name;
     const char* header;
     double (*get)(const StepFigures&);
+    int decimals = 2;
 };
 const Column kColumns[] = {
     {"wall_ms", "wall_ms", [](const StepFigures& s) { return s.wall_ms; }},
@@ -29,9 +30,9 @@ const Column kColumns[] = {
     {"host_cpu_ms", "host_cpu", [](const StepFigures& s) { return s.run.host_cpu_ms; }},
     {"idle_ms", "idle_ms", [](const StepFigures& s) { return s.run.idle_ms; }},
     {"idle_before_ms", "idle_pre", [](const StepFigures& s) { return s.run.idle_before_ms; }},
-    {"submissions", "submits", [](const StepFigures& s) { return (double)s.run.submissions; }},
-    {"barriers", "barriers", [](const StepFigures& s) { return (double)s.run.barriers; }},
-    {"dispatches", "disp", [](const StepFigures& s) { return (double)s.run.dispatches; }},
+    {"submissions", "submits", [](const StepFigures& s) { return (double)s.run.submissions; }, 0},
+    {"barriers", "barriers", [](const StepFigures& s) { return (double)s.run.barriers; }, 0},
+    {"dispatches", "disp", [](const StepFigures& s) { return (double)s.run.dispatches; }, 0},
 };
 
 std::vector<double> column(const std::vector<StepFigures>& steps, const Column& c) {
@@ -51,18 +52,33 @@ uint64_t vm_hwm_bytes() {
 }
 
 double mib(uint64_t b) { return (double)b / (1 << 20); }
+
+void print_row(std::FILE* f, const char* label, const StepFigures& s) {
+    std::fprintf(f, "  %5s", label);
+    for (auto& c : kColumns) {
+        const double v = c.get(s);
+        if (v < 0)
+            std::fprintf(f, " %9s", "-");  // idle before the first run: nothing ran before it
+        else
+            std::fprintf(f, " %9.*f", c.decimals, v);
+    }
+    std::fprintf(f, "\n");
+}
 }  // namespace
 
 StepFigures median_step(const std::vector<StepFigures>& steps) {
     StepFigures m;
     if (steps.empty()) return m;
-    m.run = steps.front().run;
+    m.run = steps.front().run;  // columns 0-5 are the timed figures; the counts are the same every step
     m.wall_ms = median(column(steps, kColumns[0]));
     m.run.gpu_ms = median(column(steps, kColumns[1]));
     m.run.host_ms = median(column(steps, kColumns[2]));
     m.run.host_cpu_ms = median(column(steps, kColumns[3]));
     m.run.idle_ms = median(column(steps, kColumns[4]));
-    m.run.idle_before_ms = median(column(steps, kColumns[5]));
+    std::vector<double> before;  // the first run of an executor has none
+    for (double v : column(steps, kColumns[5]))
+        if (v >= 0) before.push_back(v);
+    m.run.idle_before_ms = before.empty() ? -1 : median(before);
     return m;
 }
 
@@ -70,15 +86,8 @@ void print_steps(std::FILE* f, const std::vector<StepFigures>& steps) {
     std::fprintf(f, "  %5s", "step");
     for (auto& c : kColumns) std::fprintf(f, " %9s", c.header);
     std::fprintf(f, "\n");
-    for (size_t i = 0; i < steps.size(); ++i) {
-        std::fprintf(f, "  %5zu", i);
-        for (auto& c : kColumns) std::fprintf(f, " %9.2f", c.get(steps[i]));
-        std::fprintf(f, "\n");
-    }
-    const StepFigures m = median_step(steps);
-    std::fprintf(f, "  %5s", "med");
-    for (auto& c : kColumns) std::fprintf(f, " %9.2f", c.get(m));
-    std::fprintf(f, "\n");
+    for (size_t i = 0; i < steps.size(); ++i) print_row(f, std::to_string(i).c_str(), steps[i]);
+    print_row(f, "med", median_step(steps));
 }
 
 nlohmann::json steps_json(const std::vector<StepFigures>& steps) {
