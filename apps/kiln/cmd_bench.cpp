@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -208,10 +209,17 @@ Run add_bench(CLI::App& app) {
                                  {"gpu_ms_block_median", median(block_ms)}};
             report["modes"].push_back(jm);
         }
-        if (!o->json.empty()) {
-            std::ofstream f(o->json);
-            KILN_CHECK(f.good(), o->json, ": cannot write");
-            f << report.dump(2) << "\n";
+        if (!o->json.empty()) {  // never a partial file: a temporary name, then rename
+            const std::string tmp = o->json + ".tmp";
+            {
+                std::ofstream f(tmp);
+                KILN_CHECK(f.good(), tmp, ": cannot write");
+                f << report.dump(2) << "\n";
+                KILN_CHECK(f.flush().good(), tmp, ": cannot write");
+            }
+            std::error_code ec;
+            std::filesystem::rename(tmp, o->json, ec);
+            KILN_CHECK(!ec, "cannot rename ", tmp, " to ", o->json, ": ", ec.message());
         }
     };
 }

@@ -150,6 +150,18 @@ bool write_pipeline_cache(const std::string& path, const PipelineCacheKey& key, 
         fs::remove(tmp, ec);
         return false;
     }
+    // Earlier Kiln builds named the file by pipelineCacheUUID alone (pipelines-<32 hex digits>.bin), without a
+    // Kiln header; such files are never read again.
+    for (auto it = fs::directory_iterator(fs::path(path).parent_path(), ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() == 10 + 32 + 4 && name.rfind("pipelines-", 0) == 0 &&
+            name.compare(name.size() - 4, 4, ".bin") == 0 &&
+            name.find_first_not_of("0123456789abcdef", 10) == name.size() - 4) {
+            std::error_code rm;
+            fs::remove(it->path(), rm);
+        }
+    }
     return true;
 }
 

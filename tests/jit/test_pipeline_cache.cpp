@@ -62,6 +62,9 @@ TEST_CASE("pipeline cache: the second run loads what the first saved", "[pipelin
     const int errors = vk::Context::validation_errors();
     std::string path;
     double cold = 0, warm = 0;
+    const fs::path legacy = home.dir / "kiln" / "pipelines-0123456789abcdef0123456789abcdef.bin";  // earlier naming
+    fs::create_directories(legacy.parent_path());
+    write_all(legacy.string(), {'x'});
     {
         vk::Context ctx;
         path = ctx.pipeline_cache_info().path;
@@ -70,10 +73,10 @@ TEST_CASE("pipeline cache: the second run loads what the first saved", "[pipelin
         cold = create_pipelines(ctx);
     }
     REQUIRE(fs::exists(path));
+    CHECK(!fs::exists(legacy));
     const auto file = read_all(path);
     REQUIRE(file.size() >= 64 + sizeof(VkPipelineCacheHeaderVersionOne));
     CHECK(std::memcmp(file.data(), "KILNPC01", 8) == 0);
-    CHECK(fs::directory_iterator(home.dir / "kiln") != fs::directory_iterator());
     for (auto& e : fs::directory_iterator(home.dir / "kiln"))  // the temporary file was renamed
         CHECK(e.path().string().find(".tmp") == std::string::npos);
     {
