@@ -93,6 +93,7 @@ Run add_bench(CLI::App& app) {
             modes = {exec::parse_mode(o->mode)};
 
         vk::Context ctx(o->device, -1, o->no_pipeline_cache ? 0 : -1);
+        ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
         auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
         const auto& pc = ctx.pipeline_cache_info();
         nlohmann::json report = {
@@ -180,6 +181,7 @@ Run add_bench(CLI::App& app) {
                                  {"record_ms", c.record_ms},
                                  {"record_warm_ms", cw.record_ms},
                                  {"pipelines", c.pipelines},
+                                 {"pipelines_created", c.pipelines_created},
                                  {"command_buffers_recorded", c.command_buffers_recorded},
                                  {"dispatches_per_step", c.dispatches_per_run},
                                  {"submissions_per_step", c.submissions_per_run},

@@ -74,7 +74,8 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     build_dispatches(active);
     build_ptr_tables();
     c.pipeline_ms = kernels.create_ms();
-    c.pipelines = kernels.created();
+    c.pipelines = kernels.used();
+    c.pipelines_created = kernels.created();
     c.plan_ms += ms_since(t1) - kernels.create_ms();
     record();
 }

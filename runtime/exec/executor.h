@@ -33,7 +33,8 @@ BlockWeights parse_block_weights(const std::string& s);  // "auto" | "device" | 
 using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
 
 struct Counters {
-    int pipelines = 0;  // pipelines this executor uses (created or found in the cache)
+    int pipelines = 0;          // pipelines this executor uses (created, or shared by an earlier executor)
+    int pipelines_created = 0;  // of those, created by this executor
     int command_buffers_recorded = 0;
     int dispatches_per_run = 0;  // dispatches executed by one run()
     int submissions_per_run = 0;

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "runtime/core/error.h"
+#include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/pipeline_cache.h"
 
 namespace kiln::vk {
@@ -23,10 +24,12 @@ const char* vk_result_name(VkResult r) {
         C(VK_INCOMPLETE)
         C(VK_ERROR_OUT_OF_HOST_MEMORY)
         C(VK_ERROR_OUT_OF_DEVICE_MEMORY)
-        C(VK_ERROR_INITIALIZATION_FAILED) C(VK_ERROR_DEVICE_LOST) C(VK_ERROR_MEMORY_MAP_FAILED)
-            C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT) C(VK_ERROR_FEATURE_NOT_PRESENT)
-                C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS) C(VK_ERROR_FORMAT_NOT_SUPPORTED)
-                    C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY) C(VK_ERROR_UNKNOWN)
+        C(VK_ERROR_INITIALIZATION_FAILED)
+        C(VK_ERROR_DEVICE_LOST)
+        C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT)
+            C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
+                C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
+                    C(VK_ERROR_UNKNOWN)
 #undef C
                         default : return "VK_ERROR_(unnamed)";
     }
@@ -352,6 +355,15 @@ uint64_t Context::heap_usage_bytes() const {
 void Context::sample_heap_usage() { peak_heap_usage_ = std::max(peak_heap_usage_, heap_usage_bytes()); }
 void Context::reset_peak_heap_usage() { peak_heap_usage_ = heap_usage_bytes(); }
 
+PipelinePool* Context::pipeline_pool() {
+    if (!reuse_pipelines_ || cold_cache_) return nullptr;
+    if (!pipelines_) {
+        pipelines_ = std::make_unique<PipelinePool>();
+        pipelines_->device = device_;
+    }
+    return pipelines_.get();
+}
+
 void Context::set_cold_pipeline_cache(bool cold) {
     if (cold && !cold_cache_) {
         VkPipelineCacheCreateInfo cci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
@@ -386,6 +398,7 @@ void Context::save_pipeline_cache() {
 Context::~Context() {
     if (device_) {
         vkDeviceWaitIdle(device_);
+        pipelines_.reset();
         if (cold_cache_) {  // what a cold start created is kept, as set_cold_pipeline_cache(false) would
             vkMergePipelineCaches(device_, cache_, 1, &cold_cache_);
             vkDestroyPipelineCache(device_, cold_cache_, nullptr);

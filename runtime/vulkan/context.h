@@ -5,6 +5,7 @@
 #include <vulkan/vulkan.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@ namespace kiln::vk {
 #define VK_CHECK(expr) ::kiln::vk::check_vk((expr), #expr, __FILE__, __LINE__)
 void check_vk(VkResult r, const char* expr, const char* file, int line);
 const char* vk_result_name(VkResult r);
+
+struct PipelinePool;  // pipeline.h
 
 struct DeviceInfo {
     int index = 0;
@@ -59,6 +62,10 @@ public:
         size_t loaded_bytes = 0;
     };
     const PipelineCacheInfo& pipeline_cache_info() const { return cache_info_; }
+    // The pipelines shared by this context's executors (see pipeline.h); null while reuse is off or during a
+    // cold start, when each executor creates and destroys its own (benchmarks of pipeline creation).
+    PipelinePool* pipeline_pool();
+    void set_pipeline_reuse(bool on) { reuse_pipelines_ = on; }
     const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
 
     // Device-local heap usage of this process as the driver reports it (VK_EXT_memory_budget; 0 without it),
@@ -89,7 +96,9 @@ private:
     VkFence fence_ = VK_NULL_HANDLE;
     PipelineCacheInfo cache_info_;
     std::vector<char> cache_loaded_;
-    uint64_t peak_heap_usage_ = 0;  // the driver data read at start (not rewritten when unchanged)
+    uint64_t peak_heap_usage_ = 0;
+    std::unique_ptr<PipelinePool> pipelines_;
+    bool reuse_pipelines_ = true;  // the driver data read at start (not rewritten when unchanged)
     DeviceInfo info_;
     VkPhysicalDeviceMemoryProperties mem_props_{};
 };

@@ -39,8 +39,9 @@ struct TempCacheHome {
     }
 };
 
-// Creates a handful of pipelines; returns the milliseconds it took.
+// Creates a handful of pipelines (none shared with an earlier Kernels); returns the milliseconds it took.
 double create_pipelines(vk::Context& ctx) {
+    ctx.set_pipeline_reuse(false);
     auto t0 = std::chrono::steady_clock::now();
     vk::Kernels k(ctx);
     for (const char* name : {"gelu", "silu", "add", "softmax", "layer_norm", "linear_f32"}) k.get(name);
@@ -201,5 +202,27 @@ TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails n
         ctx.set_cold_pipeline_cache(false);
         CHECK(ctx.pipeline_cache() != cold);
         create_pipelines(ctx);
+    }
+    SECTION("pipelines shared by the Kernels of one context, unless reuse is off or the start is cold") {
+        vk::Context ctx;
+        VkPipeline p;
+        {
+            vk::Kernels a(ctx);
+            p = a.get("gelu").pipeline;
+            CHECK(a.created() == 1);
+        }
+        vk::Kernels b(ctx);  // a is gone; the context keeps the pipeline
+        CHECK(b.get("gelu").pipeline == p);
+        CHECK(b.created() == 0);
+        CHECK(b.used() == 1);
+        ctx.set_cold_pipeline_cache(true);
+        vk::Kernels c(ctx);
+        CHECK(c.get("gelu").pipeline != p);
+        CHECK(c.created() == 1);
+        ctx.set_cold_pipeline_cache(false);
+        ctx.set_pipeline_reuse(false);
+        vk::Kernels d(ctx);
+        d.get("gelu");
+        CHECK(d.created() == 1);
     }
 }
