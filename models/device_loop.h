@@ -1,0 +1,20 @@
+#pragma once
+// The pipelines' side of the denoising loop on the device (runtime/exec/step_program.h): whether to use it, and
+// the per-step table built from a scheduler.
+#include <functional>
+#include <vector>
+
+#include "models/schedulers/scheduler.h"
+#include "runtime/exec/step_params.h"
+
+namespace kiln::models {
+
+// The device loop unless forced to the host: host_loop (GenerateOptions, `kiln generate --host-loop`) or
+// KILN_DEVICE_LOOP=0 in the environment.
+bool use_device_loop(bool host_loop);
+
+// Every step's row of the table: plan_step(i) in order (advancing s's multistep state as step() would), its
+// coefficients cast to float as sched::apply_step casts them, model_input_divisor(i) and timestep(i).
+std::vector<params::LoopStep> plan_loop_steps(sched::Scheduler& s, const std::function<float(int)>& timestep);
+
+}  // namespace kiln::models
