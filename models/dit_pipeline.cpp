@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "models/device_loop.h"
@@ -98,11 +99,18 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     ls.cond_first = true;      // DiT: [cond, null class]
     ls.scale_in_place = true;  // diffusers' DiTPipeline steps the scaled latent_model_input
     ls.guidance = (float)opt.guidance;
-    res.device_loop = use_device_loop(opt.host_loop) && !opt.keep_intermediates && exec::StepProgram::supported(tx, ls);
+    res.device_loop = use_device_loop(opt.host_loop) && exec::StepProgram::supported(tx, ls);
     if (res.device_loop) {
         const auto table = plan_loop_steps(*sched, [&](int i) { return (float)ts[(size_t)i]; });
         exec::StepProgram prog(ctx, tx, ls, table);
-        prog.run(std::vector<float>(x.begin(), x.begin() + (long)n_half), opt.progress);
+        std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
+        if (opt.keep_intermediates)
+            observe = [&](int i) {
+                res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", tx.output("sample")});
+                res.intermediates.push_back(
+                    {"step" + std::to_string(i) + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
+            };
+        prog.run(std::vector<float>(x.begin(), x.begin() + (long)n_half), opt.progress, observe);
         res.denoise_host_ms = prog.stats().host_ms;
         res.denoise_ms = ms_since(t_loop);
         z = prog.latents(0, inv_sf);
@@ -122,8 +130,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
             const Tensor raw = noise;
             const int OC = (int)noise.shape[1];
             // The raw transformer output of the whole guidance batch, as diffusers' fixtures record it.
-            if (opt.keep_intermediates)
-                res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", raw});
+            if (opt.keep_intermediates) res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", raw});
             float* np = noise.data<float>();
             if (cfg) {  // guidance on the first C channels, copied to both halves
                 for (int b = 0; b < B; ++b)

@@ -33,8 +33,8 @@ struct GenerateResult {
     Tensor image;  // [B, H, W, 3] in [0, 1] (NHWC, as diffusers' output_type="np")
     std::vector<std::pair<std::string, Tensor>> intermediates;
     double plan_ms = 0, denoise_ms = 0, decode_ms = 0;
-    bool device_loop = false;      // the denoising loop ran on the device
-    double denoise_host_ms = 0;    // of denoise_ms, the time the host was busy (not waiting for the device)
+    bool device_loop = false;    // the denoising loop ran on the device
+    double denoise_host_ms = 0;  // of denoise_ms, the time the host was busy (not waiting for the device)
     exec::Counters transformer_counters;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "models/device_loop.h"
 #include "models/flux.h"
@@ -351,19 +352,47 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     ls.row_out = (uint32_t)(tx_exec.device_range("sample").size / 4 / (VkDeviceSize)BB);
     ls.cfg = p.cfg;  // rows [0, B) negative, [B, 2B) prompt
     ls.guidance = (float)p.guidance;
-    res.device_loop = use_device_loop(opt.host_loop) && !opt.keep_intermediates &&
-                      (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
+    // Guidance on the host: noise (B rows) from the transformer output (BB rows). Learned sigma (PixArt,
+    // out_channels = 2C): the scheduler sees the first C channels of each row.
+    std::vector<float> noise(n_lat);
+    auto guide = [&](const Tensor& out) {
+        const size_t row_out = (size_t)out.numel() / (size_t)BB;
+        KILN_CHECK(row_out == row_lat || row_out == 2 * row_lat, cls, ": output ", shape_str(out.shape),
+                   " does not match latents ", shape_str(lat_shape));
+        const float* o = out.data<float>();
+        const float g = (float)p.guidance;
+        for (int64_t b = 0; b < B; ++b)
+            for (size_t k = 0; k < row_lat; ++k) {
+                float v = o[(size_t)b * row_out + k];
+                if (p.cfg) {  // rows [0, B) negative, [B, 2B) prompt: uncond + g * (text - uncond)
+                    const float unc = v, txt = o[(size_t)(b + B) * row_out + k];
+                    v = unc + g * (txt - unc);
+                }
+                noise[(size_t)b * row_lat + k] = v;
+            }
+    };
+    res.device_loop = use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
                       exec::StepProgram::supported(tx_exec, ls);
     if (res.device_loop) {
         exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep));
-        prog.run(x, opt.progress);
+        std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
+        if (opt.keep_intermediates)
+            observe = [&](int i) {
+                const std::string si = "step" + std::to_string(i);
+                const Tensor out = tx_exec.output("sample");
+                res.intermediates.push_back({si + "_transformer_out", out});
+                guide(out);  // the device fused it into the step; the same arithmetic, for the record
+                res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+                res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
+            };
+        prog.run(x, opt.progress, observe);
         res.denoise_host_ms = prog.stats().host_ms;
         res.denoise_ms = ms_since(t_loop);
         z = pixart ? prog.latents(1, sf) : prog.latents(2, sf, shift);
         if (flux) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
         double wait_ms = 0;
-        std::vector<float> model_in((size_t)BB * row_lat), noise(n_lat);
+        std::vector<float> model_in((size_t)BB * row_lat);
         for (int i = 0; i < (int)ts.size(); ++i) {
             for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
             sched->scale_model_input(model_in, i);
@@ -375,26 +404,11 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             const Tensor out = tx_exec.output("sample");
             const std::string si = "step" + std::to_string(i);
             if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
-            const size_t row_out = (size_t)out.numel() / (size_t)BB;
-            // Learned sigma (PixArt, out_channels = 2C): the scheduler sees the first C channels of each row.
-            KILN_CHECK(row_out == row_lat || row_out == 2 * row_lat, cls, ": output ", shape_str(out.shape),
-                       " does not match latents ", shape_str(lat_shape));
-            const float* o = out.data<float>();
-            const float g = (float)p.guidance;
-            for (int64_t b = 0; b < B; ++b)
-                for (size_t k = 0; k < row_lat; ++k) {
-                    float v = o[(size_t)b * row_out + k];
-                    if (p.cfg) {  // rows [0, B) negative, [B, 2B) prompt: uncond + g * (text - uncond)
-                        const float unc = v, txt = o[(size_t)(b + B) * row_out + k];
-                        v = unc + g * (txt - unc);
-                    }
-                    noise[(size_t)b * row_lat + k] = v;
-                }
+            guide(out);
             if (opt.keep_intermediates)
                 res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
             x = sched->step(noise, i, x);
-            if (opt.keep_intermediates)
-                res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
+            if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
             if (opt.progress) opt.progress(i + 1, (int)ts.size());
         }
         res.denoise_ms = ms_since(t_loop);

@@ -48,7 +48,8 @@ KILN_LOOP_PARAMS(LoopParams) {
     float guidance;
     uint mode;
     float a, b;
-} KILN_LOOP_PARAMS_END(LoopParams)
+}
+KILN_LOOP_PARAMS_END(LoopParams)
 
 #ifdef __cplusplus
 }  // namespace kiln::params

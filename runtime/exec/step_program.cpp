@@ -118,13 +118,14 @@ struct StepProgram::Impl {
         return cb;
     }
 
-    void wait_oldest(const std::function<void(int, int)>& progress) {
+    void wait_oldest(const std::function<void(int, int)>& progress, const std::function<void(int)>& observe) {
         auto [f, s] = pending.front();
         auto tw = detail::Clock::now();
         VK_CHECK(vkWaitForFences(ctx.device(), 1, &fences[f], VK_TRUE, UINT64_MAX));
         stats.wait_ms += detail::ms_since(tw);
         VK_CHECK(vkResetFences(ctx.device(), 1, &fences[f]));
         pending.pop_front();
+        if (observe) observe(s);
         if (progress) progress(s + 1, (int)n_steps);
     }
 };
@@ -147,8 +148,9 @@ bool StepProgram::supported(const Executor& ex, const StepLoopSpec& spec, std::s
             return fail(e.what());
         }
         if (t != DType::f32) return fail("'" + names[i] + "' is not f32");
-        if (r.size != sizes[i]) return fail("'" + names[i] + "' has " + std::to_string(r.size) + " bytes, expected " +
-                                            std::to_string(sizes[i]));
+        if (r.size != sizes[i])
+            return fail("'" + names[i] + "' has " + std::to_string(r.size) + " bytes, expected " +
+                        std::to_string(sizes[i]));
     }
     if (spec.row_out < spec.row_lat) return fail("the output row is shorter than the latent row");
     return true;
@@ -189,8 +191,7 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     p.batch = m.batch, p.cfg = spec.cfg, p.cond_first = spec.cond_first, p.scale_in_place = spec.scale_in_place;
     p.guidance = spec.guidance;
     const std::string div = ctx.info().fp64 ? "_f64" : "_f32";
-    m.prepare = m.bind("loop_prepare" + div, {m.table, m.state, m.x, m.hidden, m.timestep}, &p,
-                       std::max(m.n, m.batch));
+    m.prepare = m.bind("loop_prepare" + div, {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
     m.step = m.bind("loop_step", {m.table, m.state, m.out, m.x, m.hist}, &p, m.n);
     m.advance = m.bind("loop_advance", {m.state}, nullptr, 1);
     m.finalize = m.bind("loop_finalize" + div, {m.x, m.z}, &p, m.n);
@@ -216,7 +217,8 @@ StepProgram::~StepProgram() = default;
 
 const StepLoopStats& StepProgram::stats() const { return impl_->stats; }
 
-void StepProgram::run(const std::vector<float>& x, const std::function<void(int, int)>& progress) {
+void StepProgram::run(const std::vector<float>& x, const std::function<void(int, int)>& progress,
+                      const std::function<void(int)>& observe) {
     Impl& m = *impl_;
     KILN_CHECK(x.size() == m.n, "device loop: latents have ", x.size(), " floats, expected ", m.n);
     KILN_CHECK(m.pending.empty(), "device loop: run() while steps are in flight");
@@ -227,7 +229,7 @@ void StepProgram::run(const std::vector<float>& x, const std::function<void(int,
     m.alloc.upload(m.state, zero, sizeof(zero));
     VkCommandBuffer cbs[3] = {m.pre, m.ex.run_commands(), m.post};
     for (uint32_t i = 0; i < m.n_steps; ++i) {
-        if (m.pending.size() == m.fences.size()) m.wait_oldest(progress);
+        if (m.pending.size() == (observe ? 1 : m.fences.size())) m.wait_oldest(progress, observe);
         const size_t f = i % m.fences.size();
         VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
         si.commandBufferCount = 3;
@@ -235,7 +237,7 @@ void StepProgram::run(const std::vector<float>& x, const std::function<void(int,
         VK_CHECK(vkQueueSubmit(m.ctx.queue(), 1, &si, m.fences[f]));
         m.pending.push_back({f, (int)i});
     }
-    while (!m.pending.empty()) m.wait_oldest(progress);
+    while (!m.pending.empty()) m.wait_oldest(progress, observe);
     m.stats.steps = (int)m.n_steps;
     m.stats.host_ms = detail::ms_since(t0) - m.stats.wait_ms;
 }

@@ -17,12 +17,12 @@ namespace kiln::exec {
 
 struct StepLoopSpec {
     std::string hidden = "hidden_states", timestep = "timestep", output = "sample";  // executor input/output names
-    int rows = 1;           // latent rows the scheduler updates (one per prompt / class label)
-    uint32_t row_lat = 0;   // floats per latent row
-    uint32_t row_out = 0;   // floats per output row, >= row_lat (learned sigma: the first row_lat are the noise)
-    bool cfg = false;       // the transformer batch is 2 * rows, guidance combines the halves
-    bool cond_first = false;       // cfg: the conditional rows come first (DiT); else the negatives (PixArt, SD3)
-    bool scale_in_place = false;   // the scheduler steps the scaled model input (DiTPipeline), not the latents
+    int rows = 1;                 // latent rows the scheduler updates (one per prompt / class label)
+    uint32_t row_lat = 0;         // floats per latent row
+    uint32_t row_out = 0;         // floats per output row, >= row_lat (learned sigma: the first row_lat are the noise)
+    bool cfg = false;             // the transformer batch is 2 * rows, guidance combines the halves
+    bool cond_first = false;      // cfg: the conditional rows come first (DiT); else the negatives (PixArt, SD3)
+    bool scale_in_place = false;  // the scheduler steps the scaled model input (DiTPipeline), not the latents
     float guidance = 1;
     int in_flight = 2;  // steps submitted ahead of the one the host waits for
 };
@@ -43,7 +43,10 @@ public:
 
     // Every step from latents x (rows * row_lat floats). progress(i + 1, n) once step i has finished on the device;
     // an exception from it (cancel) leaves at that step boundary, the steps already queued finishing unobserved.
-    void run(const std::vector<float>& x, const std::function<void(int, int)>& progress = {});
+    // observe(i), when given, runs first, with step i's results still in place (the executor's output, latents()):
+    // the steps then run one at a time.
+    void run(const std::vector<float>& x, const std::function<void(int, int)>& progress = {},
+             const std::function<void(int)>& observe = {});
     // The latents after run(): as they are (mode < 0), or through loop_finalize (modes in step_params.h).
     std::vector<float> latents(int mode = -1, float a = 1, float b = 0);
     const StepLoopStats& stats() const;
