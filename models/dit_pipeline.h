@@ -23,8 +23,8 @@ struct GenerateOptions {
     bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile
     int vae_tile_size = 0;               // tiled_vae: tile side in px (vae.tile_sample_min_size); 0 = sample_size
     // The loop on the host: read the transformer output back every step, guidance and scheduler on the CPU. By
-    // default the whole loop runs on the device (bitwise the same latents) where the executor allows it (not
-    // eager) and no intermediates are kept; KILN_DEVICE_LOOP=0 also forces the host loop.
+    // default the whole loop runs on the device (bitwise the same results) where the executor allows it (not
+    // eager; with intermediates, steps run one at a time and are read back); KILN_DEVICE_LOOP=0 forces the host.
     bool host_loop = false;
     std::function<void(int step, int total)> progress;
 };
