@@ -190,7 +190,7 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     p.n = m.n, p.row_lat = spec.row_lat, p.row_out = spec.row_out, p.rows = (uint32_t)spec.rows;
     p.batch = m.batch, p.cfg = spec.cfg, p.cond_first = spec.cond_first, p.scale_in_place = spec.scale_in_place;
     p.guidance = spec.guidance;
-    const std::string div = ctx.info().fp64 ? "_f64" : "_f32";
+    const std::string div = ctx.info().fp64 && spec.exact_division ? "_f64" : "_f32";
     m.prepare = m.bind("loop_prepare" + div, {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
     m.step = m.bind("loop_step", {m.table, m.state, m.out, m.x, m.hist}, &p, m.n);
     m.advance = m.bind("loop_advance", {m.state}, nullptr, 1);
