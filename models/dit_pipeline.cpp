@@ -111,8 +111,9 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
                     {"step" + std::to_string(i) + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
             };
         prog.run(std::vector<float>(x.begin(), x.begin() + (long)n_half), opt.progress, observe);
-        res.denoise_host_ms = prog.stats().host_ms;
+        res.loop_plan_ms = prog.stats().plan_ms;
         res.denoise_ms = ms_since(t_loop);
+        res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
         z = prog.latents(0, inv_sf);
     } else {
         double wait_ms = 0;

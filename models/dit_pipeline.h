@@ -35,6 +35,7 @@ struct GenerateResult {
     double plan_ms = 0, denoise_ms = 0, decode_ms = 0;
     bool device_loop = false;    // the denoising loop ran on the device
     double denoise_host_ms = 0;  // of denoise_ms, the time the host was busy (not waiting for the device)
+    double loop_plan_ms = 0;     // of denoise_host_ms, planning and recording the device loop
     exec::Counters transformer_counters;
 };
 

@@ -386,8 +386,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                 res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
             };
         prog.run(x, opt.progress, observe);
-        res.denoise_host_ms = prog.stats().host_ms;
+        res.loop_plan_ms = prog.stats().plan_ms;
         res.denoise_ms = ms_since(t_loop);
+        res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
         z = pixart ? prog.latents(1, sf) : prog.latents(2, sf, shift);
         if (flux) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {

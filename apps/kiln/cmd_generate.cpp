@@ -215,8 +215,11 @@ Run add_generate(CLI::App& app) {
                           const std::string& out, const std::string& dump) {
             std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
                          r.denoise_ms, r.denoise_ms / n_steps, r.decode_ms);
-            std::fprintf(stderr, "  loop on the %s: host busy %.2f ms/step\n", r.device_loop ? "device" : "host",
-                         r.denoise_host_ms / n_steps);
+            if (r.device_loop)
+                std::fprintf(stderr, "  loop on the device: host busy %.2f ms/step (loop planned in %.1f ms)\n",
+                             (r.denoise_host_ms - r.loop_plan_ms) / n_steps, r.loop_plan_ms);
+            else
+                std::fprintf(stderr, "  loop on the host: host busy %.2f ms/step\n", r.denoise_host_ms / n_steps);
             const auto& tc = r.transformer_counters;
             std::fprintf(stderr, "  transformer %.1f MiB (weights + activations; %.0f MiB allocated)\n",
                          (double)(tc.weight_bytes + tc.activation_bytes_planned) / (1 << 20),

@@ -45,6 +45,7 @@ struct StepProgram::Impl {
     std::vector<VkFence> fences;
     std::deque<std::pair<size_t, int>> pending;  // (fence, step) in submission order
     StepLoopStats stats;
+    double plan_ms = 0;
 
     Impl(vk::Context& c, Executor& e) : ctx(c), ex(e), alloc(c), kernels(c) {}
     ~Impl() {
@@ -160,6 +161,7 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
                          const std::vector<params::LoopStep>& steps)
     : impl_(std::make_unique<Impl>(ctx, ex)) {
     Impl& m = *impl_;
+    auto t0 = detail::Clock::now();
     std::string why;
     KILN_CHECK(supported(ex, spec, &why), "device loop: ", why);
     KILN_CHECK(!steps.empty(), "device loop: no steps");
@@ -211,6 +213,7 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     m.fences.resize((size_t)spec.in_flight);
     for (auto& f : m.fences) VK_CHECK(vkCreateFence(ctx.device(), &fci, nullptr, &f));
+    m.plan_ms = m.stats.plan_ms = detail::ms_since(t0);
 }
 
 StepProgram::~StepProgram() = default;
@@ -224,6 +227,7 @@ void StepProgram::run(const std::vector<float>& x, const std::function<void(int,
     KILN_CHECK(m.pending.empty(), "device loop: run() while steps are in flight");
     auto t0 = detail::Clock::now();
     m.stats = {};
+    m.stats.plan_ms = m.plan_ms;
     m.alloc.upload(m.x, x.data(), (VkDeviceSize)m.n * 4);
     const uint32_t zero[4] = {0, 0, 0, 0};
     m.alloc.upload(m.state, zero, sizeof(zero));
@@ -251,16 +255,14 @@ std::vector<float> StepProgram::latents(int mode, float a, float b) {
         return out;
     }
     KILN_CHECK(mode <= 2, "device loop: finalize mode ", mode);
+    Bound fin = m.finalize;
     params::LoopParams p{};
-    std::memcpy(&p, m.finalize.d.push.data(), sizeof(p));
+    std::memcpy(&p, fin.d.push.data(), sizeof(p));
     p.mode = (uint32_t)mode, p.a = a, p.b = b;
+    fin.d.set_push(p);
     VkCommandBuffer cb = m.ctx.begin_one_shot();
     Impl::barrier(cb);
-    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, m.finalize.kernel->pipeline);
-    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, m.finalize.kernel->layout, 0, 1, &m.finalize.set, 0,
-                            nullptr);
-    vkCmdPushConstants(cb, m.finalize.kernel->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(p), &p);
-    vkCmdDispatch(cb, m.finalize.d.groups[0], m.finalize.d.groups[1], m.finalize.d.groups[2]);
+    m.record(cb, fin);
     Impl::barrier(cb);
     VK_CHECK(vkEndCommandBuffer(cb));
     m.ctx.submit_wait(cb);

@@ -32,6 +32,7 @@ struct StepLoopSpec {
 };
 
 struct StepLoopStats {
+    double plan_ms = 0;  // the constructor: pipelines, buffers, recording
     int steps = 0;
     double host_ms = 0;  // host time in run() apart from waiting: uploads, submissions, progress callbacks
     double wait_ms = 0;  // waiting for the device
