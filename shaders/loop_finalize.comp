@@ -1,4 +1,4 @@
-// variants: f32 f64
+// variants: f32 f64 i64
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // loop_finalize: the latents handed to the VAE. mode 0: z = a * x (DiT: 1/scaling_factor as a float);

@@ -1,4 +1,4 @@
-// variants: f32 f64
+// variants: f32 f64 i64
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // loop_prepare: the transformer's inputs of step i = state.step (host loop: scale_model_input, set_input):

@@ -192,7 +192,12 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     p.n = m.n, p.row_lat = spec.row_lat, p.row_out = spec.row_out, p.rows = (uint32_t)spec.rows;
     p.batch = m.batch, p.cfg = spec.cfg, p.cond_first = spec.cond_first, p.scale_in_place = spec.scale_in_place;
     p.guidance = spec.guidance;
-    const std::string div = ctx.info().fp64 && spec.exact_division ? "_f64" : "_f32";
+    using D = StepLoopSpec::Division;
+    D dv = spec.division;
+    if (dv == D::automatic) dv = ctx.info().int64 ? D::i64 : ctx.info().fp64 ? D::f64 : D::f32;
+    KILN_CHECK(dv != D::i64 || ctx.info().int64, "device loop: integer division needs shaderInt64");
+    KILN_CHECK(dv != D::f64 || ctx.info().fp64, "device loop: double division needs shaderFloat64");
+    const std::string div = dv == D::i64 ? "_i64" : dv == D::f64 ? "_f64" : "_f32";
     m.prepare = m.bind("loop_prepare" + div, {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
     m.step = m.bind("loop_step", {m.table, m.state, m.out, m.x, m.hist}, &p, m.n);
     m.advance = m.bind("loop_advance", {m.state}, nullptr, 1);

@@ -25,10 +25,10 @@ struct StepLoopSpec {
     bool scale_in_place = false;  // the scheduler steps the scaled model input (DiTPipeline), not the latents
     float guidance = 1;
     int in_flight = 2;  // steps submitted ahead of the one the host waits for
-    // Divisions (Euler's scale_model_input, the final latents / scaling_factor) in double, rounded once: exactly
-    // the host's float division. Needs shaderFloat64; without it (or false) a float OpFDiv, which Vulkan lets be
-    // 2.5 ulp off.
-    bool exact_division = true;
+    // How divisions (Euler's scale_model_input, the final latents / scaling_factor) round. Vulkan lets a float
+    // OpFDiv be 2.5 ulp off; i64 and f64 give the host's correctly rounded quotient (shaders/loop.glsl).
+    // automatic: i64 with shaderInt64, else f64 with shaderFloat64, else f32.
+    enum class Division { automatic, i64, f64, f32 } division = Division::automatic;
 };
 
 struct StepLoopStats {

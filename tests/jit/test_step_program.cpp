@@ -148,15 +148,26 @@ TEST_CASE("step program: the device loop is the host's arithmetic, bit for bit",
         CHECK(same(q.latents(), x));
     }
 
-    // Plain float division (devices without shaderFloat64): Vulkan allows 2.5 ulp, so at most 3 apart.
-    spec.exact_division = false;
-    exec::StepProgram f(context(), ex, spec, steps);
-    f.run(x_init);
-    const std::vector<float> xf = f.latents(), zf = f.latents(1, sf);
-    int64_t worst = 0;
-    for (size_t k = 0; k < n; ++k) worst = std::max(worst, ulps(zf[k], xf[k] / sf));
-    INFO("float division: " << worst << " ulp");
-    CHECK(worst <= 3);
+    // Each division variant: i64 and f64 exactly the host's quotient (every step divides but the first and the
+    // last); f32 (devices with neither) within Vulkan's 2.5 ulp of OpFDiv, so at most 3 apart at the final scaling.
+    using D = exec::StepLoopSpec::Division;
+    for (D dv : {D::i64, D::f64, D::f32}) {
+        if ((dv == D::i64 && !context().info().int64) || (dv == D::f64 && !context().info().fp64)) continue;
+        CAPTURE((int)dv);
+        spec.division = dv;
+        exec::StepProgram f(context(), ex, spec, steps);
+        f.run(x_init);
+        const std::vector<float> xf = f.latents(), zf = f.latents(1, sf);
+        if (dv != D::f32) {
+            CHECK(same(xf, x));
+            CHECK(same(zf, z1));
+            continue;
+        }
+        int64_t worst = 0;
+        for (size_t k = 0; k < n; ++k) worst = std::max(worst, ulps(zf[k], xf[k] / sf));
+        INFO("float division: " << worst << " ulp");
+        CHECK(worst <= 3);
+    }
     CHECK(vk::Context::validation_errors() == 0);
 }
 
@@ -181,4 +192,50 @@ TEST_CASE("step program: what it refuses", "[jit][loop][bad][vulkan]") {
     spec.cfg = false;
     exec::StepProgram p(context(), full, spec, {params::LoopStep{}});
     CHECK_THROWS_AS(p.run(std::vector<float>(3)), Error);  // 16 latents expected
+}
+
+TEST_CASE("step program: division variants on floats of every magnitude", "[jit][loop][vulkan]") {
+    // An identity step (prev = 1 * x + 0 * m + 0 * 0), then loop_finalize's x / a against the host's x / a.
+    const int64_t n = 1 << 16;
+    ir::Graph g;
+    ir::Val h = g.input("hidden_states", {1, n});
+    ir::Val t = g.input("timestep", {1});
+    g.output(g.mul(h, g.reshape(t, {1, 1})), "sample");
+    exec::Executor ex(
+        context(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
+    exec::StepLoopSpec spec;
+    spec.rows = 1, spec.row_lat = (uint32_t)n, spec.row_out = (uint32_t)n;
+    params::LoopStep id{};
+    id.timestep = 1.0f, id.divisor = 1.0f, id.prev_sample = 1.0f;
+    std::vector<float> x((size_t)n);
+    uint32_t state = 12345;
+    for (auto& v : x) {  // random significands and signs, exponents 2^-60 .. 2^60
+        state = state * 1664525u + 1013904223u;
+        const uint32_t mant = state >> 9;
+        state = state * 1664525u + 1013904223u;
+        const uint32_t e = 67 + (state >> 8) % 121, sign = (state & 1) << 31;
+        const uint32_t bits = sign | (e << 23) | mant;
+        std::memcpy(&v, &bits, 4);
+    }
+    using D = exec::StepLoopSpec::Division;
+    for (D dv : {D::i64, D::f64, D::f32}) {
+        if ((dv == D::i64 && !context().info().int64) || (dv == D::f64 && !context().info().fp64)) continue;
+        spec.division = dv;
+        exec::StepProgram p(context(), ex, spec, {id});
+        p.run(x);
+        REQUIRE(same(p.latents(), x));
+        for (float a : {3.0f, 0.7f, 1.37f, 0.18215f, 1.5305f, 1e-3f, 7.3e5f, -2.9f}) {
+            CAPTURE((int)dv, a);
+            const std::vector<float> z = p.latents(1, a);
+            int64_t worst = 0, differ = 0;
+            for (size_t k = 0; k < x.size(); ++k) {
+                const int64_t u = ulps(z[k], x[k] / a);
+                worst = std::max(worst, u);
+                differ += u != 0;
+            }
+            INFO(differ << " quotients differ, by at most " << worst << " ulp");
+            CHECK(worst <= (dv == D::f32 ? 3 : 0));
+        }
+    }
+    CHECK(vk::Context::validation_errors() == 0);
 }
