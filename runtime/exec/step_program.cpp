@@ -22,6 +22,7 @@ vk::BufferRange Executor::device_range(const std::string& name, DType* dtype) co
 }
 
 VkCommandBuffer Executor::run_commands() const { return impl_->primary; }
+vk::Allocator& Executor::allocator() { return impl_->alloc; }
 
 namespace {
 struct Bound {
@@ -36,7 +37,7 @@ struct StepProgram::Impl {
     Executor& ex;
     StepLoopSpec spec;
     uint32_t n_steps = 0, n = 0, batch = 0;
-    vk::Allocator alloc;
+    vk::Allocator& alloc;  // the executor's: a few latent-sized ranges in its blocks, not a block of our own
     vk::Kernels kernels;
     vk::BufferRange table, state, x, hist, z, hidden, timestep, out;
     VkDescriptorPool pool = VK_NULL_HANDLE;
@@ -47,7 +48,7 @@ struct StepProgram::Impl {
     StepLoopStats stats;
     double plan_ms = 0;
 
-    Impl(vk::Context& c, Executor& e) : ctx(c), ex(e), alloc(c), kernels(c) {}
+    Impl(vk::Context& c, Executor& e) : ctx(c), ex(e), alloc(e.allocator()), kernels(c) {}
     ~Impl() {
         VkDevice d = ctx.device();
         if (!pending.empty()) {

@@ -40,9 +40,10 @@ struct StepLoopStats {
 
 class StepProgram {
 public:
-    // Plans and records; throws when the executor cannot be driven (see supported()).
+    // Plans and records; throws when the executor cannot be driven (see supported()). The loop's buffers (the table,
+    // the latents, the history ring: about 5 latent sizes) come from ex's allocator and live as long as ex.
     StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spec, const std::vector<params::LoopStep>& steps);
-    ~StepProgram();  // waits for the steps still in flight
+    ~StepProgram();  // waits for the steps still in flight; frees the command buffers, pipelines and descriptors
     StepProgram(const StepProgram&) = delete;
     StepProgram& operator=(const StepProgram&) = delete;
 

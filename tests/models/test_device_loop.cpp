@@ -2,6 +2,7 @@
 // latents, per-step intermediates and images for every scheduler, on the DiT fixture and the text-to-image
 // fixtures. The device repeats the host's float operations in the same order (`precise`, no contraction) and
 // divides with correct rounding (shaders/loop.glsl), so there is no tolerance to state.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -124,16 +125,23 @@ TEST_CASE("device loop: progress per step, cancel at a step boundary, KILN_DEVIC
     CHECK(seen == std::vector<int>{1, 2});
     // Everything was freed and the context is usable: the full run reports every step in order.
     seen.clear();
-    opt.progress = [&](int step, int) { seen.push_back(step); };
+    uint64_t bytes = 0;  // device memory during the loop: the device loop adds no block to the host loop's
+    opt.progress = [&](int step, int) {
+        seen.push_back(step);
+        bytes = std::max(bytes, vk::Allocator::process_bytes());
+    };
     auto r = models::generate_dit(test::context(), src, opt);
     CHECK(r.device_loop);
     CHECK(seen == std::vector<int>{1, 2, 3, 4});
+    const uint64_t device_bytes = bytes;
 
+    bytes = 0;
     ::setenv("KILN_DEVICE_LOOP", "0", 1);
     auto h = models::generate_dit(test::context(), src, opt);
     ::unsetenv("KILN_DEVICE_LOOP");
     CHECK(!h.device_loop);
     CHECK(same_bits(h.image, r.image));
+    CHECK(device_bytes == bytes);
     // Eager mode records no run to replay: the host loop.
     opt.mode = exec::Mode::eager;
     CHECK(!models::generate_dit(test::context(), src, opt).device_loop);
