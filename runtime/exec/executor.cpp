@@ -62,9 +62,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
         }
         if (!skip) active.push_back(n);
     }
-    // After the blocks, the last instance's outputs live in the template's chain inputs.
-    for (auto& k : blocks)
-        for (auto [vl, x] : k.last_outputs) root[(size_t)vl] = root[(size_t)x];
+    plan_ping_pong();
 
     plan_weights(weights, active);
     plan_activations(active);
@@ -76,6 +74,30 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     c.pipelines = kernels.created();
     c.plan_ms += ms_since(t1) - kernels.create_ms();
     record();
+}
+
+// The residual stream from block to block without copies: a kind's replays alternate between two
+// recordings, the second with every chain input X and its output Y in each other's buffers, so replay i
+// reads its input where replay i - 1 wrote it. It needs the X and Y of the kind to be distinct roots
+// (else the chain is copied after each replay). After the blocks, the last instance's outputs live in X
+// (an even number of replays) or in Y (odd).
+void Executor::Impl::plan_ping_pong() {
+    ping_pong.assign(blocks.size(), false);
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        const BlockKind& bk = blocks[k];
+        std::set<int> xs, ys;
+        bool ok = !bk.chain.empty();
+        for (auto [x, y] : bk.chain) ok &= xs.insert(r(x)).second && ys.insert(r(y)).second;
+        for (int x : xs) ok &= !ys.count(x);
+        ping_pong[k] = ok;
+        const bool in_y = ok && bk.weights.size() % 2 == 1;
+        for (auto [vl, x] : bk.last_outputs) {
+            int holder = x;
+            for (auto [cx, cy] : bk.chain)
+                if (in_y && cx == x) holder = cy;
+            root[(size_t)vl] = root[(size_t)holder];
+        }
+    }
 }
 
 void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vector<int>& active) {
@@ -118,9 +140,11 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
         for (int v : n.in)
             if (v >= 0 && life.count(r(v))) life[r(v)].second = t;
     }
-    for (auto& k : blocks) {
+    for (size_t ki = 0; ki < blocks.size(); ++ki) {
+        const BlockKind& k = blocks[ki];
         const auto& t = g.regions()[(size_t)k.regions[0]];
         int end_t = (int)(std::find(active.begin(), active.end(), t.end - 1) - active.begin());
+        int first_t = (int)(std::find(active.begin(), active.end(), t.first) - active.begin());
         // The template runs once per instance: whatever it reads from outside (shared values such as
         // the timestep embedding, chain inputs) must survive every replay, and so must chain outputs.
         auto keep = [&](int v) {
@@ -130,6 +154,10 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
             for (int v : nodes[(size_t)n].in)
                 if (v >= 0 && (g.value(v).producer < t.first || g.value(v).producer >= t.end)) keep(v);
         for (auto [x, y] : k.chain) keep(x), keep(y);
+        // Ping-pong: in odd replays Y's buffer holds the block input, read from the template's start.
+        if (ping_pong[ki])
+            for (auto [x, y] : k.chain)
+                if (life.count(r(y))) life[r(y)].first = std::min(life[r(y)].first, first_t);
     }
     // Greedy first-fit placement by definition time.
     struct Live {
@@ -171,10 +199,18 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
 
 void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     const auto& nodes = g.nodes();
+    auto kind_of = [&](const ir::Node& node) {
+        for (size_t ki = 0; ki < blocks.size(); ++ki)
+            if (node.region >= 0 && g.regions()[(size_t)node.region].kind == blocks[ki].kind) return (int)ki;
+        return -1;
+    };
     int n_dispatch = 0, n_bind = 0;
-    for (int n : active)
-        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute)
-            n_dispatch++, n_bind += (int)nodes[(size_t)n].in.size() + 1;
+    for (int n : active) {
+        const ir::Node& node = nodes[(size_t)n];
+        if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
+        int copies = kind_of(node) >= 0 && ping_pong[(size_t)kind_of(node)] ? 2 : 1;
+        n_dispatch += copies, n_bind += copies * ((int)node.in.size() + 2);
+    }
     VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
@@ -182,11 +218,9 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     pi.pPoolSizes = &ps;
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
 
-    block_dispatches.assign(blocks.size(), {});
-    std::vector<bool> kind_emitted(blocks.size(), false);
-    for (int n : active) {
+    // One dispatch record; `swap` exchanges the buffers of the kind's chain roots (parity 1 of a ping-pong).
+    auto make = [&](int n, const std::map<int, int>& swap) {
         const ir::Node& node = nodes[(size_t)n];
-        if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
         vk::Dispatch d = vk::lower(g, node);
         auto slot = ptr_slot.find(n);  // a "_ptr" dispatch of a block whose weights are selected on the device
         if (slot != ptr_slot.end()) d.shader += "_ptr";
@@ -203,7 +237,9 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         std::vector<VkWriteDescriptorSet> w(k.bindings);
         for (uint32_t b = 0; b < k.bindings; ++b) {
             int v = b < node.in.size() ? node.in[b] : node.out;
-            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)r(v)];
+            int root_v = r(v);
+            if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
+            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)root_v];
             KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
             bi[b] = {br.buffer, br.offset, br.size};
             if (slot != ptr_slot.end() && b < node.in.size() && (k.ptr_bindings >> b & 1))
@@ -217,13 +253,25 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
         }
         vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
-        int idx = (int)dispatches.size();
         dispatches.push_back(std::move(rec));
-        int kind = -1;
-        for (size_t ki = 0; ki < blocks.size(); ++ki)
-            if (node.region >= 0 && g.regions()[(size_t)node.region].kind == blocks[ki].kind) kind = (int)ki;
+        return (int)dispatches.size() - 1;
+    };
+
+    block_dispatches[0].assign(blocks.size(), {});
+    block_dispatches[1].assign(blocks.size(), {});
+    std::vector<std::map<int, int>> swaps(blocks.size());
+    for (size_t ki = 0; ki < blocks.size(); ++ki)
+        if (ping_pong[ki])
+            for (auto [x, y] : blocks[ki].chain) swaps[ki][r(x)] = r(y), swaps[ki][r(y)] = r(x);
+    std::vector<bool> kind_emitted(blocks.size(), false);
+    for (int n : active) {
+        const ir::Node& node = nodes[(size_t)n];
+        if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
+        int kind = kind_of(node);
+        int idx = make(n, {});
         if (kind >= 0) {
-            block_dispatches[(size_t)kind].push_back(idx);
+            block_dispatches[0][(size_t)kind].push_back(idx);
+            if (ping_pong[(size_t)kind]) block_dispatches[1][(size_t)kind].push_back(make(n, swaps[(size_t)kind]));
             if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
         } else {
             program.push_back({Step::dispatch, idx});
@@ -264,28 +312,30 @@ void Executor::Impl::record() {
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = ctx.pool();
     if (!blocks.empty()) {
-        secondaries.resize(blocks.size());
+        secondaries.resize(2 * blocks.size());
         ai.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
-        ai.commandBufferCount = (uint32_t)blocks.size();
+        ai.commandBufferCount = (uint32_t)secondaries.size();
         VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries.data()));
     }
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
     VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &primary));
     auto t0 = Clock::now();
-    // Secondary command buffers: one per block kind, recorded once, executed once per instance.
-    std::vector<int> sec_barriers(blocks.size());
-    if (!blocks.empty()) {
-        for (size_t k = 0; k < blocks.size(); ++k) {
+    // Secondary command buffers: one per block kind (two with a ping-pong), recorded once, executed once
+    // per instance.
+    std::vector<int> sec_barriers(secondaries.size());
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        for (int parity = 0; parity < (ping_pong[k] ? 2 : 1); ++parity) {
+            VkCommandBuffer cb = secondaries[2 * k + (size_t)parity];
             VkCommandBufferInheritanceInfo inh{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
             VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
             bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
             bi.pInheritanceInfo = &inh;
-            VK_CHECK(vkBeginCommandBuffer(secondaries[k], &bi));
-            Recorder rec{secondaries[k]};
-            for (int d : block_dispatches[k]) record_dispatch(rec, dispatches[(size_t)d]);
-            VK_CHECK(vkEndCommandBuffer(secondaries[k]));
-            sec_barriers[k] = rec.barriers;
+            VK_CHECK(vkBeginCommandBuffer(cb, &bi));
+            Recorder rec{cb};
+            for (int d : block_dispatches[parity][k]) record_dispatch(rec, dispatches[(size_t)d]);
+            VK_CHECK(vkEndCommandBuffer(cb));
+            sec_barriers[2 * k + (size_t)parity] = rec.barriers;
             c.command_buffers_recorded++;
         }
     }
@@ -305,9 +355,11 @@ void Executor::Impl::record() {
         }
         size_t k = (size_t)step.index;
         const BlockKind& bk = blocks[k];
-        // Per instance: carry the previous instance's outputs into the chain inputs and select its weights
-        // (both only after the barrier that closed the previous replay), one barrier, replay, one barrier.
+        // Per instance: carry the previous instance's outputs into the chain inputs (unless they ping-pong)
+        // and select its weights (both only after the barrier that closed the previous replay), one
+        // barrier, replay, one barrier.
         auto carry = [&] {
+            if (ping_pong[k]) return;
             for (auto [x, y] : bk.chain) {
                 Span sx = span(x), sy = span(y);
                 VkBufferCopy cc{sy.off, sx.off, sx.size};
@@ -322,9 +374,10 @@ void Executor::Impl::record() {
             record_block_weights(rec, k, i);
             rec.barrier();
             if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
-            vkCmdExecuteCommands(primary, 1, &secondaries[k]);
-            c.barriers_per_run += sec_barriers[k];
-            c.dispatches_per_run += (int)block_dispatches[k].size();
+            const size_t sec = 2 * k + (ping_pong[k] ? i % 2 : 0);
+            vkCmdExecuteCommands(primary, 1, &secondaries[sec]);
+            c.barriers_per_run += sec_barriers[sec];
+            c.dispatches_per_run += (int)block_dispatches[0][k].size();
             rec.barrier();
             if (profile_blocks)
                 vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);

@@ -108,9 +108,13 @@ struct Executor::Impl {
         int index;  // dispatch index, or block kind index
     };
     std::vector<Step> program;
-    std::vector<std::vector<int>> block_dispatches;  // per kind: dispatch indices of the template
+    // Per kind and parity: dispatch indices of the template. Kinds whose residual stream ping-pongs
+    // (ping_pong[k]) have a second recording (parity 1) in which every chain input X and its output Y trade
+    // buffers: replay i runs parity i % 2, so instance i reads what i - 1 wrote and nothing is carried.
+    std::vector<std::vector<int>> block_dispatches[2];
+    std::vector<bool> ping_pong;
     VkCommandBuffer primary = VK_NULL_HANDLE;
-    std::vector<VkCommandBuffer> secondaries;
+    std::vector<VkCommandBuffer> secondaries;  // [2 k + parity]
     VkQueryPool queries = VK_NULL_HANDLE;
     uint32_t n_queries = 0;
     BlockWeights select = BlockWeights::automatic;
@@ -146,6 +150,7 @@ struct Executor::Impl {
     bool can_select_on_device(const BlockKind& k, std::string& why);
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
+    void plan_ping_pong();
     void plan_activations(const std::vector<int>& active);
     void build_dispatches(const std::vector<int>& active);
     void record();
