@@ -32,9 +32,10 @@ Mode parse_mode(const std::string& s) {
 
 BlockWeights parse_block_weights(const std::string& s) {
     if (s == "auto") return BlockWeights::automatic;
+    if (s == "offset") return BlockWeights::offset;
     if (s == "device") return BlockWeights::device;
     if (s == "copy") return BlockWeights::copy;
-    KILN_FAIL("unknown block weights '", s, "' (auto, device or copy)");
+    KILN_FAIL("unknown block weights '", s, "' (auto, offset, device or copy)");
 }
 
 void Executor::Impl::plan(const WeightBytesFn& weights) {
@@ -218,15 +219,22 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     pi.pPoolSizes = &ps;
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
 
-    // One dispatch record; `swap` exchanges the buffers of the kind's chain roots (parity 1 of a ping-pong).
-    auto make = [&](int n, const std::map<int, int>& swap) {
+    // One dispatch record of node n (of block kind `kind`, or -1); `swap` exchanges the buffers of the kind's
+    // chain roots (parity 1 of a ping-pong).
+    auto make = [&](int n, int kind, const std::map<int, int>& swap) {
         const ir::Node& node = nodes[(size_t)n];
         vk::Dispatch d = vk::lower(g, node);
-        auto slot = ptr_slot.find(n);  // a "_ptr" dispatch of a block whose weights are selected on the device
-        if (slot != ptr_slot.end()) d.shader += "_ptr";
+        // A dispatch that selects block weights on the device: "_off" (offsets into the bound range of all
+        // instances, from its slot, bound after the output) or "_ptr" (addresses, from its slot).
+        auto slot = ptr_slot.find(n);
+        const bool by_offset = slot != ptr_slot.end() && how[(size_t)kind] == Select::offset;
+        if (slot != ptr_slot.end()) d.shader += by_offset ? "_off" : "_ptr";
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
-        KILN_CHECK(k.bindings == node.in.size() + 1, "shader ", d.shader, " has ", k.bindings, " bindings, op ",
-                   ir::op_name(node.op), " needs ", node.in.size() + 1);
+        const size_t want = node.in.size() + (by_offset ? 2 : 1);
+        KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ",
+                   ir::op_name(node.op), " needs ", want);
+        std::set<int> block_weights;
+        if (by_offset) block_weights.insert(blocks[(size_t)kind].tmpl_weights.begin(), blocks[(size_t)kind].tmpl_weights.end());
         DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
         VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         ai.descriptorPool = pool;
@@ -236,20 +244,28 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         std::vector<VkDescriptorBufferInfo> bi(k.bindings);
         std::vector<VkWriteDescriptorSet> w(k.bindings);
         for (uint32_t b = 0; b < k.bindings; ++b) {
-            int v = b < node.in.size() ? node.in[b] : node.out;
-            int root_v = r(v);
-            if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
-            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)root_v];
-            KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
-            bi[b] = {br.buffer, br.offset, br.size};
-            if (slot != ptr_slot.end() && b < node.in.size() && (k.ptr_bindings >> b & 1))
-                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
             w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
             w[b].dstSet = rec.set;
             w[b].dstBinding = b;
             w[b].descriptorCount = 1;
             w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
             w[b].pBufferInfo = &bi[b];
+            if (by_offset && b == node.in.size() + 1) {  // the selection slot
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
+                continue;
+            }
+            int v = b < node.in.size() ? node.in[b] : node.out;
+            int root_v = r(v);
+            if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
+            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)root_v];
+            KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
+            bi[b] = {br.buffer, br.offset, br.size};
+            if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
+            if (by_offset && v >= 0 && block_weights.count(r(v))) {
+                const vk::BufferRange& win = block_window[(size_t)kind];
+                bi[b] = {win.buffer, win.offset, win.size};
+            }
             if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
         }
         vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
@@ -268,10 +284,11 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         const ir::Node& node = nodes[(size_t)n];
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
         int kind = kind_of(node);
-        int idx = make(n, {});
+        int idx = make(n, kind, {});
         if (kind >= 0) {
             block_dispatches[0][(size_t)kind].push_back(idx);
-            if (ping_pong[(size_t)kind]) block_dispatches[1][(size_t)kind].push_back(make(n, swaps[(size_t)kind]));
+            if (ping_pong[(size_t)kind])
+                block_dispatches[1][(size_t)kind].push_back(make(n, kind, swaps[(size_t)kind]));
             if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
         } else {
             program.push_back({Step::dispatch, idx});
@@ -400,6 +417,9 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     impl_->select = block_weights;
     if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
         impl_->select = parse_block_weights(env);
+    impl_->max_binding = ctx.info().max_storage_buffer_range;
+    if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
+        impl_->max_binding = std::min<VkDeviceSize>(impl_->max_binding, std::strtoull(env, nullptr, 10));
     impl_->plan(weights);
 }
 

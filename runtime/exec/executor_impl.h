@@ -85,16 +85,20 @@ struct Executor::Impl {
     vk::BufferRange dummy;
     std::vector<BlockKind> blocks;
     // Block weights, per kind: instance i's weights lie in block_arena[k][i] (block_stride[k] bytes), the
-    // template's weight j at the same offset block_rel[k][j] in each. Two ways to replay them:
-    //  on the device (bufferDeviceAddress): the template's "_ptr" dispatches (ptr_slot: node -> byte
-    //    offset in ptr_table) read their inputs through the device addresses in their slot; before replay
-    //    i the primary writes instance i's addresses (ptr_data[k][i], slot_base[k] in ptr_table);
-    //  copied: the recording binds block_window[k]; before replay i the primary copies instance i into it.
+    // template's weight j at the same offset block_rel[k][j] in each. Three ways to replay them (Select):
+    //  offset: every instance lies in block_window[k], one binding; the template's "_off" dispatches bind it
+    //    whole and read their weights at the element offsets in their slot of ptr_table (ptr_slot: node ->
+    //    byte offset), which the primary rewrites before replay i (ptr_data[k][i] at slot_base[k]);
+    //  address (bufferDeviceAddress): the "_ptr" dispatches read their inputs through the device addresses
+    //    in their slot, rewritten the same way;
+    //  copy: the recording binds block_window[k]; before replay i the primary copies instance i into it.
+    enum class Select { copy, address, offset };
     std::vector<std::vector<vk::BufferRange>> block_arena;
     std::vector<std::vector<VkDeviceSize>> block_rel;
     std::vector<VkDeviceSize> block_stride;
-    std::vector<vk::BufferRange> block_window;  // copied kinds only
-    std::vector<bool> on_device;
+    std::vector<vk::BufferRange> block_window;  // copy: the bound window; offset: the range of all instances
+    std::vector<Select> how;
+    VkDeviceSize max_binding = 0;  // maxStorageBufferRange, or lower (KILN_MAX_BINDING_RANGE, for tests)
     std::vector<VkDeviceSize> slot_base;
     VkDeviceSize slot_size = 0;
     vk::BufferRange ptr_table;
@@ -147,7 +151,10 @@ struct Executor::Impl {
     // block_weights.cpp
     void fill_weight(const WeightBytesFn& weights, int v, const vk::BufferRange& dst, VkDeviceSize off);
     void plan_block_weights(const WeightBytesFn& weights);
-    bool can_select_on_device(const BlockKind& k, std::string& why);
+    Select choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why);
+    // Where replay i of kind k reads its weights (block_stride[k] bytes, weight j at block_rel[k][j]). The
+    // selection tables are built from this one answer (weight streaming can point it at a ring slot).
+    const vk::BufferRange& instance_weights(size_t k, size_t i) const { return block_arena[k][i]; }
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
     void plan_ping_pong();
