@@ -2,12 +2,14 @@
 // (instance i in its own range, weight j at the same relative offset in each). The recording of the
 // template is made once; what changes per replay is chosen in the primary command buffer. Descriptor state
 // is not inherited by secondary command buffers, so a selection made on the device travels through memory:
-//  - offset (auto's first choice, any device): the kind's instances lie in one range that fits one binding.
-//    The template's weight-reading dispatches use the "_off" shader variants: every block-weight input binds
+//  - offset (auto's first choice): the kind's instances lie in one range that fits one binding. The
+//    template's weight-reading dispatches use the "_off" shader variants: every block-weight input binds
 //    that whole range, and the shader reads it from an element offset found in the dispatch's slot of a
 //    small selection table (one uint per binding, in 16-byte units). Before replay i the primary rewrites
 //    the kind's slots with vkCmdUpdateBuffer. The loads are plain storage-buffer loads, as fast as those of
-//    unselected weights.
+//    unselected weights. When the instances do not fit one binding they are split into windows of whole
+//    instances, each bound by its own recording of the template (record time grows with the windows, so
+//    auto splits only on CPU devices, where the alternatives are slower; GPUs take addresses instead).
 //  - address (bufferDeviceAddress): the "_ptr" variants, whose weight bindings hold a slot of 64-bit
 //    addresses (one per input binding), rewritten the same way. No weight needs to fit a binding, but on
 //    lavapipe these loads are 2-2.5x slower: llvmpipe (lp_bld_nir_soa.c) turns a load through a 64-bit
@@ -76,7 +78,9 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
         readers.push_back(n);
     }
     const VkDeviceSize total = stride * k.weights.size();
-    if (total <= max_binding && select != BlockWeights::device) {
+    const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const bool split_ok = select == BlockWeights::offset || (select == BlockWeights::automatic && cpu);
+    if (select != BlockWeights::device && (total <= max_binding || (split_ok && stride <= max_binding))) {
         for (int n : readers) ptr_slot[n] = 0;
         return Select::offset;
     }
@@ -90,7 +94,7 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
     }
     bool too_large = false;
     for (int v : k.tmpl_weights) too_large |= value_bytes(g.value(v)) > max_binding;
-    if (select == BlockWeights::automatic && ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU && !too_large) {
+    if (select == BlockWeights::automatic && cpu && !too_large) {
         why += "; CPU device: copies are cheaper than address loads there";
         return Select::copy;
     }
@@ -117,14 +121,20 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         std::string why;
         const Select sel = choose_selection(k, stride, why);
         const std::string what = "weights of block kind " + k.kind;
-        std::vector<vk::BufferRange> inst;
-        vk::BufferRange window;
+        std::vector<vk::BufferRange> inst, windows;
+        std::vector<int> win_of(k.weights.size(), 0);
         if (sel == Select::offset) {
-            // One range holds every instance, bound whole by the template.
-            window = alloc.alloc(stride * k.weights.size(), what.c_str(), false);
-            for (size_t i = 0; i < k.weights.size(); ++i)
-                inst.push_back({window.buffer, window.offset + i * stride, stride,
-                                window.mapped ? window.mapped + i * stride : nullptr});
+            // Windows of whole instances, each bound whole by a recording of the template (one window when
+            // every instance fits one binding).
+            const size_t n = k.weights.size(), per = (size_t)std::min<VkDeviceSize>(n, max_binding / stride);
+            for (size_t i = 0; i < n; ++i) {
+                if (i % per == 0)
+                    windows.push_back(alloc.alloc(stride * std::min(per, n - i), what.c_str(), false));
+                const vk::BufferRange& w = windows.back();
+                VkDeviceSize at = (i % per) * stride;
+                inst.push_back({w.buffer, w.offset + at, stride, w.mapped ? w.mapped + at : nullptr});
+                win_of[i] = (int)windows.size() - 1;
+            }
         } else {
             // One range per instance: the allocator packs them block-major into its large blocks, and no
             // single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
@@ -138,7 +148,8 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         if (sel == Select::copy) {
             ptr_slot = kind_slots_before;
             slot_base.push_back(0);
-            window = tmpl = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
+            tmpl = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
+            windows = {tmpl};
             note += (note.empty() ? "" : "; ") + k.kind + ": copied per replay (" + why + ")";
         } else {
             slot_base.push_back(table_bytes);
@@ -147,8 +158,12 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             c.block_kinds_on_device++;
             if (sel == Select::offset) {
                 c.block_kinds_by_offset++;
+                if (windows.size() > 1)
+                    note += (note.empty() ? "" : "; ") + k.kind + ": " + std::to_string(k.weights.size()) +
+                            " blocks of " + std::to_string(stride >> 10) + " KiB in " +
+                            std::to_string(windows.size()) + " bound windows of at most " +
+                            std::to_string(max_binding >> 10) + " KiB, one recording each";
             } else {
-                window = {};
                 note += (note.empty() ? "" : "; ") + k.kind + ": selected by device address (" + why + ")";
             }
         }
@@ -161,7 +176,8 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         }
         block_arena.push_back(std::move(inst));
         block_rel.push_back(std::move(rel));
-        block_window.push_back(window);
+        block_windows.push_back(std::move(windows));
+        window_of.push_back(std::move(win_of));
         block_stride.push_back(stride);
         how.push_back(sel);
     }
@@ -199,7 +215,7 @@ void Executor::Impl::build_ptr_tables() {
                     if (by_offset) {
                         uint32_t units = 0;
                         if (weight) {
-                            const vk::BufferRange& win = block_window[k];
+                            const vk::BufferRange& win = block_windows[k][(size_t)window_of[k][i]];
                             VkDeviceSize at = w.offset - win.offset + block_rel[k][weight_index[r(v)]];
                             KILN_CHECK(w.buffer == win.buffer && w.offset >= win.offset &&
                                            w.offset + block_stride[k] <= win.offset + win.size && at % 16 == 0,
@@ -223,11 +239,12 @@ void Executor::Impl::build_ptr_tables() {
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {
     if (how[k] == Select::copy) {
         const vk::BufferRange& src = instance_weights(k, i);
-        VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
-        vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
+        const vk::BufferRange& win = block_windows[k][0];
+        VkBufferCopy cp{src.offset, win.offset, block_stride[k]};
+        vkCmdCopyBuffer(primary, src.buffer, win.buffer, 1, &cp);
         c.copies_per_run++;
         c.weight_copy_bytes_per_run += block_stride[k];
-        rec.writes.push_back({block_window[k].buffer, block_window[k].offset, block_stride[k]});
+        rec.writes.push_back({win.buffer, win.offset, block_stride[k]});
         return;
     }
     const std::vector<uint8_t>& data = ptr_data[k][i];

@@ -209,7 +209,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     for (int n : active) {
         const ir::Node& node = nodes[(size_t)n];
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
-        int copies = kind_of(node) >= 0 && ping_pong[(size_t)kind_of(node)] ? 2 : 1;
+        int copies = kind_of(node) >= 0 ? (int)variants((size_t)kind_of(node)) : 1;
         n_dispatch += copies, n_bind += copies * ((int)node.in.size() + 2);
     }
     VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)};
@@ -220,8 +220,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
 
     // One dispatch record of node n (of block kind `kind`, or -1); `swap` exchanges the buffers of the kind's
-    // chain roots (parity 1 of a ping-pong).
-    auto make = [&](int n, int kind, const std::map<int, int>& swap) {
+    // chain roots (parity 1 of a ping-pong); `window`: the weight window an "_off" dispatch binds.
+    auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window) {
         const ir::Node& node = nodes[(size_t)n];
         vk::Dispatch d = vk::lower(g, node);
         // A dispatch that selects block weights on the device: "_off" (offsets into the bound range of all
@@ -263,7 +263,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
                 bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
             if (by_offset && v >= 0 && block_weights.count(r(v))) {
-                const vk::BufferRange& win = block_window[(size_t)kind];
+                const vk::BufferRange& win = block_windows[(size_t)kind][window];
                 bi[b] = {win.buffer, win.offset, win.size};
             }
             if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
@@ -273,8 +273,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         return (int)dispatches.size() - 1;
     };
 
-    block_dispatches[0].assign(blocks.size(), {});
-    block_dispatches[1].assign(blocks.size(), {});
+    block_dispatches.assign(blocks.size(), {});
+    for (size_t ki = 0; ki < blocks.size(); ++ki) block_dispatches[ki].resize(variants(ki));
     std::vector<std::map<int, int>> swaps(blocks.size());
     for (size_t ki = 0; ki < blocks.size(); ++ki)
         if (ping_pong[ki])
@@ -284,14 +284,14 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         const ir::Node& node = nodes[(size_t)n];
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
         int kind = kind_of(node);
-        int idx = make(n, kind, {});
         if (kind >= 0) {
-            block_dispatches[0][(size_t)kind].push_back(idx);
-            if (ping_pong[(size_t)kind])
-                block_dispatches[1][(size_t)kind].push_back(make(n, kind, swaps[(size_t)kind]));
+            const size_t ki = (size_t)kind;
+            for (size_t v = 0; v < variants(ki); ++v)
+                block_dispatches[ki][v].push_back(make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{},
+                                                       v / parities(ki)));
             if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
         } else {
-            program.push_back({Step::dispatch, idx});
+            program.push_back({Step::dispatch, make(n, kind, {}, 0)});
         }
     }
 }
@@ -328,31 +328,33 @@ void Executor::Impl::record() {
     // Command buffers are allocated first: record_ms counts recording only.
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = ctx.pool();
-    if (!blocks.empty()) {
-        secondaries.resize(2 * blocks.size());
+    secondaries.resize(blocks.size());
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        secondaries[k].resize(variants(k));
         ai.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
-        ai.commandBufferCount = (uint32_t)secondaries.size();
-        VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries.data()));
+        ai.commandBufferCount = (uint32_t)secondaries[k].size();
+        VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries[k].data()));
     }
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
     VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &primary));
     auto t0 = Clock::now();
-    // Secondary command buffers: one per block kind (two with a ping-pong), recorded once, executed once
-    // per instance.
-    std::vector<int> sec_barriers(secondaries.size());
+    // Secondary command buffers: per block kind and variant (parity, weight window), recorded once, executed
+    // once per instance.
+    std::vector<std::vector<int>> sec_barriers(blocks.size());
     for (size_t k = 0; k < blocks.size(); ++k) {
-        for (int parity = 0; parity < (ping_pong[k] ? 2 : 1); ++parity) {
-            VkCommandBuffer cb = secondaries[2 * k + (size_t)parity];
+        sec_barriers[k].resize(variants(k));
+        for (size_t v = 0; v < variants(k); ++v) {
+            VkCommandBuffer cb = secondaries[k][v];
             VkCommandBufferInheritanceInfo inh{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
             VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
             bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
             bi.pInheritanceInfo = &inh;
             VK_CHECK(vkBeginCommandBuffer(cb, &bi));
             Recorder rec{cb};
-            for (int d : block_dispatches[parity][k]) record_dispatch(rec, dispatches[(size_t)d]);
+            for (int d : block_dispatches[k][v]) record_dispatch(rec, dispatches[(size_t)d]);
             VK_CHECK(vkEndCommandBuffer(cb));
-            sec_barriers[2 * k + (size_t)parity] = rec.barriers;
+            sec_barriers[k][v] = rec.barriers;
             c.command_buffers_recorded++;
         }
     }
@@ -391,10 +393,10 @@ void Executor::Impl::record() {
             record_block_weights(rec, k, i);
             rec.barrier();
             if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
-            const size_t sec = 2 * k + (ping_pong[k] ? i % 2 : 0);
-            vkCmdExecuteCommands(primary, 1, &secondaries[sec]);
-            c.barriers_per_run += sec_barriers[sec];
-            c.dispatches_per_run += (int)block_dispatches[0][k].size();
+            const size_t v = variant(k, i);
+            vkCmdExecuteCommands(primary, 1, &secondaries[k][v]);
+            c.barriers_per_run += sec_barriers[k][v];
+            c.dispatches_per_run += (int)block_dispatches[k][v].size();
             rec.barrier();
             if (profile_blocks)
                 vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
