@@ -63,7 +63,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
         }
         if (!skip) active.push_back(n);
     }
-    plan_ping_pong();
+    plan_chains();
 
     plan_weights(weights, active);
     plan_activations(active);
@@ -77,12 +77,35 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     record();
 }
 
-// The residual stream from block to block without copies: a kind's replays alternate between two
-// recordings, the second with every chain input X and its output Y in each other's buffers, so replay i
-// reads its input where replay i - 1 wrote it. It needs the X and Y of the kind to be distinct roots
-// (else the chain is copied after each replay). After the blocks, the last instance's outputs live in X
-// (an even number of replays) or in Y (odd).
-void Executor::Impl::plan_ping_pong() {
+// True when the template's chain output y may be written into its input x's buffer: nothing in the
+// block reads x after y is written, or y's producer reads x only at y's own element index (an
+// elementwise op on x's shape), so every read of x sees the block's input.
+bool Executor::Impl::can_update_in_place(const ir::Region& t, int x, int y) const {
+    const int rx = r(x), def = g.value(r(y)).producer;
+    if (def < t.first || def >= t.end) return false;
+    int last_read = -1;
+    bool same_index = true;
+    for (int n = t.first; n < t.end; ++n) {
+        const ir::Node& node = g.nodes()[(size_t)n];
+        if (ir::op_kind(node.op) == ir::OpKind::view) continue;  // its readers are counted instead
+        for (int v : node.in) {
+            if (v < 0 || r(v) != rx) continue;
+            last_read = std::max(last_read, n);
+            if (n == def)
+                same_index &= (node.op == ir::Op::add || node.op == ir::Op::sub || node.op == ir::Op::mul) &&
+                              g.value(v).shape == g.value(node.out).shape;
+        }
+    }
+    return last_read < def || (last_read == def && same_index);
+}
+
+// The residual stream from block to block without copies. In place where the block allows it: each chain
+// output Y takes its input X's buffer (can_update_in_place), so replay i leaves replay i + 1's input where
+// it reads it. Else a ping-pong: a kind's replays alternate between two recordings, the second with every X
+// and its Y in each other's buffers; after the blocks, the last instance's outputs live in X (an even number
+// of replays) or in Y (odd). Both need the kind's X and Y to be distinct roots; else the chain is copied
+// after each replay.
+void Executor::Impl::plan_chains() {
     ping_pong.assign(blocks.size(), false);
     for (size_t k = 0; k < blocks.size(); ++k) {
         const BlockKind& bk = blocks[k];
@@ -90,6 +113,18 @@ void Executor::Impl::plan_ping_pong() {
         bool ok = !bk.chain.empty();
         for (auto [x, y] : bk.chain) ok &= xs.insert(r(x)).second && ys.insert(r(y)).second;
         for (int x : xs) ok &= !ys.count(x);
+        bool in_place = ok;
+        for (auto [x, y] : bk.chain)
+            in_place = in_place && can_update_in_place(g.regions()[(size_t)bk.regions[0]], x, y);
+        if (in_place) {
+            for (auto [x, y] : bk.chain) {
+                const int rx = r(x), ry = r(y);
+                for (auto& rv : root)
+                    if (rv == ry) rv = rx;
+            }
+            in_place_kinds++;
+            ok = false;
+        }
         ping_pong[k] = ok;
         const bool in_y = ok && bk.weights.size() % 2 == 1;
         for (auto [vl, x] : bk.last_outputs) {
@@ -378,7 +413,7 @@ void Executor::Impl::record() {
         // and select its weights (both only after the barrier that closed the previous replay), one
         // barrier, replay, one barrier.
         auto carry = [&] {
-            if (ping_pong[k]) return;
+            if (ping_pong[k] || chain_free(k)) return;
             for (auto [x, y] : bk.chain) {
                 Span sx = span(x), sy = span(y);
                 VkBufferCopy cc{sy.off, sx.off, sx.size};

@@ -168,7 +168,16 @@ struct Executor::Impl {
     const vk::BufferRange& instance_weights(size_t k, size_t i) const { return block_arena[k][i]; }
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
-    void plan_ping_pong();
+    bool can_update_in_place(const ir::Region& t, int x, int y) const;
+    void plan_chains();
+    int in_place_kinds = 0;
+    // True when kind k's chain needs no carry copy (updated in place: its outputs already share its inputs'
+    // buffers).
+    bool chain_free(size_t k) const {
+        for (auto [x, y] : blocks[k].chain)
+            if (r(x) != r(y)) return false;
+        return true;
+    }
     void plan_activations(const std::vector<int>& active);
     void build_dispatches(const std::vector<int>& active);
     void record();
