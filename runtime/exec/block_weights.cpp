@@ -84,10 +84,10 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
         for (int n : readers) ptr_slot[n] = 0;
         return Select::offset;
     }
-    why = select == BlockWeights::device ? "device requested"
-                                         : "its " + std::to_string(k.weights.size()) + " blocks (" +
-                                               std::to_string(total >> 20) + " MiB) exceed one binding (" +
-                                               std::to_string(max_binding >> 20) + " MiB)";
+    why = select == BlockWeights::device
+              ? "device requested"
+              : "its " + std::to_string(k.weights.size()) + " blocks (" + std::to_string(total >> 20) +
+                    " MiB) exceed one binding (" + std::to_string(max_binding >> 20) + " MiB)";
     if (!ctx.info().buffer_device_address) {
         why += "; the device has no bufferDeviceAddress";
         return Select::copy;
@@ -128,8 +128,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             // every instance fits one binding).
             const size_t n = k.weights.size(), per = (size_t)std::min<VkDeviceSize>(n, max_binding / stride);
             for (size_t i = 0; i < n; ++i) {
-                if (i % per == 0)
-                    windows.push_back(alloc.alloc(stride * std::min(per, n - i), what.c_str(), false));
+                if (i % per == 0) windows.push_back(alloc.alloc(stride * std::min(per, n - i), what.c_str(), false));
                 const vk::BufferRange& w = windows.back();
                 VkDeviceSize at = (i % per) * stride;
                 inst.push_back({w.buffer, w.offset + at, stride, w.mapped ? w.mapped + at : nullptr});
@@ -160,9 +159,9 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
                 c.block_kinds_by_offset++;
                 if (windows.size() > 1)
                     note += (note.empty() ? "" : "; ") + k.kind + ": " + std::to_string(k.weights.size()) +
-                            " blocks of " + std::to_string(stride >> 10) + " KiB in " +
-                            std::to_string(windows.size()) + " bound windows of at most " +
-                            std::to_string(max_binding >> 10) + " KiB, one recording each";
+                            " blocks of " + std::to_string(stride >> 10) + " KiB in " + std::to_string(windows.size()) +
+                            " bound windows of at most " + std::to_string(max_binding >> 10) +
+                            " KiB, one recording each";
             } else {
                 note += (note.empty() ? "" : "; ") + k.kind + ": selected by device address (" + why + ")";
             }

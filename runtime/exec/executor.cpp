@@ -122,7 +122,6 @@ void Executor::Impl::plan_chains() {
                 for (auto& rv : root)
                     if (rv == ry) rv = rx;
             }
-            in_place_kinds++;
             ok = false;
         }
         ping_pong[k] = ok;
@@ -266,10 +265,11 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         if (slot != ptr_slot.end()) d.shader += by_offset ? "_off" : "_ptr";
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
         const size_t want = node.in.size() + (by_offset ? 2 : 1);
-        KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ",
-                   ir::op_name(node.op), " needs ", want);
+        KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ", ir::op_name(node.op),
+                   " needs ", want);
         std::set<int> block_weights;
-        if (by_offset) block_weights.insert(blocks[(size_t)kind].tmpl_weights.begin(), blocks[(size_t)kind].tmpl_weights.end());
+        if (by_offset)
+            block_weights.insert(blocks[(size_t)kind].tmpl_weights.begin(), blocks[(size_t)kind].tmpl_weights.end());
         DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
         VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         ai.descriptorPool = pool;
@@ -322,8 +322,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         if (kind >= 0) {
             const size_t ki = (size_t)kind;
             for (size_t v = 0; v < variants(ki); ++v)
-                block_dispatches[ki][v].push_back(make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{},
-                                                       v / parities(ki)));
+                block_dispatches[ki][v].push_back(
+                    make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{}, v / parities(ki)));
             if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
         } else {
             program.push_back({Step::dispatch, make(n, kind, {}, 0)});

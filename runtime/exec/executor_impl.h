@@ -122,9 +122,7 @@ struct Executor::Impl {
     std::vector<std::vector<VkCommandBuffer>> secondaries;
     std::vector<bool> ping_pong;
     size_t parities(size_t k) const { return ping_pong[k] ? 2 : 1; }
-    size_t variants(size_t k) const {
-        return parities(k) * (how[k] == Select::offset ? block_windows[k].size() : 1);
-    }
+    size_t variants(size_t k) const { return parities(k) * (how[k] == Select::offset ? block_windows[k].size() : 1); }
     size_t variant(size_t k, size_t i) const {
         return (how[k] == Select::offset ? (size_t)window_of[k][i] : 0) * parities(k) + i % parities(k);
     }
@@ -170,7 +168,6 @@ struct Executor::Impl {
     void record_block_weights(Recorder& rec, size_t k, size_t i);
     bool can_update_in_place(const ir::Region& t, int x, int y) const;
     void plan_chains();
-    int in_place_kinds = 0;
     // True when kind k's chain needs no carry copy (updated in place: its outputs already share its inputs'
     // buffers).
     bool chain_free(size_t k) const {

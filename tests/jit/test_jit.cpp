@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "runtime/core/quant.h"
-
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/regions.h"
@@ -201,10 +200,10 @@ struct BindingLimit {
 
 TEST_CASE("block weights by offset into one bound range: no copy of any kind, bitwise equal to full", "[jit]") {
     // Quantized matrices need whole blocks per row: K = 32 (q8_0, q4_0, q5_1) or 256 (q4_k, q6_k).
-    auto [wdt, D] = GENERATE(std::make_pair(DType::f32, 32), std::make_pair(DType::f16, 32),
-                             std::make_pair(DType::bf16, 32), std::make_pair(DType::q8_0, 32),
-                             std::make_pair(DType::q4_0, 32), std::make_pair(DType::q5_1, 32),
-                             std::make_pair(DType::q4_k, 256), std::make_pair(DType::q6_k, 256));
+    auto [wdt, D] =
+        GENERATE(std::make_pair(DType::f32, 32), std::make_pair(DType::f16, 32), std::make_pair(DType::bf16, 32),
+                 std::make_pair(DType::q8_0, 32), std::make_pair(DType::q4_0, 32), std::make_pair(DType::q5_1, 32),
+                 std::make_pair(DType::q4_k, 256), std::make_pair(DType::q6_k, 256));
     const int blocks = GENERATE(4, 5);
     INFO("weight dtype " << dtype_name(wdt) << ", " << blocks << " blocks");
     Toy toy(blocks, 2, 13, D, wdt);
@@ -216,7 +215,7 @@ TEST_CASE("block weights by offset into one bound range: no copy of any kind, bi
     CHECK(c.copies_per_run == 0);  // neither weights nor the residual stream are copied
     CHECK(c.weight_copy_bytes_per_run == 0);
     CHECK(c.table_updates_per_run == blocks);  // one offset-table write per replay
-    CHECK(c.command_buffers_recorded == 2);     // the block + the step
+    CHECK(c.command_buffers_recorded == 2);    // the block + the step
     CHECK(bitwise_equal(full, run_y(ex, in)));
     CHECK(bitwise_equal(full, run_y(ex, in)));  // a second run replays the same selection
     // auto takes the same path wherever the kind fits one binding.
