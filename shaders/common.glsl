@@ -40,7 +40,8 @@
 // SELECT_BUF(B), is the dispatch's slot of the selection table: one uint per binding, the element offset of
 // this replay's weight in 16-byte units (the primary writes it before each replay); non-weight inputs get 0.
 // Plain storage-buffer loads: on lavapipe as fast as the plain variant (address loads are not, see
-// runtime/exec/block_weights.cpp).
+// runtime/exec/block_weights.cpp). The slot is a uniform buffer: llvmpipe reads a uniform buffer at a
+// constant offset once for all lanes, a storage buffer lane by lane (measurably slower on tiny elementwise ops).
 #define KILN_BYTES_float 4u
 #define KILN_BYTES_vec4 16u
 #define KILN_BYTES_float16_t 2u
@@ -49,10 +50,10 @@
 #define KILN_BYTES_u16vec4 8u
 #define KILN_BYTES_(T) KILN_BYTES_##T
 #define KILN_BYTES(T) KILN_BYTES_(T)
-#define SELECT_BUF(B) layout(binding = B) readonly buffer Kiln_sel { uint kiln_sel[]; };
+#define SELECT_BUF(B) layout(binding = B, std140) uniform Kiln_sel { uvec4 kiln_sel[2]; };  // <= 8 inputs
 #define WEIGHT_BUF(B, Blk, T, name)                                     \
     layout(binding = B) readonly buffer Blk { T name[]; };              \
-    uint Blk##_base = kiln_sel[B] * (16u / KILN_BYTES(T));
+    uint Blk##_base = kiln_sel[B / 4][B % 4] * (16u / KILN_BYTES(T));
 #define WBASE(Blk) Blk##_base
 #else
 #define WEIGHT_BUF(B, Blk, T, name) layout(binding = B) readonly buffer Blk { T name[]; };

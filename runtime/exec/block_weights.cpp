@@ -12,10 +12,10 @@
 //    auto splits only on CPU devices, where the alternatives are slower; GPUs take addresses instead).
 //  - address (bufferDeviceAddress): the "_ptr" variants, whose weight bindings hold a slot of 64-bit
 //    addresses (one per input binding), rewritten the same way. No weight needs to fit a binding, but on
-//    lavapipe these loads are 2-2.5x slower: llvmpipe (lp_bld_nir_soa.c) turns a load through a 64-bit
-//    address into one scalar loop over the SIMD lanes *per component*, on 64-bit per-lane address
-//    arithmetic, where a storage-buffer load runs one lane loop for all four components of a vec4 (the
-//    linear shader's weight loads) on 32-bit offsets.
+//    lavapipe a linear layer reading its weights this way is 3-4.5x slower (test_jit "[.bench]"): llvmpipe
+//    (lp_bld_nir_soa.c) turns a load through a 64-bit address into one scalar loop over the SIMD lanes *per
+//    component*, on 64-bit per-lane address arithmetic, where a storage-buffer load runs one lane loop for
+//    all four components of a vec4 (the linear shader's weight loads) on 32-bit offsets.
 //  - copied (no shader variant, or neither of the above): the template binds a window; before replay i the
 //    primary copies instance i's weights into it.
 #include <algorithm>
@@ -103,10 +103,13 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
 }
 
 void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
-    VkDeviceSize slot_align = std::max<VkDeviceSize>(ctx.info().min_storage_offset_align, 16);
+    // A slot is bound as a storage buffer ("_ptr") or a uniform buffer ("_off", 32 bytes: uvec4[2]).
+    VkDeviceSize slot_align =
+        std::max<VkDeviceSize>({ctx.info().min_storage_offset_align, ctx.info().min_uniform_offset_align, 16});
     size_t max_inputs = 1;
     for (auto& n : g.nodes()) max_inputs = std::max(max_inputs, n.in.size());
-    slot_size = align_up(8 * max_inputs, slot_align);  // 8 bytes per input (address) or 4 (offset)
+    slot_size =
+        align_up(std::max<VkDeviceSize>(8 * max_inputs, 32), slot_align);  // 8 B per input (address), 4 (offset)
     VkDeviceSize table_bytes = 0;
     std::string note;
     for (auto& k : blocks) {

@@ -246,11 +246,13 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         int copies = kind_of(node) >= 0 ? (int)variants((size_t)kind_of(node)) : 1;
         n_dispatch += copies, n_bind += copies * ((int)node.in.size() + 2);
     }
-    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)};
+    // Storage buffers, and one uniform buffer per dispatch at most (the selection slot of "_off" variants).
+    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, (uint32_t)std::max(n_dispatch, 1)}};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
-    pi.poolSizeCount = 1;
-    pi.pPoolSizes = &ps;
+    pi.poolSizeCount = 2;
+    pi.pPoolSizes = ps;
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
 
     // One dispatch record of node n (of block kind `kind`, or -1); `swap` exchanges the buffers of the kind's
@@ -283,7 +285,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             w[b].dstSet = rec.set;
             w[b].dstBinding = b;
             w[b].descriptorCount = 1;
-            w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[b].descriptorType =
+                (k.uniform_bindings >> b & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
             w[b].pBufferInfo = &bi[b];
             if (by_offset && b == node.in.size() + 1) {  // the selection slot
                 bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};

@@ -68,6 +68,36 @@ TEST_CASE("block-weight selection: GPU time of replayed linear layers", "[.bench
         }
 }
 
+TEST_CASE("block-weight selection: GPU time of replayed small elementwise ops", "[.bench]") {
+    // dit-tiny-sized activations [2, 64, 64]; per block x = layer_norm(x) * w_i + b_i (weights [64]), 28 blocks.
+    const int64_t blocks = 28;
+    ir::Graph g;
+    ir::Val x = g.input("x", {2, 64, 64});
+    for (int i = 0; i < blocks; ++i) {
+        g.begin_region("blocks", i);
+        std::string p = std::to_string(i);
+        x = g.add(g.mul(g.layer_norm(x, {}, {}, 1e-6f), g.weight("w" + p, {64})), g.weight("b" + p, {64}));
+        g.end_region();
+    }
+    g.output(g.scale(x, 1.0f), "y");
+    Tensor w = test::random_tensor({64}, 3);
+    exec::WeightBytesFn bytes = [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, w.bytes.data(), n); };
+    Tensor in = test::random_tensor({2, 64, 64}, 4);
+    auto time = [&](exec::Mode mode, exec::BlockWeights bw) {
+        exec::Executor ex(bench_context(), g, bytes, mode, false, bw);
+        ex.set_input("x", in);
+        return best_gpu_ms(ex, 9) * 1e3 / blocks;
+    };
+    for (int rep = 0; rep < 2; ++rep)
+        std::printf(
+            "layer_norm, mul, add on [2, 64, 64], us per block: full %.0f, regional offset %.0f, device %.0f, "
+            "copy %.0f\n",
+            time(exec::Mode::full, exec::BlockWeights::automatic),
+            time(exec::Mode::regional, exec::BlockWeights::offset),
+            time(exec::Mode::regional, exec::BlockWeights::device),
+            time(exec::Mode::regional, exec::BlockWeights::copy));
+}
+
 TEST_CASE("fixed cost of a dispatch (with its barrier) and of a submission", "[.bench]") {
     // A chain of n `scale` ops on 64 floats: each dispatch waits for the previous (one barrier each).
     auto chain = [](int n) {
