@@ -81,6 +81,8 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
     slot_size = align_up(8 * max_inputs, slot_align);
     VkDeviceSize table_bytes = 0;
     std::string note;
+    // Layout per kind, and whether its weights are selected on the device: what the budget decision needs.
+    std::vector<KindNeed> needs;
     for (auto& k : blocks) {
         std::vector<VkDeviceSize> rel;
         VkDeviceSize stride = 0;
@@ -89,15 +91,22 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             stride += align_up(value_bytes(g.value(v)));
         }
         stride = std::max<VkDeviceSize>(stride, kAlign);
-        // One range per instance: the allocator packs them block-major into its large blocks, and no
-        // single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
-        const std::string what = "weights of block kind " + k.kind;
-        std::vector<vk::BufferRange> inst;
-        for (size_t i = 0; i < k.weights.size(); ++i) {
-            inst.push_back(alloc.alloc(stride, what.c_str(), false));
-            for (size_t j = 0; j < k.tmpl_weights.size(); ++j)
-                fill_weight(weights, k.weights[i][j], inst.back(), rel[j]);
-        }
+        block_rel.push_back(std::move(rel));
+        block_stride.push_back(stride);
+        std::map<int, VkDeviceSize> saved = ptr_slot;
+        std::string why;
+        needs.push_back({k.weights.size(), stride, can_select_on_device(k, why)});
+        ptr_slot = saved;
+    }
+    plan_stream_budget(needs);
+    for (size_t ki = 0; ki < blocks.size(); ++ki) {
+        const BlockKind& k = blocks[ki];
+        const std::vector<VkDeviceSize>& rel = block_rel[ki];
+        const VkDeviceSize stride = block_stride[ki];
+        // One range per instance: the allocator packs them block-major into its large blocks, and no single
+        // allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise). Instances over
+        // the budget go to host memory (weight_stream.cpp).
+        place_block_instances(ki, weights);
         std::map<int, VkDeviceSize> kind_slots_before = ptr_slot;
         std::string why;
         bool dev = can_select_on_device(k, why);
@@ -105,7 +114,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         if (dev) {
             // The template's weights are those of instance 0 (for barrier tracking; the dispatches that read
             // them take their addresses from the slots).
-            window = inst[0];
+            window = template_weights(ki);
             slot_base.push_back(table_bytes);
             for (auto& [n, off] : ptr_slot)
                 if (!kind_slots_before.count(n)) off = table_bytes, table_bytes += slot_size;
@@ -124,10 +133,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             range[(size_t)v] = {window.buffer, window.offset + rel[j], n,
                                 window.mapped ? window.mapped + rel[j] : nullptr};
         }
-        block_arena.push_back(std::move(inst));
-        block_rel.push_back(std::move(rel));
         block_window.push_back(dev ? vk::BufferRange{} : window);
-        block_stride.push_back(stride);
         on_device.push_back(dev);
     }
     if (table_bytes) ptr_table = alloc.alloc(table_bytes, "block weight address table");
@@ -151,7 +157,7 @@ void Executor::Impl::build_ptr_tables() {
         if (begin > end) begin = end = 0;  // no dispatch reads a block weight
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             std::vector<uint8_t> bytes(end - begin);
-            const VkDeviceAddress base = alloc.address(block_arena[k][i]);
+            const VkDeviceAddress base = instance_address(k, i);
             for (auto& [n, off] : ptr_slot) {
                 if (n < t.first || n >= t.end) continue;
                 const ir::Node& node = g.nodes()[(size_t)n];
@@ -170,11 +176,12 @@ void Executor::Impl::build_ptr_tables() {
 
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {
     if (!on_device[k]) {
-        const vk::BufferRange& src = block_arena[k][i];
+        const vk::BufferRange& src = instance_weights(k, i);
         VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
         vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
         c.copies_per_run++;
         c.weight_copy_bytes_per_run += block_stride[k];
+        if (i >= streams[k].resident) c.streamed_bytes_per_run += block_stride[k];
         rec.writes.push_back({block_window[k].buffer, block_window[k].offset, block_stride[k]});
         return;
     }

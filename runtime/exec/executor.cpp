@@ -66,8 +66,13 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     for (auto& k : blocks)
         for (auto [vl, x] : k.last_outputs) root[(size_t)vl] = root[(size_t)x];
 
+    // Weights outside blocks and activations first: block weights get what the budget leaves (weight_stream.cpp).
     plan_weights(weights, active);
     plan_activations(active);
+    auto tb = Clock::now();
+    plan_block_weights(weights);
+    c.upload_ms += ms_since(tb);
+    c.device_bytes = alloc.bytes();
     c.plan_ms = ms_since(t0) - c.upload_ms;  // weight upload is reported on its own
     auto t1 = Clock::now();
     build_dispatches(active);
@@ -94,7 +99,6 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
         range[(size_t)v] = alloc.alloc(value_bytes(g.value(v)), g.value(v).name.c_str());
         fill_weight(weights, v, range[(size_t)v], 0);
     }
-    plan_block_weights(weights);
     c.upload_ms = ms_since(t0);
 }
 
@@ -166,7 +170,6 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
             range[(size_t)v] = {arena.buffer, arena.offset + off, n, arena.mapped ? arena.mapped + off : nullptr};
         }
     }
-    c.device_bytes = alloc.bytes();
 }
 
 void Executor::Impl::build_dispatches(const std::vector<int>& active) {
@@ -319,8 +322,10 @@ void Executor::Impl::record() {
         };
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             if (i > 0) carry();
+            record_stream(rec, k, i, false);
             record_block_weights(rec, k, i);
             rec.barrier();
+            record_stream(rec, k, i, true);  // prefetches overlap this replay
             if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
             vkCmdExecuteCommands(primary, 1, &secondaries[k]);
             c.barriers_per_run += sec_barriers[k];
@@ -341,9 +346,10 @@ void Executor::Impl::record() {
 }
 
 Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile,
-                   BlockWeights block_weights)
+                   BlockWeights block_weights, const Budget& budget)
     : impl_(std::make_unique<Impl>(ctx, g, mode)) {
     impl_->profile = profile;
+    impl_->budget = budget;
     impl_->select = block_weights;
     if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
         impl_->select = parse_block_weights(env);

@@ -29,6 +29,18 @@ Mode parse_mode(const std::string& s);  // "eager" | "full" | "regional"
 enum class BlockWeights { automatic, device, copy };
 BlockWeights parse_block_weights(const std::string& s);  // "auto" | "device" | "copy"
 
+// Device memory one executor may use for weights and activations, and how block weights stream when they do not
+// fit (see weight_stream.h). bytes 0: the Context's budget (vk::Context::vram_budget(), by default the device's
+// memory heap). A budget below the minimum working set (weights outside blocks, activations, two block slots per
+// kind) is raised to it with a warning. Streaming applies to regional mode; full and eager keep every weight resident.
+struct Budget {
+    uint64_t bytes = 0;
+    int slots = 0;          // ring slots per streamed block kind (0: 2); prefetch depth is slots - 1
+    bool in_place = true;   // unified memory: streamed weights read in host memory where they lie, no ring
+};
+// Parses a byte count with an optional K/M/G/T suffix (powers of 1024): "4G", "512M", "1073741824".
+uint64_t parse_bytes(const std::string& s);
+
 // Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long).
 using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
 
@@ -43,6 +55,12 @@ struct Counters {
     int table_updates_per_run = 0;           // address-table writes (vkCmdUpdateBuffer) selecting block weights
     int block_kinds_on_device = 0;           // block kinds whose weights are selected on the device
     std::string block_weights_note;          // how block weights are replayed, and why when copied
+    // Streaming under a budget (weight_stream.h): instances kept in device memory, instances in host memory
+    // (streamed), ring slots, bytes copied host -> device per run, the budget applied.
+    int blocks_resident = 0, blocks_streamed = 0, ring_slots = 0;
+    uint64_t streamed_bytes_per_run = 0, budget_bytes = 0, budget_minimum_bytes = 0, host_weight_bytes = 0;
+    uint64_t block_weight_bytes = 0;  // all block instances' weights (what streaming divides)
+    std::string stream_note;
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
 };
@@ -51,7 +69,7 @@ class Executor {
 public:
     // profile: also time every replayed block (timestamps around each replay; see last_block_ms()).
     Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode = Mode::regional,
-             bool profile = false, BlockWeights block_weights = BlockWeights::automatic);
+             bool profile = false, BlockWeights block_weights = BlockWeights::automatic, const Budget& budget = {});
     ~Executor();
     Executor(const Executor&) = delete;
     Executor& operator=(const Executor&) = delete;

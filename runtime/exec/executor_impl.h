@@ -8,6 +8,7 @@
 
 #include "runtime/exec/executor.h"
 #include "runtime/exec/regions.h"
+#include "runtime/exec/weight_stream.h"
 #include "runtime/vulkan/lower.h"
 #include "runtime/vulkan/memory.h"
 #include "runtime/vulkan/pipeline.h"
@@ -100,6 +101,10 @@ struct Executor::Impl {
     vk::BufferRange ptr_table;
     std::map<int, VkDeviceSize> ptr_slot;
     std::vector<std::vector<std::vector<uint8_t>>> ptr_data;
+    // Streaming under the budget (weight_stream.cpp): block_arena[k] holds only the resident instances.
+    Budget budget;
+    vk::Allocator host_alloc;
+    std::vector<StreamKind> streams;
     VkDescriptorPool pool = VK_NULL_HANDLE;
     std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
     // Program: a list of steps for the primary command buffer.
@@ -121,7 +126,8 @@ struct Executor::Impl {
     std::vector<std::pair<std::string, double>> op_ms;
     std::map<std::string, int> inputs, outputs;
 
-    Impl(vk::Context& cx, const ir::Graph& graph, Mode m) : ctx(cx), g(graph), mode(m), alloc(cx), kernels(cx) {}
+    Impl(vk::Context& cx, const ir::Graph& graph, Mode m)
+        : ctx(cx), g(graph), mode(m), alloc(cx), kernels(cx), host_alloc(cx, true) {}
     ~Impl() {
         VkDevice d = ctx.device();
         vkDeviceWaitIdle(d);
@@ -146,6 +152,13 @@ struct Executor::Impl {
     bool can_select_on_device(const BlockKind& k, std::string& why);
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
+    // weight_stream.cpp
+    void plan_stream_budget(const std::vector<KindNeed>& needs);
+    void place_block_instances(size_t k, const WeightBytesFn& weights);
+    const vk::BufferRange& instance_weights(size_t k, size_t i) const;  // where replay i reads (or copies from)
+    VkDeviceAddress instance_address(size_t k, size_t i) const;
+    const vk::BufferRange& template_weights(size_t k) const;
+    void record_stream(Recorder& rec, size_t k, size_t i, bool after_barrier);
     void plan_activations(const std::vector<int>& active);
     void build_dispatches(const std::vector<int>& active);
     void record();

@@ -49,6 +49,10 @@ public:
     VkPipelineCache pipeline_cache() const { return cache_; }
     const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
 
+    // Device memory each executor may plan for (`--vram-budget`); by default the device-local heap size.
+    uint64_t vram_budget() const { return budget_ ? budget_ : info_.device_local_bytes; }
+    void set_vram_budget(uint64_t bytes) { budget_ = bytes; }
+
     // One-off command buffer, submitted and waited for.
     VkCommandBuffer begin_one_shot();
     void submit_wait(VkCommandBuffer cb, bool free = true);
@@ -69,6 +73,7 @@ private:
     VkPipelineCache cache_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
     std::string cache_path_;
+    uint64_t budget_ = 0;
     DeviceInfo info_;
     VkPhysicalDeviceMemoryProperties mem_props_{};
 };

@@ -23,7 +23,7 @@ void free_memory(VkDevice d, VkDeviceMemory& m, VkDeviceSize size) {
 
 uint64_t Allocator::process_bytes() { return g_process_bytes.load(); }
 
-Allocator::Allocator(Context& ctx) : ctx_(ctx), unified_(ctx.info().unified_memory) {}
+Allocator::Allocator(Context& ctx, bool host) : ctx_(ctx), unified_(ctx.info().unified_memory), host_(host) {}
 
 Allocator::~Allocator() {
     VkDevice d = ctx_.device();
@@ -86,6 +86,7 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
                info.max_storage_buffer_range, ")");
     VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_align, 256);
     size = std::max<VkDeviceSize>(size, 4);
+    used_ += (size + align - 1) / align * align;
     for (auto& b : blocks_) {
         VkDeviceSize off = (b.used + align - 1) / align * align;
         if (off + size <= b.size) {
@@ -97,7 +98,7 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
     if (info.max_allocation) bs = std::min<VkDeviceSize>(bs, info.max_allocation);
     KILN_CHECK(size <= bs, what, ": ", size, " bytes exceed maxMemoryAllocationSize");
     // Unified memory: device-local *and* host-visible; else device-local.
-    Block b = make_block(bs, false, what);
+    Block b = make_block(bs, host_, what);
     if (unified_ && !b.mapped) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
         free_memory(ctx_.device(), b.memory, b.memory_size);

@@ -17,7 +17,8 @@ struct BufferRange {
 
 class Allocator {
 public:
-    explicit Allocator(Context& ctx);
+    // host: every block in host-visible memory (the source of streamed weights), never device-local-only.
+    explicit Allocator(Context& ctx, bool host = false);
     ~Allocator();
     Allocator(const Allocator&) = delete;
     Allocator& operator=(const Allocator&) = delete;
@@ -31,6 +32,7 @@ public:
     VkDeviceAddress address(const BufferRange& r) const;
     bool unified() const { return unified_; }
     uint64_t bytes() const { return bytes_; }
+    uint64_t used() const { return used_; }  // bytes handed out by alloc() (what a plan needs, without block slack)
     // Bytes of VkDeviceMemory currently allocated by all Allocators of this process (the soak test checks that
     // it does not grow over many generations).
     static uint64_t process_bytes();
@@ -46,7 +48,8 @@ private:
     Block make_block(VkDeviceSize size, bool host, const char* what);
     void staged_copy(const BufferRange& r, void* host, VkDeviceSize size, VkDeviceSize off, bool to_device);
     Context& ctx_;
-    bool unified_ = false;
+    bool unified_ = false, host_ = false;
+    uint64_t used_ = 0;
     std::vector<Block> blocks_;
     Block staging_;
     uint64_t bytes_ = 0;

@@ -1,0 +1,193 @@
+// Block weights under a device-memory budget: which instances stay resident, the host copies of the others, the
+// ring slots they stream through, and the copies recorded into the step (see weight_stream.h).
+#include "runtime/exec/weight_stream.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "runtime/core/error.h"
+#include "runtime/exec/executor_impl.h"
+
+namespace kiln::exec {
+
+uint64_t parse_bytes(const std::string& s) {
+    size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(s, &used);
+    } catch (const std::exception&) {
+        KILN_FAIL("invalid byte count '", s, "' (e.g. 4G, 512M, 1073741824)");
+    }
+    std::string suffix = s.substr(used);
+    if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
+    if (suffix.size() == 2 && (suffix[1] == 'i' || suffix[1] == 'I')) suffix.pop_back();  // GiB, MiB
+    double mul = 1;
+    if (suffix.size() == 1) {
+        switch (std::toupper((unsigned char)suffix[0])) {
+            case 'K': mul = 1024.0; break;
+            case 'M': mul = 1024.0 * 1024; break;
+            case 'G': mul = 1024.0 * 1024 * 1024; break;
+            case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
+            default: mul = 0;
+        }
+    }
+    KILN_CHECK(suffix.size() <= 1 && mul > 0 && v > 0, "invalid byte count '", s, "' (e.g. 4G, 512M, 1073741824)");
+    return (uint64_t)(v * mul);
+}
+
+}  // namespace kiln::exec
+
+namespace kiln::exec::detail {
+
+namespace {
+std::string mib(uint64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", (double)b / (1 << 20));
+    return buf;
+}
+}  // namespace
+
+StreamPlan plan_stream(uint64_t budget, uint64_t fixed, const std::vector<KindNeed>& kinds, int slots,
+                       bool in_place_ok) {
+    const size_t K = slots > 0 ? (size_t)slots : 2;
+    StreamPlan p;
+    p.budget = budget;
+    uint64_t two_slots = 0, need = fixed, weights = 0;
+    for (auto& k : kinds) {
+        if (k.instances) two_slots += 2 * k.stride;
+        need += k.instances * k.stride + (k.device_select ? 0 : k.stride);
+        weights += k.instances * k.stride;
+    }
+    p.minimum = fixed + two_slots;
+    if (budget && budget < p.minimum) {
+        p.warning = "budget " + mib(budget) + " is below the minimum working set " + mib(p.minimum) +
+                    " (weights outside blocks and activations " + mib(fixed) + " + two block slots " +
+                    mib(two_slots) + "); using " + mib(p.minimum);
+        p.budget = p.minimum;
+    }
+    const bool all = !budget || need <= p.budget;
+    for (auto& k : kinds) {
+        p.resident.push_back(k.instances);
+        p.slots.push_back(0);
+        p.in_place.push_back(false);
+    }
+    if (all || !weights) return p;
+    // Streaming: every kind gets its ring (or its copy window); the rest of the budget keeps the same fraction of
+    // each kind's instances resident, the first ones (they run first, so the ring prefetches behind them).
+    uint64_t overhead = 0;
+    for (auto& k : kinds) {
+        if (!k.device_select)
+            overhead += k.stride;
+        else if (!in_place_ok)
+            overhead += std::min(K, k.instances) * k.stride;
+    }
+    uint64_t avail = p.budget > fixed + overhead ? p.budget - fixed - overhead : 0;
+    const double frac = (double)avail / (double)weights;
+    uint64_t left = avail;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+        p.resident[i] = std::min(kinds[i].instances, (size_t)(frac * (double)kinds[i].instances));
+        left -= p.resident[i] * kinds[i].stride;
+    }
+    for (size_t i = 0; i < kinds.size(); ++i)
+        while (p.resident[i] < kinds[i].instances && kinds[i].stride <= left) p.resident[i]++, left -= kinds[i].stride;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+        size_t streamed = kinds[i].instances - p.resident[i];
+        if (!streamed || !kinds[i].device_select) continue;
+        p.in_place[i] = in_place_ok;
+        if (!in_place_ok) p.slots[i] = (int)std::min(K, streamed);
+    }
+    return p;
+}
+
+}  // namespace kiln::exec::detail
+
+namespace kiln::exec {
+
+void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs) {
+    // Unified memory: the device reads host-visible memory as fast as its own, so streamed instances are read
+    // where they lie (only with device selection; copy selection copies into its window either way).
+    const bool in_place_ok = budget.in_place && ctx.info().unified_memory;
+    uint64_t b = budget.bytes ? budget.bytes : ctx.vram_budget();
+    StreamPlan p = plan_stream(mode == Mode::regional ? b : 0, alloc.used(), needs, budget.slots, in_place_ok);
+    if (!p.warning.empty()) std::fprintf(stderr, "kiln: warning: %s\n", p.warning.c_str());
+    c.budget_bytes = p.budget;
+    c.budget_minimum_bytes = p.minimum;
+    streams.assign(needs.size(), {});
+    for (size_t k = 0; k < needs.size(); ++k) {
+        streams[k].resident = p.resident[k];
+        streams[k].slots = p.slots[k];
+        streams[k].in_place = p.in_place[k];
+        c.blocks_resident += (int)p.resident[k];
+        c.blocks_streamed += (int)(needs[k].instances - p.resident[k]);
+        c.ring_slots += p.slots[k];
+        c.block_weight_bytes += needs[k].instances * needs[k].stride;
+    }
+    if (c.blocks_streamed)
+        c.stream_note = std::to_string(c.blocks_streamed) + " of " +
+                        std::to_string(c.blocks_streamed + c.blocks_resident) + " blocks streamed from host memory (" +
+                        (c.ring_slots ? std::to_string(c.ring_slots) + " ring slots" : std::string("in place or copied")) +
+                        "), budget " + mib(p.budget);
+}
+
+void Executor::Impl::place_block_instances(size_t k, const WeightBytesFn& weights) {
+    const BlockKind& bk = blocks[k];
+    StreamKind& s = streams[k];
+    const VkDeviceSize stride = block_stride[k];
+    const std::string what = "weights of block kind " + bk.kind;
+    std::vector<vk::BufferRange> inst;
+    for (size_t i = 0; i < bk.weights.size(); ++i) {
+        const bool resident = i < s.resident;
+        vk::BufferRange r =
+            resident ? alloc.alloc(stride, what.c_str(), false) : host_alloc.alloc(stride, what.c_str(), false);
+        for (size_t j = 0; j < bk.tmpl_weights.size(); ++j) fill_weight(weights, bk.weights[i][j], r, block_rel[k][j]);
+        (resident ? inst : s.host).push_back(r);
+        if (!resident) c.host_weight_bytes += stride;
+    }
+    block_arena.push_back(std::move(inst));
+    for (int j = 0; j < s.slots; ++j)
+        s.ring.push_back(alloc.alloc(stride, ("ring slot of block kind " + bk.kind).c_str(), false));
+}
+
+const vk::BufferRange& Executor::Impl::instance_weights(size_t k, size_t i) const {
+    const StreamKind& s = streams[k];
+    if (i < s.resident) return block_arena[k][i];
+    if (s.slots) return s.ring[(i - s.resident) % (size_t)s.slots];
+    return s.host[i - s.resident];
+}
+
+VkDeviceAddress Executor::Impl::instance_address(size_t k, size_t i) const {
+    const StreamKind& s = streams[k];
+    return i >= s.resident && !s.slots ? host_alloc.address(instance_weights(k, i))
+                                       : alloc.address(instance_weights(k, i));
+}
+
+const vk::BufferRange& Executor::Impl::template_weights(size_t k) const {
+    const StreamKind& s = streams[k];
+    if (s.resident) return block_arena[k][0];
+    return s.slots ? s.ring[0] : s.host[0];
+}
+
+// Ring copies around replay i of kind k. Before the barrier that opens replay i: its own instance, if no earlier
+// prefetch covered it. After it: every streamed instance whose slot is free (its previous user ran before the
+// barrier), up to slots - 1 ahead; these overlap replay i, which reads another slot.
+void Executor::Impl::record_stream(Recorder& rec, size_t k, size_t i, bool after_barrier) {
+    StreamKind& s = streams[k];
+    if (!s.slots) return;
+    const long n = (long)(blocks[k].weights.size() - s.resident);
+    if (i == 0) s.issued = -1;
+    const long cur = (long)i - (long)s.resident;  // this replay's streamed index (< 0: resident)
+    const long last = after_barrier ? std::min(cur + s.slots - 1, n - 1) : cur;
+    for (long x = s.issued + 1; x <= last; ++x) {
+        const vk::BufferRange& src = s.host[(size_t)x];
+        const vk::BufferRange& dst = s.ring[(size_t)x % (size_t)s.slots];
+        VkBufferCopy cp{src.offset, dst.offset, block_stride[k]};
+        vkCmdCopyBuffer(primary, src.buffer, dst.buffer, 1, &cp);
+        rec.writes.push_back({dst.buffer, dst.offset, block_stride[k]});
+        c.copies_per_run++;
+        c.streamed_bytes_per_run += block_stride[k];
+        s.issued = x;
+    }
+}
+
+}  // namespace kiln::exec
