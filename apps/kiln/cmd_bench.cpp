@@ -24,15 +24,17 @@ double median(std::vector<double> v) {
 }
 
 // --stream: regional step time against the device budget, from all blocks resident down to the minimum working set
-// (two block slots per kind), and the bytes streamed from host memory per step.
+// (two block slots per kind), and the bytes streamed from host memory per step; each output is compared bitwise
+// with the all-resident one.
 nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
                             const std::map<std::string, Tensor>& in, exec::BlockWeights bw, exec::Budget base,
                             int warmup, int steps) {
     nlohmann::json out = nlohmann::json::array();
-    std::printf("\nstreaming (regional): step time against the budget\n%-12s %10s %9s %9s %6s %12s %10s %10s %9s\n",
+    std::printf("\nstreaming (regional): step time against the budget\n%-12s %10s %9s %9s %6s %12s %10s %10s %9s %8s\n",
                 "budget", "budget_MiB", "resident", "streamed", "slots", "stream_MiB", "step_med", "upload_ms",
-                "dev_MiB");
+                "used_MiB", "bitwise");
     uint64_t minimum = 0, weights = 0;
+    std::map<std::string, Tensor> ref;
     for (const char* name : {"all", "1/2", "1/4", "2 blocks"}) {
         exec::Budget bud = base;
         const std::string n = name;
@@ -50,11 +52,17 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
             ex.run();
             wall.push_back(ms_since(ts));
         }
+        bool same = true;
+        for (auto& [name_out, v] : g.outputs()) {
+            Tensor t = ex.output(name_out);
+            if (n == "all") ref[name_out] = t;
+            same = same && t.bytes == ref[name_out].bytes;
+        }
         const double mib = 1 << 20;
-        std::printf("%-12s %10.1f %9d %9d %6d %12.1f %10.1f %10.0f %9.0f\n", name,
+        std::printf("%-12s %10.1f %9d %9d %6d %12.1f %10.1f %10.0f %9.1f %8s\n", name,
                     n == "all" ? 0.0 : (double)c.budget_bytes / mib, c.blocks_resident, c.blocks_streamed,
                     c.ring_slots, (double)c.streamed_bytes_per_run / mib, median(wall), c.upload_ms,
-                    (double)c.device_bytes / mib);
+                    (double)c.device_bytes_used / mib, same ? "yes" : "NO");
         std::fflush(stdout);
         out.push_back({{"budget", name},
                        {"budget_bytes", n == "all" ? 0 : c.budget_bytes},
@@ -64,6 +72,9 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
                        {"streamed_bytes_per_step", c.streamed_bytes_per_run},
                        {"host_weight_bytes", c.host_weight_bytes},
                        {"device_bytes", c.device_bytes},
+                       {"device_bytes_used", c.device_bytes_used},
+                       {"in_place_bytes", c.in_place_bytes},
+                       {"bitwise_equal_to_all_resident", same},
                        {"weight_upload_ms", c.upload_ms},
                        {"step_ms", wall},
                        {"step_ms_median", median(wall)},

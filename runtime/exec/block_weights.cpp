@@ -98,10 +98,9 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         needs.push_back({k.weights.size(), stride, can_select_on_device(k, why)});
         ptr_slot = saved;
     }
-    plan_stream_budget(needs);
+    plan_stream_budget(needs, weights);
     for (size_t ki = 0; ki < blocks.size(); ++ki) {
         const BlockKind& k = blocks[ki];
-        const std::vector<VkDeviceSize>& rel = block_rel[ki];
         const VkDeviceSize stride = block_stride[ki];
         // One range per instance: the allocator packs them block-major into its large blocks, and no single
         // allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise). Instances over
@@ -112,9 +111,6 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         bool dev = can_select_on_device(k, why);
         vk::BufferRange window;
         if (dev) {
-            // The template's weights are those of instance 0 (for barrier tracking; the dispatches that read
-            // them take their addresses from the slots).
-            window = template_weights(ki);
             slot_base.push_back(table_bytes);
             for (auto& [n, off] : ptr_slot)
                 if (!kind_slots_before.count(n)) off = table_bytes, table_bytes += slot_size;
@@ -130,8 +126,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             VkDeviceSize n = value_bytes(g.value(v));
             KILN_CHECK(dev || n <= ctx.info().max_storage_buffer_range, "weight '", g.value(v).name, "' (", n,
                        " bytes) exceeds maxStorageBufferRange (", why, ")");
-            range[(size_t)v] = {window.buffer, window.offset + rel[j], n,
-                                window.mapped ? window.mapped + rel[j] : nullptr};
+            range[(size_t)v] = template_weight(ki, j, window);
         }
         block_window.push_back(dev ? vk::BufferRange{} : window);
         on_device.push_back(dev);
@@ -157,14 +152,13 @@ void Executor::Impl::build_ptr_tables() {
         if (begin > end) begin = end = 0;  // no dispatch reads a block weight
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             std::vector<uint8_t> bytes(end - begin);
-            const VkDeviceAddress base = instance_address(k, i);
             for (auto& [n, off] : ptr_slot) {
                 if (n < t.first || n >= t.end) continue;
                 const ir::Node& node = g.nodes()[(size_t)n];
                 for (size_t b = 0; b < node.in.size(); ++b) {
                     int v = node.in[b];
                     VkDeviceAddress a = v < 0 ? alloc.address(dummy) : alloc.address(range[(size_t)r(v)]);
-                    if (v >= 0 && weight_index.count(r(v))) a = base + block_rel[k][weight_index[r(v)]];
+                    if (v >= 0 && weight_index.count(r(v))) a = weight_address(k, i, weight_index[r(v)]);
                     std::memcpy(bytes.data() + (off - begin) + 8 * b, &a, 8);
                 }
             }
@@ -176,12 +170,9 @@ void Executor::Impl::build_ptr_tables() {
 
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {
     if (!on_device[k]) {
-        const vk::BufferRange& src = instance_weights(k, i);
-        VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
-        vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
+        record_instance_copy(k, i, block_window[k]);
         c.copies_per_run++;
         c.weight_copy_bytes_per_run += block_stride[k];
-        if (i >= streams[k].resident) c.streamed_bytes_per_run += block_stride[k];
         rec.writes.push_back({block_window[k].buffer, block_window[k].offset, block_stride[k]});
         return;
     }

@@ -73,6 +73,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     plan_block_weights(weights);
     c.upload_ms += ms_since(tb);
     c.device_bytes = alloc.bytes();
+    c.device_bytes_used = alloc.used();
     c.plan_ms = ms_since(t0) - c.upload_ms;  // weight upload is reported on its own
     auto t1 = Clock::now();
     build_dispatches(active);
@@ -96,6 +97,15 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
         for (int v : g.nodes()[(size_t)n].in)
             if (v >= 0 && g.value(v).role == ir::Role::weight && !in_blocks.count(v)) used.insert(v);
     for (int v : used) {
+        // Unified memory: read in place in the mmapped model file where it can be bound there.
+        vk::BufferRange in_file = ctx.info().unified_memory ? import_weight(weights, v) : vk::BufferRange{};
+        if (in_file.buffer && in_file.offset % std::max<VkDeviceSize>(ctx.info().min_storage_offset_align, 1) == 0 &&
+            in_file.size <= ctx.info().max_storage_buffer_range) {
+            range[(size_t)v] = in_file;
+            c.in_place_bytes += in_file.size;
+            c.weight_bytes += in_file.size;
+            continue;
+        }
         range[(size_t)v] = alloc.alloc(value_bytes(g.value(v)), g.value(v).name.c_str());
         fill_weight(weights, v, range[(size_t)v], 0);
     }
@@ -392,6 +402,7 @@ void Executor::run() {
         VK_CHECK(vkResetFences(dev, 1, &m.fence));
     };
     if (m.mode == Mode::eager) {
+        for (auto& f : m.imports) f.file->check();
         double total = 0;
         m.op_ms.clear();
         for (auto& d : m.dispatches) {
@@ -419,6 +430,7 @@ void Executor::run() {
         m.host_ms = ms_since(t_run) - wait_ms;
         return;
     }
+    for (auto& f : m.imports) f.file->check();  // a truncated model file would fault the device's reads
     submit(m.primary);
     m.host_ms = ms_since(t_run) - wait_ms;
     if (m.queries) {

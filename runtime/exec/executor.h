@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/file_io.h"
 #include "runtime/core/tensor.h"
 #include "runtime/ir/graph.h"
 #include "runtime/vulkan/context.h"
@@ -36,14 +37,25 @@ BlockWeights parse_block_weights(const std::string& s);  // "auto" | "device" | 
 struct Budget {
     uint64_t bytes = 0;
     int slots = 0;          // ring slots per streamed block kind (0: 2); prefetch depth is slots - 1
-    bool in_place = true;   // unified memory: streamed weights read in host memory where they lie, no ring
+    bool in_place = true;   // unified memory: weights read in host memory where they lie (the mmapped file), no ring
                             // (KILN_STREAM_IN_PLACE=0 in the environment turns it off)
 };
 // Parses a byte count with an optional K/M/G/T suffix (powers of 1024): "4G", "512M", "1073741824".
 uint64_t parse_bytes(const std::string& s);
 
-// Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long).
-using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
+// Where weight bytes lie in host memory exactly as the device reads them: `offset` in an mmapped model file.
+struct HostBytes {
+    std::shared_ptr<const MappedFile> file;  // null: nowhere (converted or computed bytes)
+    uint64_t offset = 0;
+};
+
+// Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long). `view`, when set, says
+// where they already lie in host memory: on unified memory with VK_EXT_external_memory_host the executor reads
+// them there, with no upload copy, and holds the file until it is destroyed.
+struct WeightBytesFn : std::function<void(const ir::Value& v, void* dst, size_t nbytes)> {
+    using std::function<void(const ir::Value& v, void* dst, size_t nbytes)>::function;
+    std::function<HostBytes(const ir::Value& v)> view;
+};
 
 struct Counters {
     int pipelines = 0;  // pipelines this executor uses (created or found in the cache)
@@ -61,6 +73,8 @@ struct Counters {
     int blocks_resident = 0, blocks_streamed = 0, ring_slots = 0;
     uint64_t streamed_bytes_per_run = 0, budget_bytes = 0, budget_minimum_bytes = 0, host_weight_bytes = 0;
     uint64_t block_weight_bytes = 0;  // all block instances' weights (what streaming divides)
+    uint64_t in_place_bytes = 0;      // weights read where they lie in the mmapped model file (no upload)
+    uint64_t device_bytes_used = 0;   // device memory the plan uses (device_bytes rounds up to whole blocks)
     std::string stream_note;
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;

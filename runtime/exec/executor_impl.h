@@ -3,6 +3,7 @@
 // and block_weights.cpp (where each replayed block instance finds its weights).
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,12 @@ struct Executor::Impl {
     Budget budget;
     vk::Allocator host_alloc;
     std::vector<StreamKind> streams;
+    struct FileImport {
+        std::shared_ptr<const MappedFile> file;
+        std::map<uint64_t, std::unique_ptr<vk::HostImport>> chunks;  // by chunk start
+        bool failed = false;
+    };
+    std::vector<FileImport> imports;  // mmapped model files read in place (checked before every run)
     VkDescriptorPool pool = VK_NULL_HANDLE;
     std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
     // Program: a list of steps for the primary command buffer.
@@ -153,12 +160,14 @@ struct Executor::Impl {
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
     // weight_stream.cpp
-    void plan_stream_budget(const std::vector<KindNeed>& needs);
+    void plan_stream_budget(const std::vector<KindNeed>& needs, const WeightBytesFn& weights);
     void place_block_instances(size_t k, const WeightBytesFn& weights);
-    const vk::BufferRange& instance_weights(size_t k, size_t i) const;  // where replay i reads (or copies from)
-    VkDeviceAddress instance_address(size_t k, size_t i) const;
-    const vk::BufferRange& template_weights(size_t k) const;
     void record_stream(Recorder& rec, size_t k, size_t i, bool after_barrier);
+    vk::BufferRange import_weight(const WeightBytesFn& weights, int v);  // empty when not importable
+    vk::BufferRange source_weight(size_t k, size_t i, size_t j) const;  // streamed instance i's weight j
+    VkDeviceAddress weight_address(size_t k, size_t i, size_t j) const;  // where replay i reads weight j
+    vk::BufferRange template_weight(size_t k, size_t j, const vk::BufferRange& window) const;
+    void record_instance_copy(size_t k, size_t i, const vk::BufferRange& dst);  // instance i's weights -> dst
     void plan_activations(const std::vector<int>& active);
     void build_dispatches(const std::vector<int>& active);
     void record();

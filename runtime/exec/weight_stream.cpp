@@ -104,29 +104,85 @@ StreamPlan plan_stream(uint64_t budget, uint64_t fixed, const std::vector<KindNe
 
 namespace kiln::exec {
 
-void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs) {
+vk::BufferRange Executor::Impl::import_weight(const WeightBytesFn& weights, int v) {
+    const auto& info = ctx.info();
+    if (!weights.view || !budget.in_place || !info.host_import || !info.host_import_align) return {};
+    HostBytes h = weights.view(g.value(v));
+    if (!h.file) return {};
+    auto it = std::find_if(imports.begin(), imports.end(), [&](auto& f) { return f.file == h.file; });
+    if (it == imports.end()) {
+        h.file->check();
+        imports.push_back({h.file, {}, false});
+        it = imports.end() - 1;
+    }
+    if (it->failed) return {};
+    // The file is imported in chunks of 256 MiB that overlap by 128 MiB, so a weight up to 128 MiB lies whole in
+    // one; larger ones are copied (they cannot be bound on most devices either).
+    constexpr uint64_t kChunk = 256ull << 20, kOverlap = 128ull << 20;
+    const uint64_t n = value_bytes(g.value(v)), start = h.offset / kChunk * kChunk;
+    const uint64_t a = std::max<uint64_t>(info.host_import_align, 4096);
+    const uint64_t mapped = (h.file->size() + 4095) / 4096 * 4096;  // the mapping covers whole pages
+    const uint64_t len = std::min((kChunk + kOverlap), (h.file->size() - start + a - 1) / a * a);
+    if (h.offset + n > start + len || start + len > mapped) return {};
+    auto& chunk = it->chunks[start];
+    if (!chunk) {
+        try {
+            chunk = std::make_unique<vk::HostImport>(ctx, h.file->data() + start, len);
+        } catch (const Error&) {  // the driver refused (e.g. read-only pages): upload as usual
+            it->chunks.erase(start);
+            it->failed = true;
+            return {};
+        }
+    }
+    return chunk->range(h.offset - start, n);
+}
+
+void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs_in, const WeightBytesFn& weights) {
+    // Kinds whose every weight lies in the mmapped model file: the file is their host copy. On unified memory the
+    // device reads it in place, so they cost no device memory at all.
+    const bool unified = ctx.info().unified_memory;
+    streams.assign(needs_in.size(), {});
+    std::vector<KindNeed> needs = needs_in;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        std::vector<std::vector<vk::BufferRange>> file;
+        for (auto& inst : blocks[k].weights) {
+            file.emplace_back();
+            for (int v : inst) {
+                vk::BufferRange r = import_weight(weights, v);
+                if (!r.buffer) break;
+                file.back().push_back(r);
+            }
+            if (file.back().size() != inst.size()) break;
+        }
+        if (file.size() != blocks[k].weights.size() || file.back().size() != blocks[k].tmpl_weights.size()) continue;
+        streams[k].file = std::move(file);
+        if (unified) needs[k].instances = 0;
+    }
     // Unified memory: the device reads host-visible memory as fast as its own, so streamed instances are read
     // where they lie (only with device selection; copy selection copies into its window either way).
-    const bool in_place_ok = budget.in_place && ctx.info().unified_memory;
+    const bool in_place_ok = budget.in_place && unified;
     uint64_t b = budget.bytes ? budget.bytes : ctx.vram_budget();
     StreamPlan p = plan_stream(mode == Mode::regional ? b : 0, alloc.used(), needs, budget.slots, in_place_ok);
     if (!p.warning.empty()) std::fprintf(stderr, "kiln: warning: %s\n", p.warning.c_str());
     c.budget_bytes = p.budget;
     c.budget_minimum_bytes = p.minimum;
-    streams.assign(needs.size(), {});
     for (size_t k = 0; k < needs.size(); ++k) {
-        streams[k].resident = p.resident[k];
-        streams[k].slots = p.slots[k];
-        streams[k].in_place = p.in_place[k];
-        c.blocks_resident += (int)p.resident[k];
-        c.blocks_streamed += (int)(needs[k].instances - p.resident[k]);
-        c.ring_slots += p.slots[k];
-        c.block_weight_bytes += needs[k].instances * needs[k].stride;
+        StreamKind& s = streams[k];
+        const size_t n = needs_in[k].instances;
+        const bool file_in_place = !s.file.empty() && unified;
+        s.resident = file_in_place ? 0 : p.resident[k];
+        s.slots = file_in_place ? 0 : p.slots[k];
+        s.in_place = file_in_place ? needs[k].device_select : p.in_place[k];
+        c.blocks_resident += (int)s.resident;
+        c.blocks_streamed += (int)(n - s.resident);
+        c.ring_slots += s.slots;
+        c.block_weight_bytes += n * needs[k].stride;
     }
     if (c.blocks_streamed)
         c.stream_note = std::to_string(c.blocks_streamed) + " of " +
-                        std::to_string(c.blocks_streamed + c.blocks_resident) + " blocks streamed from host memory (" +
-                        (c.ring_slots ? std::to_string(c.ring_slots) + " ring slots" : std::string("in place or copied")) +
+                        std::to_string(c.blocks_streamed + c.blocks_resident) + " blocks from host memory (" +
+                        (c.ring_slots ? std::to_string(c.ring_slots) + " ring slots"
+                                      : std::string("read in place or copied")) +
                         "), budget " + mib(p.budget);
 }
 
@@ -138,6 +194,10 @@ void Executor::Impl::place_block_instances(size_t k, const WeightBytesFn& weight
     std::vector<vk::BufferRange> inst;
     for (size_t i = 0; i < bk.weights.size(); ++i) {
         const bool resident = i < s.resident;
+        if (!resident && !s.file.empty()) {  // the file is the host copy
+            for (int v : bk.weights[i]) c.in_place_bytes += value_bytes(g.value(v)), c.weight_bytes += value_bytes(g.value(v));
+            continue;
+        }
         vk::BufferRange r =
             resident ? alloc.alloc(stride, what.c_str(), false) : host_alloc.alloc(stride, what.c_str(), false);
         for (size_t j = 0; j < bk.tmpl_weights.size(); ++j) fill_weight(weights, bk.weights[i][j], r, block_rel[k][j]);
@@ -149,23 +209,53 @@ void Executor::Impl::place_block_instances(size_t k, const WeightBytesFn& weight
         s.ring.push_back(alloc.alloc(stride, ("ring slot of block kind " + bk.kind).c_str(), false));
 }
 
-const vk::BufferRange& Executor::Impl::instance_weights(size_t k, size_t i) const {
+vk::BufferRange Executor::Impl::source_weight(size_t k, size_t i, size_t j) const {
     const StreamKind& s = streams[k];
-    if (i < s.resident) return block_arena[k][i];
-    if (s.slots) return s.ring[(i - s.resident) % (size_t)s.slots];
-    return s.host[i - s.resident];
+    if (!s.file.empty()) return s.file[i][j];
+    const vk::BufferRange& h = s.host[i - s.resident];
+    return {h.buffer, h.offset + block_rel[k][j], value_bytes(g.value(blocks[k].tmpl_weights[j])), nullptr};
 }
 
-VkDeviceAddress Executor::Impl::instance_address(size_t k, size_t i) const {
+VkDeviceAddress Executor::Impl::weight_address(size_t k, size_t i, size_t j) const {
     const StreamKind& s = streams[k];
-    return i >= s.resident && !s.slots ? host_alloc.address(instance_weights(k, i))
-                                       : alloc.address(instance_weights(k, i));
+    if (i < s.resident) return alloc.address(block_arena[k][i]) + block_rel[k][j];
+    if (s.slots) return alloc.address(s.ring[(i - s.resident) % (size_t)s.slots]) + block_rel[k][j];
+    return alloc.address(source_weight(k, i, j));  // read in place (any buffer with device addresses)
 }
 
-const vk::BufferRange& Executor::Impl::template_weights(size_t k) const {
+vk::BufferRange Executor::Impl::template_weight(size_t k, size_t j, const vk::BufferRange& window) const {
     const StreamKind& s = streams[k];
-    if (s.resident) return block_arena[k][0];
-    return s.slots ? s.ring[0] : s.host[0];
+    const VkDeviceSize n = value_bytes(g.value(blocks[k].tmpl_weights[j]));
+    if (window.buffer) return {window.buffer, window.offset + block_rel[k][j], n,
+                               window.mapped ? window.mapped + block_rel[k][j] : nullptr};
+    // Device selection: the template's weights are instance 0's wherever it lies (for barrier tracking only;
+    // the dispatches that read them take their addresses from the table).
+    if (s.resident) return {block_arena[k][0].buffer, block_arena[k][0].offset + block_rel[k][j], n, nullptr};
+    if (s.slots) return {s.ring[0].buffer, s.ring[0].offset + block_rel[k][j], n, nullptr};
+    return source_weight(k, 0, j);
+}
+
+void Executor::Impl::record_instance_copy(size_t k, size_t i, const vk::BufferRange& dst) {
+    const StreamKind& s = streams[k];
+    std::vector<VkBufferCopy> regions;
+    VkBuffer src = VK_NULL_HANDLE;
+    if (i < s.resident || s.file.empty()) {  // one contiguous range
+        const vk::BufferRange& r = i < s.resident ? block_arena[k][i] : s.host[i - s.resident];
+        src = r.buffer;
+        regions.push_back({r.offset, dst.offset, block_stride[k]});
+    } else {  // each weight from its place in the file (the chunks of one file may differ: grouped per buffer)
+        for (size_t j = 0; j < s.file[i].size(); ++j) {
+            const vk::BufferRange& r = s.file[i][j];
+            if (src && r.buffer != src) {
+                vkCmdCopyBuffer(primary, src, dst.buffer, (uint32_t)regions.size(), regions.data());
+                regions.clear();
+            }
+            src = r.buffer;
+            regions.push_back({r.offset, dst.offset + block_rel[k][j], r.size});
+        }
+    }
+    vkCmdCopyBuffer(primary, src, dst.buffer, (uint32_t)regions.size(), regions.data());
+    if (i >= s.resident) c.streamed_bytes_per_run += block_stride[k];
 }
 
 // Ring copies around replay i of kind k. Before the barrier that opens replay i: its own instance, if no earlier
@@ -179,13 +269,10 @@ void Executor::Impl::record_stream(Recorder& rec, size_t k, size_t i, bool after
     const long cur = (long)i - (long)s.resident;  // this replay's streamed index (< 0: resident)
     const long last = after_barrier ? std::min(cur + s.slots - 1, n - 1) : cur;
     for (long x = s.issued + 1; x <= last; ++x) {
-        const vk::BufferRange& src = s.host[(size_t)x];
         const vk::BufferRange& dst = s.ring[(size_t)x % (size_t)s.slots];
-        VkBufferCopy cp{src.offset, dst.offset, block_stride[k]};
-        vkCmdCopyBuffer(primary, src.buffer, dst.buffer, 1, &cp);
+        record_instance_copy(k, s.resident + (size_t)x, dst);
         rec.writes.push_back({dst.buffer, dst.offset, block_stride[k]});
         c.copies_per_run++;
-        c.streamed_bytes_per_run += block_stride[k];
         s.issued = x;
     }
 }

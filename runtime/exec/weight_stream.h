@@ -22,6 +22,9 @@ struct StreamKind {
     bool in_place = false;                  // streamed instances read in host memory
     std::vector<vk::BufferRange> ring;      // device slots, stride bytes each
     std::vector<vk::BufferRange> host;      // streamed instance resident + s at host[s], stride bytes, block-major
+    // Every weight of every instance in the imported model file ([instance][weight]); when set, it is the host
+    // source of the streamed instances (no host copy), and on unified memory every instance is read there.
+    std::vector<std::vector<vk::BufferRange>> file;
     long issued = -1;                       // while recording: last streamed index whose copy is recorded
 };
 

@@ -192,6 +192,15 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
         if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
             !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
             d.cooperative_matrix = true;
+        else if (!std::strcmp(e.extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
+            d.host_import = true;
+    if (d.host_import) {
+        VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+        VkPhysicalDeviceProperties2 ph{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &hp};
+        vkGetPhysicalDeviceProperties2(pd, &ph);
+        d.host_import_align = hp.minImportedHostPointerAlignment;
+    }
 
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
@@ -304,6 +313,8 @@ Context::Context(int device, int validation) {
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
+    const char* host_import_ext = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;  // mmapped weights read in place
+    if (info_.host_import) dci.enabledExtensionCount = 1, dci.ppEnabledExtensionNames = &host_import_ext;
     VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));
     vkGetDeviceQueue(device_, family_, 0, &queue_);
 

@@ -55,4 +55,22 @@ private:
     uint64_t bytes_ = 0;
 };
 
+// Host memory imported as one Vulkan buffer (VK_EXT_external_memory_host), read by the device where it lies: the
+// pages of an mmapped model file. p and size must be multiples of DeviceInfo::host_import_align; the memory must
+// outlive the import. Throws kiln::Error when the device refuses it (callers fall back to copies).
+class HostImport {
+public:
+    HostImport(Context& ctx, const void* p, VkDeviceSize size);
+    ~HostImport();
+    HostImport(const HostImport&) = delete;
+    HostImport& operator=(const HostImport&) = delete;
+    BufferRange range(VkDeviceSize off, VkDeviceSize n) const { return {buffer_, off, n, nullptr}; }
+    VkDeviceAddress address(VkDeviceSize off) const;
+
+private:
+    Context& ctx_;
+    VkBuffer buffer_ = VK_NULL_HANDLE;
+    VkDeviceMemory memory_ = VK_NULL_HANDLE;
+};
+
 }  // namespace kiln::vk
