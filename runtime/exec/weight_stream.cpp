@@ -163,6 +163,9 @@ void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs_in, c
     const bool in_place_ok = budget.in_place && unified;
     uint64_t b = budget.bytes ? budget.bytes : ctx.vram_budget();
     StreamPlan p = plan_stream(mode == Mode::regional ? b : 0, alloc.used(), needs, budget.slots, in_place_ok);
+    if (mode != Mode::regional && alloc.used() > b)
+        std::fprintf(stderr, "kiln: warning: %s mode keeps every weight resident: %s over the budget of %s\n",
+                     mode_name(mode), mib(alloc.used()).c_str(), mib(b).c_str());
     if (!p.warning.empty()) std::fprintf(stderr, "kiln: warning: %s\n", p.warning.c_str());
     c.budget_bytes = p.budget;
     c.budget_minimum_bytes = p.minimum;
