@@ -5,6 +5,7 @@
 #include <vulkan/vulkan.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@ namespace kiln::vk {
 #define VK_CHECK(expr) ::kiln::vk::check_vk((expr), #expr, __FILE__, __LINE__)
 void check_vk(VkResult r, const char* expr, const char* file, int line);
 const char* vk_result_name(VkResult r);
+
+struct PipelinePool;  // pipeline.h
 
 struct DeviceInfo {
     int index = 0;
@@ -25,6 +28,7 @@ struct DeviceInfo {
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
     bool host_import = false;         // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
     uint64_t host_import_align = 0;   // minImportedHostPointerAlignment
+    bool memory_budget = false;  // VK_EXT_memory_budget: the driver reports each heap's usage
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
@@ -37,7 +41,8 @@ std::vector<DeviceInfo> list_devices();
 class Context {
 public:
     // device < 0: KILN_DEVICE if set, else the best device. validation < 0: KILN_VALIDATION decides; else 0/1.
-    explicit Context(int device = -1, int validation = -1);
+    // pipeline_cache: 0 = no pipeline cache file (see pipeline_cache.h); otherwise KILN_PIPELINE_CACHE decides.
+    explicit Context(int device = -1, int validation = -1, int pipeline_cache = -1);
     ~Context();
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
@@ -48,12 +53,32 @@ public:
     VkQueue queue() const { return queue_; }
     uint32_t queue_family() const { return family_; }
     VkCommandPool pool() const { return pool_; }
-    VkPipelineCache pipeline_cache() const { return cache_; }
+    // The cache pipelines are created through: the persistent one, or an empty one during a cold start.
+    VkPipelineCache pipeline_cache() const { return cold_cache_ ? cold_cache_ : cache_; }
+    // Benchmarks: while on, pipelines are created through a fresh, empty cache (as on a first run);
+    // turning it off merges what was created into the persistent cache.
+    void set_cold_pipeline_cache(bool cold);
+    struct PipelineCacheInfo {
+        std::string path;    // "" when disabled
+        std::string status;  // "disabled", "loaded", "missing", "stale", "corrupt: ...", "foreign: ..."
+        size_t loaded_bytes = 0;
+    };
+    const PipelineCacheInfo& pipeline_cache_info() const { return cache_info_; }
+    // The pipelines shared by this context's executors (see pipeline.h); null while reuse is off or during a
+    // cold start, when each executor creates and destroys its own (benchmarks of pipeline creation).
+    PipelinePool* pipeline_pool();
+    void set_pipeline_reuse(bool on) { reuse_pipelines_ = on; }
     const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
 
     // Device memory each executor may plan for (`--vram-budget`); by default the device-local heap size.
     uint64_t vram_budget() const { return budget_ ? budget_ : info_.device_local_bytes; }
     void set_vram_budget(uint64_t bytes) { budget_ = bytes; }
+    // Device-local heap usage of this process as the driver reports it (VK_EXT_memory_budget; 0 without it),
+    // and the most seen by sample_heap_usage() (called after every allocation) since reset_peak_heap_usage().
+    uint64_t heap_usage_bytes() const;
+    uint64_t peak_heap_usage_bytes() const { return peak_heap_usage_; }
+    void sample_heap_usage();
+    void reset_peak_heap_usage();
 
     // One-off command buffer, submitted and waited for.
     VkCommandBuffer begin_one_shot();
@@ -72,10 +97,14 @@ private:
     VkQueue queue_ = VK_NULL_HANDLE;
     uint32_t family_ = 0;
     VkCommandPool pool_ = VK_NULL_HANDLE;
-    VkPipelineCache cache_ = VK_NULL_HANDLE;
+    VkPipelineCache cache_ = VK_NULL_HANDLE, cold_cache_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
-    std::string cache_path_;
     uint64_t budget_ = 0;
+    PipelineCacheInfo cache_info_;
+    std::vector<char> cache_loaded_;
+    uint64_t peak_heap_usage_ = 0;
+    std::unique_ptr<PipelinePool> pipelines_;
+    bool reuse_pipelines_ = true;  // the driver data read at start (not rewritten when unchanged)
     DeviceInfo info_;
     VkPhysicalDeviceMemoryProperties mem_props_{};
 };
