@@ -41,9 +41,10 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
     for (const char* name : {"all", "1/2", "1/4", "2 blocks"}) {
         exec::Budget bud = base;
         const std::string n = name;
-        bud.bytes = n == "all" ? uint64_t(1) << 60 : n == "1/2" ? minimum + weights / 2
-                                                   : n == "1/4" ? minimum + weights / 4
-                                                                : minimum;
+        bud.bytes = n == "all"   ? uint64_t(1) << 60
+                    : n == "1/2" ? minimum + weights / 2
+                    : n == "1/4" ? minimum + weights / 4
+                                 : minimum;
         exec::Executor ex(ctx, g, b.weight_fn(), exec::Mode::regional, false, bw, bud);
         const exec::Counters& c = ex.counters();
         if (n == "all") minimum = c.budget_minimum_bytes, weights = c.block_weight_bytes;
@@ -63,8 +64,8 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
         }
         const double mib = 1 << 20;
         std::printf("%-12s %10.1f %9d %9d %6d %12.1f %10.1f %10.0f %9.1f %8s\n", name,
-                    n == "all" ? 0.0 : (double)c.budget_bytes / mib, c.blocks_resident, c.blocks_streamed,
-                    c.ring_slots, (double)c.streamed_bytes_per_run / mib, median(wall), c.upload_ms,
+                    n == "all" ? 0.0 : (double)c.budget_bytes / mib, c.blocks_resident, c.blocks_streamed, c.ring_slots,
+                    (double)c.streamed_bytes_per_run / mib, median(wall), c.upload_ms,
                     (double)c.device_bytes_used / mib, same ? "yes" : "NO");
         std::fflush(stdout);
         out.push_back({{"budget", name},

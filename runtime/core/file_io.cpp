@@ -56,7 +56,8 @@ MappedFile::~MappedFile() {
 void MappedFile::check() const {
     // Truncating the mapped inode is what makes touching the mapping fatal; replacing the file at `path`
     // (a new inode) leaves the mapping valid but stale. Both are reported.
-    struct stat fd_sb {}, path_sb {};
+    struct stat fd_sb {};
+    struct stat path_sb {};
     KILN_CHECK(::fstat(fd_, &fd_sb) == 0, path_, ": cannot stat the model file while in use");
     KILN_CHECK((uint64_t)fd_sb.st_size == size_ && mtime_ns(fd_sb) == mtime_ns_, path_,
                ": the model file changed on disk while in use (", size_, " -> ", (uint64_t)fd_sb.st_size,

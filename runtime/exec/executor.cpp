@@ -362,7 +362,8 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     : impl_(std::make_unique<Impl>(ctx, g, mode)) {
     impl_->profile = profile;
     impl_->budget = budget;
-    if (const char* env = std::getenv("KILN_STREAM_IN_PLACE"); env && std::string(env) == "0") impl_->budget.in_place = false;
+    if (const char* env = std::getenv("KILN_STREAM_IN_PLACE"); env && std::string(env) == "0")
+        impl_->budget.in_place = false;
     impl_->select = block_weights;
     if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
         impl_->select = parse_block_weights(env);

@@ -36,9 +36,9 @@ BlockWeights parse_block_weights(const std::string& s);  // "auto" | "device" | 
 // kind) is raised to it with a warning. Streaming applies to regional mode; full and eager keep every weight resident.
 struct Budget {
     uint64_t bytes = 0;
-    int slots = 0;          // ring slots per streamed block kind (0: 2); prefetch depth is slots - 1
-    bool in_place = true;   // unified memory: weights read in host memory where they lie (the mmapped file), no ring
-                            // (KILN_STREAM_IN_PLACE=0 in the environment turns it off)
+    int slots = 0;         // ring slots per streamed block kind (0: 2); prefetch depth is slots - 1
+    bool in_place = true;  // unified memory: weights read in host memory where they lie (the mmapped file), no ring
+                           // (KILN_STREAM_IN_PLACE=0 in the environment turns it off)
 };
 // Parses a byte count with an optional K/M/G/T suffix (powers of 1024): "4G", "512M", "1073741824".
 uint64_t parse_bytes(const std::string& s);

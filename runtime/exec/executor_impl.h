@@ -166,7 +166,7 @@ struct Executor::Impl {
     void place_block_instances(size_t k, const WeightBytesFn& weights);
     void record_stream(Recorder& rec, size_t k, size_t i, bool after_barrier);
     vk::BufferRange import_weight(const WeightBytesFn& weights, int v);  // empty when not importable
-    vk::BufferRange source_weight(size_t k, size_t i, size_t j) const;  // streamed instance i's weight j
+    vk::BufferRange source_weight(size_t k, size_t i, size_t j) const;   // streamed instance i's weight j
     VkDeviceAddress weight_address(size_t k, size_t i, size_t j) const;  // where replay i reads weight j
     vk::BufferRange template_weight(size_t k, size_t j, const vk::BufferRange& window) const;
     void record_instance_copy(size_t k, size_t i, const vk::BufferRange& dst);  // instance i's weights -> dst

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 
 #include "runtime/core/error.h"
@@ -22,16 +23,10 @@ uint64_t parse_bytes(const std::string& s) {
     std::string suffix = s.substr(used);
     if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
     if (suffix.size() == 2 && (suffix[1] == 'i' || suffix[1] == 'I')) suffix.pop_back();  // GiB, MiB
-    double mul = 1;
-    if (suffix.size() == 1) {
-        switch (std::toupper((unsigned char)suffix[0])) {
-            case 'K': mul = 1024.0; break;
-            case 'M': mul = 1024.0 * 1024; break;
-            case 'G': mul = 1024.0 * 1024 * 1024; break;
-            case 'T': mul = 1024.0 * 1024 * 1024 * 1024; break;
-            default: mul = 0;
-        }
-    }
+    // K, M, G, T: powers of 1024.
+    const std::string units = "KMGT";
+    const size_t u = suffix.size() == 1 ? units.find((char)std::toupper((unsigned char)suffix[0])) : std::string::npos;
+    const double mul = suffix.empty() ? 1.0 : u == std::string::npos ? 0.0 : std::pow(1024.0, (double)(u + 1));
     KILN_CHECK(suffix.size() <= 1 && mul > 0 && v > 0, "invalid byte count '", s, "' (e.g. 4G, 512M, 1073741824)");
     return (uint64_t)(v * mul);
 }
@@ -62,8 +57,8 @@ StreamPlan plan_stream(uint64_t budget, uint64_t fixed, const std::vector<KindNe
     p.minimum = fixed + two_slots;
     if (budget && budget < p.minimum) {
         p.warning = "budget " + mib(budget) + " is below the minimum working set " + mib(p.minimum) +
-                    " (weights outside blocks and activations " + mib(fixed) + " + two block slots " +
-                    mib(two_slots) + "); using " + mib(p.minimum);
+                    " (weights outside blocks and activations " + mib(fixed) + " + two block slots " + mib(two_slots) +
+                    "); using " + mib(p.minimum);
         p.budget = p.minimum;
     }
     const bool all = !budget || need <= p.budget;
@@ -182,11 +177,11 @@ void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs_in, c
         c.block_weight_bytes += n * needs[k].stride;
     }
     if (c.blocks_streamed)
-        c.stream_note = std::to_string(c.blocks_streamed) + " of " +
-                        std::to_string(c.blocks_streamed + c.blocks_resident) + " blocks from host memory (" +
-                        (c.ring_slots ? std::to_string(c.ring_slots) + " ring slots"
-                                      : std::string("read in place or copied")) +
-                        "), budget " + mib(p.budget);
+        c.stream_note =
+            std::to_string(c.blocks_streamed) + " of " + std::to_string(c.blocks_streamed + c.blocks_resident) +
+            " blocks from host memory (" +
+            (c.ring_slots ? std::to_string(c.ring_slots) + " ring slots" : std::string("read in place or copied")) +
+            "), budget " + mib(p.budget);
 }
 
 void Executor::Impl::place_block_instances(size_t k, const WeightBytesFn& weights) {
@@ -198,7 +193,8 @@ void Executor::Impl::place_block_instances(size_t k, const WeightBytesFn& weight
     for (size_t i = 0; i < bk.weights.size(); ++i) {
         const bool resident = i < s.resident;
         if (!resident && !s.file.empty()) {  // the file is the host copy
-            for (int v : bk.weights[i]) c.in_place_bytes += value_bytes(g.value(v)), c.weight_bytes += value_bytes(g.value(v));
+            for (int v : bk.weights[i])
+                c.in_place_bytes += value_bytes(g.value(v)), c.weight_bytes += value_bytes(g.value(v));
             continue;
         }
         vk::BufferRange r =
@@ -229,8 +225,9 @@ VkDeviceAddress Executor::Impl::weight_address(size_t k, size_t i, size_t j) con
 vk::BufferRange Executor::Impl::template_weight(size_t k, size_t j, const vk::BufferRange& window) const {
     const StreamKind& s = streams[k];
     const VkDeviceSize n = value_bytes(g.value(blocks[k].tmpl_weights[j]));
-    if (window.buffer) return {window.buffer, window.offset + block_rel[k][j], n,
-                               window.mapped ? window.mapped + block_rel[k][j] : nullptr};
+    if (window.buffer)
+        return {window.buffer, window.offset + block_rel[k][j], n,
+                window.mapped ? window.mapped + block_rel[k][j] : nullptr};
     // Device selection: the template's weights are instance 0's wherever it lies (for barrier tracking only;
     // the dispatches that read them take their addresses from the table).
     if (s.resident) return {block_arena[k][0].buffer, block_arena[k][0].offset + block_rel[k][j], n, nullptr};

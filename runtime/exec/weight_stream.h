@@ -17,15 +17,15 @@
 namespace kiln::exec::detail {
 
 struct StreamKind {
-    size_t resident = SIZE_MAX;             // instances [0, resident) in device memory
-    int slots = 0;                          // ring slots (device selection, not in place)
-    bool in_place = false;                  // streamed instances read in host memory
-    std::vector<vk::BufferRange> ring;      // device slots, stride bytes each
-    std::vector<vk::BufferRange> host;      // streamed instance resident + s at host[s], stride bytes, block-major
+    size_t resident = SIZE_MAX;         // instances [0, resident) in device memory
+    int slots = 0;                      // ring slots (device selection, not in place)
+    bool in_place = false;              // streamed instances read in host memory
+    std::vector<vk::BufferRange> ring;  // device slots, stride bytes each
+    std::vector<vk::BufferRange> host;  // streamed instance resident + s at host[s], stride bytes, block-major
     // Every weight of every instance in the imported model file ([instance][weight]); when set, it is the host
     // source of the streamed instances (no host copy), and on unified memory every instance is read there.
     std::vector<std::vector<vk::BufferRange>> file;
-    long issued = -1;                       // while recording: last streamed index whose copy is recorded
+    long issued = -1;  // while recording: last streamed index whose copy is recorded
 };
 
 // Per-kind facts the budget decision needs.
@@ -36,9 +36,9 @@ struct KindNeed {
 };
 
 struct StreamPlan {
-    uint64_t budget = 0;      // as applied (raised to the minimum where needed)
-    uint64_t minimum = 0;     // the minimum working set: fixed + two slots per kind
-    std::string warning;      // set when the budget was raised
+    uint64_t budget = 0;   // as applied (raised to the minimum where needed)
+    uint64_t minimum = 0;  // the minimum working set: fixed + two slots per kind
+    std::string warning;   // set when the budget was raised
     std::vector<size_t> resident;
     std::vector<int> slots;
     std::vector<bool> in_place;

@@ -26,9 +26,9 @@ struct DeviceInfo {
     bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
-    bool host_import = false;         // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
-    uint64_t host_import_align = 0;   // minImportedHostPointerAlignment
-    bool memory_budget = false;  // VK_EXT_memory_budget: the driver reports each heap's usage
+    bool host_import = false;        // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
+    uint64_t host_import_align = 0;  // minImportedHostPointerAlignment
+    bool memory_budget = false;      // VK_EXT_memory_budget: the driver reports each heap's usage
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;

@@ -166,8 +166,9 @@ void Allocator::download(const BufferRange& src, void* dst, VkDeviceSize size) {
 HostImport::HostImport(Context& ctx, const void* p, VkDeviceSize size) : ctx_(ctx) {
     const auto& info = ctx.info();
     KILN_CHECK(info.host_import, "device '", info.name, "' cannot import host memory");
-    KILN_CHECK(info.host_import_align && (uintptr_t)p % info.host_import_align == 0 && size % info.host_import_align == 0,
-               "host import of ", size, " bytes is not aligned to ", info.host_import_align);
+    KILN_CHECK(
+        info.host_import_align && (uintptr_t)p % info.host_import_align == 0 && size % info.host_import_align == 0,
+        "host import of ", size, " bytes is not aligned to ", info.host_import_align);
     VkDevice d = ctx.device();
     VkExternalMemoryBufferCreateInfo ext{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
     ext.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;

@@ -115,8 +115,8 @@ TEST_CASE("a budget below the minimum working set is raised to it", "[jit][strea
     // The copied kind needs one window, not two slots: the spare slot keeps two instances of the first resident.
     CHECK(p.resident == std::vector<size_t>{2, 0});
     CHECK(p.slots == std::vector<int>{2, 0});  // the copied kind streams through its window
-    auto q = exec::detail::plan_stream(1000 + 4 * 256 + 512 + 2 * 512, 1000, {{4, 256, true}, {2, 512, false}}, 0,
-                                       false);
+    auto q =
+        exec::detail::plan_stream(1000 + 4 * 256 + 512 + 2 * 512, 1000, {{4, 256, true}, {2, 512, false}}, 0, false);
     CHECK(q.resident == std::vector<size_t>{4, 2});  // everything fits (the copy window included)
     CHECK(exec::parse_bytes("4G") == (uint64_t(4) << 30));
     CHECK(exec::parse_bytes("512M") == (uint64_t(512) << 20));
