@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "runtime/core/error.h"
+#include "runtime/core/file_io.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/quant.h"
 #include "runtime/core/safetensors.h"
@@ -35,7 +36,11 @@ private:
 
 class GgufStore : public WeightStore {
 public:
-    GgufStore(const std::string& path, const std::string& comp) : f_(GgufFile::open(path)), prefix_(comp + ".") {
+    // The file is mapped: tensors are read from the page cache (the pages dropped again once copied), and the
+    // executor may read them in place. Every read re-checks that the file was not changed or truncated.
+    GgufStore(const std::string& path, const std::string& comp)
+        : f_(GgufFile::open(path)), map_(MappedFile::open(path)), prefix_(comp + ".") {
+        KILN_CHECK(map_->size() == f_.file_size(), path, ": the model file changed while it was opened");
         for (auto& t : f_.tensors())
             if (t.name.rfind(prefix_, 0) == 0) meta_[t.name.substr(prefix_.size())] = {t.shape, t.dtype};
     }
@@ -43,11 +48,21 @@ public:
         auto it = meta_.find(name);
         return it == meta_.end() ? nullptr : &it->second;
     }
-    Tensor read(const std::string& name) const override { return f_.read(prefix_ + name); }
+    Tensor read(const std::string& name) const override {
+        const GgufTensor& t = f_.at(prefix_ + name);
+        Tensor out(t.dtype, t.shape);
+        map_->read(out.bytes.data(), t.nbytes, t.offset);
+        return out;
+    }
+    exec::HostBytes view(const std::string& name) const override {
+        const GgufTensor* t = f_.find(prefix_ + name);
+        return t ? exec::HostBytes{map_, t->offset} : exec::HostBytes{};
+    }
     std::string source() const override { return f_.path() + " (" + prefix_.substr(0, prefix_.size() - 1) + ")"; }
 
 private:
     GgufFile f_;
+    std::shared_ptr<const MappedFile> map_;
     std::string prefix_;
     std::map<std::string, TensorMeta> meta_;
 };
@@ -166,12 +181,19 @@ Tensor Builder::gather_rows(const std::string& name, const Shape& shape, const T
 exec::WeightBytesFn Builder::weight_fn() const {
     const WeightStore* ws = &ws_;
     const auto* consts = &consts_;
-    return [ws, consts](const ir::Value& v, void* dst, size_t n) {
+    exec::WeightBytesFn fn = [ws, consts](const ir::Value& v, void* dst, size_t n) {
         auto it = consts->find(v.name);
         Tensor t = it != consts->end() ? it->second : ws->read(v.name);
         KILN_CHECK(dtype_nbytes(v.dtype, t.numel()) == n, "weight '", v.name, "': size mismatch");
         convert(t.bytes.data(), t.dtype, dst, v.dtype, (size_t)t.numel());
     };
+    fn.view = [ws, consts](const ir::Value& v) {
+        const TensorMeta* m = consts->count(v.name) ? nullptr : ws->find(v.name);
+        // In place only where the stored bytes are what the device reads: same dtype and element count.
+        if (!m || m->dtype != v.dtype || shape_numel(m->shape) != shape_numel(v.shape)) return exec::HostBytes{};
+        return ws->view(v.name);
+    };
+    return fn;
 }
 
 std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws,

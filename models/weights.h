@@ -26,6 +26,8 @@ public:
     virtual const TensorMeta* lookup(const std::string& name, const Shape& shape) const { return find(name); }
     virtual Tensor read(const std::string& name) const = 0;  // stored dtype
     virtual std::string source() const = 0;                  // for error messages
+    // Where tensor `name` lies, in its stored dtype, in a mapped model file (file null: not mapped).
+    virtual exec::HostBytes view(const std::string& name) const { return {}; }
 };
 
 // Opens the weights of a diffusers component folder (diffusion_pytorch_model[.fp16].safetensors, single or
@@ -55,7 +57,8 @@ public:
     // 263 MB at f16, more than many devices bind at once) and only N rows are ever read.
     Tensor gather_rows(const std::string& name, const Shape& shape, const Tensor& ids) const;
     ir::Graph& g() { return g_; }
-    // The weight callback executors need: store tensors converted to the declared dtype, or constants.
+    // The weight callback executors need: store tensors converted to the declared dtype, or constants; its view
+    // says where a weight stored in the declared dtype lies in the mapped model file (read in place there).
     exec::WeightBytesFn weight_fn() const;
     const std::map<std::string, Tensor>& constants() const { return consts_; }
 

@@ -48,7 +48,7 @@ Run add_info(CLI::App& app) {
 
 Run add_forward(CLI::App& app) {
     struct Opts {
-        std::string model, component, inputs, output, mode = "regional";
+        std::string model, component, inputs, output, mode = "regional", vram_budget;
         int device = -1, tile_size = 0;
         bool cpu = false, tiled = false, sliced = false;
     };
@@ -69,6 +69,7 @@ Run add_forward(CLI::App& app) {
         ->required();
     app.add_option("--mode", o->mode, "eager | full | regional")->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
+    app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
     app.add_flag("--cpu", o->cpu, "Run the CPU reference executor instead of Vulkan (slow; the oracle)");
     app.add_flag("--tiled", o->tiled,
                  "VAE: tiled decode/encode as diffusers' enable_tiling() (overlapping tiles, blended), for inputs "
@@ -86,6 +87,7 @@ Run add_forward(CLI::App& app) {
         exec::Mode mode = exec::parse_mode(o->mode);
         std::unique_ptr<vk::Context> ctx;
         if (!o->cpu) ctx = std::make_unique<vk::Context>(o->device);
+        if (ctx && !o->vram_budget.empty()) ctx->set_vram_budget(exec::parse_bytes(o->vram_budget));
         std::string comp = o->component;
         if (comp.empty()) {  // the transformer, else the only model component (a VAE or a text-encoder folder)
             std::vector<std::string> models;

@@ -25,6 +25,67 @@ double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
 }
+
+// --stream: regional step time against the device budget, from all blocks resident down to the minimum working set
+// (two block slots per kind), and the bytes streamed from host memory per step; each output is compared bitwise
+// with the all-resident one.
+nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
+                            const std::map<std::string, Tensor>& in, exec::BlockWeights bw, exec::Budget base,
+                            int warmup, int steps) {
+    nlohmann::json out = nlohmann::json::array();
+    std::printf("\nstreaming (regional): step time against the budget\n%-12s %10s %9s %9s %6s %12s %10s %10s %9s %8s\n",
+                "budget", "budget_MiB", "resident", "streamed", "slots", "stream_MiB", "step_med", "upload_ms",
+                "used_MiB", "bitwise");
+    uint64_t minimum = 0, weights = 0;
+    std::map<std::string, Tensor> ref;
+    for (const char* name : {"all", "1/2", "1/4", "2 blocks"}) {
+        exec::Budget bud = base;
+        const std::string n = name;
+        bud.bytes = n == "all"   ? uint64_t(1) << 60
+                    : n == "1/2" ? minimum + weights / 2
+                    : n == "1/4" ? minimum + weights / 4
+                                 : minimum;
+        exec::Executor ex(ctx, g, b.weight_fn(), exec::Mode::regional, false, bw, bud);
+        const exec::Counters& c = ex.counters();
+        if (n == "all") minimum = c.budget_minimum_bytes, weights = c.block_weight_bytes;
+        for (auto& [k, t] : in) ex.set_input(k, t);
+        for (int i = 0; i < warmup; ++i) ex.run();
+        std::vector<double> wall;
+        for (int i = 0; i < steps; ++i) {
+            auto ts = Clock::now();
+            ex.run();
+            wall.push_back(ms_since(ts));
+        }
+        bool same = true;
+        for (auto& [name_out, v] : g.outputs()) {
+            Tensor t = ex.output(name_out);
+            if (n == "all") ref[name_out] = t;
+            same = same && t.bytes == ref[name_out].bytes;
+        }
+        const double mib = 1 << 20;
+        std::printf("%-12s %10.1f %9d %9d %6d %12.1f %10.1f %10.0f %9.1f %8s\n", name,
+                    n == "all" ? 0.0 : (double)c.budget_bytes / mib, c.blocks_resident, c.blocks_streamed, c.ring_slots,
+                    (double)c.streamed_bytes_per_run / mib, median(wall), c.upload_ms,
+                    (double)c.device_bytes_used / mib, same ? "yes" : "NO");
+        std::fflush(stdout);
+        out.push_back({{"budget", name},
+                       {"budget_bytes", n == "all" ? 0 : c.budget_bytes},
+                       {"blocks_resident", c.blocks_resident},
+                       {"blocks_streamed", c.blocks_streamed},
+                       {"ring_slots", c.ring_slots},
+                       {"streamed_bytes_per_step", c.streamed_bytes_per_run},
+                       {"host_weight_bytes", c.host_weight_bytes},
+                       {"device_bytes", c.device_bytes},
+                       {"device_bytes_used", c.device_bytes_used},
+                       {"in_place_bytes", c.in_place_bytes},
+                       {"bitwise_equal_to_all_resident", same},
+                       {"weight_upload_ms", c.upload_ms},
+                       {"step_ms", wall},
+                       {"step_ms_median", median(wall)},
+                       {"note", c.stream_note}});
+    }
+    return out;
+}
 }  // namespace
 
 Run add_bench(CLI::App& app) {
@@ -32,6 +93,9 @@ Run add_bench(CLI::App& app) {
         std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto";
         int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
         bool no_pipeline_cache = false;
+        std::string vram_budget;  // streaming options (weight_stream.h)
+        bool stream = false, no_in_place = false;
+        int slots = 0;
     };
     auto o = std::make_shared<Opts>();
     auto* m = app.add_option("--model", o->model, "Kiln model file or diffusers folder (its transformer is benched)");
@@ -56,6 +120,13 @@ Run add_bench(CLI::App& app) {
                    "Synthetic weight dtype: f32 | f16 | bf16, or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q6_k "
                    "(linear matrices)")
         ->capture_default_str();
+    app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
+    app.add_flag("--stream", o->stream,
+                 "Also run regional mode with the budget at all blocks resident, 1/2, 1/4 and the minimum (two block "
+                 "slots): step time and bytes streamed per step");
+    app.add_option("--slots", o->slots, "Ring slots per streamed block kind (default 2)");
+    app.add_flag("--no-in-place", o->no_in_place,
+                 "Unified memory: stream block weights through the ring instead of reading them in host memory");
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_option("--device", o->device, "Vulkan device index");
     app.add_flag("--no-pipeline-cache", o->no_pipeline_cache,
@@ -94,6 +165,7 @@ Run add_bench(CLI::App& app) {
 
         vk::Context ctx(o->device, -1, o->no_pipeline_cache ? 0 : -1);
         ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
+        exec::Budget budget{o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget), o->slots, !o->no_in_place};
         auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
         const auto& pc = ctx.pipeline_cache_info();
         nlohmann::json report = {
@@ -122,14 +194,14 @@ Run add_bench(CLI::App& app) {
             // Compile = pipelines + planning + recording; weight upload is excluded from both.
             ctx.set_cold_pipeline_cache(true);
             auto t0 = Clock::now();
-            auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw);
+            auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
             double cold = ms_since(t0);
             ctx.set_cold_pipeline_cache(false);
             exec::Counters c = ex->counters();
             ex.reset();
             t0 = Clock::now();
             // The warm executor also times every replayed block (timestamps around each replay).
-            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw);
+            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw, budget);
             exec::Counters cw = ex->counters();
             double warm = ms_since(t0) - cw.upload_ms;
             for (auto& [name, t] : in) ex->set_input(name, t);
@@ -162,6 +234,9 @@ Run add_bench(CLI::App& app) {
                         med.wall_ms, med.run.gpu_ms, med.run.host_ms,
                         med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops,
                         (double)peaks.device_bytes / (1 << 20));
+            if (!c.stream_note.empty())
+                std::printf("          %s (%.1f MiB streamed per step)\n", c.stream_note.c_str(),
+                            (double)c.streamed_bytes_per_run / (1 << 20));
             if (!c.block_weights_note.empty())
                 std::printf("          %s (%.1f MiB of weight copies per step)\n", c.block_weights_note.c_str(),
                             (double)c.weight_copy_bytes_per_run / (1 << 20));
@@ -208,8 +283,17 @@ Run add_bench(CLI::App& app) {
                                  {"gbytes_per_s", bytes / (med.wall_ms * 1e-3) * 1e-9},
                                  {"gpu_ms_per_op_kind", per_op},
                                  {"gpu_ms_per_block", block_ms},
-                                 {"gpu_ms_block_median", median(block_ms)}};
+                                 {"gpu_ms_block_median", median(block_ms)},
+                                 {"streamed_bytes_per_step", c.streamed_bytes_per_run},
+                                 {"budget_bytes", c.budget_bytes},
+                                 {"blocks_streamed", c.blocks_streamed}};
             report["modes"].push_back(jm);
+        }
+        if (o->stream) {
+            ir::Graph g;
+            models::Builder b(g, *ws);
+            auto in = models::build_component(b, arch.cls, arch.config, inputs);
+            report["stream"] = stream_sweep(ctx, g, b, in, bw, budget, o->warmup, o->steps);
         }
         if (!o->json.empty()) {  // never a partial file: a temporary name, then rename
             const std::string tmp = o->json + ".tmp";

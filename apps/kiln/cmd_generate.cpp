@@ -124,7 +124,7 @@ Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts;
-        std::string negative_prompt, prompt_embeds, prompt_file;
+        std::string negative_prompt, prompt_embeds, prompt_file, vram_budget;
         int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
@@ -190,6 +190,7 @@ Run add_generate(CLI::App& app) {
     app.add_option("--upscale", o->upscale, "Nearest-neighbour upscale of the PNG (the demo model draws 32x32)")
         ->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
+    app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
     app.add_flag("--profile", o->profile,
                  "Print per denoising step: wall, GPU, host and host CPU time of the transformer run, device idle "
                  "(between submissions, and before the step: host work between steps), submissions, barriers; and "
@@ -278,6 +279,7 @@ Run add_generate(CLI::App& app) {
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
             vk::Context ctx(o->device);
+            if (!o->vram_budget.empty()) ctx.set_vram_budget(exec::parse_bytes(o->vram_budget));
             std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
                          model.c_str(), ctx.info().name.c_str(), g.labels.size(), g.steps, g.guidance,
                          (unsigned long long)g.seed, exec::mode_name(g.mode));
@@ -333,6 +335,7 @@ Run add_generate(CLI::App& app) {
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
             vk::Context ctx(o->device);
+            if (!o->vram_budget.empty()) ctx.set_vram_budget(exec::parse_bytes(o->vram_budget));
             models::EncoderCache resident;  // --keep-encoders: encoders stay uploaded from one prompt to the next
             for (size_t job = 0; job < jobs.size(); ++job) {
                 const auto& prompts = jobs[job];

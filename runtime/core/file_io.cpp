@@ -1,8 +1,12 @@
 #include "runtime/core/file_io.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "runtime/core/error.h"
 
@@ -17,5 +21,57 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& f
         n -= (uint64_t)r;
         off += (uint64_t)r;
     }
+}
+
+namespace {
+int64_t mtime_ns(const struct stat& sb) { return (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec; }
+uint64_t page_size() { return (uint64_t)::sysconf(_SC_PAGESIZE); }
+}  // namespace
+
+std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
+    std::shared_ptr<MappedFile> m(new MappedFile);
+    m->path_ = path;
+    m->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    KILN_CHECK(m->fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
+    struct stat sb {};
+    KILN_CHECK(::fstat(m->fd_, &sb) == 0, path, ": cannot stat");
+    m->size_ = (uint64_t)sb.st_size;
+    m->mtime_ns_ = mtime_ns(sb);
+    m->ino_ = sb.st_ino;
+    const uint64_t ps = page_size();
+    m->map_size_ = (m->size_ + ps - 1) / ps * ps;
+    if (m->map_size_) {
+        void* p = ::mmap(nullptr, m->map_size_, PROT_READ, MAP_SHARED, m->fd_, 0);
+        KILN_CHECK(p != MAP_FAILED, path, ": cannot map: ", std::strerror(errno));
+        m->data_ = static_cast<const uint8_t*>(p);
+    }
+    return m;
+}
+
+MappedFile::~MappedFile() {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), map_size_);
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::check() const {
+    // Truncating the mapped inode is what makes touching the mapping fatal; replacing the file at `path`
+    // (a new inode) leaves the mapping valid but stale. Both are reported.
+    struct stat fd_sb {};
+    struct stat path_sb {};
+    KILN_CHECK(::fstat(fd_, &fd_sb) == 0, path_, ": cannot stat the model file while in use");
+    KILN_CHECK((uint64_t)fd_sb.st_size == size_ && mtime_ns(fd_sb) == mtime_ns_, path_,
+               ": the model file changed on disk while in use (", size_, " -> ", (uint64_t)fd_sb.st_size,
+               " bytes); reopen it");
+    KILN_CHECK(::stat(path_.c_str(), &path_sb) == 0 && path_sb.st_ino == ino_, path_,
+               ": the model file was replaced or removed while in use; reopen it");
+}
+
+void MappedFile::read(void* dst, uint64_t n, uint64_t off) const {
+    KILN_CHECK(off <= size_ && n <= size_ - off, path_, ": read of ", n, " bytes at offset ", off, " past the end (",
+               size_, " bytes)");
+    check();
+    std::memcpy(dst, data_ + off, n);
+    const uint64_t ps = page_size(), first = off / ps * ps, last = (off + n) / ps * ps;
+    if (last > first) ::madvise(const_cast<uint8_t*>(data_) + first, last - first, MADV_DONTNEED);
 }
 }  // namespace kiln

@@ -1,10 +1,41 @@
 #pragma once
-// Positioned reads shared by the safetensors and GGUF readers.
+// Positioned reads shared by the safetensors and GGUF readers, and read-only file mappings.
+#include <sys/types.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace kiln {
 // Reads exactly n bytes at offset off (retrying short reads and EINTR); throws kiln::Error naming
 // `file` on an I/O error or an unexpected end of file.
 void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& file);
+
+// A whole file mapped read-only and shared with the page cache: its bytes are never copied into anonymous memory,
+// and pages are read on first touch. Touching a page beyond the end of a file truncated after mapping raises
+// SIGBUS, so users call check() before they read (or let the device read) the mapping: it throws kiln::Error when
+// the file's size, modification time or inode changed since it was mapped.
+class MappedFile {
+public:
+    static std::shared_ptr<const MappedFile> open(const std::string& path);
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+    const uint8_t* data() const { return data_; }
+    uint64_t size() const { return size_; }
+    const std::string& path() const { return path_; }
+    void check() const;
+    // Copies n bytes at offset off to dst after check(), then drops those pages from this process's resident set
+    // (they stay in the page cache): reading a model through the mapping leaves no copy behind.
+    void read(void* dst, uint64_t n, uint64_t off) const;
+
+private:
+    MappedFile() = default;
+    std::string path_;
+    int fd_ = -1;
+    const uint8_t* data_ = nullptr;
+    uint64_t size_ = 0, map_size_ = 0;
+    int64_t mtime_ns_ = 0;
+    ino_t ino_ = 0;
+};
 }  // namespace kiln

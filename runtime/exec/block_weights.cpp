@@ -55,7 +55,8 @@ uint32_t weight_buf_bindings(const std::string& shader) {
 
 // How kind k's replays get their weights (see the top of this file); marks the template dispatches that
 // select on the device in ptr_slot (numbered by the caller). `why` says why a cheaper way was not taken.
-Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why) {
+Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why,
+                                                        bool allow_offset) {
     if (select == BlockWeights::copy) {
         why = "copy requested";
         return Select::copy;
@@ -80,12 +81,13 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
     const VkDeviceSize total = stride * k.weights.size();
     const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const bool split_ok = select == BlockWeights::offset || (select == BlockWeights::automatic && cpu);
-    if (select != BlockWeights::device && (total <= max_binding || (split_ok && stride <= max_binding))) {
+    if (allow_offset && select != BlockWeights::device &&
+        (total <= max_binding || (split_ok && stride <= max_binding))) {
         for (int n : readers) ptr_slot[n] = 0;
         return Select::offset;
     }
-    why = select == BlockWeights::device
-              ? "device requested"
+    why = !allow_offset                   ? "streamed under the memory budget"
+          : select == BlockWeights::device ? "device requested"
               : "its " + std::to_string(k.weights.size()) + " blocks (" + std::to_string(total >> 20) +
                     " MiB) exceed one binding (" + std::to_string(max_binding >> 20) + " MiB)";
     if (!ctx.info().buffer_device_address) {
@@ -112,6 +114,9 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         align_up(std::max<VkDeviceSize>(8 * max_inputs, 32), slot_align);  // 8 B per input (address), 4 (offset)
     VkDeviceSize table_bytes = 0;
     std::string note;
+    // Layout per kind, and whether a streamed kind would be selected on the device (offset needs every
+    // instance resident): what the budget decision needs.
+    std::vector<KindNeed> needs;
     for (auto& k : blocks) {
         std::vector<VkDeviceSize> rel;
         VkDeviceSize stride = 0;
@@ -120,15 +125,29 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             stride += align_up(value_bytes(g.value(v)));
         }
         stride = std::max<VkDeviceSize>(stride, kAlign);
+        block_rel.push_back(std::move(rel));
+        block_stride.push_back(stride);
+        std::map<int, VkDeviceSize> saved = ptr_slot;
+        std::string why;
+        needs.push_back({k.weights.size(), stride, choose_selection(k, stride, why, false) != Select::copy});
+        ptr_slot = saved;
+    }
+    plan_stream_budget(needs, weights);
+    for (size_t ki = 0; ki < blocks.size(); ++ki) {
+        const BlockKind& k = blocks[ki];
+        const VkDeviceSize stride = block_stride[ki];
+        const std::vector<VkDeviceSize>& rel = block_rel[ki];
+        const bool streamed = streams[ki].resident < k.weights.size();
         std::map<int, VkDeviceSize> kind_slots_before = ptr_slot;
         std::string why;
-        const Select sel = choose_selection(k, stride, why);
+        const Select sel = choose_selection(k, stride, why, !streamed);
         const std::string what = "weights of block kind " + k.kind;
-        std::vector<vk::BufferRange> inst, windows;
+        std::vector<vk::BufferRange> windows;
         std::vector<int> win_of(k.weights.size(), 0);
         if (sel == Select::offset) {
-            // Windows of whole instances, each bound whole by a recording of the template (one window when
-            // every instance fits one binding).
+            // Every instance resident, in windows of whole instances, each bound whole by a recording of the
+            // template (one window when every instance fits one binding).
+            std::vector<vk::BufferRange> inst;
             const size_t n = k.weights.size(), per = (size_t)std::min<VkDeviceSize>(n, max_binding / stride);
             for (size_t i = 0; i < n; ++i) {
                 if (i % per == 0) windows.push_back(alloc.alloc(stride * std::min(per, n - i), what.c_str(), false));
@@ -137,21 +156,24 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
                 inst.push_back({w.buffer, w.offset + at, stride, w.mapped ? w.mapped + at : nullptr});
                 win_of[i] = (int)windows.size() - 1;
             }
+            for (size_t i = 0; i < n; ++i)
+                for (size_t j = 0; j < k.tmpl_weights.size(); ++j)
+                    fill_weight(weights, k.weights[i][j], inst[i], rel[j]);
+            block_arena.push_back(std::move(inst));
         } else {
-            // One range per instance: the allocator packs them block-major into its large blocks, and no
-            // single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
-            for (size_t i = 0; i < k.weights.size(); ++i) inst.push_back(alloc.alloc(stride, what.c_str(), false));
+            // One range per resident instance: the allocator packs them block-major into its large blocks, and
+            // no single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
+            // Instances over the budget go to host memory (weight_stream.cpp).
+            place_block_instances(ki, weights);
         }
-        for (size_t i = 0; i < k.weights.size(); ++i)
-            for (size_t j = 0; j < k.tmpl_weights.size(); ++j) fill_weight(weights, k.weights[i][j], inst[i], rel[j]);
-        // The template's weights are those of instance 0 (copy: the window's), for barrier tracking and
-        // for any dispatch that reads them through a plain binding.
-        vk::BufferRange tmpl = inst[0];
+        // The template's weights: instance 0's (copy: the window's), for barrier tracking and for any
+        // dispatch that reads them through a plain binding.
+        vk::BufferRange window;
         if (sel == Select::copy) {
             ptr_slot = kind_slots_before;
             slot_base.push_back(0);
-            tmpl = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
-            windows = {tmpl};
+            window = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
+            windows = {window};
             note += (note.empty() ? "" : "; ") + k.kind + ": copied per replay (" + why + ")";
         } else {
             slot_base.push_back(table_bytes);
@@ -160,6 +182,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             c.block_kinds_on_device++;
             if (sel == Select::offset) {
                 c.block_kinds_by_offset++;
+                window = block_arena[ki][0];
                 if (windows.size() > 1)
                     note += (note.empty() ? "" : "; ") + k.kind + ": " + std::to_string(k.weights.size()) +
                             " blocks of " + std::to_string(stride >> 10) + " KiB in " + std::to_string(windows.size()) +
@@ -174,13 +197,10 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             VkDeviceSize n = value_bytes(g.value(v));
             KILN_CHECK(sel == Select::address || n <= max_binding, "weight '", g.value(v).name, "' (", n,
                        " bytes) exceeds maxStorageBufferRange (", why, ")");
-            range[(size_t)v] = {tmpl.buffer, tmpl.offset + rel[j], n, tmpl.mapped ? tmpl.mapped + rel[j] : nullptr};
+            range[(size_t)v] = template_weight(ki, j, window);
         }
-        block_arena.push_back(std::move(inst));
-        block_rel.push_back(std::move(rel));
         block_windows.push_back(std::move(windows));
         window_of.push_back(std::move(win_of));
-        block_stride.push_back(stride);
         how.push_back(sel);
     }
     if (table_bytes) ptr_table = alloc.alloc(table_bytes, "block weight selection table");
@@ -207,7 +227,6 @@ void Executor::Impl::build_ptr_tables() {
         if (begin > end) begin = end = 0;  // no dispatch reads a block weight
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             std::vector<uint8_t> bytes(end - begin);
-            const vk::BufferRange& w = instance_weights(k, i);
             for (auto& [n, off] : ptr_slot) {
                 if (n < t.first || n >= t.end) continue;
                 const ir::Node& node = g.nodes()[(size_t)n];
@@ -217,6 +236,7 @@ void Executor::Impl::build_ptr_tables() {
                     if (by_offset) {
                         uint32_t units = 0;
                         if (weight) {
+                            const vk::BufferRange& w = instance_weights(k, i);  // resident (offset)
                             const vk::BufferRange& win = block_windows[k][(size_t)window_of[k][i]];
                             VkDeviceSize at = w.offset - win.offset + block_rel[k][weight_index[r(v)]];
                             KILN_CHECK(w.buffer == win.buffer && w.offset >= win.offset &&
@@ -228,7 +248,7 @@ void Executor::Impl::build_ptr_tables() {
                         continue;
                     }
                     VkDeviceAddress a = v < 0 ? alloc.address(dummy) : alloc.address(range[(size_t)r(v)]);
-                    if (weight) a = alloc.address(w) + block_rel[k][weight_index[r(v)]];
+                    if (weight) a = weight_address(k, i, weight_index[r(v)]);  // resident, ring slot or in place
                     std::memcpy(bytes.data() + (off - begin) + 8 * b, &a, 8);
                 }
             }
@@ -240,10 +260,8 @@ void Executor::Impl::build_ptr_tables() {
 
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {
     if (how[k] == Select::copy) {
-        const vk::BufferRange& src = instance_weights(k, i);
         const vk::BufferRange& win = block_windows[k][0];
-        VkBufferCopy cp{src.offset, win.offset, block_stride[k]};
-        vkCmdCopyBuffer(primary, src.buffer, win.buffer, 1, &cp);
+        record_instance_copy(k, i, win);  // from device memory, host memory or the mapped file
         c.copies_per_run++;
         c.weight_copy_bytes_per_run += block_stride[k];
         rec.writes.push_back({win.buffer, win.offset, block_stride[k]});

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/file_io.h"
 #include "runtime/core/tensor.h"
 #include "runtime/ir/graph.h"
 #include "runtime/vulkan/context.h"
@@ -33,8 +34,33 @@ Mode parse_mode(const std::string& s);  // "eager" | "full" | "regional"
 enum class BlockWeights { automatic, offset, device, copy };
 BlockWeights parse_block_weights(const std::string& s);  // "auto" | "offset" | "device" | "copy"
 
-// Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long).
-using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
+// Device memory one executor may use for weights and activations, and how block weights stream when they do not
+// fit (see weight_stream.h). bytes 0: the Context's budget (vk::Context::vram_budget(), by default the device's
+// memory heap). A budget below the minimum working set (weights outside blocks, activations, two block slots per
+// kind) is raised to it with a warning. Streaming applies to regional mode; full and eager keep every weight resident.
+struct Budget {
+    uint64_t bytes = 0;
+    int slots = 0;         // ring slots per streamed block kind (0: 2); prefetch depth is slots - 1
+    bool in_place = true;  // unified memory: weights read in host memory where they lie (the mmapped file), no ring
+                           // (KILN_STREAM_IN_PLACE=0 in the environment turns it off)
+    bool force_in_place = false;  // also block kinds that fit and whose replays would copy (KILN_STREAM_IN_PLACE=1)
+};
+// Parses a byte count with an optional K/M/G/T suffix (powers of 1024): "4G", "512M", "1073741824".
+uint64_t parse_bytes(const std::string& s);
+
+// Where weight bytes lie in host memory exactly as the device reads them: `offset` in an mmapped model file.
+struct HostBytes {
+    std::shared_ptr<const MappedFile> file;  // null: nowhere (converted or computed bytes)
+    uint64_t offset = 0;
+};
+
+// Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long). `view`, when set, says
+// where they already lie in host memory: on unified memory with VK_EXT_external_memory_host the executor reads
+// them there, with no upload copy, and holds the file until it is destroyed.
+struct WeightBytesFn : std::function<void(const ir::Value& v, void* dst, size_t nbytes)> {
+    using std::function<void(const ir::Value& v, void* dst, size_t nbytes)>::function;
+    std::function<HostBytes(const ir::Value& v)> view;
+};
 
 struct Counters {
     int pipelines = 0;          // pipelines this executor uses (created, or shared by an earlier executor)
@@ -49,6 +75,14 @@ struct Counters {
     int block_kinds_on_device = 0;           // block kinds whose weights are selected on the device
     int block_kinds_by_offset = 0;           // ... of which by an offset into one bound range (no addresses)
     std::string block_weights_note;          // how block weights are replayed, and why when copied
+    // Streaming under a budget (weight_stream.h): instances kept in device memory, instances in host memory
+    // (streamed), ring slots, bytes copied host -> device per run, the budget applied.
+    int blocks_resident = 0, blocks_streamed = 0, ring_slots = 0;
+    uint64_t streamed_bytes_per_run = 0, budget_bytes = 0, budget_minimum_bytes = 0, host_weight_bytes = 0;
+    uint64_t block_weight_bytes = 0;  // all block instances' weights (what streaming divides)
+    uint64_t in_place_bytes = 0;      // weights read where they lie in the mmapped model file (no upload)
+    uint64_t device_bytes_used = 0;   // device memory the plan uses (device_bytes rounds up to whole blocks)
+    std::string stream_note;
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
 };
@@ -68,7 +102,7 @@ class Executor {
 public:
     // profile: also time every replayed block (timestamps around each replay; see last_block_ms()).
     Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode = Mode::regional,
-             bool profile = false, BlockWeights block_weights = BlockWeights::automatic);
+             bool profile = false, BlockWeights block_weights = BlockWeights::automatic, const Budget& budget = {});
     ~Executor();
     Executor(const Executor&) = delete;
     Executor& operator=(const Executor&) = delete;

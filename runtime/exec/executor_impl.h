@@ -3,11 +3,13 @@
 // and block_weights.cpp (where each replayed block instance finds its weights).
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/exec/executor.h"
 #include "runtime/exec/regions.h"
+#include "runtime/exec/weight_stream.h"
 #include "runtime/vulkan/lower.h"
 #include "runtime/vulkan/memory.h"
 #include "runtime/vulkan/pipeline.h"
@@ -106,6 +108,16 @@ struct Executor::Impl {
     vk::BufferRange ptr_table;
     std::map<int, VkDeviceSize> ptr_slot;
     std::vector<std::vector<std::vector<uint8_t>>> ptr_data;
+    // Streaming under the budget (weight_stream.cpp): block_arena[k] holds only the resident instances.
+    Budget budget;
+    vk::Allocator host_alloc;
+    std::vector<StreamKind> streams;
+    struct FileImport {
+        std::shared_ptr<const MappedFile> file;
+        std::map<uint64_t, std::unique_ptr<vk::HostImport>> chunks;  // by chunk start
+        bool failed = false;
+    };
+    std::vector<FileImport> imports;  // mmapped model files read in place (checked before every run)
     VkDescriptorPool pool = VK_NULL_HANDLE;
     std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
     // Program: a list of steps for the primary command buffer.
@@ -139,7 +151,8 @@ struct Executor::Impl {
     std::vector<std::pair<std::string, double>> op_ms;
     std::map<std::string, int> inputs, outputs;
 
-    Impl(vk::Context& cx, const ir::Graph& graph, Mode m) : ctx(cx), g(graph), mode(m), alloc(cx), kernels(cx) {}
+    Impl(vk::Context& cx, const ir::Graph& graph, Mode m)
+        : ctx(cx), g(graph), mode(m), alloc(cx), kernels(cx), host_alloc(cx, true) {}
     ~Impl() {
         VkDevice d = ctx.device();
         vkDeviceWaitIdle(d);
@@ -162,7 +175,8 @@ struct Executor::Impl {
     // block_weights.cpp
     void fill_weight(const WeightBytesFn& weights, int v, const vk::BufferRange& dst, VkDeviceSize off);
     void plan_block_weights(const WeightBytesFn& weights);
-    Select choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why);
+    // allow_offset false: a kind with instances outside device memory (streamed, or read in place).
+    Select choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why, bool allow_offset = true);
     // Where replay i of kind k reads its weights (block_stride[k] bytes, weight j at block_rel[k][j]). The
     // selection tables are built from this one answer (weight streaming can point it at a ring slot).
     const vk::BufferRange& instance_weights(size_t k, size_t i) const { return block_arena[k][i]; }
@@ -177,6 +191,15 @@ struct Executor::Impl {
             if (r(x) != r(y)) return false;
         return true;
     }
+    // weight_stream.cpp
+    void plan_stream_budget(const std::vector<KindNeed>& needs, const WeightBytesFn& weights);
+    void place_block_instances(size_t k, const WeightBytesFn& weights);
+    void record_stream(Recorder& rec, size_t k, size_t i, bool after_barrier);
+    vk::BufferRange import_weight(const WeightBytesFn& weights, int v);  // empty when not importable
+    vk::BufferRange source_weight(size_t k, size_t i, size_t j) const;   // streamed instance i's weight j
+    VkDeviceAddress weight_address(size_t k, size_t i, size_t j) const;  // where replay i reads weight j
+    vk::BufferRange template_weight(size_t k, size_t j, const vk::BufferRange& window) const;
+    void record_instance_copy(size_t k, size_t i, const vk::BufferRange& dst);  // instance i's weights -> dst
     void plan_activations(const std::vector<int>& active);
     void build_dispatches(const std::vector<int>& active);
     void record();

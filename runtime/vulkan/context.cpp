@@ -26,12 +26,12 @@ const char* vk_result_name(VkResult r) {
         C(VK_ERROR_OUT_OF_DEVICE_MEMORY)
         C(VK_ERROR_INITIALIZATION_FAILED)
         C(VK_ERROR_DEVICE_LOST)
-        C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT)
-            C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
-                C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
-                    C(VK_ERROR_UNKNOWN)
+        C(VK_ERROR_MEMORY_MAP_FAILED)
+        C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT) C(VK_ERROR_FEATURE_NOT_PRESENT)
+            C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS) C(VK_ERROR_FORMAT_NOT_SUPPORTED)
+                C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY) C(VK_ERROR_UNKNOWN)
 #undef C
-                        default : return "VK_ERROR_(unnamed)";
+                    default : return "VK_ERROR_(unnamed)";
     }
 }
 
@@ -199,6 +199,15 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
         else if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
                  !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
             d.cooperative_matrix = true;
+        else if (!std::strcmp(e.extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
+            d.host_import = true;
+    if (d.host_import) {
+        VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+        VkPhysicalDeviceProperties2 ph{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &hp};
+        vkGetPhysicalDeviceProperties2(pd, &ph);
+        d.host_import_align = hp.minImportedHostPointerAlignment;
+    }
 
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
@@ -307,8 +316,12 @@ Context::Context(int device, int validation, int pipeline_cache) {
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
-    const char* budget_ext = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
-    if (info_.memory_budget) dci.enabledExtensionCount = 1, dci.ppEnabledExtensionNames = &budget_ext;
+    // VK_EXT_memory_budget: heap usage; VK_EXT_external_memory_host: mmapped weights read in place.
+    std::vector<const char*> dev_exts;
+    if (info_.memory_budget) dev_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    if (info_.host_import) dev_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    dci.enabledExtensionCount = (uint32_t)dev_exts.size();
+    dci.ppEnabledExtensionNames = dev_exts.data();
     VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));
     vkGetDeviceQueue(device_, family_, 0, &queue_);
 

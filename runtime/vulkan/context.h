@@ -26,7 +26,9 @@ struct DeviceInfo {
     bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false, fp64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
-    bool memory_budget = false;  // VK_EXT_memory_budget: the driver reports each heap's usage
+    bool host_import = false;        // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
+    uint64_t host_import_align = 0;  // minImportedHostPointerAlignment
+    bool memory_budget = false;      // VK_EXT_memory_budget: the driver reports each heap's usage
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
@@ -69,6 +71,9 @@ public:
     void set_pipeline_reuse(bool on) { reuse_pipelines_ = on; }
     const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
 
+    // Device memory each executor may plan for (`--vram-budget`); by default the device-local heap size.
+    uint64_t vram_budget() const { return budget_ ? budget_ : info_.device_local_bytes; }
+    void set_vram_budget(uint64_t bytes) { budget_ = bytes; }
     // Device-local heap usage of this process as the driver reports it (VK_EXT_memory_budget; 0 without it),
     // and the most seen by sample_heap_usage() (called after every allocation) since reset_peak_heap_usage().
     uint64_t heap_usage_bytes() const;
@@ -95,6 +100,7 @@ private:
     VkCommandPool pool_ = VK_NULL_HANDLE;
     VkPipelineCache cache_ = VK_NULL_HANDLE, cold_cache_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
+    uint64_t budget_ = 0;
     PipelineCacheInfo cache_info_;
     std::vector<char> cache_loaded_;
     uint64_t peak_heap_usage_ = 0;

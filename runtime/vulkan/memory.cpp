@@ -25,7 +25,7 @@ uint64_t Allocator::process_bytes() { return g_process_bytes.load(); }
 uint64_t Allocator::process_peak_bytes() { return g_process_peak.load(); }
 void Allocator::reset_process_peak() { g_process_peak = g_process_bytes.load(); }
 
-Allocator::Allocator(Context& ctx) : ctx_(ctx), unified_(ctx.info().unified_memory) {}
+Allocator::Allocator(Context& ctx, bool host) : ctx_(ctx), unified_(ctx.info().unified_memory), host_(host) {}
 
 Allocator::~Allocator() {
     VkDevice d = ctx_.device();
@@ -92,6 +92,7 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
                info.max_storage_buffer_range, ")");
     VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_align, 256);
     size = std::max<VkDeviceSize>(size, 4);
+    used_ += (size + align - 1) / align * align;
     for (auto& b : blocks_) {
         VkDeviceSize off = (b.used + align - 1) / align * align;
         if (off + size <= b.size) {
@@ -103,7 +104,7 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
     if (info.max_allocation) bs = std::min<VkDeviceSize>(bs, info.max_allocation);
     KILN_CHECK(size <= bs, what, ": ", size, " bytes exceed maxMemoryAllocationSize");
     // Unified memory: device-local *and* host-visible; else device-local.
-    Block b = make_block(bs, false, what);
+    Block b = make_block(bs, host_, what);
     if (unified_ && !b.mapped) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
         free_memory(ctx_.device(), b.memory, b.memory_size);
@@ -161,6 +162,61 @@ void Allocator::download(const BufferRange& src, void* dst, VkDeviceSize size) {
         return;
     }
     staged_copy(src, dst, size, 0, false);
+}
+
+HostImport::HostImport(Context& ctx, const void* p, VkDeviceSize size) : ctx_(ctx) {
+    const auto& info = ctx.info();
+    KILN_CHECK(info.host_import, "device '", info.name, "' cannot import host memory");
+    KILN_CHECK(
+        info.host_import_align && (uintptr_t)p % info.host_import_align == 0 && size % info.host_import_align == 0,
+        "host import of ", size, " bytes is not aligned to ", info.host_import_align);
+    VkDevice d = ctx.device();
+    VkExternalMemoryBufferCreateInfo ext{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+    ext.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+    VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, &ext};
+    bi.size = size;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+    if (info.buffer_device_address) bi.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+    VK_CHECK(vkCreateBuffer(d, &bi, nullptr, &buffer_));
+    auto host_props = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
+        vkGetDeviceProcAddr(d, "vkGetMemoryHostPointerPropertiesEXT"));
+    VkMemoryHostPointerPropertiesEXT hp{VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(d, buffer_, &req);
+    VkResult r = host_props ? host_props(d, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, p, &hp)
+                            : VK_ERROR_EXTENSION_NOT_PRESENT;
+    uint32_t bits = r == VK_SUCCESS ? hp.memoryTypeBits & req.memoryTypeBits : 0, type = 0;
+    while (bits && !(bits & 1u << type)) ++type;
+    if (!bits || req.size > size) {
+        vkDestroyBuffer(d, buffer_, nullptr);
+        KILN_FAIL("device '", info.name, "' cannot import this host memory (", vk_result_name(r), ")");
+    }
+    VkMemoryAllocateFlagsInfo fi{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+    fi.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+    VkImportMemoryHostPointerInfoEXT imp{VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+                                         info.buffer_device_address ? &fi : nullptr};
+    imp.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+    imp.pHostPointer = const_cast<void*>(p);
+    VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, &imp};
+    ai.allocationSize = size;
+    ai.memoryTypeIndex = type;
+    r = vkAllocateMemory(d, &ai, nullptr, &memory_);
+    if (r != VK_SUCCESS) {
+        vkDestroyBuffer(d, buffer_, nullptr);
+        KILN_FAIL("device '", info.name, "' cannot import this host memory (", vk_result_name(r), ")");
+    }
+    VK_CHECK(vkBindBufferMemory(d, buffer_, memory_, 0));
+}
+
+HostImport::~HostImport() {
+    vkDestroyBuffer(ctx_.device(), buffer_, nullptr);
+    vkFreeMemory(ctx_.device(), memory_, nullptr);
+}
+
+VkDeviceAddress HostImport::address(VkDeviceSize off) const {
+    VkBufferDeviceAddressInfo ai{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+    ai.buffer = buffer_;
+    return vkGetBufferDeviceAddress(ctx_.device(), &ai) + off;
 }
 
 }  // namespace kiln::vk

@@ -17,7 +17,8 @@ struct BufferRange {
 
 class Allocator {
 public:
-    explicit Allocator(Context& ctx);
+    // host: every block in host-visible memory (the source of streamed weights), never device-local-only.
+    explicit Allocator(Context& ctx, bool host = false);
     ~Allocator();
     Allocator(const Allocator&) = delete;
     Allocator& operator=(const Allocator&) = delete;
@@ -31,6 +32,7 @@ public:
     VkDeviceAddress address(const BufferRange& r) const;
     bool unified() const { return unified_; }
     uint64_t bytes() const { return bytes_; }
+    uint64_t used() const { return used_; }  // bytes handed out by alloc() (what a plan needs, without block slack)
     // Bytes of VkDeviceMemory currently allocated by all Allocators of this process (the soak test checks that
     // it does not grow over many generations).
     static uint64_t process_bytes();
@@ -49,10 +51,29 @@ private:
     Block make_block(VkDeviceSize size, bool host, const char* what);
     void staged_copy(const BufferRange& r, void* host, VkDeviceSize size, VkDeviceSize off, bool to_device);
     Context& ctx_;
-    bool unified_ = false;
+    bool unified_ = false, host_ = false;
+    uint64_t used_ = 0;
     std::vector<Block> blocks_;
     Block staging_;
     uint64_t bytes_ = 0;
+};
+
+// Host memory imported as one Vulkan buffer (VK_EXT_external_memory_host), read by the device where it lies: the
+// pages of an mmapped model file. p and size must be multiples of DeviceInfo::host_import_align; the memory must
+// outlive the import. Throws kiln::Error when the device refuses it (callers fall back to copies).
+class HostImport {
+public:
+    HostImport(Context& ctx, const void* p, VkDeviceSize size);
+    ~HostImport();
+    HostImport(const HostImport&) = delete;
+    HostImport& operator=(const HostImport&) = delete;
+    BufferRange range(VkDeviceSize off, VkDeviceSize n) const { return {buffer_, off, n, nullptr}; }
+    VkDeviceAddress address(VkDeviceSize off) const;
+
+private:
+    Context& ctx_;
+    VkBuffer buffer_ = VK_NULL_HANDLE;
+    VkDeviceMemory memory_ = VK_NULL_HANDLE;
 };
 
 }  // namespace kiln::vk
