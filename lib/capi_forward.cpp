@@ -95,6 +95,8 @@ KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* 
         KILN_ARG(out, "out is NULL");
         *out = nullptr;
         KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
+        model->src.check_unchanged();  // a model file changed on disk since kiln_model_open: KILN_IO, before any work
         const auto p = read_struct(params, "params");
         const auto& src = model->src;
         const std::string comp = p.component ? p.component : default_component(src);

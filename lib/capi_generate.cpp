@@ -190,6 +190,8 @@ using namespace kiln::capi;
 extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_generate_params* params, kiln_image* out) {
     return guarded(KILN_INVALID_ARGUMENT, [&] {
         KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
+        model->src.check_unchanged();  // a model file changed on disk since kiln_model_open: KILN_IO, before any work
         const auto p = read_struct(params, "params");
         auto img = read_struct(out, "out");
         const int format = raw_enum(img.format);
