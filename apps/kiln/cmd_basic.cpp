@@ -77,6 +77,8 @@ Run add_forward(CLI::App& app) {
     app.add_flag("--sliced", o->sliced, "VAE: one batch element at a time, as diffusers' enable_slicing()");
     app.footer("Example:\n  kiln forward --model dit.kiln --inputs in.safetensors --output out.safetensors");
     return [o] {
+        check_output_path(o->output, "--output");
+        KILN_CHECK(o->tile_size == 0 || o->tiled, "--tile-size needs --tiled");
         auto src = models::ModelSource::open(o->model);
         auto st = SafeTensors::open(o->inputs);
         std::map<std::string, Tensor> in;
@@ -93,7 +95,6 @@ Run add_forward(CLI::App& app) {
             }
             comp = src.has("transformer") || models.size() != 1 ? "transformer" : models[0];
         }
-        KILN_CHECK(o->tile_size == 0 || o->tiled, "--tile-size needs --tiled");
         std::map<std::string, Tensor> out;
         if (o->tiled || o->sliced) {
             KILN_CHECK(src.class_of(comp) == "AutoencoderKL",

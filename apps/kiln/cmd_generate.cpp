@@ -90,17 +90,6 @@ std::vector<std::vector<std::string>> read_prompt_file(const std::string& path) 
     return jobs;
 }
 
-// -o is checked before the model loads: its folder must exist and be writable.
-void check_output_path(const std::string& out) {
-    namespace fs = std::filesystem;
-    fs::path dir = fs::path(out).parent_path();
-    if (dir.empty()) dir = ".";
-    std::error_code ec;
-    KILN_CHECK(fs::is_directory(dir, ec), "-o ", out, ": folder '", dir.string(), "' does not exist");
-    KILN_CHECK(::access(dir.c_str(), W_OK) == 0, "-o ", out, ": folder '", dir.string(), "' is not writable");
-    KILN_CHECK(!fs::is_directory(out, ec), "-o ", out, " is a folder (give a file name)");
-}
-
 // A progress bar on a terminal, a few lines otherwise.
 std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_point& t0) {
     const bool tty = isatty(2);
@@ -195,7 +184,8 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
         KILN_CHECK(o->vae_tile == 0 || o->vae_tiling, "--vae-tile-size needs --vae-tiling");
-        check_output_path(o->out);
+        check_output_path(o->out, "-o");
+        if (!o->dump.empty()) check_output_path(o->dump, "--dump");
         const std::string model = o->model.empty() ? default_model() : o->model;
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                      : models::ModelSource::open(model);

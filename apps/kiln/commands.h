@@ -12,6 +12,9 @@ Run add_forward(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_tokenize(CLI::App& app);
+// An output path is checked before any work (before the model loads): its folder must exist and be writable, and
+// it must not be a folder itself. `flag` names the option in the error ("-o").
+void check_output_path(const std::string& path, const char* flag);
 // The built-in default model (the trained dit-digits pipeline that ships with Kiln).
 std::string default_model();
 }  // namespace kiln::app
