@@ -87,6 +87,19 @@ typedef struct kiln_device_info {
     uint64_t device_local_bytes;
     int unified_memory; /* 1: a device-local heap is host-visible */
     int usable;         /* 1: has the features Kiln needs (16-bit storage, subgroup arithmetic) */
+    /* Appended (an older caller's smaller struct ends before them): the features Kiln uses, 1 = present. */
+    int fp16_storage;        /* storageBuffer16BitAccess */
+    int fp16_arithmetic;     /* shaderFloat16 */
+    int int8_arithmetic;     /* shaderInt8 */
+    int int64;               /* shaderInt64 */
+    int subgroup_arithmetic; /* subgroup arithmetic in compute shaders */
+    int cooperative_matrix;
+    int buffer_device_address;
+    int timestamps; /* compute-queue timestamps */
+    uint32_t subgroup_size;
+    uint32_t max_shared_memory_bytes; /* maxComputeSharedMemorySize */
+    uint64_t max_storage_buffer_range;
+    uint64_t max_allocation_bytes; /* maxMemoryAllocationSize */
 } kiln_device_info;
 #define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
 

@@ -72,6 +72,18 @@ void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out) {
     out.device_local_bytes = d.device_local_bytes;
     out.unified_memory = d.unified_memory;
     out.usable = d.fp16_storage && d.subgroup_arithmetic;
+    out.fp16_storage = d.fp16_storage;
+    out.fp16_arithmetic = d.fp16_arith;
+    out.int8_arithmetic = d.int8_arith;
+    out.int64 = d.int64;
+    out.subgroup_arithmetic = d.subgroup_arithmetic;
+    out.cooperative_matrix = d.cooperative_matrix;
+    out.buffer_device_address = d.buffer_device_address;
+    out.timestamps = d.timestamps;
+    out.subgroup_size = d.subgroup_size;
+    out.max_shared_memory_bytes = d.max_shared_memory;
+    out.max_storage_buffer_range = d.max_storage_buffer_range;
+    out.max_allocation_bytes = d.max_allocation;
 }
 
 void check_alive(const Device& d) {

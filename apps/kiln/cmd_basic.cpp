@@ -14,23 +14,26 @@ namespace kiln::app {
 
 Run add_devices(CLI::App& app) {
     return [] {
-        auto devs = vk::list_devices();
-        KILN_CHECK(!devs.empty(), "no Vulkan devices (install a driver, or Mesa's lavapipe: mesa-vulkan-drivers)");
-        for (auto& d : devs) {
-            std::printf("[%d] %s (%s)\n", d.index, d.name.c_str(), d.type.c_str());
-            std::printf("    driver: %s, Vulkan %s\n", d.driver.c_str(), d.api_version.c_str());
+        int n = 0;
+        capi_check(kiln_device_count(&n));
+        KILN_CHECK(n > 0, "no Vulkan devices (install a driver, or Mesa's lavapipe: mesa-vulkan-drivers)");
+        for (int i = 0; i < n; ++i) {
+            kiln_device_info d = KILN_DEVICE_INFO_INIT;
+            capi_check(kiln_device_get_info(i, &d));
+            std::printf("[%d] %s (%s)\n", d.index, d.name, d.type);
+            std::printf("    driver: %s, Vulkan %s\n", d.driver, d.api_version);
             std::printf("    memory: %.1f GiB device-local%s\n", (double)d.device_local_bytes / (1 << 30),
                         d.unified_memory ? " (unified: host-visible)" : "");
             std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n",
-                        d.fp16_storage ? "yes" : "no", d.fp16_arith ? "yes" : "no", d.int8_arith ? "yes" : "no",
-                        d.int64 ? "yes" : "no");
+                        d.fp16_storage ? "yes" : "no", d.fp16_arithmetic ? "yes" : "no",
+                        d.int8_arithmetic ? "yes" : "no", d.int64 ? "yes" : "no");
             std::printf("    subgroup size: %u, cooperative matrix: %s, buffer device address: %s, timestamps: %s\n",
                         d.subgroup_size, d.cooperative_matrix ? "yes" : "no", d.buffer_device_address ? "yes" : "no",
                         d.timestamps ? "yes" : "no");
             std::printf(
                 "    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
-                (unsigned long long)(d.max_storage_buffer_range >> 20), (unsigned long long)(d.max_allocation >> 20),
-                d.max_shared_memory >> 10);
+                (unsigned long long)(d.max_storage_buffer_range >> 20),
+                (unsigned long long)(d.max_allocation_bytes >> 20), d.max_shared_memory_bytes >> 10);
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
             if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
         }

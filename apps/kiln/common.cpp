@@ -1,4 +1,4 @@
-// check_output_path: the output files of `kiln generate` and `kiln forward` are checked before any work.
+// What the subcommands share: output paths checked before any work, and the C API handles.
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,6 +17,24 @@ void check_output_path(const std::string& out, const char* flag) {
     KILN_CHECK(fs::is_directory(dir, ec), flag, " ", out, ": '", dir.string(), "' is not a folder");
     KILN_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", out, ": folder '", dir.string(), "' is not writable");
     KILN_CHECK(!fs::is_directory(out, ec), flag, " ", out, " is a folder (give a file name)");
+}
+
+void capi_check(kiln_status s) {
+    if (s != KILN_OK) KILN_FAIL(kiln_last_error());
+}
+
+ContextPtr open_context(int device) {
+    kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
+    o.device = device;
+    kiln_context* c = nullptr;
+    capi_check(kiln_context_create(&o, &c));
+    return ContextPtr(c);
+}
+
+ModelPtr open_model(kiln_context* ctx, const std::string& path) {
+    kiln_model* m = nullptr;
+    capi_check(kiln_model_open(ctx, path.c_str(), &m));
+    return ModelPtr(m);
 }
 
 }  // namespace kiln::app
