@@ -255,13 +255,17 @@ typedef struct kiln_forward_params {
     int input_count;
     kiln_jit_mode jit_mode;
     int cpu_reference; /* 1: run the CPU reference executor (slow; the oracle) instead of the device */
+    /* Appended: the VAE (AutoencoderKL) with diffusers' memory options; other components refuse them. */
+    int vae_tiled;     /* 1: overlapping tiles, blended (enable_tiling()) */
+    int vae_tile_size; /* with vae_tiled: tile side in pixels; 0 = the config's sample_size */
+    int vae_sliced;    /* 1: one batch element at a time (enable_slicing()) */
 } kiln_forward_params;
 #define KILN_FORWARD_PARAMS_INIT KILN_INIT_(kiln_forward_params)
 
 typedef struct kiln_result kiln_result;
 
-/* Runs one component; *out receives the named outputs (sample; decoded; last_hidden_state; ...). Unknown
- * component -> KILN_NOT_FOUND; inputs that do not fit it -> KILN_INVALID_ARGUMENT. */
+/* Runs one component; *out receives the named outputs (sample; decoded; last_hidden_state; ...), sorted by name.
+ * Unknown component -> KILN_NOT_FOUND; inputs that do not fit it -> KILN_INVALID_ARGUMENT. */
 KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* params, kiln_result** out);
 KILN_API int kiln_result_count(const kiln_result* result); /* 0 for NULL */
 /* Output i; the tensor's name, shape and data are owned by the result. */

@@ -1,16 +1,54 @@
 // kiln devices, kiln info, kiln forward.
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "apps/kiln/commands.h"
 #include "converter/info.h"
-#include "models/forward.h"
-#include "models/vae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
-#include "runtime/vulkan/context.h"
+#include "runtime/exec/executor.h"
 
 namespace kiln::app {
+
+namespace {
+// Tensors cross the C API as kiln_tensor views: the dtypes of inputs and outputs (never quantized).
+kiln_dtype c_dtype(DType d) {
+    switch (d) {
+        case DType::f32:
+            return KILN_F32;
+        case DType::f16:
+            return KILN_F16;
+        case DType::bf16:
+            return KILN_BF16;
+        case DType::i32:
+            return KILN_I32;
+        case DType::i64:
+            return KILN_I64;
+        case DType::u8:
+            return KILN_U8;
+        default:
+            KILN_FAIL("a ", dtype_name(d), " tensor cannot be a forward input");
+    }
+}
+DType dtype_of(kiln_dtype d) {
+    switch (d) {
+        case KILN_F32:
+            return DType::f32;
+        case KILN_F16:
+            return DType::f16;
+        case KILN_BF16:
+            return DType::bf16;
+        case KILN_I32:
+            return DType::i32;
+        case KILN_I64:
+            return DType::i64;
+        case KILN_U8:
+            return DType::u8;
+    }
+    KILN_FAIL("kiln_forward returned dtype ", (int)d);
+}
+}  // namespace
 
 Run add_devices(CLI::App& app) {
     return [] {
@@ -82,38 +120,38 @@ Run add_forward(CLI::App& app) {
     return [o] {
         check_output_path(o->output, "--output");
         KILN_CHECK(o->tile_size == 0 || o->tiled, "--tile-size needs --tiled");
-        auto src = models::ModelSource::open(o->model);
+        const exec::Mode mode = exec::parse_mode(o->mode);
+        ContextPtr ctx = open_context(o->device);
+        ModelPtr model = open_model(ctx.get(), o->model);
         auto st = SafeTensors::open(o->inputs);
-        std::map<std::string, Tensor> in;
-        for (auto& t : st.tensors()) in[t.name] = st.read(t.name);
-        exec::Mode mode = exec::parse_mode(o->mode);
-        std::unique_ptr<vk::Context> ctx;
-        if (!o->cpu) ctx = std::make_unique<vk::Context>(o->device);
-        std::string comp = o->component;
-        if (comp.empty()) {  // the transformer, else the only model component (a VAE or a text-encoder folder)
-            std::vector<std::string> models;
-            for (auto& c : src.components()) {
-                std::string role = models::component_role(src.class_of(c));
-                if (role != "scheduler" && role != "tokenizer") models.push_back(c);
-            }
-            comp = src.has("transformer") || models.size() != 1 ? "transformer" : models[0];
+        std::vector<Tensor> in;  // the data the kiln_tensor views point into
+        std::vector<kiln_tensor> views;
+        for (auto& t : st.tensors()) in.push_back(st.read(t.name));
+        for (size_t i = 0; i < in.size(); ++i)
+            views.push_back({st.tensors()[i].name.c_str(), c_dtype(in[i].dtype), (int)in[i].shape.size(),
+                             in[i].shape.data(), in[i].bytes.data()});
+        kiln_forward_params p = KILN_FORWARD_PARAMS_INIT;
+        if (!o->component.empty()) p.component = o->component.c_str();
+        p.inputs = views.data();
+        p.input_count = (int)views.size();
+        p.jit_mode = mode == exec::Mode::eager  ? KILN_JIT_EAGER
+                     : mode == exec::Mode::full ? KILN_JIT_FULL
+                                                : KILN_JIT_REGIONAL;
+        p.cpu_reference = o->cpu;
+        p.vae_tiled = o->tiled;
+        p.vae_tile_size = o->tile_size;
+        p.vae_sliced = o->sliced;
+        kiln_result* r = nullptr;
+        capi_check(kiln_forward(model.get(), &p, &r));
+        ResultPtr result(r);
+        std::vector<std::pair<std::string, Tensor>> list;  // sorted by name, as kiln_forward returns them
+        for (int i = 0; i < kiln_result_count(r); ++i) {
+            kiln_tensor t;
+            capi_check(kiln_result_get(r, i, &t));
+            Tensor out(dtype_of(t.dtype), Shape(t.shape, t.shape + t.ndim));
+            std::memcpy(out.bytes.data(), t.data, out.nbytes());
+            list.push_back({t.name, std::move(out)});
         }
-        std::map<std::string, Tensor> out;
-        if (o->tiled || o->sliced) {
-            KILN_CHECK(src.class_of(comp) == "AutoencoderKL",
-                       "--tiled and --sliced are for the VAE (AutoencoderKL), "
-                       "not ",
-                       src.class_of(comp));
-            KILN_CHECK(in.count("latents") || in.count("image"),
-                       "the VAE takes `latents` (decode) or `image` (encode)");
-            models::VaeRunner vae(ctx.get(), src, comp, {o->tiled, o->sliced, o->tile_size, mode});
-            if (in.count("latents")) out["decoded"] = vae.decode(in.at("latents"));
-            if (in.count("image"))
-                for (auto& [name, t] : vae.encode(in.at("image"))) out[name] = t;
-        } else {
-            out = models::forward_component(ctx.get(), src, comp, in, mode);
-        }
-        std::vector<std::pair<std::string, Tensor>> list(out.begin(), out.end());
         write_safetensors(o->output, list);
         for (auto& [name, t] : list) std::fprintf(stderr, "wrote %s %s\n", name.c_str(), shape_str(t.shape).c_str());
     };

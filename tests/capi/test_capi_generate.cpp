@@ -2,6 +2,7 @@
 // progress callback, forward, and threads (two contexts in parallel; one context from two threads).
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -33,6 +34,19 @@ TEST_CASE("C API: devices and model info", "[capi]") {
     kiln_device_info cd = KILN_DEVICE_INFO_INIT;
     REQUIRE(kiln_context_get_device(ctx.get(), &cd) == KILN_OK);
     CHECK(cd.usable == 1);
+    // The feature fields (what `kiln devices` prints) agree with the summary.
+    CHECK(cd.fp16_storage == 1);
+    CHECK(cd.subgroup_arithmetic == 1);
+    CHECK(cd.subgroup_size > 0);
+    CHECK(cd.max_storage_buffer_range >= (1u << 27));  // Vulkan requires at least 128 MiB
+    CHECK(cd.max_allocation_bytes > 0);
+    // An older caller's struct (the fields before the feature fields) is filled up to its size only.
+    kiln_device_info old{};
+    old.struct_size = offsetof(kiln_device_info, fp16_storage);
+    old.fp16_storage = 7;
+    REQUIRE(kiln_context_get_device(ctx.get(), &old) == KILN_OK);
+    CHECK(old.usable == 1);
+    CHECK(old.fp16_storage == 7);
 
     auto m = open_model(ctx.get(), digits_model());
     kiln_model_info info = KILN_MODEL_INFO_INIT;
