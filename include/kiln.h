@@ -184,6 +184,22 @@ typedef enum kiln_jit_mode {
  * cancel: the call stops at the next step boundary with KILN_CANCELLED; the context stays usable. */
 typedef int (*kiln_progress_fn)(int step, int total, void* user);
 
+typedef struct kiln_result kiln_result; /* named tensors; see kiln_forward */
+
+/* What a generate call resolved and measured (params->stats). The size query fills the resolved fields. */
+typedef struct kiln_generate_stats {
+    size_t struct_size;
+    int steps;       /* resolved: the pipeline's default when params->steps is 0 */
+    double guidance; /* resolved */
+    int width, height;
+    double plan_ms;    /* transformer and VAE planned, pipelines created, weights uploaded */
+    double denoise_ms; /* the denoising loop */
+    double decode_ms;  /* the VAE decode */
+    uint64_t transformer_weight_bytes, transformer_activation_bytes; /* what the transformer needs */
+    uint64_t transformer_device_bytes;                               /* what it allocated (whole blocks) */
+} kiln_generate_stats;
+#define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
+
 typedef struct kiln_generate_params {
     size_t struct_size;
     /* Text models: one image per prompt (UTF-8). Class-label models: one image per label. Give one or the other. */
@@ -205,6 +221,12 @@ typedef struct kiln_generate_params {
     int max_sequence_length; /* text models: T5 tokens; 0 = the pipeline's */
     kiln_progress_fn progress;
     void* progress_user;
+    /* Appended (an older caller's smaller struct ends before them; zero = off). */
+    kiln_generate_stats* stats;  /* non-NULL (struct_size set): filled by the call */
+    kiln_result** intermediates; /* non-NULL: receives every intermediate under diffusers' names (step{i}_latents,
+                                    step{i}_noise_pred, decoded, image, ...); the caller destroys it */
+    int vae_tiling;              /* 1: decode in overlapping tiles, as diffusers' vae.enable_tiling() */
+    int vae_tile_size;           /* with vae_tiling: tile side in pixels; 0 = the VAE's sample_size */
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 
@@ -261,8 +283,6 @@ typedef struct kiln_forward_params {
     int vae_sliced;    /* 1: one batch element at a time (enable_slicing()) */
 } kiln_forward_params;
 #define KILN_FORWARD_PARAMS_INIT KILN_INIT_(kiln_forward_params)
-
-typedef struct kiln_result kiln_result;
 
 /* Runs one component; *out receives the named outputs (sample; decoded; last_hidden_state; ...), sorted by name.
  * Unknown component -> KILN_NOT_FOUND; inputs that do not fit it -> KILN_INVALID_ARGUMENT. */

@@ -11,45 +11,6 @@
 
 namespace kiln::app {
 
-namespace {
-// Tensors cross the C API as kiln_tensor views: the dtypes of inputs and outputs (never quantized).
-kiln_dtype c_dtype(DType d) {
-    switch (d) {
-        case DType::f32:
-            return KILN_F32;
-        case DType::f16:
-            return KILN_F16;
-        case DType::bf16:
-            return KILN_BF16;
-        case DType::i32:
-            return KILN_I32;
-        case DType::i64:
-            return KILN_I64;
-        case DType::u8:
-            return KILN_U8;
-        default:
-            KILN_FAIL("a ", dtype_name(d), " tensor cannot be a forward input");
-    }
-}
-DType dtype_of(kiln_dtype d) {
-    switch (d) {
-        case KILN_F32:
-            return DType::f32;
-        case KILN_F16:
-            return DType::f16;
-        case KILN_BF16:
-            return DType::bf16;
-        case KILN_I32:
-            return DType::i32;
-        case KILN_I64:
-            return DType::i64;
-        case KILN_U8:
-            return DType::u8;
-    }
-    KILN_FAIL("kiln_forward returned dtype ", (int)d);
-}
-}  // namespace
-
 Run add_devices(CLI::App& app) {
     return [] {
         int n = 0;
@@ -148,9 +109,7 @@ Run add_forward(CLI::App& app) {
         for (int i = 0; i < kiln_result_count(r); ++i) {
             kiln_tensor t;
             capi_check(kiln_result_get(r, i, &t));
-            Tensor out(dtype_of(t.dtype), Shape(t.shape, t.shape + t.ndim));
-            std::memcpy(out.bytes.data(), t.data, out.nbytes());
-            list.push_back({t.name, std::move(out)});
+            list.push_back({t.name, tensor_of(t)});
         }
         write_safetensors(o->output, list);
         for (auto& [name, t] : list) std::fprintf(stderr, "wrote %s %s\n", name.c_str(), shape_str(t.shape).c_str());

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "apps/kiln/commands.h"
+#include "apps/kiln/generate_capi.h"
 #include "apps/kiln/png.h"
 #include "models/dit_pipeline.h"
 #include "models/t2i_pipeline.h"
@@ -228,12 +229,12 @@ Run add_generate(CLI::App& app) {
             g.vae_tile_size = o->vae_tile;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
-            vk::Context ctx(o->device);
+            ContextPtr ctx = open_context(o->device);  // through libkiln's C API
             std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
-                         model.c_str(), ctx.info().name.c_str(), g.labels.size(), g.steps, g.guidance,
+                         model.c_str(), device_name(ctx.get()).c_str(), g.labels.size(), g.steps, g.guidance,
                          (unsigned long long)g.seed, exec::mode_name(g.mode));
             t0 = std::chrono::steady_clock::now();
-            r = models::generate_dit(ctx, src, g);
+            r = generate_labels(ctx.get(), model, g);
             n_steps = g.steps;
             settings = "labels=" + o->labels + " steps=" + std::to_string(g.steps) +
                        " guidance=" + std::to_string(g.guidance) + " seed=" + std::to_string(g.seed) +

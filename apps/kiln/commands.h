@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "include/kiln.h"
+#include "runtime/core/tensor.h"
 
 namespace kiln::app {
 using Run = std::function<void()>;
@@ -32,6 +33,9 @@ struct ResultDel {
 using ContextPtr = std::unique_ptr<kiln_context, ContextDel>;
 using ModelPtr = std::unique_ptr<kiln_model, ModelDel>;
 using ResultPtr = std::unique_ptr<kiln_result, ResultDel>;
+// Tensors cross the C API as kiln_tensor views (never quantized): a host tensor's kiln_dtype, and a view copied.
+kiln_dtype c_dtype(DType d);
+Tensor tensor_of(const kiln_tensor& t);
 // A context on device `device` (-1: KILN_DEVICE or the best), and a model opened on it.
 ContextPtr open_context(int device);
 ModelPtr open_model(kiln_context* ctx, const std::string& path);

@@ -255,3 +255,52 @@ TEST_CASE("C API: one context hammered from two threads is serialized", "[capi][
     CHECK(forwards == 6);
     CHECK(kiln::vk::Context::validation_errors() == 0);
 }
+
+TEST_CASE("C API: generate stats, intermediates and VAE tiling", "[capi][vulkan]") {
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), digits_model());
+    int labels[2] = {2, 9};
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.class_labels = labels;
+    p.class_label_count = 2;
+    p.steps = 3;
+    kiln_generate_stats st = KILN_GENERATE_STATS_INIT;
+    p.stats = &st;
+    kiln_image img = KILN_IMAGE_INIT;
+    img.format = KILN_PIXELS_RGB_F32;
+    // The size query resolves the defaults.
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    CHECK(st.steps == 3);
+    CHECK(st.guidance == 4.0);  // DiT's default
+    CHECK(st.width == 32);
+    CHECK(st.denoise_ms == 0);
+    std::vector<float> px(img.required_bytes / sizeof(float)), tiled(px.size());
+    img.data = px.data();
+    img.capacity = img.required_bytes;
+    kiln_result* inter = nullptr;
+    p.intermediates = &inter;
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    Result owned(inter);
+    CHECK(st.denoise_ms > 0);
+    CHECK(st.decode_ms > 0);
+    CHECK(st.transformer_weight_bytes > 0);
+    CHECK(st.transformer_device_bytes >= st.transformer_weight_bytes + st.transformer_activation_bytes);
+    kiln_tensor t;
+    for (const char* name : {"step0_noise_pred", "step2_latents", "decoded", "image"}) {
+        INFO(name);
+        CHECK(kiln_result_find(inter, name, &t) == KILN_OK);
+    }
+    REQUIRE(kiln_result_find(inter, "image", &t) == KILN_OK);
+    REQUIRE(t.dtype == KILN_F32);
+    CHECK(std::memcmp(t.data, px.data(), px.size() * sizeof(float)) == 0);  // the pixels the call wrote
+    // Tiled decode of a one-tile image is the plain decode; a tile size needs tiling.
+    p.intermediates = nullptr;
+    p.vae_tiling = 1;
+    img.data = tiled.data();
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    CHECK(tiled == px);
+    p.vae_tiling = 0;
+    p.vae_tile_size = 16;
+    CHECK(kiln_generate(m.get(), &p, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("vae_tiling") != std::string::npos);
+}
