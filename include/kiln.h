@@ -171,6 +171,12 @@ KILN_API kiln_status kiln_model_component(const kiln_model* model, int i, const 
  * the model names none), owned by the model. */
 KILN_API kiln_status kiln_model_class_label(const kiln_model* model, int i, int* id, const char** name);
 
+/* The summary `kiln info` prints of a Kiln model file (components, classes, config, parameter counts, dtypes,
+ * sizes, tokenizer files), UTF-8 text; no context needed. With buf NULL, sets *length only; else writes the text
+ * and a NUL if capacity > *length (else KILN_BUFFER_TOO_SMALL, nothing written). Missing file: KILN_NOT_FOUND;
+ * not a valid Kiln file: KILN_IO. */
+KILN_API kiln_status kiln_describe_model_file(const char* path, char* buf, size_t capacity, size_t* length);
+
 /* ---- Generate -------------------------------------------------------------------------------------------------- */
 
 typedef enum kiln_jit_mode {

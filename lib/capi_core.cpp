@@ -3,7 +3,9 @@
 #include <filesystem>
 #include <new>
 #include <optional>
+#include <sstream>
 
+#include "converter/info.h"
 #include "lib/capi_internal.h"
 #include "models/forward.h"
 #include "models/t2i_pipeline.h"
@@ -274,6 +276,23 @@ KILN_API kiln_status kiln_model_component(const kiln_model* model, int i, const 
             fail(KILN_NOT_FOUND, "component index ", i, " out of range (", model->components.size(), " components)");
         *name = model->components[(size_t)i].first.c_str();
         if (cls) *cls = model->components[(size_t)i].second.c_str();
+    });
+}
+
+KILN_API kiln_status kiln_describe_model_file(const char* path, char* buf, size_t capacity, size_t* length) {
+    return guarded(KILN_IO, [&] {
+        KILN_ARG(path && *path, "path is NULL or empty");
+        KILN_ARG(length, "length is NULL");
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec)) fail(KILN_NOT_FOUND, path, ": no such file");
+        std::ostringstream os;
+        print_model_info(path, os);
+        const std::string text = os.str();
+        *length = text.size();
+        if (!buf) return;
+        if (capacity <= text.size())
+            fail(KILN_BUFFER_TOO_SMALL, "capacity is ", capacity, " bytes, ", text.size() + 1, " needed");
+        std::memcpy(buf, text.c_str(), text.size() + 1);
     });
 }
 

@@ -4,7 +4,6 @@
 #include <iostream>
 
 #include "apps/kiln/commands.h"
-#include "converter/info.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/exec/executor.h"
@@ -43,7 +42,14 @@ Run add_devices(CLI::App& app) {
 Run add_info(CLI::App& app) {
     auto file = std::make_shared<std::string>();
     app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert)")->required();
-    return [file] { print_model_info(*file, std::cout); };
+    return [file] {
+        size_t n = 0;
+        capi_check(kiln_describe_model_file(file->c_str(), nullptr, 0, &n));
+        std::string text(n + 1, '\0');
+        capi_check(kiln_describe_model_file(file->c_str(), text.data(), text.size(), &n));
+        text.resize(n);
+        std::cout << text;
+    };
 }
 
 Run add_forward(CLI::App& app) {

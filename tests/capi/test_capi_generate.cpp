@@ -304,3 +304,20 @@ TEST_CASE("C API: generate stats, intermediates and VAE tiling", "[capi][vulkan]
     CHECK(kiln_generate(m.get(), &p, &img) == KILN_INVALID_ARGUMENT);
     CHECK(std::string(kiln_last_error()).find("vae_tiling") != std::string::npos);
 }
+
+TEST_CASE("C API: kiln_describe_model_file gives the `kiln info` text", "[capi]") {
+    size_t n = 0;
+    REQUIRE(kiln_describe_model_file(digits_model().c_str(), nullptr, 0, &n) == KILN_OK);
+    REQUIRE(n > 100);
+    std::string text(n + 1, 'x');
+    CHECK(kiln_describe_model_file(digits_model().c_str(), text.data(), n, &n) == KILN_BUFFER_TOO_SMALL);
+    CHECK(text[0] == 'x');  // nothing written
+    REQUIRE(kiln_describe_model_file(digits_model().c_str(), text.data(), text.size(), &n) == KILN_OK);
+    CHECK(text[n] == '\0');
+    text.resize(n);
+    CHECK(text.find("DiTTransformer2DModel") != std::string::npos);
+    CHECK(text.find("AutoencoderKL") != std::string::npos);
+    CHECK(kiln_describe_model_file("/no/such/file.kiln", nullptr, 0, &n) == KILN_NOT_FOUND);
+    CHECK(kiln_describe_model_file(KILN_BUILD_DIR, nullptr, 0, &n) == KILN_IO);
+    CHECK(kiln_describe_model_file(digits_model().c_str(), nullptr, 0, nullptr) == KILN_INVALID_ARGUMENT);
+}
