@@ -100,6 +100,7 @@ typedef struct kiln_device_info {
     uint32_t max_shared_memory_bytes; /* maxComputeSharedMemorySize */
     uint64_t max_storage_buffer_range;
     uint64_t max_allocation_bytes; /* maxMemoryAllocationSize */
+    int memory_budget;             /* VK_EXT_memory_budget: the driver reports heap usage */
 } kiln_device_info;
 #define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
 

@@ -86,6 +86,7 @@ void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out) {
     out.max_shared_memory_bytes = d.max_shared_memory;
     out.max_storage_buffer_range = d.max_storage_buffer_range;
     out.max_allocation_bytes = d.max_allocation;
+    out.memory_budget = d.memory_budget;
 }
 
 void check_alive(const Device& d) {

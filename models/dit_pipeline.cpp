@@ -87,6 +87,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     const auto& ts = sched->timesteps();
     const size_t plane = (size_t)S * S;
     for (int i = 0; i < (int)ts.size(); ++i) {
+        const auto t_step = Clock::now();
         if (cfg) std::memcpy(x.data() + n_half, x.data(), n_half * 4);  // cat([half, half])
         sched->scale_model_input(x, i);
         tx.set_input("hidden_states", Tensor::from_f32({BB, C, S, S}, x));
@@ -120,6 +121,8 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
             res.intermediates.push_back(
                 {"step" + std::to_string(i) + "_latents",
                  Tensor::from_f32(lat_shape, std::vector<float>(x.begin(), x.begin() + (long)n_half))});
+        res.step_ms.push_back(ms_since(t_step));
+        res.transformer_runs.push_back(tx.last_run());
         if (opt.progress) opt.progress(i + 1, (int)ts.size());
     }
     res.denoise_ms = ms_since(t_loop);

@@ -30,6 +30,9 @@ struct GenerateResult {
     std::vector<std::pair<std::string, Tensor>> intermediates;
     double plan_ms = 0, denoise_ms = 0, decode_ms = 0;
     exec::Counters transformer_counters;
+    // Per denoising step: wall time (transformer and scheduler) and the transformer run's figures.
+    std::vector<double> step_ms;
+    std::vector<exec::RunStats> transformer_runs;
 };
 
 // Kiln's initial-noise RNG: mt19937_64(seed), Box-Muller pairs -> N(0, 1), filled in NCHW order.

@@ -341,6 +341,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const size_t n_lat = x.size(), row_lat = n_lat / (size_t)B;
     std::vector<float> model_in((size_t)BB * row_lat), noise(n_lat);
     for (int i = 0; i < (int)ts.size(); ++i) {
+        const auto t_step = Clock::now();
         for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
         sched->scale_model_input(model_in, i);
         tx_exec.set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
@@ -370,6 +371,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
         x = sched->step(noise, i, x);
         if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
+        res.step_ms.push_back(ms_since(t_step));
+        res.transformer_runs.push_back(tx_exec.last_run());
         if (opt.progress) opt.progress(i + 1, (int)ts.size());
     }
     res.denoise_ms = ms_since(t_loop);

@@ -25,9 +25,11 @@ Run add_devices(CLI::App& app) {
             std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n",
                         d.fp16_storage ? "yes" : "no", d.fp16_arithmetic ? "yes" : "no",
                         d.int8_arithmetic ? "yes" : "no", d.int64 ? "yes" : "no");
-            std::printf("    subgroup size: %u, cooperative matrix: %s, buffer device address: %s, timestamps: %s\n",
-                        d.subgroup_size, d.cooperative_matrix ? "yes" : "no", d.buffer_device_address ? "yes" : "no",
-                        d.timestamps ? "yes" : "no");
+            std::printf(
+                "    subgroup size: %u, cooperative matrix: %s, buffer device address: %s, timestamps: %s, "
+                "memory budget: %s\n",
+                d.subgroup_size, d.cooperative_matrix ? "yes" : "no", d.buffer_device_address ? "yes" : "no",
+                d.timestamps ? "yes" : "no", d.memory_budget ? "yes" : "no");
             std::printf(
                 "    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
                 (unsigned long long)(d.max_storage_buffer_range >> 20),

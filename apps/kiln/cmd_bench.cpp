@@ -1,12 +1,15 @@
-// kiln bench: compile (pipelines + planning + recording) and per-step times of a transformer in
-// eager / full / regional modes, on a model file or a synthetic architecture at real size.
+// kiln bench: compile (pipelines + planning + recording; cold and warm) and per-step figures (wall, GPU, host,
+// device idle, submissions, barriers) and memory peaks of a transformer in eager / full / regional modes, on a
+// model file or a synthetic architecture at real size.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "apps/kiln/commands.h"
+#include "apps/kiln/profile.h"
 #include "models/dit.h"
 #include "models/forward.h"
 #include "runtime/core/error.h"
@@ -28,6 +31,7 @@ Run add_bench(CLI::App& app) {
     struct Opts {
         std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto";
         int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
+        bool no_pipeline_cache = false;
     };
     auto o = std::make_shared<Opts>();
     auto* m = app.add_option("--model", o->model, "Kiln model file or diffusers folder (its transformer is benched)");
@@ -54,6 +58,8 @@ Run add_bench(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_option("--device", o->device, "Vulkan device index");
+    app.add_flag("--no-pipeline-cache", o->no_pipeline_cache,
+                 "Neither read nor write the pipeline cache file (as KILN_PIPELINE_CACHE=0)");
     app.footer("Example:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json");
     return [o] {
         KILN_CHECK(!o->model.empty() || !o->synthetic.empty(), "give --model FILE or --synthetic ARCH");
@@ -86,28 +92,40 @@ Run add_bench(CLI::App& app) {
         else
             modes = {exec::parse_mode(o->mode)};
 
-        vk::Context ctx(o->device);
+        vk::Context ctx(o->device, -1, o->no_pipeline_cache ? 0 : -1);
+        ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
         auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
-        nlohmann::json report = {{"device", ctx.info().name}, {"driver", ctx.info().driver},
-                                 {"class", arch.cls},         {"arch", o->synthetic.empty() ? o->model : o->synthetic},
-                                 {"batch", o->batch},         {"config", arch.config},
-                                 {"latent", arch.latent},     {"modes", nlohmann::json::array()}};
+        const auto& pc = ctx.pipeline_cache_info();
+        nlohmann::json report = {
+            {"device", ctx.info().name},
+            {"driver", ctx.info().driver},
+            {"class", arch.cls},
+            {"arch", o->synthetic.empty() ? o->model : o->synthetic},
+            {"batch", o->batch},
+            {"config", arch.config},
+            {"latent", arch.latent},
+            {"pipeline_cache", {{"path", pc.path}, {"status", pc.status}, {"loaded_bytes", pc.loaded_bytes}}},
+            {"modes", nlohmann::json::array()}};
         std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(),
                     o->batch, arch.latent, arch.latent, ctx.info().name.c_str());
-        std::printf("%-9s %9s %9s %9s %8s %6s %6s %6s %6s %10s %10s %10s %9s %8s %8s %8s\n", "mode", "cold_ms",
-                    "warm_ms", "record_ms", "pipes", "cmdbuf", "disp", "submit", "copies", "step_med", "step_min",
-                    "step_max", "gpu_ms", "host_ms", "GFLOP/s", "mem_MiB");
+        std::printf("pipeline cache: %s%s%s\n", pc.status.c_str(), pc.path.empty() ? "" : ", ", pc.path.c_str());
         std::fflush(stdout);
+        bool header = false;
         for (exec::Mode mode : modes) {
             ir::Graph g;
             models::Builder b(g, *ws);
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
             ir::Cost cost = ir::count_cost(g);
+            const bool rss_reset = reset_peaks(ctx);
+            // Cold: pipelines through an empty cache, as on the first run on a machine; then warm: the same plan
+            // again, pipelines through the cache the cold one filled (as the next run finds it on disk).
+            // Compile = pipelines + planning + recording; weight upload is excluded from both.
+            ctx.set_cold_pipeline_cache(true);
             auto t0 = Clock::now();
             auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw);
             double cold = ms_since(t0);
+            ctx.set_cold_pipeline_cache(false);
             exec::Counters c = ex->counters();
-            // Warm: the same plan again, pipelines now from the VkPipelineCache; weights upload excluded.
             ex.reset();
             t0 = Clock::now();
             // The warm executor also times every replayed block (timestamps around each replay).
@@ -116,39 +134,54 @@ Run add_bench(CLI::App& app) {
             double warm = ms_since(t0) - cw.upload_ms;
             for (auto& [name, t] : in) ex->set_input(name, t);
             for (int i = 0; i < o->warmup; ++i) ex->run();
-            std::vector<double> wall, gpu, host;
+            std::vector<StepFigures> steps;
             std::map<std::string, double> per_op;
             std::vector<double> block_ms;
             for (int i = 0; i < o->steps; ++i) {
                 auto ts = Clock::now();
                 ex->run();
-                wall.push_back(ms_since(ts));
-                gpu.push_back(ex->last_gpu_ms());
-                host.push_back(ex->last_host_ms());
+                steps.push_back({ms_since(ts), ex->last_run()});
                 for (auto& [k, v] : ex->last_op_ms()) per_op[k] += v / o->steps;
                 block_ms = ex->last_block_ms();
             }
-            double med = median(wall), gmed = median(gpu), hmed = median(host);
-            double gflops = cost.flops / (med * 1e-3) * 1e-9;
+            const MemoryPeaks peaks = read_peaks(ctx, rss_reset);
+            const StepFigures med = median_step(steps);
+            const nlohmann::json step_json = steps_json(steps);
+            double gflops = cost.flops / (med.wall_ms * 1e-3) * 1e-9;
             // Bytes moved per step: the graph's, plus block weights copied (read and written) where copied.
             double bytes = cost.bytes + 2.0 * (double)c.weight_copy_bytes_per_run;
-            std::printf("%-9s %9.0f %9.0f %9.2f %8d %6d %6d %6d %6d %10.1f %10.1f %10.1f %9.1f %8.2f %8.1f %8.0f\n",
-                        exec::mode_name(mode), cold - c.upload_ms, warm, c.record_ms, c.pipelines,
-                        c.command_buffers_recorded, c.dispatches_per_run, c.submissions_per_run, c.copies_per_run, med,
-                        *std::min_element(wall.begin(), wall.end()), *std::max_element(wall.begin(), wall.end()), gmed,
-                        hmed, gflops, (double)c.device_bytes / (1 << 20));
+            // The table: one row per mode, medians over the timed steps (every step in the JSON).
+            if (!header)
+                std::printf("%-9s %8s %8s %9s %9s %9s %6s %6s %6s %8s %6s %9s %9s %8s %8s %8s %8s\n", "mode", "cold_ms",
+                            "warm_ms", "pipe_cold", "pipe_warm", "record_ms", "pipes", "disp", "submit", "barriers",
+                            "copies", "step_ms", "gpu_ms", "host_ms", "idle_ms", "GFLOP/s", "dev_MiB");
+            header = true;
+            std::printf("%-9s %8.0f %8.0f %9.1f %9.1f %9.2f %6d %6d %6d %8d %6d %9.1f %9.1f %8.3f %8.2f %8.1f %8.0f\n",
+                        exec::mode_name(mode), cold - c.upload_ms, warm, c.pipeline_ms, cw.pipeline_ms, c.record_ms,
+                        c.pipelines, med.run.dispatches, med.run.submissions, med.run.barriers, c.copies_per_run,
+                        med.wall_ms, med.run.gpu_ms, med.run.host_ms,
+                        med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops,
+                        (double)peaks.device_bytes / (1 << 20));
             if (!c.block_weights_note.empty())
                 std::printf("          %s (%.1f MiB of weight copies per step)\n", c.block_weights_note.c_str(),
                             (double)c.weight_copy_bytes_per_run / (1 << 20));
+            std::printf(
+                "          memory: weights %.1f MiB, activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
+                (double)c.weight_bytes / (1 << 20), (double)c.activation_bytes_planned / (1 << 20),
+                (double)c.activation_bytes_naive / (1 << 20), peaks_line(peaks).c_str());
             std::fflush(stdout);
             nlohmann::json jm = {{"mode", exec::mode_name(mode)},
                                  {"cold_compile_ms", cold - c.upload_ms},
                                  {"warm_compile_ms", warm},
                                  {"weight_upload_ms", c.upload_ms},
                                  {"pipeline_ms", c.pipeline_ms},
+                                 {"pipeline_cold_ms", c.pipeline_ms},
+                                 {"pipeline_warm_ms", cw.pipeline_ms},
                                  {"plan_ms", c.plan_ms},
                                  {"record_ms", c.record_ms},
+                                 {"record_warm_ms", cw.record_ms},
                                  {"pipelines", c.pipelines},
+                                 {"pipelines_created", c.pipelines_created},
                                  {"command_buffers_recorded", c.command_buffers_recorded},
                                  {"dispatches_per_step", c.dispatches_per_run},
                                  {"submissions_per_step", c.submissions_per_run},
@@ -161,25 +194,34 @@ Run add_bench(CLI::App& app) {
                                  {"activation_bytes_naive", c.activation_bytes_naive},
                                  {"weight_bytes", c.weight_bytes},
                                  {"device_bytes", c.device_bytes},
-                                 {"step_ms", wall},
-                                 {"step_ms_median", med},
-                                 {"gpu_ms", gpu},
-                                 {"gpu_ms_median", gmed},
+                                 {"memory", peaks_json(peaks)},
+                                 {"steps", step_json},
+                                 {"step_ms", step_json["wall_ms"]},
+                                 {"step_ms_median", med.wall_ms},
+                                 {"gpu_ms", step_json["gpu_ms"]},
+                                 {"gpu_ms_median", med.run.gpu_ms},
+                                 {"host_ms", step_json["host_ms"]},
+                                 {"host_ms_median", med.run.host_ms},
                                  {"flops_per_step", cost.flops},
                                  {"bytes_per_step", bytes},
-                                 {"host_ms", host},
-                                 {"host_ms_median", hmed},
                                  {"gflops_per_s", gflops},
-                                 {"gbytes_per_s", bytes / (med * 1e-3) * 1e-9},
+                                 {"gbytes_per_s", bytes / (med.wall_ms * 1e-3) * 1e-9},
                                  {"gpu_ms_per_op_kind", per_op},
                                  {"gpu_ms_per_block", block_ms},
                                  {"gpu_ms_block_median", median(block_ms)}};
             report["modes"].push_back(jm);
         }
-        if (!o->json.empty()) {
-            std::ofstream f(o->json);
-            KILN_CHECK(f.good(), o->json, ": cannot write");
-            f << report.dump(2) << "\n";
+        if (!o->json.empty()) {  // never a partial file: a temporary name, then rename
+            const std::string tmp = o->json + ".tmp";
+            {
+                std::ofstream f(tmp);
+                KILN_CHECK(f.good(), tmp, ": cannot write");
+                f << report.dump(2) << "\n";
+                KILN_CHECK(f.flush().good(), tmp, ": cannot write");
+            }
+            std::error_code ec;
+            std::filesystem::rename(tmp, o->json, ec);
+            KILN_CHECK(!ec, "cannot rename ", tmp, " to ", o->json, ": ", ec.message());
         }
     };
 }

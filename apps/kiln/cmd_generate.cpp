@@ -11,6 +11,7 @@
 #include "apps/kiln/commands.h"
 #include "apps/kiln/generate_capi.h"
 #include "apps/kiln/png.h"
+#include "apps/kiln/profile.h"
 #include "models/dit_pipeline.h"
 #include "models/t2i_pipeline.h"
 #include "models/text/tokenizer.h"
@@ -116,7 +117,7 @@ Run add_generate(CLI::App& app) {
         int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
-        bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false;
+        bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false;
         CLI::Option *neg_opt = nullptr, *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
         std::vector<CLI::Option*> text_opts, size_opts;
     };
@@ -174,6 +175,10 @@ Run add_generate(CLI::App& app) {
     app.add_option("--upscale", o->upscale, "Nearest-neighbour upscale of the PNG (the demo model draws 32x32)")
         ->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
+    app.add_flag("--profile", o->profile,
+                 "Print per denoising step: wall, GPU, host and host CPU time of the transformer run, device idle "
+                 "(between submissions, and before the step: host work between steps), submissions, barriers; and "
+                 "peak device memory and host RSS");
     app.footer(
         "Examples:\n  kiln generate -o digits.png --class-labels 0,1,2,3,4,5,6,7,8,9 --grid --upscale 4\n"
         "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png\n"
@@ -211,6 +216,20 @@ Run add_generate(CLI::App& app) {
                          {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
             if (!dump.empty()) write_safetensors(dump, r.intermediates);
         };
+        // --profile: the transformer's per-step figures and the memory peaks since rss_reset's reset_peaks().
+        auto profile = [&](vk::Context& ctx, const models::GenerateResult& r, bool rss_reset) {
+            if (!o->profile) return;
+            std::vector<StepFigures> steps;
+            for (size_t i = 0; i < r.transformer_runs.size(); ++i)
+                steps.push_back({r.step_ms[i], r.transformer_runs[i]});
+            std::fprintf(stderr,
+                         "  profile: transformer per denoising step (ms; idle_pre = device idle before the step)\n");
+            print_steps(stderr, steps);
+            const auto& tc = r.transformer_counters;
+            std::fprintf(stderr, "  profile: transformer activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
+                         (double)tc.activation_bytes_planned / (1 << 20), (double)tc.activation_bytes_naive / (1 << 20),
+                         peaks_line(read_peaks(ctx, rss_reset)).c_str());
+        };
         auto t0 = std::chrono::steady_clock::now();
         if (dit) {
             std::string bad = given(o->text_opts);
@@ -229,12 +248,24 @@ Run add_generate(CLI::App& app) {
             g.vae_tile_size = o->vae_tile;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
-            ContextPtr ctx = open_context(o->device);  // through libkiln's C API
+            // Through libkiln's C API; --profile's per-step figures and memory peaks are not in it: the C++ pipeline.
+            ContextPtr api;
+            std::unique_ptr<vk::Context> ctx;
+            if (o->profile)
+                ctx = std::make_unique<vk::Context>(o->device);
+            else
+                api = open_context(o->device);
             std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
-                         model.c_str(), device_name(ctx.get()).c_str(), g.labels.size(), g.steps, g.guidance,
-                         (unsigned long long)g.seed, exec::mode_name(g.mode));
+                         model.c_str(), ctx ? ctx->info().name.c_str() : device_name(api.get()).c_str(),
+                         g.labels.size(), g.steps, g.guidance, (unsigned long long)g.seed, exec::mode_name(g.mode));
             t0 = std::chrono::steady_clock::now();
-            r = generate_labels(ctx.get(), model, g);
+            if (ctx) {
+                const bool rss_reset = reset_peaks(*ctx);
+                r = models::generate_dit(*ctx, src, g);
+                profile(*ctx, r, rss_reset);
+            } else {
+                r = generate_labels(api.get(), model, g);
+            }
             n_steps = g.steps;
             settings = "labels=" + o->labels + " steps=" + std::to_string(g.steps) +
                        " guidance=" + std::to_string(g.guidance) + " seed=" + std::to_string(g.seed) +
@@ -285,6 +316,7 @@ Run add_generate(CLI::App& app) {
             models::EncoderCache resident;  // --keep-encoders: encoders stay uploaded from one prompt to the next
             for (size_t job = 0; job < jobs.size(); ++job) {
                 const auto& prompts = jobs[job];
+                const bool rss_reset = reset_peaks(ctx);
                 std::vector<std::pair<std::string, Tensor>> text_dump;
                 if (!prompts.empty()) {
                     models::PromptOptions po;
@@ -314,6 +346,7 @@ Run add_generate(CLI::App& app) {
                              plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
                 t0 = std::chrono::steady_clock::now();
                 r = models::generate_t2i(ctx, src, t);
+                profile(ctx, r, rss_reset);
                 r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
                 std::string prompt_text;
                 for (auto& p : prompts) prompt_text += (prompt_text.empty() ? "" : " | ") + p;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <set>
 
 #include "runtime/core/error.h"
@@ -73,7 +74,8 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     build_dispatches(active);
     build_ptr_tables();
     c.pipeline_ms = kernels.create_ms();
-    c.pipelines = kernels.created();
+    c.pipelines = kernels.used();
+    c.pipelines_created = kernels.created();
     c.plan_ms += ms_since(t1) - kernels.create_ms();
     record();
 }
@@ -368,11 +370,37 @@ void Executor::set_input(const std::string& name, const Tensor& t) {
     impl_->alloc.upload(impl_->range[(size_t)impl_->r(it->second)], conv.bytes.data(), conv.nbytes());
 }
 
+namespace {
+double thread_cpu_ms() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+}  // namespace
+
 void Executor::run() {
     Impl& m = *impl_;
     VkDevice dev = m.ctx.device();
     // Host time: all of run() but the waits for the device (recording in eager mode, submissions).
     auto t_run = Clock::now();
+    const double cpu0 = thread_cpu_ms();
+    const double tick_ms = m.ctx.info().timestamp_period_ns * 1e-6;
+    RunStats st;
+    st.submissions = m.c.submissions_per_run;
+    st.barriers = m.c.barriers_per_run;
+    st.dispatches = m.c.dispatches_per_run;
+    // Device timestamps of one submission: idle since the previous one (in this run or the last), busy time.
+    auto note_submission = [&](uint64_t begin, uint64_t end, bool first) {
+        if (m.last_end_ts) {
+            const double gap = begin > m.last_end_ts ? (double)(begin - m.last_end_ts) * tick_ms : 0.0;
+            if (first)
+                st.idle_before_ms = gap;
+            else
+                st.idle_ms += gap;
+        }
+        st.gpu_ms += end > begin ? (double)(end - begin) * tick_ms : 0.0;
+        m.last_end_ts = end;
+    };
     double wait_ms = 0;
     auto submit = [&](VkCommandBuffer cb) {
         m.ctx.submit(cb, m.fence);
@@ -399,27 +427,36 @@ void Executor::run() {
                 uint64_t ts[2];
                 VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, 2, sizeof(ts), ts, 8,
                                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
-                double ms = (double)(ts[1] - ts[0]) * m.ctx.info().timestamp_period_ns * 1e-6;
+                double ms = (double)(ts[1] - ts[0]) * tick_ms;
                 total += ms;
                 m.op_ms.push_back({d.d.shader, ms});
+                note_submission(ts[0], ts[1], &d == &m.dispatches.front());
             }
         }
         m.gpu_ms = total;
         m.host_ms = ms_since(t_run) - wait_ms;
+        st.host_ms = m.host_ms;
+        st.host_cpu_ms = thread_cpu_ms() - cpu0;
+        m.stats = st;
         return;
     }
     submit(m.primary);
     m.host_ms = ms_since(t_run) - wait_ms;
+    st.host_ms = m.host_ms;
+    st.host_cpu_ms = thread_cpu_ms() - cpu0;
     if (m.queries) {
         std::vector<uint64_t> ts(m.n_queries);
         VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, m.n_queries, ts.size() * 8, ts.data(), 8,
                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
-        const double ns = m.ctx.info().timestamp_period_ns * 1e-6;
-        m.gpu_ms = (double)(ts[1] - ts[0]) * ns;
+        m.gpu_ms = (double)(ts[1] - ts[0]) * tick_ms;
+        note_submission(ts[0], ts[1], true);
         m.block_ms.clear();
-        for (uint32_t q = 2; q + 1 < m.n_queries; q += 2) m.block_ms.push_back((double)(ts[q + 1] - ts[q]) * ns);
+        for (uint32_t q = 2; q + 1 < m.n_queries; q += 2) m.block_ms.push_back((double)(ts[q + 1] - ts[q]) * tick_ms);
     }
+    m.stats = st;
 }
+
+const RunStats& Executor::last_run() const { return impl_->stats; }
 
 const std::vector<double>& Executor::last_block_ms() const { return impl_->block_ms; }
 

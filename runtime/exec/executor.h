@@ -33,7 +33,8 @@ BlockWeights parse_block_weights(const std::string& s);  // "auto" | "device" | 
 using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
 
 struct Counters {
-    int pipelines = 0;  // pipelines this executor uses (created or found in the cache)
+    int pipelines = 0;          // pipelines this executor uses (created, or shared by an earlier executor)
+    int pipelines_created = 0;  // of those, created by this executor
     int command_buffers_recorded = 0;
     int dispatches_per_run = 0;  // dispatches executed by one run()
     int submissions_per_run = 0;
@@ -45,6 +46,17 @@ struct Counters {
     std::string block_weights_note;          // how block weights are replayed, and why when copied
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
+};
+
+// Figures of one run(), from the host clock and the device's timestamps (device figures are 0 without
+// timestamps). Idle is time the device sat between two submissions: waiting for the host.
+struct RunStats {
+    double gpu_ms = 0;           // device busy: per submission, last timestamp - first, summed
+    double host_ms = 0;          // run()'s wall time minus its waits for the device (recording, submitting)
+    double host_cpu_ms = 0;      // CPU time of the calling thread in run() (CLOCK_THREAD_CPUTIME_ID)
+    double idle_ms = 0;          // device idle between consecutive submissions of this run
+    double idle_before_ms = -1;  // device idle since the previous run's last submission (-1: first run)
+    int submissions = 0, barriers = 0, dispatches = 0;
 };
 
 class Executor {
@@ -66,6 +78,8 @@ public:
     double last_gpu_ms() const;
     // Host time of the last run() in ms: everything but waiting for the device (recording, submitting).
     double last_host_ms() const;
+    // Every figure of the last run().
+    const RunStats& last_run() const;
     // Regional mode with profile: GPU ms of every replayed block instance in the last run().
     const std::vector<double>& last_block_ms() const;
     // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.

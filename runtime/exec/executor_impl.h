@@ -118,6 +118,8 @@ struct Executor::Impl {
     std::vector<double> block_ms;
     VkFence fence = VK_NULL_HANDLE;
     double gpu_ms = 0, host_ms = 0;
+    RunStats stats;
+    uint64_t last_end_ts = 0;  // device timestamp of the previous run's last submission end (0: none yet)
     std::vector<std::pair<std::string, double>> op_ms;
     std::map<std::string, int> inputs, outputs;
 

@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
 
 #include "runtime/core/error.h"
+#include "runtime/vulkan/pipeline.h"
+#include "runtime/vulkan/pipeline_cache.h"
 
 namespace kiln::vk {
 
@@ -22,13 +22,16 @@ const char* vk_result_name(VkResult r) {
         C(VK_NOT_READY)
         C(VK_TIMEOUT)
         C(VK_INCOMPLETE)
-        C(VK_ERROR_OUT_OF_HOST_MEMORY) C(VK_ERROR_OUT_OF_DEVICE_MEMORY) C(VK_ERROR_INITIALIZATION_FAILED)
-            C(VK_ERROR_DEVICE_LOST) C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT)
-                C(VK_ERROR_EXTENSION_NOT_PRESENT) C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER)
-                    C(VK_ERROR_TOO_MANY_OBJECTS) C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL)
-                        C(VK_ERROR_OUT_OF_POOL_MEMORY) C(VK_ERROR_UNKNOWN)
+        C(VK_ERROR_OUT_OF_HOST_MEMORY)
+        C(VK_ERROR_OUT_OF_DEVICE_MEMORY)
+        C(VK_ERROR_INITIALIZATION_FAILED)
+        C(VK_ERROR_DEVICE_LOST)
+        C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT)
+            C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
+                C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
+                    C(VK_ERROR_UNKNOWN)
 #undef C
-                            default : return "VK_ERROR_(unnamed)";
+                        default : return "VK_ERROR_(unnamed)";
     }
 }
 
@@ -195,8 +198,10 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     std::vector<VkExtensionProperties> exts(ne);
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
     for (auto& e : exts)
-        if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
-            !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
+        if (!std::strcmp(e.extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME))
+            d.memory_budget = true;
+        else if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
+                 !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
             d.cooperative_matrix = true;
 
     uint32_t nq = 0;
@@ -229,12 +234,6 @@ std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
     return pds;
 }
 
-std::string cache_dir() {
-    if (const char* d = std::getenv("KILN_CACHE_DIR")) return d;
-    if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/kiln";
-    if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/kiln";
-    return "";
-}
 }  // namespace
 
 int Context::validation_errors() { return g_validation_errors.load(); }
@@ -253,7 +252,7 @@ std::vector<DeviceInfo> list_devices() {
     return out;
 }
 
-Context::Context(int device, int validation) {
+Context::Context(int device, int validation, int pipeline_cache) {
     if (const char* e = std::getenv("KILN_TEST_DEVICE_MEMORY_LIMIT"); e && *e)
         faults_.memory_limit = std::strtoull(e, nullptr, 10);
     if (const char* e = std::getenv("KILN_TEST_DEVICE_LOST_AFTER"); e && *e)
@@ -314,6 +313,8 @@ Context::Context(int device, int validation) {
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
+    const char* budget_ext = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+    if (info_.memory_budget) dci.enabledExtensionCount = 1, dci.ppEnabledExtensionNames = &budget_ext;
     VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));
     vkGetDeviceQueue(device_, family_, 0, &queue_);
 
@@ -324,47 +325,94 @@ Context::Context(int device, int validation) {
     VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VK_CHECK(vkCreateFence(device_, &fci, nullptr, &fence_));
 
-    // Pipeline cache persisted per device (pipelineCacheUUID) so a second run starts faster.
-    std::vector<char> blob;
-    if (auto dir = cache_dir(); !dir.empty()) {
-        VkPhysicalDeviceProperties p;
-        vkGetPhysicalDeviceProperties(phys_, &p);
-        char uuid[33];
-        for (int i = 0; i < 16; ++i) std::snprintf(uuid + 2 * i, 3, "%02x", p.pipelineCacheUUID[i]);
-        cache_path_ = dir + "/pipelines-" + uuid + ".bin";
-        std::ifstream f(cache_path_, std::ios::binary);
-        if (f) blob.assign(std::istreambuf_iterator<char>(f), {});
+    // The pipeline cache of the last run on this device (see pipeline_cache.h).
+    const PipelineCacheKey key = pipeline_cache_key(phys_);
+    cache_info_.path = pipeline_cache != 0 ? pipeline_cache_path(key) : "";
+    cache_info_.status = "disabled";
+    if (!cache_info_.path.empty()) {
+        bool warn = false;
+        cache_loaded_ = read_pipeline_cache(cache_info_.path, key, cache_info_.status, warn);
+        if (warn)
+            std::fprintf(stderr, "kiln: warning: ignoring pipeline cache %s (%s); it will be rewritten\n",
+                         cache_info_.path.c_str(), cache_info_.status.c_str());
     }
     VkPipelineCacheCreateInfo cci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
-    cci.initialDataSize = blob.size();
-    cci.pInitialData = blob.empty() ? nullptr : blob.data();
-    if (vkCreatePipelineCache(device_, &cci, nullptr, &cache_) != VK_SUCCESS) {  // stale blob: start empty
+    cci.initialDataSize = cache_loaded_.size();
+    cci.pInitialData = cache_loaded_.empty() ? nullptr : cache_loaded_.data();
+    if (vkCreatePipelineCache(device_, &cci, nullptr, &cache_) != VK_SUCCESS) {  // the driver refused it: start empty
+        std::fprintf(stderr, "kiln: warning: the driver rejected pipeline cache %s; it will be rewritten\n",
+                     cache_info_.path.c_str());
+        cache_info_.status = "corrupt: rejected by the driver";
+        cache_loaded_.clear();
         cci.initialDataSize = 0;
         cci.pInitialData = nullptr;
         VK_CHECK(vkCreatePipelineCache(device_, &cci, nullptr, &cache_));
     }
+    cache_info_.loaded_bytes = cache_loaded_.size();
 }
 
-void Context::save_pipeline_cache() {
-    if (cache_path_.empty() || !cache_) return;
-    size_t n = 0;
-    if (vkGetPipelineCacheData(device_, cache_, &n, nullptr) != VK_SUCCESS || n == 0) return;
-    std::vector<char> blob(n);
-    if (vkGetPipelineCacheData(device_, cache_, &n, blob.data()) != VK_SUCCESS) return;
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(cache_path_).parent_path(), ec);
-    std::string tmp = cache_path_ + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) return;
-        f.write(blob.data(), (std::streamsize)n);
+uint64_t Context::heap_usage_bytes() const {
+    if (!info_.memory_budget) return 0;
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 mp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, &budget};
+    vkGetPhysicalDeviceMemoryProperties2(phys_, &mp);
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < mp.memoryProperties.memoryHeapCount; ++i)
+        if (mp.memoryProperties.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) used += budget.heapUsage[i];
+    return used;
+}
+
+void Context::sample_heap_usage() { peak_heap_usage_ = std::max(peak_heap_usage_, heap_usage_bytes()); }
+void Context::reset_peak_heap_usage() { peak_heap_usage_ = heap_usage_bytes(); }
+
+PipelinePool* Context::pipeline_pool() {
+    if (!reuse_pipelines_ || cold_cache_) return nullptr;
+    if (!pipelines_) {
+        pipelines_ = std::make_unique<PipelinePool>();
+        pipelines_->device = device_;
     }
-    std::filesystem::rename(tmp, cache_path_, ec);
+    return pipelines_.get();
+}
+
+void Context::set_cold_pipeline_cache(bool cold) {
+    if (cold && !cold_cache_) {
+        VkPipelineCacheCreateInfo cci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+        VK_CHECK(vkCreatePipelineCache(device_, &cci, nullptr, &cold_cache_));
+    } else if (!cold && cold_cache_) {
+        VkResult r = vkMergePipelineCaches(device_, cache_, 1, &cold_cache_);
+        vkDestroyPipelineCache(device_, cold_cache_, nullptr);
+        cold_cache_ = VK_NULL_HANDLE;
+        VK_CHECK(r);
+    }
+}
+
+// Never throws and never fails a run: a cache that cannot be written costs the next run its compile time only.
+void Context::save_pipeline_cache() {
+    if (cache_info_.path.empty() || !cache_) return;
+    try {
+        size_t n = 0;
+        if (vkGetPipelineCacheData(device_, cache_, &n, nullptr) != VK_SUCCESS || n == 0) return;
+        std::vector<char> blob(n);
+        if (vkGetPipelineCacheData(device_, cache_, &n, blob.data()) != VK_SUCCESS) return;
+        blob.resize(n);
+        if (blob == cache_loaded_) return;  // nothing new
+        std::string why;
+        if (!write_pipeline_cache(cache_info_.path, pipeline_cache_key(phys_), blob, why))
+            std::fprintf(stderr, "kiln: warning: pipeline cache not saved: %s (KILN_PIPELINE_CACHE=0 turns it off)\n",
+                         why.c_str());
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kiln: warning: pipeline cache not saved: %s\n", e.what());
+    }
 }
 
 Context::~Context() {
     if (device_) {
         vkDeviceWaitIdle(device_);
+        pipelines_.reset();
+        if (cold_cache_) {  // what a cold start created is kept, as set_cold_pipeline_cache(false) would
+            vkMergePipelineCaches(device_, cache_, 1, &cold_cache_);
+            vkDestroyPipelineCache(device_, cold_cache_, nullptr);
+        }
         save_pipeline_cache();
         vkDestroyPipelineCache(device_, cache_, nullptr);
         vkDestroyFence(device_, fence_, nullptr);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@ namespace kiln::vk {
 void check_vk(VkResult r, const char* expr, const char* file, int line);
 const char* vk_result_name(VkResult r);
 
+struct PipelinePool;  // pipeline.h
+
 struct DeviceInfo {
     int index = 0;
     std::string name, type, driver, api_version;
@@ -24,6 +27,7 @@ struct DeviceInfo {
     bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
+    bool memory_budget = false;  // VK_EXT_memory_budget: the driver reports each heap's usage
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
@@ -36,7 +40,8 @@ std::vector<DeviceInfo> list_devices();
 class Context {
 public:
     // device < 0: KILN_DEVICE if set, else the best device. validation < 0: KILN_VALIDATION decides; else 0/1.
-    explicit Context(int device = -1, int validation = -1);
+    // pipeline_cache: 0 = no pipeline cache file (see pipeline_cache.h); otherwise KILN_PIPELINE_CACHE decides.
+    explicit Context(int device = -1, int validation = -1, int pipeline_cache = -1);
     ~Context();
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
@@ -47,8 +52,29 @@ public:
     VkQueue queue() const { return queue_; }
     uint32_t queue_family() const { return family_; }
     VkCommandPool pool() const { return pool_; }
-    VkPipelineCache pipeline_cache() const { return cache_; }
+    // The cache pipelines are created through: the persistent one, or an empty one during a cold start.
+    VkPipelineCache pipeline_cache() const { return cold_cache_ ? cold_cache_ : cache_; }
+    // Benchmarks: while on, pipelines are created through a fresh, empty cache (as on a first run);
+    // turning it off merges what was created into the persistent cache.
+    void set_cold_pipeline_cache(bool cold);
+    struct PipelineCacheInfo {
+        std::string path;    // "" when disabled
+        std::string status;  // "disabled", "loaded", "missing", "stale", "corrupt: ...", "foreign: ..."
+        size_t loaded_bytes = 0;
+    };
+    const PipelineCacheInfo& pipeline_cache_info() const { return cache_info_; }
+    // The pipelines shared by this context's executors (see pipeline.h); null while reuse is off or during a
+    // cold start, when each executor creates and destroys its own (benchmarks of pipeline creation).
+    PipelinePool* pipeline_pool();
+    void set_pipeline_reuse(bool on) { reuse_pipelines_ = on; }
     const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
+
+    // Device-local heap usage of this process as the driver reports it (VK_EXT_memory_budget; 0 without it),
+    // and the most seen by sample_heap_usage() (called after every allocation) since reset_peak_heap_usage().
+    uint64_t heap_usage_bytes() const;
+    uint64_t peak_heap_usage_bytes() const { return peak_heap_usage_; }
+    void sample_heap_usage();
+    void reset_peak_heap_usage();
 
     // One-off command buffer, submitted and waited for.
     VkCommandBuffer begin_one_shot();
@@ -86,9 +112,13 @@ private:
     VkQueue queue_ = VK_NULL_HANDLE;
     uint32_t family_ = 0;
     VkCommandPool pool_ = VK_NULL_HANDLE;
-    VkPipelineCache cache_ = VK_NULL_HANDLE;
+    VkPipelineCache cache_ = VK_NULL_HANDLE, cold_cache_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
-    std::string cache_path_;
+    PipelineCacheInfo cache_info_;
+    std::vector<char> cache_loaded_;
+    uint64_t peak_heap_usage_ = 0;
+    std::unique_ptr<PipelinePool> pipelines_;
+    bool reuse_pipelines_ = true;  // the driver data read at start (not rewritten when unchanged)
     DeviceInfo info_;
     VkPhysicalDeviceMemoryProperties mem_props_{};
     std::atomic<bool> lost_{false};

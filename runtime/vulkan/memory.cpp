@@ -11,7 +11,7 @@ namespace kiln::vk {
 namespace {
 constexpr VkDeviceSize kBlockSize = 256ull << 20;
 constexpr VkDeviceSize kStagingSize = 32ull << 20;
-std::atomic<uint64_t> g_process_bytes{0};
+std::atomic<uint64_t> g_process_bytes{0}, g_process_peak{0};
 
 void free_memory(Context& ctx, VkDeviceMemory& m, VkDeviceSize size) {
     if (!m) return;
@@ -23,6 +23,8 @@ void free_memory(Context& ctx, VkDeviceMemory& m, VkDeviceSize size) {
 }  // namespace
 
 uint64_t Allocator::process_bytes() { return g_process_bytes.load(); }
+uint64_t Allocator::process_peak_bytes() { return g_process_peak.load(); }
+void Allocator::reset_process_peak() { g_process_peak = g_process_bytes.load(); }
 
 Allocator::Allocator(Context& ctx) : ctx_(ctx), unified_(ctx.info().unified_memory) {}
 
@@ -74,7 +76,10 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
     }
     VK_CHECK(r);
     b.memory_size = req.size;
-    g_process_bytes += req.size;
+    const uint64_t now = g_process_bytes += req.size;
+    uint64_t peak = g_process_peak.load();
+    while (now > peak && !g_process_peak.compare_exchange_weak(peak, now)) continue;
+    ctx_.sample_heap_usage();
     VK_CHECK(vkBindBufferMemory(ctx_.device(), b.buffer, b.memory, 0));
     if (mp.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
         void* p = nullptr;

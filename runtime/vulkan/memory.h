@@ -34,6 +34,9 @@ public:
     // Bytes of VkDeviceMemory currently allocated by all Allocators of this process (the soak test checks that
     // it does not grow over many generations).
     static uint64_t process_bytes();
+    // The most process_bytes() has been since the start or the last reset_process_peak() (which sets it to now).
+    static uint64_t process_peak_bytes();
+    static void reset_process_peak();
 
 private:
     struct Block {

@@ -63,19 +63,37 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
     return r;
 }
 
+namespace {
+void destroy(VkDevice d, const Kernel& k) {
+    vkDestroyPipeline(d, k.pipeline, nullptr);
+    vkDestroyPipelineLayout(d, k.layout, nullptr);
+    vkDestroyDescriptorSetLayout(d, k.set_layout, nullptr);
+}
+}  // namespace
+
+PipelinePool::~PipelinePool() {
+    for (auto& [key, k] : kernels) destroy(device, k);
+}
+
 Kernels::~Kernels() {
-    VkDevice d = ctx_.device();
-    for (auto& [k, v] : kernels_) {
-        vkDestroyPipeline(d, v.pipeline, nullptr);
-        vkDestroyPipelineLayout(d, v.layout, nullptr);
-        vkDestroyDescriptorSetLayout(d, v.set_layout, nullptr);
-    }
+    for (auto& [key, k] : owned_) destroy(ctx_.device(), k);
 }
 
 const Kernel& Kernels::get(const std::string& name, const std::vector<uint32_t>& spec) {
     auto key = std::make_pair(name, spec);
-    if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+    if (auto it = kernels_.find(key); it != kernels_.end()) return *it->second;
+    PipelinePool* pool = ctx_.pipeline_pool();
+    if (pool)
+        if (auto it = pool->kernels.find(key); it != pool->kernels.end()) return *(kernels_[key] = &it->second);
     auto t0 = std::chrono::steady_clock::now();
+    Kernel k = create(name, spec);
+    created_++;
+    create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    auto& where = pool ? pool->kernels : owned_;
+    return *(kernels_[key] = &where.emplace(key, k).first->second);
+}
+
+Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spec) {
     const ShaderBlob* blob = find_blob(name);
     KILN_CHECK(blob, "no shader named '", name, "' is built into this binary");
     Reflection refl = reflect_spirv(blob->code, blob->words);
@@ -123,10 +141,9 @@ const Kernel& Kernels::get(const std::string& name, const std::vector<uint32_t>&
     ci.layout = k.layout;
     VkResult r = vkCreateComputePipelines(d, ctx_.pipeline_cache(), 1, &ci, nullptr, &k.pipeline);
     vkDestroyShaderModule(d, mod, nullptr);
+    if (r != VK_SUCCESS) destroy(d, k);
     VK_CHECK(r);
-    created_++;
-    create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return kernels_.emplace(key, k).first->second;
+    return k;
 }
 
 }  // namespace kiln::vk

@@ -29,18 +29,32 @@ Reflection reflect_spirv(const uint32_t* code, size_t words);
 
 bool has_shader(const std::string& name);
 
+using KernelKey = std::pair<std::string, std::vector<uint32_t>>;  // shader name, specialization constants
+
+// The pipelines of one Context, shared by all its executors: each (shader, spec) is created once and destroyed
+// with the context, so the next executor on it (the next generation, the next prompt) creates none.
+struct PipelinePool {
+    VkDevice device = VK_NULL_HANDLE;
+    std::map<KernelKey, Kernel> kernels;
+    ~PipelinePool();
+};
+
 class Kernels {
 public:
     explicit Kernels(Context& ctx) : ctx_(ctx) {}
     ~Kernels();
-    // The pipeline for shader `name` with specialization constants `spec`; created on first use.
+    // The pipeline for shader `name` with specialization constants `spec`: from the context's pool, else created
+    // (into the pool; owned by this Kernels when the context does not reuse pipelines).
     const Kernel& get(const std::string& name, const std::vector<uint32_t>& spec = {});
-    int created() const { return created_; }
+    int used() const { return (int)kernels_.size(); }  // distinct pipelines handed out
+    int created() const { return created_; }           // of those, created here rather than found in the pool
     double create_ms() const { return create_ms_; }
 
 private:
+    Kernel create(const std::string& name, const std::vector<uint32_t>& spec);
     Context& ctx_;
-    std::map<std::pair<std::string, std::vector<uint32_t>>, Kernel> kernels_;
+    std::map<KernelKey, const Kernel*> kernels_;
+    std::map<KernelKey, Kernel> owned_;
     int created_ = 0;
     double create_ms_ = 0;
 };

@@ -176,3 +176,43 @@ TEST_CASE("regional replays select each block's own weights on the device, with 
     }
     CHECK(vk::Context::validation_errors() == 0);
 }
+
+TEST_CASE("a second executor on one context creates no pipeline; run figures add up", "[jit][pipeline_cache]") {
+    vk::Context ctx;
+    Toy toy(3, 2, 13, 32);
+    auto in = inputs(2, 13, 32, 7);
+    Tensor first;
+    int pipelines = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        exec::Executor ex(ctx, toy.g, toy.gpu(), exec::Mode::regional);
+        const auto& c = ex.counters();
+        CHECK(c.pipelines > 0);
+        CHECK(c.pipelines_created == (pass == 0 ? c.pipelines : 0));  // the second one finds them all
+        if (pass == 0) pipelines = c.pipelines;
+        CHECK(c.pipelines == pipelines);
+        for (auto& [n, t] : in) ex.set_input(n, t);
+        ex.run();
+        CHECK(ex.last_run().idle_before_ms == -1);  // a new executor: nothing ran before
+        ex.run();
+        const exec::RunStats& s = ex.last_run();
+        CHECK(s.submissions == 1);
+        CHECK(s.barriers == c.barriers_per_run);
+        CHECK(s.dispatches == c.dispatches_per_run);
+        CHECK(s.gpu_ms > 0);  // lavapipe has timestamps
+        CHECK(s.idle_ms == 0);
+        CHECK(s.idle_before_ms >= 0);
+        CHECK(s.host_ms >= 0);
+        if (pass == 0) first = ex.output("y");
+        CHECK(bitwise_equal(ex.output("y"), first));
+    }
+    ctx.set_pipeline_reuse(false);  // as a new process: every pipeline created again
+    exec::Executor own(ctx, toy.g, toy.gpu(), exec::Mode::eager);
+    CHECK(own.counters().pipelines_created == own.counters().pipelines);
+    for (auto& [n, t] : in) own.set_input(n, t);
+    own.run();
+    own.run();
+    CHECK(own.last_run().submissions == own.counters().dispatches_per_run);  // one per op
+    CHECK(own.last_run().idle_ms >= 0);
+    CHECK(bitwise_equal(own.output("y"), first));
+    CHECK(vk::Context::validation_errors() == 0);
+}

@@ -1,0 +1,113 @@
+// `kiln bench` and `kiln generate --profile`, run as the binary: cold and warm compile, per-step figures
+// (GPU, host, idle, submissions, barriers), memory peaks, and the pipeline cache a second run loads.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/support/test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+struct Run {
+    int rc = -1;
+    std::string err;
+};
+
+// Runs `kiln ARGS` with XDG_CACHE_HOME=cache (and no other cache override); stdout dropped, stderr kept.
+Run run_kiln(const fs::path& cache, const std::string& args) {
+    const fs::path err = cache / "stderr.txt";
+    const std::string cmd = "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE XDG_CACHE_HOME=" + cache.string() + " " +
+                            std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " >/dev/null 2>" + err.string();
+    int status = std::system(cmd.c_str());
+    Run r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream f(err);
+    r.err.assign(std::istreambuf_iterator<char>(f), {});
+    return r;
+}
+
+struct TmpDir {
+    fs::path path;
+    explicit TmpDir(const std::string& tag) {
+        path = fs::temp_directory_path() / ("kiln_bench_" + tag + "_" + std::to_string(::getpid()));
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TmpDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+}  // namespace
+
+TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "[apps][bench][vulkan]") {
+    TmpDir tmp("json");
+    const std::string json = (tmp.path / "bench.json").string();
+    const std::string args = "bench --synthetic dit-tiny --blocks 2 --mode all --steps 2 --json " + json;
+    auto read = [&] {
+        std::ifstream f(json);
+        return nlohmann::json::parse(f);
+    };
+    Run r = run_kiln(tmp.path, args);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    auto j = read();
+    CHECK(j["pipeline_cache"]["status"] == "missing");
+    REQUIRE(j["modes"].size() == 3);
+    for (auto& m : j["modes"]) {
+        INFO(m["mode"]);
+        CHECK(m["pipeline_cold_ms"].get<double>() > 0);
+        CHECK(m["pipeline_warm_ms"].get<double>() > 0);
+        CHECK(m["cold_compile_ms"].get<double>() >= m["pipeline_cold_ms"].get<double>());
+        CHECK(m["record_ms"].get<double>() >= 0);
+        const auto& s = m["steps"];
+        for (const char* k : {"wall_ms", "gpu_ms", "host_ms", "host_cpu_ms", "idle_ms", "idle_before_ms", "submissions",
+                              "barriers", "dispatches"})
+            CHECK(s[k].size() == 2);
+        CHECK(s["gpu_ms_median"].get<double>() > 0);  // lavapipe has timestamps
+        CHECK(s["idle_before_ms_median"].get<double>() >= 0);
+        CHECK(s["submissions_median"] == m["submissions_per_step"]);
+        CHECK(s["barriers_median"] == m["barriers_per_step"]);
+        if (m["mode"] == "eager") {
+            CHECK(m["submissions_per_step"] == m["dispatches_per_step"]);
+        } else {
+            CHECK(m["submissions_per_step"] == 1);
+            CHECK(s["idle_ms_median"].get<double>() == 0);  // one submission: no gap inside a step
+            CHECK(m["barriers_per_step"].get<int>() > 0);
+        }
+        CHECK(m["activation_bytes_planned"].get<uint64_t>() <= m["activation_bytes_naive"].get<uint64_t>());
+        CHECK(m["memory"]["device_peak_bytes"].get<uint64_t>() >= m["device_bytes"].get<uint64_t>());
+        CHECK(m["memory"]["host_rss_peak_bytes"].get<uint64_t>() > (10u << 20));
+    }
+    // The second run finds the pipeline cache the first one saved.
+    r = run_kiln(tmp.path, args);
+    REQUIRE(r.rc == 0);
+    CHECK(read()["pipeline_cache"]["status"] == "loaded");
+    CHECK(fs::exists(read()["pipeline_cache"]["path"].get<std::string>()));
+    // --no-pipeline-cache neither reads nor writes it.
+    r = run_kiln(tmp.path, args + " --no-pipeline-cache");
+    REQUIRE(r.rc == 0);
+    CHECK(read()["pipeline_cache"]["status"] == "disabled");
+}
+
+TEST_CASE("kiln generate --profile prints the per-step figures and memory peaks", "[apps][bench][vulkan]") {
+    TmpDir tmp("profile");
+    Run r = run_kiln(tmp.path, "generate --class-labels 3 --steps 3 --profile -o " + (tmp.path / "out.png").string());
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("idle_pre") != std::string::npos);
+    CHECK(r.err.find("barriers") != std::string::npos);
+    CHECK(r.err.find("host RSS") != std::string::npos);
+    int rows = 0;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);)
+        for (const char* step : {"      0 ", "      1 ", "      2 "})
+            if (line.rfind(step, 0) == 0) rows++;
+    CHECK(rows == 3);
+}
