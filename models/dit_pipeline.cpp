@@ -2,13 +2,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
 
+#include "models/device_loop.h"
 #include "models/dit.h"
 #include "models/schedulers/scheduler.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
+#include "runtime/exec/step_program.h"
 
 namespace kiln::models {
 
@@ -86,51 +89,82 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     auto t_loop = Clock::now();
     const auto& ts = sched->timesteps();
     const size_t plane = (size_t)S * S;
-    for (int i = 0; i < (int)ts.size(); ++i) {
-        const auto t_step = Clock::now();
-        if (cfg) std::memcpy(x.data() + n_half, x.data(), n_half * 4);  // cat([half, half])
-        sched->scale_model_input(x, i);
-        tx.set_input("hidden_states", Tensor::from_f32({BB, C, S, S}, x));
-        Tensor tt(DType::f32, {BB});
-        for (int b = 0; b < BB; ++b) tt.data<float>()[b] = (float)ts[(size_t)i];
-        tx.set_input("timestep", tt);
-        tx.run();
-        Tensor noise = tx.output("sample");  // [BB, out, S, S]
-        const Tensor raw = noise;
-        const int OC = (int)noise.shape[1];
-        // The raw transformer output of the whole guidance batch, as diffusers' fixtures record it.
-        if (opt.keep_intermediates) res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", raw});
-        float* np = noise.data<float>();
-        if (cfg) {  // guidance on the first C channels, copied to both halves
-            for (int b = 0; b < B; ++b)
-                for (size_t k = 0; k < (size_t)C * plane; ++k) {
-                    float cond = np[(size_t)b * OC * plane + k], unc = np[(size_t)(b + B) * OC * plane + k];
-                    float h = unc + (float)opt.guidance * (cond - unc);
-                    np[(size_t)b * OC * plane + k] = h;
-                    np[(size_t)(b + B) * OC * plane + k] = h;
-                }
-        }
-        // Learned sigma: the scheduler sees the first C channels only.
-        std::vector<float> model_out((size_t)BB * C * plane);
-        const bool split = OC / 2 == C;
-        for (int b = 0; b < BB; ++b)
-            std::memcpy(model_out.data() + (size_t)b * C * plane, np + (size_t)b * OC * plane,
-                        (split ? C : OC) * plane * 4);
-        x = sched->step(model_out, i, x);
+    const float inv_sf = (float)(1.0 / vc.scaling_factor);
+    std::vector<float> z;  // the latents handed to the VAE: inv_sf * latents
+    exec::StepLoopSpec ls;
+    ls.rows = B;
+    ls.row_lat = (uint32_t)(C * plane);
+    ls.row_out = (uint32_t)(tx.device_range("sample").size / 4 / (VkDeviceSize)BB);
+    ls.cfg = cfg;
+    ls.cond_first = true;      // DiT: [cond, null class]
+    ls.scale_in_place = true;  // diffusers' DiTPipeline steps the scaled latent_model_input
+    ls.guidance = (float)opt.guidance;
+    res.device_loop = use_device_loop(opt.host_loop) && exec::StepProgram::supported(tx, ls);
+    if (res.device_loop) {
+        const auto table = plan_loop_steps(*sched, [&](int i) { return (float)ts[(size_t)i]; });
+        exec::StepProgram prog(ctx, tx, ls, table);
+        std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
-            res.intermediates.push_back(
-                {"step" + std::to_string(i) + "_latents",
-                 Tensor::from_f32(lat_shape, std::vector<float>(x.begin(), x.begin() + (long)n_half))});
-        res.step_ms.push_back(ms_since(t_step));
-        res.transformer_runs.push_back(tx.last_run());
-        if (opt.progress) opt.progress(i + 1, (int)ts.size());
+            observe = [&](int i) {
+                res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", tx.output("sample")});
+                res.intermediates.push_back(
+                    {"step" + std::to_string(i) + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
+            };
+        prog.run(std::vector<float>(x.begin(), x.begin() + (long)n_half), step_timer(res, opt.progress), observe);
+        res.loop_plan_ms = prog.stats().plan_ms;
+        res.denoise_ms = ms_since(t_loop);
+        res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
+        z = prog.latents(0, inv_sf);
+    } else {
+        double wait_ms = 0;
+        for (int i = 0; i < (int)ts.size(); ++i) {
+            const auto t_step = Clock::now();
+            if (cfg) std::memcpy(x.data() + n_half, x.data(), n_half * 4);  // cat([half, half])
+            sched->scale_model_input(x, i);
+            tx.set_input("hidden_states", Tensor::from_f32({BB, C, S, S}, x));
+            Tensor tt(DType::f32, {BB});
+            for (int b = 0; b < BB; ++b) tt.data<float>()[b] = (float)ts[(size_t)i];
+            tx.set_input("timestep", tt);
+            auto t_run = Clock::now();
+            tx.run();
+            wait_ms += ms_since(t_run) - tx.last_host_ms();
+            Tensor noise = tx.output("sample");  // [BB, out, S, S]
+            const Tensor raw = noise;
+            const int OC = (int)noise.shape[1];
+            // The raw transformer output of the whole guidance batch, as diffusers' fixtures record it.
+            if (opt.keep_intermediates) res.intermediates.push_back({"step" + std::to_string(i) + "_noise_pred", raw});
+            float* np = noise.data<float>();
+            if (cfg) {  // guidance on the first C channels, copied to both halves
+                for (int b = 0; b < B; ++b)
+                    for (size_t k = 0; k < (size_t)C * plane; ++k) {
+                        float cond = np[(size_t)b * OC * plane + k], unc = np[(size_t)(b + B) * OC * plane + k];
+                        float h = unc + (float)opt.guidance * (cond - unc);
+                        np[(size_t)b * OC * plane + k] = h;
+                        np[(size_t)(b + B) * OC * plane + k] = h;
+                    }
+            }
+            // Learned sigma: the scheduler sees the first C channels only.
+            std::vector<float> model_out((size_t)BB * C * plane);
+            const bool split = OC / 2 == C;
+            for (int b = 0; b < BB; ++b)
+                std::memcpy(model_out.data() + (size_t)b * C * plane, np + (size_t)b * OC * plane,
+                            (split ? C : OC) * plane * 4);
+            x = sched->step(model_out, i, x);
+            if (opt.keep_intermediates)
+                res.intermediates.push_back(
+                    {"step" + std::to_string(i) + "_latents",
+                     Tensor::from_f32(lat_shape, std::vector<float>(x.begin(), x.begin() + (long)n_half))});
+            res.step_ms.push_back(ms_since(t_step));
+            res.transformer_runs.push_back(tx.last_run());
+            if (opt.progress) opt.progress(i + 1, (int)ts.size());
+        }
+        res.denoise_ms = ms_since(t_loop);
+        res.denoise_host_ms = res.denoise_ms - wait_ms;
+        z.assign(x.begin(), x.begin() + (long)n_half);
+        for (auto& v : z) v = inv_sf * v;
     }
-    res.denoise_ms = ms_since(t_loop);
 
     auto t_dec = Clock::now();
-    std::vector<float> z(x.begin(), x.begin() + (long)n_half);
-    const float inv_sf = (float)(1.0 / vc.scaling_factor);
-    for (auto& v : z) v = inv_sf * v;
     if (opt.keep_intermediates) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(lat_shape, z)});
     Tensor dec = vx.decode(Tensor::from_f32(lat_shape, z));  // [B, 3, H, W]
     if (opt.keep_intermediates) res.intermediates.push_back({"decoded", dec});

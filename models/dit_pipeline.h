@@ -22,6 +22,10 @@ struct GenerateOptions {
     bool keep_intermediates = false;     // step{i}_noise_pred, step{i}_latents, decoded, image
     bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile
     int vae_tile_size = 0;               // tiled_vae: tile side in px (vae.tile_sample_min_size); 0 = sample_size
+    // The loop on the host: read the transformer output back every step, guidance and scheduler on the CPU. By
+    // default the whole loop runs on the device (bitwise the same results) where the executor allows it (not
+    // eager; with intermediates, steps run one at a time and are read back); KILN_DEVICE_LOOP=0 forces the host.
+    bool host_loop = false;
     std::function<void(int step, int total)> progress;
 };
 
@@ -29,6 +33,9 @@ struct GenerateResult {
     Tensor image;  // [B, H, W, 3] in [0, 1] (NHWC, as diffusers' output_type="np")
     std::vector<std::pair<std::string, Tensor>> intermediates;
     double plan_ms = 0, denoise_ms = 0, decode_ms = 0;
+    bool device_loop = false;    // the denoising loop ran on the device
+    double denoise_host_ms = 0;  // of denoise_ms, the time the host was busy (not waiting for the device)
+    double loop_plan_ms = 0;     // of denoise_host_ms, planning and recording the device loop
     exec::Counters transformer_counters;
     // Per denoising step: wall time (transformer and scheduler) and the transformer run's figures.
     std::vector<double> step_ms;

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
+#include "models/device_loop.h"
 #include "models/flux.h"
 #include "models/forward.h"
 #include "models/pixart.h"
@@ -13,6 +15,7 @@
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
+#include "runtime/exec/step_program.h"
 
 namespace kiln::models {
 
@@ -335,25 +338,25 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                 {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
     }
 
-    // ---- Denoising loop.
+    // ---- Denoising loop; then the latents for the VAE: latents / scaling_factor (+ shift_factor).
     auto t_loop = Clock::now();
     const auto& ts = sched->timesteps();
     const size_t n_lat = x.size(), row_lat = n_lat / (size_t)B;
-    std::vector<float> model_in((size_t)BB * row_lat), noise(n_lat);
-    for (int i = 0; i < (int)ts.size(); ++i) {
-        const auto t_step = Clock::now();
-        for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
-        sched->scale_model_input(model_in, i);
-        tx_exec.set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
-        // PixArt: the scheduler's (integer) timestep; SD3: t = sigma * 1000; Flux: t / 1000 (float32, as torch).
-        const float t = flux ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i];
-        tx_exec.set_input("timestep", Tensor::from_f32({BB}, std::vector<float>((size_t)BB, t)));
-        tx_exec.run();
-        const Tensor out = tx_exec.output("sample");
-        const std::string si = "step" + std::to_string(i);
-        if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
+    // PixArt: the scheduler's (integer) timestep; SD3: t = sigma * 1000; Flux: t / 1000 (float32, as torch).
+    auto timestep = [&](int i) { return flux ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i]; };
+    const float sf = (float)vc.scaling_factor, shift = (float)vc.shift_factor;
+    std::vector<float> z;
+    exec::StepLoopSpec ls;
+    ls.rows = (int)B;
+    ls.row_lat = (uint32_t)row_lat;
+    ls.row_out = (uint32_t)(tx_exec.device_range("sample").size / 4 / (VkDeviceSize)BB);
+    ls.cfg = p.cfg;  // rows [0, B) negative, [B, 2B) prompt
+    ls.guidance = (float)p.guidance;
+    // Guidance on the host: noise (B rows) from the transformer output (BB rows). Learned sigma (PixArt,
+    // out_channels = 2C): the scheduler sees the first C channels of each row.
+    std::vector<float> noise(n_lat);
+    auto guide = [&](const Tensor& out) {
         const size_t row_out = (size_t)out.numel() / (size_t)BB;
-        // Learned sigma (PixArt, out_channels = 2C): the scheduler sees the first C channels of each row.
         KILN_CHECK(row_out == row_lat || row_out == 2 * row_lat, cls, ": output ", shape_str(out.shape),
                    " does not match latents ", shape_str(lat_shape));
         const float* o = out.data<float>();
@@ -367,21 +370,59 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                 }
                 noise[(size_t)b * row_lat + k] = v;
             }
+    };
+    res.device_loop = use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
+                      exec::StepProgram::supported(tx_exec, ls);
+    if (res.device_loop) {
+        exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep));
+        std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
-            res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
-        x = sched->step(noise, i, x);
-        if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
-        res.step_ms.push_back(ms_since(t_step));
-        res.transformer_runs.push_back(tx_exec.last_run());
-        if (opt.progress) opt.progress(i + 1, (int)ts.size());
+            observe = [&](int i) {
+                const std::string si = "step" + std::to_string(i);
+                const Tensor out = tx_exec.output("sample");
+                res.intermediates.push_back({si + "_transformer_out", out});
+                guide(out);  // the device fused it into the step; the same arithmetic, for the record
+                res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+                res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
+            };
+        prog.run(x, step_timer(res, opt.progress), observe);
+        res.loop_plan_ms = prog.stats().plan_ms;
+        res.denoise_ms = ms_since(t_loop);
+        res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
+        z = pixart ? prog.latents(1, sf) : prog.latents(2, sf, shift);
+        if (flux) z = unpack_2x2(z.data(), (int)B, C, h, w);
+    } else {
+        double wait_ms = 0;
+        std::vector<float> model_in((size_t)BB * row_lat);
+        for (int i = 0; i < (int)ts.size(); ++i) {
+            const auto t_step = Clock::now();
+            for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
+            sched->scale_model_input(model_in, i);
+            tx_exec.set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
+            tx_exec.set_input("timestep", Tensor::from_f32({BB}, std::vector<float>((size_t)BB, timestep(i))));
+            auto t_run = Clock::now();
+            tx_exec.run();
+            wait_ms += ms_since(t_run) - tx_exec.last_host_ms();
+            const Tensor out = tx_exec.output("sample");
+            const std::string si = "step" + std::to_string(i);
+            if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
+            guide(out);
+            if (opt.keep_intermediates)
+                res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+            x = sched->step(noise, i, x);
+            if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
+            res.step_ms.push_back(ms_since(t_step));
+            res.transformer_runs.push_back(tx_exec.last_run());
+            if (opt.progress) opt.progress(i + 1, (int)ts.size());
+        }
+        res.denoise_ms = ms_since(t_loop);
+        res.denoise_host_ms = res.denoise_ms - wait_ms;
+        z = flux ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
+        for (auto& v : z) v = pixart ? v / sf : v / sf + shift;
     }
-    res.denoise_ms = ms_since(t_loop);
 
-    // ---- Decode: latents / scaling_factor (+ shift_factor), VAE, (decoded / 2 + 0.5) clamped, NHWC.
+    // ---- Decode: VAE, (decoded / 2 + 0.5) clamped, NHWC.
     auto t_dec = Clock::now();
-    std::vector<float> z = flux ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
-    const float sf = (float)vc.scaling_factor, shift = (float)vc.shift_factor;
-    for (auto& v : z) v = pixart ? v / sf : v / sf + shift;
     if (opt.keep_intermediates) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(nchw, z)});
     Tensor dec = vx.decode(Tensor::from_f32(nchw, z));  // [B, 3, H, W]
     if (opt.keep_intermediates) res.intermediates.push_back({"decoded", dec});

@@ -40,6 +40,7 @@ struct T2IOptions {
     bool keep_intermediates = false;     // the fixture names: step{i}_noise_pred, step{i}_latents, decoded, ...
     bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile
     int vae_tile_size = 0;               // tiled_vae: tile side in px (vae.tile_sample_min_size); 0 = sample_size
+    bool host_loop = false;              // as GenerateOptions::host_loop
     std::function<void(int step, int total)> progress;
 };
 

@@ -1,6 +1,7 @@
 // kiln generate: DiTPipeline (class labels) or a text-to-image pipeline (PixArt, SD3, Flux) end to end, PNG out.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -117,7 +118,8 @@ Run add_generate(CLI::App& app) {
         int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
-        bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false;
+        bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
+             host_loop = false;
         CLI::Option *neg_opt = nullptr, *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
         std::vector<CLI::Option*> text_opts, size_opts;
     };
@@ -162,6 +164,9 @@ Run add_generate(CLI::App& app) {
     app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
     app.add_option("--latents", o->latents,
                    "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise (Flux packs it)");
+    app.add_flag("--host-loop", o->host_loop,
+                 "Run the denoising loop on the host (read back every step; guidance and scheduler on the CPU) "
+                 "instead of on the device; same result. Also KILN_DEVICE_LOOP=0");
     app.add_option("--dump", o->dump, "Write intermediates (step{i}_latents, step{i}_noise_pred, decoded, image)");
     app.add_option("-o,--output", o->out, "PNG path; several images become NAME-0.png, NAME-1.png, ... (or --grid)")
         ->capture_default_str();
@@ -208,6 +213,11 @@ Run add_generate(CLI::App& app) {
                           const std::string& out, const std::string& dump) {
             std::fprintf(stderr, "  plan+upload %.0f ms, denoise %.0f ms (%.1f ms/step), decode %.0f ms\n", r.plan_ms,
                          r.denoise_ms, r.denoise_ms / n_steps, r.decode_ms);
+            if (r.device_loop)
+                std::fprintf(stderr, "  loop on the device: host busy %.2f ms/step (loop planned in %.1f ms)\n",
+                             (r.denoise_host_ms - r.loop_plan_ms) / n_steps, r.loop_plan_ms);
+            else
+                std::fprintf(stderr, "  loop on the host: host busy %.2f ms/step\n", r.denoise_host_ms / n_steps);
             const auto& tc = r.transformer_counters;
             std::fprintf(stderr, "  transformer %.1f MiB (weights + activations; %.0f MiB allocated)\n",
                          (double)(tc.weight_bytes + tc.activation_bytes_planned) / (1 << 20),
@@ -222,9 +232,18 @@ Run add_generate(CLI::App& app) {
             std::vector<StepFigures> steps;
             for (size_t i = 0; i < r.transformer_runs.size(); ++i)
                 steps.push_back({r.step_ms[i], r.transformer_runs[i]});
-            std::fprintf(stderr,
-                         "  profile: transformer per denoising step (ms; idle_pre = device idle before the step)\n");
-            print_steps(stderr, steps);
+            if (!steps.empty()) {
+                std::fprintf(stderr,
+                             "  profile: transformer per denoising step (ms; idle_pre = device idle before the step)\n");
+                print_steps(stderr, steps);
+            } else if (!r.step_ms.empty()) {  // device loop: no host work per step to time, only completions
+                std::vector<double> s = r.step_ms;
+                std::sort(s.begin(), s.end());
+                std::fprintf(stderr,
+                             "  profile: loop on the device, %zu steps, step completions %.2f ms apart (median; "
+                             "min %.2f, max %.2f); per-step GPU/host figures: --host-loop\n",
+                             s.size(), s[s.size() / 2], s.front(), s.back());
+            }
             const auto& tc = r.transformer_counters;
             std::fprintf(stderr, "  profile: transformer activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
                          (double)tc.activation_bytes_planned / (1 << 20), (double)tc.activation_bytes_naive / (1 << 20),
@@ -244,6 +263,7 @@ Run add_generate(CLI::App& app) {
             g.scheduler = o->scheduler;
             g.mode = exec::parse_mode(o->mode);
             g.keep_intermediates = !o->dump.empty();
+            g.host_loop = o->host_loop;
             g.tiled_vae = o->vae_tiling;
             g.vae_tile_size = o->vae_tile;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
@@ -286,6 +306,7 @@ Run add_generate(CLI::App& app) {
             t.scheduler = o->scheduler;
             t.mode = exec::parse_mode(o->mode);
             t.keep_intermediates = !o->dump.empty();
+            t.host_loop = o->host_loop;
             t.tiled_vae = o->vae_tiling;
             t.vae_tile_size = o->vae_tile;
             const auto plan = models::plan_t2i(src, t);  // defaults and size checks before any heavy work

@@ -292,6 +292,7 @@ void Executor::Impl::record() {
         }
     }
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;  // the device loop keeps steps in flight
     VK_CHECK(vkBeginCommandBuffer(primary, &bi));
     if (queries) {
         vkCmdResetQueryPool(primary, queries, 0, n_queries);

@@ -15,6 +15,7 @@
 #include "runtime/core/tensor.h"
 #include "runtime/ir/graph.h"
 #include "runtime/vulkan/context.h"
+#include "runtime/vulkan/memory.h"
 
 namespace kiln::exec {
 
@@ -84,6 +85,14 @@ public:
     const std::vector<double>& last_block_ms() const;
     // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.
     const std::vector<std::pair<std::string, double>>& last_op_ms() const;
+
+    // For programs that run the recorded run() between commands of their own (step_program.h): the device range
+    // of graph input or output `name` (dtype: its dtype), the primary command buffer one run() submits, recorded
+    // for simultaneous use (null in eager mode), and the executor's allocator (ranges taken from it live as long
+    // as the executor; they share its blocks instead of adding one). Defined in step_program.cpp.
+    vk::BufferRange device_range(const std::string& name, DType* dtype = nullptr) const;
+    VkCommandBuffer run_commands() const;
+    vk::Allocator& allocator();
 
 private:
     struct Impl;

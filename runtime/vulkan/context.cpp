@@ -191,6 +191,7 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     d.fp16_arith = f12.shaderFloat16;
     d.int8_arith = f12.shaderInt8;
     d.int64 = f2.features.shaderInt64;
+    d.fp64 = f2.features.shaderFloat64;
     d.buffer_device_address = f12.bufferDeviceAddress;
 
     uint32_t ne = 0;
@@ -310,6 +311,8 @@ Context::Context(int device, int validation, int pipeline_cache) {
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
     f11.storageBuffer16BitAccess = VK_TRUE;
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
+    f2.features.shaderInt64 = info_.int64;  // the device loop's correctly rounded division (shaders/loop.glsl)
+    f2.features.shaderFloat64 = info_.fp64;
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;

@@ -25,7 +25,7 @@ struct DeviceInfo {
     VkPhysicalDeviceType vk_type{};
     uint64_t device_local_bytes = 0;
     bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
-    bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false;
+    bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false, fp64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
     bool memory_budget = false;  // VK_EXT_memory_budget: the driver reports each heap's usage
     uint32_t subgroup_size = 0;

@@ -94,6 +94,31 @@ TEST_CASE("kiln generate --prompt reproduces diffusers' pipelines through the CL
     CHECK(compared >= 10);
 }
 
+TEST_CASE("kiln generate --host-loop: the same PNG and dump as the device loop", "[apps][generate][loop][vulkan]") {
+    Tmp tmp;
+    const std::string base = "--model " + fixture("sd3_pipeline") + " --prompt 'a cat' --steps 3 ";
+    Result dev = generate(tmp, base + "--dump " + (tmp / "dev.safetensors") + " -o " + (tmp / "dev.png"));
+    INFO(dev.err);
+    REQUIRE(dev.rc == 0);
+    CHECK(dev.err.find("loop on the device") != std::string::npos);
+    Result host =
+        generate(tmp, base + "--host-loop --dump " + (tmp / "host.safetensors") + " -o " + (tmp / "host.png"));
+    INFO(host.err);
+    REQUIRE(host.rc == 0);
+    CHECK(host.err.find("loop on the host") != std::string::npos);
+    auto bytes = [](const std::string& path) {
+        std::ifstream f(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    CHECK(bytes(tmp / "dev.png") == bytes(tmp / "host.png"));
+    auto d = SafeTensors::open(tmp / "dev.safetensors"), h = SafeTensors::open(tmp / "host.safetensors");
+    for (const char* name : {"step2_latents", "step2_noise_pred", "final_latents_scaled", "image"}) {
+        INFO(name);
+        REQUIRE(d.find(name));
+        CHECK(d.read(name).bytes == h.read(name).bytes);
+    }
+}
+
 TEST_CASE("kiln generate rejects bad prompts and options before writing anything", "[apps][generate]") {
     Tmp tmp;
     const std::string png = tmp / "out.png";

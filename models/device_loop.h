@@ -1,0 +1,35 @@
+#pragma once
+// The pipelines' side of the denoising loop on the device (runtime/exec/step_program.h): whether to use it, and
+// the per-step table built from a scheduler.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "models/schedulers/scheduler.h"
+#include "runtime/exec/step_params.h"
+
+namespace kiln::models {
+
+// The device loop unless forced to the host: host_loop (GenerateOptions, `kiln generate --host-loop`) or
+// KILN_DEVICE_LOOP=0 in the environment.
+bool use_device_loop(bool host_loop);
+
+// Every step's row of the table: plan_step(i) in order (advancing s's multistep state as step() would), its
+// coefficients cast to float as sched::apply_step casts them, model_input_divisor(i) and timestep(i).
+std::vector<params::LoopStep> plan_loop_steps(sched::Scheduler& s, const std::function<float(int)>& timestep);
+
+// Wraps a progress callback so that step_ms (a GenerateResult's) gets the wall time between consecutive step
+// completions as the host observes them (the device loop has no per-step host work to time otherwise).
+template <class Result>
+std::function<void(int, int)> step_timer(Result& res, std::function<void(int, int)> progress) {
+    auto last = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    return [&res, progress, last](int done, int total) {
+        auto now = std::chrono::steady_clock::now();
+        res.step_ms.push_back(std::chrono::duration<double, std::milli>(now - *last).count());
+        *last = now;
+        if (progress) progress(done, total);
+    };
+}
+
+}  // namespace kiln::models
