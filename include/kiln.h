@@ -204,6 +204,9 @@ typedef struct kiln_generate_stats {
     double decode_ms;  /* the VAE decode */
     uint64_t transformer_weight_bytes, transformer_activation_bytes; /* what the transformer needs */
     uint64_t transformer_device_bytes;                               /* what it allocated (whole blocks) */
+    int device_loop;        /* 1: the denoising loop ran on the device (guidance and scheduler steps recorded) */
+    double denoise_host_ms; /* of denoise_ms, the time the host was busy (not waiting for the device) */
+    double loop_plan_ms;    /* of denoise_host_ms, planning and recording the device loop */
 } kiln_generate_stats;
 #define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
 

@@ -248,6 +248,9 @@ extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_gene
             stats->transformer_weight_bytes = tc.weight_bytes;
             stats->transformer_activation_bytes = tc.activation_bytes_planned;
             stats->transformer_device_bytes = tc.device_bytes;
+            stats->device_loop = res.device_loop;
+            stats->denoise_host_ms = res.denoise_host_ms;
+            stats->loop_plan_ms = res.loop_plan_ms;
             write_struct(p.stats, *stats);
         }
         write_pixels(im, img);

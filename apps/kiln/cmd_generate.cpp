@@ -233,8 +233,8 @@ Run add_generate(CLI::App& app) {
             for (size_t i = 0; i < r.transformer_runs.size(); ++i)
                 steps.push_back({r.step_ms[i], r.transformer_runs[i]});
             if (!steps.empty()) {
-                std::fprintf(stderr,
-                             "  profile: transformer per denoising step (ms; idle_pre = device idle before the step)\n");
+                std::fprintf(
+                    stderr, "  profile: transformer per denoising step (ms; idle_pre = device idle before the step)\n");
                 print_steps(stderr, steps);
             } else if (!r.step_ms.empty()) {  // device loop: no host work per step to time, only completions
                 std::vector<double> s = r.step_ms;
@@ -268,10 +268,11 @@ Run add_generate(CLI::App& app) {
             g.vae_tile_size = o->vae_tile;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
-            // Through libkiln's C API; --profile's per-step figures and memory peaks are not in it: the C++ pipeline.
+            // Through libkiln's C API; --profile's per-step figures and memory peaks and --host-loop are not in it:
+            // the C++ pipeline.
             ContextPtr api;
             std::unique_ptr<vk::Context> ctx;
-            if (o->profile)
+            if (o->profile || o->host_loop)
                 ctx = std::make_unique<vk::Context>(o->device);
             else
                 api = open_context(o->device);

@@ -61,6 +61,8 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
         r.intermediates.push_back({t.name, tensor_of(t)});
     }
     r.plan_ms = stats.plan_ms, r.denoise_ms = stats.denoise_ms, r.decode_ms = stats.decode_ms;
+    r.device_loop = stats.device_loop != 0;
+    r.denoise_host_ms = stats.denoise_host_ms, r.loop_plan_ms = stats.loop_plan_ms;
     r.transformer_counters.weight_bytes = stats.transformer_weight_bytes;
     r.transformer_counters.activation_bytes_planned = stats.transformer_activation_bytes;
     r.transformer_counters.device_bytes = stats.transformer_device_bytes;

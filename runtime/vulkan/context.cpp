@@ -454,7 +454,7 @@ void Context::submit_wait(VkCommandBuffer cb, bool free) {
     if (free) vkFreeCommandBuffers(device_, pool_, 1, &cb);
 }
 
-void Context::submit(VkCommandBuffer cb, VkFence fence) {
+void Context::submit(const VkCommandBuffer* cbs, uint32_t count, VkFence fence) {
     if (lost_) KILN_FAIL_AS(device_lost, "the Vulkan device '", info_.name, "' was lost (VK_ERROR_DEVICE_LOST)");
     // The test hook: n more submissions succeed, then the device is "lost".
     for (int64_t n = faults_.lose_device_after.load(); n >= 0;)
@@ -465,8 +465,8 @@ void Context::submit(VkCommandBuffer cb, VkFence fence) {
                          "' was lost (VK_ERROR_DEVICE_LOST, injected by the test hook)");
         }
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    si.commandBufferCount = 1;
-    si.pCommandBuffers = &cb;
+    si.commandBufferCount = count;
+    si.pCommandBuffers = cbs;
     VkResult r = vkQueueSubmit(queue_, 1, &si, fence);
     if (r == VK_ERROR_DEVICE_LOST) lost_ = true;
     VK_CHECK(r);

@@ -81,7 +81,8 @@ public:
     void submit_wait(VkCommandBuffer cb, bool free = true);
     // Every submission goes through these two. A lost device (VK_ERROR_DEVICE_LOST, real or injected) throws
     // kiln::Error (ErrorKind::device_lost) and marks the context lost(): every later submit fails at once.
-    void submit(VkCommandBuffer cb, VkFence fence);
+    void submit(const VkCommandBuffer* cbs, uint32_t count, VkFence fence);
+    void submit(VkCommandBuffer cb, VkFence fence) { submit(&cb, 1, fence); }
     void wait(VkFence fence);  // waits for the fence, then resets it
     bool lost() const { return lost_; }
 
