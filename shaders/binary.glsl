@@ -3,6 +3,7 @@
 #define USE_BINARY
 #include "runtime/ir/params.h"
 layout(local_size_x = 256) in;
+SELECT_BUF(3)
 WEIGHT_BUF(0, A, float, a)
 WEIGHT_BUF(1, B, float, b)
 #ifdef KILN_PTR
@@ -21,5 +22,5 @@ void main() {
         ia += idx * p.sa[d];
         ib += idx * p.sb[d];
     }
-    y[i] = BINARY_OP(a[ia], b[ib]);
+    y[i] = BINARY_OP(a[WBASE(A) + ia], b[WBASE(B) + ib]);
 }

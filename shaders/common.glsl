@@ -32,8 +32,33 @@
     layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Blk##_ref { T data[]; };        \
     layout(binding = B) readonly buffer Blk##_ptrs { uvec2 Blk##_addr[]; };                               \
     Blk##_ref Blk##_p = Blk##_ref(Blk##_addr[B]);
+#define WBASE(Blk) 0u
+#define SELECT_BUF(B)
+#elif defined(KILN_OFF)
+// "_off" variants (-DKILN_OFF): the weight binding holds a whole range of block instances (one binding for
+// every replay) and `name` is read from element WBASE(Blk) on. The shader's last binding, declared by
+// SELECT_BUF(B), is the dispatch's slot of the selection table: one uint per binding, the element offset of
+// this replay's weight in 16-byte units (the primary writes it before each replay); non-weight inputs get 0.
+// Plain storage-buffer loads: on lavapipe as fast as the plain variant (address loads are not, see
+// runtime/exec/block_weights.cpp). The slot is a uniform buffer: llvmpipe reads a uniform buffer at a
+// constant offset once for all lanes, a storage buffer lane by lane (measurably slower on tiny elementwise ops).
+#define KILN_BYTES_float 4u
+#define KILN_BYTES_vec4 16u
+#define KILN_BYTES_float16_t 2u
+#define KILN_BYTES_uint16_t 2u
+#define KILN_BYTES_f16vec4 8u
+#define KILN_BYTES_u16vec4 8u
+#define KILN_BYTES_(T) KILN_BYTES_##T
+#define KILN_BYTES(T) KILN_BYTES_(T)
+#define SELECT_BUF(B) layout(binding = B, std140) uniform Kiln_sel { uvec4 kiln_sel[2]; };  // <= 8 inputs
+#define WEIGHT_BUF(B, Blk, T, name)                                     \
+    layout(binding = B) readonly buffer Blk { T name[]; };              \
+    uint Blk##_base = kiln_sel[B / 4][B % 4] * (16u / KILN_BYTES(T));
+#define WBASE(Blk) Blk##_base
 #else
 #define WEIGHT_BUF(B, Blk, T, name) layout(binding = B) readonly buffer Blk { T name[]; };
+#define WBASE(Blk) 0u
+#define SELECT_BUF(B)
 #endif
 
 // 1-D dispatch helper: invocations beyond n return. Groups may be spread over x and y when

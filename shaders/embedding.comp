@@ -8,6 +8,7 @@
 #define USE_EMBEDDING
 #include "runtime/ir/params.h"
 layout(local_size_x = 256) in;
+SELECT_BUF(3)
 WEIGHT_BUF(0, T, WTYPE, table)
 #ifdef KILN_PTR
 #define table T_p.data
@@ -20,5 +21,5 @@ void main() {
     if (i >= p.N * p.D) return;
     uint r = i / p.D, d = i % p.D;
     uint id = uint(clamp(ids[r], 0, int(p.V) - 1));
-    y[i] = W2F(table[id * p.D + d]);
+    y[i] = W2F(table[WBASE(T) + id * p.D + d]);
 }

@@ -7,6 +7,7 @@
 #include "runtime/ir/params.h"
 #include "reduce.glsl"
 layout(local_size_x = 64) in;
+SELECT_BUF(4)
 layout(binding = 0) readonly buffer X { float x[]; };
 WEIGHT_BUF(1, Wt, float, w)
 WEIGHT_BUF(2, Bs, float, b)
@@ -31,8 +32,8 @@ void main() {
     float inv = inversesqrt(wg_sum(v) / float(p.cols) + p.eps);
     for (uint c = t; c < p.cols; c += 64) {
         float r = (x[base + c] - mean) * inv;
-        if (p.has_w != 0) r *= w[c];
-        if (p.has_b != 0) r += b[c];
+        if (p.has_w != 0) r *= w[WBASE(Wt) + c];
+        if (p.has_b != 0) r += b[WBASE(Bs) + c];
         y[base + c] = r;
     }
 }

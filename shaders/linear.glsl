@@ -16,6 +16,7 @@
 layout(local_size_x = 16, local_size_y_id = 1) in;
 layout(constant_id = 0) const uint RM = 4;
 layout(constant_id = 1) const uint LY = 16;
+SELECT_BUF(4)
 #ifdef LINEAR_VEC4
 #define VT vec4
 layout(binding = 0) readonly buffer X { vec4 x[]; };
@@ -59,7 +60,12 @@ void main() {
     uint ks = KSTEPS;
     uint xr[RM], wr[RN];  // row starts in units of VT
     [[unroll]] for (uint i = 0; i < RM; ++i) xr[i] = min(m0 + LY * i, p.M - 1) * ks;
-    [[unroll]] for (uint j = 0; j < RN; ++j) wr[j] = min(n0 + 16 * j, p.N - 1) * ks;
+#ifdef W_QUANT
+    const uint w0 = 0u;  // quant.glsl adds WBASE(Wt) to its 16-bit word indices
+#else
+    const uint w0 = WBASE(Wt);
+#endif
+    [[unroll]] for (uint j = 0; j < RN; ++j) wr[j] = w0 + min(n0 + 16 * j, p.N - 1) * ks;
     float acc[RM][RN];
     [[unroll]] for (uint i = 0; i < RM; ++i)
         [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = 0.0;
@@ -75,7 +81,7 @@ void main() {
         if (m >= p.M) break;
         [[unroll]] for (uint j = 0; j < RN; ++j) {
             uint n = n0 + 16 * j;
-            if (n < p.N) y[m * p.N + n] = acc[i][j] + (p.has_bias != 0 ? bias[n] : 0.0);
+            if (n < p.N) y[m * p.N + n] = acc[i][j] + (p.has_bias != 0 ? bias[WBASE(Bs) + n] : 0.0);
         }
     }
 }

@@ -9,6 +9,7 @@
 #define USE_MATMUL
 #include "runtime/ir/params.h"
 layout(local_size_x = 16, local_size_y = 16) in;
+SELECT_BUF(3)
 layout(binding = 0) readonly buffer A { float a[]; };
 WEIGHT_BUF(1, Bm, float, b)
 #ifdef KILN_PTR
@@ -24,7 +25,7 @@ void main() {
     uint ar[4], bc[4];
     [[unroll]] for (uint i = 0; i < 4; ++i) {
         ar[i] = (bi * p.M + min(m0 + 16 * i, p.M - 1)) * K;
-        bc[i] = bi * p.b_batch_stride + min(n0 + 16 * i, N - 1);
+        bc[i] = WBASE(Bm) + bi * p.b_batch_stride + min(n0 + 16 * i, N - 1);
     }
     float acc[4][4];
     [[unroll]] for (uint i = 0; i < 4; ++i)

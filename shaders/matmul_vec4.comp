@@ -10,6 +10,7 @@
 #define USE_MATMUL
 #include "runtime/ir/params.h"
 layout(local_size_x = 16, local_size_y = 16) in;
+SELECT_BUF(3)
 layout(binding = 0) readonly buffer A { vec4 a[]; };
 WEIGHT_BUF(1, Bm, vec4, b)
 #ifdef KILN_PTR
@@ -24,7 +25,7 @@ void main() {
     uint K4 = p.K / 4, N4 = p.N / 4;
     uint ar[4], bq[2];
     [[unroll]] for (uint i = 0; i < 4; ++i) ar[i] = (bi * p.M + min(m0 + 16 * i, p.M - 1)) * K4;
-    [[unroll]] for (uint j = 0; j < 2; ++j) bq[j] = bi * (p.b_batch_stride / 4) + min(q0 + 16 * j, N4 - 1);
+    [[unroll]] for (uint j = 0; j < 2; ++j) bq[j] = WBASE(Bm) + bi * (p.b_batch_stride / 4) + min(q0 + 16 * j, N4 - 1);
     vec4 acc[4][2];
     [[unroll]] for (uint i = 0; i < 4; ++i)
         [[unroll]] for (uint j = 0; j < 2; ++j) acc[i][j] = vec4(0.0);

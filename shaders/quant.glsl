@@ -1,5 +1,6 @@
 // Dequantization of ggml's block formats (layouts in runtime/core/quant.h), from the weight buffer
-// `w` (uint16_t[], declared by the includer; every block field starts at an even byte).
+// `w` (uint16_t[], declared by the includer as WEIGHT_BUF Wt, read from word WBASE(Wt) on; every block
+// field starts at an even byte).
 // dq4(f) returns values 4f .. 4f+3 of the weight in row-major order: rows are whole blocks, so the
 // flat value index e gives block e / QK and position e % QK without knowing the row length. Every field
 // read as 4 bytes starts at an even offset (blocks and their fields are even-sized, 4 divides i).
@@ -26,10 +27,10 @@
 #define QBB 210u
 #endif
 
-uint qbyte(uint b) { return (uint(w[b >> 1]) >> ((b & 1u) * 8u)) & 0xffu; }
+uint qbyte(uint b) { return (uint(w[WBASE(Wt) + (b >> 1)]) >> ((b & 1u) * 8u)) & 0xffu; }
 // f16 bits (at an even byte) -> f32, exact including subnormals (m 2^-24 is a normal f32).
 float qhalf(uint b) {
-    uint h = uint(w[b >> 1]), e = (h >> 10) & 31u, m = h & 1023u;
+    uint h = uint(w[WBASE(Wt) + (b >> 1)]), e = (h >> 10) & 31u, m = h & 1023u;
     float v = e == 0u    ? float(m) * 5.9604644775390625e-8
               : e == 31u ? uintBitsToFloat(0x7f800000u | (m << 13))
                          : uintBitsToFloat(((e + 112u) << 23) | (m << 13));
@@ -38,7 +39,7 @@ float qhalf(uint b) {
 int qi8(uint v) { return bitfieldExtract(int(v), 0, 8); }  // sign-extend a byte
 // The 4 bytes at even byte offset b (two 16-bit words).
 uvec4 qbytes4(uint b) {
-    uint lo = uint(w[b >> 1]), hi = uint(w[(b >> 1) + 1u]);
+    uint lo = uint(w[WBASE(Wt) + (b >> 1)]), hi = uint(w[WBASE(Wt) + (b >> 1) + 1u]);
     return uvec4(lo & 0xffu, lo >> 8, hi & 0xffu, hi >> 8);
 }
 

@@ -7,6 +7,7 @@
 #include "runtime/ir/params.h"
 #include "reduce.glsl"
 layout(local_size_x = 64) in;
+SELECT_BUF(3)
 layout(binding = 0) readonly buffer X { float x[]; };
 WEIGHT_BUF(1, Wt, float, w)
 #ifdef KILN_PTR
@@ -23,6 +24,6 @@ void main() {
     float inv = inversesqrt(wg_sum(s) / float(p.cols) + p.eps);
     for (uint c = t; c < p.cols; c += 64) {
         float r = x[base + c] * inv;
-        y[base + c] = p.has_w != 0 ? r * w[c] : r;
+        y[base + c] = p.has_w != 0 ? r * w[WBASE(Wt) + c] : r;
     }
 }

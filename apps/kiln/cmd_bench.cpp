@@ -49,8 +49,8 @@ Run add_bench(CLI::App& app) {
     app.add_option("--warmup", o->warmup, "Untimed steps before timing")->capture_default_str();
     app.add_option("--mode", o->mode, "eager | full | regional | all")->capture_default_str();
     app.add_option("--block-weights", o->block_weights,
-                   "Regional: auto | device (selected through device addresses, no copies) | copy (copied per "
-                   "replay)")
+                   "Regional: auto | offset (one bound range, per-replay offsets, no copies) | device (selected "
+                   "through device addresses, no copies) | copy (copied per replay)")
         ->capture_default_str();
     app.add_option("--dtype", o->dtype,
                    "Synthetic weight dtype: f32 | f16 | bf16, or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q6_k "

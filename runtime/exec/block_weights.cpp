@@ -1,13 +1,23 @@
 // Where each replayed block instance finds its weights. All instances of a kind are stored block-major
 // (instance i in its own range, weight j at the same relative offset in each). The recording of the
-// template is made once; what changes per replay is chosen in the primary command buffer:
-//  - on the device (bufferDeviceAddress): the template's dispatches that read block weights use the
-//    "_ptr" shader variants, whose weight bindings hold a slot of 64-bit addresses (one per input binding);
-//    before replay i the primary writes instance i's addresses with vkCmdUpdateBuffer (a few hundred bytes).
-//    Descriptor state is not inherited by secondary command buffers, so the selection has to travel
-//    through memory. No weight moves, and no weight needs to fit maxStorageBufferRange.
-//  - copied (no bufferDeviceAddress, or a weight read by a shader without a "_ptr" variant): the
-//    template binds a window; before replay i the primary copies instance i's weights into it.
+// template is made once; what changes per replay is chosen in the primary command buffer. Descriptor state
+// is not inherited by secondary command buffers, so a selection made on the device travels through memory:
+//  - offset (auto's first choice): the kind's instances lie in one range that fits one binding. The
+//    template's weight-reading dispatches use the "_off" shader variants: every block-weight input binds
+//    that whole range, and the shader reads it from an element offset found in the dispatch's slot of a
+//    small selection table (one uint per binding, in 16-byte units). Before replay i the primary rewrites
+//    the kind's slots with vkCmdUpdateBuffer. The loads are plain storage-buffer loads, as fast as those of
+//    unselected weights. When the instances do not fit one binding they are split into windows of whole
+//    instances, each bound by its own recording of the template (record time grows with the windows, so
+//    auto splits only on CPU devices, where the alternatives are slower; GPUs take addresses instead).
+//  - address (bufferDeviceAddress): the "_ptr" variants, whose weight bindings hold a slot of 64-bit
+//    addresses (one per input binding), rewritten the same way. No weight needs to fit a binding, but on
+//    lavapipe a linear layer reading its weights this way is 3-4.5x slower (test_jit "[.bench]"): llvmpipe
+//    (lp_bld_nir_soa.c) turns a load through a 64-bit address into one scalar loop over the SIMD lanes *per
+//    component*, on 64-bit per-lane address arithmetic, where a storage-buffer load runs one lane loop for
+//    all four components of a vec4 (the linear shader's weight loads) on 32-bit offsets.
+//  - copied (no shader variant, or neither of the above): the template binds a window; before replay i the
+//    primary copies instance i's weights into it.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -15,6 +25,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/vulkan/shader_table.h"
 
 namespace kiln::exec {
 
@@ -31,27 +42,27 @@ void Executor::Impl::fill_weight(const WeightBytesFn& weights, int v, const vk::
     c.weight_bytes += n;
 }
 
-// True when every template dispatch that reads a block weight has a "_ptr" variant taking that input
-// through its address slot; else `why` names the first that does not.
-bool Executor::Impl::can_select_on_device(const BlockKind& k, std::string& why) {
+namespace {
+// Bindings of `shader` declared with WEIGHT_BUF (those its "_ptr" and "_off" variants can select), from the
+// reflection of its "_ptr" variant; 0 when it has none.
+uint32_t weight_buf_bindings(const std::string& shader) {
+    for (size_t i = 0; i < vk::kShaderCount; ++i)
+        if (shader + "_ptr" == vk::kShaderTable[i].name)
+            return vk::reflect_spirv(vk::kShaderTable[i].code, vk::kShaderTable[i].words).ptr_bindings;
+    return 0;
+}
+}  // namespace
+
+// How kind k's replays get their weights (see the top of this file); marks the template dispatches that
+// select on the device in ptr_slot (numbered by the caller). `why` says why a cheaper way was not taken.
+Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why) {
     if (select == BlockWeights::copy) {
         why = "copy requested";
-        return false;
-    }
-    if (!ctx.info().buffer_device_address) {
-        why = "the device has no bufferDeviceAddress";
-        return false;
-    }
-    // lavapipe (a CPU device) loads through device addresses lane by lane: there, the copies cost less
-    // than the slower weight loads, unless a block weight cannot be bound at all.
-    bool too_large = false;
-    for (int v : k.tmpl_weights) too_large |= value_bytes(g.value(v)) > ctx.info().max_storage_buffer_range;
-    if (select == BlockWeights::automatic && ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU && !too_large) {
-        why = "CPU device: copies are cheaper than address loads there";
-        return false;
+        return Select::copy;
     }
     std::set<int> tw(k.tmpl_weights.begin(), k.tmpl_weights.end());
     const ir::Region& t = g.regions()[(size_t)k.regions[0]];
+    std::vector<int> readers;  // template dispatches that read a block weight
     for (int n = t.first; n < t.end; ++n) {
         const ir::Node& node = g.nodes()[(size_t)n];
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
@@ -60,25 +71,45 @@ bool Executor::Impl::can_select_on_device(const BlockKind& k, std::string& why) 
             if (node.in[b] >= 0 && tw.count(r(node.in[b]))) weight_bits |= 1u << b;
         if (!weight_bits) continue;
         vk::Dispatch d = vk::lower(g, node);
-        if (!vk::has_shader(d.shader + "_ptr")) {
-            why = "shader " + d.shader + " has no _ptr variant";
-            return false;
+        if ((weight_buf_bindings(d.shader) & weight_bits) != weight_bits) {
+            why = "shader " + d.shader + " reads a block weight through a plain binding";
+            return Select::copy;
         }
-        const vk::Kernel& kern = kernels.get(d.shader + "_ptr", d.spec);
-        if ((kern.ptr_bindings & weight_bits) != weight_bits) {
-            why = "shader " + d.shader + "_ptr reads a block weight through a plain binding";
-            return false;
-        }
-        ptr_slot[n] = 0;  // numbered below
+        readers.push_back(n);
     }
-    return true;
+    const VkDeviceSize total = stride * k.weights.size();
+    const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const bool split_ok = select == BlockWeights::offset || (select == BlockWeights::automatic && cpu);
+    if (select != BlockWeights::device && (total <= max_binding || (split_ok && stride <= max_binding))) {
+        for (int n : readers) ptr_slot[n] = 0;
+        return Select::offset;
+    }
+    why = select == BlockWeights::device
+              ? "device requested"
+              : "its " + std::to_string(k.weights.size()) + " blocks (" + std::to_string(total >> 20) +
+                    " MiB) exceed one binding (" + std::to_string(max_binding >> 20) + " MiB)";
+    if (!ctx.info().buffer_device_address) {
+        why += "; the device has no bufferDeviceAddress";
+        return Select::copy;
+    }
+    bool too_large = false;
+    for (int v : k.tmpl_weights) too_large |= value_bytes(g.value(v)) > max_binding;
+    if (select == BlockWeights::automatic && cpu && !too_large) {
+        why += "; CPU device: copies are cheaper than address loads there";
+        return Select::copy;
+    }
+    for (int n : readers) ptr_slot[n] = 0;
+    return Select::address;
 }
 
 void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
-    VkDeviceSize slot_align = std::max<VkDeviceSize>(ctx.info().min_storage_offset_align, 16);
+    // A slot is bound as a storage buffer ("_ptr") or a uniform buffer ("_off", 32 bytes: uvec4[2]).
+    VkDeviceSize slot_align =
+        std::max<VkDeviceSize>({ctx.info().min_storage_offset_align, ctx.info().min_uniform_offset_align, 16});
     size_t max_inputs = 1;
     for (auto& n : g.nodes()) max_inputs = std::max(max_inputs, n.in.size());
-    slot_size = align_up(8 * max_inputs, slot_align);
+    slot_size =
+        align_up(std::max<VkDeviceSize>(8 * max_inputs, 32), slot_align);  // 8 B per input (address), 4 (offset)
     VkDeviceSize table_bytes = 0;
     std::string note;
     for (auto& k : blocks) {
@@ -89,59 +120,84 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             stride += align_up(value_bytes(g.value(v)));
         }
         stride = std::max<VkDeviceSize>(stride, kAlign);
-        // One range per instance: the allocator packs them block-major into its large blocks, and no
-        // single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
-        const std::string what = "weights of block kind " + k.kind;
-        std::vector<vk::BufferRange> inst;
-        for (size_t i = 0; i < k.weights.size(); ++i) {
-            inst.push_back(alloc.alloc(stride, what.c_str(), false));
-            for (size_t j = 0; j < k.tmpl_weights.size(); ++j)
-                fill_weight(weights, k.weights[i][j], inst.back(), rel[j]);
-        }
         std::map<int, VkDeviceSize> kind_slots_before = ptr_slot;
         std::string why;
-        bool dev = can_select_on_device(k, why);
-        vk::BufferRange window;
-        if (dev) {
-            // The template's weights are those of instance 0 (for barrier tracking; the dispatches that read
-            // them take their addresses from the slots).
-            window = inst[0];
+        const Select sel = choose_selection(k, stride, why);
+        const std::string what = "weights of block kind " + k.kind;
+        std::vector<vk::BufferRange> inst, windows;
+        std::vector<int> win_of(k.weights.size(), 0);
+        if (sel == Select::offset) {
+            // Windows of whole instances, each bound whole by a recording of the template (one window when
+            // every instance fits one binding).
+            const size_t n = k.weights.size(), per = (size_t)std::min<VkDeviceSize>(n, max_binding / stride);
+            for (size_t i = 0; i < n; ++i) {
+                if (i % per == 0) windows.push_back(alloc.alloc(stride * std::min(per, n - i), what.c_str(), false));
+                const vk::BufferRange& w = windows.back();
+                VkDeviceSize at = (i % per) * stride;
+                inst.push_back({w.buffer, w.offset + at, stride, w.mapped ? w.mapped + at : nullptr});
+                win_of[i] = (int)windows.size() - 1;
+            }
+        } else {
+            // One range per instance: the allocator packs them block-major into its large blocks, and no
+            // single allocation has to hold every block (SD3/Flux exceed maxMemoryAllocationSize otherwise).
+            for (size_t i = 0; i < k.weights.size(); ++i) inst.push_back(alloc.alloc(stride, what.c_str(), false));
+        }
+        for (size_t i = 0; i < k.weights.size(); ++i)
+            for (size_t j = 0; j < k.tmpl_weights.size(); ++j) fill_weight(weights, k.weights[i][j], inst[i], rel[j]);
+        // The template's weights are those of instance 0 (copy: the window's), for barrier tracking and
+        // for any dispatch that reads them through a plain binding.
+        vk::BufferRange tmpl = inst[0];
+        if (sel == Select::copy) {
+            ptr_slot = kind_slots_before;
+            slot_base.push_back(0);
+            tmpl = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
+            windows = {tmpl};
+            note += (note.empty() ? "" : "; ") + k.kind + ": copied per replay (" + why + ")";
+        } else {
             slot_base.push_back(table_bytes);
             for (auto& [n, off] : ptr_slot)
                 if (!kind_slots_before.count(n)) off = table_bytes, table_bytes += slot_size;
             c.block_kinds_on_device++;
-        } else {
-            ptr_slot = kind_slots_before;
-            slot_base.push_back(0);
-            window = alloc.alloc(stride, ("weight window of block kind " + k.kind).c_str(), false);
-            note += (note.empty() ? "" : "; ") + k.kind + ": copied per replay (" + why + ")";
+            if (sel == Select::offset) {
+                c.block_kinds_by_offset++;
+                if (windows.size() > 1)
+                    note += (note.empty() ? "" : "; ") + k.kind + ": " + std::to_string(k.weights.size()) +
+                            " blocks of " + std::to_string(stride >> 10) + " KiB in " + std::to_string(windows.size()) +
+                            " bound windows of at most " + std::to_string(max_binding >> 10) +
+                            " KiB, one recording each";
+            } else {
+                note += (note.empty() ? "" : "; ") + k.kind + ": selected by device address (" + why + ")";
+            }
         }
         for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
             int v = k.tmpl_weights[j];
             VkDeviceSize n = value_bytes(g.value(v));
-            KILN_CHECK(dev || n <= ctx.info().max_storage_buffer_range, "weight '", g.value(v).name, "' (", n,
+            KILN_CHECK(sel == Select::address || n <= max_binding, "weight '", g.value(v).name, "' (", n,
                        " bytes) exceeds maxStorageBufferRange (", why, ")");
-            range[(size_t)v] = {window.buffer, window.offset + rel[j], n,
-                                window.mapped ? window.mapped + rel[j] : nullptr};
+            range[(size_t)v] = {tmpl.buffer, tmpl.offset + rel[j], n, tmpl.mapped ? tmpl.mapped + rel[j] : nullptr};
         }
         block_arena.push_back(std::move(inst));
         block_rel.push_back(std::move(rel));
-        block_window.push_back(dev ? vk::BufferRange{} : window);
+        block_windows.push_back(std::move(windows));
+        window_of.push_back(std::move(win_of));
         block_stride.push_back(stride);
-        on_device.push_back(dev);
+        how.push_back(sel);
     }
-    if (table_bytes) ptr_table = alloc.alloc(table_bytes, "block weight address table");
+    if (table_bytes) ptr_table = alloc.alloc(table_bytes, "block weight selection table");
     if (!blocks.empty())
-        c.block_weights_note = note.empty() ? "block weights selected on the device (buffer device addresses)" : note;
+        c.block_weights_note =
+            note.empty() ? "block weights selected on the device (one bound range, per-replay offsets)" : note;
 }
 
-// Slot contents per instance: the address of every input of every "_ptr" dispatch, instance i's weights
-// in place of the template's.
+// Slot contents per instance, from instance_weights(k, i). address: the address of every input of every
+// "_ptr" dispatch, instance i's weights in place of the template's. offset: for every input of every "_off"
+// dispatch, the offset of instance i's weight in the bound range in 16-byte units (0 for other inputs).
 void Executor::Impl::build_ptr_tables() {
     ptr_data.assign(blocks.size(), {});
     for (size_t k = 0; k < blocks.size(); ++k) {
-        if (!on_device[k]) continue;
+        if (how[k] == Select::copy) continue;
         const BlockKind& bk = blocks[k];
+        const bool by_offset = how[k] == Select::offset;
         std::map<int, size_t> weight_index;
         for (size_t j = 0; j < bk.tmpl_weights.size(); ++j) weight_index[bk.tmpl_weights[j]] = j;
         const ir::Region& t = g.regions()[(size_t)bk.regions[0]];
@@ -151,14 +207,28 @@ void Executor::Impl::build_ptr_tables() {
         if (begin > end) begin = end = 0;  // no dispatch reads a block weight
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             std::vector<uint8_t> bytes(end - begin);
-            const VkDeviceAddress base = alloc.address(block_arena[k][i]);
+            const vk::BufferRange& w = instance_weights(k, i);
             for (auto& [n, off] : ptr_slot) {
                 if (n < t.first || n >= t.end) continue;
                 const ir::Node& node = g.nodes()[(size_t)n];
                 for (size_t b = 0; b < node.in.size(); ++b) {
                     int v = node.in[b];
+                    const bool weight = v >= 0 && weight_index.count(r(v));
+                    if (by_offset) {
+                        uint32_t units = 0;
+                        if (weight) {
+                            const vk::BufferRange& win = block_windows[k][(size_t)window_of[k][i]];
+                            VkDeviceSize at = w.offset - win.offset + block_rel[k][weight_index[r(v)]];
+                            KILN_CHECK(w.buffer == win.buffer && w.offset >= win.offset &&
+                                           w.offset + block_stride[k] <= win.offset + win.size && at % 16 == 0,
+                                       "internal: block ", i, " of kind ", bk.kind, " is outside its bound range");
+                            units = (uint32_t)(at / 16);
+                        }
+                        std::memcpy(bytes.data() + (off - begin) + 4 * b, &units, 4);
+                        continue;
+                    }
                     VkDeviceAddress a = v < 0 ? alloc.address(dummy) : alloc.address(range[(size_t)r(v)]);
-                    if (v >= 0 && weight_index.count(r(v))) a = base + block_rel[k][weight_index[r(v)]];
+                    if (weight) a = alloc.address(w) + block_rel[k][weight_index[r(v)]];
                     std::memcpy(bytes.data() + (off - begin) + 8 * b, &a, 8);
                 }
             }
@@ -169,13 +239,14 @@ void Executor::Impl::build_ptr_tables() {
 }
 
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {
-    if (!on_device[k]) {
-        const vk::BufferRange& src = block_arena[k][i];
-        VkBufferCopy cp{src.offset, block_window[k].offset, block_stride[k]};
-        vkCmdCopyBuffer(primary, src.buffer, block_window[k].buffer, 1, &cp);
+    if (how[k] == Select::copy) {
+        const vk::BufferRange& src = instance_weights(k, i);
+        const vk::BufferRange& win = block_windows[k][0];
+        VkBufferCopy cp{src.offset, win.offset, block_stride[k]};
+        vkCmdCopyBuffer(primary, src.buffer, win.buffer, 1, &cp);
         c.copies_per_run++;
         c.weight_copy_bytes_per_run += block_stride[k];
-        rec.writes.push_back({block_window[k].buffer, block_window[k].offset, block_stride[k]});
+        rec.writes.push_back({win.buffer, win.offset, block_stride[k]});
         return;
     }
     const std::vector<uint8_t>& data = ptr_data[k][i];

@@ -33,9 +33,10 @@ Mode parse_mode(const std::string& s) {
 
 BlockWeights parse_block_weights(const std::string& s) {
     if (s == "auto") return BlockWeights::automatic;
+    if (s == "offset") return BlockWeights::offset;
     if (s == "device") return BlockWeights::device;
     if (s == "copy") return BlockWeights::copy;
-    KILN_FAIL("unknown block weights '", s, "' (auto, device or copy)");
+    KILN_FAIL("unknown block weights '", s, "' (auto, offset, device or copy)");
 }
 
 void Executor::Impl::plan(const WeightBytesFn& weights) {
@@ -63,9 +64,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
         }
         if (!skip) active.push_back(n);
     }
-    // After the blocks, the last instance's outputs live in the template's chain inputs.
-    for (auto& k : blocks)
-        for (auto [vl, x] : k.last_outputs) root[(size_t)vl] = root[(size_t)x];
+    plan_chains();
 
     plan_weights(weights, active);
     plan_activations(active);
@@ -78,6 +77,64 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     c.pipelines_created = kernels.created();
     c.plan_ms += ms_since(t1) - kernels.create_ms();
     record();
+}
+
+// True when the template's chain output y may be written into its input x's buffer: nothing in the
+// block reads x after y is written, or y's producer reads x only at y's own element index (an
+// elementwise op on x's shape), so every read of x sees the block's input.
+bool Executor::Impl::can_update_in_place(const ir::Region& t, int x, int y) const {
+    const int rx = r(x), def = g.value(r(y)).producer;
+    if (def < t.first || def >= t.end) return false;
+    int last_read = -1;
+    bool same_index = true;
+    for (int n = t.first; n < t.end; ++n) {
+        const ir::Node& node = g.nodes()[(size_t)n];
+        if (ir::op_kind(node.op) == ir::OpKind::view) continue;  // its readers are counted instead
+        for (int v : node.in) {
+            if (v < 0 || r(v) != rx) continue;
+            last_read = std::max(last_read, n);
+            if (n == def)
+                same_index &= (node.op == ir::Op::add || node.op == ir::Op::sub || node.op == ir::Op::mul) &&
+                              g.value(v).shape == g.value(node.out).shape;
+        }
+    }
+    return last_read < def || (last_read == def && same_index);
+}
+
+// The residual stream from block to block without copies. In place where the block allows it: each chain
+// output Y takes its input X's buffer (can_update_in_place), so replay i leaves replay i + 1's input where
+// it reads it. Else a ping-pong: a kind's replays alternate between two recordings, the second with every X
+// and its Y in each other's buffers; after the blocks, the last instance's outputs live in X (an even number
+// of replays) or in Y (odd). Both need the kind's X and Y to be distinct roots; else the chain is copied
+// after each replay.
+void Executor::Impl::plan_chains() {
+    ping_pong.assign(blocks.size(), false);
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        const BlockKind& bk = blocks[k];
+        std::set<int> xs, ys;
+        bool ok = !bk.chain.empty();
+        for (auto [x, y] : bk.chain) ok &= xs.insert(r(x)).second && ys.insert(r(y)).second;
+        for (int x : xs) ok &= !ys.count(x);
+        bool in_place = ok;
+        for (auto [x, y] : bk.chain)
+            in_place = in_place && can_update_in_place(g.regions()[(size_t)bk.regions[0]], x, y);
+        if (in_place) {
+            for (auto [x, y] : bk.chain) {
+                const int rx = r(x), ry = r(y);
+                for (auto& rv : root)
+                    if (rv == ry) rv = rx;
+            }
+            ok = false;
+        }
+        ping_pong[k] = ok;
+        const bool in_y = ok && bk.weights.size() % 2 == 1;
+        for (auto [vl, x] : bk.last_outputs) {
+            int holder = x;
+            for (auto [cx, cy] : bk.chain)
+                if (in_y && cx == x) holder = cy;
+            root[(size_t)vl] = root[(size_t)holder];
+        }
+    }
 }
 
 void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vector<int>& active) {
@@ -120,9 +177,11 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
         for (int v : n.in)
             if (v >= 0 && life.count(r(v))) life[r(v)].second = t;
     }
-    for (auto& k : blocks) {
+    for (size_t ki = 0; ki < blocks.size(); ++ki) {
+        const BlockKind& k = blocks[ki];
         const auto& t = g.regions()[(size_t)k.regions[0]];
         int end_t = (int)(std::find(active.begin(), active.end(), t.end - 1) - active.begin());
+        int first_t = (int)(std::find(active.begin(), active.end(), t.first) - active.begin());
         // The template runs once per instance: whatever it reads from outside (shared values such as
         // the timestep embedding, chain inputs) must survive every replay, and so must chain outputs.
         auto keep = [&](int v) {
@@ -132,6 +191,10 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
             for (int v : nodes[(size_t)n].in)
                 if (v >= 0 && (g.value(v).producer < t.first || g.value(v).producer >= t.end)) keep(v);
         for (auto [x, y] : k.chain) keep(x), keep(y);
+        // Ping-pong: in odd replays Y's buffer holds the block input, read from the template's start.
+        if (ping_pong[ki])
+            for (auto [x, y] : k.chain)
+                if (life.count(r(y))) life[r(y)].first = std::min(life[r(y)].first, first_t);
     }
     // Greedy first-fit placement by definition time.
     struct Live {
@@ -173,28 +236,44 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
 
 void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     const auto& nodes = g.nodes();
+    auto kind_of = [&](const ir::Node& node) {
+        for (size_t ki = 0; ki < blocks.size(); ++ki)
+            if (node.region >= 0 && g.regions()[(size_t)node.region].kind == blocks[ki].kind) return (int)ki;
+        return -1;
+    };
     int n_dispatch = 0, n_bind = 0;
-    for (int n : active)
-        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute)
-            n_dispatch++, n_bind += (int)nodes[(size_t)n].in.size() + 1;
-    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)};
-    VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
-    pi.poolSizeCount = 1;
-    pi.pPoolSizes = &ps;
-    VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
-
-    block_dispatches.assign(blocks.size(), {});
-    std::vector<bool> kind_emitted(blocks.size(), false);
     for (int n : active) {
         const ir::Node& node = nodes[(size_t)n];
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
+        int copies = kind_of(node) >= 0 ? (int)variants((size_t)kind_of(node)) : 1;
+        n_dispatch += copies, n_bind += copies * ((int)node.in.size() + 2);
+    }
+    // Storage buffers, and one uniform buffer per dispatch at most (the selection slot of "_off" variants).
+    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, (uint32_t)std::max(n_dispatch, 1)}};
+    VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
+    pi.poolSizeCount = 2;
+    pi.pPoolSizes = ps;
+    VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
+
+    // One dispatch record of node n (of block kind `kind`, or -1); `swap` exchanges the buffers of the kind's
+    // chain roots (parity 1 of a ping-pong); `window`: the weight window an "_off" dispatch binds.
+    auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window) {
+        const ir::Node& node = nodes[(size_t)n];
         vk::Dispatch d = vk::lower(g, node);
-        auto slot = ptr_slot.find(n);  // a "_ptr" dispatch of a block whose weights are selected on the device
-        if (slot != ptr_slot.end()) d.shader += "_ptr";
+        // A dispatch that selects block weights on the device: "_off" (offsets into the bound range of all
+        // instances, from its slot, bound after the output) or "_ptr" (addresses, from its slot).
+        auto slot = ptr_slot.find(n);
+        const bool by_offset = slot != ptr_slot.end() && how[(size_t)kind] == Select::offset;
+        if (slot != ptr_slot.end()) d.shader += by_offset ? "_off" : "_ptr";
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
-        KILN_CHECK(k.bindings == node.in.size() + 1, "shader ", d.shader, " has ", k.bindings, " bindings, op ",
-                   ir::op_name(node.op), " needs ", node.in.size() + 1);
+        const size_t want = node.in.size() + (by_offset ? 2 : 1);
+        KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ", ir::op_name(node.op),
+                   " needs ", want);
+        std::set<int> block_weights;
+        if (by_offset)
+            block_weights.insert(blocks[(size_t)kind].tmpl_weights.begin(), blocks[(size_t)kind].tmpl_weights.end());
         DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
         VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         ai.descriptorPool = pool;
@@ -204,31 +283,55 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         std::vector<VkDescriptorBufferInfo> bi(k.bindings);
         std::vector<VkWriteDescriptorSet> w(k.bindings);
         for (uint32_t b = 0; b < k.bindings; ++b) {
-            int v = b < node.in.size() ? node.in[b] : node.out;
-            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)r(v)];
-            KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
-            bi[b] = {br.buffer, br.offset, br.size};
-            if (slot != ptr_slot.end() && b < node.in.size() && (k.ptr_bindings >> b & 1))
-                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
             w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
             w[b].dstSet = rec.set;
             w[b].dstBinding = b;
             w[b].descriptorCount = 1;
-            w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[b].descriptorType =
+                (k.uniform_bindings >> b & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
             w[b].pBufferInfo = &bi[b];
+            if (by_offset && b == node.in.size() + 1) {  // the selection slot
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
+                continue;
+            }
+            int v = b < node.in.size() ? node.in[b] : node.out;
+            int root_v = r(v);
+            if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
+            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)root_v];
+            KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
+            bi[b] = {br.buffer, br.offset, br.size};
+            if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
+            if (by_offset && v >= 0 && block_weights.count(r(v))) {
+                const vk::BufferRange& win = block_windows[(size_t)kind][window];
+                bi[b] = {win.buffer, win.offset, win.size};
+            }
             if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
         }
         vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
-        int idx = (int)dispatches.size();
         dispatches.push_back(std::move(rec));
-        int kind = -1;
-        for (size_t ki = 0; ki < blocks.size(); ++ki)
-            if (node.region >= 0 && g.regions()[(size_t)node.region].kind == blocks[ki].kind) kind = (int)ki;
+        return (int)dispatches.size() - 1;
+    };
+
+    block_dispatches.assign(blocks.size(), {});
+    for (size_t ki = 0; ki < blocks.size(); ++ki) block_dispatches[ki].resize(variants(ki));
+    std::vector<std::map<int, int>> swaps(blocks.size());
+    for (size_t ki = 0; ki < blocks.size(); ++ki)
+        if (ping_pong[ki])
+            for (auto [x, y] : blocks[ki].chain) swaps[ki][r(x)] = r(y), swaps[ki][r(y)] = r(x);
+    std::vector<bool> kind_emitted(blocks.size(), false);
+    for (int n : active) {
+        const ir::Node& node = nodes[(size_t)n];
+        if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
+        int kind = kind_of(node);
         if (kind >= 0) {
-            block_dispatches[(size_t)kind].push_back(idx);
+            const size_t ki = (size_t)kind;
+            for (size_t v = 0; v < variants(ki); ++v)
+                block_dispatches[ki][v].push_back(
+                    make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{}, v / parities(ki)));
             if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
         } else {
-            program.push_back({Step::dispatch, idx});
+            program.push_back({Step::dispatch, make(n, kind, {}, 0)});
         }
     }
 }
@@ -265,29 +368,33 @@ void Executor::Impl::record() {
     // Command buffers are allocated first: record_ms counts recording only.
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = ctx.pool();
-    if (!blocks.empty()) {
-        secondaries.resize(blocks.size());
+    secondaries.resize(blocks.size());
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        secondaries[k].resize(variants(k));
         ai.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
-        ai.commandBufferCount = (uint32_t)blocks.size();
-        VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries.data()));
+        ai.commandBufferCount = (uint32_t)secondaries[k].size();
+        VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries[k].data()));
     }
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
     VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &primary));
     auto t0 = Clock::now();
-    // Secondary command buffers: one per block kind, recorded once, executed once per instance.
-    std::vector<int> sec_barriers(blocks.size());
-    if (!blocks.empty()) {
-        for (size_t k = 0; k < blocks.size(); ++k) {
+    // Secondary command buffers: per block kind and variant (parity, weight window), recorded once, executed
+    // once per instance.
+    std::vector<std::vector<int>> sec_barriers(blocks.size());
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        sec_barriers[k].resize(variants(k));
+        for (size_t v = 0; v < variants(k); ++v) {
+            VkCommandBuffer cb = secondaries[k][v];
             VkCommandBufferInheritanceInfo inh{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
             VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
             bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
             bi.pInheritanceInfo = &inh;
-            VK_CHECK(vkBeginCommandBuffer(secondaries[k], &bi));
-            Recorder rec{secondaries[k]};
-            for (int d : block_dispatches[k]) record_dispatch(rec, dispatches[(size_t)d]);
-            VK_CHECK(vkEndCommandBuffer(secondaries[k]));
-            sec_barriers[k] = rec.barriers;
+            VK_CHECK(vkBeginCommandBuffer(cb, &bi));
+            Recorder rec{cb};
+            for (int d : block_dispatches[k][v]) record_dispatch(rec, dispatches[(size_t)d]);
+            VK_CHECK(vkEndCommandBuffer(cb));
+            sec_barriers[k][v] = rec.barriers;
             c.command_buffers_recorded++;
         }
     }
@@ -308,9 +415,11 @@ void Executor::Impl::record() {
         }
         size_t k = (size_t)step.index;
         const BlockKind& bk = blocks[k];
-        // Per instance: carry the previous instance's outputs into the chain inputs and select its weights
-        // (both only after the barrier that closed the previous replay), one barrier, replay, one barrier.
+        // Per instance: carry the previous instance's outputs into the chain inputs (unless they ping-pong)
+        // and select its weights (both only after the barrier that closed the previous replay), one
+        // barrier, replay, one barrier.
         auto carry = [&] {
+            if (ping_pong[k] || chain_free(k)) return;
             for (auto [x, y] : bk.chain) {
                 Span sx = span(x), sy = span(y);
                 VkBufferCopy cc{sy.off, sx.off, sx.size};
@@ -325,9 +434,10 @@ void Executor::Impl::record() {
             record_block_weights(rec, k, i);
             rec.barrier();
             if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
-            vkCmdExecuteCommands(primary, 1, &secondaries[k]);
-            c.barriers_per_run += sec_barriers[k];
-            c.dispatches_per_run += (int)block_dispatches[k].size();
+            const size_t v = variant(k, i);
+            vkCmdExecuteCommands(primary, 1, &secondaries[k][v]);
+            c.barriers_per_run += sec_barriers[k][v];
+            c.dispatches_per_run += (int)block_dispatches[k][v].size();
             rec.barrier();
             if (profile_blocks)
                 vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
@@ -350,6 +460,9 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     impl_->select = block_weights;
     if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
         impl_->select = parse_block_weights(env);
+    impl_->max_binding = ctx.info().max_storage_buffer_range;
+    if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
+        impl_->max_binding = std::min<VkDeviceSize>(impl_->max_binding, std::strtoull(env, nullptr, 10));
     impl_->plan(weights);
 }
 

@@ -23,12 +23,15 @@ enum class Mode { eager, full, regional };
 const char* mode_name(Mode m);
 Mode parse_mode(const std::string& s);  // "eager" | "full" | "regional"
 
-// How regional mode gives each replayed block instance its weights. automatic: on the device where
-// bufferDeviceAddress exists, except on CPU devices unless a block weight exceeds maxStorageBufferRange;
-// device: through device addresses (falls back to copies without bufferDeviceAddress); copy: copied.
-// KILN_BLOCK_WEIGHTS=auto|device|copy in the environment decides for `automatic`.
-enum class BlockWeights { automatic, device, copy };
-BlockWeights parse_block_weights(const std::string& s);  // "auto" | "device" | "copy"
+// How regional mode gives each replayed block instance its weights. offset: the replay binds the range of
+// all instances and its shaders read at a per-replay offset (needs the kind's weights to fit one binding);
+// device: through device addresses (needs bufferDeviceAddress); copy: copied into a bound window.
+// automatic: offset where the kind fits one binding, else device addresses, except on CPU devices (where
+// address loads are slow) unless a block weight exceeds maxStorageBufferRange; else copy. A request that
+// cannot be met falls back as automatic does. KILN_BLOCK_WEIGHTS=auto|offset|device|copy in the environment
+// decides for `automatic`.
+enum class BlockWeights { automatic, offset, device, copy };
+BlockWeights parse_block_weights(const std::string& s);  // "auto" | "offset" | "device" | "copy"
 
 // Writes the bytes of weight `v` (in v.dtype, v.shape, contiguous) to dst (nbytes long).
 using WeightBytesFn = std::function<void(const ir::Value& v, void* dst, size_t nbytes)>;
@@ -44,6 +47,7 @@ struct Counters {
     uint64_t weight_copy_bytes_per_run = 0;  // block weights copied per run (0 when selected on the device)
     int table_updates_per_run = 0;           // address-table writes (vkCmdUpdateBuffer) selecting block weights
     int block_kinds_on_device = 0;           // block kinds whose weights are selected on the device
+    int block_kinds_by_offset = 0;           // ... of which by an offset into one bound range (no addresses)
     std::string block_weights_note;          // how block weights are replayed, and why when copied
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;

@@ -85,16 +85,22 @@ struct Executor::Impl {
     vk::BufferRange dummy;
     std::vector<BlockKind> blocks;
     // Block weights, per kind: instance i's weights lie in block_arena[k][i] (block_stride[k] bytes), the
-    // template's weight j at the same offset block_rel[k][j] in each. Two ways to replay them:
-    //  on the device (bufferDeviceAddress): the template's "_ptr" dispatches (ptr_slot: node -> byte
-    //    offset in ptr_table) read their inputs through the device addresses in their slot; before replay
-    //    i the primary writes instance i's addresses (ptr_data[k][i], slot_base[k] in ptr_table);
-    //  copied: the recording binds block_window[k]; before replay i the primary copies instance i into it.
+    // template's weight j at the same offset block_rel[k][j] in each. Three ways to replay them (Select):
+    //  offset: instance i lies in window block_windows[k][window_of[k][i]], each a whole number of instances
+    //    in one binding; the template's "_off" dispatches (recorded once per window) bind it whole and read
+    //    their weights at the element offsets in their slot of ptr_table (ptr_slot: node -> byte offset),
+    //    which the primary rewrites before replay i (ptr_data[k][i] at slot_base[k]);
+    //  address (bufferDeviceAddress): the "_ptr" dispatches read their inputs through the device addresses
+    //    in their slot, rewritten the same way;
+    //  copy: the recording binds block_windows[k][0]; before replay i the primary copies instance i into it.
+    enum class Select { copy, address, offset };
     std::vector<std::vector<vk::BufferRange>> block_arena;
     std::vector<std::vector<VkDeviceSize>> block_rel;
     std::vector<VkDeviceSize> block_stride;
-    std::vector<vk::BufferRange> block_window;  // copied kinds only
-    std::vector<bool> on_device;
+    std::vector<std::vector<vk::BufferRange>> block_windows;
+    std::vector<std::vector<int>> window_of;
+    std::vector<Select> how;
+    VkDeviceSize max_binding = 0;  // maxStorageBufferRange, or lower (KILN_MAX_BINDING_RANGE, for tests)
     std::vector<VkDeviceSize> slot_base;
     VkDeviceSize slot_size = 0;
     vk::BufferRange ptr_table;
@@ -108,9 +114,19 @@ struct Executor::Impl {
         int index;  // dispatch index, or block kind index
     };
     std::vector<Step> program;
-    std::vector<std::vector<int>> block_dispatches;  // per kind: dispatch indices of the template
+    // Per kind and variant: dispatch indices of the template, and its recording. Kinds whose residual stream
+    // ping-pongs (ping_pong[k]) have a second recording (parity 1) in which every chain input X and its
+    // output Y trade buffers: replay i runs parity i % 2, so instance i reads what i - 1 wrote and nothing is
+    // carried. Kinds selected by offset over several windows have one recording (pair) per window.
+    std::vector<std::vector<std::vector<int>>> block_dispatches;
+    std::vector<std::vector<VkCommandBuffer>> secondaries;
+    std::vector<bool> ping_pong;
+    size_t parities(size_t k) const { return ping_pong[k] ? 2 : 1; }
+    size_t variants(size_t k) const { return parities(k) * (how[k] == Select::offset ? block_windows[k].size() : 1); }
+    size_t variant(size_t k, size_t i) const {
+        return (how[k] == Select::offset ? (size_t)window_of[k][i] : 0) * parities(k) + i % parities(k);
+    }
     VkCommandBuffer primary = VK_NULL_HANDLE;
-    std::vector<VkCommandBuffer> secondaries;
     VkQueryPool queries = VK_NULL_HANDLE;
     uint32_t n_queries = 0;
     BlockWeights select = BlockWeights::automatic;
@@ -128,7 +144,8 @@ struct Executor::Impl {
         VkDevice d = ctx.device();
         vkDeviceWaitIdle(d);
         if (primary) vkFreeCommandBuffers(d, ctx.pool(), 1, &primary);
-        if (!secondaries.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)secondaries.size(), secondaries.data());
+        for (auto& s : secondaries)
+            if (!s.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)s.size(), s.data());
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
         if (queries) vkDestroyQueryPool(d, queries, nullptr);
         if (fence) vkDestroyFence(d, fence, nullptr);
@@ -145,9 +162,21 @@ struct Executor::Impl {
     // block_weights.cpp
     void fill_weight(const WeightBytesFn& weights, int v, const vk::BufferRange& dst, VkDeviceSize off);
     void plan_block_weights(const WeightBytesFn& weights);
-    bool can_select_on_device(const BlockKind& k, std::string& why);
+    Select choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why);
+    // Where replay i of kind k reads its weights (block_stride[k] bytes, weight j at block_rel[k][j]). The
+    // selection tables are built from this one answer (weight streaming can point it at a ring slot).
+    const vk::BufferRange& instance_weights(size_t k, size_t i) const { return block_arena[k][i]; }
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
+    bool can_update_in_place(const ir::Region& t, int x, int y) const;
+    void plan_chains();
+    // True when kind k's chain needs no carry copy (updated in place: its outputs already share its inputs'
+    // buffers).
+    bool chain_free(size_t k) const {
+        for (auto [x, y] : blocks[k].chain)
+            if (r(x) != r(y)) return false;
+        return true;
+    }
     void plan_activations(const std::vector<int>& active);
     void build_dispatches(const std::vector<int>& active);
     void record();

@@ -175,6 +175,7 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
                             (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     d.max_storage_buffer_range = p.limits.maxStorageBufferRange;
     d.min_storage_offset_align = p.limits.minStorageBufferOffsetAlignment;
+    d.min_uniform_offset_align = p.limits.minUniformBufferOffsetAlignment;
     d.max_push_constants = p.limits.maxPushConstantsSize;
     d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
     d.timestamp_period_ns = p.limits.timestampPeriod;

@@ -31,6 +31,7 @@ struct DeviceInfo {
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
+    uint64_t min_uniform_offset_align = 0;
     uint32_t max_push_constants = 0, max_shared_memory = 0;
     float timestamp_period_ns = 0;
 };

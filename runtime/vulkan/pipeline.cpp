@@ -52,6 +52,7 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
         if (sc == SCStorageBuffer || sc == SCUniform) {
             KILN_CHECK(binding.count(id) && set[id] == 0, "shader resource without binding in descriptor set 0");
             r.bindings.push_back(binding[id]);
+            if (sc == SCUniform) r.uniform_bindings |= 1u << binding[id];  // (SPIR-V >= 1.3: SSBOs are StorageBuffer)
             const std::string& block = names[pointee[type]];
             if (block.size() > 5 && block.compare(block.size() - 5, 5, "_ptrs") == 0)
                 r.ptr_bindings |= 1u << binding[id];
@@ -102,11 +103,13 @@ Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spe
     k.name = name;
     k.bindings = (uint32_t)refl.bindings.size();
     k.ptr_bindings = refl.ptr_bindings;
+    k.uniform_bindings = refl.uniform_bindings;
 
     std::vector<VkDescriptorSetLayoutBinding> lb(k.bindings);
     for (uint32_t i = 0; i < k.bindings; ++i) {
         lb[i].binding = i;
-        lb[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        lb[i].descriptorType =
+            (k.uniform_bindings >> i & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
         lb[i].descriptorCount = 1;
         lb[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
     }

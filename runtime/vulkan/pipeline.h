@@ -15,14 +15,16 @@ struct Kernel {
     VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
     VkPipelineLayout layout = VK_NULL_HANDLE;
     VkPipeline pipeline = VK_NULL_HANDLE;
-    uint32_t bindings = 0;      // storage buffers at bindings 0..bindings-1
-    uint32_t ptr_bindings = 0;  // bit b: binding b holds device addresses of the inputs ("_ptr" variants)
+    uint32_t bindings = 0;          // storage buffers at bindings 0..bindings-1
+    uint32_t ptr_bindings = 0;      // bit b: binding b holds device addresses of the inputs ("_ptr" variants)
+    uint32_t uniform_bindings = 0;  // bit b: binding b is a uniform buffer (the others are storage buffers)
 };
 
 // Reflection of one SPIR-V module: the storage-buffer bindings of descriptor set 0.
 struct Reflection {
     std::vector<uint32_t> bindings;  // sorted
     uint32_t ptr_bindings = 0;       // bit b: the block at binding b is named "*_ptrs" (WEIGHT_BUF in common.glsl)
+    uint32_t uniform_bindings = 0;   // bit b: binding b is a uniform buffer
     bool push_constants = false;
 };
 Reflection reflect_spirv(const uint32_t* code, size_t words);

@@ -96,9 +96,20 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
     CHECK(read()["pipeline_cache"]["status"] == "disabled");
 }
 
-TEST_CASE("kiln generate --profile prints the per-step figures and memory peaks", "[apps][bench][vulkan]") {
-    TmpDir tmp("profile");
+TEST_CASE("kiln generate --profile with the device loop prints step completions and memory peaks",
+          "[apps][bench][vulkan]") {
+    TmpDir tmp("profile_dev");
     Run r = run_kiln(tmp.path, "generate --class-labels 3 --steps 3 --profile -o " + (tmp.path / "out.png").string());
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("profile: loop on the device, 3 steps") != std::string::npos);
+    CHECK(r.err.find("host RSS") != std::string::npos);
+}
+
+TEST_CASE("kiln generate --profile --host-loop prints the per-step figures and memory peaks", "[apps][bench][vulkan]") {
+    TmpDir tmp("profile");
+    Run r = run_kiln(tmp.path, "generate --class-labels 3 --steps 3 --profile --host-loop -o " +
+                                   (tmp.path / "out.png").string());
     INFO(r.err);
     REQUIRE(r.rc == 0);
     CHECK(r.err.find("idle_pre") != std::string::npos);

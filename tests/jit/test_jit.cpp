@@ -1,8 +1,10 @@
 // The regional JIT: one recording per block kind, replayed; bitwise equal to full and eager;
 // equal to the CPU reference; no stale state between runs; a new shape gets a new plan.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 
+#include "runtime/core/quant.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/regions.h"
@@ -48,7 +50,10 @@ struct Toy {
     exec::WeightBytesFn gpu() const {
         return [this](const ir::Value& v, void* dst, size_t n) {
             const Tensor& t = weights.at(v.name);
-            convert(t.bytes.data(), t.dtype, dst, v.dtype, (size_t)t.numel());
+            if (dtype_is_quant(v.dtype))
+                quantize(reinterpret_cast<const float*>(t.bytes.data()), v.dtype, dst, (size_t)t.numel());
+            else
+                convert(t.bytes.data(), t.dtype, dst, v.dtype, (size_t)t.numel());
         };
     }
     cpu::WeightFn cpu() const {
@@ -164,7 +169,8 @@ TEST_CASE("regional replays select each block's own weights on the device, with 
         CHECK(cd.table_updates_per_run == 5);  // one address-table write per replay
         CHECK(cc.block_kinds_on_device == 0);
         CHECK(cc.weight_copy_bytes_per_run > 0);
-        CHECK(cd.copies_per_run == cc.copies_per_run - 5);  // what remains carries the residual stream
+        CHECK(cd.copies_per_run == 0);  // the residual stream is updated in place: no carry copies either
+        CHECK(cc.copies_per_run == 5);  // one weight copy per replay
         CHECK(cd.command_buffers_recorded == 2);
         CHECK(cd.dispatches_per_run == cc.dispatches_per_run);
         // Each block's weights differ (seeded per block): equal outputs mean every replay read its own.
@@ -214,5 +220,117 @@ TEST_CASE("a second executor on one context creates no pipeline; run figures add
     CHECK(own.last_run().submissions == own.counters().dispatches_per_run);  // one per op
     CHECK(own.last_run().idle_ms >= 0);
     CHECK(bitwise_equal(own.output("y"), first));
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+namespace {
+// Runs `ex` on `in` and returns y.
+Tensor run_y(exec::Executor& ex, const std::map<std::string, Tensor>& in) {
+    for (auto& [n, t] : in) ex.set_input(n, t);
+    ex.run();
+    return ex.output("y");
+}
+
+// KILN_MAX_BINDING_RANGE for one scope: the executor then plans as if the device bound at most `bytes`.
+struct BindingLimit {
+    explicit BindingLimit(size_t bytes) { setenv("KILN_MAX_BINDING_RANGE", std::to_string(bytes).c_str(), 1); }
+    ~BindingLimit() { unsetenv("KILN_MAX_BINDING_RANGE"); }
+};
+}  // namespace
+
+TEST_CASE("block weights by offset into one bound range: no copy of any kind, bitwise equal to full", "[jit]") {
+    // Quantized matrices need whole blocks per row: K = 32 (q8_0, q4_0, q5_1) or 256 (q4_k, q6_k).
+    auto [wdt, D] =
+        GENERATE(std::make_pair(DType::f32, 32), std::make_pair(DType::f16, 32), std::make_pair(DType::bf16, 32),
+                 std::make_pair(DType::q8_0, 32), std::make_pair(DType::q4_0, 32), std::make_pair(DType::q5_1, 32),
+                 std::make_pair(DType::q4_k, 256), std::make_pair(DType::q6_k, 256));
+    const int blocks = GENERATE(4, 5);
+    INFO("weight dtype " << dtype_name(wdt) << ", " << blocks << " blocks");
+    Toy toy(blocks, 2, 13, D, wdt);
+    auto in = inputs(2, 13, D, 31);
+    Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
+    exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional, false, exec::BlockWeights::offset);
+    const auto& c = ex.counters();
+    CHECK(c.block_kinds_by_offset == 1);
+    CHECK(c.copies_per_run == 0);  // neither weights nor the residual stream are copied
+    CHECK(c.weight_copy_bytes_per_run == 0);
+    CHECK(c.table_updates_per_run == blocks);  // one offset-table write per replay
+    CHECK(c.command_buffers_recorded == 2);    // the block + the step
+    CHECK(bitwise_equal(full, run_y(ex, in)));
+    CHECK(bitwise_equal(full, run_y(ex, in)));  // a second run replays the same selection
+    // auto takes the same path wherever the kind fits one binding.
+    exec::Executor automatic(context(), toy.g, toy.gpu(), exec::Mode::regional);
+    CHECK(automatic.counters().block_kinds_by_offset == 1);
+    CHECK(automatic.counters().copies_per_run == 0);
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("block weights over the binding limit: split into windows, copied or by address, all bitwise equal",
+          "[jit]") {
+    // f32, D = 32: w1 and w2 8 KiB each, b1 and gate 256 B each: 16.5 KiB per block.
+    Toy toy(5, 2, 13, 32);
+    auto in = inputs(2, 13, 32, 41);
+    Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
+    const size_t stride = 2 * 8192 + 2 * 256;
+    SECTION("two blocks per window: three windows, one recording each, still no copies") {
+        BindingLimit limit(2 * stride + 100);
+        exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional);
+        const auto& c = ex.counters();
+        CHECK(c.block_kinds_by_offset == 1);
+        CHECK(c.copies_per_run == 0);
+        CHECK(c.command_buffers_recorded == 3 + 1);
+        CHECK(c.block_weights_note.find("3 bound windows") != std::string::npos);
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+    }
+    SECTION("no block fits a binding but every weight does: copied on a CPU device, addresses elsewhere") {
+        BindingLimit limit(stride - 256);
+        exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional);
+        const auto& c = ex.counters();
+        CHECK(c.block_kinds_by_offset == 0);
+        if (context().info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+            CHECK(c.copies_per_run == 5);  // the weights only: the residual stream ping-pongs
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+    }
+    SECTION("a weight over the limit: device addresses, no copies") {
+        BindingLimit limit(4096);
+        exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional);
+        const auto& c = ex.counters();
+        CHECK(c.block_kinds_on_device == 1);
+        CHECK(c.block_kinds_by_offset == 0);
+        CHECK(c.copies_per_run == 0);
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+    }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("a block whose output cannot overwrite its input: the residual stream ping-pongs, no copies", "[jit]") {
+    // y = linear(x): every output element reads a whole row of x, so y cannot be written over x. Replays
+    // alternate between two recordings with x and y in each other's buffers; even and odd depths leave the
+    // result in either.
+    for (int blocks : {4, 5}) {
+        ir::Graph g;
+        std::map<std::string, Tensor> w;
+        ir::Val x = g.input("x", {2, 13, 32});
+        for (int i = 0; i < blocks; ++i) {
+            std::string p = "blk." + std::to_string(i) + ".";
+            g.begin_region("blocks", i);
+            x = g.linear(x, g.weight(p + "w", {32, 32}), g.weight(p + "b", {32}));
+            w[p + "w"] = test::random_tensor({32, 32}, 50 + 2 * i, -0.3f, 0.3f);
+            w[p + "b"] = test::random_tensor({32}, 51 + 2 * i);
+            g.end_region();
+        }
+        g.output(g.scale(x, 2.0f), "y");
+        exec::WeightBytesFn bytes = [&](const ir::Value& v, void* dst, size_t n) {
+            std::memcpy(dst, w.at(v.name).bytes.data(), n);
+        };
+        std::map<std::string, Tensor> in{{"x", test::random_tensor({2, 13, 32}, 7)}};
+        Tensor full = exec::run_graph(context(), g, bytes, in, exec::Mode::full)["y"];
+        exec::Executor ex(context(), g, bytes, exec::Mode::regional);
+        INFO(blocks << " blocks");
+        CHECK(ex.counters().command_buffers_recorded == 3);  // the block at both parities + the step
+        CHECK(ex.counters().copies_per_run == 0);
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+    }
     CHECK(vk::Context::validation_errors() == 0);
 }
