@@ -87,6 +87,20 @@ typedef struct kiln_device_info {
     uint64_t device_local_bytes;
     int unified_memory; /* 1: a device-local heap is host-visible */
     int usable;         /* 1: has the features Kiln needs (16-bit storage, subgroup arithmetic) */
+    /* Appended (an older caller's smaller struct ends before them): the features Kiln uses, 1 = present. */
+    int fp16_storage;        /* storageBuffer16BitAccess */
+    int fp16_arithmetic;     /* shaderFloat16 */
+    int int8_arithmetic;     /* shaderInt8 */
+    int int64;               /* shaderInt64 */
+    int subgroup_arithmetic; /* subgroup arithmetic in compute shaders */
+    int cooperative_matrix;
+    int buffer_device_address;
+    int timestamps; /* compute-queue timestamps */
+    uint32_t subgroup_size;
+    uint32_t max_shared_memory_bytes; /* maxComputeSharedMemorySize */
+    uint64_t max_storage_buffer_range;
+    uint64_t max_allocation_bytes; /* maxMemoryAllocationSize */
+    int memory_budget;             /* VK_EXT_memory_budget: the driver reports heap usage */
 } kiln_device_info;
 #define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
 
@@ -103,6 +117,9 @@ typedef struct kiln_context_options {
     size_t struct_size;
     int device;     /* Vulkan device index; -1 = KILN_DEVICE if set, else the best (discrete > integrated > ...) */
     int validation; /* 0 = KILN_VALIDATION environment variable decides, 1 = on, -1 = off */
+    /* Device memory one model may use for weights and activations (0: the device's memory heap). Block weights
+       over it stay in host memory and stream through a ring of device slots (regional mode). Appended in 0.1. */
+    uint64_t vram_budget_bytes;
 } kiln_context_options;
 /* device -1 (auto), validation from the environment. */
 #ifdef __cplusplus
@@ -158,6 +175,12 @@ KILN_API kiln_status kiln_model_component(const kiln_model* model, int i, const 
  * the model names none), owned by the model. */
 KILN_API kiln_status kiln_model_class_label(const kiln_model* model, int i, int* id, const char** name);
 
+/* The summary `kiln info` prints of a Kiln model file (components, classes, config, parameter counts, dtypes,
+ * sizes, tokenizer files), UTF-8 text; no context needed. With buf NULL, sets *length only; else writes the text
+ * and a NUL if capacity > *length (else KILN_BUFFER_TOO_SMALL, nothing written). Missing file: KILN_NOT_FOUND;
+ * not a valid Kiln file: KILN_IO. */
+KILN_API kiln_status kiln_describe_model_file(const char* path, char* buf, size_t capacity, size_t* length);
+
 /* ---- Generate -------------------------------------------------------------------------------------------------- */
 
 typedef enum kiln_jit_mode {
@@ -170,6 +193,25 @@ typedef enum kiln_jit_mode {
 /* Called after each denoising step (step 1 .. total), and once with step 0 before the first. Return non-zero to
  * cancel: the call stops at the next step boundary with KILN_CANCELLED; the context stays usable. */
 typedef int (*kiln_progress_fn)(int step, int total, void* user);
+
+typedef struct kiln_result kiln_result; /* named tensors; see kiln_forward */
+
+/* What a generate call resolved and measured (params->stats). The size query fills the resolved fields. */
+typedef struct kiln_generate_stats {
+    size_t struct_size;
+    int steps;       /* resolved: the pipeline's default when params->steps is 0 */
+    double guidance; /* resolved */
+    int width, height;
+    double plan_ms;    /* transformer and VAE planned, pipelines created, weights uploaded */
+    double denoise_ms; /* the denoising loop */
+    double decode_ms;  /* the VAE decode */
+    uint64_t transformer_weight_bytes, transformer_activation_bytes; /* what the transformer needs */
+    uint64_t transformer_device_bytes;                               /* what it allocated (whole blocks) */
+    int device_loop;        /* 1: the denoising loop ran on the device (guidance and scheduler steps recorded) */
+    double denoise_host_ms; /* of denoise_ms, the time the host was busy (not waiting for the device) */
+    double loop_plan_ms;    /* of denoise_host_ms, planning and recording the device loop */
+} kiln_generate_stats;
+#define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
 
 typedef struct kiln_generate_params {
     size_t struct_size;
@@ -192,6 +234,12 @@ typedef struct kiln_generate_params {
     int max_sequence_length; /* text models: T5 tokens; 0 = the pipeline's */
     kiln_progress_fn progress;
     void* progress_user;
+    /* Appended (an older caller's smaller struct ends before them; zero = off). */
+    kiln_generate_stats* stats;  /* non-NULL (struct_size set): filled by the call */
+    kiln_result** intermediates; /* non-NULL: receives every intermediate under diffusers' names (step{i}_latents,
+                                    step{i}_noise_pred, decoded, image, ...); the caller destroys it */
+    int vae_tiling;              /* 1: decode in overlapping tiles, as diffusers' vae.enable_tiling() */
+    int vae_tile_size;           /* with vae_tiling: tile side in pixels; 0 = the VAE's sample_size */
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 
@@ -242,13 +290,15 @@ typedef struct kiln_forward_params {
     int input_count;
     kiln_jit_mode jit_mode;
     int cpu_reference; /* 1: run the CPU reference executor (slow; the oracle) instead of the device */
+    /* Appended: the VAE (AutoencoderKL) with diffusers' memory options; other components refuse them. */
+    int vae_tiled;     /* 1: overlapping tiles, blended (enable_tiling()) */
+    int vae_tile_size; /* with vae_tiled: tile side in pixels; 0 = the config's sample_size */
+    int vae_sliced;    /* 1: one batch element at a time (enable_slicing()) */
 } kiln_forward_params;
 #define KILN_FORWARD_PARAMS_INIT KILN_INIT_(kiln_forward_params)
 
-typedef struct kiln_result kiln_result;
-
-/* Runs one component; *out receives the named outputs (sample; decoded; last_hidden_state; ...). Unknown
- * component -> KILN_NOT_FOUND; inputs that do not fit it -> KILN_INVALID_ARGUMENT. */
+/* Runs one component; *out receives the named outputs (sample; decoded; last_hidden_state; ...), sorted by name.
+ * Unknown component -> KILN_NOT_FOUND; inputs that do not fit it -> KILN_INVALID_ARGUMENT. */
 KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* params, kiln_result** out);
 KILN_API int kiln_result_count(const kiln_result* result); /* 0 for NULL */
 /* Output i; the tensor's name, shape and data are owned by the result. */

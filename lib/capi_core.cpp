@@ -3,7 +3,9 @@
 #include <filesystem>
 #include <new>
 #include <optional>
+#include <sstream>
 
+#include "converter/info.h"
 #include "lib/capi_internal.h"
 #include "models/forward.h"
 #include "models/t2i_pipeline.h"
@@ -13,8 +15,6 @@ namespace kiln::capi {
 namespace {
 thread_local std::string t_message;
 thread_local const char* t_fixed = nullptr;  // when the message itself could not be stored (out of memory)
-
-bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
 
 void copy_str(char* dst, size_t cap, const std::string& s) {
     const size_t n = std::min(cap - 1, s.size());
@@ -41,14 +41,21 @@ kiln_status status_of_current_exception(kiln_status fallback) {
     } catch (const Cancelled&) {
         return set_error(KILN_CANCELLED, "cancelled by the progress callback");
     } catch (const Error& e) {
-        // VK_CHECK names the VkResult: those two have their own status.
-        const std::string m = e.what();
         kiln_status s = fallback;
-        if (contains(m, "VK_ERROR_DEVICE_LOST")) s = KILN_DEVICE_LOST;
-        if (contains(m, "VK_ERROR_OUT_OF_DEVICE_MEMORY") || contains(m, "VK_ERROR_OUT_OF_HOST_MEMORY") ||
-            contains(m, "VK_ERROR_OUT_OF_POOL_MEMORY"))
-            s = KILN_OUT_OF_MEMORY;
-        return set_error(s, m);
+        switch (e.kind()) {
+            case ErrorKind::io:
+                s = KILN_IO;
+                break;
+            case ErrorKind::out_of_memory:
+                s = KILN_OUT_OF_MEMORY;
+                break;
+            case ErrorKind::device_lost:
+                s = KILN_DEVICE_LOST;
+                break;
+            case ErrorKind::generic:
+                break;
+        }
+        return set_error(s, e.what());
     } catch (const std::bad_alloc&) {
         return set_error(KILN_OUT_OF_MEMORY, "out of host memory");
     } catch (const std::exception& e) {
@@ -67,6 +74,25 @@ void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out) {
     out.device_local_bytes = d.device_local_bytes;
     out.unified_memory = d.unified_memory;
     out.usable = d.fp16_storage && d.subgroup_arithmetic;
+    out.fp16_storage = d.fp16_storage;
+    out.fp16_arithmetic = d.fp16_arith;
+    out.int8_arithmetic = d.int8_arith;
+    out.int64 = d.int64;
+    out.subgroup_arithmetic = d.subgroup_arithmetic;
+    out.cooperative_matrix = d.cooperative_matrix;
+    out.buffer_device_address = d.buffer_device_address;
+    out.timestamps = d.timestamps;
+    out.subgroup_size = d.subgroup_size;
+    out.max_shared_memory_bytes = d.max_shared_memory;
+    out.max_storage_buffer_range = d.max_storage_buffer_range;
+    out.max_allocation_bytes = d.max_allocation;
+    out.memory_budget = d.memory_budget;
+}
+
+void check_alive(const Device& d) {
+    if (d.vk->lost())
+        fail(KILN_DEVICE_LOST, "the Vulkan device '", d.vk->info().name,
+             "' was lost: this context is dead (destroy it and its models, then create a new one)");
 }
 
 namespace {
@@ -175,6 +201,7 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
         }
         auto dev = std::make_shared<Device>();
         dev->vk = std::make_unique<vk::Context>(o.device, o.validation == 0 ? -1 : o.validation == 1 ? 1 : 0);
+        if (o.vram_budget_bytes) dev->vk->set_vram_budget(o.vram_budget_bytes);
         auto ctx = std::make_unique<kiln_context>();
         ctx->device = std::move(dev);
         *out = ctx.release();
@@ -189,6 +216,7 @@ KILN_API void kiln_context_destroy(kiln_context* ctx) {
 KILN_API kiln_status kiln_context_get_device(const kiln_context* ctx, kiln_device_info* info) {
     return guarded(KILN_INTERNAL, [&] {
         KILN_ARG(ctx, "ctx is NULL");
+        check_alive(*ctx->device);
         auto v = read_struct(info, "info");
         fill_device_info(ctx->device->vk->info(), v);
         write_struct(info, v);
@@ -201,6 +229,7 @@ KILN_API kiln_status kiln_model_open(kiln_context* ctx, const char* path, kiln_m
         *out = nullptr;
         KILN_ARG(ctx, "ctx is NULL");
         KILN_ARG(path && *path, "path is NULL or empty");
+        check_alive(*ctx->device);
         const std::string p = path;
         // Reads files only: no device work, so no lock.
         std::optional<models::ModelSource> src;
@@ -228,6 +257,7 @@ KILN_API void kiln_model_destroy(kiln_model* model) { delete model; }
 KILN_API kiln_status kiln_model_get_info(const kiln_model* model, kiln_model_info* info) {
     return guarded(KILN_INTERNAL, [&] {
         KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
         auto v = read_struct(info, "info");
         v.kind = model->kind;
         v.pipeline = model->pipeline.c_str();
@@ -242,6 +272,7 @@ KILN_API kiln_status kiln_model_get_info(const kiln_model* model, kiln_model_inf
 KILN_API kiln_status kiln_model_component(const kiln_model* model, int i, const char** name, const char** cls) {
     return guarded(KILN_INTERNAL, [&] {
         KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
         KILN_ARG(name, "name is NULL");
         if (i < 0 || i >= (int)model->components.size())
             fail(KILN_NOT_FOUND, "component index ", i, " out of range (", model->components.size(), " components)");
@@ -250,9 +281,27 @@ KILN_API kiln_status kiln_model_component(const kiln_model* model, int i, const 
     });
 }
 
+KILN_API kiln_status kiln_describe_model_file(const char* path, char* buf, size_t capacity, size_t* length) {
+    return guarded(KILN_IO, [&] {
+        KILN_ARG(path && *path, "path is NULL or empty");
+        KILN_ARG(length, "length is NULL");
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec)) fail(KILN_NOT_FOUND, path, ": no such file");
+        std::ostringstream os;
+        print_model_info(path, os);
+        const std::string text = os.str();
+        *length = text.size();
+        if (!buf) return;
+        if (capacity <= text.size())
+            fail(KILN_BUFFER_TOO_SMALL, "capacity is ", capacity, " bytes, ", text.size() + 1, " needed");
+        std::memcpy(buf, text.c_str(), text.size() + 1);
+    });
+}
+
 KILN_API kiln_status kiln_model_class_label(const kiln_model* model, int i, int* id, const char** name) {
     return guarded(KILN_INTERNAL, [&] {
         KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
         KILN_ARG(id || name, "id and name are both NULL");
         if (i < 0 || i >= (int)model->labels.size())
             fail(KILN_NOT_FOUND, "class index ", i, " out of range (", model->labels.size(), " classes)");

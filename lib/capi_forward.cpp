@@ -3,6 +3,7 @@
 
 #include "lib/capi_internal.h"
 #include "models/forward.h"
+#include "models/vae_runner.h"
 
 namespace kiln::capi {
 namespace {
@@ -95,6 +96,8 @@ KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* 
         KILN_ARG(out, "out is NULL");
         *out = nullptr;
         KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
+        model->src.check_unchanged();  // a model file changed on disk since kiln_model_open: KILN_IO, before any work
         const auto p = read_struct(params, "params");
         const auto& src = model->src;
         const std::string comp = p.component ? p.component : default_component(src);
@@ -115,9 +118,26 @@ KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* 
             KILN_ARG(in.emplace(p.inputs[i].name, std::move(t)).second, "input '", p.inputs[i].name,
                      "' is given twice");
         }
+        KILN_ARG(p.vae_tile_size >= 0 && (p.vae_tile_size == 0 || p.vae_tiled), "vae_tile_size is ", p.vae_tile_size,
+                 " (it needs vae_tiled)");
+        const bool vae_options = p.vae_tiled || p.vae_sliced;
+        if (vae_options) {
+            KILN_ARG(src.class_of(comp) == "AutoencoderKL",
+                     "vae_tiled and vae_sliced are for the VAE (AutoencoderKL), not ", src.class_of(comp));
+            KILN_ARG(in.count("latents") || in.count("image"), "the VAE takes `latents` (decode) or `image` (encode)");
+        }
         auto res = std::make_unique<kiln_result>();
         std::lock_guard<std::mutex> lock(model->device->mutex);
-        auto outs = models::forward_component(p.cpu_reference ? nullptr : model->device->vk.get(), src, comp, in, mode);
+        vk::Context* ctx = p.cpu_reference ? nullptr : model->device->vk.get();
+        std::map<std::string, Tensor> outs;
+        if (vae_options) {
+            models::VaeRunner vae(ctx, src, comp, {p.vae_tiled != 0, p.vae_sliced != 0, p.vae_tile_size, mode});
+            if (in.count("latents")) outs["decoded"] = vae.decode(in.at("latents"));
+            if (in.count("image"))
+                for (auto& [name, t] : vae.encode(in.at("image"))) outs[name] = t;
+        } else {
+            outs = models::forward_component(ctx, src, comp, in, mode);
+        }
         for (auto& [name, t] : outs) res->outputs.push_back({name, std::move(t)});
         *out = res.release();
     });

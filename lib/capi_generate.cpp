@@ -1,6 +1,7 @@
 // kiln_generate: checks the parameters against the model (a size query stops there), then runs the DiT or the
 // text-to-image pipeline under the context's lock and writes the pixels into the caller's buffer.
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "lib/capi_internal.h"
@@ -66,6 +67,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.width >= 0 && p.height >= 0, "width/height are ", p.width, "x", p.height, " (0 = the model's)");
     KILN_ARG(p.prompt_count >= 0 && p.class_label_count >= 0, "prompt_count/class_label_count are negative");
     KILN_ARG(!p.latents || p.latents_shape, "latents given without latents_shape");
+    KILN_ARG(p.vae_tile_size >= 0 && (p.vae_tile_size == 0 || p.vae_tiling), "vae_tile_size is ", p.vae_tile_size,
+             " (it needs vae_tiling)");
+    const bool keep = p.intermediates != nullptr;
     const std::string scheduler = p.scheduler ? p.scheduler : "";
     const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
     if (m.kind == KILN_MODEL_COMPONENT)
@@ -92,6 +96,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         r.g.seed = p.seed;
         r.g.scheduler = scheduler;
         r.g.mode = mode;
+        r.g.keep_intermediates = keep;
+        r.g.tiled_vae = p.vae_tiling != 0;
+        r.g.vae_tile_size = p.vae_tile_size;
         r.count = p.class_label_count;
         r.width = m.default_width, r.height = m.default_height;
         if (p.latents) {
@@ -123,6 +130,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.t.seed = p.seed;
     r.t.scheduler = scheduler;
     r.t.mode = mode;
+    r.t.keep_intermediates = keep;
+    r.t.tiled_vae = p.vae_tiling != 0;
+    r.t.vae_tile_size = p.vae_tile_size;
     r.plan = models::plan_t2i(m.src, r.t);
     r.count = p.prompt_count;
     r.width = r.plan.width, r.height = r.plan.height;
@@ -131,15 +141,15 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     return r;
 }
 
-// Runs the pipeline: [count, H, W, 3] floats in [0, 1].
-Tensor run(vk::Context& ctx, const kiln_model& m, Request& r, const kiln_generate_params& p) {
+// Runs the pipeline: image [count, H, W, 3] floats in [0, 1], timings, intermediates when asked for.
+models::GenerateResult run(vk::Context& ctx, const kiln_model& m, Request& r, const kiln_generate_params& p) {
     auto progress = [&p](int step, int total) {
         if (p.progress && p.progress(step, total, p.progress_user) != 0) throw Cancelled{};
     };
     if (r.dit) {
         progress(0, r.g.steps);
         r.g.progress = progress;
-        return models::generate_dit(ctx, m.src, r.g).image;
+        return models::generate_dit(ctx, m.src, r.g);
     }
     progress(0, r.plan.steps);
     models::PromptOptions po;
@@ -148,6 +158,7 @@ Tensor run(vk::Context& ctx, const kiln_model& m, Request& r, const kiln_generat
     po.cfg = r.plan.cfg;
     po.max_sequence_length = r.max_sequence_length;
     po.mode = r.t.mode;
+    po.keep_intermediates = r.t.keep_intermediates;
     auto enc = models::encode_prompts(&ctx, m.src, po);  // the encoders' device memory is freed on return
     auto get = [&](const char* n) {
         auto it = enc.tensors.find(n);
@@ -160,7 +171,9 @@ Tensor run(vk::Context& ctx, const kiln_model& m, Request& r, const kiln_generat
     r.t.text.prompt_attention_mask = get("prompt_attention_mask");
     r.t.text.negative_prompt_attention_mask = get("negative_prompt_attention_mask");
     r.t.progress = progress;
-    return models::generate_t2i(ctx, m.src, r.t).image;
+    auto res = models::generate_t2i(ctx, m.src, r.t);
+    res.intermediates.insert(res.intermediates.begin(), enc.intermediates.begin(), enc.intermediates.end());
+    return res;
 }
 
 void write_pixels(const Tensor& im, const kiln_image& out) {
@@ -190,28 +203,57 @@ using namespace kiln::capi;
 extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_generate_params* params, kiln_image* out) {
     return guarded(KILN_INVALID_ARGUMENT, [&] {
         KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
+        model->src.check_unchanged();  // a model file changed on disk since kiln_model_open: KILN_IO, before any work
         const auto p = read_struct(params, "params");
         auto img = read_struct(out, "out");
         const int format = raw_enum(img.format);
         KILN_ARG(format == KILN_PIXELS_RGBA8 || format == KILN_PIXELS_RGB_F32, "out->format ", format,
                  " is not a kiln_pixel_format");
+        if (p.intermediates) *p.intermediates = nullptr;
+        std::optional<kiln_generate_stats> stats;
+        if (p.stats) stats = read_struct(p.stats, "params->stats");
         Request r = resolve(*model, p);
         img.width = r.width, img.height = r.height, img.count = r.count;
         img.required_bytes = (size_t)r.width * r.height * r.count * (img.format == KILN_PIXELS_RGBA8 ? 4 : 12);
         write_struct(out, img);
+        if (stats) {
+            stats->steps = r.dit ? r.g.steps : r.plan.steps;
+            stats->guidance = r.dit ? r.g.guidance : r.plan.guidance;
+            stats->width = r.width, stats->height = r.height;
+            write_struct(p.stats, *stats);
+        }
         if (!img.data) return;  // the size query
         if (img.capacity < img.required_bytes)
             fail(KILN_BUFFER_TOO_SMALL, "out->capacity is ", img.capacity, " bytes, ", img.required_bytes, " needed (",
                  r.count, " image(s) of ", r.width, "x", r.height, ")");
         std::lock_guard<std::mutex> lock(model->device->mutex);
-        Tensor im;
+        models::GenerateResult res;
         try {
-            im = run(*model->device->vk, *model, r, p);
+            res = run(*model->device->vk, *model, r, p);
         } catch (const Error& e) {
             if (dynamic_cast<const StatusError*>(&e)) throw;
             // Past the checks above, a failure is the model's files, the device, or a bug: the message says which.
             throw StatusError(status_of_current_exception(KILN_INTERNAL), e.what());
         }
+        const Tensor& im = res.image;
+        std::unique_ptr<kiln_result> inter;
+        if (p.intermediates) {
+            inter = std::make_unique<kiln_result>();
+            for (auto& [name, t] : res.intermediates) inter->outputs.push_back({name, std::move(t)});
+        }
+        if (stats) {
+            const auto& tc = res.transformer_counters;
+            stats->plan_ms = res.plan_ms, stats->denoise_ms = res.denoise_ms, stats->decode_ms = res.decode_ms;
+            stats->transformer_weight_bytes = tc.weight_bytes;
+            stats->transformer_activation_bytes = tc.activation_bytes_planned;
+            stats->transformer_device_bytes = tc.device_bytes;
+            stats->device_loop = res.device_loop;
+            stats->denoise_host_ms = res.denoise_host_ms;
+            stats->loop_plan_ms = res.loop_plan_ms;
+            write_struct(p.stats, *stats);
+        }
         write_pixels(im, img);
+        if (inter) *p.intermediates = inter.release();
     });
 }

@@ -95,6 +95,9 @@ exec::Mode jit_mode(int m);
 
 void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out);
 
+// A context whose device was lost is dead: every call on it or its models but destroy is KILN_DEVICE_LOST.
+void check_alive(const Device& d);
+
 }  // namespace kiln::capi
 
 struct kiln_context {

@@ -100,9 +100,14 @@ ModelSource ModelSource::open(const std::string& path) {
             s.configs_[role] = j;
             s.dirs_[role] = path;
         }
+        // Weights and tokenizer files are read later, from the component folders.
+        for (auto& [c, dir] : s.dirs_)
+            for (auto& e : fs::directory_iterator(dir))
+                if (e.is_regular_file()) s.stamps_.push_back({e.path().string(), FileStamp::of(e.path().string())});
         return s;
     }
     s.kiln_file_ = true;
+    s.stamps_.push_back({path, FileStamp::of(path)});  // before reading: a change while open() reads is caught too
     GgufFile f = GgufFile::open(path);
     KILN_CHECK(f.has("kiln.components"), path,
                ": not a Kiln model file (no kiln.components; convert with kiln-convert)");
@@ -171,8 +176,13 @@ std::string ModelSource::class_of(const std::string& c) const {
     return j["_class_name"].get<std::string>();
 }
 
+void ModelSource::check_unchanged() const {
+    for (auto& [file, stamp] : stamps_) stamp.check(file);
+}
+
 std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
     config(c);
+    check_unchanged();
     if (synthetic_) return synthetic_store(synthetic_dtype_, std::hash<std::string>{}(c));
     if (kiln_file_) return open_kiln_component(path_, c);
     return open_diffusers_component(dirs_.at(c));
@@ -181,6 +191,7 @@ std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
 text::TokenizerFiles ModelSource::tokenizer_files(const std::string& c) const {
     KILN_CHECK(component_role(class_of(c)) == "tokenizer", path_, ": component '", c, "' is ", class_of(c),
                ", not a tokenizer");
+    check_unchanged();
     if (kiln_file_) return converter::read_tokenizer_files(GgufFile::open(path_), c);
     return text::read_tokenizer_folder(dirs_.at(c));
 }

@@ -9,6 +9,7 @@
 
 #include "models/text/tokenizer.h"
 #include "models/weights.h"
+#include "runtime/core/file_io.h"
 
 namespace kiln::models {
 
@@ -27,6 +28,10 @@ public:
     // The files of a tokenizer component (vocab.json, merges.txt, spiece.model, tokenizer_config.json, ...).
     text::TokenizerFiles tokenizer_files(const std::string& component) const;
     const nlohmann::json& model_index() const { return model_index_; }  // {} for a single component
+    // Throws kiln::Error (ErrorKind::io) naming the file when a file the weights or tokenizers are read from has
+    // changed on disk (size, mtime or inode) since open(). weights() and tokenizer_files() call it first; a reader
+    // that maps the file must call it before touching the mapping (a truncated mapping raises SIGBUS).
+    void check_unchanged() const;
 
 private:
     std::string path_;
@@ -37,6 +42,7 @@ private:
     std::map<std::string, nlohmann::json> configs_;
     std::map<std::string, std::string> dirs_;  // diffusers: component -> folder
     nlohmann::json model_index_;
+    std::vector<std::pair<std::string, FileStamp>> stamps_;  // the files read after open()
 };
 
 // "transformer" for transformer classes, "vae" for AutoencoderKL, "scheduler" for schedulers, "text_encoder" for

@@ -1,29 +1,30 @@
 // kiln devices, kiln info, kiln forward.
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "apps/kiln/commands.h"
-#include "converter/info.h"
-#include "models/forward.h"
-#include "models/vae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
-#include "runtime/vulkan/context.h"
+#include "runtime/exec/executor.h"
 
 namespace kiln::app {
 
 Run add_devices(CLI::App& app) {
     return [] {
-        auto devs = vk::list_devices();
-        KILN_CHECK(!devs.empty(), "no Vulkan devices (install a driver, or Mesa's lavapipe: mesa-vulkan-drivers)");
-        for (auto& d : devs) {
-            std::printf("[%d] %s (%s)\n", d.index, d.name.c_str(), d.type.c_str());
-            std::printf("    driver: %s, Vulkan %s\n", d.driver.c_str(), d.api_version.c_str());
+        int n = 0;
+        capi_check(kiln_device_count(&n));
+        KILN_CHECK(n > 0, "no Vulkan devices (install a driver, or Mesa's lavapipe: mesa-vulkan-drivers)");
+        for (int i = 0; i < n; ++i) {
+            kiln_device_info d = KILN_DEVICE_INFO_INIT;
+            capi_check(kiln_device_get_info(i, &d));
+            std::printf("[%d] %s (%s)\n", d.index, d.name, d.type);
+            std::printf("    driver: %s, Vulkan %s\n", d.driver, d.api_version);
             std::printf("    memory: %.1f GiB device-local%s\n", (double)d.device_local_bytes / (1 << 30),
                         d.unified_memory ? " (unified: host-visible)" : "");
             std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n",
-                        d.fp16_storage ? "yes" : "no", d.fp16_arith ? "yes" : "no", d.int8_arith ? "yes" : "no",
-                        d.int64 ? "yes" : "no");
+                        d.fp16_storage ? "yes" : "no", d.fp16_arithmetic ? "yes" : "no",
+                        d.int8_arithmetic ? "yes" : "no", d.int64 ? "yes" : "no");
             std::printf(
                 "    subgroup size: %u, cooperative matrix: %s, buffer device address: %s, timestamps: %s, "
                 "memory budget: %s\n",
@@ -31,8 +32,8 @@ Run add_devices(CLI::App& app) {
                 d.timestamps ? "yes" : "no", d.memory_budget ? "yes" : "no");
             std::printf(
                 "    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
-                (unsigned long long)(d.max_storage_buffer_range >> 20), (unsigned long long)(d.max_allocation >> 20),
-                d.max_shared_memory >> 10);
+                (unsigned long long)(d.max_storage_buffer_range >> 20),
+                (unsigned long long)(d.max_allocation_bytes >> 20), d.max_shared_memory_bytes >> 10);
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
             if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
         }
@@ -43,7 +44,14 @@ Run add_devices(CLI::App& app) {
 Run add_info(CLI::App& app) {
     auto file = std::make_shared<std::string>();
     app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert)")->required();
-    return [file] { print_model_info(*file, std::cout); };
+    return [file] {
+        size_t n = 0;
+        capi_check(kiln_describe_model_file(file->c_str(), nullptr, 0, &n));
+        std::string text(n + 1, '\0');
+        capi_check(kiln_describe_model_file(file->c_str(), text.data(), text.size(), &n));
+        text.resize(n);
+        std::cout << text;
+    };
 }
 
 Run add_forward(CLI::App& app) {
@@ -80,40 +88,38 @@ Run add_forward(CLI::App& app) {
     app.add_flag("--sliced", o->sliced, "VAE: one batch element at a time, as diffusers' enable_slicing()");
     app.footer("Example:\n  kiln forward --model dit.kiln --inputs in.safetensors --output out.safetensors");
     return [o] {
-        auto src = models::ModelSource::open(o->model);
-        auto st = SafeTensors::open(o->inputs);
-        std::map<std::string, Tensor> in;
-        for (auto& t : st.tensors()) in[t.name] = st.read(t.name);
-        exec::Mode mode = exec::parse_mode(o->mode);
-        std::unique_ptr<vk::Context> ctx;
-        if (!o->cpu) ctx = std::make_unique<vk::Context>(o->device);
-        if (ctx && !o->vram_budget.empty()) ctx->set_vram_budget(exec::parse_bytes(o->vram_budget));
-        std::string comp = o->component;
-        if (comp.empty()) {  // the transformer, else the only model component (a VAE or a text-encoder folder)
-            std::vector<std::string> models;
-            for (auto& c : src.components()) {
-                std::string role = models::component_role(src.class_of(c));
-                if (role != "scheduler" && role != "tokenizer") models.push_back(c);
-            }
-            comp = src.has("transformer") || models.size() != 1 ? "transformer" : models[0];
-        }
+        check_output_path(o->output, "--output");
         KILN_CHECK(o->tile_size == 0 || o->tiled, "--tile-size needs --tiled");
-        std::map<std::string, Tensor> out;
-        if (o->tiled || o->sliced) {
-            KILN_CHECK(src.class_of(comp) == "AutoencoderKL",
-                       "--tiled and --sliced are for the VAE (AutoencoderKL), "
-                       "not ",
-                       src.class_of(comp));
-            KILN_CHECK(in.count("latents") || in.count("image"),
-                       "the VAE takes `latents` (decode) or `image` (encode)");
-            models::VaeRunner vae(ctx.get(), src, comp, {o->tiled, o->sliced, o->tile_size, mode});
-            if (in.count("latents")) out["decoded"] = vae.decode(in.at("latents"));
-            if (in.count("image"))
-                for (auto& [name, t] : vae.encode(in.at("image"))) out[name] = t;
-        } else {
-            out = models::forward_component(ctx.get(), src, comp, in, mode);
+        const exec::Mode mode = exec::parse_mode(o->mode);
+        ContextPtr ctx = open_context(o->device, o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget));
+        ModelPtr model = open_model(ctx.get(), o->model);
+        auto st = SafeTensors::open(o->inputs);
+        std::vector<Tensor> in;  // the data the kiln_tensor views point into
+        std::vector<kiln_tensor> views;
+        for (auto& t : st.tensors()) in.push_back(st.read(t.name));
+        for (size_t i = 0; i < in.size(); ++i)
+            views.push_back({st.tensors()[i].name.c_str(), c_dtype(in[i].dtype), (int)in[i].shape.size(),
+                             in[i].shape.data(), in[i].bytes.data()});
+        kiln_forward_params p = KILN_FORWARD_PARAMS_INIT;
+        if (!o->component.empty()) p.component = o->component.c_str();
+        p.inputs = views.data();
+        p.input_count = (int)views.size();
+        p.jit_mode = mode == exec::Mode::eager  ? KILN_JIT_EAGER
+                     : mode == exec::Mode::full ? KILN_JIT_FULL
+                                                : KILN_JIT_REGIONAL;
+        p.cpu_reference = o->cpu;
+        p.vae_tiled = o->tiled;
+        p.vae_tile_size = o->tile_size;
+        p.vae_sliced = o->sliced;
+        kiln_result* r = nullptr;
+        capi_check(kiln_forward(model.get(), &p, &r));
+        ResultPtr result(r);
+        std::vector<std::pair<std::string, Tensor>> list;  // sorted by name, as kiln_forward returns them
+        for (int i = 0; i < kiln_result_count(r); ++i) {
+            kiln_tensor t;
+            capi_check(kiln_result_get(r, i, &t));
+            list.push_back({t.name, tensor_of(t)});
         }
-        std::vector<std::pair<std::string, Tensor>> list(out.begin(), out.end());
         write_safetensors(o->output, list);
         for (auto& [name, t] : list) std::fprintf(stderr, "wrote %s %s\n", name.c_str(), shape_str(t.shape).c_str());
     };

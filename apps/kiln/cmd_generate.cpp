@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "apps/kiln/commands.h"
+#include "apps/kiln/generate_capi.h"
 #include "apps/kiln/png.h"
 #include "apps/kiln/profile.h"
 #include "models/dit_pipeline.h"
@@ -90,17 +91,6 @@ std::vector<std::vector<std::string>> read_prompt_file(const std::string& path) 
     }
     KILN_CHECK(!jobs.empty(), path, ": no prompt in the prompt file");
     return jobs;
-}
-
-// -o is checked before the model loads: its folder must exist and be writable.
-void check_output_path(const std::string& out) {
-    namespace fs = std::filesystem;
-    fs::path dir = fs::path(out).parent_path();
-    if (dir.empty()) dir = ".";
-    std::error_code ec;
-    KILN_CHECK(fs::is_directory(dir, ec), "-o ", out, ": folder '", dir.string(), "' does not exist");
-    KILN_CHECK(::access(dir.c_str(), W_OK) == 0, "-o ", out, ": folder '", dir.string(), "' is not writable");
-    KILN_CHECK(!fs::is_directory(out, ec), "-o ", out, " is a folder (give a file name)");
 }
 
 // A progress bar on a terminal, a few lines otherwise.
@@ -206,7 +196,8 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
         KILN_CHECK(o->vae_tile == 0 || o->vae_tiling, "--vae-tile-size needs --vae-tiling");
-        check_output_path(o->out);
+        check_output_path(o->out, "-o");
+        if (!o->dump.empty()) check_output_path(o->dump, "--dump");
         const std::string model = o->model.empty() ? default_model() : o->model;
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                      : models::ModelSource::open(model);
@@ -243,8 +234,8 @@ Run add_generate(CLI::App& app) {
             for (size_t i = 0; i < r.transformer_runs.size(); ++i)
                 steps.push_back({r.step_ms[i], r.transformer_runs[i]});
             if (!steps.empty()) {
-                std::fprintf(stderr,
-                             "  profile: transformer per denoising step (ms; idle_pre = device idle before the step)\n");
+                std::fprintf(
+                    stderr, "  profile: transformer per denoising step (ms; idle_pre = device idle before the step)\n");
                 print_steps(stderr, steps);
             } else if (!r.step_ms.empty()) {  // device loop: no host work per step to time, only completions
                 std::vector<double> s = r.step_ms;
@@ -278,15 +269,28 @@ Run add_generate(CLI::App& app) {
             g.vae_tile_size = o->vae_tile;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
-            vk::Context ctx(o->device);
-            if (!o->vram_budget.empty()) ctx.set_vram_budget(exec::parse_bytes(o->vram_budget));
+            // Through libkiln's C API; --profile's per-step figures and memory peaks and --host-loop are not in it:
+            // the C++ pipeline.
+            const uint64_t budget = o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget);
+            ContextPtr api;
+            std::unique_ptr<vk::Context> ctx;
+            if (o->profile || o->host_loop) {
+                ctx = std::make_unique<vk::Context>(o->device);
+                if (budget) ctx->set_vram_budget(budget);
+            } else {
+                api = open_context(o->device, budget);
+            }
             std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
-                         model.c_str(), ctx.info().name.c_str(), g.labels.size(), g.steps, g.guidance,
-                         (unsigned long long)g.seed, exec::mode_name(g.mode));
+                         model.c_str(), ctx ? ctx->info().name.c_str() : device_name(api.get()).c_str(),
+                         g.labels.size(), g.steps, g.guidance, (unsigned long long)g.seed, exec::mode_name(g.mode));
             t0 = std::chrono::steady_clock::now();
-            const bool rss_reset = reset_peaks(ctx);
-            r = models::generate_dit(ctx, src, g);
-            profile(ctx, r, rss_reset);
+            if (ctx) {
+                const bool rss_reset = reset_peaks(*ctx);
+                r = models::generate_dit(*ctx, src, g);
+                profile(*ctx, r, rss_reset);
+            } else {
+                r = generate_labels(api.get(), model, g);
+            }
             n_steps = g.steps;
             settings = "labels=" + o->labels + " steps=" + std::to_string(g.steps) +
                        " guidance=" + std::to_string(g.guidance) + " seed=" + std::to_string(g.seed) +

@@ -3,6 +3,10 @@
 // that runs it (after parsing).
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
+
+#include "include/kiln.h"
+#include "runtime/core/tensor.h"
 
 namespace kiln::app {
 using Run = std::function<void()>;
@@ -17,6 +21,29 @@ inline constexpr const char* kVramBudgetHelp =
     "Device memory for one model's weights and activations (e.g. 4G, 512M; default: the device's memory heap). "
     "Block weights over it stay in host memory and stream into a ring of device slots (regional mode); a budget "
     "below the minimum working set (activations + two block slots) is raised to it with a warning";
+// An output path is checked before any work (before the model loads): its folder must exist and be writable, and
+// it must not be a folder itself. `flag` names the option in the error ("-o").
+void check_output_path(const std::string& path, const char* flag);
+// The CLI goes through libkiln's C API: a failed call throws kiln::Error with kiln_last_error().
+void capi_check(kiln_status s);
+struct ContextDel {
+    void operator()(kiln_context* c) const { kiln_context_destroy(c); }
+};
+struct ModelDel {
+    void operator()(kiln_model* m) const { kiln_model_destroy(m); }
+};
+struct ResultDel {
+    void operator()(kiln_result* r) const { kiln_result_destroy(r); }
+};
+using ContextPtr = std::unique_ptr<kiln_context, ContextDel>;
+using ModelPtr = std::unique_ptr<kiln_model, ModelDel>;
+using ResultPtr = std::unique_ptr<kiln_result, ResultDel>;
+// Tensors cross the C API as kiln_tensor views (never quantized): a host tensor's kiln_dtype, and a view copied.
+kiln_dtype c_dtype(DType d);
+Tensor tensor_of(const kiln_tensor& t);
+// A context on device `device` (-1: KILN_DEVICE or the best; vram_budget 0: the device heap), and a model opened on it.
+ContextPtr open_context(int device, uint64_t vram_budget = 0);
+ModelPtr open_model(kiln_context* ctx, const std::string& path);
 // The built-in default model (the trained dit-digits pipeline that ships with Kiln).
 std::string default_model();
 }  // namespace kiln::app

@@ -16,7 +16,8 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& f
     while (n) {
         ssize_t r = ::pread(fd, p, n, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
-        KILN_CHECK(r > 0, file, ": read failed at offset ", off, (r == 0 ? " (unexpected end of file)" : ""));
+        if (r <= 0)
+            KILN_FAIL_AS(io, file, ": read failed at offset ", off, (r == 0 ? " (unexpected end of file)" : ""));
         p += r;
         n -= (uint64_t)r;
         off += (uint64_t)r;
@@ -58,12 +59,12 @@ void MappedFile::check() const {
     // (a new inode) leaves the mapping valid but stale. Both are reported.
     struct stat fd_sb {};
     struct stat path_sb {};
-    KILN_CHECK(::fstat(fd_, &fd_sb) == 0, path_, ": cannot stat the model file while in use");
-    KILN_CHECK((uint64_t)fd_sb.st_size == size_ && mtime_ns(fd_sb) == mtime_ns_, path_,
-               ": the model file changed on disk while in use (", size_, " -> ", (uint64_t)fd_sb.st_size,
-               " bytes); reopen it");
-    KILN_CHECK(::stat(path_.c_str(), &path_sb) == 0 && path_sb.st_ino == ino_, path_,
-               ": the model file was replaced or removed while in use; reopen it");
+    if (::fstat(fd_, &fd_sb) != 0) KILN_FAIL_AS(io, path_, ": cannot stat the model file while in use");
+    if ((uint64_t)fd_sb.st_size != size_ || mtime_ns(fd_sb) != mtime_ns_)
+        KILN_FAIL_AS(io, path_, ": the model file changed on disk while in use (", size_, " -> ",
+                     (uint64_t)fd_sb.st_size, " bytes); reopen it");
+    if (::stat(path_.c_str(), &path_sb) != 0 || path_sb.st_ino != ino_)
+        KILN_FAIL_AS(io, path_, ": the model file was replaced or removed while in use; reopen it");
 }
 
 void MappedFile::read(void* dst, uint64_t n, uint64_t off) const {
@@ -73,5 +74,35 @@ void MappedFile::read(void* dst, uint64_t n, uint64_t off) const {
     std::memcpy(dst, data_ + off, n);
     const uint64_t ps = page_size(), first = off / ps * ps, last = (off + n) / ps * ps;
     if (last > first) ::madvise(const_cast<uint8_t*>(data_) + first, last - first, MADV_DONTNEED);
+}
+
+namespace {
+bool stat_stamp(const std::string& path, FileStamp* s) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return false;
+    s->size = (uint64_t)st.st_size;
+    s->dev = (uint64_t)st.st_dev;
+    s->ino = (uint64_t)st.st_ino;
+    s->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return true;
+}
+}  // namespace
+
+FileStamp FileStamp::of(const std::string& path) {
+    FileStamp s;
+    if (!stat_stamp(path, &s)) KILN_FAIL_AS(io, path, ": cannot stat (", std::strerror(errno), ")");
+    return s;
+}
+
+void FileStamp::check(const std::string& path) const {
+    FileStamp now;
+    if (!stat_stamp(path, &now))
+        KILN_FAIL_AS(io, path, ": gone since it was opened (", std::strerror(errno), "); open the model again");
+    if (now == *this) return;
+    if (now.size != size)
+        KILN_FAIL_AS(io, path, ": changed on disk since it was opened (", size, " bytes then, ", now.size,
+                     " now); open the model again");
+    KILN_FAIL_AS(io, path, ": changed on disk since it was opened (",
+                 now.dev != dev || now.ino != ino ? "replaced" : "rewritten", "); open the model again");
 }
 }  // namespace kiln

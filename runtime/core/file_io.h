@@ -1,5 +1,6 @@
 #pragma once
-// Positioned reads shared by the safetensors and GGUF readers, and read-only file mappings.
+// Positioned reads shared by the safetensors and GGUF readers, read-only file mappings, and the stamp that tells
+// a reader its file changed.
 #include <sys/types.h>
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 #include <string>
 
 namespace kiln {
-// Reads exactly n bytes at offset off (retrying short reads and EINTR); throws kiln::Error naming
+// Reads exactly n bytes at offset off (retrying short reads and EINTR); throws kiln::Error (ErrorKind::io) naming
 // `file` on an I/O error or an unexpected end of file.
 void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& file);
 
@@ -37,5 +38,17 @@ private:
     uint64_t size_ = 0, map_size_ = 0;
     int64_t mtime_ns_ = 0;
     ino_t ino_ = 0;
+};
+
+// What a file was when a reader opened it: size, modification time and identity (device, inode). A reader that
+// reads the file again later (weights at each generation, or through a mapping) calls check() first: a file
+// truncated, rewritten or replaced since is an ErrorKind::io error naming it, not a short read or, through a
+// mapping, SIGBUS.
+struct FileStamp {
+    uint64_t size = 0, dev = 0, ino = 0;
+    int64_t mtime_ns = 0;
+    static FileStamp of(const std::string& path);  // throws ErrorKind::io when the file cannot be stat'ed
+    void check(const std::string& path) const;     // throws ErrorKind::io when `path` is no longer this
+    bool operator==(const FileStamp&) const = default;
 };
 }  // namespace kiln

@@ -537,14 +537,10 @@ void Executor::run() {
     };
     double wait_ms = 0;
     auto submit = [&](VkCommandBuffer cb) {
-        VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-        si.commandBufferCount = 1;
-        si.pCommandBuffers = &cb;
-        VK_CHECK(vkQueueSubmit(m.ctx.queue(), 1, &si, m.fence));
+        m.ctx.submit(cb, m.fence);
         auto tw = Clock::now();
-        VK_CHECK(vkWaitForFences(dev, 1, &m.fence, VK_TRUE, UINT64_MAX));
+        m.ctx.wait(m.fence);
         wait_ms += ms_since(tw);
-        VK_CHECK(vkResetFences(dev, 1, &m.fence));
     };
     if (m.mode == Mode::eager) {
         for (auto& f : m.imports) f.file->check();

@@ -123,9 +123,8 @@ struct StepProgram::Impl {
     void wait_oldest(const std::function<void(int, int)>& progress, const std::function<void(int)>& observe) {
         auto [f, s] = pending.front();
         auto tw = detail::Clock::now();
-        VK_CHECK(vkWaitForFences(ctx.device(), 1, &fences[f], VK_TRUE, UINT64_MAX));
+        ctx.wait(fences[f]);  // and resets it
         stats.wait_ms += detail::ms_since(tw);
-        VK_CHECK(vkResetFences(ctx.device(), 1, &fences[f]));
         pending.pop_front();
         if (observe) observe(s);
         if (progress) progress(s + 1, (int)n_steps);
@@ -241,10 +240,7 @@ void StepProgram::run(const std::vector<float>& x, const std::function<void(int,
     for (uint32_t i = 0; i < m.n_steps; ++i) {
         if (m.pending.size() == (observe ? 1 : m.fences.size())) m.wait_oldest(progress, observe);
         const size_t f = i % m.fences.size();
-        VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-        si.commandBufferCount = 3;
-        si.pCommandBuffers = cbs;
-        VK_CHECK(vkQueueSubmit(m.ctx.queue(), 1, &si, m.fences[f]));
+        m.ctx.submit(cbs, 3, m.fences[f]);
         m.pending.push_back({f, (int)i});
     }
     while (!m.pending.empty()) m.wait_oldest(progress, observe);

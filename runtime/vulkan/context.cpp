@@ -37,7 +37,13 @@ const char* vk_result_name(VkResult r) {
 
 void check_vk(VkResult r, const char* expr, const char* file, int line) {
     if (r == VK_SUCCESS) return;
-    KILN_FAIL("Vulkan error ", vk_result_name(r), " (", (int)r, ") from ", expr, " at ", file, ":", line);
+    const ErrorKind kind =
+        r == VK_ERROR_DEVICE_LOST ? ErrorKind::device_lost
+        : r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_POOL_MEMORY
+            ? ErrorKind::out_of_memory
+            : ErrorKind::generic;
+    detail::throw_error_kind(kind, "Vulkan error ", vk_result_name(r), " (", (int)r, ") from ", expr, " at ", file, ":",
+                             line);
 }
 
 namespace {
@@ -258,6 +264,10 @@ std::vector<DeviceInfo> list_devices() {
 }
 
 Context::Context(int device, int validation, int pipeline_cache) {
+    if (const char* e = std::getenv("KILN_TEST_DEVICE_MEMORY_LIMIT"); e && *e)
+        faults_.memory_limit = std::strtoull(e, nullptr, 10);
+    if (const char* e = std::getenv("KILN_TEST_DEVICE_LOST_AFTER"); e && *e)
+        faults_.lose_device_after = std::strtoll(e, nullptr, 10);
     instance_ = make_instance(validation < 0 ? env_on("KILN_VALIDATION") : validation != 0, &messenger_);
     auto pds = physical_devices(instance_);
     KILN_CHECK(!pds.empty(),
@@ -448,13 +458,49 @@ VkCommandBuffer Context::begin_one_shot() {
 }
 
 void Context::submit_wait(VkCommandBuffer cb, bool free) {
-    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    si.commandBufferCount = 1;
-    si.pCommandBuffers = &cb;
-    VK_CHECK(vkQueueSubmit(queue_, 1, &si, fence_));
-    VK_CHECK(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
-    VK_CHECK(vkResetFences(device_, 1, &fence_));
+    try {
+        submit(cb, fence_);
+        wait(fence_);
+    } catch (...) {
+        if (free) vkFreeCommandBuffers(device_, pool_, 1, &cb);
+        throw;
+    }
     if (free) vkFreeCommandBuffers(device_, pool_, 1, &cb);
+}
+
+void Context::submit(const VkCommandBuffer* cbs, uint32_t count, VkFence fence) {
+    if (lost_) KILN_FAIL_AS(device_lost, "the Vulkan device '", info_.name, "' was lost (VK_ERROR_DEVICE_LOST)");
+    // The test hook: n more submissions succeed, then the device is "lost".
+    for (int64_t n = faults_.lose_device_after.load(); n >= 0;)
+        if (faults_.lose_device_after.compare_exchange_weak(n, n - 1)) {
+            if (n > 0) break;
+            lost_ = true;
+            KILN_FAIL_AS(device_lost, "the Vulkan device '", info_.name,
+                         "' was lost (VK_ERROR_DEVICE_LOST, injected by the test hook)");
+        }
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = count;
+    si.pCommandBuffers = cbs;
+    VkResult r = vkQueueSubmit(queue_, 1, &si, fence);
+    if (r == VK_ERROR_DEVICE_LOST) lost_ = true;
+    VK_CHECK(r);
+}
+
+void Context::wait(VkFence fence) {
+    VkResult r = vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_ERROR_DEVICE_LOST) lost_ = true;
+    VK_CHECK(r);
+    VK_CHECK(vkResetFences(device_, 1, &fence));
+}
+
+bool Context::reserve_memory(uint64_t bytes) {
+    const uint64_t limit = faults_.memory_limit.load();
+    const uint64_t now = memory_bytes_ += bytes;
+    if (limit && now > limit) {
+        memory_bytes_ -= bytes;
+        return false;
+    }
+    return true;
 }
 
 }  // namespace kiln::vk

@@ -4,6 +4,7 @@
 // every validation error is counted and reported (tests fail on any).
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -84,6 +85,26 @@ public:
     // One-off command buffer, submitted and waited for.
     VkCommandBuffer begin_one_shot();
     void submit_wait(VkCommandBuffer cb, bool free = true);
+    // Every submission goes through these two. A lost device (VK_ERROR_DEVICE_LOST, real or injected) throws
+    // kiln::Error (ErrorKind::device_lost) and marks the context lost(): every later submit fails at once.
+    void submit(const VkCommandBuffer* cbs, uint32_t count, VkFence fence);
+    void submit(VkCommandBuffer cb, VkFence fence) { submit(&cb, 1, fence); }
+    void wait(VkFence fence);  // waits for the fence, then resets it
+    bool lost() const { return lost_; }
+
+    // Test hooks (fault injection), read from the environment at construction and settable later.
+    // memory_limit: bytes of device memory this context's Allocators may hold (0: no limit); an allocation past it
+    // fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would (KILN_TEST_DEVICE_MEMORY_LIMIT). lose_device_after: submissions
+    // that succeed before the device is reported lost (-1: never; KILN_TEST_DEVICE_LOST_AFTER).
+    struct Faults {
+        std::atomic<uint64_t> memory_limit{0};
+        std::atomic<int64_t> lose_device_after{-1};
+    };
+    Faults& faults() { return faults_; }
+    // Device memory held by this context's Allocators: reserve() before vkAllocateMemory (false: the test limit
+    // is passed, treat as out of device memory), release() after vkFreeMemory.
+    bool reserve_memory(uint64_t bytes);
+    void release_memory(uint64_t bytes) { memory_bytes_ -= bytes; }
 
     // Validation messages seen so far (errors and warnings), when validation is on.
     static int validation_errors();
@@ -108,6 +129,9 @@ private:
     bool reuse_pipelines_ = true;  // the driver data read at start (not rewritten when unchanged)
     DeviceInfo info_;
     VkPhysicalDeviceMemoryProperties mem_props_{};
+    std::atomic<bool> lost_{false};
+    std::atomic<uint64_t> memory_bytes_{0};
+    Faults faults_;
 };
 
 }  // namespace kiln::vk

@@ -13,10 +13,11 @@ constexpr VkDeviceSize kBlockSize = 256ull << 20;
 constexpr VkDeviceSize kStagingSize = 32ull << 20;
 std::atomic<uint64_t> g_process_bytes{0}, g_process_peak{0};
 
-void free_memory(VkDevice d, VkDeviceMemory& m, VkDeviceSize size) {
+void free_memory(Context& ctx, VkDeviceMemory& m, VkDeviceSize size) {
     if (!m) return;
-    vkFreeMemory(d, m, nullptr);
+    vkFreeMemory(ctx.device(), m, nullptr);
     g_process_bytes -= size;
+    ctx.release_memory(size);
     m = VK_NULL_HANDLE;
 }
 }  // namespace
@@ -31,7 +32,7 @@ Allocator::~Allocator() {
     VkDevice d = ctx_.device();
     auto free_block = [&](Block& b) {
         if (b.buffer) vkDestroyBuffer(d, b.buffer, nullptr);
-        free_memory(d, b.memory, b.memory_size);
+        free_memory(ctx_, b.memory, b.memory_size);
     };
     for (auto& b : blocks_) free_block(b);
     free_block(staging_);
@@ -63,11 +64,16 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
     VkMemoryAllocateFlagsInfo fi{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
     fi.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
     if (bda) ai.pNext = &fi;
-    VkResult r = vkAllocateMemory(ctx_.device(), &ai, nullptr, &b.memory);
+    // The context counts what its Allocators hold (and a test hook may cap it).
+    VkResult r = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+    if (ctx_.reserve_memory(req.size)) {
+        r = vkAllocateMemory(ctx_.device(), &ai, nullptr, &b.memory);
+        if (r != VK_SUCCESS) ctx_.release_memory(req.size);
+    }
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
-        KILN_FAIL("out of GPU memory allocating ", size >> 20, " MiB for ", what, " (", bytes_ >> 20,
-                  " MiB already allocated on '", ctx_.info().name, "')");
+        KILN_FAIL_AS(out_of_memory, "out of GPU memory allocating ", size >> 20, " MiB for ", what, " (", bytes_ >> 20,
+                     " MiB already allocated on '", ctx_.info().name, "')");
     }
     VK_CHECK(r);
     b.memory_size = req.size;
@@ -107,7 +113,7 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
     Block b = make_block(bs, host_, what);
     if (unified_ && !b.mapped) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
-        free_memory(ctx_.device(), b.memory, b.memory_size);
+        free_memory(ctx_, b.memory, b.memory_size);
         b = make_block(bs, true, what);
     }
     bytes_ += bs;

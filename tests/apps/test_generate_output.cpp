@@ -1,5 +1,6 @@
-// `kiln generate -o PATH` is checked before the model is loaded: a missing folder, or a folder as the file name,
-// stop with one clear error, a non-zero exit, and no model read (the model path given does not even exist).
+// Output paths are checked before the model is loaded: `kiln generate -o` and `--dump`, `kiln forward --output`.
+// A missing folder, a file as the folder, an unwritable folder, or a folder as the file name stop with one clear
+// error, a non-zero exit, and no model read (the model path given does not even exist).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -9,28 +10,56 @@
 
 namespace fs = std::filesystem;
 
-TEST_CASE("kiln generate checks -o before loading the model", "[apps][generate]") {
-    const fs::path tmp = fs::temp_directory_path() / ("kiln_out_" + std::to_string(::getpid()));
-    fs::create_directories(tmp);
-    auto run = [&](const std::string& out, std::string* err) {
-        const fs::path ef = tmp / "stderr.txt";
-        const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate --model " +
-                                (tmp / "absent.kiln").string() + " -o '" + out + "' 2>" + ef.string();
-        int st = std::system(cmd.c_str());
-        std::ifstream f(ef);
-        err->assign(std::istreambuf_iterator<char>(f), {});
-        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+namespace {
+struct Tmp {
+    fs::path path = fs::temp_directory_path() / ("kiln_out_" + std::to_string(::getpid()));
+    Tmp() { fs::create_directories(path); }
+    ~Tmp() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+// Runs `kiln ARGS` on a model that does not exist; the exit status, stderr in *err.
+int kiln(const Tmp& tmp, const std::string& args, std::string* err) {
+    const fs::path ef = tmp.path / "stderr.txt";
+    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " --model " +
+                            (tmp.path / "absent.kiln").string() + " 2>" + ef.string();
+    int st = std::system(cmd.c_str());
+    std::ifstream f(ef);
+    err->assign(std::istreambuf_iterator<char>(f), {});
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+}  // namespace
+
+TEST_CASE("kiln generate and kiln forward check their output paths before loading the model", "[apps][generate]") {
+    Tmp tmp;
+    std::ofstream(tmp.path / "file.txt") << "x";
+    // /proc/self is not writable, even by root (for whom a mode-0555 folder is).
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {(tmp.path / "no/such/dir/out.png").string(), "does not exist"},
+        {(tmp.path / "file.txt/out.png").string(), "is not a folder"},
+        {"/proc/self/out.png", "is not writable"},
+        {tmp.path.string(), "is a folder"},
     };
+    const std::string good = (tmp.path / "out.png").string();
+    for (const std::string flag : {"generate -o", "generate --dump", "forward --output"}) {
+        for (auto& [path, why] : bad) {
+            std::string err, args = flag + " '" + path + "'";
+            if (flag == "generate --dump") args += " -o " + good;
+            if (flag == "forward --output") args += " --inputs " + (tmp.path / "in.safetensors").string();
+            INFO(args << "\n" << err);
+            CHECK(kiln(tmp, args, &err) == 1);
+            CHECK(err.find("kiln: error: " + flag.substr(flag.find(' ') + 1) + " " + path) != std::string::npos);
+            CHECK(err.find(why) != std::string::npos);
+            CHECK(err.find("absent.kiln") == std::string::npos);  // the model was not looked at
+        }
+    }
+    // A good path gets past the check: the error is now the missing model.
     std::string err;
-    CHECK(run((tmp / "no/such/dir/out.png").string(), &err) != 0);
-    CHECK(err.find("does not exist") != std::string::npos);
-    CHECK(err.find("absent.kiln") == std::string::npos);  // the model was not looked at
-    CHECK(run(tmp.string(), &err) != 0);
-    CHECK(err.find("is a folder") != std::string::npos);
-    // A good -o gets past the check: the error is now the missing model.
-    CHECK(run((tmp / "out.png").string(), &err) != 0);
+    CHECK(kiln(tmp, "generate -o " + good + " --dump " + (tmp.path / "d.safetensors").string(), &err) == 1);
     CHECK(err.find("absent.kiln") != std::string::npos);
-    CHECK(!fs::exists(tmp / "out.png"));
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
+    CHECK(kiln(tmp, "forward --inputs x.safetensors --output " + good, &err) == 1);
+    CHECK(err.find("absent.kiln") != std::string::npos);
+    CHECK(!fs::exists(good));
 }

@@ -274,6 +274,13 @@ TEST_CASE("C API: bad forward components and inputs", "[capi]") {
     fp.input_count = -1;
     expect(kiln_forward(model.get(), &fp, &r), KILN_INVALID_ARGUMENT, "input_count");
     fp.input_count = 3;
+    // The VAE options on the transformer, and a tile size without tiling.
+    fp.vae_sliced = 1;
+    expect(kiln_forward(model.get(), &fp, &r), KILN_INVALID_ARGUMENT, "AutoencoderKL");
+    fp.vae_sliced = 0;
+    fp.vae_tile_size = 64;
+    expect(kiln_forward(model.get(), &fp, &r), KILN_INVALID_ARGUMENT, "vae_tiled");
+    fp.vae_tile_size = 0;
     fp.jit_mode = (kiln_jit_mode)-3;
     expect(kiln_forward(model.get(), &fp, &r), KILN_INVALID_ARGUMENT, "jit_mode");
     CHECK(r == nullptr);

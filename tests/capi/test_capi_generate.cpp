@@ -2,6 +2,7 @@
 // progress callback, forward, and threads (two contexts in parallel; one context from two threads).
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -33,6 +34,19 @@ TEST_CASE("C API: devices and model info", "[capi]") {
     kiln_device_info cd = KILN_DEVICE_INFO_INIT;
     REQUIRE(kiln_context_get_device(ctx.get(), &cd) == KILN_OK);
     CHECK(cd.usable == 1);
+    // The feature fields (what `kiln devices` prints) agree with the summary.
+    CHECK(cd.fp16_storage == 1);
+    CHECK(cd.subgroup_arithmetic == 1);
+    CHECK(cd.subgroup_size > 0);
+    CHECK(cd.max_storage_buffer_range >= (1u << 27));  // Vulkan requires at least 128 MiB
+    CHECK(cd.max_allocation_bytes > 0);
+    // An older caller's struct (the fields before the feature fields) is filled up to its size only.
+    kiln_device_info old{};
+    old.struct_size = offsetof(kiln_device_info, fp16_storage);
+    old.fp16_storage = 7;
+    REQUIRE(kiln_context_get_device(ctx.get(), &old) == KILN_OK);
+    CHECK(old.usable == 1);
+    CHECK(old.fp16_storage == 7);
 
     auto m = open_model(ctx.get(), digits_model());
     kiln_model_info info = KILN_MODEL_INFO_INIT;
@@ -240,4 +254,70 @@ TEST_CASE("C API: one context hammered from two threads is serialized", "[capi][
     CHECK(mismatches == 0);
     CHECK(forwards == 6);
     CHECK(kiln::vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("C API: generate stats, intermediates and VAE tiling", "[capi][vulkan]") {
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), digits_model());
+    int labels[2] = {2, 9};
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.class_labels = labels;
+    p.class_label_count = 2;
+    p.steps = 3;
+    kiln_generate_stats st = KILN_GENERATE_STATS_INIT;
+    p.stats = &st;
+    kiln_image img = KILN_IMAGE_INIT;
+    img.format = KILN_PIXELS_RGB_F32;
+    // The size query resolves the defaults.
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    CHECK(st.steps == 3);
+    CHECK(st.guidance == 4.0);  // DiT's default
+    CHECK(st.width == 32);
+    CHECK(st.denoise_ms == 0);
+    std::vector<float> px(img.required_bytes / sizeof(float)), tiled(px.size());
+    img.data = px.data();
+    img.capacity = img.required_bytes;
+    kiln_result* inter = nullptr;
+    p.intermediates = &inter;
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    Result owned(inter);
+    CHECK(st.denoise_ms > 0);
+    CHECK(st.decode_ms > 0);
+    CHECK(st.transformer_weight_bytes > 0);
+    CHECK(st.transformer_device_bytes >= st.transformer_weight_bytes + st.transformer_activation_bytes);
+    kiln_tensor t;
+    for (const char* name : {"step0_noise_pred", "step2_latents", "decoded", "image"}) {
+        INFO(name);
+        CHECK(kiln_result_find(inter, name, &t) == KILN_OK);
+    }
+    REQUIRE(kiln_result_find(inter, "image", &t) == KILN_OK);
+    REQUIRE(t.dtype == KILN_F32);
+    CHECK(std::memcmp(t.data, px.data(), px.size() * sizeof(float)) == 0);  // the pixels the call wrote
+    // Tiled decode of a one-tile image is the plain decode; a tile size needs tiling.
+    p.intermediates = nullptr;
+    p.vae_tiling = 1;
+    img.data = tiled.data();
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    CHECK(tiled == px);
+    p.vae_tiling = 0;
+    p.vae_tile_size = 16;
+    CHECK(kiln_generate(m.get(), &p, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("vae_tiling") != std::string::npos);
+}
+
+TEST_CASE("C API: kiln_describe_model_file gives the `kiln info` text", "[capi]") {
+    size_t n = 0;
+    REQUIRE(kiln_describe_model_file(digits_model().c_str(), nullptr, 0, &n) == KILN_OK);
+    REQUIRE(n > 100);
+    std::string text(n + 1, 'x');
+    CHECK(kiln_describe_model_file(digits_model().c_str(), text.data(), n, &n) == KILN_BUFFER_TOO_SMALL);
+    CHECK(text[0] == 'x');  // nothing written
+    REQUIRE(kiln_describe_model_file(digits_model().c_str(), text.data(), text.size(), &n) == KILN_OK);
+    CHECK(text[n] == '\0');
+    text.resize(n);
+    CHECK(text.find("DiTTransformer2DModel") != std::string::npos);
+    CHECK(text.find("AutoencoderKL") != std::string::npos);
+    CHECK(kiln_describe_model_file("/no/such/file.kiln", nullptr, 0, &n) == KILN_NOT_FOUND);
+    CHECK(kiln_describe_model_file(KILN_BUILD_DIR, nullptr, 0, &n) == KILN_IO);
+    CHECK(kiln_describe_model_file(digits_model().c_str(), nullptr, 0, nullptr) == KILN_INVALID_ARGUMENT);
 }

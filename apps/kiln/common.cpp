@@ -1,0 +1,89 @@
+// What the subcommands share: output paths checked before any work, and the C API handles.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "apps/kiln/commands.h"
+#include "runtime/core/error.h"
+
+namespace kiln::app {
+
+void check_output_path(const std::string& out, const char* flag) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::path(out).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    KILN_CHECK(fs::exists(dir, ec), flag, " ", out, ": folder '", dir.string(), "' does not exist");
+    KILN_CHECK(fs::is_directory(dir, ec), flag, " ", out, ": '", dir.string(), "' is not a folder");
+    KILN_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", out, ": folder '", dir.string(), "' is not writable");
+    KILN_CHECK(!fs::is_directory(out, ec), flag, " ", out, " is a folder (give a file name)");
+}
+
+kiln_dtype c_dtype(DType d) {
+    switch (d) {
+        case DType::f32:
+            return KILN_F32;
+        case DType::f16:
+            return KILN_F16;
+        case DType::bf16:
+            return KILN_BF16;
+        case DType::i32:
+            return KILN_I32;
+        case DType::i64:
+            return KILN_I64;
+        case DType::u8:
+            return KILN_U8;
+        default:
+            KILN_FAIL("a ", dtype_name(d), " tensor cannot be a forward input");
+    }
+}
+Tensor tensor_of(const kiln_tensor& t) {
+    DType dt = DType::f32;
+    switch (t.dtype) {
+        case KILN_F32:
+            dt = DType::f32;
+            break;
+        case KILN_F16:
+            dt = DType::f16;
+            break;
+        case KILN_BF16:
+            dt = DType::bf16;
+            break;
+        case KILN_I32:
+            dt = DType::i32;
+            break;
+        case KILN_I64:
+            dt = DType::i64;
+            break;
+        case KILN_U8:
+            dt = DType::u8;
+            break;
+        default:
+            KILN_FAIL("tensor '", t.name, "' has kiln_dtype ", (int)t.dtype);
+    }
+    Tensor out(dt, Shape(t.shape, t.shape + t.ndim));
+    std::memcpy(out.bytes.data(), t.data, out.nbytes());
+    return out;
+}
+
+void capi_check(kiln_status s) {
+    if (s != KILN_OK) KILN_FAIL(kiln_last_error());
+}
+
+ContextPtr open_context(int device, uint64_t vram_budget) {
+    kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
+    o.device = device;
+    o.vram_budget_bytes = vram_budget;
+    kiln_context* c = nullptr;
+    capi_check(kiln_context_create(&o, &c));
+    return ContextPtr(c);
+}
+
+ModelPtr open_model(kiln_context* ctx, const std::string& path) {
+    kiln_model* m = nullptr;
+    capi_check(kiln_model_open(ctx, path.c_str(), &m));
+    return ModelPtr(m);
+}
+
+}  // namespace kiln::app
