@@ -1,7 +1,9 @@
 // kiln generate: DiTPipeline (class labels) or a text-to-image pipeline (PixArt, SD3, Flux) end to end, PNG out.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -94,9 +96,27 @@ std::vector<std::vector<std::string>> read_prompt_file(const std::string& path) 
 }
 
 // A progress bar on a terminal, a few lines otherwise.
+// Ctrl-C during a generation stops it at the next step boundary (the progress callback throws; the device loop
+// and the C API free everything on the way out). A second Ctrl-C kills the process as usual.
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) {
+    g_interrupted = true;
+    ::signal(SIGINT, SIG_DFL);
+}
+}  // namespace
+
+void install_interrupt_handler() { ::signal(SIGINT, on_sigint); }
+bool interrupted() { return g_interrupted; }
+
+namespace {
 std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_point& t0) {
     const bool tty = isatty(2);
+    install_interrupt_handler();
     return [&t0, tty](int i, int n) {
+        if (interrupted()) {
+            if (tty) std::fprintf(stderr, "\n");
+            KILN_FAIL("interrupted (Ctrl-C) after step ", i, " of ", n, "; nothing written");
+        }
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (tty) {
             int w = 30, f = i * w / n;

@@ -44,6 +44,9 @@ Tensor tensor_of(const kiln_tensor& t);
 // A context on device `device` (-1: KILN_DEVICE or the best; vram_budget 0: the device heap), and a model opened on it.
 ContextPtr open_context(int device, uint64_t vram_budget = 0);
 ModelPtr open_model(kiln_context* ctx, const std::string& path);
+// Ctrl-C: generate's progress callbacks stop at the next step boundary once it has been pressed.
+void install_interrupt_handler();
+bool interrupted();
 // The built-in default model (the trained dit-digits pipeline that ships with Kiln).
 std::string default_model();
 }  // namespace kiln::app

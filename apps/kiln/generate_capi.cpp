@@ -34,6 +34,7 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     }
     auto progress = [](int step, int total, void* user) {
         auto* fn = static_cast<const std::function<void(int, int)>*>(user);
+        if (interrupted()) return 1;  // Ctrl-C: KILN_CANCELLED at this step boundary
         if (step > 0 && *fn) (*fn)(step, total);
         return 0;
     };
@@ -53,7 +54,9 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     r.image = Tensor(DType::f32, {img.count, img.height, img.width, 3});
     img.data = r.image.bytes.data();
     img.capacity = r.image.nbytes();
-    capi_check(kiln_generate(m.get(), &p, &img));
+    const kiln_status st = kiln_generate(m.get(), &p, &img);
+    KILN_CHECK(!(st == KILN_CANCELLED && interrupted()), "interrupted (Ctrl-C); nothing written");
+    capi_check(st);
     ResultPtr owned(inter);
     for (int i = 0; i < kiln_result_count(inter); ++i) {
         kiln_tensor t;
