@@ -181,6 +181,26 @@ KILN_API kiln_status kiln_model_class_label(const kiln_model* model, int i, int*
  * not a valid Kiln file: KILN_IO. */
 KILN_API kiln_status kiln_describe_model_file(const char* path, char* buf, size_t capacity, size_t* length);
 
+/* ---- Tensors (kiln_forward's inputs and outputs, kiln_generate's prompt_embeds) ------------------------------ */
+
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F16 = 1,
+    KILN_BF16 = 2,
+    KILN_I32 = 3,
+    KILN_I64 = 4,
+    KILN_U8 = 5
+} kiln_dtype;
+
+/* A tensor view: contiguous, outermost dimension first (as PyTorch). This struct's layout is fixed. */
+typedef struct kiln_tensor {
+    const char* name;
+    kiln_dtype dtype;
+    int ndim; /* 0 .. 8 */
+    const int64_t* shape;
+    const void* data;
+} kiln_tensor;
+
 /* ---- Generate -------------------------------------------------------------------------------------------------- */
 
 typedef enum kiln_jit_mode {
@@ -210,6 +230,11 @@ typedef struct kiln_generate_stats {
     int device_loop;        /* 1: the denoising loop ran on the device (guidance and scheduler steps recorded) */
     double denoise_host_ms; /* of denoise_ms, the time the host was busy (not waiting for the device) */
     double loop_plan_ms;    /* of denoise_host_ms, planning and recording the device loop */
+    /* Appended: text models that encoded prompts (zero otherwise). */
+    double tokenize_ms, encode_ms;      /* tokenizers; text encoders (plan, upload, run) */
+    uint64_t text_encoder_bytes;        /* the largest encoder's weights + activations */
+    uint64_t text_encoder_device_bytes; /* what it allocated */
+    int text_encoders_reused;           /* 1: keep_encoders found them resident from an earlier call */
 } kiln_generate_stats;
 #define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
 
@@ -240,6 +265,16 @@ typedef struct kiln_generate_params {
                                     step{i}_noise_pred, decoded, image, ...); the caller destroys it */
     int vae_tiling;              /* 1: decode in overlapping tiles, as diffusers' vae.enable_tiling() */
     int vae_tile_size;           /* with vae_tiling: tile side in pixels; 0 = the VAE's sample_size */
+    /* Appended (zero = off). */
+    int no_resolution_binning; /* PixArt: 1 = no resolution binning (diffusers' use_resolution_binning=False) */
+    /* Text models, instead of prompts: the text conditioning under diffusers' names (prompt_embeds [B, L, D],
+     * negative_prompt_embeds, pooled_prompt_embeds [B, D], negative_pooled_prompt_embeds, prompt_attention_mask
+     * [B, L], negative_prompt_attention_mask), as the pipeline's encode_prompt returns them; one image per row. */
+    const kiln_tensor* prompt_embeds;
+    int prompt_embeds_count;
+    /* 1: the text encoders stay planned and uploaded in the model after this call, so the next call with the same
+     * prompt count skips that (costs their device memory while the transformer runs); 0 frees any kept ones. */
+    int keep_encoders;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 
@@ -264,24 +299,6 @@ typedef struct kiln_image {
 KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_generate_params* params, kiln_image* out);
 
 /* ---- Forward: one component on named inputs (`kiln forward`) -------------------------------------------------- */
-
-typedef enum kiln_dtype {
-    KILN_F32 = 0,
-    KILN_F16 = 1,
-    KILN_BF16 = 2,
-    KILN_I32 = 3,
-    KILN_I64 = 4,
-    KILN_U8 = 5
-} kiln_dtype;
-
-/* A tensor view: contiguous, outermost dimension first (as PyTorch). This struct's layout is fixed. */
-typedef struct kiln_tensor {
-    const char* name;
-    kiln_dtype dtype;
-    int ndim; /* 0 .. 8 */
-    const int64_t* shape;
-    const void* data;
-} kiln_tensor;
 
 typedef struct kiln_forward_params {
     size_t struct_size;

@@ -252,7 +252,13 @@ KILN_API kiln_status kiln_model_open(kiln_context* ctx, const char* path, kiln_m
     });
 }
 
-KILN_API void kiln_model_destroy(kiln_model* model) { delete model; }
+KILN_API void kiln_model_destroy(kiln_model* model) {
+    if (model && model->encoders) {  // resident text encoders hold device memory: free it under the context's lock
+        std::lock_guard<std::mutex> lock(model->device->mutex);
+        model->encoders.reset();
+    }
+    delete model;
+}
 
 KILN_API kiln_status kiln_model_get_info(const kiln_model* model, kiln_model_info* info) {
     return guarded(KILN_INTERNAL, [&] {

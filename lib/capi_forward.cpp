@@ -44,24 +44,6 @@ kiln_dtype c_dtype(DType d) {
     fail(KILN_INTERNAL, "output dtype ", (int)d, " has no kiln_dtype");
 }
 
-Tensor read_tensor(const kiln_tensor& t, int i) {
-    KILN_ARG(t.name && *t.name, "inputs[", i, "].name is NULL or empty");
-    const std::string name = t.name;
-    const DType dt = dtype_of(raw_enum(t.dtype), name);
-    KILN_ARG(t.ndim >= 0 && t.ndim <= 8, "input '", name, "': ndim ", t.ndim, " (0..8)");
-    KILN_ARG(t.ndim == 0 || t.shape, "input '", name, "': shape is NULL");
-    Shape s(t.shape, t.shape + t.ndim);
-    int64_t n = 1;
-    for (int64_t d : s) {
-        KILN_ARG(d >= 0 && d <= (int64_t(1) << 40), "input '", name, "': shape ", shape_str(s), " is invalid");
-        n *= d;
-        KILN_ARG(n <= (int64_t(1) << 40), "input '", name, "': shape ", shape_str(s), " is too large");
-    }
-    KILN_ARG(n == 0 || t.data, "input '", name, "': data is NULL");
-    Tensor out(dt, s);
-    if (n) std::memcpy(out.bytes.data(), t.data, out.nbytes());
-    return out;
-}
 
 // The transformer, else the only model component (a VAE or a text-encoder folder), as `kiln forward` picks.
 std::string default_component(const models::ModelSource& src) {
@@ -84,6 +66,25 @@ kiln_tensor view(const kiln_result::Out& o) {
 }
 
 }  // namespace
+
+Tensor read_tensor(const kiln_tensor& t, int i, const char* list) {
+    KILN_ARG(t.name && *t.name, list, "[", i, "].name is NULL or empty");
+    const std::string name = t.name;
+    const DType dt = dtype_of(raw_enum(t.dtype), name);
+    KILN_ARG(t.ndim >= 0 && t.ndim <= 8, "input '", name, "': ndim ", t.ndim, " (0..8)");
+    KILN_ARG(t.ndim == 0 || t.shape, "input '", name, "': shape is NULL");
+    Shape s(t.shape, t.shape + t.ndim);
+    int64_t n = 1;
+    for (int64_t d : s) {
+        KILN_ARG(d >= 0 && d <= (int64_t(1) << 40), "input '", name, "': shape ", shape_str(s), " is invalid");
+        n *= d;
+        KILN_ARG(n <= (int64_t(1) << 40), "input '", name, "': shape ", shape_str(s), " is too large");
+    }
+    KILN_ARG(n == 0 || t.data, "input '", name, "': data is NULL");
+    Tensor out(dt, s);
+    if (n) std::memcpy(out.bytes.data(), t.data, out.nbytes());
+    return out;
+}
 }  // namespace kiln::capi
 
 using namespace kiln;

@@ -34,8 +34,9 @@ struct Request {
     models::GenerateOptions g;
     models::T2IOptions t;
     models::T2IPlan plan;
-    std::vector<std::string> prompts;
+    std::vector<std::string> prompts;  // empty: t.text came as prompt_embeds
     std::optional<std::string> negative;
+    bool keep_encoders = false;
     int max_sequence_length = 0;
     int width = 0, height = 0, count = 0;
 };
@@ -78,7 +79,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     check_scheduler(m.src, scheduler);
     if (m.kind == KILN_MODEL_CLASS_LABELS) {
         r.dit = true;
-        KILN_ARG(p.prompt_count == 0 && !p.negative_prompt, m.src.path(),
+        KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt, m.src.path(),
                  " is a class-conditional DiT model: prompts do not apply (give class_labels)");
         KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
                  " is a class-conditional DiT model: give class_labels and class_label_count");
@@ -110,8 +111,30 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     }
     KILN_ARG(p.class_label_count == 0, m.src.path(), " is a text-to-image model (", m.pipeline,
              "): class_labels do not apply (give prompts)");
-    KILN_ARG(p.prompt_count > 0 && p.prompts, m.src.path(), " is a text-to-image model (", m.pipeline,
-             "): give prompts and prompt_count");
+    KILN_ARG(p.prompt_count >= 0 && p.prompt_embeds_count >= 0, "prompt_count/prompt_embeds_count are negative");
+    KILN_ARG(!(p.prompt_count > 0 && p.prompt_embeds_count > 0), "give prompts or prompt_embeds, not both");
+    KILN_ARG((p.prompt_count > 0 && p.prompts) || (p.prompt_embeds_count > 0 && p.prompt_embeds), m.src.path(),
+             " is a text-to-image model (", m.pipeline, "): give prompts and prompt_count (or prompt_embeds)");
+    if (p.prompt_embeds_count > 0) {
+        KILN_ARG(!p.negative_prompt && p.max_sequence_length == 0,
+                 "negative_prompt and max_sequence_length apply to prompts; with prompt_embeds give "
+                 "negative_prompt_embeds");
+        std::map<std::string, Tensor> named;
+        for (int i = 0; i < p.prompt_embeds_count; ++i) {
+            Tensor t = read_tensor(p.prompt_embeds[i], i, "prompt_embeds");
+            const std::string name = p.prompt_embeds[i].name;
+            KILN_ARG(!named.count(name), "prompt_embeds[", i, "]: '", name, "' given twice");
+            named[name] = std::move(t);
+        }
+        r.t.text = models::TextConditioning::from(named);
+        KILN_ARG(r.t.text.named().size() == named.size(), "prompt_embeds: a name is not one of prompt_embeds, "
+                 "negative_prompt_embeds, pooled_prompt_embeds, negative_pooled_prompt_embeds, prompt_attention_mask, "
+                 "negative_prompt_attention_mask");
+        const Tensor& pe = r.t.text.prompt_embeds;
+        KILN_ARG(!pe.bytes.empty() && pe.shape.size() == 3, "prompt_embeds: 'prompt_embeds' [B, L, D] is missing",
+                 pe.shape.empty() ? "" : " (got " + shape_str(pe.shape) + ")");
+        r.count = (int)pe.shape[0];
+    }
     for (int i = 0; i < p.prompt_count; ++i) {
         KILN_ARG(p.prompts[i], "prompts[", i, "] is NULL");
         r.prompts.push_back(p.prompts[i]);
@@ -133,16 +156,40 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.t.keep_intermediates = keep;
     r.t.tiled_vae = p.vae_tiling != 0;
     r.t.vae_tile_size = p.vae_tile_size;
+    r.t.resolution_binning = p.no_resolution_binning == 0;
+    r.keep_encoders = p.keep_encoders != 0;
     r.plan = models::plan_t2i(m.src, r.t);
-    r.count = p.prompt_count;
+    if (!r.prompts.empty()) r.count = p.prompt_count;
+    if (r.prompts.empty()) {  // prompt_embeds: what this pipeline needs, checked before any work
+        const auto& tx = r.t.text;
+        const bool pixart = r.plan.pipeline != "FluxPipeline" && r.plan.pipeline != "StableDiffusion3Pipeline";
+        auto need = [&](const Tensor& t, const char* name, const char* why) {
+            KILN_ARG(!t.bytes.empty(), m.pipeline, " needs prompt_embeds '", name, "'", why);
+        };
+        if (pixart) need(tx.prompt_attention_mask, "prompt_attention_mask", "");
+        else need(tx.pooled_prompt_embeds, "pooled_prompt_embeds", "");
+        if (r.plan.cfg) {
+            need(tx.negative_prompt_embeds, "negative_prompt_embeds", " with guidance > 1 (or guidance 1)");
+            if (pixart) need(tx.negative_prompt_attention_mask, "negative_prompt_attention_mask", " with guidance > 1");
+            else need(tx.negative_pooled_prompt_embeds, "negative_pooled_prompt_embeds", " with guidance > 1");
+        }
+    }
     r.width = r.plan.width, r.height = r.plan.height;
     if (p.latents)
         r.t.latents_init = read_latents(p, {r.count, r.plan.latent_channels, r.plan.latent_h, r.plan.latent_w});
     return r;
 }
 
+// What encoding the prompts measured (kiln_generate_stats' text fields).
+struct TextStats {
+    double tokenize_ms = 0, encode_ms = 0;
+    uint64_t needed = 0, allocated = 0;
+    bool reused = false;
+};
+
 // Runs the pipeline: image [count, H, W, 3] floats in [0, 1], timings, intermediates when asked for.
-models::GenerateResult run(vk::Context& ctx, const kiln_model& m, Request& r, const kiln_generate_params& p) {
+models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const kiln_generate_params& p,
+                           TextStats& ts) {
     auto progress = [&p](int step, int total) {
         if (p.progress && p.progress(step, total, p.progress_user) != 0) throw Cancelled{};
     };
@@ -152,6 +199,12 @@ models::GenerateResult run(vk::Context& ctx, const kiln_model& m, Request& r, co
         return models::generate_dit(ctx, m.src, r.g);
     }
     progress(0, r.plan.steps);
+    if (!r.keep_encoders) m.encoders.reset();
+    if (r.prompts.empty()) {  // prompt_embeds
+        r.t.progress = progress;
+        return models::generate_t2i(ctx, m.src, r.t);
+    }
+    if (r.keep_encoders && !m.encoders) m.encoders = std::make_unique<models::EncoderCache>();
     models::PromptOptions po;
     po.prompts = r.prompts;
     po.negative = r.negative;
@@ -159,7 +212,10 @@ models::GenerateResult run(vk::Context& ctx, const kiln_model& m, Request& r, co
     po.max_sequence_length = r.max_sequence_length;
     po.mode = r.t.mode;
     po.keep_intermediates = r.t.keep_intermediates;
-    auto enc = models::encode_prompts(&ctx, m.src, po);  // the encoders' device memory is freed on return
+    po.keep = m.encoders.get();
+    auto enc = models::encode_prompts(&ctx, m.src, po);  // without keep, the encoders' memory is freed on return
+    ts.tokenize_ms = enc.tokenize_ms, ts.encode_ms = enc.encode_ms;
+    ts.needed = enc.peak_needed_bytes, ts.allocated = enc.peak_device_bytes, ts.reused = enc.reused_encoders;
     auto get = [&](const char* n) {
         auto it = enc.tensors.find(n);
         return it == enc.tensors.end() ? Tensor() : it->second;
@@ -229,8 +285,9 @@ extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_gene
                  r.count, " image(s) of ", r.width, "x", r.height, ")");
         std::lock_guard<std::mutex> lock(model->device->mutex);
         models::GenerateResult res;
+        TextStats ts;
         try {
-            res = run(*model->device->vk, *model, r, p);
+            res = run(*model->device->vk, *model, r, p, ts);
         } catch (const Error& e) {
             if (dynamic_cast<const StatusError*>(&e)) throw;
             // Past the checks above, a failure is the model's files, the device, or a bug: the message says which.
@@ -251,6 +308,9 @@ extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_gene
             stats->device_loop = res.device_loop;
             stats->denoise_host_ms = res.denoise_host_ms;
             stats->loop_plan_ms = res.loop_plan_ms;
+            stats->tokenize_ms = ts.tokenize_ms, stats->encode_ms = ts.encode_ms;
+            stats->text_encoder_bytes = ts.needed, stats->text_encoder_device_bytes = ts.allocated;
+            stats->text_encoders_reused = ts.reused;
             write_struct(p.stats, *stats);
         }
         write_pixels(im, img);

@@ -10,6 +10,7 @@
 
 #include "include/kiln.h"
 #include "models/source.h"
+#include "models/text_encode.h"
 #include "runtime/core/error.h"
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
@@ -92,6 +93,8 @@ int raw_enum(const E& e) {
 }
 // kiln_jit_mode (read with raw_enum) -> executor mode; anything else is KILN_INVALID_ARGUMENT.
 exec::Mode jit_mode(int m);
+// A caller's tensor view (list[i]: "inputs", "prompt_embeds"), checked and copied.
+Tensor read_tensor(const kiln_tensor& t, int i, const char* list = "inputs");
 
 void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out);
 
@@ -112,6 +115,9 @@ struct kiln_model {
     int default_width = 0, default_height = 0;
     std::vector<std::pair<std::string, std::string>> components;  // name, class
     std::vector<std::pair<int, std::string>> labels;              // id, name
+    // kiln_generate_params.keep_encoders: text encoders resident between calls (under device->mutex; declared
+    // after device so it is destroyed first).
+    std::unique_ptr<kiln::models::EncoderCache> encoders;
 };
 
 struct kiln_result {

@@ -358,43 +358,75 @@ Run add_generate(CLI::App& app) {
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
-            vk::Context ctx(o->device);
-            if (!o->vram_budget.empty()) ctx.set_vram_budget(exec::parse_bytes(o->vram_budget));
+            // Through libkiln's C API; --profile (per-step figures, memory peaks) and --host-loop: the C++ pipeline.
+            const uint64_t budget = o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget);
+            ContextPtr api;
+            ModelPtr api_model;
+            std::unique_ptr<vk::Context> ctx;
+            if (o->profile || o->host_loop) {
+                ctx = std::make_unique<vk::Context>(o->device);
+                if (budget) ctx->set_vram_budget(budget);
+            } else {
+                api = open_context(o->device, budget);
+                api_model = open_model(api.get(), model);
+            }
+            const std::string device = ctx ? ctx->info().name : device_name(api.get());
             models::EncoderCache resident;  // --keep-encoders: encoders stay uploaded from one prompt to the next
+            auto text_line = [&](size_t n, double tokenize_ms, double encode_ms, uint64_t needed, uint64_t allocated,
+                                 bool reused) {
+                std::fprintf(stderr,
+                             "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms; largest encoder %.1f MiB "
+                             "(weights + activations; %.0f MiB allocated), %s\n",
+                             n, tokenize_ms, encode_ms, (double)needed / (1 << 20), (double)allocated / (1 << 20),
+                             o->keep_encoders ? (reused ? "resident (reused)" : "kept resident") : "freed");
+            };
             for (size_t job = 0; job < jobs.size(); ++job) {
                 const auto& prompts = jobs[job];
-                const bool rss_reset = reset_peaks(ctx);
-                std::vector<std::pair<std::string, Tensor>> text_dump;
-                if (!prompts.empty()) {
-                    models::PromptOptions po;
-                    po.prompts = prompts;
-                    if (o->neg_opt->count()) po.negative = o->negative_prompt;
-                    po.cfg = plan.cfg;
-                    po.max_sequence_length = o->max_sequence_length;
-                    po.mode = t.mode;
-                    po.keep_intermediates = t.keep_intermediates;
-                    if (o->keep_encoders) po.keep = &resident;
-                    // Without --keep-encoders each encoder's device memory is freed as soon as it has run, before
-                    // the transformer's weights are uploaded: the peak is the largest, not the sum.
-                    auto enc = models::encode_prompts(&ctx, src, po);
-                    std::fprintf(
-                        stderr,
-                        "  text: %zu prompt(s), tokenize %.1f ms, encode %.0f ms; largest encoder %.1f MiB "
-                        "(weights + activations; %.0f MiB allocated), %s\n",
-                        prompts.size(), enc.tokenize_ms, enc.encode_ms, (double)enc.peak_needed_bytes / (1 << 20),
-                        (double)enc.peak_device_bytes / (1 << 20),
-                        o->keep_encoders ? (enc.reused_encoders ? "resident (reused)" : "kept resident") : "freed");
-                    t.text = models::TextConditioning::from(enc.tensors);
-                    text_dump = std::move(enc.intermediates);
-                }
                 t.progress = progress_printer(t0);
-                std::fprintf(stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s\n",
-                             model.c_str(), plan.pipeline.c_str(), ctx.info().name.c_str(), plan.width, plan.height,
-                             plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
-                t0 = std::chrono::steady_clock::now();
-                r = models::generate_t2i(ctx, src, t);
-                profile(ctx, r, rss_reset);
-                r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
+                auto header = [&] {
+                    std::fprintf(stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s\n",
+                                 model.c_str(), plan.pipeline.c_str(), device.c_str(), plan.width, plan.height,
+                                 plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
+                };
+                if (!ctx) {
+                    TextRequest q;
+                    q.prompts = prompts;
+                    if (o->neg_opt->count()) q.negative = o->negative_prompt;
+                    q.max_sequence_length = o->max_sequence_length;
+                    q.keep_encoders = o->keep_encoders;
+                    header();
+                    t0 = std::chrono::steady_clock::now();
+                    kiln_generate_stats st = KILN_GENERATE_STATS_INIT;
+                    r = generate_text(api_model.get(), t, q, st);
+                    if (!prompts.empty())
+                        text_line(prompts.size(), st.tokenize_ms, st.encode_ms, st.text_encoder_bytes,
+                                  st.text_encoder_device_bytes, st.text_encoders_reused != 0);
+                } else {
+                    const bool rss_reset = reset_peaks(*ctx);
+                    std::vector<std::pair<std::string, Tensor>> text_dump;
+                    if (!prompts.empty()) {
+                        models::PromptOptions po;
+                        po.prompts = prompts;
+                        if (o->neg_opt->count()) po.negative = o->negative_prompt;
+                        po.cfg = plan.cfg;
+                        po.max_sequence_length = o->max_sequence_length;
+                        po.mode = t.mode;
+                        po.keep_intermediates = t.keep_intermediates;
+                        if (o->keep_encoders) po.keep = &resident;
+                        // Without --keep-encoders each encoder's device memory is freed as soon as it has run,
+                        // before the transformer's weights are uploaded: the peak is the largest, not the sum.
+                        auto enc = models::encode_prompts(ctx.get(), src, po);
+                        text_line(prompts.size(), enc.tokenize_ms, enc.encode_ms, enc.peak_needed_bytes,
+                                  enc.peak_device_bytes, enc.reused_encoders != 0);
+                        t.text = models::TextConditioning::from(enc.tensors);
+                        text_dump = std::move(enc.intermediates);
+                    }
+                    header();
+                    t0 = std::chrono::steady_clock::now();
+                    r = models::generate_t2i(*ctx, src, t);
+                    profile(*ctx, r, rss_reset);
+                    r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
+                }
                 std::string prompt_text;
                 for (auto& p : prompts) prompt_text += (prompt_text.empty() ? "" : " | ") + p;
                 settings = "prompt=" + prompt_text + (o->neg_opt->count() ? " negative=" + o->negative_prompt : "") +

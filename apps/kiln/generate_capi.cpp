@@ -12,26 +12,25 @@ std::string device_name(kiln_context* ctx) {
     return d.name;
 }
 
-models::GenerateResult generate_labels(kiln_context* ctx, const std::string& model, const models::GenerateOptions& g) {
-    ModelPtr m = open_model(ctx, model);
-    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
-    p.class_labels = g.labels.data();
-    p.class_label_count = (int)g.labels.size();
-    KILN_CHECK(g.steps >= 1, "--steps is ", g.steps, " (at least 1)");
-    p.steps = g.steps;
-    p.guidance = g.guidance > 1 ? g.guidance : 1.0;  // <= 1 is no guidance; the C API's 0 means the default
-    p.seed = g.seed;
-    if (!g.scheduler.empty()) p.scheduler = g.scheduler.c_str();
-    p.jit_mode = g.mode == exec::Mode::eager  ? KILN_JIT_EAGER
-                 : g.mode == exec::Mode::full ? KILN_JIT_FULL
-                                              : KILN_JIT_REGIONAL;
-    Tensor latents;
-    if (g.latents_init) {
-        latents = g.latents_init->astype(DType::f32);
-        p.latents = latents.data<float>();
-        p.latents_shape = latents.shape.data();
-        p.latents_ndim = (int)latents.shape.size();
-    }
+namespace {
+
+kiln_jit_mode jit_mode(exec::Mode m) {
+    return m == exec::Mode::eager ? KILN_JIT_EAGER : m == exec::Mode::full ? KILN_JIT_FULL : KILN_JIT_REGIONAL;
+}
+
+// The latents as the C API takes them (float32, owned by `store`).
+void set_latents(kiln_generate_params& p, const std::optional<Tensor>& init, Tensor& store) {
+    if (!init) return;
+    store = init->astype(DType::f32);
+    p.latents = store.data<float>();
+    p.latents_shape = store.shape.data();
+    p.latents_ndim = (int)store.shape.size();
+}
+
+// The two kiln_generate calls (size query, then into a buffer sized by it), with Ctrl-C as cancel and the
+// result as the C++ pipeline gives it.
+models::GenerateResult run(kiln_model* m, kiln_generate_params& p, bool keep_intermediates,
+                           const std::function<void(int, int)>& on_step, kiln_generate_stats& stats) {
     auto progress = [](int step, int total, void* user) {
         auto* fn = static_cast<const std::function<void(int, int)>*>(user);
         if (interrupted()) return 1;  // Ctrl-C: KILN_CANCELLED at this step boundary
@@ -39,22 +38,19 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
         return 0;
     };
     p.progress = progress;
-    p.progress_user = const_cast<std::function<void(int, int)>*>(&g.progress);
-    kiln_generate_stats stats = KILN_GENERATE_STATS_INIT;
+    p.progress_user = const_cast<std::function<void(int, int)>*>(&on_step);
     p.stats = &stats;
     kiln_result* inter = nullptr;
-    if (g.keep_intermediates) p.intermediates = &inter;
-    p.vae_tiling = g.tiled_vae;
-    p.vae_tile_size = g.vae_tile_size;
+    if (keep_intermediates) p.intermediates = &inter;
 
     kiln_image img = KILN_IMAGE_INIT;
     img.format = KILN_PIXELS_RGB_F32;
-    capi_check(kiln_generate(m.get(), &p, &img));  // the size query
+    capi_check(kiln_generate(m, &p, &img));  // the size query
     models::GenerateResult r;
     r.image = Tensor(DType::f32, {img.count, img.height, img.width, 3});
     img.data = r.image.bytes.data();
     img.capacity = r.image.nbytes();
-    const kiln_status st = kiln_generate(m.get(), &p, &img);
+    const kiln_status st = kiln_generate(m, &p, &img);
     KILN_CHECK(!(st == KILN_CANCELLED && interrupted()), "interrupted (Ctrl-C); nothing written");
     capi_check(st);
     ResultPtr owned(inter);
@@ -70,6 +66,72 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     r.transformer_counters.activation_bytes_planned = stats.transformer_activation_bytes;
     r.transformer_counters.device_bytes = stats.transformer_device_bytes;
     return r;
+}
+
+}  // namespace
+
+models::GenerateResult generate_labels(kiln_context* ctx, const std::string& model, const models::GenerateOptions& g) {
+    ModelPtr m = open_model(ctx, model);
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.class_labels = g.labels.data();
+    p.class_label_count = (int)g.labels.size();
+    KILN_CHECK(g.steps >= 1, "--steps is ", g.steps, " (at least 1)");
+    p.steps = g.steps;
+    p.guidance = g.guidance > 1 ? g.guidance : 1.0;  // <= 1 is no guidance; the C API's 0 means the default
+    p.seed = g.seed;
+    if (!g.scheduler.empty()) p.scheduler = g.scheduler.c_str();
+    p.jit_mode = jit_mode(g.mode);
+    Tensor latents;
+    set_latents(p, g.latents_init, latents);
+    p.vae_tiling = g.tiled_vae;
+    p.vae_tile_size = g.vae_tile_size;
+    kiln_generate_stats stats = KILN_GENERATE_STATS_INIT;
+    return run(m.get(), p, g.keep_intermediates, g.progress, stats);
+}
+
+models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t, const TextRequest& q,
+                                     kiln_generate_stats& stats) {
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    std::vector<const char*> prompts;
+    for (auto& s : q.prompts) prompts.push_back(s.c_str());
+    p.prompts = prompts.data();
+    p.prompt_count = (int)prompts.size();
+    if (q.negative) p.negative_prompt = q.negative->c_str();
+    p.max_sequence_length = q.max_sequence_length;
+    p.keep_encoders = q.keep_encoders;
+    // --prompt-embeds: the conditioning tensors as views (they outlive the call).
+    std::vector<std::pair<std::string, Tensor>> named;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<kiln_tensor> views;
+    if (q.prompts.empty()) {
+        named = t.text.named();
+        shapes.reserve(named.size());
+        for (auto& [name, tensor] : named) {
+            shapes.emplace_back(tensor.shape.begin(), tensor.shape.end());
+            kiln_tensor v;
+            v.name = name.c_str();
+            v.dtype = c_dtype(tensor.dtype);
+            v.ndim = (int)tensor.shape.size();
+            v.shape = shapes.back().data();
+            v.data = tensor.bytes.data();
+            views.push_back(v);
+        }
+        p.prompt_embeds = views.data();
+        p.prompt_embeds_count = (int)views.size();
+    }
+    if (t.width) p.width = *t.width;
+    if (t.height) p.height = *t.height;
+    p.no_resolution_binning = !t.resolution_binning;
+    if (t.steps) p.steps = *t.steps;
+    if (t.guidance) p.guidance = *t.guidance == 0 ? 1.0 : *t.guidance;  // the C API's 0 means the default
+    p.seed = t.seed;
+    if (!t.scheduler.empty()) p.scheduler = t.scheduler.c_str();
+    p.jit_mode = jit_mode(t.mode);
+    Tensor latents;
+    set_latents(p, t.latents_init, latents);
+    p.vae_tiling = t.tiled_vae;
+    p.vae_tile_size = t.vae_tile_size;
+    return run(m, p, t.keep_intermediates, t.progress, stats);
 }
 
 }  // namespace kiln::app

@@ -4,6 +4,7 @@
 
 #include "apps/kiln/commands.h"
 #include "models/dit_pipeline.h"
+#include "models/t2i_pipeline.h"
 
 namespace kiln::app {
 
@@ -13,5 +14,17 @@ std::string device_name(kiln_context* ctx);
 // gives it (image [B, H, W, 3] f32, timings, transformer memory, intermediates when g.keep_intermediates).
 // g.progress is called after each step (not before the first).
 models::GenerateResult generate_labels(kiln_context* ctx, const std::string& model, const models::GenerateOptions& g);
+
+// One text-to-image generation: q.prompts, or t.text (--prompt-embeds) when q.prompts is empty.
+struct TextRequest {
+    std::vector<std::string> prompts;
+    std::optional<std::string> negative;
+    int max_sequence_length = 0;
+    bool keep_encoders = false;  // the encoders stay resident in m for the next call
+};
+// Runs it with kiln_generate on m (options as models::generate_t2i takes them); stats receives the call's
+// figures (text encoding included).
+models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t, const TextRequest& q,
+                                     kiln_generate_stats& stats);
 
 }  // namespace kiln::app

@@ -78,3 +78,142 @@ TEST_CASE("C API: kiln_generate with a prompt reproduces diffusers' PixArt pipel
     q.max_sequence_length = -4;
     expect(q, KILN_INVALID_ARGUMENT, "max_sequence_length");
 }
+
+namespace {
+
+// The image of one kiln_generate call (RGB float), with its stats.
+std::vector<float> generate_rgb(kiln_model* m, kiln_generate_params p, kiln_generate_stats* stats = nullptr) {
+    p.stats = stats;
+    kiln_image img = KILN_IMAGE_INIT;
+    img.format = KILN_PIXELS_RGB_F32;
+    INFO(kiln_last_error());
+    REQUIRE(kiln_generate(m, &p, &img) == KILN_OK);
+    std::vector<float> px(img.required_bytes / sizeof(float));
+    img.data = px.data();
+    img.capacity = img.required_bytes;
+    const kiln_status s = kiln_generate(m, &p, &img);
+    INFO(kiln_last_error());
+    REQUIRE(s == KILN_OK);
+    return px;
+}
+
+}  // namespace
+
+TEST_CASE("C API: prompt_embeds in place of prompts; keep_encoders keeps them resident", "[capi][vulkan]") {
+    const std::string dir = kiln::test::data_path("fixtures/pixart_pipeline");
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), dir);
+    auto io = kiln::SafeTensors::open(dir + "/io.safetensors");
+    const kiln::Tensor lat = io.read("latents_init").astype(kiln::DType::f32), ref = io.read("image");
+    const char* prompts[1] = {"a red fox in the snow"};
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.prompts = prompts;
+    p.prompt_count = 1;
+    p.steps = 4;
+    p.guidance = 4.5;
+    p.latents = lat.data<float>();
+    p.latents_shape = lat.shape.data();
+    p.latents_ndim = (int)lat.shape.size();
+
+    // The prompt run, keeping its intermediates: Kiln's own encode_prompt outputs are among them.
+    kiln_result* inter = nullptr;
+    kiln_generate_params pi = p;
+    pi.intermediates = &inter;
+    const std::vector<float> from_prompt = generate_rgb(m.get(), pi);
+    std::unique_ptr<kiln_result, decltype(&kiln_result_destroy)> own(inter, kiln_result_destroy);
+    std::vector<kiln_tensor> embeds;
+    for (const char* n : {"prompt_embeds", "negative_prompt_embeds", "prompt_attention_mask",
+                          "negative_prompt_attention_mask"}) {
+        kiln_tensor t;
+        INFO(n);
+        REQUIRE(kiln_result_find(inter, n, &t) == KILN_OK);
+        embeds.push_back(t);
+    }
+
+    kiln_generate_params pe = p;
+    pe.prompts = nullptr;
+    pe.prompt_count = 0;
+    pe.prompt_embeds = embeds.data();
+    pe.prompt_embeds_count = (int)embeds.size();
+    SECTION("Kiln's own embeddings give the prompt run's image, bit for bit") {
+        kiln_generate_stats st = KILN_GENERATE_STATS_INIT;
+        CHECK(generate_rgb(m.get(), pe, &st) == from_prompt);
+        CHECK(st.encode_ms == 0);  // no encoder ran
+    }
+    SECTION("diffusers' embeddings give diffusers' image") {
+        // The fixture's encode_prompt outputs (f32; the masks I64), converted to caller views.
+        std::vector<kiln::Tensor> keep;
+        std::vector<std::string> names = {"prompt_embeds", "negative_prompt_embeds", "prompt_attention_mask",
+                                          "negative_prompt_attention_mask"};
+        std::vector<kiln_tensor> views;
+        for (auto& n : names) keep.push_back(io.read(n));
+        for (size_t i = 0; i < names.size(); ++i) {
+            kiln_tensor v;
+            v.name = names[i].c_str();
+            v.dtype = keep[i].dtype == kiln::DType::i64 ? KILN_I64 : KILN_F32;
+            v.ndim = (int)keep[i].shape.size();
+            v.shape = keep[i].shape.data();
+            v.data = keep[i].bytes.data();
+            views.push_back(v);
+        }
+        kiln_generate_params q = pe;
+        q.prompt_embeds = views.data();
+        const std::vector<float> px = generate_rgb(m.get(), q);
+        REQUIRE(ref.numel() == (int64_t)px.size());
+        CHECK(kiln::rel_l2(px, ref.to_f32()) <= 1e-4);  // f32 throughout: summation order only
+    }
+    SECTION("keep_encoders: the second call finds them resident; the image is the same") {
+        kiln_generate_params k = p;
+        k.keep_encoders = 1;
+        kiln_generate_stats s1 = KILN_GENERATE_STATS_INIT, s2 = KILN_GENERATE_STATS_INIT,
+                            s3 = KILN_GENERATE_STATS_INIT;
+        CHECK(generate_rgb(m.get(), k, &s1) == from_prompt);
+        CHECK(s1.text_encoders_reused == 0);
+        CHECK(s1.text_encoder_bytes > 0);
+        CHECK(generate_rgb(m.get(), k, &s2) == from_prompt);
+        CHECK(s2.text_encoders_reused == 1);
+        k.keep_encoders = 0;  // frees them: the next call plans them again
+        CHECK(generate_rgb(m.get(), k, &s3) == from_prompt);
+        CHECK(s3.text_encoders_reused == 0);
+    }
+    SECTION("errors name the problem") {
+        auto expect = [&](kiln_generate_params q, const char* needle) {
+            kiln_image i2 = KILN_IMAGE_INIT;
+            const kiln_status s = kiln_generate(m.get(), &q, &i2);
+            INFO(kiln_last_error());
+            CHECK(s == KILN_INVALID_ARGUMENT);
+            CHECK(std::string(kiln_last_error()).find(needle) != std::string::npos);
+        };
+        kiln_generate_params q = pe;
+        q.prompts = prompts;
+        q.prompt_count = 1;
+        expect(q, "not both");
+        q = pe;
+        q.negative_prompt = "blurry";
+        expect(q, "negative_prompt_embeds");
+        q = pe;
+        q.prompt_embeds_count = 1;  // prompt_embeds only: the mask is missing
+        expect(q, "prompt_attention_mask");
+        q = pe;
+        q.prompt_embeds_count = 3;  // no negative mask, guidance 4.5
+        expect(q, "negative_prompt_attention_mask");
+        std::vector<kiln_tensor> odd = embeds;
+        odd[1].name = "negative_embeds";
+        q = pe;
+        q.prompt_embeds = odd.data();
+        expect(q, "is not one of");
+        odd = embeds;
+        odd[1].name = "prompt_embeds";
+        q.prompt_embeds = odd.data();
+        expect(q, "given twice");
+        // Without guidance no negatives are needed: 2 tensors are enough.
+        q = pe;
+        q.guidance = 1;
+        std::vector<kiln_tensor> two = {embeds[0], embeds[2]};
+        q.prompt_embeds = two.data();
+        q.prompt_embeds_count = 2;
+        kiln_image i3 = KILN_IMAGE_INIT;
+        CHECK(kiln_generate(m.get(), &q, &i3) == KILN_OK);
+        CHECK(i3.count == 1);
+    }
+}
