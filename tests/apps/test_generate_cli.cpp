@@ -94,6 +94,44 @@ TEST_CASE("kiln generate --prompt reproduces diffusers' pipelines through the CL
     CHECK(compared >= 10);
 }
 
+TEST_CASE("kiln generate --prompt-embeds and --prompt-file --keep-encoders through the CLI", "[apps][generate][vulkan]") {
+    Tmp tmp;
+    const std::string name = "pixart_pipeline";
+    const auto j = io_json(name);
+    const auto& s = j["call"]["scalars"];
+    const std::string common = "--model " + fixture(name) + " --latents " + fixture(name) + "/io.safetensors" +
+                               " --steps " + std::to_string(s["num_inference_steps"].get<int>()) + " --guidance " +
+                               std::to_string(s["guidance_scale"].get<double>()) + " --no-resolution-binning";
+    auto io = SafeTensors::open(fixture(name) + "/io.safetensors");
+    const Tensor ref = io.read("image");
+    // diffusers' encode_prompt outputs in io.safetensors: the text encoders are skipped, the image is diffusers'.
+    Result r = generate(tmp, common + " --prompt-embeds " + fixture(name) + "/io.safetensors --dump " +
+                                 (tmp / "embeds.safetensors") + " -o " + (tmp / "embeds.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("text:") == std::string::npos);  // no encoder ran
+    CHECK(rel_l2(SafeTensors::open(tmp / "embeds.safetensors").read("image").to_f32(), ref.to_f32()) <= 1e-4);
+
+    // Two lines of a prompt file, encoders kept: the second finds them resident; one PNG per line.
+    {
+        std::ofstream f(tmp / "prompts.txt");
+        f << j["prompt"][0].get<std::string>() << "\n\na lighthouse at night\n";
+    }
+    r = generate(tmp, common + " --prompt-file " + (tmp / "prompts.txt") + " --keep-encoders --dump " +
+                          (tmp / "file.safetensors") + " -o " + (tmp / "file.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const size_t kept = r.err.find("kept resident"), reused = r.err.find("resident (reused)");
+    CHECK(kept != std::string::npos);
+    CHECK(reused != std::string::npos);
+    CHECK(kept < reused);
+    CHECK(fs::exists(tmp / "file-0.png"));
+    CHECK(fs::exists(tmp / "file-1.png"));
+    CHECK(!fs::exists(tmp / "file-2.png"));  // the blank line is skipped
+    // The fixture's prompt, encoded by Kiln: diffusers' image.
+    CHECK(rel_l2(SafeTensors::open(tmp / "file-0.safetensors").read("image").to_f32(), ref.to_f32()) <= 1e-4);
+}
+
 TEST_CASE("kiln generate --host-loop: the same PNG and dump as the device loop", "[apps][generate][loop][vulkan]") {
     Tmp tmp;
     const std::string base = "--model " + fixture("sd3_pipeline") + " --prompt 'a cat' --steps 3 ";
