@@ -247,6 +247,17 @@ Run add_generate(CLI::App& app) {
                          {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
             if (!dump.empty()) write_safetensors(dump, r.intermediates);
         };
+        // Generation goes through libkiln's C API (api); --profile (per-step figures and memory peaks, not in the C
+        // API) and --host-loop use the C++ pipeline on a vk::Context (ctx).
+        auto open_device = [&](ContextPtr& api, std::unique_ptr<vk::Context>& ctx) {
+            const uint64_t budget = o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget);
+            if (o->profile || o->host_loop) {
+                ctx = std::make_unique<vk::Context>(o->device);
+                if (budget) ctx->set_vram_budget(budget);
+            } else {
+                api = open_context(o->device, budget);
+            }
+        };
         // --profile: the transformer's per-step figures and the memory peaks since rss_reset's reset_peaks().
         auto profile = [&](vk::Context& ctx, const models::GenerateResult& r, bool rss_reset) {
             if (!o->profile) return;
@@ -289,17 +300,9 @@ Run add_generate(CLI::App& app) {
             g.vae_tile_size = o->vae_tile;
             if (!o->latents.empty()) g.latents_init = SafeTensors::open(o->latents).read("latents_init");
             g.progress = progress_printer(t0);
-            // Through libkiln's C API; --profile's per-step figures and memory peaks and --host-loop are not in it:
-            // the C++ pipeline.
-            const uint64_t budget = o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget);
             ContextPtr api;
             std::unique_ptr<vk::Context> ctx;
-            if (o->profile || o->host_loop) {
-                ctx = std::make_unique<vk::Context>(o->device);
-                if (budget) ctx->set_vram_budget(budget);
-            } else {
-                api = open_context(o->device, budget);
-            }
+            open_device(api, ctx);
             std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
                          model.c_str(), ctx ? ctx->info().name.c_str() : device_name(api.get()).c_str(),
                          g.labels.size(), g.steps, g.guidance, (unsigned long long)g.seed, exec::mode_name(g.mode));
@@ -358,18 +361,10 @@ Run add_generate(CLI::App& app) {
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
-            // Through libkiln's C API; --profile (per-step figures, memory peaks) and --host-loop: the C++ pipeline.
-            const uint64_t budget = o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget);
             ContextPtr api;
-            ModelPtr api_model;
             std::unique_ptr<vk::Context> ctx;
-            if (o->profile || o->host_loop) {
-                ctx = std::make_unique<vk::Context>(o->device);
-                if (budget) ctx->set_vram_budget(budget);
-            } else {
-                api = open_context(o->device, budget);
-                api_model = open_model(api.get(), model);
-            }
+            open_device(api, ctx);
+            ModelPtr api_model = api ? open_model(api.get(), model) : nullptr;
             const std::string device = ctx ? ctx->info().name : device_name(api.get());
             models::EncoderCache resident;  // --keep-encoders: encoders stay uploaded from one prompt to the next
             auto text_line = [&](size_t n, double tokenize_ms, double encode_ms, uint64_t needed, uint64_t allocated,
