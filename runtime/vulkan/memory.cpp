@@ -9,6 +9,9 @@
 namespace kiln::vk {
 
 namespace {
+// Blocks grow geometrically from kFirstBlock to kBlockSize: a small model (the 6 MiB digits transformer) takes
+// 16 MiB, not 256; a large one reaches 256 MiB blocks after a few and wastes at most the tail of each.
+constexpr VkDeviceSize kFirstBlock = 16ull << 20;
 constexpr VkDeviceSize kBlockSize = 256ull << 20;
 constexpr VkDeviceSize kStagingSize = 32ull << 20;
 std::atomic<uint64_t> g_process_bytes{0}, g_process_peak{0};
@@ -106,7 +109,8 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
             return {b.buffer, off, size, b.mapped ? b.mapped + off : nullptr};
         }
     }
-    VkDeviceSize bs = std::max(kBlockSize, (size + align - 1) / align * align);
+    VkDeviceSize bs = std::max(next_block_, (size + align - 1) / align * align);
+    next_block_ = std::min(kBlockSize, 2 * next_block_);
     if (info.max_allocation) bs = std::min<VkDeviceSize>(bs, info.max_allocation);
     KILN_CHECK(size <= bs, what, ": ", size, " bytes exceed maxMemoryAllocationSize");
     // Unified memory: device-local *and* host-visible; else device-local.

@@ -1,6 +1,6 @@
 #pragma once
-// Device memory: large blocks, each one VkBuffer, sub-allocated by bumping. On unified-memory
-// devices (lavapipe, iGPUs) blocks are host-visible and mapped, so uploads are memcpy; on discrete
+// Device memory: blocks (16 MiB, doubling up to 256 MiB), each one VkBuffer, sub-allocated by bumping. On
+// unified-memory devices (lavapipe, iGPUs) blocks are host-visible and mapped, so uploads are memcpy; on discrete
 // GPUs they are device-local and uploads/downloads go through a staging buffer.
 #include <cstdint>
 #include <vector>
@@ -53,6 +53,7 @@ private:
     Context& ctx_;
     bool unified_ = false, host_ = false;
     uint64_t used_ = 0;
+    VkDeviceSize next_block_ = 16ull << 20;  // the next block's size (doubling up to 256 MiB)
     std::vector<Block> blocks_;
     Block staging_;
     uint64_t bytes_ = 0;

@@ -66,14 +66,17 @@ TEST_CASE("C API: out of device memory is KILN_OUT_OF_MEMORY and the context sta
     auto pixart = open_model(ctx.get(), kiln::test::data_path("fixtures/pixart_pipeline"));
     std::vector<uint8_t> ref_digits, ref_text, px;
     REQUIRE(generate_digits(digits.get(), {3, 7}, 5, &ref_digits) == KILN_OK);
+    kiln::vk::Allocator::reset_process_peak();
     REQUIRE(generate_text(pixart.get(), &ref_text) == KILN_OK);
+    const uint64_t text_peak = kiln::vk::Allocator::process_peak_bytes() - before;  // what that call needs at most
+    REQUIRE(text_peak > (16u << 20));  // more than its first block: the limit below fails partway
 
     // Nothing fits: the first allocation fails.
     vk.faults().memory_limit = 1 << 20;
     expect(generate_digits(digits.get(), {3, 7}, 5, &px), KILN_OUT_OF_MEMORY, "out of GPU memory");
     CHECK(kiln::vk::Allocator::process_bytes() == before);  // every block of the failed call was freed
-    // One 256 MiB block fits: the text encoder runs, then the transformer and the VAE do not both fit.
-    vk.faults().memory_limit = 300ull << 20;
+    // One byte short of the call's peak: its first blocks are allocated (the text encoder runs), a later one fails.
+    vk.faults().memory_limit = text_peak - 1;
     expect(generate_text(pixart.get(), &px), KILN_OUT_OF_MEMORY, "out of GPU memory");
     CHECK(kiln::vk::Allocator::process_bytes() == before);
 
