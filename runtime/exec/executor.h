@@ -84,6 +84,9 @@ struct Counters {
     uint64_t device_bytes_used = 0;   // device memory the plan uses (device_bytes rounds up to whole blocks)
     std::string stream_note;
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
+    // Ops binding an activation over maxStorageBufferRange (or KILN_MAX_BINDING_RANGE), split into row chunks: such
+    // ops recorded, and the dispatches recorded for them (each recording of a block template counts once).
+    int split_ops = 0, split_dispatches = 0;
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
 };
 
