@@ -249,9 +249,9 @@ Run add_bench(CLI::App& app) {
                 (double)c.activation_bytes_naive / (1 << 20), peaks_line(peaks).c_str());
             if (c.split_ops)
                 std::printf(
-                    "          row chunks: %d ops bind an activation over one binding (%.0f MiB), recorded as %d "
+                    "          row chunks: %d ops bind an activation over one binding (%.2f MiB), recorded as %d "
                     "chunk dispatches\n",
-                    c.split_ops, (double)ctx.info().max_storage_buffer_range / (1 << 20), c.split_dispatches);
+                    c.split_ops, (double)c.binding_limit_bytes / (1 << 20), c.split_dispatches);
             std::fflush(stdout);
             nlohmann::json jm = {{"mode", exec::mode_name(mode)},
                                  {"cold_compile_ms", cold - c.upload_ms},
@@ -277,6 +277,7 @@ Run add_bench(CLI::App& app) {
                                  {"activation_bytes_naive", c.activation_bytes_naive},
                                  {"split_ops", c.split_ops},
                                  {"split_dispatches", c.split_dispatches},
+                                 {"binding_limit_bytes", c.binding_limit_bytes},
                                  {"weight_bytes", c.weight_bytes},
                                  {"device_bytes", c.device_bytes},
                                  {"memory", peaks_json(peaks)},

@@ -504,6 +504,7 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     impl_->max_binding = ctx.info().max_storage_buffer_range;
     if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
         impl_->max_binding = std::min<VkDeviceSize>(impl_->max_binding, std::strtoull(env, nullptr, 10));
+    impl_->c.binding_limit_bytes = impl_->max_binding;
     impl_->plan(weights);
 }
 

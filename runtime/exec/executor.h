@@ -87,6 +87,7 @@ struct Counters {
     // Ops binding an activation over maxStorageBufferRange (or KILN_MAX_BINDING_RANGE), split into row chunks: such
     // ops recorded, and the dispatches recorded for them (each recording of a block template counts once).
     int split_ops = 0, split_dispatches = 0;
+    uint64_t binding_limit_bytes = 0;  // the limit applied (maxStorageBufferRange, or KILN_MAX_BINDING_RANGE)
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
 };
 
