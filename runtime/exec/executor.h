@@ -5,7 +5,9 @@
 //  regional: each repeated block kind (Graph regions) recorded once into a secondary command
 //            buffer and replayed for every block instance; one submission per run.
 // Planning (pipelines, memory, descriptor sets, recording) happens in the constructor; run()
-// allocates nothing. Inputs change through buffer contents between runs.
+// allocates nothing. Inputs change through buffer contents between runs. An activation larger than one
+// binding (maxStorageBufferRange) is bound in row chunks, one dispatch each, by every op that binds it
+// (row-wise ops only; others fail at plan time naming the op; see row_split.cpp).
 #include <functional>
 #include <map>
 #include <memory>
