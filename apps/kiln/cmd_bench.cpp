@@ -27,8 +27,8 @@ double median(std::vector<double> v) {
 }
 
 // --stream: regional step time against the device budget, from all blocks resident down to the minimum working set
-// (two block slots per kind), and the bytes streamed from host memory per step; each output is compared bitwise
-// with the all-resident one.
+// (two block slots per kind), and at --vram-budget when given, and the bytes streamed from host memory per step; each
+// output is compared bitwise with the all-resident one.
 nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
                             const std::map<std::string, Tensor>& in, exec::BlockWeights bw, exec::Budget base,
                             int warmup, int steps) {
@@ -38,13 +38,16 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
                 "used_MiB", "bitwise");
     uint64_t minimum = 0, weights = 0;
     std::map<std::string, Tensor> ref;
-    for (const char* name : {"all", "1/2", "1/4", "2 blocks"}) {
+    std::vector<const char*> names = {"all", "1/2", "1/4", "2 blocks"};
+    if (base.bytes) names.push_back("given");  // --vram-budget
+    for (const char* name : names) {
         exec::Budget bud = base;
         const std::string n = name;
-        bud.bytes = n == "all"   ? uint64_t(1) << 60
-                    : n == "1/2" ? minimum + weights / 2
-                    : n == "1/4" ? minimum + weights / 4
-                                 : minimum;
+        bud.bytes = n == "all"     ? uint64_t(1) << 60
+                    : n == "1/2"   ? minimum + weights / 2
+                    : n == "1/4"   ? minimum + weights / 4
+                    : n == "given" ? base.bytes
+                                   : minimum;
         exec::Executor ex(ctx, g, b.weight_fn(), exec::Mode::regional, false, bw, bud);
         const exec::Counters& c = ex.counters();
         if (n == "all") minimum = c.budget_minimum_bytes, weights = c.block_weight_bytes;
@@ -123,7 +126,7 @@ Run add_bench(CLI::App& app) {
     app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
     app.add_flag("--stream", o->stream,
                  "Also run regional mode with the budget at all blocks resident, 1/2, 1/4 and the minimum (two block "
-                 "slots): step time and bytes streamed per step");
+                 "slots), and at --vram-budget when given: step time, bytes streamed per step, bitwise equality");
     app.add_option("--slots", o->slots, "Ring slots per streamed block kind (default 2)");
     app.add_flag("--no-in-place", o->no_in_place,
                  "Unified memory: stream block weights through the ring instead of reading them in host memory");
@@ -244,6 +247,11 @@ Run add_bench(CLI::App& app) {
                 "          memory: weights %.1f MiB, activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
                 (double)c.weight_bytes / (1 << 20), (double)c.activation_bytes_planned / (1 << 20),
                 (double)c.activation_bytes_naive / (1 << 20), peaks_line(peaks).c_str());
+            if (c.split_ops)
+                std::printf(
+                    "          row chunks: %d ops bind an activation over one binding (%.2f MiB), recorded as %d "
+                    "chunk dispatches\n",
+                    c.split_ops, (double)c.binding_limit_bytes / (1 << 20), c.split_dispatches);
             std::fflush(stdout);
             nlohmann::json jm = {{"mode", exec::mode_name(mode)},
                                  {"cold_compile_ms", cold - c.upload_ms},
@@ -267,6 +275,9 @@ Run add_bench(CLI::App& app) {
                                  {"block_weights", c.block_weights_note},
                                  {"activation_bytes_planned", c.activation_bytes_planned},
                                  {"activation_bytes_naive", c.activation_bytes_naive},
+                                 {"split_ops", c.split_ops},
+                                 {"split_dispatches", c.split_dispatches},
+                                 {"binding_limit_bytes", c.binding_limit_bytes},
                                  {"weight_bytes", c.weight_bytes},
                                  {"device_bytes", c.device_bytes},
                                  {"memory", peaks_json(peaks)},

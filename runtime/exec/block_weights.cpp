@@ -86,8 +86,9 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
         for (int n : readers) ptr_slot[n] = 0;
         return Select::offset;
     }
-    why = !allow_offset                   ? "streamed under the memory budget"
-          : select == BlockWeights::device ? "device requested"
+    why = !allow_offset ? "streamed under the memory budget"
+          : select == BlockWeights::device
+              ? "device requested"
               : "its " + std::to_string(k.weights.size()) + " blocks (" + std::to_string(total >> 20) +
                     " MiB) exceed one binding (" + std::to_string(max_binding >> 20) + " MiB)";
     if (!ctx.info().buffer_device_address) {
@@ -178,7 +179,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         } else {
             slot_base.push_back(table_bytes);
             for (auto& [n, off] : ptr_slot)
-                if (!kind_slots_before.count(n)) off = table_bytes, table_bytes += slot_size;
+                if (!kind_slots_before.count(n)) off = table_bytes, table_bytes += slot_size * n_parts(n);
             c.block_kinds_on_device++;
             if (sel == Select::offset) {
                 c.block_kinds_by_offset++;
@@ -223,33 +224,39 @@ void Executor::Impl::build_ptr_tables() {
         const ir::Region& t = g.regions()[(size_t)bk.regions[0]];
         VkDeviceSize begin = UINT64_MAX, end = 0;
         for (auto& [n, off] : ptr_slot)
-            if (n >= t.first && n < t.end) begin = std::min(begin, off), end = std::max(end, off + slot_size);
+            if (n >= t.first && n < t.end)
+                begin = std::min(begin, off), end = std::max(end, off + slot_size * n_parts(n));
         if (begin > end) begin = end = 0;  // no dispatch reads a block weight
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             std::vector<uint8_t> bytes(end - begin);
-            for (auto& [n, off] : ptr_slot) {
+            for (auto& [n, node_off] : ptr_slot) {
                 if (n < t.first || n >= t.end) continue;
                 const ir::Node& node = g.nodes()[(size_t)n];
-                for (size_t b = 0; b < node.in.size(); ++b) {
-                    int v = node.in[b];
-                    const bool weight = v >= 0 && weight_index.count(r(v));
-                    if (by_offset) {
-                        uint32_t units = 0;
-                        if (weight) {
-                            const vk::BufferRange& w = instance_weights(k, i);  // resident (offset)
-                            const vk::BufferRange& win = block_windows[k][(size_t)window_of[k][i]];
-                            VkDeviceSize at = w.offset - win.offset + block_rel[k][weight_index[r(v)]];
-                            KILN_CHECK(w.buffer == win.buffer && w.offset >= win.offset &&
-                                           w.offset + block_stride[k] <= win.offset + win.size && at % 16 == 0,
-                                       "internal: block ", i, " of kind ", bk.kind, " is outside its bound range");
-                            units = (uint32_t)(at / 16);
+                // One slot per dispatch of the node: a row chunk's activations are read from its first row.
+                for (size_t j = 0; j < n_parts(n); ++j) {
+                    for (size_t b = 0; b < node.in.size(); ++b) {
+                        const VkDeviceSize off = node_off + j * slot_size;
+                        int v = node.in[b];
+                        const bool weight = v >= 0 && weight_index.count(r(v));
+                        if (by_offset) {
+                            uint32_t units = 0;
+                            if (weight) {
+                                const vk::BufferRange& w = instance_weights(k, i);  // resident (offset)
+                                const vk::BufferRange& win = block_windows[k][(size_t)window_of[k][i]];
+                                VkDeviceSize at = w.offset - win.offset + block_rel[k][weight_index[r(v)]];
+                                KILN_CHECK(w.buffer == win.buffer && w.offset >= win.offset &&
+                                               w.offset + block_stride[k] <= win.offset + win.size && at % 16 == 0,
+                                           "internal: block ", i, " of kind ", bk.kind, " is outside its bound range");
+                                units = (uint32_t)(at / 16);
+                            }
+                            std::memcpy(bytes.data() + (off - begin) + 4 * b, &units, 4);
+                            continue;
                         }
-                        std::memcpy(bytes.data() + (off - begin) + 4 * b, &units, 4);
-                        continue;
+                        VkDeviceAddress a = v < 0 ? alloc.address(dummy) : alloc.address(range[(size_t)r(v)]);
+                        if (v >= 0 && node_parts.count(n)) a += node_parts.at(n)[j].sub[b].off;
+                        if (weight) a = weight_address(k, i, weight_index[r(v)]);  // resident, ring slot or in place
+                        std::memcpy(bytes.data() + (off - begin) + 8 * b, &a, 8);
                     }
-                    VkDeviceAddress a = v < 0 ? alloc.address(dummy) : alloc.address(range[(size_t)r(v)]);
-                    if (weight) a = weight_address(k, i, weight_index[r(v)]);  // resident, ring slot or in place
-                    std::memcpy(bytes.data() + (off - begin) + 8 * b, &a, 8);
                 }
             }
             ptr_data[k].push_back(std::move(bytes));

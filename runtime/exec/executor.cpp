@@ -69,6 +69,9 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     // Weights outside blocks and activations first: block weights get what the budget leaves (weight_stream.cpp).
     plan_weights(weights, active);
     plan_activations(active);
+    // Each compute node's dispatches: row chunks where it binds an activation over one binding (row_split.cpp).
+    for (int n : active)
+        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute) node_parts[n] = parts(n);
     auto tb = Clock::now();
     plan_block_weights(weights);
     c.upload_ms += ms_since(tb);
@@ -180,7 +183,9 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     for (int v : pinned) {
         const ir::Value& val = g.value(v);
         KILN_CHECK(val.role != ir::Role::weight, "a graph output is a weight ('", val.name, "')");
-        range[(size_t)v] = alloc.alloc(dtype_nbytes(val.dtype, shape_numel(val.shape)), "graph input/output");
+        const VkDeviceSize n = dtype_nbytes(val.dtype, shape_numel(val.shape));
+        // Over one binding: bound in row chunks (row_split.cpp).
+        range[(size_t)v] = alloc.alloc(n, "graph input/output", n <= ctx.info().max_storage_buffer_range);
     }
     // Liveness over the active order: [def, last use]; block chain inputs live to their kind's end.
     std::map<int, std::pair<int, int>> life;
@@ -238,10 +243,9 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     c.activation_bytes_planned = total;
     if (total) {
         auto arena = alloc.alloc(total, "activations", false);
+        // A value over one binding is bound in row chunks by the dispatches that read or write it (row_split.cpp).
         for (auto& [v, off] : offset) {
             VkDeviceSize n = dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape));
-            KILN_CHECK(n <= ctx.info().max_storage_buffer_range, "activation ", shape_str(g.value(v).shape),
-                       " exceeds maxStorageBufferRange; use a smaller batch or resolution");
             range[(size_t)v] = {arena.buffer, arena.offset + off, n, arena.mapped ? arena.mapped + off : nullptr};
         }
     }
@@ -258,8 +262,10 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     for (int n : active) {
         const ir::Node& node = nodes[(size_t)n];
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
-        int copies = kind_of(node) >= 0 ? (int)variants((size_t)kind_of(node)) : 1;
+        const auto& p = node_parts.at(n);
+        int copies = (kind_of(node) >= 0 ? (int)variants((size_t)kind_of(node)) : 1) * (int)p.size();
         n_dispatch += copies, n_bind += copies * ((int)node.in.size() + 2);
+        if (p.size() > 1) c.split_ops++, c.split_dispatches += copies;
     }
     // Storage buffers, and one uniform buffer per dispatch at most (the selection slot of "_off" variants).
     VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)},
@@ -272,9 +278,10 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
 
     // One dispatch record of node n (of block kind `kind`, or -1); `swap` exchanges the buffers of the kind's
     // chain roots (parity 1 of a ping-pong); `window`: the weight window an "_off" dispatch binds.
-    auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window) {
+    auto make_part = [&](int n, size_t j, int kind, const std::map<int, int>& swap, size_t window) {
         const ir::Node& node = nodes[(size_t)n];
-        vk::Dispatch d = vk::lower(g, node);
+        const Part& part = node_parts.at(n)[j];
+        vk::Dispatch d = part.d;
         // A dispatch that selects block weights on the device: "_off" (offsets into the bound range of all
         // instances, from its slot, bound after the output) or "_ptr" (addresses, from its slot).
         auto slot = ptr_slot.find(n);
@@ -304,17 +311,25 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
                 (k.uniform_bindings >> b & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
             w[b].pBufferInfo = &bi[b];
             if (by_offset && b == node.in.size() + 1) {  // the selection slot
-                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
                 continue;
             }
             int v = b < node.in.size() ? node.in[b] : node.out;
             int root_v = r(v);
             if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
-            const vk::BufferRange& br = v < 0 ? dummy : range[(size_t)root_v];
+            vk::BufferRange br = v < 0 ? dummy : range[(size_t)root_v];
             KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
+            if (v >= 0 && part.sub[b].size) {  // a row chunk
+                KILN_CHECK(part.sub[b].off + part.sub[b].size <= br.size, "internal: row chunk outside its value");
+                KILN_CHECK(slot == ptr_slot.end() || g.value(v).role != ir::Role::weight, "op ", ir::op_name(node.op),
+                           " reads block weight '", g.value(v).name, "' ", shape_str(g.value(v).shape),
+                           " by row chunks of an activation over the binding limit; "
+                           "it is selected on the device and cannot be split");
+                br.offset += part.sub[b].off, br.size = part.sub[b].size;
+            }
             bi[b] = {br.buffer, br.offset, br.size};
             if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
-                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second, slot_size};
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
             if (by_offset && v >= 0 && block_weights.count(r(v))) {
                 const vk::BufferRange& win = block_windows[(size_t)kind][window];
                 bi[b] = {win.buffer, win.offset, win.size};
@@ -324,6 +339,12 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
         dispatches.push_back(std::move(rec));
         return (int)dispatches.size() - 1;
+    };
+    // The dispatches of node n, in order.
+    auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window) {
+        std::vector<int> ids;
+        for (size_t j = 0; j < node_parts.at(n).size(); ++j) ids.push_back(make_part(n, j, kind, swap, window));
+        return ids;
     };
 
     block_dispatches.assign(blocks.size(), {});
@@ -340,11 +361,11 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         if (kind >= 0) {
             const size_t ki = (size_t)kind;
             for (size_t v = 0; v < variants(ki); ++v)
-                block_dispatches[ki][v].push_back(
-                    make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{}, v / parities(ki)));
+                for (int id : make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{}, v / parities(ki)))
+                    block_dispatches[ki][v].push_back(id);
             if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
         } else {
-            program.push_back({Step::dispatch, make(n, kind, {}, 0)});
+            for (int id : make(n, kind, {}, 0)) program.push_back({Step::dispatch, id});
         }
     }
 }
@@ -483,6 +504,7 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     impl_->max_binding = ctx.info().max_storage_buffer_range;
     if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
         impl_->max_binding = std::min<VkDeviceSize>(impl_->max_binding, std::strtoull(env, nullptr, 10));
+    impl_->c.binding_limit_bytes = impl_->max_binding;
     impl_->plan(weights);
 }
 

@@ -5,7 +5,9 @@
 //  regional: each repeated block kind (Graph regions) recorded once into a secondary command
 //            buffer and replayed for every block instance; one submission per run.
 // Planning (pipelines, memory, descriptor sets, recording) happens in the constructor; run()
-// allocates nothing. Inputs change through buffer contents between runs.
+// allocates nothing. Inputs change through buffer contents between runs. An activation larger than one
+// binding (maxStorageBufferRange) is bound in row chunks, one dispatch each, by every op that binds it
+// (row-wise ops only; others fail at plan time naming the op; see row_split.cpp).
 #include <functional>
 #include <map>
 #include <memory>
@@ -84,6 +86,10 @@ struct Counters {
     uint64_t device_bytes_used = 0;   // device memory the plan uses (device_bytes rounds up to whole blocks)
     std::string stream_note;
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
+    // Ops binding an activation over maxStorageBufferRange (or KILN_MAX_BINDING_RANGE), split into row chunks: such
+    // ops recorded, and the dispatches recorded for them (each recording of a block template counts once).
+    int split_ops = 0, split_dispatches = 0;
+    uint64_t binding_limit_bytes = 0;  // the limit applied (maxStorageBufferRange, or KILN_MAX_BINDING_RANGE)
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
 };
 

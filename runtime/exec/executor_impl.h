@@ -70,6 +70,17 @@ struct DispatchRec {
     std::vector<Span> reads, writes;
 };
 
+// One dispatch of a node (row_split.cpp): its lowering, and per binding (node.in..., then the output) the byte
+// range of its value's range it binds (size 0: the whole range). A node whose activations fit one binding has one
+// part binding everything whole; one that binds a larger value, one part per row chunk.
+struct Sub {
+    VkDeviceSize off = 0, size = 0;
+};
+struct Part {
+    vk::Dispatch d;
+    std::vector<Sub> sub;
+};
+
 }  // namespace kiln::exec::detail
 
 namespace kiln::exec {
@@ -201,6 +212,13 @@ struct Executor::Impl {
     vk::BufferRange template_weight(size_t k, size_t j, const vk::BufferRange& window) const;
     void record_instance_copy(size_t k, size_t i, const vk::BufferRange& dst);  // instance i's weights -> dst
     void plan_activations(const std::vector<int>& active);
+    std::vector<Part> parts(int n) const;         // row_split.cpp; throws naming the op when it cannot be split
+    std::map<int, std::vector<Part>> node_parts;  // per active compute node: one part, or its row chunks
+    // Dispatches of node n; each has its own slot of the selection table (ptr_slot[n] + j * slot_size).
+    size_t n_parts(int n) const {
+        auto it = node_parts.find(n);
+        return it == node_parts.end() ? 1 : it->second.size();
+    }
     void build_dispatches(const std::vector<int>& active);
     void record();
     void record_dispatch(Recorder& rec, const DispatchRec& d);

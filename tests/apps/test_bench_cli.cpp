@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -82,6 +83,7 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
             CHECK(m["barriers_per_step"].get<int>() > 0);
         }
         CHECK(m["activation_bytes_planned"].get<uint64_t>() <= m["activation_bytes_naive"].get<uint64_t>());
+        CHECK(m["split_ops"] == 0);  // every activation fits one binding
         CHECK(m["memory"]["device_peak_bytes"].get<uint64_t>() >= m["device_bytes"].get<uint64_t>());
         CHECK(m["memory"]["host_rss_peak_bytes"].get<uint64_t>() > (10u << 20));
     }
@@ -96,6 +98,30 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
     CHECK(read()["pipeline_cache"]["status"] == "disabled");
 }
 
+TEST_CASE("kiln bench --stream --vram-budget with activations over the binding limit: row chunks, bitwise",
+          "[apps][bench][vulkan]") {
+    // dit-tiny at 128 px, batch 1: the MLP hidden value [1, 64, 256] f32 is 64 KiB, the residual stream 16 KiB.
+    TmpDir tmp("split");
+    const std::string json = (tmp.path / "bench.json").string();
+    setenv("KILN_MAX_BINDING_RANGE", "32768", 1);
+    Run r = run_kiln(tmp.path,
+                     "bench --synthetic dit-tiny --size 128 --blocks 3 --batch 1 --mode regional --steps 1 --warmup 0 "
+                     "--stream --vram-budget 1M --json " +
+                         json);
+    unsetenv("KILN_MAX_BINDING_RANGE");
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    std::ifstream f(json);
+    auto j = nlohmann::json::parse(f);
+    REQUIRE(j["modes"].size() == 1);
+    CHECK(j["modes"][0]["split_ops"].get<int>() > 0);
+    CHECK(j["modes"][0]["split_dispatches"].get<int>() > j["modes"][0]["split_ops"].get<int>());
+    CHECK(j["modes"][0]["activation_bytes_planned"].get<uint64_t>() > (64u << 10));
+    REQUIRE(j["stream"].size() == 5);  // all, 1/2, 1/4, 2 blocks, and the given budget
+    CHECK(j["stream"][4]["budget"] == "given");
+    for (auto& row : j["stream"]) CHECK(row["bitwise_equal_to_all_resident"] == true);
+}
+
 TEST_CASE("kiln generate --profile with the device loop prints step completions and memory peaks",
           "[apps][bench][vulkan]") {
     TmpDir tmp("profile_dev");
@@ -108,8 +134,8 @@ TEST_CASE("kiln generate --profile with the device loop prints step completions 
 
 TEST_CASE("kiln generate --profile --host-loop prints the per-step figures and memory peaks", "[apps][bench][vulkan]") {
     TmpDir tmp("profile");
-    Run r = run_kiln(tmp.path, "generate --class-labels 3 --steps 3 --profile --host-loop -o " +
-                                   (tmp.path / "out.png").string());
+    Run r = run_kiln(tmp.path,
+                     "generate --class-labels 3 --steps 3 --profile --host-loop -o " + (tmp.path / "out.png").string());
     INFO(r.err);
     REQUIRE(r.rc == 0);
     CHECK(r.err.find("idle_pre") != std::string::npos);

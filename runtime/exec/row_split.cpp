@@ -1,0 +1,231 @@
+// Activations larger than one binding (maxStorageBufferRange, or KILN_MAX_BINDING_RANGE): the arena holds them
+// whole (a buffer may exceed the binding range; only a bound range is limited), and every dispatch that binds one
+// is split into row-chunk dispatches. A value [.., C] is rows = numel / C of C elements; chunk j binds rows
+// [r0, r0 + n) of each row-indexed binding (its input and output activations), the whole range of the others
+// (weights, biases, operands broadcast over the rows), and a per-batch slice of operands indexed by batch only
+// (modulate's shift/scale, a [B, 1, C] gate). Its push constants and group counts come from lowering the same op on
+// the chunk's shapes ([1, .., 1, n, C]), so each output element is computed by the same arithmetic as unsplit.
+#include <numeric>
+#include <variant>
+
+#include "runtime/core/error.h"
+#include "runtime/exec/executor_impl.h"
+
+namespace kiln::exec {
+namespace {
+enum class Bind { whole, row, batch };
+
+int64_t lead(const Shape& s) { return s.empty() ? 1 : shape_numel(s) / std::max<int64_t>(s.back(), 1); }
+
+// Leading dims (all but the last) without leading 1s: equal for values that share their rows.
+Shape row_dims(const Shape& s) {
+    Shape d(s.begin(), s.end() - (s.empty() ? 0 : 1));
+    while (!d.empty() && d.front() == 1) d.erase(d.begin());
+    return d;
+}
+
+// How input `s` of a broadcasting op with output `so` is indexed by the output's rows; false: not row-wise.
+bool classify_broadcast(const Shape& s, const Shape& so, Bind& how) {
+    if (row_dims(s) == row_dims(so) && (s.empty() ? 1 : s.back()) == so.back()) return how = Bind::row, true;
+    if (lead(s) == 1) return how = Bind::whole, true;
+    if (s.size() == so.size() && so.size() >= 3 && s[0] == so[0] && lead(s) == s[0]) return how = Bind::batch, true;
+    return false;
+}
+
+// The node rebuilt in `s` on inputs `in` (shapes of one chunk); returns its lowering.
+vk::Dispatch lower_on(const ir::Node& node, ir::Graph& s, const std::vector<ir::Val>& in) {
+    using ir::Op;
+    auto at = [&](size_t i) { return i < in.size() ? in[i] : ir::Val{}; };
+    switch (node.op) {
+        case Op::add:
+            s.add(in[0], in[1]);
+            break;
+        case Op::sub:
+            s.sub(in[0], in[1]);
+            break;
+        case Op::mul:
+            s.mul(in[0], in[1]);
+            break;
+        case Op::scale: {
+            auto a = std::get<ir::ScaleAttrs>(node.attrs);
+            s.scale(in[0], a.alpha, a.beta);
+            break;
+        }
+        case Op::silu:
+            s.silu(in[0]);
+            break;
+        case Op::gelu:
+            s.gelu(in[0], std::get<ir::GeluAttrs>(node.attrs).tanh);
+            break;
+        case Op::softmax:
+            s.softmax(in[0]);
+            break;
+        case Op::layer_norm:
+            s.layer_norm(in[0], at(1), at(2), std::get<ir::NormAttrs>(node.attrs).eps);
+            break;
+        case Op::rms_norm:
+            s.rms_norm(in[0], at(1), std::get<ir::NormAttrs>(node.attrs).eps);
+            break;
+        case Op::linear:
+            s.linear(in[0], in[1], at(2));
+            break;
+        case Op::matmul:
+            s.matmul(in[0], in[1]);
+            break;
+        case Op::modulate:
+            s.modulate(in[0], in[1], in[2]);
+            break;
+        case Op::concat:
+            s.concat(in[0], in[1], std::get<ir::AxisAttrs>(node.attrs).axis);
+            break;
+        case Op::slice: {
+            auto a = std::get<ir::AxisAttrs>(node.attrs);
+            s.slice(in[0], a.axis, a.start, a.length);
+            break;
+        }
+        default:
+            KILN_FAIL("internal: ", ir::op_name(node.op), " has no row split");
+    }
+    return vk::lower(s, s.nodes().back());
+}
+}  // namespace
+
+std::vector<Part> Executor::Impl::parts(int n) const {
+    const ir::Node& node = g.nodes()[(size_t)n];
+    const size_t nb = node.in.size() + 1;  // bindings: inputs, then the output
+    auto value_of = [&](size_t b) { return b < node.in.size() ? node.in[b] : node.out; };
+    // The largest activation this dispatch binds; weights are placed (and checked) by plan_weights / block weights.
+    int big = -1;
+    for (size_t b = 0; b < nb; ++b) {
+        int v = value_of(b);
+        if (v >= 0 && g.value(v).role != ir::Role::weight && value_bytes(g.value(v)) > max_binding &&
+            (big < 0 || value_bytes(g.value(v)) > value_bytes(g.value(big))))
+            big = v;
+    }
+    if (big < 0) return {Part{vk::lower(g, node), std::vector<Sub>(nb)}};
+
+    const Shape& so = g.value(node.out).shape;
+    std::string why;
+    auto fail = [&](const std::string& reason) {
+        KILN_FAIL("op ", ir::op_name(node.op), " binds activation ", shape_str(g.value(big).shape), " (",
+                  value_bytes(g.value(big)), " bytes), over the binding limit of ", max_binding,
+                  " bytes (maxStorageBufferRange), and cannot be split into row chunks: ", reason,
+                  "; use a smaller batch or resolution");
+    };
+    // How each binding is indexed by the output's rows.
+    std::vector<Bind> how(nb, Bind::whole);
+    how[nb - 1] = Bind::row;
+    using ir::Op;
+    switch (node.op) {
+        case Op::linear:
+        case Op::layer_norm:
+        case Op::rms_norm:
+        case Op::softmax:
+        case Op::scale:
+        case Op::silu:
+        case Op::gelu:
+            how[0] = Bind::row;
+            break;  // weights, biases: whole
+        case Op::matmul:
+            how[0] = Bind::row;
+            how[1] = g.value(node.in[1]).shape[0] == 1 ? Bind::whole : Bind::batch;
+            break;
+        case Op::modulate:  // x [B, N, C]; shift, scale [B, C]
+            how[0] = Bind::row;
+            how[1] = how[2] = so[0] == 1 ? Bind::whole : Bind::batch;
+            break;
+        case Op::add:
+        case Op::sub:
+        case Op::mul:
+            for (size_t b = 0; b < 2; ++b)
+                if (!classify_broadcast(g.value(node.in[b]).shape, so, how[b]))
+                    fail("operand " + shape_str(g.value(node.in[b]).shape) + " broadcasts over part of the rows of " +
+                         shape_str(so));
+            break;
+        case Op::concat:
+        case Op::slice:
+            if (std::get<ir::AxisAttrs>(node.attrs).axis != (int)so.size() - 1)
+                fail("it runs along axis " + std::to_string(std::get<ir::AxisAttrs>(node.attrs).axis) +
+                     ", not the last");
+            for (size_t b = 0; b < node.in.size(); ++b) how[b] = Bind::row;
+            break;
+        default:
+            fail(
+                "only linear, matmul, elementwise ops, modulate, layer_norm, rms_norm, softmax and concat/slice along "
+                "the last axis split by rows");
+    }
+    const int64_t R = lead(so);
+    if (so.size() < 2 || R < 2) fail("it has a single row");
+    bool per_batch = false;
+    const int64_t B = so[0];
+    VkDeviceSize widest = 0;
+    std::vector<VkDeviceSize> unit_bytes(nb, 0);  // row: bytes per row; batch: bytes per batch
+    for (size_t b = 0; b < nb; ++b) {
+        int v = value_of(b);
+        if (v < 0) continue;
+        const ir::Value& val = g.value(v);
+        const bool weight = val.role == ir::Role::weight;
+        if (how[b] == Bind::row) {
+            if (lead(val.shape) != R) fail("input " + shape_str(val.shape) + " has other rows than " + shape_str(so));
+            unit_bytes[b] = (VkDeviceSize)dtype_nbytes(val.dtype, val.shape.back());
+            widest = std::max(widest, unit_bytes[b]);
+        } else if (how[b] == Bind::batch) {
+            per_batch = true;
+            unit_bytes[b] = value_bytes(val) / (VkDeviceSize)val.shape[0];
+            if (unit_bytes[b] > max_binding) fail("its per-batch operand " + shape_str(val.shape) + " is too large");
+        } else if (!weight && value_bytes(val) > max_binding) {
+            fail("operand " + shape_str(val.shape) + " is read whole by every row");
+        }
+    }
+    // Chunk starts must stay aligned for binding (minStorageBufferOffsetAlignment; 16 at least: the vec4 shaders
+    // read rows as 16-byte vectors): n rows of every row binding a multiple of the alignment.
+    const VkDeviceSize align = std::max<VkDeviceSize>(ctx.info().min_storage_offset_align, 16);
+    VkDeviceSize unit = 1;
+    for (size_t b = 0; b < nb; ++b)
+        if (how[b] == Bind::row && unit_bytes[b]) unit = std::lcm(unit, align / std::gcd(align, unit_bytes[b]));
+    const int64_t seg = per_batch ? R / B : R;  // chunks do not cross a batch when an operand is per batch
+    int64_t rows = (int64_t)(max_binding / widest / unit * unit);
+    if (rows <= 0) fail("one aligned chunk of " + std::to_string(unit) + " rows already exceeds the limit");
+    rows = std::min(rows, seg);
+    for (size_t b = 0; b < nb && per_batch; ++b)
+        if ((how[b] == Bind::row && seg * unit_bytes[b] % align) || (how[b] == Bind::batch && unit_bytes[b] % align))
+            fail("a batch does not start at an aligned offset");
+
+    // Chunk shapes: row values [1, .., 1, n, C] (rank kept; rank 2: [n, C]), per-batch values with batch 1.
+    std::vector<Part> out;
+    for (int64_t s0 = 0; s0 < R; s0 += seg) {
+        for (int64_t r0 = s0; r0 < s0 + seg; r0 += rows) {
+            const int64_t cnt = std::min(rows, s0 + seg - r0);
+            ir::Graph s;
+            std::vector<ir::Val> in;
+            Part p{{}, std::vector<Sub>(nb)};
+            for (size_t b = 0; b < nb; ++b) {
+                int v = value_of(b);
+                if (v < 0) {
+                    if (b < node.in.size()) in.push_back({});
+                    continue;
+                }
+                const ir::Value& val = g.value(v);
+                Shape sh = val.shape;
+                if (how[b] == Bind::row) {
+                    for (auto& d : sh) d = 1;
+                    sh[sh.size() - 2] = cnt, sh.back() = val.shape.back();
+                    p.sub[b] = {(VkDeviceSize)r0 * unit_bytes[b], (VkDeviceSize)cnt * unit_bytes[b]};
+                } else if (how[b] == Bind::batch) {
+                    sh[0] = 1;
+                    p.sub[b] = {(VkDeviceSize)(s0 / seg) * unit_bytes[b], unit_bytes[b]};
+                }
+                if (b == nb - 1) break;  // the output's shape follows from the op
+                in.push_back(val.role == ir::Role::weight ? s.weight(val.name, sh, val.dtype)
+                                                          : s.input(val.name, sh, val.dtype));
+            }
+            p.d = lower_on(node, s, in);
+            KILN_CHECK(shape_numel(s.values().back().shape) == cnt * so.back(), "internal: row chunk of ",
+                       ir::op_name(node.op), " has shape ", shape_str(s.values().back().shape));
+            out.push_back(std::move(p));
+        }
+    }
+    return out;
+}
+
+}  // namespace kiln::exec

@@ -1,0 +1,182 @@
+// Activations over the binding limit (KILN_MAX_BINDING_RANGE lowers it): every op binding one runs as row-chunk
+// dispatches, bitwise equal to the unsplit run in every mode and block-weight selection; an op that cannot be split
+// names itself, the shape, the bytes and the limit.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/exec/executor.h"
+#include "runtime/exec/step_program.h"
+#include "runtime/vulkan/context.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+
+namespace {
+vk::Context& context() {
+    static vk::Context ctx;
+    return ctx;
+}
+
+struct BindingLimit {  // KILN_MAX_BINDING_RANGE for one scope
+    explicit BindingLimit(size_t bytes) { setenv("KILN_MAX_BINDING_RANGE", std::to_string(bytes).c_str(), 1); }
+    ~BindingLimit() { unsetenv("KILN_MAX_BINDING_RANGE"); }
+};
+
+// Every row-wise op on a [B, N, 4C] hidden value, in and out of repeated blocks. B = 2, N = 64, C = 16: the hidden
+// value is 32 KiB, the C-wide stream 8 KiB, each block's weights ~8.5 KiB.
+struct RowOps {
+    static constexpr int B = 2, N = 64, C = 16, H = 4 * C;
+    ir::Graph g;
+    std::map<std::string, Tensor> w;
+    unsigned seed = 1;
+    ir::Val weight(const std::string& name, Shape s) {
+        w[name] = test::random_tensor(s, seed++, -0.3f, 0.3f);
+        return g.weight(name, s);
+    }
+    explicit RowOps(int blocks) {
+        ir::Val x = g.input("x", {B, N, C});
+        ir::Val cond = g.input("cond", {B, 2 * H});  // per-batch shift | scale of the hidden value
+        ir::Val gate = g.input("gate", {B, 1, C});   // per-batch, broadcast over the rows
+        ir::Val kn = g.input("kn", {B, H, H / 2});   // per-batch matmul operand (8 KiB per batch)
+        auto ss = g.chunk(cond, 1, 2);
+        // Outside blocks: linear, gelu, modulate (per batch), softmax, rms_norm, matmul (per batch), slice and concat
+        // along the last axis, silu, scale, sub.
+        ir::Val h = g.gelu(g.linear(x, weight("up.w", {H, C}), weight("up.b", {H})), true);  // [B, N, H]
+        h = g.modulate(h, ss[0], ss[1]);
+        h = g.rms_norm(g.softmax(h), weight("rms.w", {H}), 1e-6f);
+        h = g.matmul(h, kn);                                         // [B, N, H / 2]
+        ir::Val cat = g.concat(g.slice(h, 2, 8, 20), g.silu(h), 2);  // [B, N, 20 + H / 2]
+        cat = g.sub(g.scale(cat, 0.5f, 0.25f), g.layer_norm(cat, {}, {}, 1e-6f));
+        x = g.add(x, g.linear(cat, weight("down.w", {C, 20 + H / 2}), {}));
+        for (int i = 0; i < blocks; ++i) {
+            const std::string p = "blk." + std::to_string(i) + ".";
+            g.begin_region("blocks", i);
+            ir::Val n = g.layer_norm(x, weight(p + "ln.w", {C}), weight(p + "ln.b", {C}), 1e-6f);
+            ir::Val m = g.gelu(g.linear(n, weight(p + "w1", {H, C}), weight(p + "b1", {H})), false);  // [B, N, H]
+            m = g.mul(m, weight(p + "g", {H}));
+            x = g.add(x, g.mul(g.linear(m, weight(p + "w2", {C, H}), {}), gate));
+            g.end_region();
+        }
+        g.output(g.scale(x, 2.f), "y");
+    }
+    exec::WeightBytesFn bytes() const {
+        return [this](const ir::Value& v, void* dst, size_t n) { std::memcpy(dst, w.at(v.name).bytes.data(), n); };
+    }
+    std::map<std::string, Tensor> inputs() const {
+        return {{"x", test::random_tensor({B, N, C}, 101)},
+                {"cond", test::random_tensor({B, 2 * H}, 102, -0.5f, 0.5f)},
+                {"gate", test::random_tensor({B, 1, C}, 103)},
+                {"kn", test::random_tensor({B, H, H / 2}, 104, -0.2f, 0.2f)}};
+    }
+};
+
+bool same(const Tensor& a, const Tensor& b) { return a.shape == b.shape && a.bytes == b.bytes; }
+
+Tensor run_y(exec::Executor& ex, const std::map<std::string, Tensor>& in) {
+    for (auto& [n, t] : in) ex.set_input(n, t);
+    ex.run();
+    return ex.output("y");
+}
+}  // namespace
+
+TEST_CASE("row-wise ops over the binding limit run in row chunks, bitwise equal in every mode", "[jit][split]") {
+    RowOps t(3);
+    auto in = t.inputs();
+    const exec::Mode mode = GENERATE(exec::Mode::eager, exec::Mode::full, exec::Mode::regional);
+    CAPTURE(exec::mode_name(mode));
+    exec::Executor plain(context(), t.g, t.bytes(), mode);
+    CHECK(plain.counters().split_ops == 0);
+    const Tensor ref = run_y(plain, in);
+    // 12 KiB: the hidden value (32 KiB, 256 B rows) goes in chunks of 48 rows, cut at the batch boundary (64 rows)
+    // where an operand is per batch (modulate, matmul); every block's weights (8.5 KiB) still fit one binding.
+    BindingLimit limit(12 << 10);
+    for (auto bw : {exec::BlockWeights::offset, exec::BlockWeights::device, exec::BlockWeights::copy}) {
+        if (mode != exec::Mode::regional && bw != exec::BlockWeights::offset) continue;
+        exec::Executor split(context(), t.g, t.bytes(), mode, false, bw);
+        const auto& c = split.counters();
+        INFO("block weights: " << c.block_weights_note);
+        CHECK(c.split_ops >= 10);  // 12 ops outside blocks, 3 in the template (+ 2 replayed twice in full/eager)
+        CHECK(c.split_dispatches > 2 * c.split_ops);
+        CHECK(c.dispatches_per_run > plain.counters().dispatches_per_run);
+        if (mode == exec::Mode::regional && bw == exec::BlockWeights::offset) CHECK(c.block_kinds_by_offset == 1);
+        if (mode == exec::Mode::regional && bw == exec::BlockWeights::copy) CHECK(c.block_kinds_on_device == 0);
+        CHECK(same(ref, run_y(split, in)));
+        CHECK(same(ref, run_y(split, in)));  // replayed
+    }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("row chunks under a budget that streams block weights: bitwise equal", "[jit][split]") {
+    RowOps t(4);
+    auto in = t.inputs();
+    exec::Executor plain(context(), t.g, t.bytes(), exec::Mode::regional);
+    const Tensor ref = run_y(plain, in);
+    BindingLimit limit(12 << 10);
+    exec::Budget budget;
+    budget.bytes = 1;  // raised to the minimum working set: two block slots
+    budget.in_place = false;
+    exec::Executor split(context(), t.g, t.bytes(), exec::Mode::regional, false, exec::BlockWeights::automatic, budget);
+    CHECK(split.counters().blocks_streamed > 0);
+    CHECK(split.counters().split_ops > 0);
+    CHECK(same(ref, run_y(split, in)));
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("an op that cannot be split names the op, the shape, the bytes and the limit", "[jit][split]") {
+    ir::Graph g;
+    ir::Val x = g.input("x", {2, 64, 32});              // 16 KiB
+    g.output(g.scale(g.transpose(x, 1, 2), 2.f), "y");  // permute: not row-wise
+    BindingLimit limit(8192);
+    exec::WeightBytesFn none = [](const ir::Value&, void*, size_t) {};
+    CHECK_THROWS_WITH(exec::Executor(context(), g, none, exec::Mode::full),
+                      Catch::Contains("op permute binds activation [2, 64, 32] (16384 bytes)") &&
+                          Catch::Contains("binding limit of 8192 bytes") && Catch::Contains("cannot be split"));
+    // A broadcast that depends on part of the rows: [1, 64, 32] over [2, 64, 32].
+    ir::Graph h;
+    ir::Val a = h.input("a", {2, 64, 32}), b = h.input("b", {1, 64, 32});
+    h.output(h.add(a, b), "y");
+    CHECK_THROWS_WITH(exec::Executor(context(), h, none, exec::Mode::full),
+                      Catch::Contains("op add binds activation [2, 64, 32] (16384 bytes)") &&
+                          Catch::Contains("broadcasts over part of the rows"));
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("row chunks inside the device loop: the same latents", "[jit][split][loop]") {
+    // A toy transformer with guidance: hidden [2, 2048] (two 8 KiB rows) as [2, 64, 32] through linear and gelu, plus
+    // the hidden value: under a 10 KiB limit the linear and gelu go in chunks of 80 rows, the add in rows of 1.
+    ir::Graph g;
+    ir::Val h = g.input("hidden_states", {2, 2048});
+    g.input("timestep", {2});
+    ir::Val x = g.reshape(h, {2, 64, 32});
+    const Tensor w = test::random_tensor({32, 32}, 5, -0.3f, 0.3f), b = test::random_tensor({32}, 6);
+    x = g.gelu(g.linear(x, g.weight("w", {32, 32}), g.weight("b", {32})), true);
+    g.output(g.add(g.reshape(x, {2, 2048}), h), "sample");
+    exec::WeightBytesFn bytes = [&](const ir::Value& v, void* dst, size_t n) {
+        std::memcpy(dst, (v.name == "w" ? w : b).bytes.data(), n);
+    };
+    exec::StepLoopSpec spec;
+    spec.rows = 1, spec.row_lat = spec.row_out = 2048, spec.cfg = true, spec.guidance = 3.f;
+    std::vector<params::LoopStep> steps(3);
+    for (int i = 0; i < 3; ++i) {
+        auto& st = steps[(size_t)i];
+        st = {};
+        st.timestep = 1.f - 0.3f * (float)i, st.divisor = 1.f, st.prev_sample = 0.9f, st.prev_model = 0.1f;
+    }
+    const std::vector<float> x0 = [] {
+        Tensor t = test::random_tensor({2048}, 9);
+        return std::vector<float>(t.data<float>(), t.data<float>() + 2048);
+    }();
+    auto latents = [&](bool split) {
+        std::unique_ptr<BindingLimit> limit;
+        if (split) limit = std::make_unique<BindingLimit>(10 << 10);
+        exec::Executor ex(context(), g, bytes, exec::Mode::regional);
+        CHECK((ex.counters().split_ops == 3) == split);
+        exec::StepProgram prog(context(), ex, spec, steps);
+        prog.run(x0);
+        return prog.latents();
+    };
+    const std::vector<float> plain = latents(false), split = latents(true);
+    CHECK(std::memcmp(plain.data(), split.data(), plain.size() * 4) == 0);
+    CHECK(vk::Context::validation_errors() == 0);
+}
