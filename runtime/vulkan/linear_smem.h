@@ -1,0 +1,25 @@
+#pragma once
+// Lowering of linear to the shared-memory tiled shaders (shaders/linear_smem.comp), for GPUs; linear.glsl's
+// register-tiled lowering (lower_linear) stays the default. Which one a node gets is decided after lowering,
+// where the device is known (runtime/exec/linear_select.h).
+#include <cstdint>
+#include <string>
+
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::vk {
+
+// Output tile of one linear_smem workgroup: (16 tm) x (16 tn); tm, tn in {4, 8}.
+struct SmemTile {
+    uint32_t tm = 4, tn = 4;
+};
+
+// "" when node n (a linear) can take the shared-memory path, else why not: K % 4 != 0 (it loads 4-vectors
+// along K) or attributes it does not implement (a fused epilogue).
+std::string linear_smem_unsupported(const ir::Graph& g, const ir::Node& n);
+
+// The dispatch of linear node n on linear_smem with tile t (the same bindings and push constants as
+// lower_linear, so the "_ptr"/"_off" block-weight suffixes apply unchanged). Throws where unsupported.
+Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t);
+
+}  // namespace kiln::vk
