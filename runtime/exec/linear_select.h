@@ -46,7 +46,8 @@ const std::vector<std::string>& linear_variants();
 const std::vector<LinearShape>& linear_table_shapes();
 
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
-// shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock).
+// shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock). A
+// variant whose warm-up is already 3x slower than the fastest so far at a shape gets that one time.
 LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape>& shapes,
                                  const std::vector<DType>& dtypes, int reps = 3);
 
@@ -56,8 +57,9 @@ std::string linear_table_path(vk::Context& ctx);
 bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why);
 bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t, std::string& status);
 
-// The table of ctx's device: once per process and device, from the file, else measured (and written).
-const LinearTable& linear_table(vk::Context& ctx);
+// The table of ctx's device with rows for weight dtype dt: from memory, else the file, else measured now (once per
+// process, device and dtype; then written to the file with the rows of other dtypes it holds).
+LinearTable linear_table(vk::Context& ctx, DType dt);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
 // table. Other ops are left alone.
