@@ -37,7 +37,8 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
                 ctx.info().driver.c_str(), reps);
     std::fflush(stdout);
     exec::LinearTable t = exec::measure_linear_table(ctx, sh, dts, reps);
-    std::printf("%-5s %-19s %10s %10s %10s  %s\n", "dtype", "M x N x K", "reg", "smem64", "smem128", "pick");
+    std::printf("%-5s %-19s %10s %10s %10s %10s  %s\n", "dtype", "M x N x K", "reg", "smem64", "smem128", "coopmat",
+                "pick");
     std::set<std::pair<int, std::string>> seen;
     for (const auto& r : t.rows) {
         char key[40];
@@ -45,11 +46,14 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
                       (long long)r.shape.K);
         if (!seen.insert({(int)r.dtype, key}).second) continue;
         std::printf("%-5s %-19s", dtype_name(r.dtype), key);
-        for (const std::string& v : exec::linear_variants())
+        for (const std::string& v : exec::linear_variants()) {
+            bool any = false;
             for (const auto& q : t.rows)
                 if (q.dtype == r.dtype && q.variant == v && q.shape.M == r.shape.M && q.shape.N == r.shape.N &&
                     q.shape.K == r.shape.K)
-                    q.admitted ? std::printf(" %10.1f", q.gflops) : std::printf(" %10s", "excluded");
+                    any = true, q.admitted ? std::printf(" %10.1f", q.gflops) : std::printf(" %10s", "excluded");
+            if (!any) std::printf(" %10s", "-");  // not available on this device for this dtype
+        }
         exec::LinearTable one;
         for (const auto& q : t.rows)
             if (q.dtype == r.dtype && q.shape.M == r.shape.M && q.shape.N == r.shape.N && q.shape.K == r.shape.K)
@@ -58,7 +62,8 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     }
     for (const auto& r : t.rows)
         if (!r.admitted) std::printf("excluded: %s %s: %s\n", dtype_name(r.dtype), r.variant.c_str(), r.note.c_str());
-    std::printf("(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape)\n");
+    std::printf("(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s)\n",
+                ctx.info().coopmat_nv_f16 ? "f16 weights" : "absent, no VK_NV_cooperative_matrix 16x16x16 f16");
     const std::string path = exec::linear_table_path(ctx);
     std::string why;
     if (defaults && !path.empty()) {

@@ -67,15 +67,18 @@ struct Problem {
 
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why) {
+// coopmat rounds x to f16 (relative 2^-11 per product, W f16 exact): + 2 K / 4 2^-11 max-abs, relative L2 2^-11.
+bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why,
+           bool x_f16 = false) {
     double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
+    if (x_f16) bound += 2.0 * (double)K / 4 * std::ldexp(1.0, -11);
     for (size_t i = 0; i < a.size(); ++i) {
         double d = std::abs((double)a[i] - (double)ref[i]);
         if (!(d == d)) d = INFINITY;
         m = std::max(m, d), num += d * d, den += (double)ref[i] * ref[i];
     }
     double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    if (m <= bound && rel <= 1e-5) return true;
+    if (m <= bound && rel <= (x_f16 ? std::ldexp(1.0, -11) : 1e-5)) return true;
     char s[128];
     std::snprintf(s, sizeof s, "probe_mismatch:max_abs=%.3g,rel_l2=%.3g", m, rel);
     why = s;
@@ -96,8 +99,12 @@ std::string key_line(vk::Context& ctx) {
 }  // namespace
 
 const std::vector<std::string>& linear_variants() {
-    static const std::vector<std::string> v = {"reg", "smem64", "smem128"};
+    static const std::vector<std::string> v = {"reg", "smem64", "smem128", "coopmat"};
     return v;
+}
+
+bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) {
+    return v != "coopmat" || (ctx.info().coopmat_nv_f16 && dt == DType::f16);
 }
 
 // DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
@@ -141,6 +148,8 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
         std::map<int, std::vector<float>> ref_out;  // "reg" output per shape index
         std::vector<double> fastest(shapes.size(), INFINITY);  // ms, over the variants timed so far
         for (const std::string& v : linear_variants()) {
+            if (!linear_variant_available(ctx, v, dt)) continue;
+            const bool x_f16 = v == "coopmat";
             t_override = v;
             // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter), against the CPU.
             const LinearShape ps{77, 130, 68};
@@ -150,7 +159,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
             auto cpu_w = [&](const ir::Value& val) { return val.name == "w" ? pp.w : pp.b; };
             auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
             std::string why;
-            bool ok = close(gpu, cpu, ps.K, why);
+            bool ok = close(gpu, cpu, ps.K, why, x_f16);
             for (size_t si = 0; si < shapes.size(); ++si) {
                 const LinearShape& s = shapes[si];
                 LinearTable::Row row{dt, v, s, 0, false, why};
@@ -177,7 +186,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                     if (v == "reg")
                         ref_out[(int)si] = std::move(out);
                     else if (ref_out.count((int)si))  // absent when "reg" itself failed its probe
-                        ok = close(out, ref_out.at((int)si), s.K, why);
+                        ok = close(out, ref_out.at((int)si), s.K, why, x_f16);
                     row.admitted = ok;
                     row.note = ok ? "" : why;
                 }
@@ -296,13 +305,24 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     if (v == "smem") v = "smem64";
     KILN_CHECK(v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) !=
                                   linear_variants().end(),
-               "KILN_LINEAR='", v, "' (auto, reg, smem, smem64 or smem128)");
+               "KILN_LINEAR='", v, "' (auto, reg, smem, smem64, smem128 or coopmat)");
+    KILN_CHECK(v != "coopmat" || ctx.info().coopmat_nv_f16, "KILN_LINEAR=coopmat: device '", ctx.info().name,
+               "' lacks VK_NV_cooperative_matrix with the 16x16x16 f16 x f16 + f32 shape (and 32-wide subgroups, "
+               "vulkanMemoryModel)");
+    if (v == "coopmat") {
+        if (vk::linear_coopmat_unsupported(g, n).empty()) d = vk::lower_linear_coopmat(g, n);
+        return;
+    }
     if (v == "reg" || !vk::linear_smem_unsupported(g, n).empty()) return;
     if (v == "auto") {
         const DType dt = g.value(n.in[1]).dtype;
         if (dtype_is_quant(dt)) return;  // not measured: the register path
         v = linear_table(ctx, dt).pick(dt, shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1]);
         if (v == "reg") return;
+        if (v == "coopmat") {  // only in tables of devices that have it, for f16 weights
+            d = vk::lower_linear_coopmat(g, n);
+            return;
+        }
     }
     d = vk::lower_linear_smem(g, n, tile_of(v));
     ++g_smem_dispatches;

@@ -1,15 +1,17 @@
 #pragma once
 // Which linear shader each linear node runs on, per device, from measurement rather than vendor names.
 // Variants: "reg" (linear.glsl, register-tiled, no shared memory; the path tuned for lavapipe and the fallback),
-// "smem64" and "smem128" (linear_smem.comp with 64 x 64 and 128 x 64 output tiles). The table holds GFLOP/s of
+// "smem64" and "smem128" (linear_smem.comp with 64 x 64 and 128 x 64 output tiles), "coopmat" (linear_coopmat.comp:
+// cooperative matrices, f16 weights, only on devices with DeviceInfo::coopmat_nv_f16; never run so far). The table
+// holds GFLOP/s of
 // each variant per weight dtype (f32, f16, bf16) at representative DiT/Flux-like shapes, measured once per device,
 // driver and Kiln build and cached as text next to the pipeline cache (pipeline_cache.h; not cached where that
 // is disabled). A variant is admitted for a dtype only if its probe output matches the CPU reference on an awkward
 // shape (partial tiles in M, N and K) and the "reg" output at every timed shape: a driver that miscompiles a path
 // we never ran keeps the old one.
-// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 forces a path; forced smem applies to the
-// nodes it supports (vk::linear_smem_unsupported), the rest stay on reg. Quantized weights take smem only when
-// forced (not measured).
+// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat forces a path; a forced path
+// applies to the nodes it supports (vk::linear_smem_unsupported, linear_coopmat_unsupported), the rest stay on reg;
+// coopmat on a device without it is an error. Quantized weights take smem only when forced (not measured).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -41,8 +43,10 @@ struct LinearTable {
     std::string pick(DType dt, int64_t m) const;
 };
 
-// The variants ("reg" first: the reference of the probes) and the default table shapes.
+// The variants ("reg" first: the reference of the probes), whether one can run on ctx for weights of dtype dt, and
+// the default table shapes.
 const std::vector<std::string>& linear_variants();
+bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
 
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
@@ -65,7 +69,7 @@ LinearTable linear_table(vk::Context& ctx, DType dt);
 // table. Other ops are left alone.
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 
-// linear_smem dispatches choose_linear has produced in this process (tests: the forced path really ran).
+// linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).
 uint64_t linear_smem_dispatches();
 
 // Test hooks. Probe hook: sees (and may alter) each probe's device output before it is compared. Forced

@@ -1,4 +1,4 @@
-// Lowering of linear to linear_smem.comp: (16 tm) x (16 tn) output tiles, shapes in LinearParams as lower_linear.
+// Lowering of linear to linear_smem.comp and linear_coopmat.comp: (16 tm) x (16 tn) output tiles, shapes in LinearParams as lower_linear.
 #include <variant>
 
 #include "runtime/core/error.h"
@@ -28,6 +28,27 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
     d.groups[1] = (p.M + 16 * t.tm - 1) / (16 * t.tm);
     d.groups[2] = 1;
     KILN_CHECK(d.groups[1] <= 65535, "linear_smem: M = ", p.M, " rows exceed the dispatch limit");
+    return d;
+}
+
+std::string linear_coopmat_unsupported(const ir::Graph& g, const ir::Node& n) {
+    std::string why = linear_smem_unsupported(g, n);
+    if (why.empty() && g.value(n.in[1]).dtype != DType::f16) why = "weights not f16";
+    return why;
+}
+
+Dispatch lower_linear_coopmat(const ir::Graph& g, const ir::Node& n) {
+    const std::string why = linear_coopmat_unsupported(g, n);
+    KILN_CHECK(why.empty(), "linear_coopmat: ", why);
+    Dispatch d = lower_linear(g, n);
+    params::LinearParams p;
+    std::memcpy(&p, d.push.data(), sizeof p);
+    d.shader = "linear_coopmat_f16";
+    d.spec = {};
+    d.groups[0] = (p.N + 63) / 64;
+    d.groups[1] = (p.M + 63) / 64;
+    d.groups[2] = 1;
+    KILN_CHECK(d.groups[1] <= 65535, "linear_coopmat: M = ", p.M, " rows exceed the dispatch limit");
     return d;
 }
 

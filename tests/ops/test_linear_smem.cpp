@@ -9,6 +9,7 @@
 #include "runtime/core/quant.h"
 #include "runtime/exec/linear_select.h"
 #include "runtime/vulkan/linear_smem.h"
+#include "runtime/vulkan/pipeline.h"
 #include "tests/ops/op_harness.h"
 
 using namespace kiln;
@@ -79,4 +80,53 @@ TEST_CASE("linear_smem leaves K % 4 != 0 to the register path", "[op:linear][sme
     exec::set_linear_override("fast");
     vk::Dispatch d = vk::lower(g, n);
     CHECK_THROWS_WITH(exec::choose_linear(test::op_ctx(), g, n, d), Catch::Contains("KILN_LINEAR='fast'"));
+}
+
+// Cooperative matrices (linear_coopmat.comp): x is rounded to f16 in shared memory (relative 2^-11 per product,
+// W f16 exact), so besides the f32 summation bound: max-abs + 2 K / 4 2^-11, relative L2 <= 2^-11.
+TEST_CASE("linear_coopmat matches the CPU reference where the device has cooperative matrices",
+          "[op:linear][coopmat]") {
+    vk::Context& ctx = test::op_ctx();
+    {
+        INFO("the lowering, on every device (no pipeline is created)");
+        ir::Graph g;
+        auto x = g.input("x", {70, 64});
+        g.output(g.linear(x, g.weight("w", {130, 64}, DType::f16), {}), "y");
+        g.output(g.linear(x, g.weight("w32", {130, 64}), {}), "y32");
+        const ir::Node& n = g.nodes()[(size_t)g.value(g.outputs()[0].second).producer];
+        const ir::Node& n32 = g.nodes()[(size_t)g.value(g.outputs()[1].second).producer];
+        vk::Dispatch d = vk::lower_linear_coopmat(g, n);
+        CHECK(d.shader == "linear_coopmat_f16");
+        CHECK((d.groups[0] == 3 && d.groups[1] == 2));
+        for (const char* s : {"linear_coopmat_f16", "linear_coopmat_f16_ptr", "linear_coopmat_f16_off"})
+            CHECK(vk::has_shader(s));
+        CHECK_THROWS_WITH(vk::lower_linear_coopmat(g, n32), Catch::Contains("not f16"));
+        if (!ctx.info().coopmat_nv_f16) {
+            exec::set_linear_override("coopmat");
+            vk::Dispatch e = vk::lower(g, n);
+            CHECK_THROWS_WITH(exec::choose_linear(ctx, g, n, e), Catch::Contains("VK_NV_cooperative_matrix"));
+            exec::set_linear_override("");
+            CHECK(!exec::linear_variant_available(ctx, "coopmat", DType::f16));
+        }
+    }
+    if (!ctx.info().coopmat_nv_f16) {
+        WARN("linear_coopmat not run: device '" << ctx.info().name
+                                                << "' lacks VK_NV_cooperative_matrix with the 16x16x16 f16 shape");
+        return;
+    }
+    auto [M, N, K] = GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(77, 130, 68), std::make_tuple(130, 67, 100),
+                              std::make_tuple(200, 257, 36), std::make_tuple(64, 64, 32));
+    bool bias = GENERATE(false, true);
+    CAPTURE(M, N, K, bias);
+    ir::Graph g;
+    auto x = g.input("x", {M, K});
+    ir::Val b = bias ? g.weight("b", {N}) : ir::Val{};
+    g.output(g.linear(x, g.weight("w", {N, K}, DType::f16), b), "y");
+    std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, DType::f16, 41)}};
+    if (bias) ws["b"] = test::random_tensor({N}, 42);
+    ForceLinear force("coopmat");
+    auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 40)}}, ws);
+    CHECK(test::max_err(r.gpu, r.cpu) <=
+          std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)) + 2.0 * K / 4 * std::ldexp(1.0, -11));
+    CHECK(rel_l2(r.gpu, r.cpu) <= std::ldexp(1.0, -11));
 }
