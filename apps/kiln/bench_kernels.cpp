@@ -36,7 +36,7 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     std::printf("kiln bench --kernels: linear y = x W^T + b on %s (%s), best of %d runs\n", ctx.info().name.c_str(),
                 ctx.info().driver.c_str(), reps);
     std::fflush(stdout);
-    exec::LinearTable t = exec::measure_linear_table(ctx, sh, dts, reps);
+    exec::LinearTable t = exec::measure_linear_table(ctx, sh, dts, reps, false);
     std::printf("%-5s %-19s %10s %10s %10s %10s  %s\n", "dtype", "M x N x K", "reg", "smem64", "smem128", "coopmat",
                 "pick");
     std::set<std::pair<int, std::string>> seen;

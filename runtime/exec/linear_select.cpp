@@ -131,7 +131,7 @@ std::string LinearTable::pick(DType dt, int64_t m) const {
 }
 
 LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape>& shapes,
-                                 const std::vector<DType>& dtypes, int reps) {
+                                 const std::vector<DType>& dtypes, int reps, bool early_exit) {
     LinearTable t;
     t.source = "measured";
     LinearProbeHook hook;
@@ -175,7 +175,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                         if (ex.last_gpu_ms() > 0) ms = ex.last_gpu_ms();
                         if (i > 0 || reps == 0) best = std::min(best, ms);  // run 0 warms up
                         // Already 3x slower than the fastest variant here (warm-up included): one figure is enough.
-                        if (i == 0 && ms > 3 * fastest[(int)si]) {
+                        if (early_exit && i == 0 && ms > 3 * fastest[(int)si]) {
                             best = ms;
                             break;
                         }
@@ -293,6 +293,14 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
             std::fprintf(stderr, "kiln: warning: linear table not saved: %s\n", why.c_str());
     }
     return t;
+}
+
+void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
+    const char* e = std::getenv("KILN_LINEAR");
+    if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
+    for (const ir::Node& n : g.nodes())
+        if (vk::linear_smem_unsupported(g, n).empty() && !dtype_is_quant(g.value(n.in[1]).dtype))
+            linear_table(ctx, g.value(n.in[1]).dtype);
 }
 
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {

@@ -51,9 +51,10 @@ const std::vector<LinearShape>& linear_table_shapes();
 
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
 // shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock). A
-// variant whose warm-up is already 3x slower than the fastest so far at a shape gets that one time.
+// variant whose warm-up is already 3x slower than the fastest so far at a shape gets that one time (`early_exit`;
+// off for benchmarks).
 LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape>& shapes,
-                                 const std::vector<DType>& dtypes, int reps = 3);
+                                 const std::vector<DType>& dtypes, int reps = 3, bool early_exit = true);
 
 // The table file of ctx's device ("" when the pipeline cache is disabled), and text I/O keyed by the pipeline
 // cache key (device, driver, SPIR-V hash). read: false with `status` ("missing", "stale", "corrupt: ...").
@@ -64,6 +65,10 @@ bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t
 // The table of ctx's device with rows for weight dtype dt: from memory, else the file, else measured now (once per
 // process, device and dtype; then written to the file with the rows of other dtypes it holds).
 LinearTable linear_table(vk::Context& ctx, DType dt);
+
+// Loads or measures the table rows every linear of g will consult under KILN_LINEAR=auto (benchmarks: so the
+// first-use measurement is not timed as pipeline compilation).
+void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
 // table. Other ops are left alone.
