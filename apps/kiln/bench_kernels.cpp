@@ -17,9 +17,9 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     for (const std::string& s : shapes) {
         long long m = 0, n = 0, k = 0;
         char tail = 0;
-        KILN_CHECK(std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) == 3 && m > 0 && n > 0 && k > 0 &&
-                       k % 4 == 0,
-                   "--shape '", s, "' (MxNxK, K a multiple of 4)");
+        KILN_CHECK(
+            std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) == 3 && m > 0 && n > 0 && k > 0 && k % 4 == 0,
+            "--shape '", s, "' (MxNxK, K a multiple of 4)");
         sh.push_back({m, n, k});
     }
     const bool defaults = sh.empty() && dtypes == "f32,f16,bf16";

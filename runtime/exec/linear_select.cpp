@@ -145,52 +145,61 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
         ~Restore() { t_override = s; }
     } restore{saved};
     for (DType dt : dtypes) {
-        std::map<int, std::vector<float>> ref_out;  // "reg" output per shape index
+        std::map<int, std::vector<float>> ref_out;             // "reg" output per shape index
         std::vector<double> fastest(shapes.size(), INFINITY);  // ms, over the variants timed so far
         for (const std::string& v : linear_variants()) {
             if (!linear_variant_available(ctx, v, dt)) continue;
-            const bool x_f16 = v == "coopmat";
-            t_override = v;
-            // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter), against the CPU.
-            const LinearShape ps{77, 130, 68};
-            Problem pp(ps, dt);
-            auto gpu = run_graph(ctx, pp.g, pp.bytes(), {{"x", pp.x}}, Mode::full).at("y").to_f32();
-            if (hook) hook(v, dt, gpu);
-            auto cpu_w = [&](const ir::Value& val) { return val.name == "w" ? pp.w : pp.b; };
-            auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
+            const size_t first_row = t.rows.size();
             std::string why;
-            bool ok = close(gpu, cpu, ps.K, why, x_f16);
-            for (size_t si = 0; si < shapes.size(); ++si) {
-                const LinearShape& s = shapes[si];
-                LinearTable::Row row{dt, v, s, 0, false, why};
-                if (ok) {
-                    Problem p(s, dt);
-                    Executor ex(ctx, p.g, p.bytes(), Mode::full);
-                    ex.set_input("x", p.x);
-                    double best = INFINITY;
-                    for (int i = 0; i <= reps; ++i) {
-                        auto t0 = Clock::now();
-                        ex.run();
-                        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-                        if (ex.last_gpu_ms() > 0) ms = ex.last_gpu_ms();
-                        if (i > 0 || reps == 0) best = std::min(best, ms);  // run 0 warms up
-                        // Already 3x slower than the fastest variant here (warm-up included): one figure is enough.
-                        if (early_exit && i == 0 && ms > 3 * fastest[(int)si]) {
-                            best = ms;
-                            break;
+            bool ok = false;
+            try {
+                const bool x_f16 = v == "coopmat";
+                t_override = v;
+                // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter), against the CPU.
+                const LinearShape ps{77, 130, 68};
+                Problem pp(ps, dt);
+                auto gpu = run_graph(ctx, pp.g, pp.bytes(), {{"x", pp.x}}, Mode::full).at("y").to_f32();
+                if (hook) hook(v, dt, gpu);
+                auto cpu_w = [&](const ir::Value& val) { return val.name == "w" ? pp.w : pp.b; };
+                auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
+                ok = close(gpu, cpu, ps.K, why, x_f16);
+                for (size_t si = 0; si < shapes.size(); ++si) {
+                    const LinearShape& s = shapes[si];
+                    LinearTable::Row row{dt, v, s, 0, false, why};
+                    if (ok) {
+                        Problem p(s, dt);
+                        Executor ex(ctx, p.g, p.bytes(), Mode::full);
+                        ex.set_input("x", p.x);
+                        double best = INFINITY;
+                        for (int i = 0; i <= reps; ++i) {
+                            auto t0 = Clock::now();
+                            ex.run();
+                            double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                            if (ex.last_gpu_ms() > 0) ms = ex.last_gpu_ms();
+                            if (i > 0 || reps == 0) best = std::min(best, ms);  // run 0 warms up
+                            // Already 3x slower than the fastest variant here (warm-up included): one figure is enough.
+                            if (early_exit && i == 0 && ms > 3 * fastest[(int)si]) {
+                                best = ms;
+                                break;
+                            }
                         }
+                        fastest[(int)si] = std::min(fastest[(int)si], best);
+                        row.gflops = 2.0 * (double)s.M * s.N * s.K / (best * 1e6);
+                        auto out = ex.output("y").to_f32();
+                        if (v == "reg")
+                            ref_out[(int)si] = std::move(out);
+                        else if (ref_out.count((int)si))  // absent when "reg" itself failed its probe
+                            ok = close(out, ref_out.at((int)si), s.K, why, x_f16);
+                        row.admitted = ok;
+                        row.note = ok ? "" : why;
                     }
-                    fastest[(int)si] = std::min(fastest[(int)si], best);
-                    row.gflops = 2.0 * (double)s.M * s.N * s.K / (best * 1e6);
-                    auto out = ex.output("y").to_f32();
-                    if (v == "reg")
-                        ref_out[(int)si] = std::move(out);
-                    else if (ref_out.count((int)si))  // absent when "reg" itself failed its probe
-                        ok = close(out, ref_out.at((int)si), s.K, why, x_f16);
-                    row.admitted = ok;
-                    row.note = ok ? "" : why;
+                    t.rows.push_back(row);
                 }
-                t.rows.push_back(row);
+            } catch (const Error& e) {  // a pipeline the driver rejects, say: not this variant (reg: fatal)
+                if (v == "reg") throw;
+                t.rows.resize(first_row);
+                why = std::string("error:") + e.what();
+                for (const LinearShape& s : shapes) t.rows.push_back({dt, v, s, 0, false, why});
             }
             // A later mismatch excludes the variant at every shape.
             for (auto& r : t.rows)
@@ -282,9 +291,8 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
         LinearTable f;  // keep the other dtypes the file holds
         if (!path.empty() && read_linear_table(ctx, path, f, status))
             for (const auto& r : f.rows)
-                if (r.dtype != dt && std::none_of(t.rows.begin(), t.rows.end(), [&](const LinearTable::Row& q) {
-                        return q.dtype == r.dtype;
-                    }))
+                if (r.dtype != dt && std::none_of(t.rows.begin(), t.rows.end(),
+                                                  [&](const LinearTable::Row& q) { return q.dtype == r.dtype; }))
                     t.rows.push_back(r);
         t.rows.insert(t.rows.end(), m.rows.begin(), m.rows.end());
         t.source = "measured";
@@ -311,9 +319,9 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
         v = e && *e ? e : "auto";
     }
     if (v == "smem") v = "smem64";
-    KILN_CHECK(v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) !=
-                                  linear_variants().end(),
-               "KILN_LINEAR='", v, "' (auto, reg, smem, smem64, smem128 or coopmat)");
+    KILN_CHECK(
+        v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) != linear_variants().end(),
+        "KILN_LINEAR='", v, "' (auto, reg, smem, smem64, smem128 or coopmat)");
     KILN_CHECK(v != "coopmat" || ctx.info().coopmat_nv_f16, "KILN_LINEAR=coopmat: device '", ctx.info().name,
                "' lacks VK_NV_cooperative_matrix with the 16x16x16 f16 x f16 + f32 shape (and 32-wide subgroups, "
                "vulkanMemoryModel)");

@@ -1,7 +1,7 @@
 #pragma once
-// Lowering of linear to the shared-memory tiled shaders (shaders/linear_smem.comp, linear_coopmat.comp), for GPUs; linear.glsl's
-// register-tiled lowering (lower_linear) stays the default. Which one a node gets is decided after lowering,
-// where the device is known (runtime/exec/linear_select.h).
+// Lowering of linear to the shared-memory tiled shaders (shaders/linear_smem.comp, linear_coopmat.comp), for GPUs;
+// linear.glsl's register-tiled lowering (lower_linear) stays the default. Which one a node gets is decided after
+// lowering, where the device is known (runtime/exec/linear_select.h).
 #include <cstdint>
 #include <string>
 

@@ -1,4 +1,5 @@
-// Lowering of linear to linear_smem.comp and linear_coopmat.comp: (16 tm) x (16 tn) output tiles, shapes in LinearParams as lower_linear.
+// Lowering of linear to linear_smem.comp and linear_coopmat.comp: (16 tm) x (16 tn) output tiles, shapes in
+// LinearParams as lower_linear.
 #include <variant>
 
 #include "runtime/core/error.h"
