@@ -51,7 +51,7 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
             for (const auto& q : t.rows)
                 if (q.dtype == r.dtype && q.variant == v && q.shape.M == r.shape.M && q.shape.N == r.shape.N &&
                     q.shape.K == r.shape.K)
-                    any = true, q.admitted ? std::printf(" %10.1f", q.gflops) : std::printf(" %10s", "excluded");
+                    any = true, q.admitted ? std::printf(" %10.2f", q.gflops) : std::printf(" %10s", "excluded");
             if (!any) std::printf(" %10s", "-");  // not available on this device for this dtype
         }
         exec::LinearTable one;

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "runtime/core/error.h"
@@ -288,12 +289,13 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
     }
     if (!has(t)) {
         LinearTable m = measure_linear_table(ctx, linear_table_shapes(), {dt});
-        LinearTable f;  // keep the other dtypes the file holds
-        if (!path.empty() && read_linear_table(ctx, path, f, status))
+        LinearTable f;  // keep the other dtypes the file holds (another process may have measured them)
+        if (!path.empty() && read_linear_table(ctx, path, f, status)) {
+            std::set<DType> have;
+            for (const auto& r : t.rows) have.insert(r.dtype);
             for (const auto& r : f.rows)
-                if (r.dtype != dt && std::none_of(t.rows.begin(), t.rows.end(),
-                                                  [&](const LinearTable::Row& q) { return q.dtype == r.dtype; }))
-                    t.rows.push_back(r);
+                if (r.dtype != dt && !have.count(r.dtype)) t.rows.push_back(r);
+        }
         t.rows.insert(t.rows.end(), m.rows.begin(), m.rows.end());
         t.source = "measured";
         std::string why;

@@ -3,6 +3,7 @@
 // another device, driver or build is stale; linear_table() writes it where the pipeline cache lives.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -125,19 +126,31 @@ TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline
     CHECK(fs::path(path).parent_path() ==
           fs::path(vk::pipeline_cache_path(vk::pipeline_cache_key(ctx().physical()))).parent_path());
     REQUIRE(!fs::exists(path));
-    exec::LinearTable t = exec::linear_table(ctx(), DType::bf16);  // a new folder: measured (seconds on lavapipe)
+    // f32 rows another process measured (made up here): kept, every one of them, when bf16 is added.
+    exec::LinearTable other;
+    for (const auto& v : {"reg", "smem64", "smem128"})
+        for (const auto& s : exec::linear_table_shapes()) other.rows.push_back({DType::f32, v, s, 1.5, true, ""});
+    std::string why;
+    REQUIRE(exec::write_linear_table(ctx(), path, other, why));
+    exec::LinearTable t = exec::linear_table(ctx(), DType::bf16);  // no bf16 rows yet: measured (seconds on lavapipe)
     CHECK(t.source == "measured");
     std::string status;
     exec::LinearTable back;
     REQUIRE(fs::exists(path));
     REQUIRE(exec::read_linear_table(ctx(), path, back, status));
     CHECK(back.rows.size() == t.rows.size());
+    auto count = [](const exec::LinearTable& x, DType dt) {
+        return std::count_if(x.rows.begin(), x.rows.end(), [&](const auto& r) { return r.dtype == dt; });
+    };
+    const long n = (long)(3 * exec::linear_table_shapes().size());  // reg, smem64, smem128 per shape
+    CHECK(count(back, DType::f32) == n);
+    CHECK(count(back, DType::bf16) == n);
     auto written = fs::last_write_time(path);
     exec::LinearTable again = exec::linear_table(ctx(), DType::bf16);  // from memory: not measured, not rewritten
     CHECK(again.rows.size() == t.rows.size());
     CHECK(fs::last_write_time(path) == written);
-    CHECK(t.rows.size() == 3 * exec::linear_table_shapes().size());  // bf16: reg, smem64, smem128
-    for (const auto& r : t.rows) CHECK(r.dtype == DType::bf16);
+    CHECK(count(t, DType::bf16) == n);
+    CHECK(count(t, DType::f32) == n);
     // Where this table has smem admitted the pick may choose it; "reg" is always admitted on a working device.
     for (const auto& r : t.rows)
         if (r.variant == "reg") CHECK(r.admitted);
