@@ -13,6 +13,7 @@
 #include "models/dit.h"
 #include "models/forward.h"
 #include "runtime/core/error.h"
+#include "runtime/exec/linear_select.h"
 #include "runtime/ir/cost.h"
 
 namespace kiln::app {
@@ -96,6 +97,9 @@ Run add_bench(CLI::App& app) {
         std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto";
         int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
         bool no_pipeline_cache = false;
+        bool kernels = false;  // --kernels: the linear selection table instead of a model
+        std::vector<std::string> kernel_shapes;
+        std::string kernel_dtypes = "f32,f16,bf16";
         std::string vram_budget;  // streaming options (weight_stream.h)
         bool stream = false, no_in_place = false;
         int slots = 0;
@@ -134,8 +138,16 @@ Run add_bench(CLI::App& app) {
     app.add_option("--device", o->device, "Vulkan device index");
     app.add_flag("--no-pipeline-cache", o->no_pipeline_cache,
                  "Neither read nor write the pipeline cache file (as KILN_PIPELINE_CACHE=0)");
-    app.footer("Example:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json");
+    app.add_flag("--kernels", o->kernels,
+                 "Instead of a model: measure the linear variants (GFLOP/s per shape and weight dtype), print the "
+                 "selection table and, at the default shapes, save it for this device");
+    app.add_option("--shape", o->kernel_shapes, "--kernels: a linear shape MxNxK (repeatable; default: the table's)");
+    app.add_option("--kernel-dtypes", o->kernel_dtypes, "--kernels: weight dtypes")->capture_default_str();
+    app.footer("Example:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json\n  kiln bench --kernels");
     return [o] {
+        if (o->kernels)
+            return bench_kernels(o->device, o->no_pipeline_cache, o->kernel_shapes, o->kernel_dtypes,
+                                 std::max(o->steps, 1));
         KILN_CHECK(!o->model.empty() || !o->synthetic.empty(), "give --model FILE or --synthetic ARCH");
         std::unique_ptr<models::WeightStore> ws;
         models::SyntheticArch arch;
@@ -191,6 +203,7 @@ Run add_bench(CLI::App& app) {
             models::Builder b(g, *ws);
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
             ir::Cost cost = ir::count_cost(g);
+            exec::prepare_linear_table(ctx, g);  // a first-use measurement is not compile time
             const bool rss_reset = reset_peaks(ctx);
             // Cold: pipelines through an empty cache, as on the first run on a machine; then warm: the same plan
             // again, pipelines through the cache the cold one filled (as the next run finds it on disk).

@@ -15,6 +15,9 @@ Run add_info(CLI::App& app);
 Run add_forward(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
+// kiln bench --kernels (bench_kernels.cpp): shapes "MxNxK" (none: the table's), dtypes "f32,f16,bf16".
+void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::string>& shapes,
+                   const std::string& dtypes, int reps);
 Run add_tokenize(CLI::App& app);
 // --vram-budget, shared by generate, forward and bench.
 inline constexpr const char* kVramBudgetHelp =

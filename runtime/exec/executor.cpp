@@ -9,6 +9,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/exec/linear_select.h"
 
 namespace kiln::exec {
 
@@ -281,7 +282,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     auto make_part = [&](int n, size_t j, int kind, const std::map<int, int>& swap, size_t window) {
         const ir::Node& node = nodes[(size_t)n];
         const Part& part = node_parts.at(n)[j];
-        vk::Dispatch d = part.d;
+        vk::Dispatch d = part.d;  // linear: the variant measured fastest here, chosen in parts() (linear_select.h)
         // A dispatch that selects block weights on the device: "_off" (offsets into the bound range of all
         // instances, from its slot, bound after the output) or "_ptr" (addresses, from its slot).
         auto slot = ptr_slot.find(n);

@@ -10,6 +10,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/exec/linear_select.h"
 
 namespace kiln::exec {
 namespace {
@@ -32,8 +33,9 @@ bool classify_broadcast(const Shape& s, const Shape& so, Bind& how) {
     return false;
 }
 
-// The node rebuilt in `s` on inputs `in` (shapes of one chunk); returns its lowering.
-vk::Dispatch lower_on(const ir::Node& node, ir::Graph& s, const std::vector<ir::Val>& in) {
+// The node rebuilt in `s` on inputs `in` (shapes of one chunk); returns its lowering (a linear: the variant
+// measured fastest on this device for the chunk's rows).
+vk::Dispatch lower_on(vk::Context& ctx, const ir::Node& node, ir::Graph& s, const std::vector<ir::Val>& in) {
     using ir::Op;
     auto at = [&](size_t i) { return i < in.size() ? in[i] : ir::Val{}; };
     switch (node.op) {
@@ -86,7 +88,9 @@ vk::Dispatch lower_on(const ir::Node& node, ir::Graph& s, const std::vector<ir::
         default:
             KILN_FAIL("internal: ", ir::op_name(node.op), " has no row split");
     }
-    return vk::lower(s, s.nodes().back());
+    vk::Dispatch d = vk::lower(s, s.nodes().back());
+    choose_linear(ctx, s, s.nodes().back(), d);
+    return d;
 }
 }  // namespace
 
@@ -102,7 +106,11 @@ std::vector<Part> Executor::Impl::parts(int n) const {
             (big < 0 || value_bytes(g.value(v)) > value_bytes(g.value(big))))
             big = v;
     }
-    if (big < 0) return {Part{vk::lower(g, node), std::vector<Sub>(nb)}};
+    if (big < 0) {
+        vk::Dispatch d = vk::lower(g, node);
+        choose_linear(ctx, g, node, d);
+        return {Part{std::move(d), std::vector<Sub>(nb)}};
+    }
 
     const Shape& so = g.value(node.out).shape;
     std::string why;
@@ -219,7 +227,7 @@ std::vector<Part> Executor::Impl::parts(int n) const {
                 in.push_back(val.role == ir::Role::weight ? s.weight(val.name, sh, val.dtype)
                                                           : s.input(val.name, sh, val.dtype));
             }
-            p.d = lower_on(node, s, in);
+            p.d = lower_on(ctx, node, s, in);
             KILN_CHECK(shape_numel(s.values().back().shape) == cnt * so.back(), "internal: row chunk of ",
                        ir::op_name(node.op), " has shape ", shape_str(s.values().back().shape));
             out.push_back(std::move(p));

@@ -245,6 +245,33 @@ std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
     return pds;
 }
 
+// See DeviceInfo::coopmat_nv_f16. The properties query is an instance-level extension function.
+bool query_coopmat_nv_f16(VkInstance inst, VkPhysicalDevice pd, const DeviceInfo& d) {
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
+    std::vector<VkExtensionProperties> exts(ne);
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
+    bool ext = false;
+    for (auto& e : exts) ext |= !std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (!ext || d.subgroup_size != 32 || !d.fp16_arith) return false;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, &cf};
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    auto props_fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+        inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    if (!cf.cooperativeMatrix || !f12.vulkanMemoryModel || !props_fn) return false;
+    uint32_t n = 0;
+    props_fn(pd, &n, nullptr);
+    std::vector<VkCooperativeMatrixPropertiesNV> props(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+    props_fn(pd, &n, props.data());
+    for (const auto& p : props)
+        if (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+            p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV)
+            return true;
+    return false;
+}
 }  // namespace
 
 int Context::validation_errors() { return g_validation_errors.load(); }
@@ -291,6 +318,7 @@ Context::Context(int device, int validation, int pipeline_cache) {
     }
     phys_ = pds[(size_t)chosen];
     info_ = query(phys_, chosen);
+    info_.coopmat_nv_f16 = query_coopmat_nv_f16(instance_, phys_, info_);
     KILN_CHECK(info_.fp16_storage, "device '", info_.name,
                "' lacks the Vulkan feature storageBuffer16BitAccess, "
                "which Kiln needs for f16/bf16 weights");
@@ -318,6 +346,12 @@ Context::Context(int device, int validation, int pipeline_cache) {
     VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     f12.shaderFloat16 = info_.fp16_arith;
     f12.bufferDeviceAddress = info_.buffer_device_address;  // block weights selected on the device
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    if (info_.coopmat_nv_f16) {  // linear_coopmat.comp (its SPIR-V declares the Vulkan memory model)
+        cmf.cooperativeMatrix = VK_TRUE;
+        f12.vulkanMemoryModel = VK_TRUE;
+        f12.pNext = &cmf;
+    }
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
     f11.storageBuffer16BitAccess = VK_TRUE;
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
@@ -330,6 +364,7 @@ Context::Context(int device, int validation, int pipeline_cache) {
     std::vector<const char*> dev_exts;
     if (info_.memory_budget) dev_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     if (info_.host_import) dev_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    if (info_.coopmat_nv_f16) dev_exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     dci.enabledExtensionCount = (uint32_t)dev_exts.size();
     dci.ppEnabledExtensionNames = dev_exts.data();
     VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));

@@ -27,6 +27,9 @@ struct DeviceInfo {
     bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false, fp64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
+    // VK_NV_cooperative_matrix with what shaders/linear_coopmat.comp needs (16x16x16 f16 x f16 + f32 -> f32 at
+    // subgroup scope, 32-wide subgroups, f16 arithmetic, vulkanMemoryModel); enabled on the device when true.
+    bool coopmat_nv_f16 = false;
     bool host_import = false;        // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
     uint64_t host_import_align = 0;  // minImportedHostPointerAlignment
     bool memory_budget = false;      // VK_EXT_memory_budget: the driver reports each heap's usage

@@ -148,3 +148,34 @@ TEST_CASE("kiln generate --profile --host-loop prints the per-step figures and m
             if (line.rfind(step, 0) == 0) rows++;
     CHECK(rows == 3);
 }
+
+TEST_CASE("kiln bench --kernels prints GFLOP/s of every linear variant and the pick", "[apps][bench][kernels]") {
+    TmpDir d("kernels");
+    auto kiln = [&](const std::string& args, int& rc) {
+        const std::string cmd = "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE -u KILN_LINEAR XDG_CACHE_HOME=" +
+                                d.path.string() + " " + std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
+        FILE* p = ::popen(cmd.c_str(), "r");
+        REQUIRE(p);
+        std::string out;
+        char buf[4096];
+        for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+        int status = ::pclose(p);
+        rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return out;
+    };
+    int rc = -1;
+    std::string out = kiln("bench --kernels --shape 70x96x64 --shape 2x96x64 --kernel-dtypes f32,f16 --steps 1", rc);
+    INFO(out);
+    CHECK(rc == 0);
+    for (const char* s : {"reg", "smem64", "smem128", "coopmat", "pick", "f32", "f16", "70x96x64", "2x96x64"})
+        CHECK(out.find(s) != std::string::npos);
+    // Custom shapes are printed, not saved as the device's table.
+    bool saved = false;
+    if (fs::exists(d.path / "kiln"))
+        for (auto& e : fs::directory_iterator(d.path / "kiln"))
+            saved |= e.path().filename().string().rfind("linear-", 0) == 0;
+    CHECK(!saved);
+    out = kiln("bench --kernels --shape 3x4x5", rc);
+    CHECK(rc != 0);
+    CHECK(out.find("--shape '3x4x5'") != std::string::npos);
+}

@@ -1,0 +1,77 @@
+// kiln bench --kernels: the linear selection table of this device (runtime/exec/linear_select.h), measured now:
+// GFLOP/s of every linear variant per weight dtype and shape, whether the probe admitted it, and the pick.
+// With the default shapes and dtypes the table is also written where linear_table() reads it.
+#include <cstdio>
+#include <set>
+
+#include "apps/kiln/commands.h"
+#include "runtime/core/error.h"
+#include "runtime/exec/linear_select.h"
+
+namespace kiln::app {
+
+void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::string>& shapes,
+                   const std::string& dtypes, int reps) {
+    vk::Context ctx(device, -1, no_pipeline_cache ? 0 : -1);
+    std::vector<exec::LinearShape> sh;
+    for (const std::string& s : shapes) {
+        long long m = 0, n = 0, k = 0;
+        char tail = 0;
+        KILN_CHECK(
+            std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) == 3 && m > 0 && n > 0 && k > 0 && k % 4 == 0,
+            "--shape '", s, "' (MxNxK, K a multiple of 4)");
+        sh.push_back({m, n, k});
+    }
+    const bool defaults = sh.empty() && dtypes == "f32,f16,bf16";
+    if (sh.empty()) sh = exec::linear_table_shapes();
+    std::vector<DType> dts;
+    for (size_t a = 0; a <= dtypes.size();) {
+        size_t b = dtypes.find(',', a);
+        if (b == std::string::npos) b = dtypes.size();
+        DType dt = parse_dtype(dtypes.substr(a, b - a), "--kernel-dtypes");
+        KILN_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16, "--kernel-dtypes: f32, f16, bf16");
+        dts.push_back(dt);
+        a = b + 1;
+    }
+    std::printf("kiln bench --kernels: linear y = x W^T + b on %s (%s), best of %d runs\n", ctx.info().name.c_str(),
+                ctx.info().driver.c_str(), reps);
+    std::fflush(stdout);
+    exec::LinearTable t = exec::measure_linear_table(ctx, sh, dts, reps, false);
+    std::printf("%-5s %-19s %10s %10s %10s %10s  %s\n", "dtype", "M x N x K", "reg", "smem64", "smem128", "coopmat",
+                "pick");
+    std::set<std::pair<int, std::string>> seen;
+    for (const auto& r : t.rows) {
+        char key[40];
+        std::snprintf(key, sizeof key, "%lldx%lldx%lld", (long long)r.shape.M, (long long)r.shape.N,
+                      (long long)r.shape.K);
+        if (!seen.insert({(int)r.dtype, key}).second) continue;
+        std::printf("%-5s %-19s", dtype_name(r.dtype), key);
+        for (const std::string& v : exec::linear_variants()) {
+            bool any = false;
+            for (const auto& q : t.rows)
+                if (q.dtype == r.dtype && q.variant == v && q.shape.M == r.shape.M && q.shape.N == r.shape.N &&
+                    q.shape.K == r.shape.K)
+                    any = true, q.admitted ? std::printf(" %10.2f", q.gflops) : std::printf(" %10s", "excluded");
+            if (!any) std::printf(" %10s", "-");  // not available on this device for this dtype
+        }
+        exec::LinearTable one;
+        for (const auto& q : t.rows)
+            if (q.dtype == r.dtype && q.shape.M == r.shape.M && q.shape.N == r.shape.N && q.shape.K == r.shape.K)
+                one.rows.push_back(q);
+        std::printf("  %s\n", one.pick(r.dtype, r.shape.M).c_str());
+    }
+    for (const auto& r : t.rows)
+        if (!r.admitted) std::printf("excluded: %s %s: %s\n", dtype_name(r.dtype), r.variant.c_str(), r.note.c_str());
+    std::printf("(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s)\n",
+                ctx.info().coopmat_nv_f16 ? "f16 weights" : "absent, no VK_NV_cooperative_matrix 16x16x16 f16");
+    const std::string path = exec::linear_table_path(ctx);
+    std::string why;
+    if (defaults && !path.empty()) {
+        if (exec::write_linear_table(ctx, path, t, why))
+            std::printf("table written: %s\n", path.c_str());
+        else
+            std::printf("table not written: %s\n", why.c_str());
+    }
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,358 @@
+#include "runtime/exec/linear_select.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "runtime/core/error.h"
+#include "runtime/cpu/reference.h"
+#include "runtime/exec/executor.h"
+#include "runtime/vulkan/linear_smem.h"
+#include "runtime/vulkan/pipeline_cache.h"
+
+namespace kiln::exec {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::atomic<uint64_t> g_smem_dispatches{0};
+std::mutex g_mutex;  // the tables and the probe hook
+LinearProbeHook g_probe_hook;
+thread_local std::string t_override;
+
+vk::SmemTile tile_of(const std::string& v) { return v == "smem128" ? vk::SmemTile{8, 4} : vk::SmemTile{4, 4}; }
+
+// Uniform(-1, 1) values, deterministic (the probes compare devices, not seeds).
+Tensor pseudo_random(const Shape& s, uint32_t seed) {
+    Tensor t(DType::f32, s);
+    float* p = t.data<float>();
+    uint32_t x = seed * 2654435761u + 1u;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (float)((x >> 8) * (1.0 / 8388608.0) - 1.0);
+    }
+    return t;
+}
+
+struct Problem {
+    ir::Graph g;
+    Tensor x, w, b;
+    Problem(LinearShape s, DType dt) {
+        auto xv = g.input("x", {s.M, s.K});
+        g.output(g.linear(xv, g.weight("w", {s.N, s.K}, dt), g.weight("b", {s.N})), "y");
+        x = pseudo_random({s.M, s.K}, 1);
+        w = pseudo_random({s.N, s.K}, 2).astype(dt);  // the CPU reads the same rounded weights
+        b = pseudo_random({s.N}, 3);
+    }
+    WeightBytesFn bytes() const {
+        return [this](const ir::Value& v, void* dst, size_t n) {
+            const Tensor& t = v.name == "w" ? w : b;
+            KILN_CHECK(t.nbytes() == n, "internal: linear probe weight size");
+            std::memcpy(dst, t.bytes.data(), n);
+        };
+    }
+};
+
+// f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
+// E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
+// coopmat rounds x to f16 (relative 2^-11 per product, W f16 exact): + 2 K / 4 2^-11 max-abs, relative L2 2^-11.
+bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why,
+           bool x_f16 = false) {
+    double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
+    if (x_f16) bound += 2.0 * (double)K / 4 * std::ldexp(1.0, -11);
+    for (size_t i = 0; i < a.size(); ++i) {
+        double d = std::abs((double)a[i] - (double)ref[i]);
+        if (!(d == d)) d = INFINITY;
+        m = std::max(m, d), num += d * d, den += (double)ref[i] * ref[i];
+    }
+    double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    if (m <= bound && rel <= (x_f16 ? std::ldexp(1.0, -11) : 1e-5)) return true;
+    char s[128];
+    std::snprintf(s, sizeof s, "probe_mismatch:max_abs=%.3g,rel_l2=%.3g", m, rel);
+    why = s;
+    return false;
+}
+
+// Keys of the pipeline cache, as text: a table measured under another driver or Kiln build is stale.
+std::string key_line(vk::Context& ctx) {
+    vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
+    std::ostringstream s;
+    char b[80];
+    std::snprintf(b, sizeof b, "key %04x %04x %u %016llx ", k.vendor_id, k.device_id, k.driver_version,
+                  (unsigned long long)k.spirv_hash);
+    s << b;
+    for (uint8_t u : k.uuid) std::snprintf(b, sizeof b, "%02x", u), s << b;
+    return s.str();
+}
+}  // namespace
+
+const std::vector<std::string>& linear_variants() {
+    static const std::vector<std::string> v = {"reg", "smem64", "smem128", "coopmat"};
+    return v;
+}
+
+bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) {
+    return v != "coopmat" || (ctx.info().coopmat_nv_f16 && dt == DType::f16);
+}
+
+// DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
+// use, so kept small: larger shapes (1024 x 1152 x 1152, Flux's 4096 x 3072 x 3072) through
+// `kiln bench --kernels --shape` (minutes on a CPU device).
+const std::vector<LinearShape>& linear_table_shapes() {
+    static const std::vector<LinearShape> s = {{2, 1152, 1152}, {256, 1152, 1152}};
+    return s;
+}
+
+std::string LinearTable::pick(DType dt, int64_t m) const {
+    double best_dist = INFINITY;
+    int64_t best_m = -1;
+    for (const Row& r : rows)
+        if (r.dtype == dt) {
+            double d = std::abs(std::log((double)std::max<int64_t>(m, 1)) - std::log((double)r.shape.M));
+            if (d < best_dist) best_dist = d, best_m = r.shape.M;
+        }
+    std::string v = "reg";
+    double g = -1;
+    for (const Row& r : rows)
+        if (r.dtype == dt && r.shape.M == best_m && r.admitted && r.gflops > g) g = r.gflops, v = r.variant;
+    return v;
+}
+
+LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape>& shapes,
+                                 const std::vector<DType>& dtypes, int reps, bool early_exit) {
+    LinearTable t;
+    t.source = "measured";
+    LinearProbeHook hook;
+    {
+        std::lock_guard<std::mutex> l(g_mutex);
+        hook = g_probe_hook;
+    }
+    const std::string saved = t_override;
+    struct Restore {
+        const std::string& s;
+        ~Restore() { t_override = s; }
+    } restore{saved};
+    for (DType dt : dtypes) {
+        std::map<int, std::vector<float>> ref_out;             // "reg" output per shape index
+        std::vector<double> fastest(shapes.size(), INFINITY);  // ms, over the variants timed so far
+        for (const std::string& v : linear_variants()) {
+            if (!linear_variant_available(ctx, v, dt)) continue;
+            const size_t first_row = t.rows.size();
+            std::string why;
+            bool ok = false;
+            try {
+                const bool x_f16 = v == "coopmat";
+                t_override = v;
+                // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter), against the CPU.
+                const LinearShape ps{77, 130, 68};
+                Problem pp(ps, dt);
+                auto gpu = run_graph(ctx, pp.g, pp.bytes(), {{"x", pp.x}}, Mode::full).at("y").to_f32();
+                if (hook) hook(v, dt, gpu);
+                auto cpu_w = [&](const ir::Value& val) { return val.name == "w" ? pp.w : pp.b; };
+                auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
+                ok = close(gpu, cpu, ps.K, why, x_f16);
+                for (size_t si = 0; si < shapes.size(); ++si) {
+                    const LinearShape& s = shapes[si];
+                    LinearTable::Row row{dt, v, s, 0, false, why};
+                    if (ok) {
+                        Problem p(s, dt);
+                        Executor ex(ctx, p.g, p.bytes(), Mode::full);
+                        ex.set_input("x", p.x);
+                        double best = INFINITY;
+                        for (int i = 0; i <= reps; ++i) {
+                            auto t0 = Clock::now();
+                            ex.run();
+                            double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                            if (ex.last_gpu_ms() > 0) ms = ex.last_gpu_ms();
+                            if (i > 0 || reps == 0) best = std::min(best, ms);  // run 0 warms up
+                            // Already 3x slower than the fastest variant here (warm-up included): one figure is enough.
+                            if (early_exit && i == 0 && ms > 3 * fastest[(int)si]) {
+                                best = ms;
+                                break;
+                            }
+                        }
+                        fastest[(int)si] = std::min(fastest[(int)si], best);
+                        row.gflops = 2.0 * (double)s.M * s.N * s.K / (best * 1e6);
+                        auto out = ex.output("y").to_f32();
+                        if (v == "reg")
+                            ref_out[(int)si] = std::move(out);
+                        else if (ref_out.count((int)si))  // absent when "reg" itself failed its probe
+                            ok = close(out, ref_out.at((int)si), s.K, why, x_f16);
+                        row.admitted = ok;
+                        row.note = ok ? "" : why;
+                    }
+                    t.rows.push_back(row);
+                }
+            } catch (const Error& e) {  // a pipeline the driver rejects, say: not this variant (reg: fatal)
+                if (v == "reg") throw;
+                t.rows.resize(first_row);
+                why = std::string("error:") + e.what();
+                for (const LinearShape& s : shapes) t.rows.push_back({dt, v, s, 0, false, why});
+            }
+            // A later mismatch excludes the variant at every shape.
+            for (auto& r : t.rows)
+                if (r.dtype == dt && r.variant == v && !ok) r.admitted = false, r.note = why;
+        }
+    }
+    return t;
+}
+
+std::string linear_table_path(vk::Context& ctx) {
+    std::string p = vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()));
+    if (p.empty()) return "";
+    auto slash = p.rfind('/');
+    vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
+    char name[64];
+    std::snprintf(name, sizeof name, "/linear-%04x-%04x.txt", k.vendor_id, k.device_id);
+    return p.substr(0, slash) + name;
+}
+
+// Text: "kiln-linear-table 1", the key line, then one row per line: dtype variant M N K gflops admitted note.
+bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    {
+        std::ofstream f(tmp);
+        if (!f) return why = "cannot write " + tmp, false;
+        f << "kiln-linear-table 1\n" << key_line(ctx) << "\n";
+        for (const auto& r : t.rows) {
+            std::string note = r.note.empty() ? "-" : r.note;
+            std::replace(note.begin(), note.end(), ' ', '_');
+            char g[32];
+            std::snprintf(g, sizeof g, "%.6g", r.gflops);
+            f << dtype_name(r.dtype) << ' ' << r.variant << ' ' << r.shape.M << ' ' << r.shape.N << ' ' << r.shape.K
+              << ' ' << g << ' ' << (r.admitted ? 1 : 0) << ' ' << note << "\n";
+        }
+        if (!f.flush()) return std::filesystem::remove(tmp, ec), why = "cannot write " + tmp, false;
+    }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return std::filesystem::remove(tmp, ec), why = "cannot rename to " + path, false;
+    return true;
+}
+
+bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t, std::string& status) {
+    std::ifstream f(path);
+    if (!f) return status = "missing", false;
+    std::string line;
+    if (!std::getline(f, line) || line != "kiln-linear-table 1") return status = "corrupt: bad first line", false;
+    if (!std::getline(f, line) || line != key_line(ctx)) return status = "stale", false;
+    LinearTable r;
+    while (std::getline(f, line)) {
+        std::istringstream s(line);
+        std::string dt, note;
+        LinearTable::Row row;
+        int adm = 0;
+        if (!(s >> dt >> row.variant >> row.shape.M >> row.shape.N >> row.shape.K >> row.gflops >> adm >> note) ||
+            std::find(linear_variants().begin(), linear_variants().end(), row.variant) == linear_variants().end())
+            return status = "corrupt: bad row '" + line + "'", false;
+        try {
+            row.dtype = parse_dtype(dt);
+        } catch (const Error&) {
+            return status = "corrupt: bad dtype '" + dt + "'", false;
+        }
+        row.admitted = adm == 1;
+        row.note = note == "-" ? "" : note;
+        r.rows.push_back(row);
+    }
+    r.source = "loaded " + path;
+    t = std::move(r);
+    return status = "loaded", true;
+}
+
+LinearTable linear_table(vk::Context& ctx, DType dt) {
+    static std::mutex mutex;  // held while measuring: a second executor waits for the first's table
+    static std::map<std::string, LinearTable> tables;  // by key line (device, driver, build) and file
+    std::lock_guard<std::mutex> l(mutex);
+    const std::string path = linear_table_path(ctx), key = key_line(ctx) + "\n" + path;
+    auto has = [&](const LinearTable& t) {
+        return std::any_of(t.rows.begin(), t.rows.end(), [&](const LinearTable::Row& r) { return r.dtype == dt; });
+    };
+    LinearTable& t = tables[key];
+    std::string status;
+    if (!has(t) && !path.empty()) {  // another process may have measured it since
+        LinearTable f;
+        if (read_linear_table(ctx, path, f, status) && has(f)) t = std::move(f);
+    }
+    if (!has(t)) {
+        LinearTable m = measure_linear_table(ctx, linear_table_shapes(), {dt});
+        LinearTable f;  // keep the other dtypes the file holds (another process may have measured them)
+        if (!path.empty() && read_linear_table(ctx, path, f, status)) {
+            std::set<DType> have;
+            for (const auto& r : t.rows) have.insert(r.dtype);
+            for (const auto& r : f.rows)
+                if (r.dtype != dt && !have.count(r.dtype)) t.rows.push_back(r);
+        }
+        t.rows.insert(t.rows.end(), m.rows.begin(), m.rows.end());
+        t.source = "measured";
+        std::string why;
+        if (!path.empty() && !write_linear_table(ctx, path, t, why))
+            std::fprintf(stderr, "kiln: warning: linear table not saved: %s\n", why.c_str());
+    }
+    return t;
+}
+
+void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
+    const char* e = std::getenv("KILN_LINEAR");
+    if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
+    for (const ir::Node& n : g.nodes())
+        if (vk::linear_smem_unsupported(g, n).empty() && !dtype_is_quant(g.value(n.in[1]).dtype))
+            linear_table(ctx, g.value(n.in[1]).dtype);
+}
+
+void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
+    if (n.op != ir::Op::linear) return;
+    std::string v = t_override;
+    if (v.empty()) {
+        const char* e = std::getenv("KILN_LINEAR");
+        v = e && *e ? e : "auto";
+    }
+    if (v == "smem") v = "smem64";
+    KILN_CHECK(
+        v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) != linear_variants().end(),
+        "KILN_LINEAR='", v, "' (auto, reg, smem, smem64, smem128 or coopmat)");
+    KILN_CHECK(v != "coopmat" || ctx.info().coopmat_nv_f16, "KILN_LINEAR=coopmat: device '", ctx.info().name,
+               "' lacks VK_NV_cooperative_matrix with the 16x16x16 f16 x f16 + f32 shape (and 32-wide subgroups, "
+               "vulkanMemoryModel)");
+    if (v == "coopmat") {
+        if (vk::linear_coopmat_unsupported(g, n).empty()) d = vk::lower_linear_coopmat(g, n);
+        return;
+    }
+    if (v == "reg" || !vk::linear_smem_unsupported(g, n).empty()) return;
+    if (v == "auto") {
+        const DType dt = g.value(n.in[1]).dtype;
+        if (dtype_is_quant(dt)) return;  // not measured: the register path
+        v = linear_table(ctx, dt).pick(dt, shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1]);
+        if (v == "reg") return;
+        if (v == "coopmat") {  // only in tables of devices that have it, for f16 weights
+            d = vk::lower_linear_coopmat(g, n);
+            return;
+        }
+    }
+    d = vk::lower_linear_smem(g, n, tile_of(v));
+    ++g_smem_dispatches;
+}
+
+uint64_t linear_smem_dispatches() { return g_smem_dispatches.load(); }
+
+void set_linear_probe_hook(LinearProbeHook hook) {
+    std::lock_guard<std::mutex> l(g_mutex);
+    g_probe_hook = std::move(hook);
+}
+
+void set_linear_override(const std::string& variant) { t_override = variant; }
+
+}  // namespace kiln::exec

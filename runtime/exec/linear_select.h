@@ -1,0 +1,86 @@
+#pragma once
+// Which linear shader each linear node runs on, per device, from measurement rather than vendor names.
+// Variants: "reg" (linear.glsl, register-tiled, no shared memory; the path tuned for lavapipe and the fallback),
+// "smem64" and "smem128" (linear_smem.comp with 64 x 64 and 128 x 64 output tiles), "coopmat" (linear_coopmat.comp:
+// cooperative matrices, f16 weights, only on devices with DeviceInfo::coopmat_nv_f16; never run so far). The table
+// holds GFLOP/s of
+// each variant per weight dtype (f32, f16, bf16) at representative DiT/Flux-like shapes, measured once per device,
+// driver and Kiln build and cached as text next to the pipeline cache (pipeline_cache.h; not cached where that
+// is disabled). A variant is admitted for a dtype only if its probe output matches the CPU reference on an awkward
+// shape (partial tiles in M, N and K) and the "reg" output at every timed shape: a driver that miscompiles a path
+// we never ran keeps the old one.
+// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat forces a path; a forced path
+// applies to the nodes it supports (vk::linear_smem_unsupported, linear_coopmat_unsupported), the rest stay on reg;
+// coopmat on a device without it is an error. Quantized weights take smem only when forced (not measured).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/ir/graph.h"
+#include "runtime/vulkan/context.h"
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::exec {
+
+struct LinearShape {
+    int64_t M, N, K;
+};
+
+struct LinearTable {
+    struct Row {
+        DType dtype;
+        std::string variant;
+        LinearShape shape;
+        double gflops = 0;  // 0 when not timed (not admitted)
+        bool admitted = false;
+        std::string note;  // why not admitted (no spaces in the file: written with '_')
+    };
+    std::vector<Row> rows;
+    std::string source;  // "measured", "loaded <path>"
+    // The fastest admitted variant for weights of dtype dt at the measured shape whose M is nearest to m
+    // (log scale); "reg" when dt has no rows.
+    std::string pick(DType dt, int64_t m) const;
+};
+
+// The variants ("reg" first: the reference of the probes), whether one can run on ctx for weights of dtype dt, and
+// the default table shapes.
+const std::vector<std::string>& linear_variants();
+bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
+const std::vector<LinearShape>& linear_table_shapes();
+
+// Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
+// shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock). A
+// variant whose warm-up is already 3x slower than the fastest so far at a shape gets that one time (`early_exit`;
+// off for benchmarks).
+LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape>& shapes,
+                                 const std::vector<DType>& dtypes, int reps = 3, bool early_exit = true);
+
+// The table file of ctx's device ("" when the pipeline cache is disabled), and text I/O keyed by the pipeline
+// cache key (device, driver, SPIR-V hash). read: false with `status` ("missing", "stale", "corrupt: ...").
+std::string linear_table_path(vk::Context& ctx);
+bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why);
+bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t, std::string& status);
+
+// The table of ctx's device with rows for weight dtype dt: from memory, else the file, else measured now (once per
+// process, device and dtype; then written to the file with the rows of other dtypes it holds).
+LinearTable linear_table(vk::Context& ctx, DType dt);
+
+// Loads or measures the table rows every linear of g will consult under KILN_LINEAR=auto (benchmarks: so the
+// first-use measurement is not timed as pipeline compilation).
+void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
+
+// Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
+// table. Other ops are left alone.
+void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
+
+// linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).
+uint64_t linear_smem_dispatches();
+
+// Test hooks. Probe hook: sees (and may alter) each probe's device output before it is compared. Forced
+// variant: overrides KILN_LINEAR on this thread while set ("" clears).
+using LinearProbeHook = std::function<void(const std::string& variant, DType dt, std::vector<float>& out)>;
+void set_linear_probe_hook(LinearProbeHook hook);
+void set_linear_override(const std::string& variant);
+
+}  // namespace kiln::exec

@@ -1,0 +1,157 @@
+// The linear selection table (runtime/exec/linear_select.h): measured on this device, a probe mismatch (injected
+// through the test hook) excludes the variant and the pick never returns it; the file round-trips, and a file of
+// another device, driver or build is stale; linear_table() writes it where the pipeline cache lives.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/exec/linear_select.h"
+#include "runtime/vulkan/context.h"
+#include "runtime/vulkan/pipeline_cache.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+vk::Context& ctx() {
+    static vk::Context c;
+    return c;
+}
+
+struct TempCacheDir {
+    fs::path dir;
+    std::string saved;
+    bool had = false;
+    TempCacheDir() {
+        dir = fs::temp_directory_path() / ("kiln-linear-table-" + std::to_string(::getpid()));
+        fs::remove_all(dir);
+        if (const char* v = std::getenv("KILN_CACHE_DIR")) had = true, saved = v;
+        ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+    }
+    ~TempCacheDir() {
+        had ? (void)::setenv("KILN_CACHE_DIR", saved.c_str(), 1) : (void)::unsetenv("KILN_CACHE_DIR");
+        fs::remove_all(dir);
+    }
+};
+
+// Small shapes: the test checks the bookkeeping, not the speed.
+const std::vector<exec::LinearShape> kShapes = {{2, 96, 64}, {96, 72, 64}};
+}  // namespace
+
+TEST_CASE("a probe mismatch excludes a linear variant from the table", "[linear_select]") {
+    exec::set_linear_probe_hook([](const std::string& v, DType, std::vector<float>& out) {
+        if (v == "smem128") out[out.size() / 2] += 1e-3f;  // one element off by far more than the bound
+    });
+    exec::LinearTable t = exec::measure_linear_table(ctx(), kShapes, {DType::f32, DType::f16}, 1);
+    exec::set_linear_probe_hook(nullptr);
+    size_t variants = 0;  // on this device: 3 (reg, smem64, smem128) per dtype, + coopmat for f16 where present
+    for (DType dt : {DType::f32, DType::f16})
+        for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_available(ctx(), v, dt);
+    REQUIRE(t.rows.size() == variants * kShapes.size());  // dtypes x variants x shapes
+    for (const auto& r : t.rows) {
+        CAPTURE(dtype_name(r.dtype), r.variant, r.shape.M, r.note);
+        if (r.variant == "smem128") {
+            CHECK(!r.admitted);
+            CHECK(r.note.find("probe_mismatch") == 0);
+            CHECK(r.gflops == 0);
+        } else {
+            CHECK(r.admitted);  // the others agree with the CPU here
+            CHECK(r.gflops > 0);
+        }
+    }
+    for (DType dt : {DType::f32, DType::f16})
+        for (int64_t m : {1, 2, 50, 96, 4096}) CHECK(t.pick(dt, m) != "smem128");
+    CHECK(t.pick(DType::bf16, 96) == "reg");  // no rows: the register path
+
+    // A table where smem64 is fastest at M = 96 picks it there and only there.
+    exec::LinearTable u = t;
+    for (auto& r : u.rows) r.gflops = r.variant == "smem64" && r.shape.M == 96 ? 1e9 : r.gflops;
+    CHECK(u.pick(DType::f32, 96) == "smem64");
+    CHECK(u.pick(DType::f32, 200) == "smem64");  // nearest measured M (log scale)
+    CHECK(u.pick(DType::f32, 2) != "smem64");
+}
+
+TEST_CASE("the linear table file round-trips and is keyed by device, driver and build", "[linear_select]") {
+    TempCacheDir tmp;
+    const std::string path = exec::linear_table_path(ctx());
+    REQUIRE(path.rfind(tmp.dir.string(), 0) == 0);
+    exec::set_linear_probe_hook([](const std::string& v, DType, std::vector<float>& out) {
+        if (v == "smem64") out[0] = NAN;
+    });
+    exec::LinearTable t = exec::measure_linear_table(ctx(), kShapes, {DType::bf16}, 1);
+    exec::set_linear_probe_hook(nullptr);
+    std::string why, status;
+    REQUIRE(exec::write_linear_table(ctx(), path, t, why));
+    exec::LinearTable back;
+    REQUIRE(exec::read_linear_table(ctx(), path, back, status));
+    CHECK(status == "loaded");
+    REQUIRE(back.rows.size() == t.rows.size());
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+        CHECK(back.rows[i].dtype == t.rows[i].dtype);
+        CHECK(back.rows[i].variant == t.rows[i].variant);
+        CHECK(back.rows[i].shape.M == t.rows[i].shape.M);
+        CHECK(back.rows[i].shape.N == t.rows[i].shape.N);
+        CHECK(back.rows[i].shape.K == t.rows[i].shape.K);
+        CHECK(back.rows[i].gflops == Approx(t.rows[i].gflops).epsilon(1e-5));
+        CHECK(back.rows[i].admitted == t.rows[i].admitted);
+        CHECK(back.rows[i].note == t.rows[i].note);
+    }
+    for (int64_t m : {2, 96}) CHECK(back.pick(DType::bf16, m) == t.pick(DType::bf16, m));
+    CHECK(back.pick(DType::bf16, 96) != "smem64");
+
+    // Another driver version in the key line: stale. A damaged row: corrupt.
+    std::ifstream in(path);
+    std::string head, key, rest, line;
+    std::getline(in, head), std::getline(in, key);
+    while (std::getline(in, line)) rest += line + "\n";
+    in.close();
+    std::ofstream(path) << head << "\n" << key << "0\n" << rest;
+    CHECK(!exec::read_linear_table(ctx(), path, back, status));
+    CHECK(status == "stale");
+    std::ofstream(path) << head << "\n" << key << "\nf32 fastest 1 2 3 4 1 -\n";
+    CHECK(!exec::read_linear_table(ctx(), path, back, status));
+    CHECK(status.rfind("corrupt", 0) == 0);
+    fs::remove(path);
+    CHECK(!exec::read_linear_table(ctx(), path, back, status));
+    CHECK(status == "missing");
+}
+
+TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline cache", "[linear_select]") {
+    TempCacheDir tmp;
+    const std::string path = exec::linear_table_path(ctx());
+    CHECK(fs::path(path).parent_path() ==
+          fs::path(vk::pipeline_cache_path(vk::pipeline_cache_key(ctx().physical()))).parent_path());
+    REQUIRE(!fs::exists(path));
+    // f32 rows another process measured (made up here): kept, every one of them, when bf16 is added.
+    exec::LinearTable other;
+    for (const auto& v : {"reg", "smem64", "smem128"})
+        for (const auto& s : exec::linear_table_shapes()) other.rows.push_back({DType::f32, v, s, 1.5, true, ""});
+    std::string why;
+    REQUIRE(exec::write_linear_table(ctx(), path, other, why));
+    exec::LinearTable t = exec::linear_table(ctx(), DType::bf16);  // no bf16 rows yet: measured (seconds on lavapipe)
+    CHECK(t.source == "measured");
+    std::string status;
+    exec::LinearTable back;
+    REQUIRE(fs::exists(path));
+    REQUIRE(exec::read_linear_table(ctx(), path, back, status));
+    CHECK(back.rows.size() == t.rows.size());
+    auto count = [](const exec::LinearTable& x, DType dt) {
+        return std::count_if(x.rows.begin(), x.rows.end(), [&](const auto& r) { return r.dtype == dt; });
+    };
+    const long n = (long)(3 * exec::linear_table_shapes().size());  // reg, smem64, smem128 per shape
+    CHECK(count(back, DType::f32) == n);
+    CHECK(count(back, DType::bf16) == n);
+    auto written = fs::last_write_time(path);
+    exec::LinearTable again = exec::linear_table(ctx(), DType::bf16);  // from memory: not measured, not rewritten
+    CHECK(again.rows.size() == t.rows.size());
+    CHECK(fs::last_write_time(path) == written);
+    CHECK(count(t, DType::bf16) == n);
+    CHECK(count(t, DType::f32) == n);
+    // Where this table has smem admitted the pick may choose it; "reg" is always admitted on a working device.
+    for (const auto& r : t.rows)
+        if (r.variant == "reg") CHECK(r.admitted);
+}

@@ -1,0 +1,132 @@
+// linear on the shared-memory tiled path (linear_smem.comp), forced on whatever device runs the tests (lavapipe in
+// CI), against the CPU reference. Shapes hit partial tiles: M, N not multiples of the 64/128-row and 64-column
+// tiles, K not a multiple of the 16-value slice. Tolerance as test_linear.cpp: the CPU gets the same rounded W
+// (f16/bf16 convert exactly to f32; quantized blocks dequantize bitwise as kiln::dequantize), so only the f32
+// accumulation order differs from the f64 reference: |err| <= K 2^-24 sum|x_k w_k|, E|x w| = 1/4 for U(-1, 1)
+// -> max-abs 2 K^2 2^-24 / 4 (x2 margin), floor 1e-6; random signs -> relative L2 1e-5.
+#include <tuple>
+
+#include "runtime/core/quant.h"
+#include "runtime/exec/linear_select.h"
+#include "runtime/vulkan/linear_smem.h"
+#include "runtime/vulkan/pipeline.h"
+#include "tests/ops/op_harness.h"
+
+using namespace kiln;
+
+namespace {
+struct ForceLinear {
+    explicit ForceLinear(const std::string& v) { exec::set_linear_override(v); }
+    ~ForceLinear() { exec::set_linear_override(""); }
+};
+
+void check_smem(const std::string& variant, int64_t M, int64_t N, int64_t K, DType wt, bool bias) {
+    ir::Graph g;
+    auto x = g.input("x", {M, K});
+    ir::Val b = bias ? g.weight("b", {N}) : ir::Val{};
+    g.output(g.linear(x, g.weight("w", {N, K}, wt), b), "y");
+    std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, wt, 41)}};
+    if (bias) ws["b"] = test::random_tensor({N}, 42);
+    ForceLinear force(variant);
+    const uint64_t before = exec::linear_smem_dispatches();
+    auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 40)}}, ws);
+    CHECK(exec::linear_smem_dispatches() == before + 1);  // the forced path ran, not the register one
+    CHECK(test::max_err(r.gpu, r.cpu) <= std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
+}  // namespace
+
+TEST_CASE("linear_smem matches the CPU reference (f32, f16, bf16 weights)", "[op:linear][smem]") {
+    const std::string variant = GENERATE("smem64", "smem128");
+    auto [M, N, K] = GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(3, 13, 12), std::make_tuple(77, 130, 68),
+                              std::make_tuple(65, 129, 128), std::make_tuple(130, 67, 100),
+                              std::make_tuple(200, 257, 36), std::make_tuple(64, 64, 16));
+    DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
+    bool bias = GENERATE(false, true);
+    CAPTURE(variant, M, N, K, dtype_name(wt), bias);
+    check_smem(variant, M, N, K, wt, bias);
+}
+
+TEST_CASE("linear_smem matches the CPU reference (quantized weights)", "[op:linear][smem][quant]") {
+    DType wt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k);
+    const int64_t B = dtype_block(wt);
+    auto [M, N, K] =
+        GENERATE_COPY(std::make_tuple(5, 13, 2 * B), std::make_tuple(70, 127, 3 * B), std::make_tuple(130, 65, B));
+    const std::string variant = GENERATE("smem64", "smem128");
+    CAPTURE(variant, M, N, K, dtype_name(wt));
+    check_smem(variant, M, N, K, wt, true);
+}
+
+TEST_CASE("linear_smem leaves K % 4 != 0 to the register path", "[op:linear][smem][bad]") {
+    ir::Graph g;
+    auto x = g.input("x", {70, 13});
+    g.output(g.linear(x, g.weight("w", {9, 13}), {}), "y");
+    const ir::Node& n = g.nodes()[(size_t)g.value(g.outputs().begin()->second).producer];
+    CHECK(vk::linear_smem_unsupported(g, n) == "K % 4 != 0");
+    CHECK_THROWS_WITH(vk::lower_linear_smem(g, n, {}), Catch::Contains("K % 4"));
+    {
+        ir::Graph g16;
+        g16.output(g16.linear(g16.input("x", {3, 16}), g16.weight("w", {5, 16}), {}), "y");
+        const ir::Node& n16 = g16.nodes()[(size_t)g16.value(g16.outputs().begin()->second).producer];
+        CHECK(vk::linear_smem_unsupported(g16, n16).empty());
+        CHECK_THROWS_WITH(vk::lower_linear_smem(g16, n16, {5, 4}), Catch::Contains("tile"));
+    }
+    ForceLinear force("smem");
+    const uint64_t before = exec::linear_smem_dispatches();
+    auto r = test::run_op(g, {{"x", test::random_tensor({70, 13}, 43)}},
+                          {{"w", test::random_weight({9, 13}, DType::f32, 44)}});
+    CHECK(exec::linear_smem_dispatches() == before);
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+    exec::set_linear_override("fast");
+    vk::Dispatch d = vk::lower(g, n);
+    CHECK_THROWS_WITH(exec::choose_linear(test::op_ctx(), g, n, d), Catch::Contains("KILN_LINEAR='fast'"));
+}
+
+// Cooperative matrices (linear_coopmat.comp): x is rounded to f16 in shared memory (relative 2^-11 per product,
+// W f16 exact), so besides the f32 summation bound: max-abs + 2 K / 4 2^-11, relative L2 <= 2^-11.
+TEST_CASE("linear_coopmat matches the CPU reference where the device has cooperative matrices",
+          "[op:linear][coopmat]") {
+    vk::Context& ctx = test::op_ctx();
+    {
+        INFO("the lowering, on every device (no pipeline is created)");
+        ir::Graph g;
+        auto x = g.input("x", {70, 64});
+        g.output(g.linear(x, g.weight("w", {130, 64}, DType::f16), {}), "y");
+        g.output(g.linear(x, g.weight("w32", {130, 64}), {}), "y32");
+        const ir::Node& n = g.nodes()[(size_t)g.value(g.outputs()[0].second).producer];
+        const ir::Node& n32 = g.nodes()[(size_t)g.value(g.outputs()[1].second).producer];
+        vk::Dispatch d = vk::lower_linear_coopmat(g, n);
+        CHECK(d.shader == "linear_coopmat_f16");
+        CHECK((d.groups[0] == 3 && d.groups[1] == 2));
+        for (const char* s : {"linear_coopmat_f16", "linear_coopmat_f16_ptr", "linear_coopmat_f16_off"})
+            CHECK(vk::has_shader(s));
+        CHECK_THROWS_WITH(vk::lower_linear_coopmat(g, n32), Catch::Contains("not f16"));
+        if (!ctx.info().coopmat_nv_f16) {
+            exec::set_linear_override("coopmat");
+            vk::Dispatch e = vk::lower(g, n);
+            CHECK_THROWS_WITH(exec::choose_linear(ctx, g, n, e), Catch::Contains("VK_NV_cooperative_matrix"));
+            exec::set_linear_override("");
+            CHECK(!exec::linear_variant_available(ctx, "coopmat", DType::f16));
+        }
+    }
+    if (!ctx.info().coopmat_nv_f16) {
+        WARN("linear_coopmat not run: device '" << ctx.info().name
+                                                << "' lacks VK_NV_cooperative_matrix with the 16x16x16 f16 shape");
+        return;
+    }
+    auto [M, N, K] = GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(77, 130, 68), std::make_tuple(130, 67, 100),
+                              std::make_tuple(200, 257, 36), std::make_tuple(64, 64, 32));
+    bool bias = GENERATE(false, true);
+    CAPTURE(M, N, K, bias);
+    ir::Graph g;
+    auto x = g.input("x", {M, K});
+    ir::Val b = bias ? g.weight("b", {N}) : ir::Val{};
+    g.output(g.linear(x, g.weight("w", {N, K}, DType::f16), b), "y");
+    std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, DType::f16, 41)}};
+    if (bias) ws["b"] = test::random_tensor({N}, 42);
+    ForceLinear force("coopmat");
+    auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 40)}}, ws);
+    CHECK(test::max_err(r.gpu, r.cpu) <=
+          std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)) + 2.0 * K / 4 * std::ldexp(1.0, -11));
+    CHECK(rel_l2(r.gpu, r.cpu) <= std::ldexp(1.0, -11));
+}
