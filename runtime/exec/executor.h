@@ -67,6 +67,7 @@ struct Counters {
     int pipelines_created = 0;  // of those, created by this executor
     int command_buffers_recorded = 0;
     int dispatches_per_run = 0;  // dispatches executed by one run()
+    int nodes_fused = 0;         // IR nodes fusion removed before planning (ir::fuse; 0 when KILN_FUSE=0 or eager)
     int submissions_per_run = 0;
     int barriers_per_run = 0;
     int copies_per_run = 0;                  // buffer copies (chain values; block weights where copied)

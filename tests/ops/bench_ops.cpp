@@ -104,3 +104,37 @@ TEST_CASE("matmul throughput", "[.bench]") {
         std::printf("matmul %lld^3: %.2f ms, %.1f GFLOP/s\n", (long long)n, best * 1e3, 2.0 * n * n * n / best * 1e-9);
     }
 }
+
+TEST_CASE("fused linear throughput", "[.bench][fuse]") {
+    // q, k, v of one x: three linear dispatches (KILN_FUSE=0) against one linear_multi.
+    struct Size {
+        int64_t M, K, N;
+    };
+    for (Size s : {Size{32, 64, 64}, Size{64, 256, 256}})
+        for (const char* fuse : {"0", "1"}) {
+            ::setenv("KILN_FUSE", fuse, 1);
+            ir::Graph g;
+            auto x = g.input("x", {s.M, s.K});
+            std::map<std::string, Tensor> w;
+            for (const char* n : {"q", "k", "v"}) {
+                g.output(g.linear(x, g.weight(n, {s.N, s.K}, DType::f16), {}), n);
+                w[n] = test::random_weight({s.N, s.K}, DType::f16, 1);
+            }
+            exec::Executor ex(
+                test::op_ctx(), g,
+                [&](const ir::Value& v, void* dst, size_t n) { std::memcpy(dst, w.at(v.name).bytes.data(), n); },
+                exec::Mode::full);
+            ::unsetenv("KILN_FUSE");
+            ex.set_input("x", test::random_tensor({s.M, s.K}, 2));
+            ex.run();
+            double best = 1e30;
+            for (int i = 0; i < 200; ++i) {
+                auto t0 = std::chrono::steady_clock::now();
+                ex.run();
+                best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            std::printf("qkv M=%lld K=%lld N=%lld fuse=%s: %d dispatches, %.3f ms (gpu timer %.3f ms)\n",
+                        (long long)s.M, (long long)s.K, (long long)s.N, fuse, ex.counters().dispatches_per_run,
+                        best * 1e3, ex.last_gpu_ms());
+        }
+}
