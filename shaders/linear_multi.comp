@@ -22,6 +22,7 @@ layout(constant_id = 2) const uint ACT0 = 0;
 layout(constant_id = 3) const uint ACT1 = 0;
 layout(constant_id = 4) const uint ACT2 = 0;
 layout(constant_id = 5) const uint ACT3 = 0;
+layout(constant_id = 6) const uint PARTS = 4;  // parts present: the others compile away (pipeline creation time)
 SELECT_BUF(13)
 #define VT vec4
 #define KSTEPS (p.K / 4)
@@ -184,11 +185,11 @@ layout(binding = 12) writeonly buffer Y3 { float y3[]; };
 
 void main() {
     uint t = gl_WorkGroupID.x;
-    if (t < p.tile0[1])
+    if (PARTS == 1 || t < p.tile0[1])
         part0(t);
-    else if (t < p.tile0[2])
+    else if (PARTS == 2 || t < p.tile0[2])
         part1(t - p.tile0[1]);
-    else if (t < p.tile0[3])
+    else if (PARTS == 3 || t < p.tile0[3])
         part2(t - p.tile0[2]);
     else
         part3(t - p.tile0[3]);

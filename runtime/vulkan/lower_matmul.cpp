@@ -72,6 +72,8 @@ Dispatch lower_linear_multi(const ir::Graph& g, const ir::Node& n) {
         tiles += (uint32_t)((N + kLinTileN - 1) / kLinTileN);
     }
     p.tile0[ir::kMultiLinear] = tiles;
+    KILN_CHECK(p.parts > 0, "linear_multi: no weight");
+    d.spec.push_back(p.parts);  // PARTS
     d.set_push(p);
     d.groups[0] = tiles;
     d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
