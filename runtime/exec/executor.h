@@ -6,6 +6,10 @@
 //            buffer and replayed for every block instance; one submission per run.
 // Planning (pipelines, memory, descriptor sets, recording) happens in the constructor; run()
 // allocates nothing. Inputs change through buffer contents between runs.
+// Full and regional modes plan the fused graph (ir::fuse: activations in the linear's store, layer_norm +
+// modulate, linears of one input in one dispatch; bitwise the same results, fewer dispatches); eager runs the
+// graph as built, one dispatch per model op. KILN_FUSE=0 in the environment turns fusion off, KILN_FUSE=all
+// fuses eager too.
 #include <functional>
 #include <map>
 #include <memory>
