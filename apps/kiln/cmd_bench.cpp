@@ -129,9 +129,9 @@ Run add_bench(CLI::App& app) {
     app.add_flag("--no-in-place", o->no_in_place,
                  "Unified memory: stream block weights through the ring instead of reading them in host memory");
     app.add_option("--fuse", o->fuse,
-                   "on (full and regional run the fused graph, eager the graph as built) | off (nothing fused, as "
-                   "KILN_FUSE=0) | all (eager fused too) | both (every mode unfused, then fused: rows '<mode>+f'); "
-                   "default: KILN_FUSE, else on");
+                   "on (full and regional run the fused graph, eager the graph as built; CPU devices leave q/k/v "
+                   "apart) | off (nothing fused, as KILN_FUSE=0) | all (every fusion in every mode) | both (every "
+                   "mode unfused, then with every fusion: rows '<mode>+f'); default: KILN_FUSE, else on");
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_option("--device", o->device, "Vulkan device index");
     app.add_flag("--no-pipeline-cache", o->no_pipeline_cache,

@@ -475,20 +475,26 @@ void Executor::Impl::record() {
 
 namespace {
 // The graph the executor plans: fused (ir::fuse) in full and regional mode unless KILN_FUSE=0; eager runs the
-// graph as built (one dispatch per model op, as PyTorch eager), unless KILN_FUSE=all.
-ir::Graph planned_graph(const ir::Graph& g, Mode mode, ir::FuseStats& st) {
+// graph as built (one dispatch per model op, as PyTorch eager). linear_multi is left out on CPU devices: on
+// lavapipe a 3-part q/k/v dispatch at DiT-XL size runs ~10% slower than the three linears (llvmpipe runs the
+// part a workgroup takes under an execution mask; tests/ops/bench_ops.cpp "fusion payoff per fusion").
+// KILN_FUSE=all: every fusion, every mode, every device.
+ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, ir::FuseStats& st) {
     const char* env = std::getenv("KILN_FUSE");
     const std::string e = env ? env : "1";
     KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
     if (e == "0" || (mode == Mode::eager && e != "all")) return g;
-    return ir::fuse(g, &st);
+    ir::FuseOptions opt;
+    opt.linear_multi = e == "all" || !cpu_device;
+    return ir::fuse(g, &st, opt);
 }
 }  // namespace
 
 Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile,
                    BlockWeights block_weights, const Budget& budget) {
     ir::FuseStats fused;
-    impl_ = std::make_unique<Impl>(ctx, planned_graph(g, mode, fused), mode);
+    impl_ = std::make_unique<Impl>(
+        ctx, planned_graph(g, mode, ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU, fused), mode);
     impl_->c.nodes_fused = fused.nodes_removed;
     impl_->profile = profile;
     impl_->budget = budget;

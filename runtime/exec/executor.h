@@ -8,8 +8,8 @@
 // allocates nothing. Inputs change through buffer contents between runs.
 // Full and regional modes plan the fused graph (ir::fuse: activations in the linear's store, layer_norm +
 // modulate, linears of one input in one dispatch; bitwise the same results, fewer dispatches); eager runs the
-// graph as built, one dispatch per model op. KILN_FUSE=0 in the environment turns fusion off, KILN_FUSE=all
-// fuses eager too.
+// graph as built, one dispatch per model op; CPU devices leave linears of one input apart (see executor.cpp).
+// KILN_FUSE=0 in the environment turns fusion off, KILN_FUSE=all makes every fusion in every mode.
 #include <functional>
 #include <map>
 #include <memory>

@@ -5,7 +5,7 @@
 
 namespace kiln::ir {
 
-Graph fuse(const Graph& g, FuseStats* stats) {
+Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
     FuseStats st;
     std::vector<Node> nodes = g.nodes_;
     std::vector<bool> dead(nodes.size(), false);
@@ -57,7 +57,7 @@ Graph fuse(const Graph& g, FuseStats* stats) {
     };
     for (size_t i = 0; i < nodes.size(); ++i) {
         const Node& n = nodes[i];
-        if (dead[i] || n.op != Op::linear) continue;
+        if (!opt.linear_multi || dead[i] || n.op != Op::linear) continue;
         const Value& w = g.values_[(size_t)n.in[1]];
         if (w.shape[1] % 4 != 0) continue;  // linear_multi has the 4-vector form only
         auto& m = open[{n.in[0], n.region, w.dtype}];

@@ -6,6 +6,7 @@
 //  - layer_norm without affine then modulate, the norm read by nothing else -> norm_modulate;
 //  - linears of one input x (same weight dtype, K % 4 == 0, same region), e.g. attention's q, k, v -> groups of
 //    up to 4 in one linear_multi, at the first one's place (each weight, bias and output stays its own value).
+//    Optional (FuseOptions): on lavapipe it does not pay (see exec::Executor).
 // Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
 // renumbered.
 #include "runtime/ir/graph.h"
@@ -20,6 +21,10 @@ struct FuseStats {
     int nodes_removed = 0;
 };
 
-Graph fuse(const Graph& g, FuseStats* stats = nullptr);
+struct FuseOptions {
+    bool linear_multi = true;
+};
+
+Graph fuse(const Graph& g, FuseStats* stats = nullptr, const FuseOptions& opt = {});
 
 }  // namespace kiln::ir

@@ -45,6 +45,7 @@ struct Region {
 };
 
 struct FuseStats;
+struct FuseOptions;
 
 class Graph {
 public:
@@ -109,7 +110,7 @@ public:
     std::vector<int> weights() const;  // value ids of role weight
 
 private:
-    friend Graph fuse(const Graph& g, FuseStats* stats);
+    friend Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt);
     Val add_value(Value v);
     Val add_node(Op op, std::vector<int> in, Shape out_shape, Attrs attrs = NoAttrs{});
     Val binary(Op op, Val a, Val b);
