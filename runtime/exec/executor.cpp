@@ -476,9 +476,9 @@ void Executor::Impl::record() {
 namespace {
 // The graph the executor plans: fused (ir::fuse) in full and regional mode unless KILN_FUSE=0; eager runs the
 // graph as built (one dispatch per model op, as PyTorch eager). linear_multi is left out on CPU devices: on
-// lavapipe a 3-part q/k/v dispatch at DiT-XL size measured 8-12% slower than the three linears (tests/ops/
-// bench_ops.cpp "fusion payoff per fusion"; the cause is not established: perhaps the part each workgroup takes
-// runs under llvmpipe's execution mask, where the unfused K loop runs unmasked).
+// lavapipe a 3-part q/k/v dispatch at DiT-XL size showed no gain over the three linears (tests/ops/bench_ops.cpp
+// "fusion payoff per fusion": equal within noise at light load, 8-12% slower under heavy load), while its
+// pipeline adds compile time.
 // KILN_FUSE=all: every fusion, every mode, every device.
 ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, ir::FuseStats& st) {
     const char* env = std::getenv("KILN_FUSE");

@@ -6,7 +6,7 @@
 //  - layer_norm without affine then modulate, the norm read by nothing else -> norm_modulate;
 //  - linears of one input x (same weight dtype, K % 4 == 0, same region), e.g. attention's q, k, v -> groups of
 //    up to 4 in one linear_multi, at the first one's place (each weight, bias and output stays its own value).
-//    Optional (FuseOptions): on lavapipe it measured slower (see exec::Executor).
+//    Optional (FuseOptions): on lavapipe it showed no gain (see exec::Executor).
 // Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
 // renumbered.
 #include "runtime/ir/graph.h"
