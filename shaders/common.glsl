@@ -50,7 +50,10 @@
 #define KILN_BYTES_u16vec4 8u
 #define KILN_BYTES_(T) KILN_BYTES_##T
 #define KILN_BYTES(T) KILN_BYTES_(T)
-#define SELECT_BUF(B) layout(binding = B, std140) uniform Kiln_sel { uvec4 kiln_sel[2]; };  // <= 8 inputs
+#ifndef KILN_SEL_VECS
+#define KILN_SEL_VECS 2  // <= 8 inputs (linear_multi: 3)
+#endif
+#define SELECT_BUF(B) layout(binding = B, std140) uniform Kiln_sel { uvec4 kiln_sel[KILN_SEL_VECS]; };
 #define WEIGHT_BUF(B, Blk, T, name)                                     \
     layout(binding = B) readonly buffer Blk { T name[]; };              \
     uint Blk##_base = kiln_sel[B / 4][B % 4] * (16u / KILN_BYTES(T));

@@ -17,19 +17,14 @@ WEIGHT_BUF(2, Bs, float, b)
 #endif
 layout(binding = 3) writeonly buffer Y { float y[]; };
 
+#include "layer_norm.glsl"
+
 void main() {
     uint row = wg_row();
     if (row >= p.rows) return;
     uint base = row * p.cols, t = gl_LocalInvocationID.x;
-    float s = 0.0;
-    for (uint c = t; c < p.cols; c += 64) s += x[base + c];
-    float mean = wg_sum(s) / float(p.cols);
-    float v = 0.0;
-    for (uint c = t; c < p.cols; c += 64) {
-        float d = x[base + c] - mean;
-        v += d * d;
-    }
-    float inv = inversesqrt(wg_sum(v) / float(p.cols) + p.eps);
+    vec2 st = layer_norm_stats(base, p.cols, p.eps);
+    float mean = st.x, inv = st.y;
     for (uint c = t; c < p.cols; c += 64) {
         float r = (x[base + c] - mean) * inv;
         if (p.has_w != 0) r *= w[WBASE(Wt) + c];

@@ -1,4 +1,5 @@
-// linear body: y[M, N] = x[M, K] @ W[N, K]^T + b[N]   (W in PyTorch layout, stored f32/f16/bf16/quantized).
+// linear body: y[M, N] = act(x[M, K] @ W[N, K]^T + b[N])   (W in PyTorch layout, stored f32/f16/bf16/quantized;
+// act: none, or the activation a fused linear applies, spec constant ACT). The tile code is linear_tile.glsl.
 // Register tiling, no shared memory, no barriers: a 16 x LY workgroup owns an (LY RM) x 128 output
 // tile; invocation (tx, ty) owns rows ty + LY i (i < RM) and cols tx + 16j (j < 8), so stores are
 // contiguous across tx. Every k step loads RM x and 8 W values for 8 RM FMAs. Out-of-range rows/cols
@@ -10,12 +11,14 @@
 // W_Q8_0 .. W_Q6_K (vec4 only; quantized rows are whole 32/256-value blocks): W is ggml blocks, read as
 // 16-bit words and dequantized 4 values at a time in registers (quant.glsl); no full-precision copy.
 #include "common.glsl"
+#include "activation.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
 #define RN 8
 layout(local_size_x = 16, local_size_y_id = 1) in;
 layout(constant_id = 0) const uint RM = 4;
 layout(constant_id = 1) const uint LY = 16;
+layout(constant_id = 2) const uint ACT = 0;  // activation applied at the store (ir::Act; activation.glsl)
 SELECT_BUF(4)
 #ifdef LINEAR_VEC4
 #define VT vec4
@@ -54,34 +57,18 @@ WEIGHT_BUF(2, Bs, float, bias)
 #endif
 layout(binding = 3) writeonly buffer Y { float y[]; };
 
-void main() {
-    uint n0 = gl_WorkGroupID.x * (16 * RN) + gl_LocalInvocationID.x;
-    uint m0 = gl_WorkGroupID.y * (LY * RM) + gl_LocalInvocationID.y;
-    uint ks = KSTEPS;
-    uint xr[RM], wr[RN];  // row starts in units of VT
-    [[unroll]] for (uint i = 0; i < RM; ++i) xr[i] = min(m0 + LY * i, p.M - 1) * ks;
+#define LT_FN linear_tile
+#define LT_N p.N
+#define LT_WLOAD(i) WLOAD(i)
 #ifdef W_QUANT
-    const uint w0 = 0u;  // quant.glsl adds WBASE(Wt) to its 16-bit word indices
+#define LT_W0 0u  // quant.glsl adds WBASE(Wt) to its 16-bit word indices
 #else
-    const uint w0 = WBASE(Wt);
+#define LT_W0 WBASE(Wt)
 #endif
-    [[unroll]] for (uint j = 0; j < RN; ++j) wr[j] = w0 + min(n0 + 16 * j, p.N - 1) * ks;
-    float acc[RM][RN];
-    [[unroll]] for (uint i = 0; i < RM; ++i)
-        [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = 0.0;
-    for (uint k = 0; k < ks; ++k) {
-        VT a[RM], b[RN];
-        [[unroll]] for (uint i = 0; i < RM; ++i) a[i] = x[xr[i] + k];
-        [[unroll]] for (uint j = 0; j < RN; ++j) b[j] = WLOAD(wr[j] + k);
-        [[unroll]] for (uint i = 0; i < RM; ++i)
-            [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += dot(a[i], b[j]);
-    }
-    [[unroll]] for (uint i = 0; i < RM; ++i) {
-        uint m = m0 + LY * i;
-        if (m >= p.M) break;
-        [[unroll]] for (uint j = 0; j < RN; ++j) {
-            uint n = n0 + 16 * j;
-            if (n < p.N) y[m * p.N + n] = acc[i][j] + (p.has_bias != 0 ? bias[WBASE(Bs) + n] : 0.0);
-        }
-    }
-}
+#define LT_HAS_BIAS (p.has_bias != 0)
+#define LT_BIAS(n) bias[WBASE(Bs) + n]
+#define LT_Y y
+#define LT_ACT ACT
+#include "linear_tile.glsl"
+
+void main() { linear_tile(gl_WorkGroupID.x); }

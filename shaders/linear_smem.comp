@@ -15,12 +15,14 @@
 // Rows past M and columns past N are clamped for the loads and masked at the store; K-quads past K read 0.
 // f32 accumulation, in k order (the sum order per output is k = 0, 1, ..., as linear.glsl's scalar variant).
 #include "common.glsl"
+#include "activation.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
 #define BK 16u
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const uint TM = 4;
 layout(constant_id = 1) const uint TN = 4;
+layout(constant_id = 2) const uint ACT = 0;  // activation applied at the store (ir::Act; activation.glsl)
 const uint BM = 16u * TM, BN = 16u * TN;
 const uint LX = BM / 64u, LW = BN / 64u;  // 4-vectors each invocation stages per slice (BM BK / 4 / 256)
 SELECT_BUF(4)
@@ -110,7 +112,7 @@ void main() {
         if (m >= p.M) break;
         [[unroll]] for (uint j = 0; j < TN; ++j) {
             uint n = n0 + tx + 16u * j;
-            if (n < p.N) y[m * p.N + n] = acc[i][j] + (p.has_bias != 0 ? bias[WBASE(Bs) + n] : 0.0);
+            if (n < p.N) y[m * p.N + n] = act_apply(ACT, acc[i][j] + (p.has_bias != 0 ? bias[WBASE(Bs) + n] : 0.0));
         }
     }
 }

@@ -1,6 +1,8 @@
 // Portable f32 math whose accuracy does not depend on the driver's exp/sin/cos/erf, which the
 // Vulkan spec lets be loose (exp: 3 + 2|x| ulp; sin/cos: 2^-11 absolute on [-pi, pi], unbounded
 // outside). Polynomials after Cephes (expf, sinf, cosf); erf after Abramowitz-Stegun 7.1.26.
+#ifndef KILN_MATHF_GLSL
+#define KILN_MATHF_GLSL
 
 // exp(x), correctly rounded in nearly all cases (<= ~0.6 ulp): x = n ln2 + r by Cody-Waite (ln2 = C1 - C2,
 // C1 with 9 significant bits so n*C1 and x - n*C1 are exact), r carried as a float pair, and
@@ -68,3 +70,4 @@ float div_accurate(float a, float b) {
     precise float q = q0 + res / b;
     return q;
 }
+#endif

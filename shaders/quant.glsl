@@ -6,6 +6,14 @@
 // read as 4 bytes starts at an even offset (blocks and their fields are even-sized, 4 divides i).
 // Each value is computed by the same f32 expression, in the same order, as kiln::dequantize() on the
 // CPU; `precise` forbids fusing into FMAs, so both agree bitwise.
+// Included once per weight buffer: QN(f) names this copy's functions, QW is the buffer array and QWBASE its first
+// element (defaults: the plain names, w and WBASE(Wt), as linear.glsl includes it).
+#ifndef QN
+#define QN(f) f
+#define QW w
+#define QWBASE WBASE(Wt)
+#endif
+#ifndef QK
 #if defined(W_Q4_K) || defined(W_Q6_K)
 #define QK 256u
 #else
@@ -26,29 +34,30 @@
 #else
 #define QBB 210u
 #endif
+#endif  // QK
 
-uint qbyte(uint b) { return (uint(w[WBASE(Wt) + (b >> 1)]) >> ((b & 1u) * 8u)) & 0xffu; }
+uint QN(qbyte)(uint b) { return (uint(QW[QWBASE + (b >> 1)]) >> ((b & 1u) * 8u)) & 0xffu; }
 // f16 bits (at an even byte) -> f32, exact including subnormals (m 2^-24 is a normal f32).
-float qhalf(uint b) {
-    uint h = uint(w[WBASE(Wt) + (b >> 1)]), e = (h >> 10) & 31u, m = h & 1023u;
+float QN(qhalf)(uint b) {
+    uint h = uint(QW[QWBASE + (b >> 1)]), e = (h >> 10) & 31u, m = h & 1023u;
     float v = e == 0u    ? float(m) * 5.9604644775390625e-8
               : e == 31u ? uintBitsToFloat(0x7f800000u | (m << 13))
                          : uintBitsToFloat(((e + 112u) << 23) | (m << 13));
     return (h & 0x8000u) != 0u ? -v : v;
 }
-int qi8(uint v) { return bitfieldExtract(int(v), 0, 8); }  // sign-extend a byte
+int QN(qi8)(uint v) { return bitfieldExtract(int(v), 0, 8); }  // sign-extend a byte
 // The 4 bytes at even byte offset b (two 16-bit words).
-uvec4 qbytes4(uint b) {
-    uint lo = uint(w[WBASE(Wt) + (b >> 1)]), hi = uint(w[WBASE(Wt) + (b >> 1) + 1u]);
+uvec4 QN(qbytes4)(uint b) {
+    uint lo = uint(QW[QWBASE + (b >> 1)]), hi = uint(QW[QWBASE + (b >> 1) + 1u]);
     return uvec4(lo & 0xffu, lo >> 8, hi & 0xffu, hi >> 8);
 }
 
 // Values 4f .. 4f+3: one block, one sub-block (4 divides 16), so the scales are decoded once.
-vec4 dq4(uint f) {
+vec4 QN(dq4)(uint f) {
     uint e = 4u * f, blk = (e / QK) * QBB, i = e % QK;
     precise vec4 y;
 #if defined(W_Q8_0)
-    y = vec4(ivec4(qbytes4(blk + 2u + i) << 24) >> 24) * qhalf(blk);
+    y = vec4(ivec4(QN(qbytes4)(blk + 2u + i) << 24) >> 24) * QN(qhalf)(blk);
 #elif defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1)
 #if defined(W_Q4_0)
     const uint qs = 2u, qh = 0u;
@@ -59,35 +68,35 @@ vec4 dq4(uint f) {
 #else
     const uint qs = 8u, qh = 4u;
 #endif
-    uvec4 b = qbytes4(blk + qs + (i & 15u));
+    uvec4 b = QN(qbytes4)(blk + qs + (i & 15u));
     uvec4 q = i < 16u ? b & 15u : b >> 4;
-    if (qh != 0u) q |= ((uvec4(qbyte(blk + qh + (i >> 3)) >> (i & 7u)) >> uvec4(0u, 1u, 2u, 3u)) & 1u) << 4;
-    float d = qhalf(blk);
+    if (qh != 0u) q |= ((uvec4(QN(qbyte)(blk + qh + (i >> 3)) >> (i & 7u)) >> uvec4(0u, 1u, 2u, 3u)) & 1u) << 4;
+    float d = QN(qhalf)(blk);
 #if defined(W_Q4_0)
     y = vec4(ivec4(q) - 8) * d;
 #elif defined(W_Q5_0)
     y = vec4(ivec4(q) - 16) * d;
 #else
-    y = vec4(q) * d + qhalf(blk + 2u);
+    y = vec4(q) * d + QN(qhalf)(blk + 2u);
 #endif
 #elif defined(W_Q4_K)
     uint s = i >> 5, S = blk + 4u, sc, mn;
     if (s < 4u) {
-        sc = qbyte(S + s) & 63u;
-        mn = qbyte(S + s + 4u) & 63u;
+        sc = QN(qbyte)(S + s) & 63u;
+        mn = QN(qbyte)(S + s + 4u) & 63u;
     } else {
-        sc = (qbyte(S + s + 4u) & 15u) | ((qbyte(S + s - 4u) >> 6) << 4);
-        mn = (qbyte(S + s + 4u) >> 4) | ((qbyte(S + s) >> 6) << 4);
+        sc = (QN(qbyte)(S + s + 4u) & 15u) | ((QN(qbyte)(S + s - 4u) >> 6) << 4);
+        mn = (QN(qbyte)(S + s + 4u) >> 4) | ((QN(qbyte)(S + s) >> 6) << 4);
     }
-    precise float d1 = qhalf(blk) * float(sc);
-    precise float m1 = qhalf(blk + 2u) * float(mn);
-    uvec4 b = qbytes4(blk + 16u + 32u * (s >> 1) + (i & 31u));
+    precise float d1 = QN(qhalf)(blk) * float(sc);
+    precise float m1 = QN(qhalf)(blk + 2u) * float(mn);
+    uvec4 b = QN(qbytes4)(blk + 16u + 32u * (s >> 1) + (i & 31u));
     y = d1 * vec4((s & 1u) != 0u ? b >> 4 : b & 15u) - m1;
 #else  // W_Q6_K
     uint h = i >> 7, c = (i >> 5) & 3u, l = i & 31u;
-    uvec4 lo = qbytes4(blk + 64u * h + l + 32u * (c & 1u));
-    uvec4 q = (c >= 2u ? lo >> 4 : lo & 15u) | (((qbytes4(blk + 128u + 32u * h + l) >> (2u * c)) & 3u) << 4);
-    y = qhalf(blk + 208u) * float(qi8(qbyte(blk + 192u + (i >> 4)))) * vec4(ivec4(q) - 32);
+    uvec4 lo = QN(qbytes4)(blk + 64u * h + l + 32u * (c & 1u));
+    uvec4 q = (c >= 2u ? lo >> 4 : lo & 15u) | (((QN(qbytes4)(blk + 128u + 32u * h + l) >> (2u * c)) & 3u) << 4);
+    y = QN(qhalf)(blk + 208u) * float(QN(qi8)(QN(qbyte)(blk + 192u + (i >> 4)))) * vec4(ivec4(q) - 32);
 #endif
     return y;
 }

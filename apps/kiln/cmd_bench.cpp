@@ -3,6 +3,7 @@
 // model file or a synthetic architecture at real size.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -94,7 +95,7 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
 
 Run add_bench(CLI::App& app) {
     struct Opts {
-        std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto";
+        std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse;
         int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
         bool no_pipeline_cache = false;
         bool kernels = false;  // --kernels: the linear selection table instead of a model
@@ -134,6 +135,10 @@ Run add_bench(CLI::App& app) {
     app.add_option("--slots", o->slots, "Ring slots per streamed block kind (default 2)");
     app.add_flag("--no-in-place", o->no_in_place,
                  "Unified memory: stream block weights through the ring instead of reading them in host memory");
+    app.add_option("--fuse", o->fuse,
+                   "on (full and regional run the fused graph, eager the graph as built; CPU devices leave q/k/v "
+                   "apart) | off (nothing fused, as KILN_FUSE=0) | all (every fusion in every mode) | both (every "
+                   "mode unfused, then with every fusion: rows '<mode>+f'); default: KILN_FUSE, else on");
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_option("--device", o->device, "Vulkan device index");
     app.add_flag("--no-pipeline-cache", o->no_pipeline_cache,
@@ -197,8 +202,21 @@ Run add_bench(CLI::App& app) {
                     o->batch, arch.latent, arch.latent, ctx.info().name.c_str());
         std::printf("pipeline cache: %s%s%s\n", pc.status.c_str(), pc.path.empty() ? "" : ", ", pc.path.c_str());
         std::fflush(stdout);
-        bool header = false;
+        // Fusion per row: the KILN_FUSE value the executor reads ("" leaves the environment as it is).
+        KILN_CHECK(o->fuse.empty() || o->fuse == "on" || o->fuse == "off" || o->fuse == "all" || o->fuse == "both",
+                   "--fuse '", o->fuse, "' (on, off, all or both)");
+        std::vector<std::pair<exec::Mode, std::string>> rows;
         for (exec::Mode mode : modes) {
+            if (o->fuse == "both") {
+                rows.push_back({mode, "0"});
+                rows.push_back({mode, "all"});
+            } else {
+                rows.push_back({mode, o->fuse == "on" ? "1" : o->fuse == "off" ? "0" : o->fuse});
+            }
+        }
+        bool header = false;
+        for (auto& [mode, fuse_env] : rows) {
+            if (!fuse_env.empty()) ::setenv("KILN_FUSE", fuse_env.c_str(), 1);
             ir::Graph g;
             models::Builder b(g, *ws);
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
@@ -214,6 +232,7 @@ Run add_bench(CLI::App& app) {
             double cold = ms_since(t0);
             ctx.set_cold_pipeline_cache(false);
             exec::Counters c = ex->counters();
+            const std::string label = std::string(exec::mode_name(mode)) + (o->fuse == "both" && fuse_env != "0" ? "+f" : "");
             ex.reset();
             t0 = Clock::now();
             // The warm executor also times every replayed block (timestamps around each replay).
@@ -245,7 +264,7 @@ Run add_bench(CLI::App& app) {
                             "copies", "step_ms", "gpu_ms", "host_ms", "idle_ms", "GFLOP/s", "dev_MiB");
             header = true;
             std::printf("%-9s %8.0f %8.0f %9.1f %9.1f %9.2f %6d %6d %6d %8d %6d %9.1f %9.1f %8.3f %8.2f %8.1f %8.0f\n",
-                        exec::mode_name(mode), cold - c.upload_ms, warm, c.pipeline_ms, cw.pipeline_ms, c.record_ms,
+                        label.c_str(), cold - c.upload_ms, warm, c.pipeline_ms, cw.pipeline_ms, c.record_ms,
                         c.pipelines, med.run.dispatches, med.run.submissions, med.run.barriers, c.copies_per_run,
                         med.wall_ms, med.run.gpu_ms, med.run.host_ms,
                         med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops,
@@ -267,6 +286,7 @@ Run add_bench(CLI::App& app) {
                     c.split_ops, (double)c.binding_limit_bytes / (1 << 20), c.split_dispatches);
             std::fflush(stdout);
             nlohmann::json jm = {{"mode", exec::mode_name(mode)},
+                                 {"nodes_fused", c.nodes_fused},
                                  {"cold_compile_ms", cold - c.upload_ms},
                                  {"warm_compile_ms", warm},
                                  {"weight_upload_ms", c.upload_ms},
@@ -312,6 +332,7 @@ Run add_bench(CLI::App& app) {
                                  {"budget_bytes", c.budget_bytes},
                                  {"blocks_streamed", c.blocks_streamed}};
             report["modes"].push_back(jm);
+            if (!fuse_env.empty()) ::unsetenv("KILN_FUSE");
         }
         if (o->stream) {
             ir::Graph g;

@@ -62,21 +62,32 @@ void scale(const ir::Graph& g, const ir::Node& n, Vals& v) {
     for (size_t i = 0; i < y.size(); ++i) y[i] = a.alpha * x[i] + a.beta;
 }
 
+float activate(ir::Act act, float x) {
+    double z = x;
+    switch (act) {
+        case ir::Act::none:
+            return x;
+        case ir::Act::gelu:
+            return (float)(0.5 * z * (1 + std::erf(z / std::sqrt(2.0))));
+        case ir::Act::gelu_tanh:
+            return (float)(0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z))));
+        case ir::Act::silu:
+            return (float)(z / (1.0 + std::exp(-z)));
+    }
+    return x;
+}
+
 void silu(const ir::Graph& g, const ir::Node& n, Vals& v) {
     const auto& x = v[(size_t)n.in[0]];
     auto& y = v[(size_t)n.out];
-    for (size_t i = 0; i < y.size(); ++i) y[i] = (float)(x[i] / (1.0 + std::exp(-(double)x[i])));
+    for (size_t i = 0; i < y.size(); ++i) y[i] = activate(ir::Act::silu, x[i]);
 }
 
 void gelu(const ir::Graph& g, const ir::Node& n, Vals& v) {
-    bool t = std::get<ir::GeluAttrs>(n.attrs).tanh;
+    ir::Act act = std::get<ir::GeluAttrs>(n.attrs).tanh ? ir::Act::gelu_tanh : ir::Act::gelu;
     const auto& x = v[(size_t)n.in[0]];
     auto& y = v[(size_t)n.out];
-    for (size_t i = 0; i < y.size(); ++i) {
-        double z = x[i];
-        y[i] = t ? (float)(0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z))))
-                 : (float)(0.5 * z * (1 + std::erf(z / std::sqrt(2.0))));
-    }
+    for (size_t i = 0; i < y.size(); ++i) y[i] = activate(act, x[i]);
 }
 
 void permute(const ir::Graph& g, const ir::Node& n, Vals& v) {

@@ -29,7 +29,8 @@ std::map<std::string, Tensor> run(const ir::Graph& g, const std::map<std::string
         }
     }
     for (const ir::Node& n : g.nodes()) {
-        vals[(size_t)n.out].assign((size_t)shape_numel(g.value(n.out).shape), 0.f);
+        for (int o : ir::node_outputs(n))
+            if (o >= 0) vals[(size_t)o].assign((size_t)shape_numel(g.value(o).shape), 0.f);
         table[(int)n.op](g, n, vals);
     }
     std::map<std::string, Tensor> out;

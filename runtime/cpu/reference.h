@@ -18,6 +18,9 @@ using WeightFn = std::function<Tensor(const ir::Value&)>;
 std::map<std::string, Tensor> run(const ir::Graph& g, const std::map<std::string, Tensor>& inputs,
                                   const WeightFn& weights);
 
+// The activation of gelu / silu and of a fused linear (ir::Act) on one f32 value, computed in f64.
+float activate(ir::Act act, float x);
+
 // Per-op references: read their inputs from vals[node.in[i]] and write vals[node.out].
 using Vals = std::vector<std::vector<float>>;
 #define KILN_X(name, kind) void name(const ir::Graph& g, const ir::Node& n, Vals& vals);

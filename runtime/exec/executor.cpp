@@ -10,6 +10,7 @@
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
 #include "runtime/exec/linear_select.h"
+#include "runtime/ir/fuse.h"
 
 namespace kiln::exec {
 
@@ -192,8 +193,11 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     std::map<int, std::pair<int, int>> life;
     for (int t = 0; t < (int)active.size(); ++t) {
         const ir::Node& n = nodes[(size_t)active[(size_t)t]];
-        int o = r(n.out);
-        if (!pinned.count(o) && g.value(o).role == ir::Role::activation && !life.count(o)) life[o] = {t, t};
+        for (int out : ir::node_outputs(n)) {
+            if (out < 0) continue;
+            int o = r(out);
+            if (!pinned.count(o) && g.value(o).role == ir::Role::activation && !life.count(o)) life[o] = {t, t};
+        }
         for (int v : n.in)
             if (v >= 0 && life.count(r(v))) life[r(v)].second = t;
     }
@@ -265,7 +269,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         if (ir::op_kind(node.op) != ir::OpKind::compute) continue;
         const auto& p = node_parts.at(n);
         int copies = (kind_of(node) >= 0 ? (int)variants((size_t)kind_of(node)) : 1) * (int)p.size();
-        n_dispatch += copies, n_bind += copies * ((int)node.in.size() + 2);
+        n_dispatch += copies, n_bind += copies * ((int)node.in.size() + (int)node.extra_out.size() + 2);
         if (p.size() > 1) c.split_ops++, c.split_dispatches += copies;
     }
     // Storage buffers, and one uniform buffer per dispatch at most (the selection slot of "_off" variants).
@@ -289,7 +293,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         const bool by_offset = slot != ptr_slot.end() && how[(size_t)kind] == Select::offset;
         if (slot != ptr_slot.end()) d.shader += by_offset ? "_off" : "_ptr";
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
-        const size_t want = node.in.size() + (by_offset ? 2 : 1);
+        const std::vector<int> outs = ir::node_outputs(node);
+        const size_t want = node.in.size() + outs.size() + (by_offset ? 1 : 0);
         KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ", ir::op_name(node.op),
                    " needs ", want);
         std::set<int> block_weights;
@@ -311,11 +316,11 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             w[b].descriptorType =
                 (k.uniform_bindings >> b & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
             w[b].pBufferInfo = &bi[b];
-            if (by_offset && b == node.in.size() + 1) {  // the selection slot
+            if (by_offset && b == want - 1) {  // the selection slot
                 bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
                 continue;
             }
-            int v = b < node.in.size() ? node.in[b] : node.out;
+            int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
             int root_v = r(v);
             if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
             vk::BufferRange br = v < 0 ? dummy : range[(size_t)root_v];
@@ -490,9 +495,30 @@ void Executor::Impl::record() {
     c.record_ms = ms_since(t0);
 }
 
+namespace {
+// The graph the executor plans: fused (ir::fuse) in full and regional mode unless KILN_FUSE=0; eager runs the
+// graph as built (one dispatch per model op, as PyTorch eager). linear_multi is left out on CPU devices: on
+// lavapipe a 3-part q/k/v dispatch at DiT-XL size showed no gain over the three linears (tests/ops/bench_ops.cpp
+// "fusion payoff per fusion": equal within noise at light load, 8-12% slower under heavy load), while its
+// pipeline adds compile time.
+// KILN_FUSE=all: every fusion, every mode, every device.
+ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, ir::FuseStats& st) {
+    const char* env = std::getenv("KILN_FUSE");
+    const std::string e = env ? env : "1";
+    KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
+    if (e == "0" || (mode == Mode::eager && e != "all")) return g;
+    ir::FuseOptions opt;
+    opt.linear_multi = e == "all" || !cpu_device;
+    return ir::fuse(g, &st, opt);
+}
+}  // namespace
+
 Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile,
-                   BlockWeights block_weights, const Budget& budget)
-    : impl_(std::make_unique<Impl>(ctx, g, mode)) {
+                   BlockWeights block_weights, const Budget& budget) {
+    ir::FuseStats fused;
+    impl_ = std::make_unique<Impl>(
+        ctx, planned_graph(g, mode, ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU, fused), mode);
+    impl_->c.nodes_fused = fused.nodes_removed;
     impl_->profile = profile;
     impl_->budget = budget;
     if (const char* env = std::getenv("KILN_STREAM_IN_PLACE"); env && std::string(env) == "0")

@@ -8,6 +8,10 @@
 // allocates nothing. Inputs change through buffer contents between runs. An activation larger than one
 // binding (maxStorageBufferRange) is bound in row chunks, one dispatch each, by every op that binds it
 // (row-wise ops only; others fail at plan time naming the op; see row_split.cpp).
+// Full and regional modes plan the fused graph (ir::fuse: activations in the linear's store, layer_norm +
+// modulate, linears of one input in one dispatch; bitwise the same results, fewer dispatches); eager runs the
+// graph as built, one dispatch per model op; CPU devices leave linears of one input apart (see executor.cpp).
+// KILN_FUSE=0 in the environment turns fusion off, KILN_FUSE=all makes every fusion in every mode.
 #include <functional>
 #include <map>
 #include <memory>
@@ -69,6 +73,7 @@ struct Counters {
     int pipelines_created = 0;  // of those, created by this executor
     int command_buffers_recorded = 0;
     int dispatches_per_run = 0;  // dispatches executed by one run()
+    int nodes_fused = 0;         // IR nodes fusion removed before planning (ir::fuse; 0 when KILN_FUSE=0 or eager)
     int submissions_per_run = 0;
     int barriers_per_run = 0;
     int copies_per_run = 0;                  // buffer copies (chain values; block weights where copied)

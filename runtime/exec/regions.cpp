@@ -33,15 +33,23 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
         k.first = t.first;
         k.end = regs[(size_t)k.regions.back()].end;
         KILN_CHECK(len > 0, "block '", name, "' 0 is empty");
-        // Instance of a value's producer: which instance (or -1) and relative node position.
+        // Instance of a value's producer: which instance (or -1) and relative node position, times kOuts, plus
+        // which of the node's outputs it is (linear_multi writes several).
+        constexpr int kOuts = 8;
         auto where = [&](int vid) -> std::pair<int, int> {
             int p = g.value(vid).producer;
             if (p < 0) return {-1, -1};
+            const auto outs = ir::node_outputs(nodes[(size_t)p]);
+            const int slot = (int)(std::find(outs.begin(), outs.end(), vid) - outs.begin());
             for (size_t r = 0; r < k.regions.size(); ++r) {
                 const auto& R = regs[(size_t)k.regions[r]];
-                if (p >= R.first && p < R.end) return {(int)r, p - R.first};
+                if (p >= R.first && p < R.end) return {(int)r, (p - R.first) * kOuts + slot};
             }
             return {-1, -1};
+        };
+        // The template's value at a position from where().
+        auto tmpl_value = [&](int pos) {
+            return ir::node_outputs(nodes[(size_t)(t.first + pos / kOuts)])[(size_t)(pos % kOuts)];
         };
         std::map<int, int> weight_index;  // template weight id -> k
         std::map<int, int> chain_of;      // template external X -> relative producer position of Y
@@ -55,7 +63,11 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
                            " does not directly follow the previous block");
             for (int j = 0; j < len; ++j) {
                 const ir::Node &a = nodes[(size_t)(t.first + j)], &b = nodes[(size_t)(R.first + j)];
-                KILN_CHECK(a.op == b.op && a.attrs == b.attrs && a.in.size() == b.in.size() &&
+                bool same_outs = a.extra_out.size() == b.extra_out.size();
+                for (size_t o = 0; same_outs && o < a.extra_out.size(); ++o)
+                    same_outs = (a.extra_out[o] < 0) == (b.extra_out[o] < 0) &&
+                                (a.extra_out[o] < 0 || same_value_type(g.value(a.extra_out[o]), g.value(b.extra_out[o])));
+                KILN_CHECK(a.op == b.op && a.attrs == b.attrs && a.in.size() == b.in.size() && same_outs &&
                                same_value_type(g.value(a.out), g.value(b.out)),
                            "block '", name, "' ", R.index, " op ", j, " (", ir::op_name(b.op), ") differs from block ",
                            t.index, " (", ir::op_name(a.op), ")");
@@ -104,7 +116,7 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
             KILN_CHECK(k.weights[r].size() == k.tmpl_weights.size() &&
                            std::find(k.weights[r].begin(), k.weights[r].end(), -1) == k.weights[r].end(),
                        "block '", name, "' ", regs[(size_t)k.regions[r]].index, " does not bind every weight");
-        for (auto [x, pos] : chain_of) k.chain.push_back({x, nodes[(size_t)(t.first + pos)].out});
+        for (auto [x, pos] : chain_of) k.chain.push_back({x, tmpl_value(pos)});
 
         // Uses after the blocks: only the last instance's chain outputs may be read outside.
         const auto& last = regs[(size_t)k.regions.back()];
@@ -113,11 +125,11 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
             if (r < 0) return;
             KILN_CHECK(r == (int)k.regions.size() - 1, "block '", name, "' value used by ", who,
                        " comes from a block that is not the last");
-            int y_t = nodes[(size_t)(t.first + pos)].out;
+            int y_t = tmpl_value(pos);
             auto it = std::find_if(k.chain.begin(), k.chain.end(), [&](auto& c) { return c.second == y_t; });
             KILN_CHECK(it != k.chain.end(), "block '", name, "' value used by ", who,
                        " is not carried from block to block");
-            int vl = nodes[(size_t)(last.first + pos)].out;
+            int vl = ir::node_outputs(nodes[(size_t)(last.first + pos / kOuts)])[(size_t)(pos % kOuts)];
             if (std::find_if(k.last_outputs.begin(), k.last_outputs.end(), [&](auto& p) { return p.first == vl; }) ==
                 k.last_outputs.end())
                 k.last_outputs.push_back({vl, it->first});

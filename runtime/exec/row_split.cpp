@@ -68,8 +68,25 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Node& node, ir::Graph& s, cons
         case Op::rms_norm:
             s.rms_norm(in[0], at(1), std::get<ir::NormAttrs>(node.attrs).eps);
             break;
-        case Op::linear:
-            s.linear(in[0], in[1], at(2));
+        case Op::linear: {  // with its fused activation, if any (ir::fuse)
+            const auto* a = std::get_if<ir::LinearAttrs>(&node.attrs);
+            s.linear(in[0], in[1], at(2), a ? a->act : ir::Act::none);
+            break;
+        }
+        case Op::linear_multi: {  // in: x, then (weight, bias) per part
+            const auto& a = std::get<ir::LinearMultiAttrs>(node.attrs);
+            std::vector<ir::Val> w, b;
+            std::vector<ir::Act> act;
+            for (size_t i = 1; i + 1 < in.size(); i += 2) {
+                w.push_back(in[i]);
+                b.push_back(at(i + 1));
+                act.push_back(a.act[(i - 1) / 2]);
+            }
+            s.linear_multi(in[0], w, b, act);
+            break;
+        }
+        case Op::norm_modulate:
+            s.norm_modulate(in[0], in[1], in[2], std::get<ir::NormAttrs>(node.attrs).eps);
             break;
         case Op::matmul:
             s.matmul(in[0], in[1]);
@@ -96,8 +113,9 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Node& node, ir::Graph& s, cons
 
 std::vector<Part> Executor::Impl::parts(int n) const {
     const ir::Node& node = g.nodes()[(size_t)n];
-    const size_t nb = node.in.size() + 1;  // bindings: inputs, then the output
-    auto value_of = [&](size_t b) { return b < node.in.size() ? node.in[b] : node.out; };
+    const std::vector<int> outs = ir::node_outputs(node);
+    const size_t nb = node.in.size() + outs.size();  // bindings: inputs, then the outputs
+    auto value_of = [&](size_t b) { return b < node.in.size() ? node.in[b] : outs[b - node.in.size()]; };
     // The largest activation this dispatch binds; weights are placed (and checked) by plan_weights / block weights.
     int big = -1;
     for (size_t b = 0; b < nb; ++b) {
@@ -122,10 +140,11 @@ std::vector<Part> Executor::Impl::parts(int n) const {
     };
     // How each binding is indexed by the output's rows.
     std::vector<Bind> how(nb, Bind::whole);
-    how[nb - 1] = Bind::row;
+    for (size_t b = node.in.size(); b < nb; ++b) how[b] = Bind::row;
     using ir::Op;
     switch (node.op) {
         case Op::linear:
+        case Op::linear_multi:
         case Op::layer_norm:
         case Op::rms_norm:
         case Op::softmax:
@@ -139,6 +158,7 @@ std::vector<Part> Executor::Impl::parts(int n) const {
             how[1] = g.value(node.in[1]).shape[0] == 1 ? Bind::whole : Bind::batch;
             break;
         case Op::modulate:  // x [B, N, C]; shift, scale [B, C]
+        case Op::norm_modulate:
             how[0] = Bind::row;
             how[1] = how[2] = so[0] == 1 ? Bind::whole : Bind::batch;
             break;
@@ -159,8 +179,8 @@ std::vector<Part> Executor::Impl::parts(int n) const {
             break;
         default:
             fail(
-                "only linear, matmul, elementwise ops, modulate, layer_norm, rms_norm, softmax and concat/slice along "
-                "the last axis split by rows");
+                "only linear (fused or not), matmul, elementwise ops, modulate, layer_norm (+ modulate), rms_norm, "
+                "softmax and concat/slice along the last axis split by rows");
     }
     const int64_t R = lead(so);
     if (so.size() < 2 || R < 2) fail("it has a single row");
@@ -223,13 +243,13 @@ std::vector<Part> Executor::Impl::parts(int n) const {
                     sh[0] = 1;
                     p.sub[b] = {(VkDeviceSize)(s0 / seg) * unit_bytes[b], unit_bytes[b]};
                 }
-                if (b == nb - 1) break;  // the output's shape follows from the op
+                if (b >= node.in.size()) continue;  // the outputs' shapes follow from the op
                 in.push_back(val.role == ir::Role::weight ? s.weight(val.name, sh, val.dtype)
                                                           : s.input(val.name, sh, val.dtype));
             }
             p.d = lower_on(ctx, node, s, in);
-            KILN_CHECK(shape_numel(s.values().back().shape) == cnt * so.back(), "internal: row chunk of ",
-                       ir::op_name(node.op), " has shape ", shape_str(s.values().back().shape));
+            KILN_CHECK(lead(s.values().back().shape) == cnt, "internal: row chunk of ", ir::op_name(node.op),
+                       " has shape ", shape_str(s.values().back().shape));
             out.push_back(std::move(p));
         }
     }

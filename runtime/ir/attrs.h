@@ -17,6 +17,18 @@ struct GeluAttrs {
     bool tanh = false;  // "gelu-approximate" / gelu(approximate="tanh")
     bool operator==(const GeluAttrs&) const = default;
 };
+// The activation a fused linear applies to each output (ir::fuse): linear(+bias) then gelu / gelu-tanh / silu.
+enum class Act : uint8_t { none, gelu, gelu_tanh, silu };
+struct LinearAttrs {
+    Act act = Act::none;
+    bool operator==(const LinearAttrs&) const = default;
+};
+// linear_multi: up to kMultiLinear linears on one x, each with its activation.
+inline constexpr int kMultiLinear = 4;
+struct LinearMultiAttrs {
+    std::array<Act, kMultiLinear> act{};
+    bool operator==(const LinearMultiAttrs&) const = default;
+};
 struct NormAttrs {
     float eps = 1e-5f;
     int groups = 1;  // group_norm only
@@ -50,6 +62,6 @@ struct AxisAttrs {
 };
 
 using Attrs = std::variant<NoAttrs, ScaleAttrs, GeluAttrs, NormAttrs, AttentionAttrs, TimestepAttrs, Conv2dAttrs,
-                           PermuteAttrs, AxisAttrs>;
+                           PermuteAttrs, AxisAttrs, LinearAttrs, LinearMultiAttrs>;
 
 }  // namespace kiln::ir

@@ -10,12 +10,16 @@ Cost count_cost(const Graph& g) {
     for (const Node& n : g.nodes()) {
         if (op_kind(n.op) == OpKind::view) continue;
         for (int v : n.in) c.bytes += bytes(v);
-        c.bytes += bytes(n.out);
+        for (int o : node_outputs(n)) c.bytes += bytes(o);
         const Shape& o = g.value(n.out).shape;
         double out = (double)shape_numel(o);
         switch (n.op) {
             case Op::linear:
                 c.flops += 2.0 * out * (double)g.value(n.in[1]).shape[1];
+                break;
+            case Op::linear_multi:
+                for (int o : node_outputs(n))
+                    if (o >= 0) c.flops += 2.0 * (double)shape_numel(g.value(o).shape) * (double)g.value(n.in[1]).shape[1];
                 break;
             case Op::matmul:
                 c.flops += 2.0 * out * (double)g.value(n.in[0]).shape[2];

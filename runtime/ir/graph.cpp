@@ -71,7 +71,7 @@ Val Graph::add_node(Op op, std::vector<int> in, Shape out_shape, Attrs attrs) {
     for (int64_t d : out_shape) KILN_CHECK(d > 0, op_name(op), ": empty output shape ", shape_str(out_shape));
     Value v{std::move(out_shape), DType::f32, Role::activation, {}, (int)nodes_.size(), open_region_};
     Val out = add_value(std::move(v));
-    nodes_.push_back(Node{op, std::move(in), out.id, std::move(attrs), open_region_});
+    nodes_.push_back(Node{op, std::move(in), out.id, {}, std::move(attrs), open_region_});
     return out;
 }
 
@@ -149,7 +149,7 @@ Val Graph::rms_norm(Val x, Val w, float eps) {
     return add_node(Op::rms_norm, {x.id, w.id}, s, NormAttrs{eps, 1});
 }
 
-Val Graph::linear(Val x, Val w, Val b) {
+Val Graph::linear(Val x, Val w, Val b, Act act) {
     check_f32(Op::linear, x, "x");
     const Shape &sx = shape(x), &sw = shape(w);
     KILN_CHECK(sw.size() == 2, "linear: weight '", value(w).name, "' must be [N, K], got ", shape_str(sw));
@@ -162,7 +162,56 @@ Val Graph::linear(Val x, Val w, Val b) {
     }
     Shape out = sx;
     out.back() = sw[0];
-    return add_node(Op::linear, {x.id, w.id, b.id}, out);
+    return add_node(Op::linear, {x.id, w.id, b.id}, out, LinearAttrs{act});
+}
+
+std::vector<Val> Graph::linear_multi(Val x, const std::vector<Val>& w, const std::vector<Val>& b,
+                                     const std::vector<Act>& act) {
+    check_f32(Op::linear_multi, x, "x");
+    KILN_CHECK(!w.empty() && w.size() <= (size_t)kMultiLinear && b.size() == w.size() && act.size() == w.size(),
+               "linear_multi: 1 to ", kMultiLinear, " weights, each with a bias slot and an activation (got ", w.size(),
+               ", ", b.size(), ", ", act.size(), ")");
+    const Shape& sx = shape(x);
+    std::vector<int> in{x.id};
+    LinearMultiAttrs a;
+    std::vector<Shape> outs;
+    for (size_t i = 0; i < w.size(); ++i) {
+        const Shape& sw = shape(w[i]);
+        KILN_CHECK(sw.size() == 2 && !sx.empty() && sx.back() == sw[1] && value(w[i]).dtype == value(w[0]).dtype,
+                   "linear_multi: weight '", value(w[i]).name, "' ", shape_str(sw), " (", dtype_name(value(w[i]).dtype),
+                   ") must be [N, K] with K = ", sx.empty() ? 0 : sx.back(), " and the dtype of the first weight");
+        if (b[i]) {
+            check_f32(Op::linear_multi, b[i], "bias");
+            KILN_CHECK(shape(b[i]) == Shape{sw[0]}, "linear_multi: bias ", shape_str(shape(b[i])),
+                       " does not match weight ", shape_str(sw));
+        }
+        in.push_back(w[i].id);
+        in.push_back(b[i].id);
+        a.act[i] = act[i];
+        Shape o = sx;
+        o.back() = sw[0];
+        outs.push_back(o);
+    }
+    for (size_t i = w.size(); i < (size_t)kMultiLinear; ++i) in.push_back(-1), in.push_back(-1);
+    std::vector<Val> r{add_node(Op::linear_multi, in, outs[0], a)};
+    nodes_.back().extra_out.assign((size_t)kMultiLinear - 1, -1);
+    for (size_t i = 1; i < outs.size(); ++i) {
+        Val v = add_value(Value{outs[i], DType::f32, Role::activation, {}, (int)nodes_.size() - 1, open_region_});
+        nodes_.back().extra_out[i - 1] = v.id;
+        r.push_back(v);
+    }
+    return r;
+}
+
+Val Graph::norm_modulate(Val x, Val shift, Val scale, float eps) {
+    for (Val t : {x, shift, scale}) check_f32(Op::norm_modulate, t, "x/shift/scale");
+    const Shape& s = shape(x);
+    KILN_CHECK(s.size() == 3, "norm_modulate: x must be [B, N, C], got ", shape_str(s));
+    for (Val t : {shift, scale})
+        KILN_CHECK(shape(t) == (Shape{s[0], s[2]}), "norm_modulate: shift/scale ", shape_str(shape(t)),
+                   " must be [B, C] for x ", shape_str(s));
+    KILN_CHECK(eps >= 0, "norm_modulate: eps must be >= 0, got ", eps);
+    return add_node(Op::norm_modulate, {x.id, shift.id, scale.id}, s, NormAttrs{eps, 1});
 }
 
 Val Graph::matmul(Val a, Val b) {

@@ -32,6 +32,7 @@ struct Node {
     Op op;
     std::vector<int> in;  // value ids; -1 marks an absent optional input (e.g. no bias)
     int out = -1;
+    std::vector<int> extra_out;  // linear_multi: its outputs after the first (-1: slot unused)
     Attrs attrs;
     int region = -1;  // index into Graph::regions(), -1 outside repeated blocks
 };
@@ -42,6 +43,9 @@ struct Region {
     int index = 0;
     int first = 0, end = 0;
 };
+
+struct FuseStats;
+struct FuseOptions;
 
 class Graph {
 public:
@@ -61,7 +65,7 @@ public:
     Val layer_norm(Val x, Val weight, Val bias, float eps);
     Val group_norm(Val x, int groups, Val weight, Val bias, float eps);
     Val rms_norm(Val x, Val weight, float eps);
-    Val linear(Val x, Val w, Val b);  // x [.., K], w [N, K], b [N] or absent -> [.., N]
+    Val linear(Val x, Val w, Val b, Act act = Act::none);  // x [.., K], w [N, K], b [N] or absent -> [.., N]
     Val matmul(Val a, Val b);         // [B, M, K] @ [B|1, K, N] -> [B, M, N]
     // q [B, Sq, H*D], k/v [B, Sk, H*D], mask additive [B|1, Sq|1, Sk] or absent -> [B, Sq, H*D]
     Val attention(Val q, Val k, Val v, int heads, Val mask = {}, float scale = 0.f);
@@ -84,6 +88,13 @@ public:
     Val patchify(Val x, int p);  // [B, C, H, W] -> [B, (H/p)*(W/p), C*p*p], features ordered (c, py, px)
     Val unpatchify(Val x, int p, int channels, int h, int w);  // [B, h*w, p*p*C] (py,px,c) -> [B, C, h*p, w*p]
 
+    // Fused forms, made by ir::fuse (fuse.h) for the Vulkan executor; each computes what its parts compute.
+    // linear_multi: parts[i] = linear(x, w[i], b[i], act[i]) for up to kMultiLinear weights of one K.
+    std::vector<Val> linear_multi(Val x, const std::vector<Val>& w, const std::vector<Val>& b,
+                                  const std::vector<Act>& act);
+    // modulate(layer_norm(x, no weight, no bias, eps), shift, scale): x [B, N, C], shift/scale [B, C].
+    Val norm_modulate(Val x, Val shift, Val scale, float eps);
+
     // Repeated blocks: nodes added between begin and end belong to block `index` of `kind`.
     void begin_region(const std::string& kind, int index);
     void end_region();
@@ -99,6 +110,7 @@ public:
     std::vector<int> weights() const;  // value ids of role weight
 
 private:
+    friend Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt);
     Val add_value(Value v);
     Val add_node(Op op, std::vector<int> in, Shape out_shape, Attrs attrs = NoAttrs{});
     Val binary(Op op, Val a, Val b);
@@ -109,6 +121,13 @@ private:
     std::vector<std::pair<std::string, int>> outputs_;
     int open_region_ = -1;
 };
+
+// Values a node writes: out, then extra_out (entries may be -1).
+inline std::vector<int> node_outputs(const Node& n) {
+    std::vector<int> r{n.out};
+    r.insert(r.end(), n.extra_out.begin(), n.extra_out.end());
+    return r;
+}
 
 // Numpy broadcast of two shapes; throws naming `op` on mismatch.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

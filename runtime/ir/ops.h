@@ -18,7 +18,7 @@
     X(layer_norm, compute)         /* last dim; optional weight, bias */                          \
     X(group_norm, compute)         /* [B, C, *] with G groups; optional weight, bias */           \
     X(rms_norm, compute)           /* last dim; optional weight */                                \
-    X(linear, compute)             /* x [.., K] @ W[N, K]^T + b[N] */                             \
+    X(linear, compute)             /* x [.., K] @ W[N, K]^T + b[N], then an optional activation */ \
     X(matmul, compute)             /* a [B, M, K] @ b [B|1, K, N] */                              \
     X(attention, compute)          /* softmax(q k^T * s + mask) v, heads packed in the last dim */ \
     X(modulate, compute)           /* x [B, N, C] * (1 + scale[B, C]) + shift[B, C] */           \
@@ -30,6 +30,8 @@
     X(permute, compute)            /* generic axis permutation, rank <= 6 */                      \
     X(concat, compute)             /* two inputs along one axis */                                \
     X(slice, compute)              /* [start, start+length) along one axis */                     \
+    X(linear_multi, compute)       /* fused: up to 4 linears of one x, each output its own value */ \
+    X(norm_modulate, compute)      /* fused: modulate(layer_norm(x) without affine, shift, scale) */ \
     X(reshape, view)               /* same elements, new shape */
 
 namespace kiln::ir {

@@ -60,6 +60,24 @@ KILN_PARAMS(LinearParams) {
 } KILN_PARAMS_END(LinearParams)
 #endif
 
+// linear_multi: y_i[M, N[i]] = x[M, K] @ W_i[N[i], K]^T + b_i (bit i of has_bias); part i owns the workgroup
+// columns [tile0[i], tile0[i + 1]) (tile0[4] = all of them).
+#if defined(__cplusplus) || defined(USE_LINEAR_MULTI)
+KILN_PARAMS(LinearMultiParams) {
+    uint M, K, has_bias, parts;
+    uint N[4];
+    uint tile0[5];
+} KILN_PARAMS_END(LinearMultiParams)
+#endif
+
+// norm_modulate: row r of x [B, N, C] (rows = B N, cols = C) normalised, then * (1 + scale[r / N]) + shift[r / N].
+#if defined(__cplusplus) || defined(USE_NORM_MODULATE)
+KILN_PARAMS(NormModulateParams) {
+    uint rows, cols, N;
+    float eps;
+} KILN_PARAMS_END(NormModulateParams)
+#endif
+
 // matmul: y[B, M, N] = a[B, M, K] @ b[B|1, K, N]; b_batch_stride = 0 when b is broadcast.
 #if defined(__cplusplus) || defined(USE_MATMUL)
 KILN_PARAMS(MatmulParams) {

@@ -9,7 +9,6 @@ namespace kiln::vk {
 
 std::string linear_smem_unsupported(const ir::Graph& g, const ir::Node& n) {
     if (n.op != ir::Op::linear) return "not a linear";
-    if (!std::holds_alternative<ir::NoAttrs>(n.attrs)) return "fused epilogue (attributes) not implemented";
     if (g.value(n.in[1]).shape[1] % 4 != 0) return "K % 4 != 0";
     return "";
 }
@@ -24,7 +23,7 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
     std::memcpy(&p, d.push.data(), sizeof p);
     const ir::Value& w = g.value(n.in[1]);
     d.shader = "linear_smem" + weight_suffix(w.dtype);
-    d.spec = {t.tm, t.tn};
+    d.spec = {t.tm, t.tn, d.spec.size() > 2 ? d.spec[2] : 0u};  // ACT from lower_linear: the fused activation
     d.groups[0] = (p.N + 16 * t.tn - 1) / (16 * t.tn);
     d.groups[1] = (p.M + 16 * t.tm - 1) / (16 * t.tm);
     d.groups[2] = 1;
@@ -35,6 +34,8 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
 std::string linear_coopmat_unsupported(const ir::Graph& g, const ir::Node& n) {
     std::string why = linear_smem_unsupported(g, n);
     if (why.empty() && g.value(n.in[1]).dtype != DType::f16) why = "weights not f16";
+    if (const auto* a = std::get_if<ir::LinearAttrs>(&n.attrs); why.empty() && a && a->act != ir::Act::none)
+        why = "fused activation not implemented";
     return why;
 }
 

@@ -1,4 +1,4 @@
-// Lowering of linear (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x 128 with
+// Lowering of linear and linear_multi (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x 128 with
 // 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
 #include <algorithm>
 #include <cmath>
@@ -33,10 +33,51 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     d.set_push(p);
     // Spec constants (RM rows per invocation, LY workgroup height): 64-row tiles, 1-row tiles for M <= 8.
     uint32_t rm = M <= 8 ? 1 : 4, ly = M <= 8 ? 1 : 16;
-    d.spec = {rm, ly};
+    d.spec = {rm, ly, (uint32_t)std::get<ir::LinearAttrs>(n.attrs).act};  // ACT: activation at the store
     d.groups[0] = (uint32_t)((N + kLinTileN - 1) / kLinTileN);
     d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
     KILN_CHECK(d.groups[1] <= 65535, "linear: M = ", M, " rows exceed the dispatch limit");
+    return d;
+}
+
+Dispatch lower_linear_multi(const ir::Graph& g, const ir::Node& n) {
+    const auto& a = std::get<ir::LinearMultiAttrs>(n.attrs);
+    const ir::Value& w0 = g.value(n.in[1]);
+    const Shape& sx = g.value(n.in[0]).shape;
+    const int64_t K = w0.shape[1], M = shape_numel(sx) / K;
+    KILN_CHECK(K % 4 == 0 && (!dtype_is_quant(w0.dtype) || K % dtype_block(w0.dtype) == 0), "linear_multi: K = ", K,
+               " must be a multiple of 4 (and of the ", dtype_name(w0.dtype), " block)");
+    params::LinearMultiParams p{};
+    p.M = (params::uint)M;
+    p.K = (params::uint)K;
+    Dispatch d;
+    d.shader = "linear_multi" + weight_suffix(w0.dtype);
+    uint32_t rm = M <= 8 ? 1 : 4, ly = M <= 8 ? 1 : 16;  // as lower_linear
+    d.spec = {rm, ly};
+    uint32_t tiles = 0;
+    for (int i = 0; i < ir::kMultiLinear; ++i) {
+        p.tile0[i] = tiles;
+        d.spec.push_back((uint32_t)a.act[(size_t)i]);
+        const int wv = n.in[(size_t)(1 + 2 * i)];
+        if (wv < 0) continue;
+        const ir::Value& w = g.value(wv);
+        KILN_CHECK(w.dtype == w0.dtype && w.shape[1] == K, "linear_multi: weight '", w.name, "' differs from '",
+                   w0.name, "' in dtype or K");
+        const int64_t N = w.shape[0];
+        KILN_CHECK(M * K < (1ll << 32) && N * K < (1ll << 32) && M * N < (1ll << 32), "linear_multi: x ",
+                   shape_str(sx), " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
+        p.N[i] = (params::uint)N;
+        p.parts = (params::uint)i + 1;
+        if (n.in[(size_t)(2 + 2 * i)] >= 0) p.has_bias |= 1u << i;
+        tiles += (uint32_t)((N + kLinTileN - 1) / kLinTileN);
+    }
+    p.tile0[ir::kMultiLinear] = tiles;
+    KILN_CHECK(p.parts > 0, "linear_multi: no weight");
+    d.spec.push_back(p.parts);  // PARTS
+    d.set_push(p);
+    d.groups[0] = tiles;
+    d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
+    KILN_CHECK(d.groups[1] <= 65535 && tiles <= 65535, "linear_multi: M = ", M, " rows exceed the dispatch limit");
     return d;
 }
 

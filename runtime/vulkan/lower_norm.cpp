@@ -1,5 +1,5 @@
 // Lowering of the row ops (softmax, layer_norm, rms_norm: one workgroup per row of the last dim)
-// and group_norm (one workgroup per (batch, group)).
+// and group_norm (one workgroup per (batch, group)); norm_modulate (layer_norm + modulate, one workgroup per row).
 #include <variant>
 
 #include "runtime/core/error.h"
@@ -54,4 +54,18 @@ Dispatch lower_group_norm(const ir::Graph& g, const ir::Node& n) {
     return d;
 }
 
+}  // namespace kiln::vk
+
+namespace kiln::vk {
+Dispatch lower_norm_modulate(const ir::Graph& g, const ir::Node& n) {
+    const Shape& s = g.value(n.out).shape;  // [B, N, C]
+    KILN_CHECK(shape_numel(s) < (1ll << 32), "norm_modulate: ", shape_str(s), " has >= 2^32 elements");
+    params::NormModulateParams p{(params::uint)(s[0] * s[1]), (params::uint)s[2], (params::uint)s[1],
+                                 std::get<ir::NormAttrs>(n.attrs).eps};
+    Dispatch d;
+    d.shader = "norm_modulate";
+    d.set_push(p);
+    groups_1d(d, (uint64_t)p.rows, 1);  // one workgroup per row
+    return d;
+}
 }  // namespace kiln::vk

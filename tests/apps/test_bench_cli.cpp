@@ -179,3 +179,24 @@ TEST_CASE("kiln bench --kernels prints GFLOP/s of every linear variant and the p
     CHECK(rc != 0);
     CHECK(out.find("--shape '3x4x5'") != std::string::npos);
 }
+
+TEST_CASE("kiln bench --fuse both: every mode unfused, then fused, with fewer dispatches", "[apps][bench][vulkan]") {
+    TmpDir tmp("fuse");
+    const std::string json = (tmp.path / "bench.json").string();
+    Run r = run_kiln(tmp.path, "bench --synthetic dit-tiny --blocks 2 --mode all --steps 1 --warmup 0 --fuse both --json " +
+                                   json);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    std::ifstream f(json);
+    auto j = nlohmann::json::parse(f);
+    REQUIRE(j["modes"].size() == 6);
+    for (size_t i = 0; i < 6; i += 2) {
+        const auto &plain = j["modes"][i], &fused = j["modes"][i + 1];
+        CAPTURE(plain["mode"].get<std::string>());
+        CHECK(plain["mode"] == fused["mode"]);
+        CHECK(plain["nodes_fused"] == 0);
+        CHECK(fused["nodes_fused"].get<int>() > 0);
+        CHECK(fused["dispatches_per_step"].get<int>() < plain["dispatches_per_step"].get<int>());
+    }
+    CHECK(run_kiln(tmp.path, "bench --synthetic dit-tiny --blocks 2 --fuse sometimes").rc != 0);
+}

@@ -3,6 +3,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
+#include "runtime/ir/fuse.h"
 #include "runtime/ir/graph.h"
 #include "tests/support/test_support.h"
 
@@ -47,4 +48,48 @@ TEST_CASE("patchify and unpatchify are inverse and lay features out as diffusers
     CHECK(img.shape == Shape{1, 3, 4, 6});
     // pixel (c=1, y=3, x=4) = token (h=1, w=2), feature (p=1, q=0, c=1)
     CHECK(img.data<float>()[(1 * 4 + 3) * 6 + 4] == tin.data<float>()[(1 * 3 + 2) * 12 + (1 * 2 + 0) * 3 + 1]);
+}
+
+TEST_CASE("fuse folds activations, norms and linears of one input, keeping value ids and regions", "[ir][fuse]") {
+    ir::Graph g;
+    auto x = g.input("x", {2, 4, 8}), sh = g.input("shift", {2, 8}), sc = g.input("scale", {2, 8});
+    auto w = [&](const std::string& n, int64_t N) { return g.weight(n, {N, 8}); };
+    ir::Val y = x;
+    for (int i = 0; i < 2; ++i) {
+        g.begin_region("block", i);
+        auto n = g.modulate(g.layer_norm(y, {}, {}, 1e-6f), sh, sc);  // -> norm_modulate
+        auto q = g.linear(n, w("q" + std::to_string(i), 8), {});      // q, k, v -> linear_multi
+        auto k = g.linear(n, w("k" + std::to_string(i), 8), {});
+        auto v = g.linear(n, w("v" + std::to_string(i), 8), {});
+        auto a = g.attention(q, k, v, 2);
+        auto h = g.gelu(g.linear(a, w("f" + std::to_string(i), 8), {}), true);  // -> linear with act
+        y = g.add(y, h);
+        g.end_region();
+    }
+    g.output(y, "y");
+    ir::FuseStats st;
+    ir::Graph f = ir::fuse(g, &st);
+    CHECK(st.linear_act == 2);
+    CHECK(st.norm_modulate == 2);
+    CHECK(st.linear_multi == 2);
+    CHECK(st.linears_grouped == 6);
+    CHECK(st.nodes_removed == 8);
+    REQUIRE(f.nodes().size() == g.nodes().size() - 8);
+    CHECK(f.values().size() == g.values().size());
+    REQUIRE(f.regions().size() == 2);
+    CHECK(f.regions()[0].first == 0);
+    CHECK(f.regions()[0].end == f.regions()[1].first);
+    CHECK(f.regions()[1].end == (int)f.nodes().size());
+    std::vector<ir::Op> ops;
+    for (int n = f.regions()[0].first; n < f.regions()[0].end; ++n) ops.push_back(f.nodes()[(size_t)n].op);
+    CHECK(ops == std::vector<ir::Op>{ir::Op::norm_modulate, ir::Op::linear_multi, ir::Op::attention, ir::Op::linear,
+                                     ir::Op::add});
+    for (size_t n = 0; n < f.nodes().size(); ++n)
+        for (int o : ir::node_outputs(f.nodes()[n]))
+            if (o >= 0) CHECK(f.value(o).producer == (int)n);
+    const ir::Node& lm = f.nodes()[1];
+    CHECK(lm.extra_out.size() == 3);
+    CHECK(lm.extra_out[2] == -1);
+    CHECK(std::get<ir::LinearAttrs>(f.nodes()[3].attrs).act == ir::Act::gelu_tanh);
+    CHECK(f.outputs() == g.outputs());
 }

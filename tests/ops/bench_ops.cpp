@@ -104,3 +104,94 @@ TEST_CASE("matmul throughput", "[.bench]") {
         std::printf("matmul %lld^3: %.2f ms, %.1f GFLOP/s\n", (long long)n, best * 1e3, 2.0 * n * n * n / best * 1e-9);
     }
 }
+
+// Each fusion at DiT-XL/2 256 px sizes (batch 2: 512 tokens, width 1152), unfused (KILN_FUSE=0) against fused
+// (KILN_FUSE=all, so that q/k/v are grouped on CPU devices too):
+// best wall time of 5 runs (full mode, one command buffer) and that run's GPU timer.
+TEST_CASE("fusion payoff per fusion", "[.bench][fuse]") {
+    const int64_t M = 512, D = 1152;
+    auto bench = [&](const char* what, const ir::Graph& g, const std::map<std::string, Tensor>& w,
+                     const std::map<std::string, Tensor>& in) {
+        for (const char* fuse : {"0", "all"}) {
+            ::setenv("KILN_FUSE", fuse, 1);
+            exec::Executor ex(
+                test::op_ctx(), g,
+                [&](const ir::Value& v, void* dst, size_t n) { std::memcpy(dst, w.at(v.name).bytes.data(), n); },
+                exec::Mode::full);
+            ::unsetenv("KILN_FUSE");
+            for (auto& [n, t] : in) ex.set_input(n, t);
+            ex.run();
+            double best = 1e30, gpu = 0;
+            for (int i = 0; i < 5; ++i) {
+                auto t0 = std::chrono::steady_clock::now();
+                ex.run();
+                double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                if (t < best) best = t, gpu = ex.last_gpu_ms();
+            }
+            std::printf("%-34s fuse=%s: %d dispatches, %d barriers, best %.2f ms (gpu timer %.2f ms)\n", what, fuse,
+                        ex.counters().dispatches_per_run, ex.counters().barriers_per_run, best * 1e3, gpu);
+        }
+    };
+    {
+        ir::Graph g;
+        auto x = g.input("x", {M, D});
+        std::map<std::string, Tensor> w;
+        for (const char* n : {"q", "k", "v"}) {
+            g.output(g.linear(x, g.weight(n, {D, D}, DType::f16), g.weight(std::string(n) + "b", {D})), n);
+            w[n] = test::random_weight({D, D}, DType::f16, 1);
+            w[std::string(n) + "b"] = test::random_tensor({D}, 2);
+        }
+        bench("q, k, v linears -> linear_multi", g, w, {{"x", test::random_tensor({M, D}, 3)}});
+    }
+    {
+        ir::Graph g;
+        auto x = g.input("x", {M, D});
+        g.output(g.gelu(g.linear(x, g.weight("w", {4 * D, D}, DType::f16), g.weight("b", {4 * D})), true), "y");
+        bench("linear 1152->4608 + gelu -> linear", g,
+              {{"w", test::random_weight({4 * D, D}, DType::f16, 1)}, {"b", test::random_tensor({4 * D}, 2)}},
+              {{"x", test::random_tensor({M, D}, 3)}});
+    }
+    {
+        ir::Graph g;
+        auto x = g.input("x", {2, M / 2, D}), sh = g.input("sh", {2, D}), sc = g.input("sc", {2, D});
+        g.output(g.modulate(g.layer_norm(x, {}, {}, 1e-6f), sh, sc), "y");
+        bench("layer_norm + modulate -> norm_modulate", g, {},
+              {{"x", test::random_tensor({2, M / 2, D}, 1)},
+               {"sh", test::random_tensor({2, D}, 2)},
+               {"sc", test::random_tensor({2, D}, 3)}});
+    }
+}
+
+TEST_CASE("fused linear throughput", "[.bench][fuse]") {
+    // q, k, v of one x: three linear dispatches (KILN_FUSE=0) against one linear_multi.
+    struct Size {
+        int64_t M, K, N;
+    };
+    for (Size s : {Size{32, 64, 64}, Size{64, 256, 256}})
+        for (const char* fuse : {"0", "all"}) {
+            ::setenv("KILN_FUSE", fuse, 1);
+            ir::Graph g;
+            auto x = g.input("x", {s.M, s.K});
+            std::map<std::string, Tensor> w;
+            for (const char* n : {"q", "k", "v"}) {
+                g.output(g.linear(x, g.weight(n, {s.N, s.K}, DType::f16), {}), n);
+                w[n] = test::random_weight({s.N, s.K}, DType::f16, 1);
+            }
+            exec::Executor ex(
+                test::op_ctx(), g,
+                [&](const ir::Value& v, void* dst, size_t n) { std::memcpy(dst, w.at(v.name).bytes.data(), n); },
+                exec::Mode::full);
+            ::unsetenv("KILN_FUSE");
+            ex.set_input("x", test::random_tensor({s.M, s.K}, 2));
+            ex.run();
+            double best = 1e30;
+            for (int i = 0; i < 200; ++i) {
+                auto t0 = std::chrono::steady_clock::now();
+                ex.run();
+                best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            std::printf("qkv M=%lld K=%lld N=%lld fuse=%s: %d dispatches, %.3f ms (gpu timer %.3f ms)\n",
+                        (long long)s.M, (long long)s.K, (long long)s.N, fuse, ex.counters().dispatches_per_run,
+                        best * 1e3, ex.last_gpu_ms());
+        }
+}

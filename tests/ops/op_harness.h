@@ -48,6 +48,32 @@ inline OpRun run_op(const ir::Graph& g, const std::map<std::string, Tensor>& inp
     return {gpu.at("y").to_f32(), cpu.at("y").to_f32()};
 }
 
+// Runs g on Vulkan with fusion set by KILN_FUSE=`fuse` ("0", "1" or "all", see exec::Executor); returns every
+// output and the executor's counters (dispatches_per_run, nodes_fused).
+struct VkRun {
+    std::map<std::string, Tensor> out;
+    exec::Counters c;
+};
+inline VkRun run_vk(const ir::Graph& g, const std::map<std::string, Tensor>& inputs,
+                    const std::map<std::string, Tensor>& weights, exec::Mode mode, const char* fuse) {
+    auto wbytes = [&](const ir::Value& v, void* dst, size_t n) {
+        const Tensor& t = weights.at(v.name);
+        REQUIRE(t.nbytes() == n);
+        std::memcpy(dst, t.bytes.data(), n);
+    };
+    ::setenv("KILN_FUSE", fuse, 1);
+    exec::Executor ex(op_ctx(), g, wbytes, mode);
+    ::unsetenv("KILN_FUSE");
+    for (auto& [name, t] : inputs) ex.set_input(name, t);
+    ex.run();
+    VkRun r;
+    for (auto& [name, v] : g.outputs()) r.out[name] = ex.output(name);
+    r.c = ex.counters();
+    INFO("last validation message: " << vk::Context::last_validation_message());
+    CHECK(vk::Context::validation_errors() == 0);
+    return r;
+}
+
 // Max |a - b| over elements; NaN anywhere counts as infinite.
 inline double max_err(const std::vector<float>& a, const std::vector<float>& b) {
     REQUIRE(a.size() == b.size());

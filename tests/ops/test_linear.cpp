@@ -98,3 +98,43 @@ TEST_CASE("quantized weights are linear operands only, rows of whole blocks", "[
     CHECK_THROWS_WITH(g.reshape(t, {640}), Catch::Contains("linear operands only"));
     CHECK_THROWS_WITH(g.add(t, t), Catch::Contains("must be f32"));
 }
+
+// linear then gelu / gelu-tanh / silu, the linear's output read by nothing else: ir::fuse makes one linear whose
+// shader applies the activation at its store (activation.glsl, the code of gelu.comp / silu.comp) to the same f32
+// value, so fused and unfused Vulkan agree bitwise. Against the CPU: the linear's bound above, scaled by the
+// activation's slope (|gelu'| <= 1.13, |silu'| <= 1.1: x1.2), plus the activation's own (1e-5, test_silu).
+TEST_CASE("linear with a fused activation equals linear then the activation, bitwise", "[op:linear][fuse]") {
+    const DType wt = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_k);
+    const int act = GENERATE(0, 1, 2);  // gelu, gelu tanh, silu
+    const bool quant = dtype_is_quant(wt);
+    const int64_t K = quant ? 2 * dtype_block(wt) : GENERATE(13, 64);
+    const int64_t M = GENERATE(5, 70), N = GENERATE(67, 130);
+    CAPTURE(dtype_name(wt), act, M, K, N);
+    ir::Graph g;
+    auto x = g.input("x", {M, K});
+    auto w = g.weight("w", {N, K}, wt);
+    auto b = g.weight("b", {N});
+    auto h = g.linear(x, w, b);
+    g.output(act == 2 ? g.silu(h) : g.gelu(h, act == 1), "y");
+    std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, wt, 41, -0.5f, 0.5f)},
+                                     {"b", test::random_tensor({N}, 42)}};
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({M, K}, 43, -2.f, 2.f)}};
+    auto plain = test::run_vk(g, in, ws, exec::Mode::full, "0");
+    auto fused = test::run_vk(g, in, ws, exec::Mode::full, "1");
+    CHECK(fused.c.nodes_fused == 1);
+    CHECK(fused.c.dispatches_per_run == plain.c.dispatches_per_run - 1);
+    CHECK(fused.out.at("y").bytes == plain.out.at("y").bytes);
+    // The fused op built directly runs on the CPU reference as its parts do.
+    ir::Graph gf;
+    auto xf = gf.input("x", {M, K});
+    gf.output(gf.linear(xf, gf.weight("w", {N, K}, wt), gf.weight("b", {N}),
+                        act == 0   ? ir::Act::gelu
+                        : act == 1 ? ir::Act::gelu_tanh
+                                   : ir::Act::silu),
+              "y");
+    auto wcpu = [&](const ir::Value& v) { return ws.at(v.name); };
+    auto cpu = cpu::run(g, in, wcpu).at("y").to_f32();
+    CHECK(cpu::run(gf, in, wcpu).at("y").to_f32() == cpu);
+    const double lin = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
+    CHECK(test::max_err(fused.out.at("y").to_f32(), cpu) <= 1.2 * lin + 1e-5);
+}

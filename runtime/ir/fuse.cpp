@@ -1,0 +1,106 @@
+#include "runtime/ir/fuse.h"
+
+#include <map>
+#include <tuple>
+
+namespace kiln::ir {
+
+Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
+    FuseStats st;
+    std::vector<Node> nodes = g.nodes_;
+    std::vector<bool> dead(nodes.size(), false);
+    // Readers of each value: node inputs, and graph outputs (which count as readers that cannot be fused into).
+    std::vector<int> readers(g.values_.size(), 0);
+    for (const Node& n : nodes)
+        for (int v : n.in)
+            if (v >= 0) readers[(size_t)v]++;
+    for (auto& [name, v] : g.outputs_) readers[(size_t)v] += 2;
+    // The node producing v, when v is that node's only reader's sole input from it and both lie in one region.
+    auto single_use_producer = [&](int v, const Node& reader) -> int {
+        const int p = g.values_[(size_t)v].producer;
+        if (p < 0 || dead[(size_t)p] || readers[(size_t)v] != 1 || nodes[(size_t)p].region != reader.region) return -1;
+        return p;
+    };
+
+    // linear -> gelu / silu: the linear writes the activation's output (and stays where it is).
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        Node& n = nodes[i];
+        if (n.op != Op::gelu && n.op != Op::silu) continue;
+        const int p = single_use_producer(n.in[0], n);
+        if (p < 0 || nodes[(size_t)p].op != Op::linear) continue;
+        auto& a = std::get<LinearAttrs>(nodes[(size_t)p].attrs);
+        if (a.act != Act::none) continue;
+        a.act = n.op == Op::silu ? Act::silu : std::get<GeluAttrs>(n.attrs).tanh ? Act::gelu_tanh : Act::gelu;
+        nodes[(size_t)p].out = n.out;
+        dead[i] = true;
+        st.linear_act++;
+    }
+    // layer_norm (no affine) -> modulate: one norm_modulate where the modulate was (shift and scale exist there).
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        Node& n = nodes[i];
+        if (n.op != Op::modulate) continue;
+        const int p = single_use_producer(n.in[0], n);
+        if (p < 0) continue;
+        const Node& ln = nodes[(size_t)p];
+        if (ln.op != Op::layer_norm || ln.in[1] >= 0 || ln.in[2] >= 0) continue;
+        n = Node{Op::norm_modulate, {ln.in[0], n.in[1], n.in[2]}, n.out, {}, ln.attrs, n.region};
+        dead[(size_t)p] = true;
+        st.norm_modulate++;
+    }
+    // Linears of one x: grouped in order of appearance, up to kMultiLinear per group, at the first one's place
+    // (x and every weight exist there; each output's readers come after its own linear, so after the group).
+    std::map<std::tuple<int, int, DType>, std::vector<size_t>> open;  // (x, region, weight dtype) -> members
+    std::vector<std::vector<size_t>> groups;
+    auto close = [&](std::vector<size_t>& m) {
+        if (m.size() >= 2) groups.push_back(m);
+        m.clear();
+    };
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        if (!opt.linear_multi || dead[i] || n.op != Op::linear) continue;
+        const Value& w = g.values_[(size_t)n.in[1]];
+        if (w.shape[1] % 4 != 0) continue;  // linear_multi has the 4-vector form only
+        auto& m = open[{n.in[0], n.region, w.dtype}];
+        m.push_back(i);
+        if (m.size() == (size_t)kMultiLinear) close(m);
+    }
+    for (auto& [key, m] : open) close(m);
+    for (auto& m : groups) {
+        Node f{Op::linear_multi, {nodes[m[0]].in[0]}, nodes[m[0]].out, {}, LinearMultiAttrs{}, nodes[m[0]].region};
+        auto& a = std::get<LinearMultiAttrs>(f.attrs);
+        for (size_t j = 0; j < (size_t)kMultiLinear; ++j) {
+            const bool has = j < m.size();
+            f.in.push_back(has ? nodes[m[j]].in[1] : -1);
+            f.in.push_back(has ? nodes[m[j]].in[2] : -1);
+            if (j > 0) f.extra_out.push_back(has ? nodes[m[j]].out : -1);
+            if (has) a.act[j] = std::get<LinearAttrs>(nodes[m[j]].attrs).act;
+        }
+        for (size_t j = 1; j < m.size(); ++j) dead[m[j]] = true;
+        nodes[m[0]] = std::move(f);
+        st.linear_multi++;
+        st.linears_grouped += (int)m.size();
+    }
+
+    // The new graph: same values, live nodes renumbered, regions remapped.
+    Graph out;
+    out.values_ = g.values_;
+    out.outputs_ = g.outputs_;
+    for (auto& v : out.values_)
+        if (v.producer >= 0) v.producer = -1;  // set again below for every value a live node writes
+    std::vector<int> new_index(nodes.size() + 1, 0);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        new_index[i] = (int)out.nodes_.size();
+        if (dead[i]) continue;
+        for (int o : node_outputs(nodes[i]))
+            if (o >= 0) out.values_[(size_t)o].producer = (int)out.nodes_.size();
+        out.nodes_.push_back(std::move(nodes[i]));
+    }
+    new_index[nodes.size()] = (int)out.nodes_.size();
+    out.regions_ = g.regions_;
+    for (auto& r : out.regions_) r.first = new_index[(size_t)r.first], r.end = new_index[(size_t)r.end];
+    st.nodes_removed = (int)(g.nodes_.size() - out.nodes_.size());
+    if (stats) *stats = st;
+    return out;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,30 @@
+#pragma once
+// Fusion: a graph rewrite that cuts dispatches, applied by the Vulkan executor before it plans (the CPU
+// reference runs graphs as built: it is the oracle). Every fused op computes each output element by the
+// same arithmetic as its parts, so results are bitwise equal:
+//  - linear (+bias) then gelu / gelu-tanh / silu, the linear's output read by nothing else -> linear with act;
+//  - layer_norm without affine then modulate, the norm read by nothing else -> norm_modulate;
+//  - linears of one input x (same weight dtype, K % 4 == 0, same region), e.g. attention's q, k, v -> groups of
+//    up to 4 in one linear_multi, at the first one's place (each weight, bias and output stays its own value).
+//    Optional (FuseOptions): on lavapipe it showed no gain (see exec::Executor).
+// Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
+// renumbered.
+#include "runtime/ir/graph.h"
+
+namespace kiln::ir {
+
+struct FuseStats {
+    int linear_act = 0;     // activations folded into their linear
+    int norm_modulate = 0;  // layer_norm + modulate pairs
+    int linear_multi = 0;   // linear_multi nodes made
+    int linears_grouped = 0;  // linears they replace
+    int nodes_removed = 0;
+};
+
+struct FuseOptions {
+    bool linear_multi = true;
+};
+
+Graph fuse(const Graph& g, FuseStats* stats = nullptr, const FuseOptions& opt = {});
+
+}  // namespace kiln::ir

@@ -1,0 +1,33 @@
+// One linear's output tile (the body of linear.glsl, shared with linear_multi.comp so both compute every
+// output element by the same code): void LT_FN(uint tile_x) computes columns [128 tile_x, 128 tile_x + 128)
+// of rows owned by this workgroup (gl_WorkGroupID.y), see linear.glsl. The includer defines:
+//   LT_FN (name), LT_N (columns), LT_WLOAD(i) (one VT of W at index i), LT_W0 (index of W's first element),
+//   LT_HAS_BIAS / LT_BIAS(n) (bias), LT_Y (output array), LT_ACT (activation code, activation.glsl);
+// and VT, KSTEPS, RN, RM, LY, p.M, x as linear.glsl does. It may be included several times.
+void LT_FN(uint tile_x) {
+    const uint N = LT_N;
+    uint n0 = tile_x * (16 * RN) + gl_LocalInvocationID.x;
+    uint m0 = gl_WorkGroupID.y * (LY * RM) + gl_LocalInvocationID.y;
+    uint ks = KSTEPS;
+    uint xr[RM], wr[RN];  // row starts in units of VT
+    [[unroll]] for (uint i = 0; i < RM; ++i) xr[i] = min(m0 + LY * i, p.M - 1) * ks;
+    [[unroll]] for (uint j = 0; j < RN; ++j) wr[j] = LT_W0 + min(n0 + 16 * j, N - 1) * ks;
+    float acc[RM][RN];
+    [[unroll]] for (uint i = 0; i < RM; ++i)
+        [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = 0.0;
+    for (uint k = 0; k < ks; ++k) {
+        VT a[RM], b[RN];
+        [[unroll]] for (uint i = 0; i < RM; ++i) a[i] = x[xr[i] + k];
+        [[unroll]] for (uint j = 0; j < RN; ++j) b[j] = LT_WLOAD(wr[j] + k);
+        [[unroll]] for (uint i = 0; i < RM; ++i)
+            [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += dot(a[i], b[j]);
+    }
+    [[unroll]] for (uint i = 0; i < RM; ++i) {
+        uint m = m0 + LY * i;
+        if (m >= p.M) break;
+        [[unroll]] for (uint j = 0; j < RN; ++j) {
+            uint n = n0 + 16 * j;
+            if (n < N) LT_Y[m * N + n] = act_apply(LT_ACT, acc[i][j] + (LT_HAS_BIAS ? LT_BIAS(n) : 0.0));
+        }
+    }
+}

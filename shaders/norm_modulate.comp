@@ -1,0 +1,27 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// norm_modulate: y[b, n, c] = layer_norm(x)[b, n, c] * (1 + scale[b, c]) + shift[b, c], layer_norm without affine.
+// The normalised value is computed as layer_norm.comp computes it, then modulated as modulate.comp does, in one
+// dispatch (one workgroup per row).
+#include "common.glsl"
+#define USE_NORM_MODULATE
+#include "runtime/ir/params.h"
+#include "reduce.glsl"
+layout(local_size_x = 64) in;
+layout(binding = 0) readonly buffer X { float x[]; };
+layout(binding = 1) readonly buffer Sh { float shift[]; };
+layout(binding = 2) readonly buffer Sc { float scale[]; };
+layout(binding = 3) writeonly buffer Y { float y[]; };
+#include "layer_norm.glsl"
+
+void main() {
+    uint row = wg_row();
+    if (row >= p.rows) return;
+    uint base = row * p.cols, t = gl_LocalInvocationID.x, bc0 = (row / p.N) * p.cols;
+    vec2 st = layer_norm_stats(base, p.cols, p.eps);
+    float mean = st.x, inv = st.y;
+    for (uint c = t; c < p.cols; c += 64) {
+        float r = (x[base + c] - mean) * inv;
+        y[base + c] = r * (1.0 + scale[bc0 + c]) + shift[bc0 + c];
+    }
+}
