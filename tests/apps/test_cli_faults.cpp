@@ -47,7 +47,9 @@ TEST_CASE("kiln generate: Ctrl-C stops at a step boundary with one clear error a
     // 1000 steps of the built-in model take minutes on any device; SIGINT goes once the first progress line is out
     // (the handler is installed before the run starts), then kiln must exit promptly. Non-tty progress prints every
     // 200 steps, so the signal comes at step >= 200 (after the device loop has started) or, on a fast device, later.
-    const std::string cmd = "cd " + tmp.string() + " && (timeout 300 " + std::string(KILN_BUILD_DIR) +
+    // timeout --foreground: a plain timeout forwards the SIGINT to kiln and again to its whole process group, and
+    // a second Ctrl-C kills kiln at once (by design), which made this test flaky under load.
+    const std::string cmd = "cd " + tmp.string() + " && (timeout --foreground 300 " + std::string(KILN_BUILD_DIR) +
                             "/apps/kiln generate --class-labels 1 --guidance 1 --steps 1000 -o " + png.string() +
                             " 2>" + ef.string() + " & pid=$!; for i in $(seq 3000); do grep -q 'denoise ' " +
                             ef.string() + " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; wait $pid)";
