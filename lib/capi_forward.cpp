@@ -44,7 +44,6 @@ kiln_dtype c_dtype(DType d) {
     fail(KILN_INTERNAL, "output dtype ", (int)d, " has no kiln_dtype");
 }
 
-
 // The transformer, else the only model component (a VAE or a text-encoder folder), as `kiln forward` picks.
 std::string default_component(const models::ModelSource& src) {
     std::vector<std::string> comps;

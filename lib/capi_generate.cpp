@@ -127,7 +127,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
             named[name] = std::move(t);
         }
         r.t.text = models::TextConditioning::from(named);
-        KILN_ARG(r.t.text.named().size() == named.size(), "prompt_embeds: a name is not one of prompt_embeds, "
+        KILN_ARG(r.t.text.named().size() == named.size(),
+                 "prompt_embeds: a name is not one of prompt_embeds, "
                  "negative_prompt_embeds, pooled_prompt_embeds, negative_pooled_prompt_embeds, prompt_attention_mask, "
                  "negative_prompt_attention_mask");
         const Tensor& pe = r.t.text.prompt_embeds;
@@ -166,12 +167,16 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         auto need = [&](const Tensor& t, const char* name, const char* why) {
             KILN_ARG(!t.bytes.empty(), m.pipeline, " needs prompt_embeds '", name, "'", why);
         };
-        if (pixart) need(tx.prompt_attention_mask, "prompt_attention_mask", "");
-        else need(tx.pooled_prompt_embeds, "pooled_prompt_embeds", "");
+        if (pixart)
+            need(tx.prompt_attention_mask, "prompt_attention_mask", "");
+        else
+            need(tx.pooled_prompt_embeds, "pooled_prompt_embeds", "");
         if (r.plan.cfg) {
             need(tx.negative_prompt_embeds, "negative_prompt_embeds", " with guidance > 1 (or guidance 1)");
-            if (pixart) need(tx.negative_prompt_attention_mask, "negative_prompt_attention_mask", " with guidance > 1");
-            else need(tx.negative_pooled_prompt_embeds, "negative_pooled_prompt_embeds", " with guidance > 1");
+            if (pixart)
+                need(tx.negative_prompt_attention_mask, "negative_prompt_attention_mask", " with guidance > 1");
+            else
+                need(tx.negative_pooled_prompt_embeds, "negative_pooled_prompt_embeds", " with guidance > 1");
         }
     }
     r.width = r.plan.width, r.height = r.plan.height;
@@ -188,8 +193,7 @@ struct TextStats {
 };
 
 // Runs the pipeline: image [count, H, W, 3] floats in [0, 1], timings, intermediates when asked for.
-models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const kiln_generate_params& p,
-                           TextStats& ts) {
+models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const kiln_generate_params& p, TextStats& ts) {
     auto progress = [&p](int step, int total) {
         if (p.progress && p.progress(step, total, p.progress_user) != 0) throw Cancelled{};
     };

@@ -3,8 +3,8 @@
 // model file or a synthetic architecture at real size.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -232,7 +232,8 @@ Run add_bench(CLI::App& app) {
             double cold = ms_since(t0);
             ctx.set_cold_pipeline_cache(false);
             exec::Counters c = ex->counters();
-            const std::string label = std::string(exec::mode_name(mode)) + (o->fuse == "both" && fuse_env != "0" ? "+f" : "");
+            const std::string label =
+                std::string(exec::mode_name(mode)) + (o->fuse == "both" && fuse_env != "0" ? "+f" : "");
             ex.reset();
             t0 = Clock::now();
             // The warm executor also times every replayed block (timestamps around each replay).

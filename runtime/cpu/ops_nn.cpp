@@ -119,8 +119,7 @@ void linear_multi(const ir::Graph& g, const ir::Node& n, Vals& v) {
         const int w = n.in[1 + 2 * i];
         if (w < 0) continue;
         const Shape& sw = g.value(w).shape;
-        linear_into(v[(size_t)n.in[0]], v[(size_t)w], opt(n, 2 + 2 * i, v), sw[0], sw[1], a.act[i],
-                    v[(size_t)outs[i]]);
+        linear_into(v[(size_t)n.in[0]], v[(size_t)w], opt(n, 2 + 2 * i, v), sw[0], sw[1], a.act[i], v[(size_t)outs[i]]);
     }
 }
 

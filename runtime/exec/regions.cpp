@@ -65,8 +65,9 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
                 const ir::Node &a = nodes[(size_t)(t.first + j)], &b = nodes[(size_t)(R.first + j)];
                 bool same_outs = a.extra_out.size() == b.extra_out.size();
                 for (size_t o = 0; same_outs && o < a.extra_out.size(); ++o)
-                    same_outs = (a.extra_out[o] < 0) == (b.extra_out[o] < 0) &&
-                                (a.extra_out[o] < 0 || same_value_type(g.value(a.extra_out[o]), g.value(b.extra_out[o])));
+                    same_outs =
+                        (a.extra_out[o] < 0) == (b.extra_out[o] < 0) &&
+                        (a.extra_out[o] < 0 || same_value_type(g.value(a.extra_out[o]), g.value(b.extra_out[o])));
                 KILN_CHECK(a.op == b.op && a.attrs == b.attrs && a.in.size() == b.in.size() && same_outs &&
                                same_value_type(g.value(a.out), g.value(b.out)),
                            "block '", name, "' ", R.index, " op ", j, " (", ir::op_name(b.op), ") differs from block ",

@@ -19,7 +19,8 @@ Cost count_cost(const Graph& g) {
                 break;
             case Op::linear_multi:
                 for (int o : node_outputs(n))
-                    if (o >= 0) c.flops += 2.0 * (double)shape_numel(g.value(o).shape) * (double)g.value(n.in[1]).shape[1];
+                    if (o >= 0)
+                        c.flops += 2.0 * (double)shape_numel(g.value(o).shape) * (double)g.value(n.in[1]).shape[1];
                 break;
             case Op::matmul:
                 c.flops += 2.0 * out * (double)g.value(n.in[0]).shape[2];

@@ -14,9 +14,9 @@
 namespace kiln::ir {
 
 struct FuseStats {
-    int linear_act = 0;     // activations folded into their linear
-    int norm_modulate = 0;  // layer_norm + modulate pairs
-    int linear_multi = 0;   // linear_multi nodes made
+    int linear_act = 0;       // activations folded into their linear
+    int norm_modulate = 0;    // layer_norm + modulate pairs
+    int linear_multi = 0;     // linear_multi nodes made
     int linears_grouped = 0;  // linears they replace
     int nodes_removed = 0;
 };

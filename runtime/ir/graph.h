@@ -66,7 +66,7 @@ public:
     Val group_norm(Val x, int groups, Val weight, Val bias, float eps);
     Val rms_norm(Val x, Val weight, float eps);
     Val linear(Val x, Val w, Val b, Act act = Act::none);  // x [.., K], w [N, K], b [N] or absent -> [.., N]
-    Val matmul(Val a, Val b);         // [B, M, K] @ [B|1, K, N] -> [B, M, N]
+    Val matmul(Val a, Val b);                              // [B, M, K] @ [B|1, K, N] -> [B, M, N]
     // q [B, Sq, H*D], k/v [B, Sk, H*D], mask additive [B|1, Sq|1, Sk] or absent -> [B, Sq, H*D]
     Val attention(Val q, Val k, Val v, int heads, Val mask = {}, float scale = 0.f);
     Val modulate(Val x, Val shift, Val scale);  // x [B, N, C], shift/scale [B, C]

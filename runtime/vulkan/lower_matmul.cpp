@@ -1,5 +1,5 @@
-// Lowering of linear and linear_multi (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x 128 with
-// 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
+// Lowering of linear and linear_multi (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x
+// 128 with 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
 #include <algorithm>
 #include <cmath>
 #include <variant>
@@ -64,8 +64,8 @@ Dispatch lower_linear_multi(const ir::Graph& g, const ir::Node& n) {
         KILN_CHECK(w.dtype == w0.dtype && w.shape[1] == K, "linear_multi: weight '", w.name, "' differs from '",
                    w0.name, "' in dtype or K");
         const int64_t N = w.shape[0];
-        KILN_CHECK(M * K < (1ll << 32) && N * K < (1ll << 32) && M * N < (1ll << 32), "linear_multi: x ",
-                   shape_str(sx), " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
+        KILN_CHECK(M * K < (1ll << 32) && N * K < (1ll << 32) && M * N < (1ll << 32), "linear_multi: x ", shape_str(sx),
+                   " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
         p.N[i] = (params::uint)N;
         p.parts = (params::uint)i + 1;
         if (n.in[(size_t)(2 + 2 * i)] >= 0) p.has_bias |= 1u << i;

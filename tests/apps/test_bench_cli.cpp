@@ -152,8 +152,9 @@ TEST_CASE("kiln generate --profile --host-loop prints the per-step figures and m
 TEST_CASE("kiln bench --kernels prints GFLOP/s of every linear variant and the pick", "[apps][bench][kernels]") {
     TmpDir d("kernels");
     auto kiln = [&](const std::string& args, int& rc) {
-        const std::string cmd = "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE -u KILN_LINEAR XDG_CACHE_HOME=" +
-                                d.path.string() + " " + std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
+        const std::string cmd =
+            "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE -u KILN_LINEAR XDG_CACHE_HOME=" + d.path.string() + " " +
+            std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
         FILE* p = ::popen(cmd.c_str(), "r");
         REQUIRE(p);
         std::string out;
@@ -183,8 +184,8 @@ TEST_CASE("kiln bench --kernels prints GFLOP/s of every linear variant and the p
 TEST_CASE("kiln bench --fuse both: every mode unfused, then fused, with fewer dispatches", "[apps][bench][vulkan]") {
     TmpDir tmp("fuse");
     const std::string json = (tmp.path / "bench.json").string();
-    Run r = run_kiln(tmp.path, "bench --synthetic dit-tiny --blocks 2 --mode all --steps 1 --warmup 0 --fuse both --json " +
-                                   json);
+    Run r = run_kiln(
+        tmp.path, "bench --synthetic dit-tiny --blocks 2 --mode all --steps 1 --warmup 0 --fuse both --json " + json);
     INFO(r.err);
     REQUIRE(r.rc == 0);
     std::ifstream f(json);

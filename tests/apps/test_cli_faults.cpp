@@ -40,7 +40,8 @@ TEST_CASE("kiln generate: out of device memory and a lost device are one clear e
     fs::remove_all(tmp, ec);
 }
 
-TEST_CASE("kiln generate: Ctrl-C stops at a step boundary with one clear error and no PNG", "[apps][generate][faults]") {
+TEST_CASE("kiln generate: Ctrl-C stops at a step boundary with one clear error and no PNG",
+          "[apps][generate][faults]") {
     const fs::path tmp = fs::temp_directory_path() / ("kiln_sigint_" + std::to_string(::getpid()));
     fs::create_directories(tmp);
     const fs::path png = tmp / "out.png", ef = tmp / "stderr.txt";

@@ -94,7 +94,8 @@ TEST_CASE("kiln generate --prompt reproduces diffusers' pipelines through the CL
     CHECK(compared >= 10);
 }
 
-TEST_CASE("kiln generate --prompt-embeds and --prompt-file --keep-encoders through the CLI", "[apps][generate][vulkan]") {
+TEST_CASE("kiln generate --prompt-embeds and --prompt-file --keep-encoders through the CLI",
+          "[apps][generate][vulkan]") {
     Tmp tmp;
     const std::string name = "pixart_pipeline";
     const auto j = io_json(name);

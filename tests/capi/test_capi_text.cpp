@@ -122,8 +122,8 @@ TEST_CASE("C API: prompt_embeds in place of prompts; keep_encoders keeps them re
     const std::vector<float> from_prompt = generate_rgb(m.get(), pi);
     std::unique_ptr<kiln_result, decltype(&kiln_result_destroy)> own(inter, kiln_result_destroy);
     std::vector<kiln_tensor> embeds;
-    for (const char* n : {"prompt_embeds", "negative_prompt_embeds", "prompt_attention_mask",
-                          "negative_prompt_attention_mask"}) {
+    for (const char* n :
+         {"prompt_embeds", "negative_prompt_embeds", "prompt_attention_mask", "negative_prompt_attention_mask"}) {
         kiln_tensor t;
         INFO(n);
         REQUIRE(kiln_result_find(inter, n, &t) == KILN_OK);
@@ -165,8 +165,7 @@ TEST_CASE("C API: prompt_embeds in place of prompts; keep_encoders keeps them re
     SECTION("keep_encoders: the second call finds them resident; the image is the same") {
         kiln_generate_params k = p;
         k.keep_encoders = 1;
-        kiln_generate_stats s1 = KILN_GENERATE_STATS_INIT, s2 = KILN_GENERATE_STATS_INIT,
-                            s3 = KILN_GENERATE_STATS_INIT;
+        kiln_generate_stats s1 = KILN_GENERATE_STATS_INIT, s2 = KILN_GENERATE_STATS_INIT, s3 = KILN_GENERATE_STATS_INIT;
         CHECK(generate_rgb(m.get(), k, &s1) == from_prompt);
         CHECK(s1.text_encoders_reused == 0);
         CHECK(s1.text_encoder_bytes > 0);

@@ -17,6 +17,30 @@ inline vk::Context& context() {
     return ctx;
 }
 
+// Every input a fixture transformer may take (each fixture's io.safetensors has those its model uses).
+inline const std::vector<std::string> kTransformerInputs = {"hidden_states",
+                                                            "timestep",
+                                                            "class_labels",
+                                                            "encoder_hidden_states",
+                                                            "encoder_attention_mask",
+                                                            "pooled_projections",
+                                                            "img_ids",
+                                                            "txt_ids",
+                                                            "guidance"};
+
+// Fixture `fx` converted to a Kiln file with `dt` weights, in the model tests' temp folder; `tag` keeps one
+// test's files apart from another's.
+inline std::string convert_fixture(const std::string& fx, DType dt, const std::string& tag = "") {
+    auto dir = std::filesystem::temp_directory_path() / "kiln_test_models";
+    std::filesystem::create_directories(dir);
+    const std::string file = (dir / (fx + (tag.empty() ? "" : "_" + tag) + "_" + dtype_name(dt) + ".kiln")).string();
+    converter::Options opt;
+    opt.dtype = dt;
+    opt.quiet = true;
+    converter::convert_folder(data_path("fixtures/" + fx), file, opt);
+    return file;
+}
+
 // The named inputs of a fixture's io.safetensors.
 inline std::map<std::string, Tensor> fixture_inputs(const SafeTensors& io, const std::vector<std::string>& names) {
     std::map<std::string, Tensor> in;
@@ -43,14 +67,8 @@ inline void check_vulkan_parity(const std::string& fx, const std::vector<std::st
     auto io = SafeTensors::open(data_path("fixtures/" + fx + "/io.safetensors"));
     const auto ref = io.read("sample").to_f32();
     auto in = fixture_inputs(io, inputs);
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_models";
-    std::filesystem::create_directories(dir);
     for (DType dt : {DType::f32, DType::f16}) {
-        std::string file = (dir / (fx + "_" + dtype_name(dt) + ".kiln")).string();
-        converter::Options opt;
-        opt.dtype = dt;
-        opt.quiet = true;
-        converter::convert_folder(data_path("fixtures/" + fx), file, opt);
+        const std::string file = convert_fixture(fx, dt);
         auto src = models::ModelSource::open(file);
         Tensor first;
         // Regional twice: block weights copied per replay, then selected on the device (device addresses).

@@ -10,16 +10,6 @@
 using namespace kiln;
 
 namespace {
-const std::vector<std::string> kInputs = {"hidden_states",
-                                          "timestep",
-                                          "class_labels",
-                                          "encoder_hidden_states",
-                                          "encoder_attention_mask",
-                                          "pooled_projections",
-                                          "img_ids",
-                                          "txt_ids",
-                                          "guidance"};  // those present
-
 struct Run {
     Tensor sample;
     exec::Counters c;
@@ -46,19 +36,13 @@ TEST_CASE("fused transformers equal unfused ones bitwise in every mode", "[model
     const DType dt = GENERATE(DType::f16, DType::q4_0);
     CAPTURE(fx, dtype_name(dt));
     auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_fuse";
-    std::filesystem::create_directories(dir);
-    const std::string file = (dir / (fx + "_" + dtype_name(dt) + ".kiln")).string();
-    converter::Options opt;
-    opt.dtype = dt;
-    opt.quiet = true;
-    converter::convert_folder(test::data_path("fixtures/" + fx), file, opt);
+    const std::string file = test::convert_fixture(fx, dt, "fuse");
     auto src = models::ModelSource::open(file);
     auto ws = src.weights("transformer");
     ir::Graph g;
     models::Builder b(g, *ws);
     auto in = models::build_component(b, src.class_of("transformer"), src.config("transformer"),
-                                      test::fixture_inputs(io, kInputs));
+                                      test::fixture_inputs(io, test::kTransformerInputs));
     // The SD3 fixtures have two blocks, the last one inline: nothing is replayed there.
     const bool replays = !exec::analyze_regions(g).empty();
     CHECK(replays == (fx.rfind("sd3", 0) != 0));

@@ -12,32 +12,14 @@
 
 using namespace kiln;
 
-namespace {
-const std::vector<std::string> kInputs = {"hidden_states",
-                                          "timestep",
-                                          "class_labels",
-                                          "encoder_hidden_states",
-                                          "encoder_attention_mask",
-                                          "pooled_projections",
-                                          "img_ids",
-                                          "txt_ids",
-                                          "guidance"};  // those present
-}
-
 TEST_CASE("quantized fixtures: Vulkan matches the CPU oracle, accuracy against f32", "[models][quant]") {
     const std::string fx = GENERATE("dit", "pixart", "sd3", "flux");
     const DType dt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_k);
     CAPTURE(fx, dtype_name(dt));
     auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
     const auto ref = io.read("sample").to_f32();
-    auto in = test::fixture_inputs(io, kInputs);
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_models";
-    std::filesystem::create_directories(dir);
-    const std::string file = (dir / (fx + "_" + dtype_name(dt) + ".kiln")).string();
-    converter::Options opt;
-    opt.dtype = dt;
-    opt.quiet = true;
-    converter::convert_folder(test::data_path("fixtures/" + fx), file, opt);
+    auto in = test::fixture_inputs(io, test::kTransformerInputs);
+    const std::string file = test::convert_fixture(fx, dt);
     size_t quantized = 0, matrices = 0;
     for (auto& t : GgufFile::open(file).tensors()) {
         quantized += dtype_is_quant(t.dtype);

@@ -27,17 +27,8 @@ TEST_CASE("fixture transformers with activations over the binding limit: row chu
     const std::string fx = GENERATE("dit", "sd3", "flux");
     CAPTURE(fx);
     auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
-    std::map<std::string, Tensor> raw;
-    for (const char* n : {"hidden_states", "timestep", "class_labels", "encoder_hidden_states",
-                          "encoder_attention_mask", "pooled_projections", "img_ids", "txt_ids", "guidance"})
-        if (io.find(n)) raw[n] = io.read(n);
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_models";
-    std::filesystem::create_directories(dir);
-    const std::string file = (dir / (fx + "_split_f16.kiln")).string();
-    converter::Options opt;
-    opt.dtype = DType::f16;
-    opt.quiet = true;
-    converter::convert_folder(test::data_path("fixtures/" + fx), file, opt);
+    const auto raw = test::fixture_inputs(io, test::kTransformerInputs);
+    const std::string file = test::convert_fixture(fx, DType::f16, "split");
     auto src = models::ModelSource::open(file);
     auto ws = src.weights("transformer");
     ir::Graph g;

@@ -80,10 +80,14 @@ TEST_CASE("linears of one input are grouped only when they can be", "[op:linear_
     g.output(g.linear(x13, g.weight("d", {8, 13}), {}), "d");  // K % 4 != 0 (no 4-vector form)
     g.output(g.linear(x13, g.weight("e", {8, 13}), {}), "e");
     std::map<std::string, Tensor> ws, in;
-    const std::vector<std::tuple<std::string, int64_t, DType>> specs = {
-        {"a", 32, DType::f16}, {"b", 32, DType::f32}, {"c", 32, DType::f16}, {"d", 13, DType::f32}, {"e", 13, DType::f32}};
+    const std::vector<std::tuple<std::string, int64_t, DType>> specs = {{"a", 32, DType::f16},
+                                                                        {"b", 32, DType::f32},
+                                                                        {"c", 32, DType::f16},
+                                                                        {"d", 13, DType::f32},
+                                                                        {"e", 13, DType::f32}};
     for (auto& [n, k, dt] : specs) ws[n] = test::random_weight({8, k}, dt, 5);
-    in = {{"x", test::random_tensor({4, 32}, 1)}, {"z", test::random_tensor({4, 32}, 2)},
+    in = {{"x", test::random_tensor({4, 32}, 1)},
+          {"z", test::random_tensor({4, 32}, 2)},
           {"x13", test::random_tensor({4, 13}, 3)}};
     auto fused = test::run_vk(g, in, ws, exec::Mode::full, "all");
     CHECK(fused.c.nodes_fused == 0);

@@ -40,9 +40,8 @@ TEST_CASE("a norm with affine weights, or read twice, is not fused", "[op:norm_m
     g.output(g.modulate(ln, sc, sh), "z");  // SD3.5's dual blocks modulate one norm twice
     auto w = g.weight("w", {16});
     g.output(g.modulate(g.layer_norm(x, w, {}, 1e-6f), sh, sc), "u");
-    std::map<std::string, Tensor> in{{"x", test::random_tensor(s, 1)},
-                                     {"shift", test::random_tensor(sb, 2)},
-                                     {"scale", test::random_tensor(sb, 3)}};
+    std::map<std::string, Tensor> in{
+        {"x", test::random_tensor(s, 1)}, {"shift", test::random_tensor(sb, 2)}, {"scale", test::random_tensor(sb, 3)}};
     auto fused = test::run_vk(g, in, {{"w", test::random_tensor({16}, 4)}}, exec::Mode::full, "1");
     CHECK(fused.c.nodes_fused == 0);
 }
