@@ -1,11 +1,11 @@
 // linear body: y[M, N] = act(x[M, K] @ W[N, K]^T + b[N])   (W in PyTorch layout, stored f32/f16/bf16/quantized;
 // act: none, or the activation a fused linear applies, spec constant ACT). The tile code is linear_tile.glsl.
-// Register tiling, no shared memory, no barriers: a 16 x LY workgroup owns an (LY RM) x 128 output
-// tile; invocation (tx, ty) owns rows ty + LY i (i < RM) and cols tx + 16j (j < 8), so stores are
-// contiguous across tx. Every k step loads RM x and 8 W values for 8 RM FMAs. Out-of-range rows/cols
-// are clamped for the loads (branch-free K loop) and masked at the store. LY and RM are
-// specialization constants: 16 x 4 (64-row tiles) in general, 1 x 1 for small M (the adaLN / timestep
-// MLPs with M = batch), where a 64-row tile would be mostly clamped duplicates.
+// Register tiling, no shared memory, no barriers: a 16 x LY workgroup owns an (LY RM) x (16 RN) output
+// tile; invocation (tx, ty) owns rows ty + LY i (i < RM) and cols tx + 16j (j < RN), so stores are
+// contiguous across tx. Every k step loads RM x and RN W values for RN RM FMAs. Out-of-range rows/cols
+// are clamped for the loads (branch-free K loop) and masked at the store. LY, RM and RN are
+// specialization constants chosen per shape by lower_linear (lower_matmul.cpp): 64/32/16 x 128 tiles
+// in general, 64 columns for N <= 64, 1-row tiles for small M (the adaLN / timestep MLPs with M = batch).
 // LINEAR_VEC4 (linear_vec4.comp, K % 4 == 0): x and W are read as 4-vectors along K, a quarter of the
 // load instructions (lavapipe issues one load per lane per instruction; on GPUs: 16-byte loads).
 // W_Q8_0 .. W_Q6_K (vec4 only; quantized rows are whole 32/256-value blocks): W is ggml blocks, read as
@@ -14,11 +14,11 @@
 #include "activation.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
-#define RN 8
 layout(local_size_x = 16, local_size_y_id = 1) in;
 layout(constant_id = 0) const uint RM = 4;
 layout(constant_id = 1) const uint LY = 16;
 layout(constant_id = 2) const uint ACT = 0;  // activation applied at the store (ir::Act; activation.glsl)
+layout(constant_id = 3) const uint RN = 8;
 SELECT_BUF(4)
 #ifdef LINEAR_VEC4
 #define VT vec4

@@ -1,5 +1,5 @@
 // One linear's output tile (the body of linear.glsl, shared with linear_multi.comp so both compute every
-// output element by the same code): void LT_FN(uint tile_x) computes columns [128 tile_x, 128 tile_x + 128)
+// output element by the same code): void LT_FN(uint tile_x) computes columns [16 RN tile_x, 16 RN (tile_x + 1))
 // of rows owned by this workgroup (gl_WorkGroupID.y), see linear.glsl. The includer defines:
 //   LT_FN (name), LT_N (columns), LT_WLOAD(i) (one VT of W at index i), LT_W0 (index of W's first element),
 //   LT_HAS_BIAS / LT_BIAS(n) (bias), LT_Y (output array), LT_ACT (activation code, activation.glsl);

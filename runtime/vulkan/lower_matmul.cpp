@@ -1,4 +1,4 @@
-// Lowering of linear and linear_multi (register-tiled, 64 x 128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x
+// Lowering of linear and linear_multi (register-tiled, 16..64 x 64..128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x
 // 128 with 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,30 @@
 namespace kiln::vk {
 namespace {
 constexpr uint32_t kTile = 64;       // output tile edge of matmul.comp
-constexpr uint32_t kLinTileN = 128;  // output columns per linear.glsl workgroup
+constexpr uint32_t kLinTileN = 128;  // output columns per linear_multi.comp workgroup (RN = 8)
 uint32_t tiles(int64_t n) { return (uint32_t)((n + kTile - 1) / kTile); }
+
+// Register tile of linear.glsl: RM rows per invocation, LY invocation rows, RN columns per invocation (16 columns of
+// invocations). Every output element is computed by the same K loop whatever the tile, so the choice changes only
+// the work spent on clamped rows and masked columns (and how many workgroups share the device), never the values.
+// M <= 8 (adaLN / timestep MLPs, M = batch): one row per workgroup. Otherwise 4 rows per invocation and LY in
+// 16, 8, 4 (64-, 32-, 16-row tiles), the one that pads M least, ties to the taller tile: dit-tiny's M = 32 no longer
+// computes 32 duplicate rows in a 64-row tile. RN = 8 (128-column tiles), or 4 where N <= 64 (half the columns
+// of a 128-wide tile would be masked). On lavapipe, dit-tiny at 32 x 64 tiles: full-mode step 137 -> 90 ms.
+struct LinTile {
+    uint32_t rm, ly, rn;
+};
+LinTile linear_tile(int64_t M, int64_t N) {
+    LinTile t{1, 1, N <= 64 ? 4u : 8u};
+    if (M <= 8) return t;
+    t.rm = 4;
+    int64_t best = -1;
+    for (uint32_t ly : {16u, 8u, 4u}) {
+        const int64_t rows = 4 * ly, padded = (M + rows - 1) / rows * rows;
+        if (best < 0 || padded < best) best = padded, t.ly = ly;
+    }
+    return t;
+}
 }  // namespace
 
 Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
@@ -31,10 +53,10 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     // 4-vector variant applies. Quantized weights (K a multiple of 32) have only that variant.
     d.shader = (K % 4 == 0 ? "linear_vec4" : "linear") + weight_suffix(w.dtype);
     d.set_push(p);
-    // Spec constants (RM rows per invocation, LY workgroup height): 64-row tiles, 1-row tiles for M <= 8.
-    uint32_t rm = M <= 8 ? 1 : 4, ly = M <= 8 ? 1 : 16;
-    d.spec = {rm, ly, (uint32_t)std::get<ir::LinearAttrs>(n.attrs).act};  // ACT: activation at the store
-    d.groups[0] = (uint32_t)((N + kLinTileN - 1) / kLinTileN);
+    const LinTile t = linear_tile(M, N);
+    const uint32_t rm = t.rm, ly = t.ly;
+    d.spec = {rm, ly, (uint32_t)std::get<ir::LinearAttrs>(n.attrs).act, t.rn};  // ACT: activation at the store
+    d.groups[0] = (uint32_t)((N + 16 * t.rn - 1) / (16 * t.rn));
     d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
     KILN_CHECK(d.groups[1] <= 65535, "linear: M = ", M, " rows exceed the dispatch limit");
     return d;
@@ -52,7 +74,8 @@ Dispatch lower_linear_multi(const ir::Graph& g, const ir::Node& n) {
     p.K = (params::uint)K;
     Dispatch d;
     d.shader = "linear_multi" + weight_suffix(w0.dtype);
-    uint32_t rm = M <= 8 ? 1 : 4, ly = M <= 8 ? 1 : 16;  // as lower_linear
+    const LinTile t = linear_tile(M, 1 << 20);  // rows as lower_linear; columns: 128-wide tiles (tile0)
+    const uint32_t rm = t.rm, ly = t.ly;
     d.spec = {rm, ly};
     uint32_t tiles = 0;
     for (int i = 0; i < ir::kMultiLinear; ++i) {
