@@ -22,5 +22,5 @@ void main() {
         ia += idx * p.sa[d];
         ib += idx * p.sb[d];
     }
-    y[i] = BINARY_OP(a[WBASE(A) + ia], b[WBASE(B) + ib]);
+    y[i] = BINARY_OP(a[WBASE(A) + p.oa + ia], b[WBASE(B) + p.ob + ib]);
 }

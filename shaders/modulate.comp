@@ -13,6 +13,6 @@ layout(binding = 3) writeonly buffer Y { float y[]; };
 void main() {
     uint i = flat_id();
     if (i >= p.B * p.N * p.C) return;
-    uint bc = (i / (p.N * p.C)) * p.C + i % p.C;
-    y[i] = x[i] * (1.0 + scale[bc]) + shift[bc];
+    uint b = i / (p.N * p.C), c = i % p.C;
+    y[i] = x[i] * (1.0 + scale[p.sc_off + b * p.sc_stride + c]) + shift[p.sh_off + b * p.sh_stride + c];
 }

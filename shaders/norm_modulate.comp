@@ -17,11 +17,12 @@ layout(binding = 3) writeonly buffer Y { float y[]; };
 void main() {
     uint row = wg_row();
     if (row >= p.rows) return;
-    uint base = row * p.cols, t = gl_LocalInvocationID.x, bc0 = (row / p.N) * p.cols;
+    uint base = row * p.cols, t = gl_LocalInvocationID.x, b = row / p.N;
+    uint sh0 = p.sh_off + b * p.sh_stride, sc0 = p.sc_off + b * p.sc_stride;
     vec2 st = layer_norm_stats(base, p.cols, p.eps);
     float mean = st.x, inv = st.y;
     for (uint c = t; c < p.cols; c += 64) {
         float r = (x[base + c] - mean) * inv;
-        y[base + c] = r * (1.0 + scale[bc0 + c]) + shift[bc0 + c];
+        y[base + c] = r * (1.0 + scale[sc0 + c]) + shift[sh0 + c];
     }
 }

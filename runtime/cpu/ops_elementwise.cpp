@@ -55,6 +55,26 @@ void mul(const ir::Graph& g, const ir::Node& n, Vals& v) {
     binary(g, n, v, [](float a, float b) { return a * b; });
 }
 
+void mul_add(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    const Shape& out = g.value(n.out).shape;
+    std::vector<int64_t> st[3];
+    for (size_t k = 0; k < 3; ++k) st[k] = bstrides(g.value(n.in[k]).shape, out);
+    const auto &a = v[(size_t)n.in[0]], &b = v[(size_t)n.in[1]], &c = v[(size_t)n.in[2]];
+    auto& y = v[(size_t)n.out];
+    std::vector<int64_t> idx(out.size(), 0);
+    for (size_t i = 0; i < y.size(); ++i) {
+        int64_t o[3] = {0, 0, 0};
+        for (size_t d = 0; d < out.size(); ++d)
+            for (size_t k = 0; k < 3; ++k) o[k] += idx[d] * st[k][d];
+        const float t = a[(size_t)o[0]] * b[(size_t)o[1]];  // rounded to f32, then the sum
+        y[i] = t + c[(size_t)o[2]];
+        for (size_t d = out.size(); d-- > 0;) {
+            if (++idx[d] < out[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
 void scale(const ir::Graph& g, const ir::Node& n, Vals& v) {
     auto a = std::get<ir::ScaleAttrs>(n.attrs);
     const auto& x = v[(size_t)n.in[0]];

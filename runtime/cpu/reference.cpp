@@ -29,6 +29,8 @@ std::map<std::string, Tensor> run(const ir::Graph& g, const std::map<std::string
         }
     }
     for (const ir::Node& n : g.nodes()) {
+        KILN_CHECK(n.views.empty(), "CPU reference: ", ir::op_name(n.op),
+                   " reads a slice in place (a fused graph); run the graph as built");
         for (int o : ir::node_outputs(n))
             if (o >= 0) vals[(size_t)o].assign((size_t)shape_numel(g.value(o).shape), 0.f);
         table[(int)n.op](g, n, vals);

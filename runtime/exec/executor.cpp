@@ -287,13 +287,16 @@ namespace {
 // "fusion payoff per fusion": equal within noise at light load, 8-12% slower under heavy load), while its
 // pipeline adds compile time.
 // KILN_FUSE=all: every fusion, every mode, every device.
-ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, ir::FuseStats& st) {
+// Slices are read in place (ir::InputView) only by ops no larger than one binding: row chunks (row_split.cpp) do
+// not split views.
+ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, uint64_t max_binding, ir::FuseStats& st) {
     const char* env = std::getenv("KILN_FUSE");
     const std::string e = env ? env : "1";
     KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
     if (e == "0" || (mode == Mode::eager && e != "all")) return g;
     ir::FuseOptions opt;
     opt.linear_multi = e == "all" || !cpu_device;
+    opt.view_max_bytes = max_binding;
     return ir::fuse(g, &st, opt);
 }
 }  // namespace
@@ -301,8 +304,11 @@ ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, ir::Fuse
 Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile,
                    BlockWeights block_weights, const Budget& budget) {
     ir::FuseStats fused;
+    uint64_t max_binding = ctx.info().max_storage_buffer_range;
+    if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
+        max_binding = std::min<uint64_t>(max_binding, std::strtoull(env, nullptr, 10));
     impl_ = std::make_unique<Impl>(
-        ctx, planned_graph(g, mode, ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU, fused), mode);
+        ctx, planned_graph(g, mode, ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU, max_binding, fused), mode);
     impl_->c.nodes_fused = fused.nodes_removed;
     impl_->profile = profile;
     impl_->budget = budget;
@@ -313,9 +319,7 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     impl_->select = block_weights;
     if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
         impl_->select = parse_block_weights(env);
-    impl_->max_binding = ctx.info().max_storage_buffer_range;
-    if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
-        impl_->max_binding = std::min<VkDeviceSize>(impl_->max_binding, std::strtoull(env, nullptr, 10));
+    impl_->max_binding = max_binding;
     impl_->c.binding_limit_bytes = impl_->max_binding;
     impl_->plan(weights);
 }

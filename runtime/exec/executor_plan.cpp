@@ -73,8 +73,9 @@ bool Executor::Impl::can_update_in_place(const ir::Region& t, int x, int y) cons
             if (v < 0 || r(v) != rx) continue;
             last_read = std::max(last_read, n);
             if (n == def)
-                same_index &= (node.op == ir::Op::add || node.op == ir::Op::sub || node.op == ir::Op::mul) &&
-                              g.value(v).shape == g.value(node.out).shape;
+                same_index &= (node.op == ir::Op::add || node.op == ir::Op::sub || node.op == ir::Op::mul ||
+                               node.op == ir::Op::mul_add) &&
+                              node.views.empty() && g.value(v).shape == g.value(node.out).shape;
         }
     }
     return last_read < def || (last_read == def && same_index);

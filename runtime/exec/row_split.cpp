@@ -48,6 +48,9 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Node& node, ir::Graph& s, cons
         case Op::mul:
             s.mul(in[0], in[1]);
             break;
+        case Op::mul_add:
+            s.mul_add(in[0], in[1], in[2]);
+            break;
         case Op::scale: {
             auto a = std::get<ir::ScaleAttrs>(node.attrs);
             s.scale(in[0], a.alpha, a.beta);
@@ -132,6 +135,8 @@ std::vector<Part> Executor::Impl::parts(int n) const {
 
     const Shape& so = g.value(node.out).shape;
     std::string why;
+    // ir::fuse reads slices in place only in nodes within the limit (FuseOptions::view_max_bytes).
+    KILN_CHECK(node.views.empty(), "internal: ", ir::op_name(node.op), " reads a slice in place over the binding limit");
     auto fail = [&](const std::string& reason) {
         KILN_FAIL("op ", ir::op_name(node.op), " binds activation ", shape_str(g.value(big).shape), " (",
                   value_bytes(g.value(big)), " bytes), over the binding limit of ", max_binding,
@@ -165,7 +170,8 @@ std::vector<Part> Executor::Impl::parts(int n) const {
         case Op::add:
         case Op::sub:
         case Op::mul:
-            for (size_t b = 0; b < 2; ++b)
+        case Op::mul_add:
+            for (size_t b = 0; b < node.in.size(); ++b)
                 if (!classify_broadcast(g.value(node.in[b]).shape, so, how[b]))
                     fail("operand " + shape_str(g.value(node.in[b]).shape) + " broadcasts over part of the rows of " +
                          shape_str(so));

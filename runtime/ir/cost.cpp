@@ -35,6 +35,9 @@ Cost count_cost(const Graph& g) {
                 c.flops += 2.0 * out * (double)(w[1] * w[2] * w[3]);
                 break;
             }
+            case Op::mul_add:
+                c.flops += 2.0 * out;
+                break;
             default:
                 c.flops += out;
                 break;

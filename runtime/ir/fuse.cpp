@@ -47,6 +47,60 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
         dead[(size_t)p] = true;
         st.norm_modulate++;
     }
+    // add(mul(a, b), c) -> mul_add(a, b, c) where the add was (c may be either addend: f32 addition commutes).
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        Node& n = nodes[i];
+        if (n.op != Op::add) continue;
+        for (size_t k = 0; k < 2; ++k) {
+            const int p = single_use_producer(n.in[k], n);
+            if (p < 0 || nodes[(size_t)p].op != Op::mul) continue;
+            const Node& m = nodes[(size_t)p];
+            n = Node{Op::mul_add, {m.in[0], m.in[1], n.in[1 - k]}, n.out, {}, NoAttrs{}, n.region};
+            dead[(size_t)p] = true;
+            st.mul_add++;
+            break;
+        }
+    }
+    // Slices along the last axis read in place: the reader takes the slice's source with an InputView.
+    auto bytes = [&](int v) { return v < 0 ? 0 : dtype_nbytes(g.values_[(size_t)v].dtype, shape_numel(g.values_[(size_t)v].shape)); };
+    auto fits = [&](const Node& n) {
+        if (!opt.view_max_bytes) return true;
+        for (int v : n.in)
+            if (v >= 0 && g.values_[(size_t)v].role != Role::weight && bytes(v) > opt.view_max_bytes) return false;
+        for (int v : node_outputs(n))
+            if (bytes(v) > opt.view_max_bytes) return false;
+        return true;
+    };
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        Node& n = nodes[i];
+        size_t first = 0, end = 0;
+        if (n.op == Op::add || n.op == Op::sub || n.op == Op::mul || n.op == Op::mul_add)
+            end = n.in.size();
+        else if (n.op == Op::modulate || n.op == Op::norm_modulate)
+            first = 1, end = 3;
+        if (dead[i] || !fits(n)) continue;
+        for (size_t k = first; k < end; ++k) {
+            const int v = n.in[k];
+            int p = single_use_producer(v, n), r = -1;
+            if (p >= 0 && nodes[(size_t)p].op == Op::reshape) r = p, p = single_use_producer(nodes[(size_t)r].in[0], nodes[(size_t)r]);
+            if (p < 0 || nodes[(size_t)p].op != Op::slice) continue;
+            const Node& s = nodes[(size_t)p];
+            const Value& src = g.values_[(size_t)s.in[0]];
+            const auto& a = std::get<AxisAttrs>(s.attrs);
+            const Shape& vs = g.values_[(size_t)v].shape;
+            if (src.role == Role::weight || a.axis != (int)src.shape.size() - 1 || vs.empty() ||
+                vs.back() != a.length || input_view(n, k))
+                continue;
+            Node trial = n;
+            trial.in[k] = s.in[0];
+            if (!fits(trial)) continue;
+            n.views.push_back(InputView{(int)k, a.start, src.shape.back(), vs});
+            n.in[k] = s.in[0];
+            dead[(size_t)p] = true;
+            if (r >= 0) dead[(size_t)r] = true;
+            st.views++;
+        }
+    }
     // Linears of one x: grouped in order of appearance, up to kMultiLinear per group, at the first one's place
     // (x and every weight exist there; each output's readers come after its own linear, so after the group).
     std::map<std::tuple<int, int, DType>, std::vector<size_t>> open;  // (x, region, weight dtype) -> members

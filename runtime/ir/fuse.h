@@ -6,7 +6,11 @@
 //  - layer_norm without affine then modulate, the norm read by nothing else -> norm_modulate;
 //  - linears of one input x (same weight dtype, K % 4 == 0, same region), e.g. attention's q, k, v -> groups of
 //    up to 4 in one linear_multi, at the first one's place (each weight, bias and output stays its own value).
-//    Optional (FuseOptions): on lavapipe it showed no gain (see exec::Executor).
+//    Optional (FuseOptions): on lavapipe it showed no gain (see exec::Executor);
+//  - add(mul(a, b), c), the product read by nothing else -> mul_add (a gated residual: gate * h + x);
+//  - a slice along the last axis (possibly reshaped, same last dim) read only by add/sub/mul/mul_add, or as
+//    modulate's / norm_modulate's shift or scale -> that op reads the slice's source in place (ir::InputView):
+//    the chunks of an adaLN embedding are never copied out.
 // Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
 // renumbered.
 #include "runtime/ir/graph.h"
@@ -18,11 +22,15 @@ struct FuseStats {
     int norm_modulate = 0;    // layer_norm + modulate pairs
     int linear_multi = 0;     // linear_multi nodes made
     int linears_grouped = 0;  // linears they replace
+    int mul_add = 0;          // mul + add pairs
+    int views = 0;            // slices read in place
     int nodes_removed = 0;
 };
 
 struct FuseOptions {
     bool linear_multi = true;
+    // Slices are read in place only by nodes whose activations (inputs and outputs) are no larger (0: any size).
+    uint64_t view_max_bytes = 0;
 };
 
 Graph fuse(const Graph& g, FuseStats* stats = nullptr, const FuseOptions& opt = {});

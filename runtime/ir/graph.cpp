@@ -89,6 +89,12 @@ Val Graph::binary(Op op, Val a, Val b) {
     return add_node(op, {a.id, b.id}, s);
 }
 Val Graph::add(Val a, Val b) { return binary(Op::add, a, b); }
+Val Graph::mul_add(Val a, Val b, Val c) {
+    for (Val t : {a, b, c}) check_f32(Op::mul_add, t, "a/b/c");
+    Shape s = broadcast_shapes(broadcast_shapes(shape(a), shape(b), "mul_add"), shape(c), "mul_add");
+    KILN_CHECK(s.size() <= 6, "mul_add: rank ", s.size(), " > 6");
+    return add_node(Op::mul_add, {a.id, b.id, c.id}, s);
+}
 Val Graph::sub(Val a, Val b) { return binary(Op::sub, a, b); }
 Val Graph::mul(Val a, Val b) { return binary(Op::mul, a, b); }
 

@@ -28,6 +28,16 @@ struct Value {
     int region = -1;    // region index of the producing node
 };
 
+// A fused read (ir::fuse): input `input` of a node is columns [start, start + shape.back()) of each width-wide row
+// of the value the node lists there (the source of a last-axis slice), read as a value of `shape` (the slice's
+// shape, or a reshape of it with the same last dim). The slice is not materialised.
+struct InputView {
+    int input = -1;
+    int64_t start = 0, width = 0;
+    Shape shape;
+    bool operator==(const InputView&) const = default;
+};
+
 struct Node {
     Op op;
     std::vector<int> in;  // value ids; -1 marks an absent optional input (e.g. no bias)
@@ -35,7 +45,20 @@ struct Node {
     std::vector<int> extra_out;  // linear_multi: its outputs after the first (-1: slot unused)
     Attrs attrs;
     int region = -1;  // index into Graph::regions(), -1 outside repeated blocks
+    std::vector<InputView> views;  // fused reads of slices (ir::fuse); empty in graphs as built
 };
+
+// The shape input i of n is read as: its view's, else its value's.
+inline const Shape& input_shape(const std::vector<Value>& values, const Node& n, size_t i) {
+    for (const InputView& v : n.views)
+        if (v.input == (int)i) return v.shape;
+    return values.at((size_t)n.in[i]).shape;
+}
+inline const InputView* input_view(const Node& n, size_t i) {
+    for (const InputView& v : n.views)
+        if (v.input == (int)i) return &v;
+    return nullptr;
+}
 
 // A repeated block instance: nodes [first, end) belong to block `index` of kind `kind`.
 struct Region {
@@ -94,6 +117,9 @@ public:
                                   const std::vector<Act>& act);
     // modulate(layer_norm(x, no weight, no bias, eps), shift, scale): x [B, N, C], shift/scale [B, C].
     Val norm_modulate(Val x, Val shift, Val scale, float eps);
+    // add(mul(a, b), c), numpy broadcasting of all three (a gated residual: gate * h + x). The product is rounded
+    // to f32 before the sum, as the two ops do (no fused multiply-add).
+    Val mul_add(Val a, Val b, Val c);
 
     // Repeated blocks: nodes added between begin and end belong to block `index` of `kind`.
     void begin_region(const std::string& kind, int index);

@@ -32,6 +32,7 @@
     X(slice, compute)              /* [start, start+length) along one axis */                        \
     X(linear_multi, compute)       /* fused: up to 4 linears of one x, each output its own value */  \
     X(norm_modulate, compute)      /* fused: modulate(layer_norm(x) without affine, shift, scale) */ \
+    X(mul_add, compute)            /* fused: a * b + c, numpy broadcasting (product rounded first) */ \
     X(reshape, view)               /* same elements, new shape */
 
 namespace kiln::ir {

@@ -18,15 +18,29 @@ using uint = uint32_t;
 #define KILN_PARAMS_END(name) p;
 #endif
 
-// add/sub/mul: out[i] = a[ia] op b[ib]; i decomposed over `shape` (rank dims, outermost first),
-// ia/ib from per-dim strides (0 on broadcast dims).
+// add/sub/mul: out[i] = a[oa + ia] op b[ob + ib]; i decomposed over `shape` (rank dims, outermost first),
+// ia/ib from per-dim strides (0 on broadcast dims). oa/ob and strides other than the plain ones: an operand read
+// as a slice of a wider value (ir::InputView).
 #if defined(__cplusplus) || defined(USE_BINARY)
 KILN_PARAMS(BinaryParams) {
     uint n, rank;
     uint shape[6];
     uint sa[6];
     uint sb[6];
+    uint oa, ob;
 } KILN_PARAMS_END(BinaryParams)
+#endif
+
+// mul_add: out[i] = a[oa + ia] * b[ob + ib] + c[oc + ic], as BinaryParams with a third operand.
+#if defined(__cplusplus) || defined(USE_MUL_ADD)
+KILN_PARAMS(MulAddParams) {
+    uint n, rank;
+    uint shape[6];
+    uint sa[6];
+    uint sb[6];
+    uint sc[6];
+    uint oa, ob, oc;
+} KILN_PARAMS_END(MulAddParams)
 #endif
 
 // scale: alpha*x + beta; silu; gelu (mode 1 = tanh approximation).
@@ -70,11 +84,13 @@ KILN_PARAMS(LinearMultiParams) {
 } KILN_PARAMS_END(LinearMultiParams)
 #endif
 
-// norm_modulate: row r of x [B, N, C] (rows = B N, cols = C) normalised, then * (1 + scale[r / N]) + shift[r / N].
+// norm_modulate: row r of x [B, N, C] (rows = B N, cols = C) normalised, then * (1 + scale[r / N]) + shift[r / N];
+// shift/scale row b starts at element sh_off + b sh_stride / sc_off + b sc_stride (C and 0 unless read as a slice).
 #if defined(__cplusplus) || defined(USE_NORM_MODULATE)
 KILN_PARAMS(NormModulateParams) {
     uint rows, cols, N;
     float eps;
+    uint sh_off, sh_stride, sc_off, sc_stride;
 } KILN_PARAMS_END(NormModulateParams)
 #endif
 
@@ -94,10 +110,11 @@ KILN_PARAMS(AttentionParams) {
 } KILN_PARAMS_END(AttentionParams)
 #endif
 
-// modulate: y[b, n, c] = x[b, n, c] * (1 + scale[b, c]) + shift[b, c].
+// modulate: y[b, n, c] = x[b, n, c] * (1 + scale[b, c]) + shift[b, c]; shift/scale rows as in norm_modulate.
 #if defined(__cplusplus) || defined(USE_MODULATE)
 KILN_PARAMS(ModulateParams) {
     uint B, N, C;
+    uint sh_off, sh_stride, sc_off, sc_stride;
 } KILN_PARAMS_END(ModulateParams)
 #endif
 

@@ -16,6 +16,18 @@ void groups_1d(Dispatch& d, uint64_t n, uint32_t local) {
     d.groups[2] = 1;
 }
 
+void modulate_rows(const ir::Node& n, int64_t C, uint32_t& sh_off, uint32_t& sh_stride, uint32_t& sc_off,
+                   uint32_t& sc_stride) {
+    auto row = [&](size_t i, uint32_t& off, uint32_t& stride) {
+        const ir::InputView* v = ir::input_view(n, i);
+        off = v ? (uint32_t)v->start : 0u;
+        stride = (uint32_t)(v ? v->width : C);
+        KILN_CHECK(!v || v->shape.back() == C, "internal: ", ir::op_name(n.op), " view of ", shape_str(v->shape));
+    };
+    row(1, sh_off, sh_stride);
+    row(2, sc_off, sc_stride);
+}
+
 std::string weight_suffix(DType t) {
     switch (t) {
         case DType::f32:

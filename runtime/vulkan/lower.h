@@ -28,6 +28,10 @@ struct Dispatch {
 
 // Group counts for a 1-D dispatch of n invocations with local size `local` (spread over y past 65535).
 void groups_1d(Dispatch& d, uint64_t n, uint32_t local = 256);
+// modulate / norm_modulate: where row b of shift (input 1) and scale (input 2) starts, element off + b stride:
+// off 0, stride C, or the slice's start and its source's width where one is read as a slice (ir::InputView).
+void modulate_rows(const ir::Node& n, int64_t C, uint32_t& sh_off, uint32_t& sh_stride, uint32_t& sc_off,
+                   uint32_t& sc_stride);
 // "_f32" / "_f16" / "_bf16" / "_q8_0" ... for a weight of dtype t.
 std::string weight_suffix(DType t);
 

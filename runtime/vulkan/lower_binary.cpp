@@ -1,4 +1,5 @@
-// Lowering of add/sub/mul: broadcasting strides into BinaryParams.
+// Lowering of add/sub/mul and the fused mul_add: broadcasting strides into BinaryParams / MulAddParams. An operand
+// read as a slice (ir::InputView) gets its source's row stride and the slice's start as offset.
 #include "runtime/core/error.h"
 #include "runtime/vulkan/lower.h"
 
@@ -17,14 +18,27 @@ void bstrides(const Shape& s, const Shape& out, params::uint* st) {
         }
     }
 }
+// Strides and offset of input i of n into the output's index space.
+params::uint operand(const ir::Graph& g, const ir::Node& n, size_t i, const Shape& out, params::uint* st) {
+    bstrides(ir::input_shape(g.values(), n, i), out, st);
+    const ir::InputView* v = ir::input_view(n, i);
+    if (!v) return 0;
+    // The view's rows are len-element runs of the source's width-element rows: every stride but the last dim's
+    // (a multiple of len) scales by width / len.
+    const int64_t len = v->shape.back();
+    KILN_CHECK(v->start + len <= v->width && v->width * shape_numel(v->shape) / len < (1ll << 32),
+               "internal: view of ", shape_str(v->shape), " at ", v->start, " in rows of ", v->width);
+    for (size_t o = 0; o + 1 < out.size(); ++o) st[o] = (params::uint)(st[o] / len * v->width);
+    return (params::uint)v->start;
+}
 Dispatch binary(const char* shader, const ir::Graph& g, const ir::Node& n) {
     const Shape& out = g.value(n.out).shape;
     params::BinaryParams p{};
     p.n = (params::uint)shape_numel(out);
     p.rank = (params::uint)out.size();
     for (size_t i = 0; i < out.size(); ++i) p.shape[i] = (params::uint)out[i];
-    bstrides(g.value(n.in[0]).shape, out, p.sa);
-    bstrides(g.value(n.in[1]).shape, out, p.sb);
+    p.oa = operand(g, n, 0, out, p.sa);
+    p.ob = operand(g, n, 1, out, p.sb);
     Dispatch d;
     d.shader = shader;
     d.set_push(p);
@@ -36,5 +50,22 @@ Dispatch binary(const char* shader, const ir::Graph& g, const ir::Node& n) {
 Dispatch lower_add(const ir::Graph& g, const ir::Node& n) { return binary("add", g, n); }
 Dispatch lower_sub(const ir::Graph& g, const ir::Node& n) { return binary("sub", g, n); }
 Dispatch lower_mul(const ir::Graph& g, const ir::Node& n) { return binary("mul", g, n); }
+
+Dispatch lower_mul_add(const ir::Graph& g, const ir::Node& n) {
+    const Shape& out = g.value(n.out).shape;
+    KILN_CHECK(shape_numel(out) < (1ll << 32), "mul_add: ", shape_str(out), " has >= 2^32 elements");
+    params::MulAddParams p{};
+    p.n = (params::uint)shape_numel(out);
+    p.rank = (params::uint)out.size();
+    for (size_t i = 0; i < out.size(); ++i) p.shape[i] = (params::uint)out[i];
+    p.oa = operand(g, n, 0, out, p.sa);
+    p.ob = operand(g, n, 1, out, p.sb);
+    p.oc = operand(g, n, 2, out, p.sc);
+    Dispatch d;
+    d.shader = "mul_add";
+    d.set_push(p);
+    groups_1d(d, p.n);
+    return d;
+}
 
 }  // namespace kiln::vk

@@ -35,6 +35,7 @@ Dispatch lower_modulate(const ir::Graph& g, const ir::Node& n) {
     const Shape& s = g.value(n.out).shape;  // [B, N, C]
     KILN_CHECK(shape_numel(s) < (1ll << 32), "modulate: ", shape_str(s), " has >= 2^32 elements");
     params::ModulateParams p{(params::uint)s[0], (params::uint)s[1], (params::uint)s[2]};
+    modulate_rows(n, s[2], p.sh_off, p.sh_stride, p.sc_off, p.sc_stride);
     Dispatch d;
     d.shader = "modulate";
     d.set_push(p);

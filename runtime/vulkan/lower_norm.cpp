@@ -62,6 +62,7 @@ Dispatch lower_norm_modulate(const ir::Graph& g, const ir::Node& n) {
     KILN_CHECK(shape_numel(s) < (1ll << 32), "norm_modulate: ", shape_str(s), " has >= 2^32 elements");
     params::NormModulateParams p{(params::uint)(s[0] * s[1]), (params::uint)s[2], (params::uint)s[1],
                                  std::get<ir::NormAttrs>(n.attrs).eps};
+    modulate_rows(n, s[2], p.sh_off, p.sh_stride, p.sc_off, p.sc_stride);
     Dispatch d;
     d.shader = "norm_modulate";
     d.set_push(p);
