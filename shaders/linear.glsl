@@ -19,10 +19,15 @@ layout(constant_id = 0) const uint RM = 4;
 layout(constant_id = 1) const uint LY = 16;
 layout(constant_id = 2) const uint ACT = 0;  // activation applied at the store (ir::Act; activation.glsl)
 layout(constant_id = 3) const uint RN = 8;
+// f16 activation storage (ir::store_f16, KILN_ACT_F16): x and/or y stored as f16, read and written through a
+// second declaration of the same binding; accumulation stays f32, y is rounded to f16 once at the store.
+layout(constant_id = 4) const uint XF16 = 0;
+layout(constant_id = 5) const uint YF16 = 0;
 SELECT_BUF(4)
 #ifdef LINEAR_VEC4
 #define VT vec4
 layout(binding = 0) readonly buffer X { vec4 x[]; };
+layout(binding = 0) readonly buffer X16 { f16vec4 x16[]; };
 #if defined(W_F16)
 WEIGHT_BUF(1, Wt, f16vec4, w)
 #define WLOAD(i) vec4(w[i])
@@ -44,6 +49,7 @@ WEIGHT_BUF(1, Wt, vec4, w)
 #else
 #define VT float
 layout(binding = 0) readonly buffer X { float x[]; };
+layout(binding = 0) readonly buffer X16 { float16_t x16[]; };
 WEIGHT_BUF(1, Wt, WTYPE, w)
 #define WLOAD(i) W2F(w[i])
 #define KSTEPS p.K
@@ -56,6 +62,17 @@ WEIGHT_BUF(2, Bs, float, bias)
 #define bias Bs_p.data
 #endif
 layout(binding = 3) writeonly buffer Y { float y[]; };
+layout(binding = 3) writeonly buffer Y16 { float16_t y16[]; };
+VT xload(uint i) {
+    if (XF16 != 0) return VT(x16[i]);
+    return x[i];
+}
+void ystore(uint i, float v) {
+    if (YF16 != 0)
+        y16[i] = float16_t(v);
+    else
+        y[i] = v;
+}
 
 #define LT_FN linear_tile
 #define LT_N p.N
@@ -67,7 +84,8 @@ layout(binding = 3) writeonly buffer Y { float y[]; };
 #endif
 #define LT_HAS_BIAS (p.has_bias != 0)
 #define LT_BIAS(n) bias[WBASE(Bs) + n]
-#define LT_Y y
+#define LT_STORE(i, v) ystore(i, v)
+#define LT_XLOAD(i) xload(i)
 #define LT_ACT ACT
 #include "linear_tile.glsl"
 

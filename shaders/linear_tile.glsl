@@ -2,8 +2,15 @@
 // output element by the same code): void LT_FN(uint tile_x) computes columns [16 RN tile_x, 16 RN (tile_x + 1))
 // of rows owned by this workgroup (gl_WorkGroupID.y), see linear.glsl. The includer defines:
 //   LT_FN (name), LT_N (columns), LT_WLOAD(i) (one VT of W at index i), LT_W0 (index of W's first element),
-//   LT_HAS_BIAS / LT_BIAS(n) (bias), LT_Y (output array), LT_ACT (activation code, activation.glsl);
+//   LT_HAS_BIAS / LT_BIAS(n) (bias), LT_Y (output array) or LT_STORE(i, v), LT_ACT (activation code,
+//   activation.glsl), optionally LT_XLOAD(i) (one VT of x; default x[i]);
 // and VT, KSTEPS, RN, RM, LY, p.M, x as linear.glsl does. It may be included several times.
+#ifndef LT_XLOAD
+#define LT_XLOAD(i) x[i]
+#endif
+#ifndef LT_STORE
+#define LT_STORE(i, v) LT_Y[i] = (v)
+#endif
 void LT_FN(uint tile_x) {
     const uint N = LT_N;
     uint n0 = tile_x * (16 * RN) + gl_LocalInvocationID.x;
@@ -17,7 +24,7 @@ void LT_FN(uint tile_x) {
         [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = 0.0;
     for (uint k = 0; k < ks; ++k) {
         VT a[RM], b[RN];
-        [[unroll]] for (uint i = 0; i < RM; ++i) a[i] = x[xr[i] + k];
+        [[unroll]] for (uint i = 0; i < RM; ++i) a[i] = LT_XLOAD(xr[i] + k);
         [[unroll]] for (uint j = 0; j < RN; ++j) b[j] = LT_WLOAD(wr[j] + k);
         [[unroll]] for (uint i = 0; i < RM; ++i)
             [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += dot(a[i], b[j]);
@@ -27,7 +34,7 @@ void LT_FN(uint tile_x) {
         if (m >= p.M) break;
         [[unroll]] for (uint j = 0; j < RN; ++j) {
             uint n = n0 + 16 * j;
-            if (n < N) LT_Y[m * N + n] = act_apply(LT_ACT, acc[i][j] + (LT_HAS_BIAS ? LT_BIAS(n) : 0.0));
+            if (n < N) LT_STORE(m * N + n, act_apply(LT_ACT, acc[i][j] + (LT_HAS_BIAS ? LT_BIAS(n) : 0.0)));
         }
     }
 }

@@ -33,15 +33,33 @@ double median(std::vector<double> v) {
 // output is compared bitwise with the all-resident one.
 nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
                             const std::map<std::string, Tensor>& in, exec::BlockWeights bw, exec::Budget base,
-                            int warmup, int steps) {
+                            int warmup, int steps, const std::string& points) {
     nlohmann::json out = nlohmann::json::array();
     std::printf("\nstreaming (regional): step time against the budget\n%-12s %10s %9s %9s %6s %12s %10s %10s %9s %8s\n",
                 "budget", "budget_MiB", "resident", "streamed", "slots", "stream_MiB", "step_med", "upload_ms",
                 "used_MiB", "bitwise");
     uint64_t minimum = 0, weights = 0;
     std::map<std::string, Tensor> ref;
-    std::vector<const char*> names = {"all", "1/2", "1/4", "2 blocks"};
-    if (base.bytes) names.push_back("given");  // --vram-budget
+    // --stream-budgets: a subset of all, 1/2, 1/4, min (two slots) and given (--vram-budget); "all" is always
+    // run first: it is the reference of the bitwise comparison and gives the minimum and the weight bytes.
+    std::vector<const char*> names = {"all"};
+    std::vector<std::string> want;
+    for (size_t a = 0; a <= points.size();) {
+        size_t b = points.find(',', a);
+        if (b == std::string::npos) b = points.size();
+        if (b > a) want.push_back(points.substr(a, b - a));
+        a = b + 1;
+    }
+    for (const std::string& w : want) {
+        KILN_CHECK(w == "all" || w == "1/2" || w == "1/4" || w == "min" || w == "given", "--stream-budgets: '", w,
+                   "' (all, 1/2, 1/4, min or given)");
+        KILN_CHECK(w != "given" || base.bytes, "--stream-budgets given needs --vram-budget");
+    }
+    auto wanted = [&](const char* n) { return want.empty() || std::find(want.begin(), want.end(), n) != want.end(); };
+    for (const char* n : {"1/2", "1/4"})
+        if (wanted(n)) names.push_back(n);
+    if (wanted("min")) names.push_back("2 blocks");
+    if (base.bytes && wanted("given")) names.push_back("given");  // --vram-budget
     for (const char* name : names) {
         exec::Budget bud = base;
         const std::string n = name;
@@ -103,6 +121,7 @@ Run add_bench(CLI::App& app) {
         std::string kernel_dtypes = "f32,f16,bf16";
         std::string vram_budget;  // streaming options (weight_stream.h)
         bool stream = false, no_in_place = false;
+        std::string stream_budgets;
         int slots = 0;
     };
     auto o = std::make_shared<Opts>();
@@ -119,7 +138,8 @@ Run add_bench(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode")->capture_default_str();
     app.add_option("--warmup", o->warmup, "Untimed steps before timing")->capture_default_str();
-    app.add_option("--mode", o->mode, "eager | full | regional | all")->capture_default_str();
+    app.add_option("--mode", o->mode, "eager | full | regional | all | none (with --stream: only the sweep)")
+        ->capture_default_str();
     app.add_option("--block-weights", o->block_weights,
                    "Regional: auto | offset (one bound range, per-replay offsets, no copies) | device (selected "
                    "through device addresses, no copies) | copy (copied per replay)")
@@ -129,9 +149,13 @@ Run add_bench(CLI::App& app) {
                    "(linear matrices)")
         ->capture_default_str();
     app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
+    add_f16_activations_flag(app);
     app.add_flag("--stream", o->stream,
                  "Also run regional mode with the budget at all blocks resident, 1/2, 1/4 and the minimum (two block "
                  "slots), and at --vram-budget when given: step time, bytes streamed per step, bitwise equality");
+    app.add_option("--stream-budgets", o->stream_budgets,
+                   "--stream: which budgets, comma-separated: all, 1/2, 1/4, min (two slots), given (--vram-budget); "
+                   "default all of them. all always runs: it is the bitwise reference");
     app.add_option("--slots", o->slots, "Ring slots per streamed block kind (default 2)");
     app.add_flag("--no-in-place", o->no_in_place,
                  "Unified memory: stream block weights through the ring instead of reading them in host memory");
@@ -180,6 +204,8 @@ Run add_bench(CLI::App& app) {
         std::vector<exec::Mode> modes;
         if (o->mode == "all")
             modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
+        else if (o->mode == "none")
+            KILN_CHECK(o->stream, "--mode none runs nothing without --stream");
         else
             modes = {exec::parse_mode(o->mode)};
 
@@ -280,6 +306,9 @@ Run add_bench(CLI::App& app) {
                 "          memory: weights %.1f MiB, activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
                 (double)c.weight_bytes / (1 << 20), (double)c.activation_bytes_planned / (1 << 20),
                 (double)c.activation_bytes_naive / (1 << 20), peaks_line(peaks).c_str());
+            if (c.f16_activations)
+                std::printf("          f16 activation storage: %d values (%.2f MiB less than f32)\n", c.f16_activations,
+                            (double)c.f16_activation_bytes_saved / (1 << 20));
             if (c.split_ops)
                 std::printf(
                     "          row chunks: %d ops bind an activation over one binding (%.2f MiB), recorded as %d "
@@ -288,6 +317,8 @@ Run add_bench(CLI::App& app) {
             std::fflush(stdout);
             nlohmann::json jm = {{"mode", exec::mode_name(mode)},
                                  {"nodes_fused", c.nodes_fused},
+                                 {"f16_activations", c.f16_activations},
+                                 {"f16_activation_bytes_saved", c.f16_activation_bytes_saved},
                                  {"cold_compile_ms", cold - c.upload_ms},
                                  {"warm_compile_ms", warm},
                                  {"weight_upload_ms", c.upload_ms},
@@ -339,7 +370,7 @@ Run add_bench(CLI::App& app) {
             ir::Graph g;
             models::Builder b(g, *ws);
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
-            report["stream"] = stream_sweep(ctx, g, b, in, bw, budget, o->warmup, o->steps);
+            report["stream"] = stream_sweep(ctx, g, b, in, bw, budget, o->warmup, o->steps, o->stream_budgets);
         }
         if (!o->json.empty()) {  // never a partial file: a temporary name, then rename
             const std::string tmp = o->json + ".tmp";

@@ -24,6 +24,13 @@ inline constexpr const char* kVramBudgetHelp =
     "Device memory for one model's weights and activations (e.g. 4G, 512M; default: the device's memory heap). "
     "Block weights over it stay in host memory and stream into a ring of device slots (regional mode); a budget "
     "below the minimum working set (activations + two block slots) is raised to it with a warning";
+// --f16-activations, shared by generate, forward and bench: sets KILN_ACT_F16=1 for this process.
+inline void add_f16_activations_flag(CLI::App& app) {
+    app.add_flag_callback(
+        "--f16-activations", [] { ::setenv("KILN_ACT_F16", "1", 1); },
+        "Store activations that pass from one linear to the next (a transformer MLP's 4x-wide hidden) as f16, "
+        "accumulating in f32: that buffer halves; outputs move by about 1e-4 relative (as KILN_ACT_F16=1)");
+}
 // An output path is checked before any work (before the model loads): its folder must exist and be writable, and
 // it must not be a folder itself. `flag` names the option in the error ("-o").
 void check_output_path(const std::string& path, const char* flag);

@@ -34,6 +34,10 @@ std::map<std::string, Tensor> run(const ir::Graph& g, const std::map<std::string
         for (int o : ir::node_outputs(n))
             if (o >= 0) vals[(size_t)o].assign((size_t)shape_numel(g.value(o).shape), 0.f);
         table[(int)n.op](g, n, vals);
+        // Activations stored as f16 (ir::store_f16): rounded once where written, as the shader's store does.
+        for (int o : ir::node_outputs(n))
+            if (o >= 0 && g.value(o).dtype == DType::f16)
+                for (float& x : vals[(size_t)o]) x = f16_to_f32(f32_to_f16(x));
     }
     std::map<std::string, Tensor> out;
     for (auto& [name, id] : g.outputs()) out[name] = Tensor::from_f32(g.value(id).shape, vals[(size_t)id]);

@@ -289,26 +289,39 @@ namespace {
 // KILN_FUSE=all: every fusion, every mode, every device.
 // Slices are read in place (ir::InputView) only by ops no larger than one binding: row chunks (row_split.cpp) do
 // not split views.
-ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, uint64_t max_binding, ir::FuseStats& st) {
+// KILN_ACT_F16=1: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
+ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, uint64_t max_binding, ir::FuseStats& st,
+                        Counters& c) {
     const char* env = std::getenv("KILN_FUSE");
     const std::string e = env ? env : "1";
     KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
-    if (e == "0" || (mode == Mode::eager && e != "all")) return g;
-    ir::FuseOptions opt;
-    opt.linear_multi = e == "all" || !cpu_device;
-    opt.view_max_bytes = max_binding;
-    return ir::fuse(g, &st, opt);
+    const char* env16 = std::getenv("KILN_ACT_F16");
+    const std::string e16 = env16 ? env16 : "0";
+    KILN_CHECK(e16 == "0" || e16 == "1", "KILN_ACT_F16='", e16, "' (0 or 1)");
+    ir::Graph out = g;
+    if (e != "0" && (mode != Mode::eager || e == "all")) {
+        ir::FuseOptions opt;
+        opt.linear_multi = e == "all" || !cpu_device;
+        opt.view_max_bytes = max_binding;
+        out = ir::fuse(g, &st, opt);
+    }
+    if (e16 == "1") c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved);
+    return out;
 }
 }  // namespace
 
 Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights, Mode mode, bool profile,
                    BlockWeights block_weights, const Budget& budget) {
     ir::FuseStats fused;
+    Counters early;
     uint64_t max_binding = ctx.info().max_storage_buffer_range;
     if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
         max_binding = std::min<uint64_t>(max_binding, std::strtoull(env, nullptr, 10));
     impl_ = std::make_unique<Impl>(
-        ctx, planned_graph(g, mode, ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU, max_binding, fused), mode);
+        ctx, planned_graph(g, mode, ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU, max_binding, fused, early),
+        mode);
+    impl_->c.f16_activations = early.f16_activations;
+    impl_->c.f16_activation_bytes_saved = early.f16_activation_bytes_saved;
     impl_->c.nodes_fused = fused.nodes_removed;
     impl_->profile = profile;
     impl_->budget = budget;

@@ -74,6 +74,8 @@ struct Counters {
     int command_buffers_recorded = 0;
     int dispatches_per_run = 0;  // dispatches executed by one run()
     int nodes_fused = 0;         // IR nodes fusion removed before planning (ir::fuse; 0 when KILN_FUSE=0 or eager)
+    int f16_activations = 0;     // activations stored as f16 (ir::store_f16, KILN_ACT_F16=1)
+    uint64_t f16_activation_bytes_saved = 0;
     int submissions_per_run = 0;
     int barriers_per_run = 0;
     int copies_per_run = 0;                  // buffer copies (chain values; block weights where copied)

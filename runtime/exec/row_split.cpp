@@ -35,7 +35,8 @@ bool classify_broadcast(const Shape& s, const Shape& so, Bind& how) {
 
 // The node rebuilt in `s` on inputs `in` (shapes of one chunk); returns its lowering (a linear: the variant
 // measured fastest on this device for the chunk's rows).
-vk::Dispatch lower_on(vk::Context& ctx, const ir::Node& node, ir::Graph& s, const std::vector<ir::Val>& in) {
+vk::Dispatch lower_on(vk::Context& ctx, const ir::Graph& g, const ir::Node& node, ir::Graph& s,
+                      const std::vector<ir::Val>& in) {
     using ir::Op;
     auto at = [&](size_t i) { return i < in.size() ? in[i] : ir::Val{}; };
     switch (node.op) {
@@ -108,6 +109,10 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Node& node, ir::Graph& s, cons
         default:
             KILN_FAIL("internal: ", ir::op_name(node.op), " has no row split");
     }
+    // Outputs keep their storage dtype (ir::store_f16).
+    const std::vector<int> outs = ir::node_outputs(s.nodes().back()), orig = ir::node_outputs(node);
+    for (size_t i = 0; i < outs.size(); ++i)
+        if (outs[i] >= 0) s.set_storage(ir::Val{outs[i]}, g.value(orig[i]).dtype);
     vk::Dispatch d = vk::lower(s, s.nodes().back());
     choose_linear(ctx, s, s.nodes().back(), d);
     return d;
@@ -250,10 +255,14 @@ std::vector<Part> Executor::Impl::parts(int n) const {
                     p.sub[b] = {(VkDeviceSize)(s0 / seg) * unit_bytes[b], unit_bytes[b]};
                 }
                 if (b >= node.in.size()) continue;  // the outputs' shapes follow from the op
-                in.push_back(val.role == ir::Role::weight ? s.weight(val.name, sh, val.dtype)
-                                                          : s.input(val.name, sh, val.dtype));
+                if (val.role == ir::Role::weight) {
+                    in.push_back(s.weight(val.name, sh, val.dtype));
+                } else {  // an f16-stored activation: an f32 input, then its storage (ir::store_f16)
+                    in.push_back(s.input(val.name, sh, val.dtype == DType::f16 ? DType::f32 : val.dtype));
+                    if (val.dtype == DType::f16) s.set_storage(in.back(), DType::f16);
+                }
             }
-            p.d = lower_on(ctx, node, s, in);
+            p.d = lower_on(ctx, g, node, s, in);
             KILN_CHECK(lead(s.values().back().shape) == cnt, "internal: row chunk of ", ir::op_name(node.op),
                        " has shape ", shape_str(s.values().back().shape));
             out.push_back(std::move(p));

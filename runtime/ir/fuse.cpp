@@ -157,4 +157,29 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
     return out;
 }
 
+int store_f16(Graph& g, uint64_t* bytes_saved) {
+    std::vector<int> readers(g.values_.size(), 0), linear_x_readers(g.values_.size(), 0);
+    for (const Node& n : g.nodes_)
+        for (size_t k = 0; k < n.in.size(); ++k) {
+            if (n.in[k] < 0) continue;
+            readers[(size_t)n.in[k]]++;
+            if (n.op == Op::linear && k == 0) linear_x_readers[(size_t)n.in[k]]++;
+        }
+    for (auto& [name, v] : g.outputs_) readers[(size_t)v] += 1 << 20;  // never f16
+    int count = 0;
+    uint64_t saved = 0;
+    for (const Node& n : g.nodes_) {
+        if (n.op != Op::linear) continue;
+        Value& v = g.values_[(size_t)n.out];
+        if (v.role != Role::activation || v.dtype != DType::f32 || readers[(size_t)n.out] == 0 ||
+            readers[(size_t)n.out] != linear_x_readers[(size_t)n.out])
+            continue;
+        v.dtype = DType::f16;
+        saved += (uint64_t)shape_numel(v.shape) * 2;
+        count++;
+    }
+    if (bytes_saved) *bytes_saved = saved;
+    return count;
+}
+
 }  // namespace kiln::ir

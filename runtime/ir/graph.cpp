@@ -155,8 +155,17 @@ Val Graph::rms_norm(Val x, Val w, float eps) {
     return add_node(Op::rms_norm, {x.id, w.id}, s, NormAttrs{eps, 1});
 }
 
+void Graph::set_storage(Val v, DType dt) {
+    KILN_CHECK(v.id >= 0 && v.id < (int)values_.size() && values_[(size_t)v.id].role != Role::weight &&
+                   (dt == DType::f32 || dt == DType::f16),
+               "set_storage: an activation or input stored as f32 or f16");
+    values_[(size_t)v.id].dtype = dt;
+}
+
 Val Graph::linear(Val x, Val w, Val b, Act act) {
-    check_f32(Op::linear, x, "x");
+    // x may be stored f16 (ir::store_f16: only linears read such values).
+    KILN_CHECK(x.id >= 0 && x.id < (int)values_.size(), "linear: x is not a value of this graph");
+    if (value(x).dtype != DType::f16 || value(x).role == Role::weight) check_f32(Op::linear, x, "x");
     const Shape &sx = shape(x), &sw = shape(w);
     KILN_CHECK(sw.size() == 2, "linear: weight '", value(w).name, "' must be [N, K], got ", shape_str(sw));
     KILN_CHECK(!sx.empty() && sx.back() == sw[1], "linear: x ", shape_str(sx), " last dim does not match weight '",

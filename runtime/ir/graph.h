@@ -122,6 +122,9 @@ public:
     Val mul_add(Val a, Val b, Val c);
 
     // Repeated blocks: nodes added between begin and end belong to block `index` of `kind`.
+    // Activation storage (ir::store_f16): activation v is stored as `dt` (f32 or f16); compute stays f32.
+    void set_storage(Val v, DType dt);
+
     void begin_region(const std::string& kind, int index);
     void end_region();
 
@@ -137,6 +140,7 @@ public:
 
 private:
     friend Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt);
+    friend int store_f16(Graph& g, uint64_t* bytes_saved);
     Val add_value(Value v);
     Val add_node(Op op, std::vector<int> in, Shape out_shape, Attrs attrs = NoAttrs{});
     Val binary(Op op, Val a, Val b);

@@ -10,6 +10,8 @@ namespace kiln::vk {
 std::string linear_smem_unsupported(const ir::Graph& g, const ir::Node& n) {
     if (n.op != ir::Op::linear) return "not a linear";
     if (g.value(n.in[1]).shape[1] % 4 != 0) return "K % 4 != 0";
+    if (g.value(n.in[0]).dtype != DType::f32 || g.value(n.out).dtype != DType::f32)
+        return "f16 activation storage (register path only)";
     return "";
 }
 

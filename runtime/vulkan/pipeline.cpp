@@ -58,7 +58,9 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
                 r.ptr_bindings |= 1u << binding[id];
         }
     }
+    // A binding may be declared twice (linear.glsl reads an f32 or an f16 view of x): one descriptor.
     std::sort(r.bindings.begin(), r.bindings.end());
+    r.bindings.erase(std::unique(r.bindings.begin(), r.bindings.end()), r.bindings.end());
     for (size_t i = 0; i < r.bindings.size(); ++i)
         KILN_CHECK(r.bindings[i] == i, "shader bindings must be 0..n-1 without gaps");
     return r;
