@@ -141,7 +141,8 @@ std::vector<Part> Executor::Impl::parts(int n) const {
     const Shape& so = g.value(node.out).shape;
     std::string why;
     // ir::fuse reads slices in place only in nodes within the limit (FuseOptions::view_max_bytes).
-    KILN_CHECK(node.views.empty(), "internal: ", ir::op_name(node.op), " reads a slice in place over the binding limit");
+    KILN_CHECK(node.views.empty(), "internal: ", ir::op_name(node.op),
+               " reads a slice in place over the binding limit");
     auto fail = [&](const std::string& reason) {
         KILN_FAIL("op ", ir::op_name(node.op), " binds activation ", shape_str(g.value(big).shape), " (",
                   value_bytes(g.value(big)), " bytes), over the binding limit of ", max_binding,

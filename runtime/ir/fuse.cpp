@@ -62,7 +62,9 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
         }
     }
     // Slices along the last axis read in place: the reader takes the slice's source with an InputView.
-    auto bytes = [&](int v) { return v < 0 ? 0 : dtype_nbytes(g.values_[(size_t)v].dtype, shape_numel(g.values_[(size_t)v].shape)); };
+    auto bytes = [&](int v) {
+        return v < 0 ? 0 : dtype_nbytes(g.values_[(size_t)v].dtype, shape_numel(g.values_[(size_t)v].shape));
+    };
     auto fits = [&](const Node& n) {
         if (!opt.view_max_bytes) return true;
         for (int v : n.in)
@@ -82,7 +84,8 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
         for (size_t k = first; k < end; ++k) {
             const int v = n.in[k];
             int p = single_use_producer(v, n), r = -1;
-            if (p >= 0 && nodes[(size_t)p].op == Op::reshape) r = p, p = single_use_producer(nodes[(size_t)r].in[0], nodes[(size_t)r]);
+            if (p >= 0 && nodes[(size_t)p].op == Op::reshape)
+                r = p, p = single_use_producer(nodes[(size_t)r].in[0], nodes[(size_t)r]);
             if (p < 0 || nodes[(size_t)p].op != Op::slice) continue;
             const Node& s = nodes[(size_t)p];
             const Value& src = g.values_[(size_t)s.in[0]];

@@ -44,7 +44,7 @@ struct Node {
     int out = -1;
     std::vector<int> extra_out;  // linear_multi: its outputs after the first (-1: slot unused)
     Attrs attrs;
-    int region = -1;  // index into Graph::regions(), -1 outside repeated blocks
+    int region = -1;               // index into Graph::regions(), -1 outside repeated blocks
     std::vector<InputView> views;  // fused reads of slices (ir::fuse); empty in graphs as built
 };
 

@@ -26,24 +26,29 @@ params::uint operand(const ir::Graph& g, const ir::Node& n, size_t i, const Shap
     // The view's rows are len-element runs of the source's width-element rows: every stride but the last dim's
     // (a multiple of len) scales by width / len.
     const int64_t len = v->shape.back();
-    KILN_CHECK(v->start + len <= v->width && v->width * shape_numel(v->shape) / len < (1ll << 32),
-               "internal: view of ", shape_str(v->shape), " at ", v->start, " in rows of ", v->width);
+    KILN_CHECK(v->start + len <= v->width && v->width * shape_numel(v->shape) / len < (1ll << 32), "internal: view of ",
+               shape_str(v->shape), " at ", v->start, " in rows of ", v->width);
     for (size_t o = 0; o + 1 < out.size(); ++o) st[o] = (params::uint)(st[o] / len * v->width);
     return (params::uint)v->start;
 }
-Dispatch binary(const char* shader, const ir::Graph& g, const ir::Node& n) {
-    const Shape& out = g.value(n.out).shape;
-    params::BinaryParams p{};
+// The output's extent (n, rank, shape) of BinaryParams / MulAddParams, and the dispatch over its elements.
+template <class P>
+Dispatch elementwise(const char* shader, const Shape& out, P& p, const std::vector<params::uint*>& strides,
+                     const std::vector<params::uint*>& offsets, const ir::Graph& g, const ir::Node& n) {
+    KILN_CHECK(shape_numel(out) < (1ll << 32), shader, ": ", shape_str(out), " has >= 2^32 elements");
     p.n = (params::uint)shape_numel(out);
     p.rank = (params::uint)out.size();
     for (size_t i = 0; i < out.size(); ++i) p.shape[i] = (params::uint)out[i];
-    p.oa = operand(g, n, 0, out, p.sa);
-    p.ob = operand(g, n, 1, out, p.sb);
+    for (size_t i = 0; i < strides.size(); ++i) *offsets[i] = operand(g, n, i, out, strides[i]);
     Dispatch d;
     d.shader = shader;
     d.set_push(p);
     groups_1d(d, p.n);
     return d;
+}
+Dispatch binary(const char* shader, const ir::Graph& g, const ir::Node& n) {
+    params::BinaryParams p{};
+    return elementwise(shader, g.value(n.out).shape, p, {p.sa, p.sb}, {&p.oa, &p.ob}, g, n);
 }
 }  // namespace
 
@@ -52,20 +57,8 @@ Dispatch lower_sub(const ir::Graph& g, const ir::Node& n) { return binary("sub",
 Dispatch lower_mul(const ir::Graph& g, const ir::Node& n) { return binary("mul", g, n); }
 
 Dispatch lower_mul_add(const ir::Graph& g, const ir::Node& n) {
-    const Shape& out = g.value(n.out).shape;
-    KILN_CHECK(shape_numel(out) < (1ll << 32), "mul_add: ", shape_str(out), " has >= 2^32 elements");
     params::MulAddParams p{};
-    p.n = (params::uint)shape_numel(out);
-    p.rank = (params::uint)out.size();
-    for (size_t i = 0; i < out.size(); ++i) p.shape[i] = (params::uint)out[i];
-    p.oa = operand(g, n, 0, out, p.sa);
-    p.ob = operand(g, n, 1, out, p.sb);
-    p.oc = operand(g, n, 2, out, p.sc);
-    Dispatch d;
-    d.shader = "mul_add";
-    d.set_push(p);
-    groups_1d(d, p.n);
-    return d;
+    return elementwise("mul_add", g.value(n.out).shape, p, {p.sa, p.sb, p.sc}, {&p.oa, &p.ob, &p.oc}, g, n);
 }
 
 }  // namespace kiln::vk

@@ -1,5 +1,6 @@
-// Lowering of linear and linear_multi (register-tiled, 16..64 x 64..128 or 1 x 128 output tiles), matmul (64 x 64 tiles, 64 x
-// 128 with 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization constants).
+// Lowering of linear and linear_multi (register-tiled, 16..64 x 64..128 or 1 x 128 output tiles), matmul (64 x 64
+// tiles, 64 x 128 with 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization
+// constants).
 #include <algorithm>
 #include <cmath>
 #include <variant>
@@ -56,8 +57,12 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     const LinTile t = linear_tile(M, N);
     const uint32_t rm = t.rm, ly = t.ly;
     // ACT: activation at the store; XF16 / YF16: x / y stored as f16 (ir::store_f16).
-    d.spec = {rm, ly, (uint32_t)std::get<ir::LinearAttrs>(n.attrs).act, t.rn,
-              g.value(n.in[0]).dtype == DType::f16 ? 1u : 0u, g.value(n.out).dtype == DType::f16 ? 1u : 0u};
+    d.spec = {rm,
+              ly,
+              (uint32_t)std::get<ir::LinearAttrs>(n.attrs).act,
+              t.rn,
+              g.value(n.in[0]).dtype == DType::f16 ? 1u : 0u,
+              g.value(n.out).dtype == DType::f16 ? 1u : 0u};
     d.groups[0] = (uint32_t)((N + 16 * t.rn - 1) / (16 * t.rn));
     d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
     KILN_CHECK(d.groups[1] <= 65535, "linear: M = ", M, " rows exceed the dispatch limit");

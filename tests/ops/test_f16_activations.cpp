@@ -64,7 +64,8 @@ TEST_CASE("an MLP hidden stored as f16 stays within its rounding bound", "[op:f1
     for (int64_t m = 0; m < s.M; ++m)
         for (int64_t j = 0; j < s.D; ++j) {
             double mag = 0;
-            for (int64_t k = 0; k < s.H; ++k) mag += std::fabs(w2[(size_t)(j * s.H + k)]) * std::fabs(h[(size_t)(m * s.H + k)]);
+            for (int64_t k = 0; k < s.H; ++k)
+                mag += std::fabs(w2[(size_t)(j * s.H + k)]) * std::fabs(h[(size_t)(m * s.H + k)]);
             const size_t i = (size_t)(m * s.D + j);
             const double bound = (u + 1e-5) * mag + 1e-6;
             over += std::fabs(y16[i] - ref[i]) > bound;
@@ -89,10 +90,10 @@ TEST_CASE("f16 storage applies only to linear-to-linear values", "[op:f16act]") 
     auto x = g.input("x", {4, 8});
     auto a = g.linear(x, g.weight("w1", {8, 8}), {});
     auto b = g.linear(a, g.weight("w2", {8, 8}), {});
-    g.output(g.add(a, b), "y");                                        // a: also read by add -> f32
-    g.output(g.linear(b, g.weight("w3", {8, 8}), {}), "z");            // b: read by add too -> f32
+    g.output(g.add(a, b), "y");                              // a: also read by add -> f32
+    g.output(g.linear(b, g.weight("w3", {8, 8}), {}), "z");  // b: read by add too -> f32
     auto c = g.linear(x, g.weight("w4", {8, 8}), {});
-    g.output(c, "c");                                                  // a graph output -> f32
+    g.output(c, "c");  // a graph output -> f32
     uint64_t saved = 0;
     CHECK(ir::store_f16(g, &saved) == 0);
     CHECK(saved == 0);
@@ -100,7 +101,7 @@ TEST_CASE("f16 storage applies only to linear-to-linear values", "[op:f16act]") 
     auto x2 = g2.input("x", {4, 8});
     auto h = g2.linear(x2, g2.weight("w1", {8, 8}), {});
     g2.output(g2.linear(h, g2.weight("w2", {8, 8}), {}), "y");
-    g2.output(g2.linear(h, g2.weight("w3", {8, 8}), {}), "z");         // two linear readers -> f16
+    g2.output(g2.linear(h, g2.weight("w3", {8, 8}), {}), "z");  // two linear readers -> f16
     CHECK(ir::store_f16(g2, &saved) == 1);
     CHECK(saved == 4 * 8 * 2);
     CHECK(g2.value(h).dtype == DType::f16);

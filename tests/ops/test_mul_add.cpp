@@ -12,9 +12,9 @@ TEST_CASE("mul_add equals mul then add, bitwise", "[op:mul_add]") {
     struct Case {
         Shape a, b, c;
     };
-    const Case k = GENERATE(Case{{1}, {1}, {1}}, Case{{2, 1, 64}, {2, 13, 64}, {2, 13, 64}},
-                            Case{{2, 13, 64}, {64}, {2, 13, 64}}, Case{{3, 7, 5}, {3, 7, 5}, {5}},
-                            Case{{2, 1, 1152}, {2, 300, 1152}, {2, 300, 1152}});
+    const Case k =
+        GENERATE(Case{{1}, {1}, {1}}, Case{{2, 1, 64}, {2, 13, 64}, {2, 13, 64}}, Case{{2, 13, 64}, {64}, {2, 13, 64}},
+                 Case{{3, 7, 5}, {3, 7, 5}, {5}}, Case{{2, 1, 1152}, {2, 300, 1152}, {2, 300, 1152}});
     CAPTURE(shape_str(k.a), shape_str(k.b), shape_str(k.c));
     std::map<std::string, Tensor> in{{"a", test::random_tensor(k.a, 70, -3.f, 3.f)},
                                      {"b", test::random_tensor(k.b, 71, -3.f, 3.f)},
@@ -59,9 +59,9 @@ TEST_CASE("slices of an embedding are read in place, bitwise", "[op:mul_add][vie
     auto x = g.input("x", {B, N, C}), h = g.input("h", {B, N, C}), e = g.input("e", {B, 6 * C});
     auto m = g.chunk(e, 1, 6);
     auto n1 = g.modulate(g.layer_norm(x, {}, {}, 1e-6f), m[0], m[1]);  // -> norm_modulate
-    auto r = g.add(g.mul(g.reshape(m[2], {B, 1, C}), n1), x);           // -> mul_add, gate in place
-    auto u = g.modulate(h, m[3], m[4]);                                 // modulate, shift/scale in place
-    g.output(g.add(g.sub(r, u), g.reshape(m[5], {B, 1, C})), "y");      // add of a slice
+    auto r = g.add(g.mul(g.reshape(m[2], {B, 1, C}), n1), x);          // -> mul_add, gate in place
+    auto u = g.modulate(h, m[3], m[4]);                                // modulate, shift/scale in place
+    g.output(g.add(g.sub(r, u), g.reshape(m[5], {B, 1, C})), "y");     // add of a slice
     auto plain = test::run_vk(g, in, {}, exec::Mode::full, "0");
     auto fused = test::run_vk(g, in, {}, exec::Mode::full, "1");
     INFO("dispatches: " << plain.c.dispatches_per_run << " unfused, " << fused.c.dispatches_per_run << " fused");
@@ -86,7 +86,7 @@ TEST_CASE("a slice read twice, or not along the last axis, is copied out", "[op:
     ir::Graph g;
     auto x = g.input("x", {2, 3, 8}), e = g.input("e", {2, 16}), f = g.input("f", {4, 8});
     auto s = g.slice(e, 1, 8, 8);
-    g.output(g.modulate(x, s, s), "y");                 // read twice by one node: one reader count per input
+    g.output(g.modulate(x, s, s), "y");  // read twice by one node: one reader count per input
     g.output(g.add(g.slice(f, 0, 1, 2), g.input("z", {2, 8})), "w");  // axis 0
     std::map<std::string, Tensor> in{{"x", test::random_tensor({2, 3, 8}, 1)},
                                      {"e", test::random_tensor({2, 16}, 2)},
