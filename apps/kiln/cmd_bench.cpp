@@ -115,7 +115,7 @@ Run add_bench(CLI::App& app) {
     struct Opts {
         std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse;
         int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
-        bool no_pipeline_cache = false;
+        bool no_pipeline_cache = false, block_times = false;
         bool kernels = false;  // --kernels: the linear selection table instead of a model
         std::vector<std::string> kernel_shapes;
         std::string kernel_dtypes = "f32,f16,bf16";
@@ -164,6 +164,9 @@ Run add_bench(CLI::App& app) {
                    "apart) | off (nothing fused, as KILN_FUSE=0) | all (every fusion in every mode) | both (every "
                    "mode unfused, then with every fusion: rows '<mode>+f'); default: KILN_FUSE, else on");
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
+    app.add_flag("--block-times", o->block_times,
+                 "Regional: one extra step with timestamps around every replayed block (gpu_ms_per_block in the "
+                 "JSON); the timed steps never carry them");
     app.add_option("--device", o->device, "Vulkan device index");
     app.add_flag("--no-pipeline-cache", o->no_pipeline_cache,
                  "Neither read nor write the pipeline cache file (as KILN_PIPELINE_CACHE=0)");
@@ -262,8 +265,9 @@ Run add_bench(CLI::App& app) {
                 std::string(exec::mode_name(mode)) + (o->fuse == "both" && fuse_env != "0" ? "+f" : "");
             ex.reset();
             t0 = Clock::now();
-            // The warm executor also times every replayed block (timestamps around each replay).
-            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw, budget);
+            // No per-block timestamps in the timed steps: on lavapipe each one flushes, and 56 of them slowed a
+            // dit-tiny regional step by 5-15 ms. --block-times measures blocks in a separate run below.
+            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
             exec::Counters cw = ex->counters();
             double warm = ms_since(t0) - cw.upload_ms;
             for (auto& [name, t] : in) ex->set_input(name, t);
@@ -276,6 +280,12 @@ Run add_bench(CLI::App& app) {
                 ex->run();
                 steps.push_back({ms_since(ts), ex->last_run()});
                 for (auto& [k, v] : ex->last_op_ms()) per_op[k] += v / o->steps;
+            }
+            if (o->block_times && mode == exec::Mode::regional) {  // one more step, timing every replayed block
+                ex.reset();
+                ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw, budget);
+                for (auto& [name, t] : in) ex->set_input(name, t);
+                ex->run();
                 block_ms = ex->last_block_ms();
             }
             const MemoryPeaks peaks = read_peaks(ctx, rss_reset);
