@@ -265,7 +265,7 @@ Run add_bench(CLI::App& app) {
                 std::string(exec::mode_name(mode)) + (o->fuse == "both" && fuse_env != "0" ? "+f" : "");
             ex.reset();
             t0 = Clock::now();
-            // No per-block timestamps in the timed steps: on lavapipe each one flushes, and 56 of them slowed a
+            // No per-block timestamps in the timed steps: on lavapipe 56 of them (two per replay) slowed a
             // dit-tiny regional step by 5-15 ms. --block-times measures blocks in a separate run below.
             ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
             exec::Counters cw = ex->counters();
