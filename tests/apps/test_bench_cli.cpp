@@ -86,7 +86,13 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
         CHECK(m["split_ops"] == 0);  // every activation fits one binding
         CHECK(m["memory"]["device_peak_bytes"].get<uint64_t>() >= m["device_bytes"].get<uint64_t>());
         CHECK(m["memory"]["host_rss_peak_bytes"].get<uint64_t>() > (10u << 20));
+        CHECK(m["gpu_ms_per_block"].empty());  // timed steps carry no per-replay timestamps
     }
+    // --block-times: one extra regional step timing each replayed block (2 blocks).
+    r = run_kiln(tmp.path,
+                 "bench --synthetic dit-tiny --blocks 2 --mode regional --steps 1 --block-times --json " + json);
+    REQUIRE(r.rc == 0);
+    CHECK(read()["modes"][0]["gpu_ms_per_block"].size() == 2);
     // The second run finds the pipeline cache the first one saved.
     r = run_kiln(tmp.path, args);
     REQUIRE(r.rc == 0);
