@@ -68,8 +68,8 @@ std::vector<BlockKind> analyze_regions(const ir::Graph& g) {
                     same_outs =
                         (a.extra_out[o] < 0) == (b.extra_out[o] < 0) &&
                         (a.extra_out[o] < 0 || same_value_type(g.value(a.extra_out[o]), g.value(b.extra_out[o])));
-                KILN_CHECK(a.op == b.op && a.attrs == b.attrs && a.views == b.views && a.in.size() == b.in.size() && same_outs &&
-                               same_value_type(g.value(a.out), g.value(b.out)),
+                KILN_CHECK(a.op == b.op && a.attrs == b.attrs && a.views == b.views && a.in.size() == b.in.size() &&
+                               same_outs && same_value_type(g.value(a.out), g.value(b.out)),
                            "block '", name, "' ", R.index, " op ", j, " (", ir::op_name(b.op), ") differs from block ",
                            t.index, " (", ir::op_name(a.op), ")");
                 for (size_t s = 0; s < a.in.size(); ++s) {
