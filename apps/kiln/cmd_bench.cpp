@@ -310,8 +310,11 @@ Run add_bench(CLI::App& app) {
                 std::printf("          %s (%.1f MiB streamed per step)\n", c.stream_note.c_str(),
                             (double)c.streamed_bytes_per_run / (1 << 20));
             if (!c.block_weights_note.empty())
-                std::printf("          %s (%.1f MiB of weight copies per step)\n", c.block_weights_note.c_str(),
-                            (double)c.weight_copy_bytes_per_run / (1 << 20));
+                std::printf(
+                    "          %s (%.1f MiB of weight copies per step); replays counted on the device for %d "
+                    "block kind(s): %d vkCmdExecuteCommands per step\n",
+                    c.block_weights_note.c_str(), (double)c.weight_copy_bytes_per_run / (1 << 20),
+                    c.kinds_counted_on_device, c.executes_per_run);
             std::printf(
                 "          memory: weights %.1f MiB, activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
                 (double)c.weight_bytes / (1 << 20), (double)c.activation_bytes_planned / (1 << 20),
@@ -347,6 +350,8 @@ Run add_bench(CLI::App& app) {
                                  {"copies_per_step", c.copies_per_run},
                                  {"weight_copy_bytes_per_step", c.weight_copy_bytes_per_run},
                                  {"table_updates_per_step", c.table_updates_per_run},
+                                 {"executes_per_step", c.executes_per_run},
+                                 {"block_kinds_counted_on_device", c.kinds_counted_on_device},
                                  {"block_weights", c.block_weights_note},
                                  {"activation_bytes_planned", c.activation_bytes_planned},
                                  {"activation_bytes_naive", c.activation_bytes_naive},

@@ -19,12 +19,14 @@
 //  - copied (no shader variant, or neither of the above): the template binds a window; before replay i the
 //    primary copies instance i's weights into it.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
 
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/ir/params.h"
 #include "runtime/vulkan/shader_table.h"
 
 namespace kiln::exec {
@@ -263,6 +265,90 @@ void Executor::Impl::build_ptr_tables() {
         }
         slot_base[k] = begin;  // a kind's slots are contiguous
     }
+}
+
+// Which kinds replay from one vkCmdExecuteCommands (see executor_impl.h), and their select_advance dispatches:
+// binding 0 is advance_rows (the counters, then every such kind's rows ptr_data[k][0..n)), binding 1 the live
+// selection table. The rows are written once here; the primary resets kind k's counter and live slots to instance 0
+// at the start of every run, so a run never depends on where the last one stopped.
+void Executor::Impl::build_advance() {
+    replay_array.assign(blocks.size(), false);
+    advance.assign(blocks.size(), -1);
+    advance_ctr.assign(blocks.size(), 0);
+    const char* env = std::getenv("KILN_SELECT_ADVANCE");
+    const std::string e = env ? env : "1";
+    KILN_CHECK(e == "0" || e == "1", "KILN_SELECT_ADVANCE='", e, "' (0 or 1)");
+    if (mode != Mode::regional || e == "0") return;
+    std::vector<uint8_t> rows(16 * ((blocks.size() + 3) / 4));  // the counters (zero), 16-byte aligned rows after
+    std::vector<VkDeviceSize> row0(blocks.size(), 0);
+    size_t n_adv = 0;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        const bool carried = !ping_pong[k] && !chain_free(k);
+        if (blocks[k].weights.size() < 2 || how[k] == Select::copy || streams[k].slots || carried || profile) continue;
+        replay_array[k] = true;
+        c.kinds_counted_on_device++;
+        if (ptr_data[k].empty() || ptr_data[k][0].empty()) continue;  // nothing in the block selects weights
+        advance_ctr[k] = 4 * k;
+        row0[k] = rows.size();
+        for (const auto& r : ptr_data[k]) rows.insert(rows.end(), r.begin(), r.end());
+        rows.resize((rows.size() + 15) / 16 * 16);
+        advance[k] = 1;  // marked; the dispatch is made below
+        n_adv++;
+    }
+    if (!n_adv) return;
+    advance_rows = alloc.alloc(rows.size(), "block replay counters and selection rows");
+    alloc.upload(advance_rows, rows.data(), rows.size());
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)(2 * n_adv)};
+    VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    pi.maxSets = (uint32_t)n_adv;
+    pi.poolSizeCount = 1;
+    pi.pPoolSizes = &ps;
+    VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &advance_pool));
+    const vk::Kernel& kern = kernels.get("select_advance");
+    KILN_CHECK(kern.bindings == 2, "shader select_advance has ", kern.bindings, " bindings, expected 2");
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        if (advance[k] < 0) continue;
+        DispatchRec rec{&kern, VK_NULL_HANDLE, {}, {}, {}};
+        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+        ai.descriptorPool = advance_pool;
+        ai.descriptorSetCount = 1;
+        ai.pSetLayouts = &kern.set_layout;
+        VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
+        VkDescriptorBufferInfo bi[2] = {{advance_rows.buffer, advance_rows.offset, advance_rows.size},
+                                        {ptr_table.buffer, ptr_table.offset, ptr_table.size}};
+        VkWriteDescriptorSet w[2];
+        for (uint32_t b = 0; b < 2; ++b) {
+            w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+            w[b].dstSet = rec.set;
+            w[b].dstBinding = b;
+            w[b].descriptorCount = 1;
+            w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[b].pBufferInfo = &bi[b];
+        }
+        vkUpdateDescriptorSets(ctx.device(), 2, w, 0, nullptr);
+        params::SelectAdvanceParams p{};
+        p.row0 = (uint32_t)(row0[k] / 4);
+        p.words = (uint32_t)(ptr_data[k][0].size() / 4);
+        p.n = (uint32_t)ptr_data[k].size();
+        p.ctr = (uint32_t)(advance_ctr[k] / 4);
+        p.live = (uint32_t)(slot_base[k] / 4);
+        p.width = 64;  // select_advance's local size, one workgroup
+        rec.d.shader = "select_advance";
+        rec.d.set_push(p);
+        const Span live{ptr_table.buffer, ptr_table.offset + slot_base[k], ptr_data[k][0].size()};
+        rec.reads = {{advance_rows.buffer, advance_rows.offset + row0[k], (VkDeviceSize)p.n * p.words * 4}};
+        rec.writes = {{advance_rows.buffer, advance_rows.offset + advance_ctr[k], 4}, live};
+        dispatches.push_back(std::move(rec));
+        advance[k] = (int)dispatches.size() - 1;
+    }
+}
+
+// Kind k's replays start at instance 0: its live slots hold ptr_data[k][0] and its select_advance counter is 0.
+void Executor::Impl::record_replay_start(Recorder& rec, size_t k) {
+    record_block_weights(rec, k, 0);
+    if (advance[k] < 0) return;
+    vkCmdFillBuffer(primary, advance_rows.buffer, advance_rows.offset + advance_ctr[k], 4, 0);
+    rec.writes.push_back({advance_rows.buffer, advance_rows.offset + advance_ctr[k], 4});
 }
 
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {

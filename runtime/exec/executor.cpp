@@ -108,7 +108,13 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
             int root_v = r(v);
             if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
-            vk::BufferRange br = v < 0 ? dummy : range[(size_t)root_v];
+            // An absent input reads the shared dummy, which nothing writes. An absent output (a linear_multi of
+            // fewer parts than its shader has) gets a dummy of its own: its shader never stores there, but
+            // declares the store, so a shared one would look like a write-after-write hazard to the
+            // synchronization validation (and a read-after-write one to every absent input).
+            vk::BufferRange br = v >= 0               ? range[(size_t)root_v]
+                                 : b < node.in.size() ? dummy
+                                                      : alloc.alloc(16, "absent output binding");
             KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
             if (v >= 0 && part.sub[b].size) {  // a row chunk
                 KILN_CHECK(part.sub[b].off + part.sub[b].size <= br.size, "internal: row chunk outside its value");
@@ -218,6 +224,13 @@ void Executor::Impl::record() {
             VK_CHECK(vkBeginCommandBuffer(cb, &bi));
             Recorder rec{cb};
             for (int d : block_dispatches[k][v]) record_dispatch(rec, dispatches[(size_t)d]);
+            if (replay_array[k]) {  // the next replay follows with no primary command in between
+                if (advance[k] >= 0) {
+                    rec.barrier();  // every dispatch has read the live slots
+                    record_dispatch(rec, dispatches[(size_t)advance[k]]);
+                }
+                rec.barrier();
+            }
             VK_CHECK(vkEndCommandBuffer(cb));
             sec_barriers[k][v] = rec.barriers;
             c.command_buffers_recorded++;
@@ -254,6 +267,21 @@ void Executor::Impl::record() {
                 rec.reads.push_back(sy);
             }
         };
+        if (replay_array[k]) {  // counted on the device: one execute of every instance's recording
+            record_replay_start(rec, k);
+            rec.barrier();
+            std::vector<VkCommandBuffer> all(bk.weights.size());
+            for (size_t i = 0; i < all.size(); ++i) {
+                const size_t v = variant(k, i);
+                all[i] = secondaries[k][v];
+                c.barriers_per_run += sec_barriers[k][v];
+                c.dispatches_per_run += (int)block_dispatches[k][v].size() + (advance[k] >= 0);
+            }
+            vkCmdExecuteCommands(primary, (uint32_t)all.size(), all.data());
+            c.executes_per_run++;
+            rec.barrier();
+            continue;
+        }
         for (size_t i = 0; i < bk.weights.size(); ++i) {
             if (i > 0) carry();
             record_stream(rec, k, i, false);
@@ -263,6 +291,7 @@ void Executor::Impl::record() {
             if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
             const size_t v = variant(k, i);
             vkCmdExecuteCommands(primary, 1, &secondaries[k][v]);
+            c.executes_per_run++;
             c.barriers_per_run += sec_barriers[k][v];
             c.dispatches_per_run += (int)block_dispatches[k][v].size();
             rec.barrier();

@@ -81,6 +81,10 @@ struct Counters {
     int copies_per_run = 0;                  // buffer copies (chain values; block weights where copied)
     uint64_t weight_copy_bytes_per_run = 0;  // block weights copied per run (0 when selected on the device)
     int table_updates_per_run = 0;           // address-table writes (vkCmdUpdateBuffer) selecting block weights
+    // vkCmdExecuteCommands in the primary: one per block kind where replays are counted on the device (the
+    // recording moves its own selection on, select_advance), else one per replayed instance.
+    int executes_per_run = 0;
+    int kinds_counted_on_device = 0;  // block kinds replayed by one execute of all their instances
     int block_kinds_on_device = 0;           // block kinds whose weights are selected on the device
     int block_kinds_by_offset = 0;           // ... of which by an offset into one bound range (no addresses)
     std::string block_weights_note;          // how block weights are replayed, and why when copied

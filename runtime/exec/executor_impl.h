@@ -41,8 +41,9 @@ struct Recorder {
     void barrier() {
         VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
         mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                           VK_ACCESS_TRANSFER_WRITE_BIT;
+        // Uniform reads: the selection slots of "_off" dispatches (written by vkCmdUpdateBuffer or select_advance).
+        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_UNIFORM_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
         VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
         vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
         writes.clear();
@@ -171,6 +172,7 @@ struct Executor::Impl {
         for (auto& s : secondaries)
             if (!s.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)s.size(), s.data());
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
+        if (advance_pool) vkDestroyDescriptorPool(d, advance_pool, nullptr);
         if (queries) vkDestroyQueryPool(d, queries, nullptr);
         if (fence) vkDestroyFence(d, fence, nullptr);
     }
@@ -193,6 +195,18 @@ struct Executor::Impl {
     const vk::BufferRange& instance_weights(size_t k, size_t i) const { return block_arena[k][i]; }
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
+    // Replays counted on the device (block_weights.cpp, build_advance): kind k's replays need no primary command
+    // between them (no carry copy, no streaming copy, no timestamps), so its recording ends with a barrier and, when
+    // its dispatches select weights, a select_advance dispatch (advance[k], else -1) that moves the selection slots
+    // on to the next instance; the primary then executes all instances in one vkCmdExecuteCommands.
+    // KILN_SELECT_ADVANCE=0: per-replay table updates from the primary instead.
+    std::vector<bool> replay_array;
+    std::vector<int> advance;
+    vk::BufferRange advance_rows;           // a counter per kind, then each kind's selection rows (ptr_data)
+    std::vector<VkDeviceSize> advance_ctr;  // per kind: byte offset of its counter in advance_rows
+    VkDescriptorPool advance_pool = VK_NULL_HANDLE;
+    void build_advance();
+    void record_replay_start(Recorder& rec, size_t k);
     bool can_update_in_place(const ir::Region& t, int x, int y) const;
     void plan_chains();
     // True when kind k's chain needs no carry copy (updated in place: its outputs already share its inputs'

@@ -51,6 +51,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     auto t1 = Clock::now();
     build_dispatches(active);
     build_ptr_tables();
+    build_advance();
     c.pipeline_ms = kernels.create_ms();
     c.pipelines = kernels.used();
     c.pipelines_created = kernels.created();

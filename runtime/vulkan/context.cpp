@@ -29,11 +29,11 @@ const char* vk_result_name(VkResult r) {
         C(VK_ERROR_MEMORY_MAP_FAILED)
         C(VK_ERROR_LAYER_NOT_PRESENT)
         C(VK_ERROR_EXTENSION_NOT_PRESENT)
-        C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
-            C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
-                C(VK_ERROR_UNKNOWN)
+        C(VK_ERROR_FEATURE_NOT_PRESENT)
+        C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS) C(VK_ERROR_FORMAT_NOT_SUPPORTED)
+            C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY) C(VK_ERROR_UNKNOWN)
 #undef C
-                    default : return "VK_ERROR_(unnamed)";
+                default : return "VK_ERROR_(unnamed)";
     }
 }
 
@@ -97,6 +97,26 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
         KILN_CHECK(has_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME), "KILN_VALIDATION=1 needs VK_EXT_debug_utils");
         enabled.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
     }
+    // With validation, synchronization validation too (missing barriers: hazards lavapipe's in-order execution
+    // hides but a GPU would not), through VK_EXT_validation_features, which the layer provides.
+    // KILN_VALIDATION_SYNC=0 leaves it off.
+    VkValidationFeatureEnableEXT sync_enable = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT features{VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
+    features.enabledValidationFeatureCount = 1;
+    features.pEnabledValidationFeatures = &sync_enable;
+    bool sync_validation = false;
+    if (validation) {
+        const char* e = std::getenv("KILN_VALIDATION_SYNC");
+        uint32_t n = 0;
+        vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &n, nullptr);
+        std::vector<VkExtensionProperties> lx(n);
+        vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &n, lx.data());
+        const bool has = std::any_of(lx.begin(), lx.end(), [](auto& p) {
+            return std::strcmp(p.extensionName, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME) == 0;
+        });
+        sync_validation = has && !(e && std::string(e) == "0");
+        if (sync_validation) enabled.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+    }
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "kiln";
     app.pEngineName = "kiln";
@@ -108,6 +128,7 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
     ci.ppEnabledExtensionNames = enabled.data();
     ci.enabledLayerCount = (uint32_t)layers.size();
     ci.ppEnabledLayerNames = layers.data();
+    if (sync_validation) ci.pNext = &features;
     VkInstance inst = VK_NULL_HANDLE;
     VkResult r = vkCreateInstance(&ci, nullptr, &inst);
     KILN_CHECK(r != VK_ERROR_INCOMPATIBLE_DRIVER,
@@ -277,6 +298,17 @@ bool query_coopmat_nv_f16(VkInstance inst, VkPhysicalDevice pd, const DeviceInfo
 }  // namespace
 
 int Context::validation_errors() { return g_validation_errors.load(); }
+
+void Context::name_object(VkObjectType type, uint64_t handle, const std::string& name) const {
+    if (!messenger_) return;
+    static auto fn = (PFN_vkSetDebugUtilsObjectNameEXT)vkGetInstanceProcAddr(instance_, "vkSetDebugUtilsObjectNameEXT");
+    if (!fn) return;
+    VkDebugUtilsObjectNameInfoEXT ni{VK_STRUCTURE_TYPE_DEBUG_UTILS_OBJECT_NAME_INFO_EXT};
+    ni.objectType = type;
+    ni.objectHandle = handle;
+    ni.pObjectName = name.c_str();
+    fn(device_, &ni);
+}
 std::string Context::last_validation_message() {
     std::lock_guard<std::mutex> lk(g_msg_mutex);
     return g_last_msg;

@@ -109,6 +109,9 @@ public:
     bool reserve_memory(uint64_t bytes);
     void release_memory(uint64_t bytes) { memory_bytes_ -= bytes; }
 
+    // With validation on: names a Vulkan object (a pipeline by its shader) so that messages say which one.
+    void name_object(VkObjectType type, uint64_t handle, const std::string& name) const;
+
     // Validation messages seen so far (errors and warnings), when validation is on.
     static int validation_errors();
     static std::string last_validation_message();

@@ -148,6 +148,7 @@ Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spe
     vkDestroyShaderModule(d, mod, nullptr);
     if (r != VK_SUCCESS) destroy(d, k);
     VK_CHECK(r);
+    ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)k.pipeline, name);
     return k;
 }
 

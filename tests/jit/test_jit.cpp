@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "runtime/core/quant.h"
 #include "runtime/cpu/reference.h"
@@ -80,7 +81,9 @@ TEST_CASE("regional records one block per kind, independent of depth", "[jit]") 
         CHECK(c.submissions_per_run == 1);
         exec::Executor full(context(), toy.g, toy.gpu(), exec::Mode::full);
         CHECK(full.counters().command_buffers_recorded == 1);
-        CHECK(full.counters().dispatches_per_run == c.dispatches_per_run);
+        // The same dispatches, plus one select_advance per replay (it moves the weight selection on).
+        CHECK(full.counters().dispatches_per_run + blocks == c.dispatches_per_run);
+        CHECK(c.executes_per_run == 1);
         CHECK(c.activation_bytes_planned < c.activation_bytes_naive);
     }
     CHECK(vk::Context::validation_errors() == 0);
@@ -166,13 +169,19 @@ TEST_CASE("regional replays select each block's own weights on the device, with 
         const auto &cc = copy.counters(), &cd = dev.counters();
         CHECK(cd.block_kinds_on_device == 1);
         CHECK(cd.weight_copy_bytes_per_run == 0);
-        CHECK(cd.table_updates_per_run == 5);  // one address-table write per replay
+        // The primary writes instance 0's addresses once per run and executes all 5 replays at once; each replay's
+        // last dispatch (select_advance) moves the table on to the next instance.
+        CHECK(cd.table_updates_per_run == 1);
+        CHECK(cd.executes_per_run == 1);
+        CHECK(cd.kinds_counted_on_device == 1);
+        CHECK(cc.executes_per_run == 5);  // copied weights: a copy before every replay
+        CHECK(cc.kinds_counted_on_device == 0);
         CHECK(cc.block_kinds_on_device == 0);
         CHECK(cc.weight_copy_bytes_per_run > 0);
         CHECK(cd.copies_per_run == 0);  // the residual stream is updated in place: no carry copies either
         CHECK(cc.copies_per_run == 5);  // one weight copy per replay
         CHECK(cd.command_buffers_recorded == 2);
-        CHECK(cd.dispatches_per_run == cc.dispatches_per_run);
+        CHECK(cd.dispatches_per_run == cc.dispatches_per_run + 5);  // + select_advance per replay
         // Each block's weights differ (seeded per block): equal outputs mean every replay read its own.
         CHECK(bitwise_equal(full, copy.output("y")));
         CHECK(bitwise_equal(full, dev.output("y")));
@@ -254,8 +263,9 @@ TEST_CASE("block weights by offset into one bound range: no copy of any kind, bi
     CHECK(c.block_kinds_by_offset == 1);
     CHECK(c.copies_per_run == 0);  // neither weights nor the residual stream are copied
     CHECK(c.weight_copy_bytes_per_run == 0);
-    CHECK(c.table_updates_per_run == blocks);  // one offset-table write per replay
-    CHECK(c.command_buffers_recorded == 2);    // the block + the step
+    CHECK(c.table_updates_per_run == 1);  // instance 0's offsets; the replays move them on themselves
+    CHECK(c.executes_per_run == 1);
+    CHECK(c.command_buffers_recorded == 2);  // the block + the step
     CHECK(bitwise_equal(full, run_y(ex, in)));
     CHECK(bitwise_equal(full, run_y(ex, in)));  // a second run replays the same selection
     // auto takes the same path wherever the kind fits one binding.
@@ -329,8 +339,52 @@ TEST_CASE("a block whose output cannot overwrite its input: the residual stream 
         INFO(blocks << " blocks");
         CHECK(ex.counters().command_buffers_recorded == 3);  // the block at both parities + the step
         CHECK(ex.counters().copies_per_run == 0);
+        CHECK(ex.counters().executes_per_run == 1);  // both parities, alternating, in one execute
         CHECK(bitwise_equal(full, run_y(ex, in)));
         CHECK(bitwise_equal(full, run_y(ex, in)));
+    }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+namespace {
+// KILN_SELECT_ADVANCE for one scope.
+struct SelectAdvance {
+    explicit SelectAdvance(bool on) { setenv("KILN_SELECT_ADVANCE", on ? "1" : "0", 1); }
+    ~SelectAdvance() { unsetenv("KILN_SELECT_ADVANCE"); }
+};
+}  // namespace
+
+TEST_CASE("replays counted on the device equal per-replay selection from the primary, bitwise, run after run",
+          "[jit][advance]") {
+    // The two ways to move a kind's selection on between replays: the primary writes the table before each
+    // replay (KILN_SELECT_ADVANCE=0), or each replay's last dispatch copies the next instance's row from a
+    // device buffer (one execute of every instance). Same dispatches otherwise, so outputs are bitwise equal.
+    // Offset and address selection, offset windows (3 recordings, replayed in turn) and the ping-pong parities.
+    const size_t stride = 2 * 8192 + 2 * 256;  // Toy(…, 32) f32 block weights
+    const std::string how = GENERATE("offset", "device", "windows");
+    const int blocks = GENERATE(5, 6);
+    INFO(how << ", " << blocks << " blocks");
+    Toy toy(blocks, 2, 13, 32);
+    auto in = inputs(2, 13, 32, 61);
+    Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
+    std::unique_ptr<BindingLimit> limit;
+    if (how == "windows") limit = std::make_unique<BindingLimit>(2 * stride + 100);
+    const exec::BlockWeights bw = how == "device" ? exec::BlockWeights::device : exec::BlockWeights::automatic;
+    std::vector<Tensor> outs;
+    for (bool on : {false, true}) {
+        SelectAdvance env(on);
+        exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional, false, bw);
+        const auto& c = ex.counters();
+        CHECK(c.copies_per_run == 0);
+        CHECK(c.kinds_counted_on_device == (on ? 1 : 0));
+        CHECK(c.executes_per_run == (on ? 1 : blocks));
+        CHECK(c.table_updates_per_run == (on ? 1 : blocks));
+        if (how == "windows") CHECK(c.command_buffers_recorded == (blocks + 1) / 2 + 1);
+        for (int run = 0; run < 3; ++run) {  // each run starts again at instance 0
+            outs.push_back(run_y(ex, in));
+            CHECK(bitwise_equal(full, outs.back()));
+        }
+        CHECK(ex.last_run().dispatches == c.dispatches_per_run);
     }
     CHECK(vk::Context::validation_errors() == 0);
 }
