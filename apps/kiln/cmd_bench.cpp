@@ -281,6 +281,11 @@ Run add_bench(CLI::App& app) {
                 steps.push_back({ms_since(ts), ex->last_run()});
                 for (auto& [k, v] : ex->last_op_ms()) per_op[k] += v / o->steps;
             }
+            // Recording again, with the driver and this plan warm: the cost of recording itself (median of 3).
+            std::vector<double> again;
+            for (int i = 0; i < 3; ++i) again.push_back(ex->record_again());
+            std::sort(again.begin(), again.end());
+            const double record_again_ms = again[1];
             if (o->block_times && mode == exec::Mode::regional) {  // one more step, timing every replayed block
                 ex.reset();
                 ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw, budget);
@@ -296,16 +301,17 @@ Run add_bench(CLI::App& app) {
             double bytes = cost.bytes + 2.0 * (double)c.weight_copy_bytes_per_run;
             // The table: one row per mode, medians over the timed steps (every step in the JSON).
             if (!header)
-                std::printf("%-9s %8s %8s %9s %9s %9s %6s %6s %6s %8s %6s %9s %9s %8s %8s %8s %8s\n", "mode", "cold_ms",
-                            "warm_ms", "pipe_cold", "pipe_warm", "record_ms", "pipes", "disp", "submit", "barriers",
-                            "copies", "step_ms", "gpu_ms", "host_ms", "idle_ms", "GFLOP/s", "dev_MiB");
+                std::printf("%-9s %8s %8s %9s %9s %9s %9s %6s %6s %6s %8s %6s %9s %9s %8s %8s %8s %8s\n", "mode",
+                            "cold_ms", "warm_ms", "pipe_cold", "pipe_warm", "record_ms", "rec_again", "pipes", "disp",
+                            "submit", "barriers", "copies", "step_ms", "gpu_ms", "host_ms", "idle_ms", "GFLOP/s",
+                            "dev_MiB");
             header = true;
-            std::printf("%-9s %8.0f %8.0f %9.1f %9.1f %9.2f %6d %6d %6d %8d %6d %9.1f %9.1f %8.3f %8.2f %8.1f %8.0f\n",
-                        label.c_str(), cold - c.upload_ms, warm, c.pipeline_ms, cw.pipeline_ms, c.record_ms,
-                        c.pipelines, med.run.dispatches, med.run.submissions, med.run.barriers, c.copies_per_run,
-                        med.wall_ms, med.run.gpu_ms, med.run.host_ms,
-                        med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops,
-                        (double)peaks.device_bytes / (1 << 20));
+            std::printf(
+                "%-9s %8.0f %8.0f %9.1f %9.1f %9.3f %9.3f %6d %6d %6d %8d %6d %9.1f %9.1f %8.3f %8.2f %8.1f %8.0f\n",
+                label.c_str(), cold - c.upload_ms, warm, c.pipeline_ms, cw.pipeline_ms, c.record_ms, record_again_ms,
+                c.pipelines, med.run.dispatches, med.run.submissions, med.run.barriers, c.copies_per_run, med.wall_ms,
+                med.run.gpu_ms, med.run.host_ms, med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops,
+                (double)peaks.device_bytes / (1 << 20));
             if (!c.stream_note.empty())
                 std::printf("          %s (%.1f MiB streamed per step)\n", c.stream_note.c_str(),
                             (double)c.streamed_bytes_per_run / (1 << 20));
@@ -341,6 +347,8 @@ Run add_bench(CLI::App& app) {
                                  {"plan_ms", c.plan_ms},
                                  {"record_ms", c.record_ms},
                                  {"record_warm_ms", cw.record_ms},
+                                 {"record_again_ms", record_again_ms},
+                                 {"record_again_runs_ms", again},
                                  {"pipelines", c.pipelines},
                                  {"pipelines_created", c.pipelines_created},
                                  {"command_buffers_recorded", c.command_buffers_recorded},

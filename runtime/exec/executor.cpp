@@ -180,8 +180,8 @@ void Executor::Impl::record_dispatch(Recorder& rec, const DispatchRec& d) {
 void Executor::Impl::record() {
     VkDevice dev = ctx.device();
     VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    VK_CHECK(vkCreateFence(dev, &fci, nullptr, &fence));
-    if (ctx.info().timestamps) {
+    if (!fence) VK_CHECK(vkCreateFence(dev, &fci, nullptr, &fence));
+    if (ctx.info().timestamps && !queries) {
         VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
         qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
         // [0, 1]: the whole run; then a (begin, end) pair around every replayed block instance.
@@ -195,6 +195,11 @@ void Executor::Impl::record() {
     if (mode == Mode::eager) {  // recorded per op at run time
         c.dispatches_per_run = c.submissions_per_run = (int)dispatches.size();
         return;
+    }
+    if (primary) {  // record_again(): the device is idle
+        vkFreeCommandBuffers(dev, ctx.pool(), 1, &primary);
+        for (auto& s : secondaries)
+            if (!s.empty()) vkFreeCommandBuffers(dev, ctx.pool(), (uint32_t)s.size(), s.data());
     }
     // Command buffers are allocated first: record_ms counts recording only.
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
@@ -369,6 +374,16 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
 Executor::~Executor() = default;
 
 const Counters& Executor::counters() const { return impl_->c; }
+
+double Executor::record_again() {
+    Impl& m = *impl_;
+    VK_CHECK(vkDeviceWaitIdle(m.ctx.device()));
+    const Counters saved = m.c;
+    m.record();
+    const double ms = m.c.record_ms;
+    m.c = saved;
+    return ms;
+}
 Mode Executor::mode() const { return impl_->mode; }
 double Executor::last_gpu_ms() const { return impl_->gpu_ms; }
 double Executor::last_host_ms() const { return impl_->host_ms; }

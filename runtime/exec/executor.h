@@ -129,6 +129,11 @@ public:
     void run();
     Tensor output(const std::string& name) const;  // f32
     const Counters& counters() const;
+    // Records the command buffers again, as the constructor did, and returns the time recording took in ms; the
+    // counters are unchanged. The first recording (counters().record_ms) finds the driver's code and every
+    // pipeline and descriptor cold; this one measures recording itself (kiln bench: record_again_ms). Waits for
+    // the device first; not while a StepProgram drives this executor (it holds the old command buffer).
+    double record_again();
     Mode mode() const;
     // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
     double last_gpu_ms() const;

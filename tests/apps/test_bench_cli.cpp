@@ -67,6 +67,8 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
         CHECK(m["pipeline_warm_ms"].get<double>() > 0);
         CHECK(m["cold_compile_ms"].get<double>() >= m["pipeline_cold_ms"].get<double>());
         CHECK(m["record_ms"].get<double>() >= 0);
+        CHECK(m["record_again_ms"].get<double>() >= 0);
+        CHECK(m["record_again_runs_ms"].size() == 3);
         const auto& s = m["steps"];
         for (const char* k : {"wall_ms", "gpu_ms", "host_ms", "host_cpu_ms", "idle_ms", "idle_before_ms", "submissions",
                               "barriers", "dispatches"})

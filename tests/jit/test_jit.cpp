@@ -385,6 +385,13 @@ TEST_CASE("replays counted on the device equal per-replay selection from the pri
             CHECK(bitwise_equal(full, outs.back()));
         }
         CHECK(ex.last_run().dispatches == c.dispatches_per_run);
+        // Recording again (kiln bench's record_again_ms) leaves the counters and the result as they were.
+        const int dispatches = c.dispatches_per_run, executes = c.executes_per_run;
+        CHECK(ex.record_again() > 0);
+        CHECK(c.dispatches_per_run == dispatches);
+        CHECK(c.executes_per_run == executes);
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+        CHECK(ex.last_run().dispatches == dispatches);
     }
     CHECK(vk::Context::validation_errors() == 0);
 }
