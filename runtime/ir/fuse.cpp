@@ -161,24 +161,43 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
 }
 
 int store_f16(Graph& g, uint64_t* bytes_saved) {
-    std::vector<int> readers(g.values_.size(), 0), linear_x_readers(g.values_.size(), 0);
-    for (const Node& n : g.nodes_)
-        for (size_t k = 0; k < n.in.size(); ++k) {
-            if (n.in[k] < 0) continue;
-            readers[(size_t)n.in[k]]++;
-            if (n.op == Op::linear && k == 0) linear_x_readers[(size_t)n.in[k]]++;
+    // Candidates: activations written by a linear or a concat. A candidate stays one while every reader is a
+    // linear reading it as x, or a concat whose output stays a candidate (it then copies the f16 values on, or
+    // rounds its f32 inputs once at its own store); to a fixed point, since dropping a concat drops its inputs.
+    std::vector<bool> cand(g.values_.size(), false);
+    std::vector<std::vector<std::pair<int, size_t>>> readers(g.values_.size());  // (node, input slot)
+    for (size_t i = 0; i < g.nodes_.size(); ++i) {
+        const Node& n = g.nodes_[i];
+        for (size_t k = 0; k < n.in.size(); ++k)
+            if (n.in[k] >= 0) readers[(size_t)n.in[k]].push_back({(int)i, k});
+        if (n.op != Op::linear && n.op != Op::concat) continue;
+        const Value& v = g.values_[(size_t)n.out];
+        // Concats read in place through views are not expected here; a concat reads whole values.
+        if (v.role == Role::activation && v.dtype == DType::f32 && n.views.empty()) cand[(size_t)n.out] = true;
+    }
+    for (auto& [name, v] : g.outputs_) cand[(size_t)v] = false;  // graph outputs stay f32
+    for (size_t v = 0; v < cand.size(); ++v)
+        if (cand[v] && readers[v].empty()) cand[v] = false;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t v = 0; v < cand.size(); ++v) {
+            if (!cand[v]) continue;
+            for (auto [ni, k] : readers[v]) {
+                const Node& r = g.nodes_[(size_t)ni];
+                const bool ok = (r.op == Op::linear && k == 0) || (r.op == Op::concat && cand[(size_t)r.out]);
+                if (!ok) {
+                    cand[v] = false, changed = true;
+                    break;
+                }
+            }
         }
-    for (auto& [name, v] : g.outputs_) readers[(size_t)v] += 1 << 20;  // never f16
+    }
     int count = 0;
     uint64_t saved = 0;
-    for (const Node& n : g.nodes_) {
-        if (n.op != Op::linear) continue;
-        Value& v = g.values_[(size_t)n.out];
-        if (v.role != Role::activation || v.dtype != DType::f32 || readers[(size_t)n.out] == 0 ||
-            readers[(size_t)n.out] != linear_x_readers[(size_t)n.out])
-            continue;
-        v.dtype = DType::f16;
-        saved += (uint64_t)shape_numel(v.shape) * 2;
+    for (size_t v = 0; v < cand.size(); ++v) {
+        if (!cand[v]) continue;
+        g.values_[v].dtype = DType::f16;
+        saved += (uint64_t)shape_numel(g.values_[v].shape) * 2;
         count++;
     }
     if (bytes_saved) *bytes_saved = saved;

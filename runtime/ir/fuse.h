@@ -35,9 +35,11 @@ struct FuseOptions {
 
 Graph fuse(const Graph& g, FuseStats* stats = nullptr, const FuseOptions& opt = {});
 
-// f16 activation storage (KILN_ACT_F16=1): every activation written by a linear (fused activation included) and
-// read only by linears as their x, e.g. a transformer MLP's hidden [tokens, 4 D] between fc1(+GELU) and fc2, is
-// stored as f16: the producer rounds its f32 result once at the store, the readers convert back and accumulate
+// f16 activation storage (KILN_ACT_F16=1): every activation written by a linear (fused activation included) or
+// a concat and read only by linears as their x or by concats stored f16 themselves, e.g. a transformer MLP's
+// hidden [tokens, 4 D] between fc1(+GELU) and fc2, or Flux's single-block concat of attention and GELU'd MLP
+// hidden before proj_out, is stored as f16: each value is rounded once, at the store of the op that computed it
+// in f32 (a concat copies f16 inputs unchanged and rounds f32 ones), and the readers convert back and accumulate
 // in f32. Graph outputs and values read by anything else stay f32. Returns how many values; *bytes_saved: the
 // bytes those values no longer take (an upper bound on the arena's saving). Applied after fuse.
 int store_f16(Graph& g, uint64_t* bytes_saved = nullptr);

@@ -348,8 +348,11 @@ Val Graph::transpose(Val x, int a, int b) {
 }
 
 Val Graph::concat(Val a, Val b, int axis) {
-    check_f32(Op::concat, a, "a");
-    check_f32(Op::concat, b, "b");
+    // a and b may be stored f16 (ir::store_f16: a concat then reads them as f32 values).
+    for (auto [v, what] : {std::pair{a, "a"}, std::pair{b, "b"}}) {
+        KILN_CHECK(v.id >= 0 && v.id < (int)values_.size(), "concat: ", what, " is not a value of this graph");
+        if (value(v).dtype != DType::f16 || value(v).role == Role::weight) check_f32(Op::concat, v, what);
+    }
     const Shape &sa = shape(a), &sb = shape(b);
     KILN_CHECK(sa.size() == sb.size() && sa.size() <= 6, "concat: ranks differ: ", shape_str(sa), ", ", shape_str(sb));
     int ax = norm_axis(axis, sa.size(), "concat");

@@ -59,6 +59,8 @@ Dispatch lower_concat(const ir::Graph& g, const ir::Node& n) {
     Dispatch d;
     d.shader = "concat";
     d.set_push(p);
+    auto f16 = [&](int v) { return g.value(v).dtype == DType::f16 ? 1u : 0u; };  // ir::store_f16
+    d.spec = {f16(n.in[0]), f16(n.in[1]), f16(n.out)};
     groups_1d(d, (uint64_t)shape_numel(g.value(n.out).shape));
     return d;
 }

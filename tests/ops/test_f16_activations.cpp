@@ -106,3 +106,98 @@ TEST_CASE("f16 storage applies only to linear-to-linear values", "[op:f16act]") 
     CHECK(saved == 4 * 8 * 2);
     CHECK(g2.value(h).dtype == DType::f16);
 }
+
+namespace {
+// Flux's single block, reduced: h = concat(silu(x) (an f32 producer), gelu(linear(x))) on the last axis, then
+// y = linear(h). The linear's GELU'd output and the concat are stored f16.
+ir::Graph concat_mlp(const Mlp& s, DType wdt) {
+    ir::Graph g;
+    auto x = g.input("x", {s.M, s.D});
+    auto a = g.silu(x);
+    auto m = g.gelu(g.linear(x, g.weight("w1", {s.H, s.D}, wdt), g.weight("b1", {s.H})), true);
+    g.output(g.linear(g.concat(a, m, -1), g.weight("w2", {s.D, s.D + s.H}, wdt), g.weight("b2", {s.D})), "y");
+    return g;
+}
+}  // namespace
+
+TEST_CASE("a concat read only by linears is stored f16, with its linear-made input, within the same bound",
+          "[op:f16act]") {
+    const Mlp s = GENERATE(Mlp{13, 32, 128}, Mlp{5, 36, 144}, Mlp{7, 30, 120}, Mlp{2, 8, 32});
+    const DType wdt = GENERATE(DType::f32, DType::f16);
+    CAPTURE(s.M, s.D, s.H, dtype_name(wdt));
+    const int64_t C = s.D + s.H;
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({s.M, s.D}, 70, -2.f, 2.f)}};
+    std::map<std::string, Tensor> w{{"w1", test::random_weight({s.H, s.D}, wdt, 71)},
+                                    {"b1", test::random_tensor({s.H}, 72)},
+                                    {"w2", test::random_weight({s.D, C}, wdt, 73)},
+                                    {"b2", test::random_tensor({s.D}, 74)}};
+    const ir::Graph g = concat_mlp(s, wdt);
+    auto plain = test::run_vk(g, in, w, exec::Mode::full, "1");
+    ::setenv("KILN_ACT_F16", "1", 1);
+    auto half = test::run_vk(g, in, w, exec::Mode::full, "1");
+    auto eager = test::run_vk(g, in, w, exec::Mode::eager, "0");
+    ::unsetenv("KILN_ACT_F16");
+    CHECK(plain.c.f16_activations == 0);
+    CHECK(half.c.f16_activations == 2);  // linear(+GELU) output and the concat
+    CHECK(half.c.f16_activation_bytes_saved == (uint64_t)(s.M * (s.H + C) * 2));
+    CHECK(eager.c.f16_activations == 1);  // unfused, GELU reads the linear: only the concat
+
+    // h = concat(silu(x), gelu(linear(x))) in f32 on the CPU, for the bound on y = W2 h + b2.
+    ir::Graph gh;
+    auto hx = gh.input("x", {s.M, s.D});
+    auto hm = gh.gelu(gh.linear(hx, gh.weight("w1", {s.H, s.D}, wdt), gh.weight("b1", {s.H})), true);
+    gh.output(gh.concat(gh.silu(hx), hm, -1), "h");
+    auto wcpu = [&](const ir::Value& v) { return w.at(v.name); };
+    const auto h = cpu::run(gh, in, wcpu).at("h").to_f32();
+    const auto ref = cpu::run(g, in, wcpu).at("y").to_f32();
+    const auto w2 = w.at("w2").to_f32();
+    for (const auto* run : {&half, &eager}) {
+        const auto y16 = run->out.at("y").to_f32(), y32 = plain.out.at("y").to_f32();
+        const double u = std::ldexp(1.0, -10);
+        int over = 0, changed = 0;
+        for (int64_t m = 0; m < s.M; ++m)
+            for (int64_t j = 0; j < s.D; ++j) {
+                double mag = 0;
+                for (int64_t k = 0; k < C; ++k)
+                    mag += std::fabs(w2[(size_t)(j * C + k)]) * std::fabs(h[(size_t)(m * C + k)]);
+                const size_t i = (size_t)(m * s.D + j);
+                const double bound = (u + 1e-5) * mag + 1e-6;
+                over += std::fabs(y16[i] - ref[i]) > bound;
+                over += std::fabs(y16[i] - y32[i]) > bound;
+                changed += y16[i] != y32[i];
+            }
+        CHECK(over == 0);
+        CHECK(changed > 0);
+    }
+    // Rounded once, whichever op rounds: the fused run (the linear rounds its half, the concat copies it) equals
+    // the unfused one (the concat rounds both halves) bitwise.
+    CHECK(half.out.at("y").bytes == eager.out.at("y").bytes);
+    // Split into row chunks over the binding limit: bitwise the unsplit f16 run.
+    ::setenv("KILN_ACT_F16", "1", 1);
+    ::setenv("KILN_MAX_BINDING_RANGE", std::to_string(std::max<int64_t>(s.M * C, 2048)).c_str(), 1);
+    auto split = test::run_vk(g, in, w, exec::Mode::full, "1");
+    ::unsetenv("KILN_MAX_BINDING_RANGE");
+    ::unsetenv("KILN_ACT_F16");
+    CHECK(split.out.at("y").bytes == half.out.at("y").bytes);
+}
+
+TEST_CASE("a concat keeps f32 storage when anything but a linear reads it", "[op:f16act]") {
+    ir::Graph g;
+    auto x = g.input("x", {4, 8});
+    auto a = g.linear(x, g.weight("w1", {8, 8}), {});
+    auto c = g.concat(x, a, -1);
+    g.output(g.linear(c, g.weight("w2", {8, 16}), {}), "y");
+    g.output(g.silu(c), "z");  // c read by silu: c, and so a, stay f32
+    CHECK(ir::store_f16(g) == 0);
+    ir::Graph g2;
+    auto x2 = g2.input("x", {4, 8});
+    auto a2 = g2.linear(x2, g2.weight("w1", {8, 8}), {});
+    auto c2 = g2.concat(x2, a2, -1);
+    auto d2 = g2.concat(c2, a2, -1);  // a concat of a concat: all three f16
+    g2.output(g2.linear(d2, g2.weight("w2", {8, 24}), {}), "y");
+    CHECK(ir::store_f16(g2) == 3);
+    CHECK(g2.value(a2).dtype == DType::f16);
+    CHECK(g2.value(c2).dtype == DType::f16);
+    CHECK(g2.value(d2).dtype == DType::f16);
+    CHECK(g2.value(x2).dtype == DType::f32);  // an input: never
+}
