@@ -15,6 +15,28 @@ struct Mlp {
     int64_t M, D, H;
 };
 
+// Checks y16 (the reading linear y = W h + b, h stored f16) per element against the CPU reference ref and the
+// all-f32 run y32: |difference| <= (u + 1e-5) * sum_k |W_jk| |h_k| + 1e-6 (the bound above). W is [N, K], h
+// [M, K] in f32. Returns {elements over the bound, elements that differ from y32}.
+std::pair<int, int> check_bound(const std::vector<float>& y16, const std::vector<float>& y32,
+                                const std::vector<float>& ref, const std::vector<float>& W, const std::vector<float>& h,
+                                int64_t M, int64_t N, int64_t K) {
+    const double u = std::ldexp(1.0, -10);
+    int over = 0, changed = 0;
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < N; ++j) {
+            double mag = 0;
+            for (int64_t k = 0; k < K; ++k)
+                mag += std::fabs(W[(size_t)(j * K + k)]) * std::fabs(h[(size_t)(m * K + k)]);
+            const size_t i = (size_t)(m * N + j);
+            const double bound = (u + 1e-5) * mag + 1e-6;
+            over += std::fabs(y16[i] - ref[i]) > bound;
+            over += std::fabs(y16[i] - y32[i]) > bound;
+            changed += y16[i] != y32[i];
+        }
+    return {over, changed};
+}
+
 ir::Graph mlp(const Mlp& s, DType wdt, bool gelu) {
     ir::Graph g;
     auto x = g.input("x", {s.M, s.D});
@@ -58,20 +80,8 @@ TEST_CASE("an MLP hidden stored as f16 stays within its rounding bound", "[op:f1
     const auto h = cpu::run(gh, in, wcpu).at("y").to_f32();
     const auto ref = cpu::run(g, in, wcpu).at("y").to_f32();
     const auto w2 = w.at("w2").to_f32();
-    const auto y16 = half.out.at("y").to_f32(), y32 = plain.out.at("y").to_f32();
-    const double u = std::ldexp(1.0, -10);
-    int over = 0, changed = 0;
-    for (int64_t m = 0; m < s.M; ++m)
-        for (int64_t j = 0; j < s.D; ++j) {
-            double mag = 0;
-            for (int64_t k = 0; k < s.H; ++k)
-                mag += std::fabs(w2[(size_t)(j * s.H + k)]) * std::fabs(h[(size_t)(m * s.H + k)]);
-            const size_t i = (size_t)(m * s.D + j);
-            const double bound = (u + 1e-5) * mag + 1e-6;
-            over += std::fabs(y16[i] - ref[i]) > bound;
-            over += std::fabs(y16[i] - y32[i]) > bound;
-            changed += y16[i] != y32[i];
-        }
+    auto [over, changed] =
+        check_bound(half.out.at("y").to_f32(), plain.out.at("y").to_f32(), ref, w2, h, s.M, s.D, s.H);
     CHECK(over == 0);
     CHECK(changed > 0);  // the storage really is f16
 
@@ -152,20 +162,8 @@ TEST_CASE("a concat read only by linears is stored f16, with its linear-made inp
     const auto ref = cpu::run(g, in, wcpu).at("y").to_f32();
     const auto w2 = w.at("w2").to_f32();
     for (const auto* run : {&half, &eager}) {
-        const auto y16 = run->out.at("y").to_f32(), y32 = plain.out.at("y").to_f32();
-        const double u = std::ldexp(1.0, -10);
-        int over = 0, changed = 0;
-        for (int64_t m = 0; m < s.M; ++m)
-            for (int64_t j = 0; j < s.D; ++j) {
-                double mag = 0;
-                for (int64_t k = 0; k < C; ++k)
-                    mag += std::fabs(w2[(size_t)(j * C + k)]) * std::fabs(h[(size_t)(m * C + k)]);
-                const size_t i = (size_t)(m * s.D + j);
-                const double bound = (u + 1e-5) * mag + 1e-6;
-                over += std::fabs(y16[i] - ref[i]) > bound;
-                over += std::fabs(y16[i] - y32[i]) > bound;
-                changed += y16[i] != y32[i];
-            }
+        auto [over, changed] =
+            check_bound(run->out.at("y").to_f32(), plain.out.at("y").to_f32(), ref, w2, h, s.M, s.D, C);
         CHECK(over == 0);
         CHECK(changed > 0);
     }
