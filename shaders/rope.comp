@@ -17,6 +17,9 @@ void main() {
     uint i = j % p.pairs, s = (j / (p.pairs * p.H)) % p.S;
     float c = cos_t[s * p.pairs + i], sn = sin_t[s * p.pairs + i];
     float re = x[2 * j], im = x[2 * j + 1];
-    y[2 * j] = re * c - im * sn;
-    y[2 * j + 1] = im * c + re * sn;
+    // precise: each product rounded before the sum (no fused multiply-add), so rms_norm_rope.comp, which
+    // computes the same, agrees bitwise on every driver.
+    precise float a = re * c, b = im * sn, e = im * c, f = re * sn;
+    y[2 * j] = a - b;
+    y[2 * j + 1] = e + f;
 }

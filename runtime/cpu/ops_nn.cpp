@@ -223,6 +223,34 @@ void rope(const ir::Graph& g, const ir::Node& n, Vals& v) {
                 }
 }
 
+void rms_norm_rope(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    // rms_norm over each head (f64 sum, normalised in f32, then * weight), then rope as rope() computes it.
+    float eps = std::get<ir::NormAttrs>(n.attrs).eps;
+    const Shape& s = g.value(n.out).shape;
+    const int64_t S = s[1], half = g.value(n.in[2]).shape[1], D = 2 * half, H = s[2] / D;
+    const auto &x = v[(size_t)n.in[0]], &c = v[(size_t)n.in[2]], &sn = v[(size_t)n.in[3]];
+    auto* w = opt(n, 1, v);
+    auto& y = v[(size_t)n.out];
+    std::vector<float> t((size_t)D);
+    for (size_t r = 0; r < y.size() / (size_t)D; ++r) {
+        const float* xr = &x[r * (size_t)D];
+        double ss = 0;
+        for (int64_t k = 0; k < D; ++k) ss += (double)xr[k] * xr[k];
+        double inv = 1.0 / std::sqrt(ss / (double)D + eps);
+        for (int64_t k = 0; k < D; ++k) {
+            float q = (float)(xr[k] * inv);
+            t[(size_t)k] = w ? q * (*w)[(size_t)k] : q;
+        }
+        const int64_t pos = ((int64_t)r / H) % S;
+        for (int64_t i = 0; i < half; ++i) {
+            size_t ti = (size_t)(pos * half + i);
+            double re = t[(size_t)(2 * i)], im = t[(size_t)(2 * i + 1)], cs = c[ti], sv = sn[ti];
+            y[r * (size_t)D + (size_t)(2 * i)] = (float)(re * cs - im * sv);
+            y[r * (size_t)D + (size_t)(2 * i + 1)] = (float)(im * cs + re * sv);
+        }
+    }
+}
+
 void conv2d(const ir::Graph& g, const ir::Node& n, Vals& v) {
     auto a = std::get<ir::Conv2dAttrs>(n.attrs);
     const Shape &sx = g.value(n.in[0]).shape, &sw = g.value(n.in[1]).shape, &so = g.value(n.out).shape;

@@ -73,6 +73,29 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
             if (bytes(v) > opt.view_max_bytes) return false;
         return true;
     };
+    // rope(reshape(rms_norm(reshape(x, [B, S, H, D])), [B, S, H*D])) -> rms_norm_rope(x) where the rope was (a
+    // per-head qk-norm, then the rotary embedding: Flux). Only where no row chunks are needed (fits).
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        Node& n = nodes[i];
+        if (n.op != Op::rope || !n.views.empty()) continue;
+        const int r2 = single_use_producer(n.in[0], n);
+        if (r2 < 0 || nodes[(size_t)r2].op != Op::reshape) continue;
+        const int rn = single_use_producer(nodes[(size_t)r2].in[0], nodes[(size_t)r2]);
+        if (rn < 0 || nodes[(size_t)rn].op != Op::rms_norm || !nodes[(size_t)rn].views.empty()) continue;
+        const int r1 = single_use_producer(nodes[(size_t)rn].in[0], nodes[(size_t)rn]);
+        if (r1 < 0 || nodes[(size_t)r1].op != Op::reshape) continue;
+        const Node& rms = nodes[(size_t)rn];
+        const int x = nodes[(size_t)r1].in[0];
+        const Shape& so = g.values_[(size_t)n.out].shape;
+        if (g.values_[(size_t)x].shape != so ||
+            g.values_[(size_t)rms.out].shape.back() != 2 * g.values_[(size_t)n.in[1]].shape[1])
+            continue;
+        Node f{Op::rms_norm_rope, {x, rms.in[1], n.in[1], n.in[2]}, n.out, {}, rms.attrs, n.region};
+        if (!fits(f)) continue;
+        n = std::move(f);
+        dead[(size_t)r2] = dead[(size_t)rn] = dead[(size_t)r1] = true;
+        st.rms_norm_rope++;
+    }
     for (size_t i = 0; i < nodes.size(); ++i) {
         Node& n = nodes[i];
         size_t first = 0, end = 0;

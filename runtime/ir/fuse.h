@@ -11,6 +11,8 @@
 //  - a slice along the last axis (possibly reshaped, same last dim) read only by add/sub/mul/mul_add, or as
 //    modulate's / norm_modulate's shift or scale -> that op reads the slice's source in place (ir::InputView):
 //    the chunks of an adaLN embedding are never copied out.
+//  - rope of a per-head rms_norm (reshape to [B, S, H, D], rms_norm over D, reshape back), the intermediates read
+//    by nothing else -> rms_norm_rope (Flux's qk-norm and rotary embedding); not where a row chunk would be needed.
 // Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
 // renumbered.
 #include "runtime/ir/graph.h"
@@ -24,6 +26,7 @@ struct FuseStats {
     int linears_grouped = 0;  // linears they replace
     int mul_add = 0;          // mul + add pairs
     int views = 0;            // slices read in place
+    int rms_norm_rope = 0;    // per-head rms_norm + rope pairs
     int nodes_removed = 0;
 };
 

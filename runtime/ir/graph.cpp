@@ -277,6 +277,23 @@ Val Graph::rope(Val x, Val cos, Val sin) {
     return add_node(Op::rope, {x.id, cos.id, sin.id}, s);
 }
 
+Val Graph::rms_norm_rope(Val x, Val w, Val cos, Val sin, float eps) {
+    for (Val t : {x, cos, sin}) check_f32(Op::rms_norm_rope, t, "x/cos/sin");
+    const Shape &s = shape(x), &sc = shape(cos);
+    KILN_CHECK(s.size() == 3, "rms_norm_rope: x must be [B, S, H*D], got ", shape_str(s));
+    KILN_CHECK(sc.size() == 2 && sc[0] == s[1] && shape(sin) == sc, "rms_norm_rope: cos ", shape_str(sc), " / sin ",
+               shape_str(shape(sin)), " must be [S, D/2] with S = ", s[1], " for x ", shape_str(s));
+    KILN_CHECK(sc[1] > 0 && s[2] % (2 * sc[1]) == 0, "rms_norm_rope: head dim 2*", sc[1], " does not divide width ",
+               s[2], " of x ", shape_str(s));
+    if (w) {
+        check_f32(Op::rms_norm_rope, w, "weight");
+        KILN_CHECK(shape(w) == Shape{2 * sc[1]}, "rms_norm_rope: weight shape ", shape_str(shape(w)),
+                   " is not the head dim ", 2 * sc[1]);
+    }
+    KILN_CHECK(eps >= 0, "rms_norm_rope: eps must be >= 0, got ", eps);
+    return add_node(Op::rms_norm_rope, {x.id, w.id, cos.id, sin.id}, s, NormAttrs{eps, 1});
+}
+
 Val Graph::embedding(Val table, Val ids) {
     const Shape &st = shape(table), &si = shape(ids);
     KILN_CHECK(!dtype_is_quant(value(table).dtype), "embedding: table '", value(table).name, "' is ",

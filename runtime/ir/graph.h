@@ -120,6 +120,9 @@ public:
     // add(mul(a, b), c), numpy broadcasting of all three (a gated residual: gate * h + x). The product is rounded
     // to f32 before the sum, as the two ops do (no fused multiply-add).
     Val mul_add(Val a, Val b, Val c);
+    // Fused (ir::fuse): x [B, S, H*D], each head's D values RMS-normalised over D (then * weight [D], optional),
+    // then rotated by rope with cos/sin [S, D/2]: rope(reshape(rms_norm(reshape(x, [B, S, H, D])))).
+    Val rms_norm_rope(Val x, Val weight, Val cos, Val sin, float eps);
 
     // Repeated blocks: nodes added between begin and end belong to block `index` of `kind`.
     // Activation storage (ir::store_f16): activation v is stored as `dt` (f32 or f16); compute stays f32.

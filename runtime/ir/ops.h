@@ -6,8 +6,8 @@
 // Dtype rule: activations are f32. The "matrix" operand of linear/conv2d/embedding may be stored
 // f32, f16 or bf16 (one shader source, compiled per weight dtype); that of linear may also be one of
 // ggml's block-quantized types (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k; rows of whole blocks),
-// dequantized inside the shader. Every other operand is f32, except activations stored as f16 between two
-// linears (ir::store_f16, KILN_ACT_F16=1), which only linear reads.
+// dequantized inside the shader. Every other operand is f32, except activations stored as f16 (ir::store_f16,
+// KILN_ACT_F16=1), which only linear and concat read.
 #define KILN_OPS(X)                                                                                   \
     X(add, compute)                /* a + b, numpy broadcasting */                                    \
     X(sub, compute)                /* a - b, numpy broadcasting */                                    \
@@ -34,6 +34,7 @@
     X(linear_multi, compute)       /* fused: up to 4 linears of one x, each output its own value */   \
     X(norm_modulate, compute)      /* fused: modulate(layer_norm(x) without affine, shift, scale) */  \
     X(mul_add, compute)            /* fused: a * b + c, numpy broadcasting (product rounded first) */ \
+    X(rms_norm_rope, compute)      /* fused: rope(rms_norm of each head of x [B, S, H*D], cos, sin) */ \
     X(reshape, view)               /* same elements, new shape */
 
 namespace kiln::ir {

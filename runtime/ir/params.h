@@ -177,6 +177,14 @@ KILN_PARAMS(SliceParams) {
 } KILN_PARAMS_END(SliceParams)
 #endif
 
+// rms_norm_rope: rows = B S H heads of D = 2 pairs values; head r is at sequence position (r / H) % S.
+#if defined(__cplusplus) || defined(USE_RMS_ROPE)
+KILN_PARAMS(RmsRopeParams) {
+    uint rows, D, H, S, has_w;
+    float eps;
+} KILN_PARAMS_END(RmsRopeParams)
+#endif
+
 // select_advance: the device-side block counter of a regional replay (runtime/exec/block_weights.cpp). Every
 // invocation adds 1 to rows[ctr]; with `width` invocations per dispatch, old / width is the replay just run. Row
 // old / width + 1 of the kind's selection rows (words uints each, from rows[row0]) is copied into the live slots

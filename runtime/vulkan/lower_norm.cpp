@@ -35,6 +35,24 @@ Dispatch lower_rms_norm(const ir::Graph& g, const ir::Node& n) {
     return row("rms_norm", g, n, std::get<ir::NormAttrs>(n.attrs).eps);
 }
 
+Dispatch lower_rms_norm_rope(const ir::Graph& g, const ir::Node& n) {
+    const Shape& s = g.value(n.out).shape;  // [B, S, H*D]
+    const int64_t half = g.value(n.in[2]).shape[1], D = 2 * half;
+    KILN_CHECK(shape_numel(s) < (1ll << 32), "rms_norm_rope: ", shape_str(s), " has >= 2^32 elements");
+    params::RmsRopeParams p{};
+    p.rows = (params::uint)(shape_numel(s) / D);
+    p.D = (params::uint)D;
+    p.H = (params::uint)(s[2] / D);
+    p.S = (params::uint)s[1];
+    p.has_w = present(n, 1);
+    p.eps = std::get<ir::NormAttrs>(n.attrs).eps;
+    Dispatch d;
+    d.shader = "rms_norm_rope";
+    d.set_push(p);
+    groups_1d(d, (uint64_t)p.rows, 1);  // one workgroup per head row
+    return d;
+}
+
 Dispatch lower_group_norm(const ir::Graph& g, const ir::Node& n) {
     auto a = std::get<ir::NormAttrs>(n.attrs);
     const Shape& s = g.value(n.out).shape;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "runtime/exec/regions.h"
+#include "runtime/ir/fuse.h"
 #include "tests/models/model_harness.h"
 
 using namespace kiln;
@@ -46,6 +47,12 @@ TEST_CASE("fused transformers equal unfused ones bitwise in every mode", "[model
     // The SD3 fixtures have two blocks, the last one inline: nothing is replayed there.
     const bool replays = !exec::analyze_regions(g).empty();
     CHECK(replays == (fx.rfind("sd3", 0) != 0));
+    // Flux's single blocks: q and k each get their per-head rms_norm and rope in one rms_norm_rope (the double
+    // blocks concatenate the streams between the two, so they keep both ops).
+    ir::FuseStats fs;
+    ir::fuse(g, &fs);
+    const int single = src.config("transformer").value("num_single_layers", 0);
+    CHECK(fs.rms_norm_rope == (fx.rfind("flux", 0) == 0 ? 2 * single : 0));
     const auto wf = b.weight_fn();
     const Run ref = run(g, wf, in, exec::Mode::eager, "0", "auto");
     struct Case {
