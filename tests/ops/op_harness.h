@@ -74,6 +74,19 @@ inline VkRun run_vk(const ir::Graph& g, const std::map<std::string, Tensor>& inp
     return r;
 }
 
+// rope cos/sin tables [S, half] as Flux builds them: angle = pos * theta^(-i/half) (positions scrambled: t * 3 % 17),
+// computed in f64, cast to f32.
+inline std::pair<Tensor, Tensor> rope_tables(int64_t S, int64_t half) {
+    Tensor c(DType::f32, {S, half}), s(DType::f32, {S, half});
+    for (int64_t t = 0; t < S; ++t)
+        for (int64_t i = 0; i < half; ++i) {
+            double a = (double)(t * 3 % 17) * std::pow(10000.0, -(double)i / (double)half);
+            c.data<float>()[t * half + i] = (float)std::cos(a);
+            s.data<float>()[t * half + i] = (float)std::sin(a);
+        }
+    return {c, s};
+}
+
 // Max |a - b| over elements; NaN anywhere counts as infinite.
 inline double max_err(const std::vector<float>& a, const std::vector<float>& b) {
     REQUIRE(a.size() == b.size());

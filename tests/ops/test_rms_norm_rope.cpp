@@ -9,19 +9,6 @@
 
 using namespace kiln;
 
-namespace {
-std::pair<Tensor, Tensor> tables(int64_t S, int64_t half) {  // as test_rope.cpp: Flux-like angles
-    Tensor c(DType::f32, {S, half}), s(DType::f32, {S, half});
-    for (int64_t t = 0; t < S; ++t)
-        for (int64_t i = 0; i < half; ++i) {
-            double a = (double)(t * 3 % 17) * std::pow(10000.0, -(double)i / (double)half);
-            c.data<float>()[t * half + i] = (float)std::cos(a);
-            s.data<float>()[t * half + i] = (float)std::sin(a);
-        }
-    return {c, s};
-}
-}  // namespace
-
 TEST_CASE("a per-head rms_norm then rope fuses into rms_norm_rope, bitwise", "[op:rms_norm_rope]") {
     // {B, S, H, D}: a head dim of 2, odd lengths, Flux's 128 (64 pairs: one per invocation), 192 (pairs loop twice).
     auto [B, S, H, D] = GENERATE(std::array<int64_t, 4>{1, 1, 1, 2}, std::array<int64_t, 4>{2, 13, 3, 16},
@@ -30,7 +17,7 @@ TEST_CASE("a per-head rms_norm then rope fuses into rms_norm_rope, bitwise", "[o
     const bool weighted = GENERATE(true, false);
     CAPTURE(B, S, H, D, weighted);
     const Shape s{B, S, H * D};
-    auto [tc, ts] = tables(S, D / 2);
+    auto [tc, ts] = test::rope_tables(S, D / 2);
     std::map<std::string, Tensor> in{{"x", test::random_tensor(s, 40, -3.f, 3.f)}, {"cos", tc}, {"sin", ts}};
     std::map<std::string, Tensor> w{{"w", test::random_tensor({D}, 41, 0.5f, 1.5f)}};
     ir::Graph g;
@@ -57,7 +44,7 @@ TEST_CASE("a per-head rms_norm then rope fuses into rms_norm_rope, bitwise", "[o
 TEST_CASE("rms_norm_rope is not fused where the norm is read elsewhere or is not per head", "[op:rms_norm_rope]") {
     const int64_t B = 1, S = 4, H = 2, D = 8;
     const Shape s{B, S, H * D};
-    auto [tc, ts] = tables(S, D / 2);
+    auto [tc, ts] = test::rope_tables(S, D / 2);
     std::map<std::string, Tensor> in{{"x", test::random_tensor(s, 42)}, {"cos", tc}, {"sin", ts}};
     {
         ir::Graph g;  // the normalised heads are also an output

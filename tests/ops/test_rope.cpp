@@ -6,20 +6,6 @@
 
 using namespace kiln;
 
-namespace {
-// Tables as Flux builds them: angle = pos * theta^(-2i/D), computed in f64, cast to f32.
-std::pair<Tensor, Tensor> tables(int64_t S, int64_t half) {
-    Tensor c(DType::f32, {S, half}), s(DType::f32, {S, half});
-    for (int64_t t = 0; t < S; ++t)
-        for (int64_t i = 0; i < half; ++i) {
-            double a = (double)(t * 3 % 17) * std::pow(10000.0, -(double)i / (double)half);
-            c.data<float>()[t * half + i] = (float)std::cos(a);
-            s.data<float>()[t * half + i] = (float)std::sin(a);
-        }
-    return {c, s};
-}
-}  // namespace
-
 TEST_CASE("rope matches the CPU reference", "[op:rope]") {
     // {B, S, H, D}: a 1x1 case, odd sequence lengths, a head dim of 2, Flux's 128.
     auto [B, S, H, D] = GENERATE(std::array<int64_t, 4>{1, 1, 1, 2}, std::array<int64_t, 4>{2, 13, 3, 16},
@@ -28,7 +14,7 @@ TEST_CASE("rope matches the CPU reference", "[op:rope]") {
     Shape s{B, S, H * D};
     auto x = g.input("x", s), c = g.input("cos", {S, D / 2}), sn = g.input("sin", {S, D / 2});
     g.output(g.rope(x, c, sn), "y");
-    auto [tc, ts] = tables(S, D / 2);
+    auto [tc, ts] = test::rope_tables(S, D / 2);
     auto r = test::run_op(g, {{"x", test::random_tensor(s, 60, -2.f, 2.f)}, {"cos", tc}, {"sin", ts}});
     CHECK(test::max_err(r.gpu, r.cpu) <= 2e-6);
 }
