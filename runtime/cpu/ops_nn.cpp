@@ -48,22 +48,24 @@ void layer_norm(const ir::Graph& g, const ir::Node& n, Vals& v) {
     }
 }
 
+// One row of rms_norm: xr[0, C) / sqrt(mean(x^2) + eps) (f64 sum), rounded to f32, then * w when given.
+void rms_row(const float* xr, int64_t C, float eps, const std::vector<float>* w, float* y) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += (double)xr[c] * xr[c];
+    double inv = 1.0 / std::sqrt(ss / (double)C + eps);
+    for (int64_t c = 0; c < C; ++c) {
+        float t = (float)(xr[c] * inv);  // diffusers: normalise in f32, then * weight
+        y[c] = w ? t * (*w)[(size_t)c] : t;
+    }
+}
+
 void rms_norm(const ir::Graph& g, const ir::Node& n, Vals& v) {
     float eps = std::get<ir::NormAttrs>(n.attrs).eps;
     int64_t C = g.value(n.out).shape.back();
     const auto& x = v[(size_t)n.in[0]];
     auto* w = opt(n, 1, v);
     auto& y = v[(size_t)n.out];
-    for (size_t r = 0; r < y.size() / (size_t)C; ++r) {
-        const float* xr = &x[r * (size_t)C];
-        double ss = 0;
-        for (int64_t c = 0; c < C; ++c) ss += (double)xr[c] * xr[c];
-        double inv = 1.0 / std::sqrt(ss / (double)C + eps);
-        for (int64_t c = 0; c < C; ++c) {
-            float t = (float)(xr[c] * inv);  // diffusers: normalise in f32, then * weight
-            y[r * (size_t)C + (size_t)c] = w ? t * (*w)[(size_t)c] : t;
-        }
-    }
+    for (size_t r = 0; r < y.size() / (size_t)C; ++r) rms_row(&x[r * (size_t)C], C, eps, w, &y[r * (size_t)C]);
 }
 
 void group_norm(const ir::Graph& g, const ir::Node& n, Vals& v) {
@@ -233,14 +235,7 @@ void rms_norm_rope(const ir::Graph& g, const ir::Node& n, Vals& v) {
     auto& y = v[(size_t)n.out];
     std::vector<float> t((size_t)D);
     for (size_t r = 0; r < y.size() / (size_t)D; ++r) {
-        const float* xr = &x[r * (size_t)D];
-        double ss = 0;
-        for (int64_t k = 0; k < D; ++k) ss += (double)xr[k] * xr[k];
-        double inv = 1.0 / std::sqrt(ss / (double)D + eps);
-        for (int64_t k = 0; k < D; ++k) {
-            float q = (float)(xr[k] * inv);
-            t[(size_t)k] = w ? q * (*w)[(size_t)k] : q;
-        }
+        rms_row(&x[r * (size_t)D], D, eps, w, t.data());
         const int64_t pos = ((int64_t)r / H) % S;
         for (int64_t i = 0; i < half; ++i) {
             size_t ti = (size_t)(pos * half + i);

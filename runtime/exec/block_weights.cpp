@@ -274,40 +274,37 @@ void Executor::Impl::build_ptr_tables() {
 void Executor::Impl::build_advance() {
     replay_array.assign(blocks.size(), false);
     advance.assign(blocks.size(), -1);
-    advance_ctr.assign(blocks.size(), 0);
     const char* env = std::getenv("KILN_SELECT_ADVANCE");
     const std::string e = env ? env : "1";
     KILN_CHECK(e == "0" || e == "1", "KILN_SELECT_ADVANCE='", e, "' (0 or 1)");
     if (mode != Mode::regional || e == "0") return;
     std::vector<uint8_t> rows(16 * ((blocks.size() + 3) / 4));  // the counters (zero), 16-byte aligned rows after
     std::vector<VkDeviceSize> row0(blocks.size(), 0);
-    size_t n_adv = 0;
+    std::vector<size_t> with_rows;  // kinds whose dispatches select weights: they get a select_advance
     for (size_t k = 0; k < blocks.size(); ++k) {
         const bool carried = !ping_pong[k] && !chain_free(k);
         if (blocks[k].weights.size() < 2 || how[k] == Select::copy || streams[k].slots || carried || profile) continue;
         replay_array[k] = true;
         c.kinds_counted_on_device++;
         if (ptr_data[k].empty() || ptr_data[k][0].empty()) continue;  // nothing in the block selects weights
-        advance_ctr[k] = 4 * k;
         row0[k] = rows.size();
         for (const auto& r : ptr_data[k]) rows.insert(rows.end(), r.begin(), r.end());
         rows.resize((rows.size() + 15) / 16 * 16);
-        advance[k] = 1;  // marked; the dispatch is made below
-        n_adv++;
+        with_rows.push_back(k);
     }
-    if (!n_adv) return;
+    if (with_rows.empty()) return;
+    const auto n_adv = (uint32_t)with_rows.size();
     advance_rows = alloc.alloc(rows.size(), "block replay counters and selection rows");
     alloc.upload(advance_rows, rows.data(), rows.size());
-    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)(2 * n_adv)};
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * n_adv};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    pi.maxSets = (uint32_t)n_adv;
+    pi.maxSets = n_adv;
     pi.poolSizeCount = 1;
     pi.pPoolSizes = &ps;
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &advance_pool));
     const vk::Kernel& kern = kernels.get("select_advance");
     KILN_CHECK(kern.bindings == 2, "shader select_advance has ", kern.bindings, " bindings, expected 2");
-    for (size_t k = 0; k < blocks.size(); ++k) {
-        if (advance[k] < 0) continue;
+    for (size_t k : with_rows) {
         DispatchRec rec{&kern, VK_NULL_HANDLE, {}, {}, {}};
         VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         ai.descriptorPool = advance_pool;
@@ -330,14 +327,14 @@ void Executor::Impl::build_advance() {
         p.row0 = (uint32_t)(row0[k] / 4);
         p.words = (uint32_t)(ptr_data[k][0].size() / 4);
         p.n = (uint32_t)ptr_data[k].size();
-        p.ctr = (uint32_t)(advance_ctr[k] / 4);
+        p.ctr = (uint32_t)(advance_ctr(k) / 4);
         p.live = (uint32_t)(slot_base[k] / 4);
         p.width = 64;  // select_advance's local size, one workgroup
         rec.d.shader = "select_advance";
         rec.d.set_push(p);
         const Span live{ptr_table.buffer, ptr_table.offset + slot_base[k], ptr_data[k][0].size()};
         rec.reads = {{advance_rows.buffer, advance_rows.offset + row0[k], (VkDeviceSize)p.n * p.words * 4}};
-        rec.writes = {{advance_rows.buffer, advance_rows.offset + advance_ctr[k], 4}, live};
+        rec.writes = {{advance_rows.buffer, advance_rows.offset + advance_ctr(k), 4}, live};
         dispatches.push_back(std::move(rec));
         advance[k] = (int)dispatches.size() - 1;
     }
@@ -347,8 +344,8 @@ void Executor::Impl::build_advance() {
 void Executor::Impl::record_replay_start(Recorder& rec, size_t k) {
     record_block_weights(rec, k, 0);
     if (advance[k] < 0) return;
-    vkCmdFillBuffer(primary, advance_rows.buffer, advance_rows.offset + advance_ctr[k], 4, 0);
-    rec.writes.push_back({advance_rows.buffer, advance_rows.offset + advance_ctr[k], 4});
+    vkCmdFillBuffer(primary, advance_rows.buffer, advance_rows.offset + advance_ctr(k), 4, 0);
+    rec.writes.push_back({advance_rows.buffer, advance_rows.offset + advance_ctr(k), 4});
 }
 
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {

@@ -202,8 +202,8 @@ struct Executor::Impl {
     // KILN_SELECT_ADVANCE=0: per-replay table updates from the primary instead.
     std::vector<bool> replay_array;
     std::vector<int> advance;
-    vk::BufferRange advance_rows;           // a counter per kind, then each kind's selection rows (ptr_data)
-    std::vector<VkDeviceSize> advance_ctr;  // per kind: byte offset of its counter in advance_rows
+    vk::BufferRange advance_rows;  // a counter per kind (kind k's at byte 4 k), then each kind's selection rows
+    static VkDeviceSize advance_ctr(size_t k) { return 4 * k; }
     VkDescriptorPool advance_pool = VK_NULL_HANDLE;
     void build_advance();
     void record_replay_start(Recorder& rec, size_t k);

@@ -18,6 +18,7 @@ const char* vk_result_name(VkResult r) {
 #define C(x) \
     case x:  \
         return #x;
+        // clang-format off
         C(VK_SUCCESS)
         C(VK_NOT_READY)
         C(VK_TIMEOUT)
@@ -30,10 +31,16 @@ const char* vk_result_name(VkResult r) {
         C(VK_ERROR_LAYER_NOT_PRESENT)
         C(VK_ERROR_EXTENSION_NOT_PRESENT)
         C(VK_ERROR_FEATURE_NOT_PRESENT)
-        C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS) C(VK_ERROR_FORMAT_NOT_SUPPORTED)
-            C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY) C(VK_ERROR_UNKNOWN)
+        C(VK_ERROR_INCOMPATIBLE_DRIVER)
+        C(VK_ERROR_TOO_MANY_OBJECTS)
+        C(VK_ERROR_FORMAT_NOT_SUPPORTED)
+        C(VK_ERROR_FRAGMENTED_POOL)
+        C(VK_ERROR_OUT_OF_POOL_MEMORY)
+        C(VK_ERROR_UNKNOWN)
+        // clang-format on
 #undef C
-                default : return "VK_ERROR_(unnamed)";
+        default:
+            return "VK_ERROR_(unnamed)";
     }
 }
 
@@ -301,7 +308,7 @@ int Context::validation_errors() { return g_validation_errors.load(); }
 
 void Context::name_object(VkObjectType type, uint64_t handle, const std::string& name) const {
     if (!messenger_) return;
-    static auto fn = (PFN_vkSetDebugUtilsObjectNameEXT)vkGetInstanceProcAddr(instance_, "vkSetDebugUtilsObjectNameEXT");
+    auto fn = (PFN_vkSetDebugUtilsObjectNameEXT)vkGetInstanceProcAddr(instance_, "vkSetDebugUtilsObjectNameEXT");
     if (!fn) return;
     VkDebugUtilsObjectNameInfoEXT ni{VK_STRUCTURE_TYPE_DEBUG_UTILS_OBJECT_NAME_INFO_EXT};
     ni.objectType = type;
