@@ -16,22 +16,40 @@ namespace kiln::models {
 namespace fs = std::filesystem;
 
 namespace {
+// A diffusers component: one safetensors file or a sharded set. Reads go through pread (peak memory one tensor);
+// each shard is also mapped, on first view(), so that the executor can copy streamed weights straight from the
+// page cache or, on unified memory, read them in place: no host copy of the model, as with a Kiln file.
 class SafetensorsStore : public WeightStore {
 public:
     explicit SafetensorsStore(const std::string& path) : st_(SafeTensors::open(path)), path_(path) {
         for (auto& t : st_.tensors()) meta_[t.name] = {t.shape, t.dtype};
+        maps_.resize(st_.files().size());
     }
     const TensorMeta* find(const std::string& name) const override {
         auto it = meta_.find(name);
         return it == meta_.end() ? nullptr : &it->second;
     }
     Tensor read(const std::string& name) const override { return st_.read(name); }
+    exec::HostBytes view(const std::string& name) const override {
+        const SafeTensorInfo* t = st_.find(name);
+        if (!t) return {};
+        auto& m = maps_[(size_t)t->file];
+        if (!m) {
+            m = MappedFile::open(st_.files()[(size_t)t->file]);
+            // The header was parsed from the file opened first; a file replaced or cut since then is not it.
+            m->check();
+        }
+        if (t->offset + t->nbytes > m->size())
+            KILN_FAIL_AS(io, m->path(), ": changed on disk since it was opened; open the model again");
+        return {m, t->offset};
+    }
     std::string source() const override { return path_; }
 
 private:
     SafeTensors st_;
     std::string path_;
     std::map<std::string, TensorMeta> meta_;
+    mutable std::vector<std::shared_ptr<const MappedFile>> maps_;  // per shard, mapped on first view()
 };
 
 class GgufStore : public WeightStore {

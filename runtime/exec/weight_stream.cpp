@@ -99,6 +99,10 @@ StreamPlan plan_stream(uint64_t budget, uint64_t fixed, const std::vector<KindNe
 
 namespace kiln::exec {
 
+namespace {
+constexpr uint64_t kPtrAlign = 16;  // buffer_reference_align of the _ptr shaders' weight references (common.glsl)
+}  // namespace
+
 vk::BufferRange Executor::Impl::import_weight(const WeightBytesFn& weights, int v) {
     const auto& info = ctx.info();
     if (!weights.view || !budget.in_place || !info.host_import || !info.host_import_align) return {};
@@ -155,6 +159,10 @@ void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs_in, c
             for (int v : inst) {
                 vk::BufferRange r = import_weight(weights, v);
                 if (!r.buffer) break;
+                // Read in place through addresses (unified memory, device selection), a weight must start on the
+                // 16 bytes the _ptr shaders' references assume. Kiln files align every tensor to 32; safetensors
+                // files often only to 8: such a kind keeps a host copy (copies from the file need no alignment).
+                if (unified && needs_in[k].device_select && r.offset % kPtrAlign) break;
                 file.back().push_back(r);
             }
             if (file.back().size() != inst.size()) break;
