@@ -101,6 +101,9 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
                        {"device_bytes", c.device_bytes},
                        {"device_bytes_used", c.device_bytes_used},
                        {"in_place_bytes", c.in_place_bytes},
+                       {"copy_queue", c.copy_queue},
+                       {"compute_batches_per_step", c.compute_batches_per_run},
+                       {"copy_batches_per_step", c.copy_batches_per_run},
                        {"bitwise_equal_to_all_resident", same},
                        {"weight_upload_ms", c.upload_ms},
                        {"step_ms", wall},
@@ -313,8 +316,12 @@ Run add_bench(CLI::App& app) {
                 med.run.gpu_ms, med.run.host_ms, med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops,
                 (double)peaks.device_bytes / (1 << 20));
             if (!c.stream_note.empty())
-                std::printf("          %s (%.1f MiB streamed per step)\n", c.stream_note.c_str(),
-                            (double)c.streamed_bytes_per_run / (1 << 20));
+                std::printf("          %s (%.1f MiB streamed per step; ring copies %s%s)\n", c.stream_note.c_str(),
+                            (double)c.streamed_bytes_per_run / (1 << 20), c.copy_queue.c_str(),
+                            c.copy_batches_per_run ? (", " + std::to_string(c.compute_batches_per_run) + " compute + " +
+                                                      std::to_string(c.copy_batches_per_run) + " copy batches")
+                                                         .c_str()
+                                                   : "");
             if (!c.block_weights_note.empty())
                 std::printf(
                     "          %s (%.1f MiB of weight copies per step); replays counted on the device for %d "
@@ -385,7 +392,9 @@ Run add_bench(CLI::App& app) {
                                  {"gpu_ms_block_median", median(block_ms)},
                                  {"streamed_bytes_per_step", c.streamed_bytes_per_run},
                                  {"budget_bytes", c.budget_bytes},
-                                 {"blocks_streamed", c.blocks_streamed}};
+                                 {"blocks_streamed", c.blocks_streamed},
+                                 {"copy_queue", c.copy_queue},
+                                 {"copy_batches_per_step", c.copy_batches_per_run}};
             report["modes"].push_back(jm);
             if (!fuse_env.empty()) ::unsetenv("KILN_FUSE");
         }

@@ -244,6 +244,9 @@ Run add_generate(CLI::App& app) {
             std::fprintf(stderr, "  transformer %.1f MiB (weights + activations; %.0f MiB allocated)\n",
                          (double)(tc.weight_bytes + tc.activation_bytes_planned) / (1 << 20),
                          (double)tc.device_bytes / (1 << 20));
+            if (!tc.stream_note.empty())
+                std::fprintf(stderr, "  streaming: %s, %.1f MiB per step, ring copies %s\n", tc.stream_note.c_str(),
+                             (double)tc.streamed_bytes_per_run / (1 << 20), tc.copy_queue.c_str());
             write_images(r.image, out, o->grid, o->upscale,
                          {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
             if (!dump.empty()) write_safetensors(dump, r.intermediates);

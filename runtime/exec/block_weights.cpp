@@ -351,7 +351,7 @@ void Executor::Impl::record_replay_start(Recorder& rec, size_t k) {
 void Executor::Impl::record_block_weights(Recorder& rec, size_t k, size_t i) {
     if (how[k] == Select::copy) {
         const vk::BufferRange& win = block_windows[k][0];
-        record_instance_copy(k, i, win);  // from device memory, host memory or the mapped file
+        record_instance_copy(primary, k, i, win);  // from device memory, host memory or the mapped file
         c.copies_per_run++;
         c.weight_copy_bytes_per_run += block_stride[k];
         rec.writes.push_back({win.buffer, win.offset, block_stride[k]});

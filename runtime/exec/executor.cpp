@@ -196,11 +196,12 @@ void Executor::Impl::record() {
         c.dispatches_per_run = c.submissions_per_run = (int)dispatches.size();
         return;
     }
-    if (primary) {  // record_again(): the device is idle
-        vkFreeCommandBuffers(dev, ctx.pool(), 1, &primary);
+    if (primary || !batches.empty()) {  // record_again(): the device is idle
+        free_run_commands();
         for (auto& s : secondaries)
             if (!s.empty()) vkFreeCommandBuffers(dev, ctx.pool(), (uint32_t)s.size(), s.data());
     }
+    begin_split();
     // Command buffers are allocated first: record_ms counts recording only.
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = ctx.pool();
@@ -287,9 +288,16 @@ void Executor::Impl::record() {
             rec.barrier();
             continue;
         }
+        const bool cut = split && streams[k].slots > 0;
         for (size_t i = 0; i < bk.weights.size(); ++i) {
+            const long cur = (long)i - (long)std::min(streams[k].resident, bk.weights.size());  // streamed index
+            if (cut) {  // each replay of a streamed kind in a segment of its own (copy_queue.cpp)
+                cut_segment(rec);
+                if (cur >= 0) seg_of[k][(size_t)cur] = n_segments;
+            }
             if (i > 0) carry();
             record_stream(rec, k, i, false);
+            if (cut && cur >= 0) seg_wait = copy_of[k][(size_t)cur];
             record_block_weights(rec, k, i);
             rec.barrier();
             record_stream(rec, k, i, true);  // prefetches overlap this replay
@@ -307,10 +315,21 @@ void Executor::Impl::record() {
         rec.barrier();
     }
     if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 1);
-    VK_CHECK(vkEndCommandBuffer(primary));
+    c.compute_batches_per_run = 1;
+    c.copy_batches_per_run = 0;
+    c.submissions_per_run = 1;
+    if (split) {
+        cut_segment(rec, true);
+        primary = batches.front().cb;  // not null: a run is recorded (step_program.cpp checks)
+        c.command_buffers_recorded += (int)(n_segments + n_copies) - 1;
+        c.compute_batches_per_run = (int)n_segments;
+        c.copy_batches_per_run = (int)n_copies;
+        c.submissions_per_run = copy_queue == vk::CopyQueue::transfer ? 2 : 1;
+    } else {
+        VK_CHECK(vkEndCommandBuffer(primary));
+    }
     c.command_buffers_recorded++;
     c.barriers_per_run += rec.barriers;
-    c.submissions_per_run = 1;
     c.record_ms = ms_since(t0);
 }
 
@@ -471,7 +490,12 @@ void Executor::run() {
         return;
     }
     for (auto& f : m.imports) f.file->check();  // a truncated model file would fault the device's reads
-    submit(m.primary);
+    submit_run(VK_NULL_HANDLE, VK_NULL_HANDLE, m.fence);
+    {
+        auto tw = Clock::now();
+        m.ctx.wait(m.fence);
+        wait_ms += ms_since(tw);
+    }
     m.host_ms = ms_since(t_run) - wait_ms;
     st.host_ms = m.host_ms;
     st.host_cpu_ms = thread_cpu_ms() - cpu0;

@@ -96,6 +96,11 @@ struct Counters {
     uint64_t in_place_bytes = 0;      // weights read where they lie in the mmapped model file (no upload)
     uint64_t device_bytes_used = 0;   // device memory the plan uses (device_bytes rounds up to whole blocks)
     std::string stream_note;
+    // Where ring copies run (vk::CopyQueue: in_step, split or transfer). split/transfer: the step is cut into
+    // compute batches, one per replay of a streamed kind, and every ring copy is a batch of its own, ordered by
+    // two timeline semaphores.
+    std::string copy_queue = "in_step";
+    int compute_batches_per_run = 1, copy_batches_per_run = 0;
     double pipeline_ms = 0, plan_ms = 0, record_ms = 0, upload_ms = 0;
     // Ops binding an activation over maxStorageBufferRange (or KILN_MAX_BINDING_RANGE), split into row chunks: such
     // ops recorded, and the dispatches recorded for them (each recording of a block template counts once).
@@ -152,6 +157,10 @@ public:
     // as the executor; they share its blocks instead of adding one). Defined in step_program.cpp.
     vk::BufferRange device_range(const std::string& name, DType* dtype = nullptr) const;
     VkCommandBuffer run_commands() const;
+    // Submits one run with `before` and `after` (each may be VK_NULL_HANDLE) around it on the compute queue, fence
+    // signalled at its end: one batch, or the compute and copy batches when ring copies have their own (see
+    // Counters::copy_queue). The device loop submits its steps through this.
+    void submit_run(VkCommandBuffer before, VkCommandBuffer after, VkFence fence);
     vk::Allocator& allocator();
 
 private:

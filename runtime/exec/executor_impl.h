@@ -168,7 +168,9 @@ struct Executor::Impl {
     ~Impl() {
         VkDevice d = ctx.device();
         vkDeviceWaitIdle(d);
-        if (primary) vkFreeCommandBuffers(d, ctx.pool(), 1, &primary);
+        free_run_commands();
+        if (sem_seg) vkDestroySemaphore(d, sem_seg, nullptr);
+        if (sem_copy) vkDestroySemaphore(d, sem_copy, nullptr);
         for (auto& s : secondaries)
             if (!s.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)s.size(), s.data());
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
@@ -224,7 +226,33 @@ struct Executor::Impl {
     vk::BufferRange source_weight(size_t k, size_t i, size_t j) const;   // streamed instance i's weight j
     VkDeviceAddress weight_address(size_t k, size_t i, size_t j) const;  // where replay i reads weight j
     vk::BufferRange template_weight(size_t k, size_t j, const vk::BufferRange& window) const;
-    void record_instance_copy(size_t k, size_t i, const vk::BufferRange& dst);  // instance i's weights -> dst
+    // instance i's weights -> dst, recorded into cb
+    void record_instance_copy(VkCommandBuffer cb, size_t k, size_t i, const vk::BufferRange& dst);
+    // Ring copies in their own batches (copy_queue.cpp; Counters::copy_queue split or transfer). The run is cut
+    // into compute segments: every replay of a streamed kind starts one. Each ring copy is a command buffer of its
+    // own that waits for the segment whose replay last read its slot (for the first `slots` copies, the previous
+    // run's end) and signals sem_copy; a segment waits for the copy its replay reads and signals sem_seg. Batches
+    // are kept in an order valid on one queue (a segment's copies before it).
+    struct Batch {
+        VkCommandBuffer cb;
+        bool copy;
+        long wait = -1;              // segment: copy index; copy: segment index; -1: none
+        bool wait_prev_run = false;  // copy: waits for the previous run's last segment
+    };
+    bool split = false;
+    vk::CopyQueue copy_queue = vk::CopyQueue::in_step;  // as recorded, with the queue and pool copies use
+    VkQueue copy_vkqueue = VK_NULL_HANDLE;
+    VkCommandPool copy_pool = VK_NULL_HANDLE;
+    std::vector<Batch> batches, pending_copies;
+    long seg_wait = -1;
+    long n_segments = 0, n_copies = 0;
+    std::vector<std::vector<long>> seg_of, copy_of;  // [kind][streamed index]: its replay's segment, its copy
+    VkSemaphore sem_seg = VK_NULL_HANDLE, sem_copy = VK_NULL_HANDLE;
+    uint64_t seg_value = 0, copy_value = 0;  // values signalled by the runs submitted so far
+    void begin_split();                      // at the start of record(): decides split, makes the semaphores
+    void cut_segment(Recorder& rec, bool last = false);
+    void record_copy_batch(size_t k, long x, const vk::BufferRange& dst);
+    void free_run_commands();
     void plan_activations(const std::vector<int>& active);
     std::vector<Part> parts(int n) const;         // row_split.cpp; throws naming the op when it cannot be split
     std::map<int, std::vector<Part>> node_parts;  // per active compute node: one part, or its row chunks

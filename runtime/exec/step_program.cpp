@@ -236,11 +236,10 @@ void StepProgram::run(const std::vector<float>& x, const std::function<void(int,
     m.alloc.upload(m.x, x.data(), (VkDeviceSize)m.n * 4);
     const uint32_t zero[4] = {0, 0, 0, 0};
     m.alloc.upload(m.state, zero, sizeof(zero));
-    VkCommandBuffer cbs[3] = {m.pre, m.ex.run_commands(), m.post};
     for (uint32_t i = 0; i < m.n_steps; ++i) {
         if (m.pending.size() == (observe ? 1 : m.fences.size())) m.wait_oldest(progress, observe);
         const size_t f = i % m.fences.size();
-        m.ctx.submit(cbs, 3, m.fences[f]);
+        m.ex.submit_run(m.pre, m.post, m.fences[f]);
         m.pending.push_back({f, (int)i});
     }
     while (!m.pending.empty()) m.wait_oldest(progress, observe);

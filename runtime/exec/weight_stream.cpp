@@ -252,7 +252,7 @@ vk::BufferRange Executor::Impl::template_weight(size_t k, size_t j, const vk::Bu
     return source_weight(k, 0, j);
 }
 
-void Executor::Impl::record_instance_copy(size_t k, size_t i, const vk::BufferRange& dst) {
+void Executor::Impl::record_instance_copy(VkCommandBuffer cb, size_t k, size_t i, const vk::BufferRange& dst) {
     const StreamKind& s = streams[k];
     std::vector<VkBufferCopy> regions;
     VkBuffer src = VK_NULL_HANDLE;
@@ -264,14 +264,14 @@ void Executor::Impl::record_instance_copy(size_t k, size_t i, const vk::BufferRa
         for (size_t j = 0; j < s.file[i].size(); ++j) {
             const vk::BufferRange& r = s.file[i][j];
             if (src && r.buffer != src) {
-                vkCmdCopyBuffer(primary, src, dst.buffer, (uint32_t)regions.size(), regions.data());
+                vkCmdCopyBuffer(cb, src, dst.buffer, (uint32_t)regions.size(), regions.data());
                 regions.clear();
             }
             src = r.buffer;
             regions.push_back({r.offset, dst.offset + block_rel[k][j], r.size});
         }
     }
-    vkCmdCopyBuffer(primary, src, dst.buffer, (uint32_t)regions.size(), regions.data());
+    vkCmdCopyBuffer(cb, src, dst.buffer, (uint32_t)regions.size(), regions.data());
     if (i >= s.resident) c.streamed_bytes_per_run += block_stride[k];
 }
 
@@ -282,12 +282,17 @@ void Executor::Impl::record_stream(Recorder& rec, size_t k, size_t i, bool after
     StreamKind& s = streams[k];
     if (!s.slots) return;
     const long n = (long)(blocks[k].weights.size() - s.resident);
-    if (i == 0) s.issued = -1;
+    if (i == 0 && !after_barrier)
+        s.issued = -1;  // a new run (the call after the barrier must not copy 0 again)  // a new run (the call after
+                        // the barrier must not copy 0 again)
     const long cur = (long)i - (long)s.resident;  // this replay's streamed index (< 0: resident)
     const long last = after_barrier ? std::min(cur + s.slots - 1, n - 1) : cur;
     for (long x = s.issued + 1; x <= last; ++x) {
         const vk::BufferRange& dst = s.ring[(size_t)x % (size_t)s.slots];
-        record_instance_copy(k, s.resident + (size_t)x, dst);
+        if (split)
+            record_copy_batch(k, x, dst);
+        else
+            record_instance_copy(primary, k, s.resident + (size_t)x, dst);
         rec.writes.push_back({dst.buffer, dst.offset, block_stride[k]});
         c.copies_per_run++;
         s.issued = x;

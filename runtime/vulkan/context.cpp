@@ -224,6 +224,7 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     d.int64 = f2.features.shaderInt64;
     d.fp64 = f2.features.shaderFloat64;
     d.buffer_device_address = f12.bufferDeviceAddress;
+    d.timeline_semaphore = f12.timelineSemaphore;
 
     uint32_t ne = 0;
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
@@ -249,8 +250,13 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
     std::vector<VkQueueFamilyProperties> qs(nq);
     vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, qs.data());
-    for (auto& q : qs)
-        if ((q.queueFlags & VK_QUEUE_COMPUTE_BIT) && q.timestampValidBits > 0) d.timestamps = true;
+    for (uint32_t i = 0; i < nq; ++i) {
+        const VkQueueFlags f = qs[i].queueFlags;
+        if ((f & VK_QUEUE_COMPUTE_BIT) && qs[i].timestampValidBits > 0) d.timestamps = true;
+        if ((f & VK_QUEUE_TRANSFER_BIT) && !(f & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)) &&
+            d.transfer_family < 0)
+            d.transfer_family = (int)i;
+    }
 
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(pd, &mp);
@@ -379,12 +385,30 @@ Context::Context(int device, int validation, int pipeline_cache) {
         }
     KILN_CHECK(family_ != UINT32_MAX, "device '", info_.name, "' has no compute queue");
 
+    {
+        const char* e = std::getenv("KILN_TRANSFER_QUEUE");
+        const std::string q = e ? e : "0";
+        KILN_CHECK(q == "0" || q == "1" || q == "split", "KILN_TRANSFER_QUEUE=", q, ": expected 0, 1 or split");
+        if (q != "0" && info_.timeline_semaphore)
+            copy_queue_ = q == "split"                 ? CopyQueue::split
+                          : info_.transfer_family >= 0 ? CopyQueue::transfer
+                                                       : CopyQueue::in_step;
+        if (q != "0" && copy_queue_ == CopyQueue::in_step)
+            std::fprintf(stderr,
+                         "kiln: note: KILN_TRANSFER_QUEUE=%s: device '%s' has %s; ring copies stay in the step\n",
+                         q.c_str(), info_.name.c_str(),
+                         !info_.timeline_semaphore ? "no timelineSemaphore" : "no transfer-only queue family");
+    }
     float prio = 1.f;
-    VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-    qci.queueFamilyIndex = family_;
-    qci.queueCount = 1;
-    qci.pQueuePriorities = &prio;
+    VkDeviceQueueCreateInfo qcis[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
+                                       {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
+    qcis[0].queueFamilyIndex = family_;
+    qcis[0].queueCount = 1;
+    qcis[0].pQueuePriorities = &prio;
+    qcis[1] = qcis[0];
+    qcis[1].queueFamilyIndex = (uint32_t)info_.transfer_family;
     VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f12.timelineSemaphore = info_.timeline_semaphore;
     f12.shaderFloat16 = info_.fp16_arith;
     f12.bufferDeviceAddress = info_.buffer_device_address;  // block weights selected on the device
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
@@ -399,8 +423,8 @@ Context::Context(int device, int validation, int pipeline_cache) {
     f2.features.shaderInt64 = info_.int64;  // the device loop's correctly rounded division (shaders/loop.glsl)
     f2.features.shaderFloat64 = info_.fp64;
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
-    dci.queueCreateInfoCount = 1;
-    dci.pQueueCreateInfos = &qci;
+    dci.queueCreateInfoCount = copy_queue_ == CopyQueue::transfer ? 2 : 1;
+    dci.pQueueCreateInfos = qcis;
     // VK_EXT_memory_budget: heap usage; VK_EXT_external_memory_host: mmapped weights read in place.
     std::vector<const char*> dev_exts;
     if (info_.memory_budget) dev_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -415,6 +439,13 @@ Context::Context(int device, int validation, int pipeline_cache) {
     pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     pci.queueFamilyIndex = family_;
     VK_CHECK(vkCreateCommandPool(device_, &pci, nullptr, &pool_));
+    families_[0] = families_[1] = family_;
+    if (copy_queue_ == CopyQueue::transfer) {
+        families_[1] = (uint32_t)info_.transfer_family;
+        vkGetDeviceQueue(device_, families_[1], 0, &transfer_queue_);
+        pci.queueFamilyIndex = families_[1];
+        VK_CHECK(vkCreateCommandPool(device_, &pci, nullptr, &transfer_pool_));
+    }
     VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VK_CHECK(vkCreateFence(device_, &fci, nullptr, &fence_));
 
@@ -510,6 +541,7 @@ Context::~Context() {
         vkDestroyPipelineCache(device_, cache_, nullptr);
         vkDestroyFence(device_, fence_, nullptr);
         vkDestroyCommandPool(device_, pool_, nullptr);
+        if (transfer_pool_) vkDestroyCommandPool(device_, transfer_pool_, nullptr);
         vkDestroyDevice(device_, nullptr);
     }
     if (messenger_) {
@@ -544,7 +576,36 @@ void Context::submit_wait(VkCommandBuffer cb, bool free) {
     if (free) vkFreeCommandBuffers(device_, pool_, 1, &cb);
 }
 
+const char* copy_queue_name(CopyQueue q) {
+    return q == CopyQueue::transfer ? "transfer" : q == CopyQueue::split ? "split" : "in_step";
+}
+
+void Context::set_copy_queue(CopyQueue q) {
+    KILN_CHECK(q == CopyQueue::in_step || info_.timeline_semaphore, "device '", info_.name,
+               "' lacks timelineSemaphore, which copies in their own batches need");
+    KILN_CHECK(q != CopyQueue::transfer || transfer_queue_, "no transfer queue was made for device '", info_.name,
+               "' (KILN_TRANSFER_QUEUE=1 when the context is made, on a device with a transfer-only family)");
+    copy_queue_ = q;
+}
+
+void Context::set_sharing(VkBufferCreateInfo& bi) const {
+    if (transfer_queue_) {
+        bi.sharingMode = VK_SHARING_MODE_CONCURRENT;
+        bi.queueFamilyIndexCount = 2;
+        bi.pQueueFamilyIndices = families_;
+    } else {
+        bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    }
+}
+
 void Context::submit(const VkCommandBuffer* cbs, uint32_t count, VkFence fence) {
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = count;
+    si.pCommandBuffers = cbs;
+    submit(queue_, &si, 1, fence);
+}
+
+void Context::submit(VkQueue queue, const VkSubmitInfo* batches, uint32_t count, VkFence fence) {
     if (lost_) KILN_FAIL_AS(device_lost, "the Vulkan device '", info_.name, "' was lost (VK_ERROR_DEVICE_LOST)");
     // The test hook: n more submissions succeed, then the device is "lost".
     for (int64_t n = faults_.lose_device_after.load(); n >= 0;)
@@ -554,10 +615,7 @@ void Context::submit(const VkCommandBuffer* cbs, uint32_t count, VkFence fence) 
             KILN_FAIL_AS(device_lost, "the Vulkan device '", info_.name,
                          "' was lost (VK_ERROR_DEVICE_LOST, injected by the test hook)");
         }
-    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    si.commandBufferCount = count;
-    si.pCommandBuffers = cbs;
-    VkResult r = vkQueueSubmit(queue_, 1, &si, fence);
+    VkResult r = vkQueueSubmit(queue, count, batches, fence);
     if (r == VK_ERROR_DEVICE_LOST) lost_ = true;
     VK_CHECK(r);
 }

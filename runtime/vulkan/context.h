@@ -33,6 +33,8 @@ struct DeviceInfo {
     bool host_import = false;        // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
     uint64_t host_import_align = 0;  // minImportedHostPointerAlignment
     bool memory_budget = false;      // VK_EXT_memory_budget: the driver reports each heap's usage
+    bool timeline_semaphore = false;  // Vulkan 1.2 timelineSemaphore (streamed copies in their own batches)
+    int transfer_family = -1;         // a queue family for transfers only (a DMA engine), or -1
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
@@ -42,6 +44,17 @@ struct DeviceInfo {
 };
 
 std::vector<DeviceInfo> list_devices();
+
+// Where streamed block weights are copied into their ring slots (KILN_TRANSFER_QUEUE, read when a Context is made):
+//  in_step ("0", the default): inside the step's one compute submission, each copy right after the barrier that
+//    frees its slot;
+//  split ("split"): on the compute queue, but each copy in its own batch, ordered by timeline semaphores exactly as
+//    on a transfer queue (the transfer path's synchronisation, testable on any device);
+//  transfer ("1"): on a queue of the device's transfer-only family, so copies run on its DMA engine alongside
+//    compute. Devices without one (lavapipe, most integrated GPUs) stay in_step.
+// split and transfer need timelineSemaphore; without it, in_step.
+enum class CopyQueue { in_step, split, transfer };
+const char* copy_queue_name(CopyQueue q);
 
 class Context {
 public:
@@ -85,6 +98,15 @@ public:
     void sample_heap_usage();
     void reset_peak_heap_usage();
 
+    // See CopyQueue. copy_queue_handle()/copy_pool(): where copy batches go (the compute queue unless transfer).
+    CopyQueue copy_queue() const { return copy_queue_; }
+    void set_copy_queue(CopyQueue q);  // transfer only where this context made the transfer queue
+    VkQueue copy_queue_handle() const { return copy_queue_ == CopyQueue::transfer ? transfer_queue_ : queue_; }
+    VkCommandPool copy_pool() const { return copy_queue_ == CopyQueue::transfer ? transfer_pool_ : pool_; }
+    // Buffers are shared by the compute and transfer families (VK_SHARING_MODE_CONCURRENT) once a transfer queue
+    // exists, so no ownership transfers are needed; every buffer creation goes through this.
+    void set_sharing(VkBufferCreateInfo& bi) const;
+
     // One-off command buffer, submitted and waited for.
     VkCommandBuffer begin_one_shot();
     void submit_wait(VkCommandBuffer cb, bool free = true);
@@ -92,6 +114,7 @@ public:
     // kiln::Error (ErrorKind::device_lost) and marks the context lost(): every later submit fails at once.
     void submit(const VkCommandBuffer* cbs, uint32_t count, VkFence fence);
     void submit(VkCommandBuffer cb, VkFence fence) { submit(&cb, 1, fence); }
+    void submit(VkQueue queue, const VkSubmitInfo* batches, uint32_t count, VkFence fence);
     void wait(VkFence fence);  // waits for the fence, then resets it
     bool lost() const { return lost_; }
 
@@ -122,9 +145,10 @@ private:
     VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
     VkPhysicalDevice phys_ = VK_NULL_HANDLE;
     VkDevice device_ = VK_NULL_HANDLE;
-    VkQueue queue_ = VK_NULL_HANDLE;
-    uint32_t family_ = 0;
-    VkCommandPool pool_ = VK_NULL_HANDLE;
+    VkQueue queue_ = VK_NULL_HANDLE, transfer_queue_ = VK_NULL_HANDLE;
+    uint32_t family_ = 0, families_[2] = {0, 0};
+    VkCommandPool pool_ = VK_NULL_HANDLE, transfer_pool_ = VK_NULL_HANDLE;
+    CopyQueue copy_queue_ = CopyQueue::in_step;
     VkPipelineCache cache_ = VK_NULL_HANDLE, cold_cache_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
     uint64_t budget_ = 0;

@@ -71,7 +71,16 @@ TEST_CASE("streamed block weights give bitwise the all-resident output", "[jit][
     const auto bw = GENERATE(exec::BlockWeights::device, exec::BlockWeights::copy);
     const int slots = GENERATE(2, 3);
     const bool in_place = GENERATE(false, true);
-    CAPTURE(dtype_name(wdt), bw == exec::BlockWeights::device, slots, in_place);
+    // Ring copies inside the step, or in batches of their own ordered by timeline semaphores (split: the
+    // transfer queue's synchronisation on the compute queue; transfer where KILN_TRANSFER_QUEUE=1 made one).
+    static const vk::CopyQueue made = context().copy_queue();
+    const vk::CopyQueue cq = GENERATE(vk::CopyQueue::in_step, vk::CopyQueue::split, made);
+    if (cq != vk::CopyQueue::in_step && !context().info().timeline_semaphore) return;
+    CAPTURE(dtype_name(wdt), bw == exec::BlockWeights::device, slots, in_place, vk::copy_queue_name(cq));
+    struct Restore {
+        ~Restore() { context().set_copy_queue(made); }
+    } restore;
+    context().set_copy_queue(cq);
     Stack s(5, 7, 64, wdt);
     const uint64_t all = uint64_t(1) << 40;
     Result ref = run(s, bw, {all, 0, false});
@@ -90,6 +99,16 @@ TEST_CASE("streamed block weights give bitwise the all-resident output", "[jit][
         const bool ring = bw == exec::BlockWeights::device && !in_place;
         CHECK((r.c.ring_slots > 0) == ring);
         if (ring) CHECK(r.c.ring_slots <= 2 * slots);
+        // Every streamed instance copied exactly once per run (its host copy's bytes).
+        if (ring) CHECK(r.c.streamed_bytes_per_run == r.c.host_weight_bytes);
+        if (ring && cq != vk::CopyQueue::in_step) {  // one batch per ring copy, one segment per streamed replay
+            CHECK(r.c.copy_queue == vk::copy_queue_name(cq));
+            CHECK(r.c.copy_batches_per_run == r.c.blocks_streamed);
+            CHECK(r.c.compute_batches_per_run == 1 + 12);
+        } else {
+            CHECK(r.c.copy_queue == "in_step");
+            CHECK(r.c.copy_batches_per_run == 0);
+        }
         // Bytes from host memory per run: every streamed block once, except where read in place.
         const bool moved = !(bw == exec::BlockWeights::device && in_place);
         CHECK((r.c.streamed_bytes_per_run > 0) == moved);
