@@ -57,28 +57,13 @@ void Executor::Impl::cut_segment(Recorder& rec, bool last) {
     n_segments++;
     primary = VK_NULL_HANDLE;
     if (last) return;
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = ctx.pool();
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &primary));
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
-    VK_CHECK(vkBeginCommandBuffer(primary, &bi));
+    primary = detail::begin_reusable(ctx, ctx.pool());
     rec.cb = primary;  // barriers in later segments still cover earlier ones: same queue, submission order
 }
 
 void Executor::Impl::record_copy_batch(size_t k, long x, const vk::BufferRange& dst) {
     const StreamKind& s = streams[k];
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = copy_pool;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    VkCommandBuffer cb = VK_NULL_HANDLE;
-    VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &cb));
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;  // the device loop keeps steps in flight
-    VK_CHECK(vkBeginCommandBuffer(cb, &bi));
+    VkCommandBuffer cb = detail::begin_reusable(ctx, copy_pool);  // the device loop keeps steps in flight
     record_instance_copy(cb, k, s.resident + (size_t)x, dst);
     VK_CHECK(vkEndCommandBuffer(cb));
     Batch b{cb, true, -1, false};

@@ -82,6 +82,19 @@ struct Part {
     std::vector<Sub> sub;
 };
 
+// A primary command buffer from `pool`, begun for reuse: submitted once per run, with runs in flight.
+inline VkCommandBuffer begin_reusable(vk::Context& ctx, VkCommandPool pool) {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &cb));
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+    VK_CHECK(vkBeginCommandBuffer(cb, &bi));
+    return cb;
+}
 }  // namespace kiln::exec::detail
 
 namespace kiln::exec {

@@ -107,18 +107,7 @@ struct StepProgram::Impl {
         r.barrier();
     }
 
-    VkCommandBuffer begin() {
-        VkCommandBuffer cb;
-        VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-        ai.commandPool = ctx.pool();
-        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-        ai.commandBufferCount = 1;
-        VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &cb));
-        VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-        bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
-        VK_CHECK(vkBeginCommandBuffer(cb, &bi));
-        return cb;
-    }
+    VkCommandBuffer begin() { return detail::begin_reusable(ctx, ctx.pool()); }
 
     void wait_oldest(const std::function<void(int, int)>& progress, const std::function<void(int)>& observe) {
         auto [f, s] = pending.front();
