@@ -74,7 +74,7 @@ StreamPlan plan_stream(uint64_t budget, uint64_t fixed, const std::vector<KindNe
     for (auto& k : kinds) {
         if (!k.device_select)
             overhead += k.stride;
-        else if (!in_place_ok)
+        else if (!in_place_ok || !k.in_place_ok)
             overhead += std::min(K, k.instances) * k.stride;
     }
     uint64_t avail = p.budget > fixed + overhead ? p.budget - fixed - overhead : 0;
@@ -89,8 +89,8 @@ StreamPlan plan_stream(uint64_t budget, uint64_t fixed, const std::vector<KindNe
     for (size_t i = 0; i < kinds.size(); ++i) {
         size_t streamed = kinds[i].instances - p.resident[i];
         if (!streamed || !kinds[i].device_select) continue;
-        p.in_place[i] = in_place_ok;
-        if (!in_place_ok) p.slots[i] = (int)std::min(K, streamed);
+        p.in_place[i] = in_place_ok && kinds[i].in_place_ok;
+        if (!p.in_place[i]) p.slots[i] = (int)std::min(K, streamed);
     }
     return p;
 }
@@ -154,22 +154,26 @@ void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs_in, c
     for (size_t k = 0; k < blocks.size(); ++k) {
         if (fits && !needs_in[k].device_select && !budget.force_in_place) continue;
         std::vector<std::vector<vk::BufferRange>> file;
+        bool misaligned = false;
         for (auto& inst : blocks[k].weights) {
             file.emplace_back();
             for (int v : inst) {
                 vk::BufferRange r = import_weight(weights, v);
                 if (!r.buffer) break;
-                // Read in place through addresses (unified memory, device selection), a weight must start on the
-                // 16 bytes the _ptr shaders' references assume. Kiln files align every tensor to 32; safetensors
-                // files often only to 8: such a kind keeps a host copy (copies from the file need no alignment).
-                if (unified && needs_in[k].device_select && r.offset % kPtrAlign) break;
+                misaligned = misaligned || r.offset % kPtrAlign;
                 file.back().push_back(r);
             }
             if (file.back().size() != inst.size()) break;
         }
         if (file.size() != blocks[k].weights.size() || file.back().size() != blocks[k].tmpl_weights.size()) continue;
         streams[k].file = std::move(file);
-        if (unified) needs[k].instances = 0;
+        // Read in place through addresses (unified memory, device selection), a weight must start on the 16 bytes
+        // the _ptr shaders' references assume. Kiln files align every tensor to 32; safetensors files often only
+        // to 8: such a kind streams from the file through ring slots instead (copies need no alignment).
+        if (unified && needs_in[k].device_select && misaligned)
+            needs[k].in_place_ok = false;
+        else if (unified)
+            needs[k].instances = 0;
     }
     // Unified memory: the device reads host-visible memory as fast as its own, so streamed instances are read
     // where they lie (only with device selection; copy selection copies into its window either way).
@@ -184,7 +188,7 @@ void Executor::Impl::plan_stream_budget(const std::vector<KindNeed>& needs_in, c
     for (size_t k = 0; k < needs.size(); ++k) {
         StreamKind& s = streams[k];
         const size_t n = needs_in[k].instances;
-        const bool file_in_place = !s.file.empty() && unified;
+        const bool file_in_place = !s.file.empty() && unified && needs[k].in_place_ok;
         s.resident = file_in_place ? 0 : p.resident[k];
         s.slots = file_in_place ? 0 : p.slots[k];
         s.in_place = file_in_place ? needs[k].device_select : p.in_place[k];

@@ -32,7 +32,8 @@ struct StreamKind {
 struct KindNeed {
     size_t instances;
     uint64_t stride;
-    bool device_select;  // weights selected through the address table (else copied into a window)
+    bool device_select;       // weights selected through the address table (else copied into a window)
+    bool in_place_ok = true;  // streamed instances may be read where they lie in host memory (else ring slots)
 };
 
 struct StreamPlan {
