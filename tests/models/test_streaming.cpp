@@ -95,8 +95,8 @@ TEST_CASE("a model file truncated while mapped gives a clear error, no crash", "
 namespace {
 // fixtures/dit grown to three blocks (block 2 a copy of block 1, so that one kind streams at the minimum working
 // set) and written with its data starting 8 bytes off a multiple of 16, as many diffusers files are.
-std::string dit3_misaligned_folder() {
-    auto dir = std::filesystem::temp_directory_path() / "kiln_test_models" / "dit3_misaligned";
+std::string dit3_misaligned_folder(const std::string& name = "dit3_misaligned") {
+    auto dir = std::filesystem::temp_directory_path() / "kiln_test_models" / name;
     std::filesystem::create_directories(dir);
     auto cfg = nlohmann::json::parse(std::ifstream(test::data_path("fixtures/dit/config.json")));
     cfg["num_layers"] = 3;
@@ -156,4 +156,25 @@ TEST_CASE("a diffusers folder streams from its mapped safetensors, bitwise equal
         CHECK((c.streamed_bytes_per_run > 0) == (c.ring_slots > 0));
     }
     CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("a diffusers folder truncated while streamed from gives a clear error, no crash", "[models][stream]") {
+    const std::string dir = dit3_misaligned_folder("dit3_truncated");
+    auto src = models::ModelSource::open(dir);
+    auto ws = src.weights("transformer");
+    auto io = SafeTensors::open(test::data_path("fixtures/dit/io.safetensors"));
+    ir::Graph g;
+    models::Builder b(g, *ws);
+    auto in = models::build_component(b, src.class_of("transformer"), src.config("transformer"),
+                                      test::fixture_inputs(io, test::kTransformerInputs));
+    exec::Executor ex(test::context(), g, b.weight_fn(), exec::Mode::regional, false, exec::BlockWeights::device,
+                      exec::Budget{1, 1, true});
+    for (auto& [n, t] : in) ex.set_input(n, t);
+    ex.run();
+    if (ex.counters().in_place_bytes > 0) {  // the device reads the mapped shard: a cut file would fault it
+        const std::string file = dir + "/diffusion_pytorch_model.safetensors";
+        std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+        CHECK_THROWS_WITH(ex.run(), Catch::Contains("changed on disk"));
+    }
+    std::filesystem::remove_all(dir);
 }
