@@ -153,6 +153,7 @@ Run add_bench(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
     add_f16_activations_flag(app);
+    add_transfer_queue_option(app);
     app.add_flag("--stream", o->stream,
                  "Also run regional mode with the budget at all blocks resident, 1/2, 1/4 and the minimum (two block "
                  "slots), and at --vram-budget when given: step time, bytes streamed per step, bitwise equality");

@@ -202,6 +202,7 @@ Run add_generate(CLI::App& app) {
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
     app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
     add_f16_activations_flag(app);
+    add_transfer_queue_option(app);
     app.add_flag("--profile", o->profile,
                  "Print per denoising step: wall, GPU, host and host CPU time of the transformer run, device idle "
                  "(between submissions, and before the step: host work between steps), submissions, barriers; and "

@@ -31,6 +31,16 @@ inline void add_f16_activations_flag(CLI::App& app) {
         "Store activations that pass from one linear to the next (a transformer MLP's 4x-wide hidden) as f16, "
         "accumulating in f32: that buffer halves; outputs move by about 1e-4 relative (as KILN_ACT_F16=1)");
 }
+// --transfer-queue, shared by generate, forward and bench: sets KILN_TRANSFER_QUEUE for this process.
+inline void add_transfer_queue_option(CLI::App& app) {
+    app.add_option_function<std::string>(
+           "--transfer-queue", [](const std::string& v) { ::setenv("KILN_TRANSFER_QUEUE", v.c_str(), 1); },
+           "Where streamed block weights are copied into their ring slots: 0 = inside the step's compute "
+           "submission (default); 1 = on the device's transfer-only queue (DMA engine) beside compute, in batches "
+           "ordered by timeline semaphores (devices without one keep 0; not yet run on such a GPU); split = those "
+           "batches on the compute queue (as KILN_TRANSFER_QUEUE)")
+        ->check(CLI::IsMember({"0", "1", "split"}));
+}
 // An output path is checked before any work (before the model loads): its folder must exist and be writable, and
 // it must not be a folder itself. `flag` names the option in the error ("-o").
 void check_output_path(const std::string& path, const char* flag);

@@ -161,7 +161,7 @@ TEST_CASE("kiln generate --host-loop: the same PNG and dump as the device loop",
 TEST_CASE("kiln generate under a budget: ring copies in the step or in batches of their own, the same PNG",
           "[apps][generate][loop][stream][vulkan]") {
     // The built-in digits model (six blocks) streams all of them through two ring slots at the minimum budget, on
-    // the device loop (steps in flight). KILN_TRANSFER_QUEUE=split puts each ring copy in a batch of its own,
+    // the device loop (steps in flight). --transfer-queue split puts each ring copy in a batch of its own,
     // ordered by timeline semaphores as on a transfer queue; the next step's first copies wait for the last one.
     Tmp tmp;
     const std::string base = "--class-labels 1,7 --steps 4 --grid ";
@@ -173,8 +173,9 @@ TEST_CASE("kiln generate under a budget: ring copies in the step or in batches o
         return std::string(std::istreambuf_iterator<char>(f), {});
     };
     for (std::string q : {"0", "split"}) {
-        Result r = generate(tmp, base + "--vram-budget 1 --profile -o " + (tmp / (q + ".png")),
-                            "KILN_BLOCK_WEIGHTS=device KILN_STREAM_IN_PLACE=0 KILN_TRANSFER_QUEUE=" + q);
+        Result r =
+            generate(tmp, base + "--vram-budget 1 --profile --transfer-queue " + q + " -o " + (tmp / (q + ".png")),
+                     "KILN_BLOCK_WEIGHTS=device KILN_STREAM_IN_PLACE=0");
         INFO(q << "\n" << r.err);
         REQUIRE(r.rc == 0);
         CHECK(r.err.find("loop on the device") != std::string::npos);
