@@ -93,10 +93,21 @@ TEST_CASE("a model file truncated while mapped gives a clear error, no crash", "
 }
 
 namespace {
+// Writes `ts` as a safetensors file whose data starts 8 bytes off a multiple of 16, as many diffusers files do.
+void write_misaligned(const std::string& file, const std::vector<std::pair<std::string, Tensor>>& ts) {
+    for (int pad = 0; pad < 16; ++pad) {  // metadata length moves the data start in steps of 8 bytes
+        write_safetensors(file, ts, {{"pad", std::string((size_t)pad, ' ')}});
+        if (SafeTensors::open(file).tensors()[0].offset % 16 == 8) return;
+    }
+    FAIL("could not misalign the data start");
+}
+
 // fixtures/dit grown to three blocks (block 2 a copy of block 1, so that one kind streams at the minimum working
-// set) and written with its data starting 8 bytes off a multiple of 16, as many diffusers files are.
-std::string dit3_misaligned_folder(const std::string& name = "dit3_misaligned") {
+// set), its data misaligned (above); sharded: in two shards by alternate tensors, with an index, so that every
+// block reads both mappings.
+std::string dit3_misaligned_folder(const std::string& name = "dit3_misaligned", bool sharded = false) {
     auto dir = std::filesystem::temp_directory_path() / "kiln_test_models" / name;
+    std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     auto cfg = nlohmann::json::parse(std::ifstream(test::data_path("fixtures/dit/config.json")));
     cfg["num_layers"] = 3;
@@ -109,13 +120,23 @@ std::string dit3_misaligned_folder(const std::string& name = "dit3_misaligned") 
         if (t.name.rfind(b1, 0) == 0)
             ts.push_back({"transformer_blocks.2." + t.name.substr(b1.size()), ts.back().second});
     }
-    const std::string file = (dir / "diffusion_pytorch_model.safetensors").string();
-    for (int pad = 0; pad < 16; ++pad) {  // metadata length moves the data start in steps of 8 bytes
-        write_safetensors(file, ts, {{"pad", std::string((size_t)pad, ' ')}});
-        if (SafeTensors::open(file).tensors()[0].offset % 16 == 8) return dir.string();
+    if (!sharded) {
+        write_misaligned((dir / "diffusion_pytorch_model.safetensors").string(), ts);
+        return dir.string();
     }
-    FAIL("could not misalign the data start");
-    return {};
+    std::vector<std::pair<std::string, Tensor>> shard[2];
+    nlohmann::json map = nlohmann::json::object();
+    for (size_t i = 0; i < ts.size(); ++i) {
+        const std::string f = "diffusion_pytorch_model-0000" + std::to_string(i % 2 + 1) + "-of-00002.safetensors";
+        shard[i % 2].push_back(ts[i]);
+        map[ts[i].first] = f;
+    }
+    for (int s = 0; s < 2; ++s)
+        write_misaligned(
+            (dir / ("diffusion_pytorch_model-0000" + std::to_string(s + 1) + "-of-00002.safetensors")).string(),
+            shard[s]);
+    std::ofstream(dir / "diffusion_pytorch_model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+    return dir.string();
 }
 }  // namespace
 
@@ -124,12 +145,14 @@ TEST_CASE("a diffusers folder streams from its mapped safetensors, bitwise equal
     // import, flux's streamed blocks are read in place in the page cache, and dit3's are copied from it into
     // ring slots (the _ptr shaders need 16); a discrete GPU copies both from the mapped file. No host copy of
     // the model in any case; all bitwise.
-    const std::string fx = GENERATE("flux", "dit3");
+    const std::string fx = GENERATE("flux", "dit3", "dit3-sharded");
     CAPTURE(fx);
-    auto src = models::ModelSource::open(fx == "dit3" ? dit3_misaligned_folder() : test::data_path("fixtures/flux"));
+    auto src = models::ModelSource::open(fx == "flux"   ? test::data_path("fixtures/flux")
+                                         : fx == "dit3" ? dit3_misaligned_folder()
+                                                        : dit3_misaligned_folder("dit3_sharded", true));
     auto ws = src.weights("transformer");
     auto io = SafeTensors::open(
-        test::data_path(fx == "dit3" ? "fixtures/dit/io.safetensors" : "fixtures/flux/io.safetensors"));
+        test::data_path(fx == "flux" ? "fixtures/flux/io.safetensors" : "fixtures/dit/io.safetensors"));
     ir::Graph g;
     models::Builder b(g, *ws);
     auto in = models::build_component(b, src.class_of("transformer"), src.config("transformer"),
@@ -152,7 +175,7 @@ TEST_CASE("a diffusers folder streams from its mapped safetensors, bitwise equal
         CHECK(c.host_weight_bytes == 0);  // the mapped file is the only host copy
         CHECK(c.in_place_bytes > 0);
         // Read where they lie only on unified memory and only when aligned; else copied into ring slots.
-        CHECK((c.ring_slots > 0) == (fx == "dit3" || !info.unified_memory));
+        CHECK((c.ring_slots > 0) == (fx != "flux" || !info.unified_memory));
         CHECK((c.streamed_bytes_per_run > 0) == (c.ring_slots > 0));
     }
     CHECK(vk::Context::validation_errors() == 0);
