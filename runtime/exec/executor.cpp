@@ -343,8 +343,9 @@ namespace {
 // Slices are read in place (ir::InputView) only by ops no larger than one binding: row chunks (row_split.cpp) do
 // not split views.
 // KILN_ACT_F16=1: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
-ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, uint64_t max_binding, ir::FuseStats& st,
-                        Counters& c) {
+ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& info, uint64_t max_binding,
+                        ir::FuseStats& st, Counters& c) {
+    const bool cpu_device = info.vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char* env = std::getenv("KILN_FUSE");
     const std::string e = env ? env : "1";
     KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
@@ -354,7 +355,8 @@ ir::Graph planned_graph(const ir::Graph& g, Mode mode, bool cpu_device, uint64_t
     ir::Graph out = g;
     if (e != "0" && (mode != Mode::eager || e == "all")) {
         ir::FuseOptions opt;
-        opt.linear_multi = e == "all" || !cpu_device;
+        // linear_multi binds 13 storage buffers (x, 4 weights, 4 biases, 4 outputs): never on a device that has fewer.
+        opt.linear_multi = (e == "all" || !cpu_device) && info.max_storage_buffers_per_stage >= 13;
         opt.view_max_bytes = max_binding;
         out = ir::fuse(g, &st, opt);
     }
@@ -370,9 +372,7 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     uint64_t max_binding = ctx.info().max_storage_buffer_range;
     if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
         max_binding = std::min<uint64_t>(max_binding, std::strtoull(env, nullptr, 10));
-    impl_ = std::make_unique<Impl>(
-        ctx, planned_graph(g, mode, ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU, max_binding, fused, early),
-        mode);
+    impl_ = std::make_unique<Impl>(ctx, planned_graph(g, mode, ctx.info(), max_binding, fused, early), mode);
     impl_->c.f16_activations = early.f16_activations;
     impl_->c.f16_activation_bytes_saved = early.f16_activation_bytes_saved;
     impl_->c.nodes_fused = fused.nodes_removed;

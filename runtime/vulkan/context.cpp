@@ -208,6 +208,8 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     d.min_uniform_offset_align = p.limits.minUniformBufferOffsetAlignment;
     d.max_push_constants = p.limits.maxPushConstantsSize;
     d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
+    d.max_storage_buffers_per_stage = p.limits.maxPerStageDescriptorStorageBuffers;
+    d.max_uniform_buffers_per_stage = p.limits.maxPerStageDescriptorUniformBuffers;
     d.timestamp_period_ns = p.limits.timestampPeriod;
     VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3};
@@ -365,6 +367,10 @@ Context::Context(int device, int validation, int pipeline_cache) {
     }
     phys_ = pds[(size_t)chosen];
     info_ = query(phys_, chosen);
+    // Test hook: a device with fewer storage buffers per stage than this one (KILN_TEST_MAX_STORAGE_BUFFERS).
+    if (const char* e = std::getenv("KILN_TEST_MAX_STORAGE_BUFFERS"); e && *e)
+        info_.max_storage_buffers_per_stage =
+            std::min(info_.max_storage_buffers_per_stage, (uint32_t)std::strtoul(e, nullptr, 10));
     info_.coopmat_nv_f16 = query_coopmat_nv_f16(instance_, phys_, info_);
     KILN_CHECK(info_.fp16_storage, "device '", info_.name,
                "' lacks the Vulkan feature storageBuffer16BitAccess, "

@@ -40,6 +40,7 @@ struct DeviceInfo {
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
     uint64_t min_uniform_offset_align = 0;
     uint32_t max_push_constants = 0, max_shared_memory = 0;
+    uint32_t max_storage_buffers_per_stage = 0, max_uniform_buffers_per_stage = 0;  // maxPerStageDescriptor*
     float timestamp_period_ns = 0;
 };
 

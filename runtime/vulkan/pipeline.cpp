@@ -107,6 +107,15 @@ Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spe
     k.ptr_bindings = refl.ptr_bindings;
     k.uniform_bindings = refl.uniform_bindings;
 
+    // A device below Vulkan's usual limits (the spec guarantees only 4 storage buffers per stage; Kiln's widest
+    // shader, linear_multi, binds 13) gets a clear error rather than undefined behaviour.
+    const uint32_t n_uniform = (uint32_t)__builtin_popcount(k.uniform_bindings), n_storage = k.bindings - n_uniform;
+    const auto& info = ctx_.info();
+    KILN_CHECK(n_storage <= info.max_storage_buffers_per_stage && n_uniform <= info.max_uniform_buffers_per_stage,
+               "shader '", name, "' binds ", n_storage, " storage and ", n_uniform, " uniform buffers; device '",
+               info.name, "' allows ", info.max_storage_buffers_per_stage, " and ", info.max_uniform_buffers_per_stage,
+               " per stage (maxPerStageDescriptorStorageBuffers / UniformBuffers). KILN_FUSE=0 avoids the widest "
+               "fused shaders");
     std::vector<VkDescriptorSetLayoutBinding> lb(k.bindings);
     for (uint32_t i = 0; i < k.bindings; ++i) {
         lb[i].binding = i;

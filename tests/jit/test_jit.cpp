@@ -10,6 +10,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/exec/regions.h"
 #include "runtime/vulkan/context.h"
+#include "runtime/vulkan/pipeline.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -394,4 +395,43 @@ TEST_CASE("replays counted on the device equal per-replay selection from the pri
         CHECK(ex.last_run().dispatches == dispatches);
     }
     CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("a device with few storage buffers per stage: no linear_multi, and a clear error past its limit", "[jit]") {
+    // Two linears of one input fuse into linear_multi (13 storage buffers) under KILN_FUSE=all. On a device that
+    // allows 8 per stage (KILN_TEST_MAX_STORAGE_BUFFERS caps lavapipe's 32), the executor keeps them apart, and
+    // asking for the shader itself names the limit instead of creating an invalid pipeline.
+    ir::Graph g;
+    ir::Val x = g.input("x", {2, 5, 16});
+    std::map<std::string, Tensor> w;
+    for (int i = 0; i < 2; ++i) {
+        const std::string n = "w" + std::to_string(i);
+        w[n] = test::random_tensor({16, 16}, 40 + i, -0.3f, 0.3f);
+        g.output(g.linear(x, g.weight(n, {16, 16}, DType::f32), {}), "y" + std::to_string(i));
+    }
+    exec::WeightBytesFn fn = [&](const ir::Value& v, void* dst, size_t n) {
+        std::memcpy(dst, w.at(v.name).bytes.data(), n);
+    };
+    ::setenv("KILN_FUSE", "all", 1);
+    const Tensor in = test::random_tensor({2, 5, 16}, 7);
+    auto run = [&](vk::Context& ctx) {
+        exec::Executor ex(ctx, g, fn, exec::Mode::full);
+        ex.set_input("x", in);
+        ex.run();
+        return std::make_tuple(ex.output("y0"), ex.output("y1"), ex.counters().dispatches_per_run);
+    };
+    auto [a0, a1, wide] = run(context());
+    ::setenv("KILN_TEST_MAX_STORAGE_BUFFERS", "8", 1);
+    vk::Context small;
+    ::unsetenv("KILN_TEST_MAX_STORAGE_BUFFERS");
+    REQUIRE(small.info().max_storage_buffers_per_stage == 8);
+    auto [b0, b1, narrow] = run(small);
+    ::unsetenv("KILN_FUSE");
+    CHECK(wide == 1);  // linear_multi where the device allows it
+    CHECK(narrow == 2);
+    CHECK(bitwise_equal(a0, b0));  // linear_multi computes each part as linear does
+    CHECK(bitwise_equal(a1, b1));
+    vk::Kernels k(small);
+    CHECK_THROWS_WITH(k.get("linear_multi_f32"),
+                      Catch::Contains("binds 13 storage") && Catch::Contains("maxPerStageDescriptorStorageBuffers"));
 }
