@@ -153,7 +153,8 @@ public:
 
     // For programs that run the recorded run() between commands of their own (step_program.h): the device range
     // of graph input or output `name` (dtype: its dtype), the primary command buffer one run() submits, recorded
-    // for simultaneous use (null in eager mode), and the executor's allocator (ranges taken from it live as long
+    // for simultaneous use (null in eager mode; the first of its compute batches where ring copies have their own,
+    // so submit through submit_run()), and the executor's allocator (ranges taken from it live as long
     // as the executor; they share its blocks instead of adding one). Defined in step_program.cpp.
     vk::BufferRange device_range(const std::string& name, DType* dtype = nullptr) const;
     VkCommandBuffer run_commands() const;
