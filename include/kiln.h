@@ -101,6 +101,10 @@ typedef struct kiln_device_info {
     uint64_t max_storage_buffer_range;
     uint64_t max_allocation_bytes; /* maxMemoryAllocationSize */
     int memory_budget;             /* VK_EXT_memory_budget: the driver reports heap usage */
+    /* Appended in 0.1: a transfer-only queue family (a DMA engine), which kiln_context_options.transfer_queue = 1
+       uses for streamed weight copies; and maxPerStageDescriptorStorageBuffers. */
+    int transfer_queue;
+    uint32_t max_storage_buffers_per_stage;
 } kiln_device_info;
 #define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
 
@@ -120,6 +124,11 @@ typedef struct kiln_context_options {
     /* Device memory one model may use for weights and activations (0: the device's memory heap). Block weights
        over it stay in host memory and stream through a ring of device slots (regional mode). Appended in 0.1. */
     uint64_t vram_budget_bytes;
+    /* Where streamed block weights are copied into their ring slots. 0 = the KILN_TRANSFER_QUEUE environment
+       variable decides (default: inside each step's compute submission); -1 = inside the step; 1 = on the device's
+       transfer-only queue where it has one (kiln_device_info.transfer_queue), in batches ordered by timeline
+       semaphores, else inside the step; 2 = those batches on the compute queue. Appended in 0.1. */
+    int transfer_queue;
 } kiln_context_options;
 /* device -1 (auto), validation from the environment. */
 #ifdef __cplusplus
@@ -235,6 +244,10 @@ typedef struct kiln_generate_stats {
     uint64_t text_encoder_bytes;        /* the largest encoder's weights + activations */
     uint64_t text_encoder_device_bytes; /* what it allocated */
     int text_encoders_reused;           /* 1: keep_encoders found them resident from an earlier call */
+    /* Appended: streaming under vram_budget_bytes (zero when every block is resident). */
+    int blocks_streamed;              /* transformer block instances kept in host memory */
+    uint64_t streamed_bytes_per_step; /* copied from host memory into device slots per step */
+    int copy_batches_per_step; /* ring copies in batches of their own (transfer_queue 1 or 2), else 0 */
 } kiln_generate_stats;
 #define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
 

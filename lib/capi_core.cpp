@@ -87,6 +87,8 @@ void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out) {
     out.max_storage_buffer_range = d.max_storage_buffer_range;
     out.max_allocation_bytes = d.max_allocation;
     out.memory_budget = d.memory_budget;
+    out.transfer_queue = d.transfer_family >= 0;
+    out.max_storage_buffers_per_stage = d.max_storage_buffers_per_stage;
 }
 
 void check_alive(const Device& d) {
@@ -195,12 +197,22 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
         KILN_ARG(o.device >= -1, "options->device is ", o.device, " (a device index, or -1 for the best)");
         KILN_ARG(o.validation >= -1 && o.validation <= 1, "options->validation is ", o.validation,
                  " (0 = environment, 1 = on, -1 = off)");
+        KILN_ARG(o.transfer_queue >= -1 && o.transfer_queue <= 2, "options->transfer_queue is ", o.transfer_queue,
+                 " (0 = environment, -1 = in the step, 1 = transfer queue, 2 = split)");
         if (o.device >= 0) {
             const int n = (int)vk::list_devices().size();
             if (o.device >= n) fail(KILN_NOT_FOUND, "device ", o.device, " does not exist (", n, " Vulkan devices)");
         }
         auto dev = std::make_shared<Device>();
-        dev->vk = std::make_unique<vk::Context>(o.device, o.validation == 0 ? -1 : o.validation == 1 ? 1 : 0);
+        dev->vk = std::make_unique<vk::Context>(o.device,
+                                                o.validation == 0   ? -1
+                                                : o.validation == 1 ? 1
+                                                                    : 0,
+                                                -1,
+                                                o.transfer_queue == 0    ? ""
+                                                : o.transfer_queue == -1 ? "0"
+                                                : o.transfer_queue == 1  ? "1"
+                                                                         : "split");
         if (o.vram_budget_bytes) dev->vk->set_vram_budget(o.vram_budget_bytes);
         auto ctx = std::make_unique<kiln_context>();
         ctx->device = std::move(dev);

@@ -315,6 +315,9 @@ extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_gene
             stats->tokenize_ms = ts.tokenize_ms, stats->encode_ms = ts.encode_ms;
             stats->text_encoder_bytes = ts.needed, stats->text_encoder_device_bytes = ts.allocated;
             stats->text_encoders_reused = ts.reused;
+            stats->blocks_streamed = tc.blocks_streamed;
+            stats->streamed_bytes_per_step = tc.streamed_bytes_per_run;
+            stats->copy_batches_per_step = tc.copy_batches_per_run;
             write_struct(p.stats, *stats);
         }
         write_pixels(im, img);

@@ -30,6 +30,8 @@ Run add_devices(CLI::App& app) {
                 "memory budget: %s\n",
                 d.subgroup_size, d.cooperative_matrix ? "yes" : "no", d.buffer_device_address ? "yes" : "no",
                 d.timestamps ? "yes" : "no", d.memory_budget ? "yes" : "no");
+            std::printf("    transfer-only queue: %s, storage buffers per stage: %u\n", d.transfer_queue ? "yes" : "no",
+                        d.max_storage_buffers_per_stage);
             std::printf(
                 "    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
                 (unsigned long long)(d.max_storage_buffer_range >> 20),

@@ -339,7 +339,7 @@ std::vector<DeviceInfo> list_devices() {
     return out;
 }
 
-Context::Context(int device, int validation, int pipeline_cache) {
+Context::Context(int device, int validation, int pipeline_cache, const std::string& transfer_queue) {
     if (const char* e = std::getenv("KILN_TEST_DEVICE_MEMORY_LIMIT"); e && *e)
         faults_.memory_limit = std::strtoull(e, nullptr, 10);
     if (const char* e = std::getenv("KILN_TEST_DEVICE_LOST_AFTER"); e && *e)
@@ -393,7 +393,7 @@ Context::Context(int device, int validation, int pipeline_cache) {
 
     {
         const char* e = std::getenv("KILN_TRANSFER_QUEUE");
-        const std::string q = e ? e : "0";
+        const std::string q = !transfer_queue.empty() ? transfer_queue : e ? e : "0";
         KILN_CHECK(q == "0" || q == "1" || q == "split", "KILN_TRANSFER_QUEUE=", q, ": expected 0, 1 or split");
         if (q != "0" && info_.timeline_semaphore)
             copy_queue_ = q == "split"                 ? CopyQueue::split

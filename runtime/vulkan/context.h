@@ -61,7 +61,9 @@ class Context {
 public:
     // device < 0: KILN_DEVICE if set, else the best device. validation < 0: KILN_VALIDATION decides; else 0/1.
     // pipeline_cache: 0 = no pipeline cache file (see pipeline_cache.h); otherwise KILN_PIPELINE_CACHE decides.
-    explicit Context(int device = -1, int validation = -1, int pipeline_cache = -1);
+    // transfer_queue: "0", "1" or "split" (see CopyQueue); "" = KILN_TRANSFER_QUEUE decides.
+    explicit Context(int device = -1, int validation = -1, int pipeline_cache = -1,
+                     const std::string& transfer_queue = "");
     ~Context();
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;

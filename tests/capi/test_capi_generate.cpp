@@ -321,3 +321,59 @@ TEST_CASE("C API: kiln_describe_model_file gives the `kiln info` text", "[capi]"
     CHECK(kiln_describe_model_file(KILN_BUILD_DIR, nullptr, 0, &n) == KILN_IO);
     CHECK(kiln_describe_model_file(digits_model().c_str(), nullptr, 0, nullptr) == KILN_INVALID_ARGUMENT);
 }
+
+TEST_CASE("C API: a budget streams the blocks; transfer_queue 2 puts ring copies in batches; same pixels",
+          "[capi][vulkan][stream]") {
+    // The digits model's six blocks stream through two ring slots at the minimum budget (address selection and
+    // no in-place reads, so that the ring is used on lavapipe too). transfer_queue 2 (split) gives every ring copy
+    // a batch of its own, ordered by timeline semaphores as on a transfer queue. The pixels never change.
+    setenv("KILN_BLOCK_WEIGHTS", "device", 1);
+    setenv("KILN_STREAM_IN_PLACE", "0", 1);
+    auto gen = [](int transfer_queue, uint64_t budget, kiln_generate_stats* st) {
+        kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
+        o.vram_budget_bytes = budget;
+        o.transfer_queue = transfer_queue;
+        kiln_context* c = nullptr;
+        REQUIRE(kiln_context_create(&o, &c) == KILN_OK);
+        Context ctx(c);
+        auto m = open_model(ctx.get(), digits_model());
+        int labels[2] = {3, 8};
+        kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+        p.class_labels = labels;
+        p.class_label_count = 2;
+        p.steps = 3;
+        p.stats = st;
+        kiln_image img = KILN_IMAGE_INIT;
+        img.format = KILN_PIXELS_RGBA8;
+        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+        std::vector<uint8_t> px(img.required_bytes);
+        img.data = px.data();
+        img.capacity = px.size();
+        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+        return px;
+    };
+    kiln_generate_stats all = KILN_GENERATE_STATS_INIT, in_step = KILN_GENERATE_STATS_INIT,
+                        split = KILN_GENERATE_STATS_INIT;
+    const auto ref = gen(-1, 0, &all);
+    const auto a = gen(-1, 1, &in_step);
+    const auto b = gen(2, 1, &split);
+    unsetenv("KILN_BLOCK_WEIGHTS");
+    unsetenv("KILN_STREAM_IN_PLACE");
+    CHECK(all.blocks_streamed == 0);
+    CHECK(all.streamed_bytes_per_step == 0);
+    CHECK(in_step.blocks_streamed == 6);
+    CHECK(in_step.streamed_bytes_per_step > 0);
+    CHECK(in_step.copy_batches_per_step == 0);
+    CHECK(split.blocks_streamed == 6);
+    CHECK(split.streamed_bytes_per_step == in_step.streamed_bytes_per_step);
+    CHECK(split.copy_batches_per_step == 6);
+    CHECK(a == ref);
+    CHECK(b == ref);
+
+    kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
+    o.transfer_queue = 3;
+    kiln_context* c = nullptr;
+    CHECK(kiln_context_create(&o, &c) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("transfer_queue") != std::string::npos);
+    CHECK(c == nullptr);
+}
