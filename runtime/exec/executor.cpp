@@ -297,7 +297,10 @@ void Executor::Impl::record() {
             }
             if (i > 0) carry();
             record_stream(rec, k, i, false);
-            if (cut && cur >= 0) seg_wait = copy_of[k][(size_t)cur];
+            if (cut && cur >= 0) {  // this replay's segment waits for the copy of its instance
+                seg_wait = copy_of[k][(size_t)cur];
+                KILN_CHECK(seg_wait >= 0, "replay ", i, " of kind ", bk.kind, " has no ring copy recorded");
+            }
             record_block_weights(rec, k, i);
             rec.barrier();
             record_stream(rec, k, i, true);  // prefetches overlap this replay
