@@ -50,6 +50,11 @@ struct Recorder {
         reads.clear();
         barriers++;
     }
+    // A barrier recorded elsewhere (the end of an executed secondary) already orders everything before it.
+    void covered() {
+        writes.clear();
+        reads.clear();
+    }
     void access(const std::vector<Span>& r, const std::vector<Span>& w) {
         bool need = false;
         for (auto& x : r)
