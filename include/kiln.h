@@ -247,7 +247,7 @@ typedef struct kiln_generate_stats {
     /* Appended: streaming under vram_budget_bytes (zero when every block is resident). */
     int blocks_streamed;              /* transformer block instances kept in host memory */
     uint64_t streamed_bytes_per_step; /* copied from host memory into device slots per step */
-    int copy_batches_per_step; /* ring copies in batches of their own (transfer_queue 1 or 2), else 0 */
+    int copy_batches_per_step;        /* ring copies in batches of their own (transfer_queue 1 or 2), else 0 */
 } kiln_generate_stats;
 #define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
 

@@ -30,9 +30,9 @@ struct DeviceInfo {
     // VK_NV_cooperative_matrix with what shaders/linear_coopmat.comp needs (16x16x16 f16 x f16 + f32 -> f32 at
     // subgroup scope, 32-wide subgroups, f16 arithmetic, vulkanMemoryModel); enabled on the device when true.
     bool coopmat_nv_f16 = false;
-    bool host_import = false;        // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
-    uint64_t host_import_align = 0;  // minImportedHostPointerAlignment
-    bool memory_budget = false;      // VK_EXT_memory_budget: the driver reports each heap's usage
+    bool host_import = false;         // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
+    uint64_t host_import_align = 0;   // minImportedHostPointerAlignment
+    bool memory_budget = false;       // VK_EXT_memory_budget: the driver reports each heap's usage
     bool timeline_semaphore = false;  // Vulkan 1.2 timelineSemaphore (streamed copies in their own batches)
     int transfer_family = -1;         // a queue family for transfers only (a DMA engine), or -1
     uint32_t subgroup_size = 0;
