@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "runtime/core/error.h"
+#include "runtime/vulkan/device_query.h"
 #include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/pipeline_cache.h"
 
@@ -51,8 +52,8 @@ void check_vk(VkResult r, const char* expr, const char* file, int line) {
         : r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_POOL_MEMORY
             ? ErrorKind::out_of_memory
             : ErrorKind::generic;
-    detail::throw_error_kind(kind, "Vulkan error ", vk_result_name(r), " (", (int)r, ") from ", expr, " at ", file, ":",
-                             line);
+    ::kiln::detail::throw_error_kind(kind, "Vulkan error ", vk_result_name(r), " (", (int)r, ") from ", expr, " at ",
+                                     file, ":", line);
 }
 
 namespace {
@@ -155,161 +156,6 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
     return inst;
 }
 
-const char* type_name(VkPhysicalDeviceType t) {
-    switch (t) {
-        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
-            return "discrete";
-        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
-            return "integrated";
-        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
-            return "virtual";
-        case VK_PHYSICAL_DEVICE_TYPE_CPU:
-            return "cpu";
-        default:
-            return "other";
-    }
-}
-
-int type_rank(VkPhysicalDeviceType t) {
-    switch (t) {
-        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
-            return 4;
-        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
-            return 3;
-        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
-            return 2;
-        case VK_PHYSICAL_DEVICE_TYPE_CPU:
-            return 1;
-        default:
-            return 0;
-    }
-}
-
-DeviceInfo query(VkPhysicalDevice pd, int index) {
-    DeviceInfo d;
-    d.index = index;
-    VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
-    VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, &drv};
-    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sub};
-    vkGetPhysicalDeviceProperties2(pd, &p2);
-    const auto& p = p2.properties;
-    d.name = p.deviceName;
-    d.vk_type = p.deviceType;
-    d.type = type_name(p.deviceType);
-    d.driver = std::string(drv.driverName) + " " + drv.driverInfo;
-    d.api_version = std::to_string(VK_API_VERSION_MAJOR(p.apiVersion)) + "." +
-                    std::to_string(VK_API_VERSION_MINOR(p.apiVersion)) + "." +
-                    std::to_string(VK_API_VERSION_PATCH(p.apiVersion));
-    d.subgroup_size = sub.subgroupSize;
-    d.subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                            (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
-    d.max_storage_buffer_range = p.limits.maxStorageBufferRange;
-    d.min_storage_offset_align = p.limits.minStorageBufferOffsetAlignment;
-    d.min_uniform_offset_align = p.limits.minUniformBufferOffsetAlignment;
-    d.max_push_constants = p.limits.maxPushConstantsSize;
-    d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
-    d.max_storage_buffers_per_stage = p.limits.maxPerStageDescriptorStorageBuffers;
-    d.max_uniform_buffers_per_stage = p.limits.maxPerStageDescriptorUniformBuffers;
-    d.timestamp_period_ns = p.limits.timestampPeriod;
-    VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
-    VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3};
-    vkGetPhysicalDeviceProperties2(pd, &p3);
-    d.max_allocation = m3.maxMemoryAllocationSize;
-
-    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
-    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
-    vkGetPhysicalDeviceFeatures2(pd, &f2);
-    d.fp16_storage = f11.storageBuffer16BitAccess;
-    d.fp16_arith = f12.shaderFloat16;
-    d.int8_arith = f12.shaderInt8;
-    d.int64 = f2.features.shaderInt64;
-    d.fp64 = f2.features.shaderFloat64;
-    d.buffer_device_address = f12.bufferDeviceAddress;
-    d.timeline_semaphore = f12.timelineSemaphore;
-
-    uint32_t ne = 0;
-    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
-    std::vector<VkExtensionProperties> exts(ne);
-    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
-    for (auto& e : exts)
-        if (!std::strcmp(e.extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME))
-            d.memory_budget = true;
-        else if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
-                 !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
-            d.cooperative_matrix = true;
-        else if (!std::strcmp(e.extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
-            d.host_import = true;
-    if (d.host_import) {
-        VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{
-            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
-        VkPhysicalDeviceProperties2 ph{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &hp};
-        vkGetPhysicalDeviceProperties2(pd, &ph);
-        d.host_import_align = hp.minImportedHostPointerAlignment;
-    }
-
-    uint32_t nq = 0;
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
-    std::vector<VkQueueFamilyProperties> qs(nq);
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, qs.data());
-    for (uint32_t i = 0; i < nq; ++i) {
-        const VkQueueFlags f = qs[i].queueFlags;
-        if ((f & VK_QUEUE_COMPUTE_BIT) && qs[i].timestampValidBits > 0) d.timestamps = true;
-        if ((f & VK_QUEUE_TRANSFER_BIT) && !(f & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)) &&
-            d.transfer_family < 0)
-            d.transfer_family = (int)i;
-    }
-
-    VkPhysicalDeviceMemoryProperties mp;
-    vkGetPhysicalDeviceMemoryProperties(pd, &mp);
-    for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
-        if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) d.device_local_bytes += mp.memoryHeaps[i].size;
-    if (p.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-        for (uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
-            auto f = mp.memoryTypes[i].propertyFlags;
-            if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
-                (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT))
-                d.unified_memory = true;
-        }
-    }
-    return d;
-}
-
-std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
-    uint32_t n = 0;
-    VK_CHECK(vkEnumeratePhysicalDevices(inst, &n, nullptr));
-    std::vector<VkPhysicalDevice> pds(n);
-    VK_CHECK(vkEnumeratePhysicalDevices(inst, &n, pds.data()));
-    return pds;
-}
-
-// See DeviceInfo::coopmat_nv_f16. The properties query is an instance-level extension function.
-bool query_coopmat_nv_f16(VkInstance inst, VkPhysicalDevice pd, const DeviceInfo& d) {
-    uint32_t ne = 0;
-    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
-    std::vector<VkExtensionProperties> exts(ne);
-    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
-    bool ext = false;
-    for (auto& e : exts) ext |= !std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-    if (!ext || d.subgroup_size != 32 || !d.fp16_arith) return false;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, &cf};
-    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12};
-    vkGetPhysicalDeviceFeatures2(pd, &f2);
-    auto props_fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
-        inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
-    if (!cf.cooperativeMatrix || !f12.vulkanMemoryModel || !props_fn) return false;
-    uint32_t n = 0;
-    props_fn(pd, &n, nullptr);
-    std::vector<VkCooperativeMatrixPropertiesNV> props(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
-    props_fn(pd, &n, props.data());
-    for (const auto& p : props)
-        if (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-            p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-            p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV)
-            return true;
-    return false;
-}
 }  // namespace
 
 int Context::validation_errors() { return g_validation_errors.load(); }
@@ -333,8 +179,8 @@ std::vector<DeviceInfo> list_devices() {
     VkDebugUtilsMessengerEXT m = VK_NULL_HANDLE;
     VkInstance inst = make_instance(false, &m);
     std::vector<DeviceInfo> out;
-    auto pds = physical_devices(inst);
-    for (size_t i = 0; i < pds.size(); ++i) out.push_back(query(pds[i], (int)i));
+    auto pds = detail::physical_devices(inst);
+    for (size_t i = 0; i < pds.size(); ++i) out.push_back(detail::query(pds[i], (int)i));
     vkDestroyInstance(inst, nullptr);
     return out;
 }
@@ -345,7 +191,7 @@ Context::Context(int device, int validation, int pipeline_cache, const std::stri
     if (const char* e = std::getenv("KILN_TEST_DEVICE_LOST_AFTER"); e && *e)
         faults_.lose_device_after = std::strtoll(e, nullptr, 10);
     instance_ = make_instance(validation < 0 ? env_on("KILN_VALIDATION") : validation != 0, &messenger_);
-    auto pds = physical_devices(instance_);
+    auto pds = detail::physical_devices(instance_);
     KILN_CHECK(!pds.empty(),
                "no Vulkan device found (for a CPU device install Mesa's lavapipe: "
                "apt-get install mesa-vulkan-drivers)");
@@ -362,16 +208,16 @@ Context::Context(int device, int validation, int pipeline_cache, const std::stri
         for (size_t i = 0; i < pds.size(); ++i) {
             VkPhysicalDeviceProperties p;
             vkGetPhysicalDeviceProperties(pds[i], &p);
-            if (type_rank(p.deviceType) > best) best = type_rank(p.deviceType), chosen = (int)i;
+            if (detail::type_rank(p.deviceType) > best) best = detail::type_rank(p.deviceType), chosen = (int)i;
         }
     }
     phys_ = pds[(size_t)chosen];
-    info_ = query(phys_, chosen);
+    info_ = detail::query(phys_, chosen);
     // Test hook: a device with fewer storage buffers per stage than this one (KILN_TEST_MAX_STORAGE_BUFFERS).
     if (const char* e = std::getenv("KILN_TEST_MAX_STORAGE_BUFFERS"); e && *e)
         info_.max_storage_buffers_per_stage =
             std::min(info_.max_storage_buffers_per_stage, (uint32_t)std::strtoul(e, nullptr, 10));
-    info_.coopmat_nv_f16 = query_coopmat_nv_f16(instance_, phys_, info_);
+    info_.coopmat_nv_f16 = detail::query_coopmat_nv_f16(instance_, phys_, info_);
     KILN_CHECK(info_.fp16_storage, "device '", info_.name,
                "' lacks the Vulkan feature storageBuffer16BitAccess, "
                "which Kiln needs for f16/bf16 weights");

@@ -1,0 +1,166 @@
+#include "runtime/vulkan/device_query.h"
+
+#include <cstring>
+#include <string>
+
+namespace kiln::vk::detail {
+namespace {
+const char* type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+            return "discrete";
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+            return "integrated";
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+            return "virtual";
+        case VK_PHYSICAL_DEVICE_TYPE_CPU:
+            return "cpu";
+        default:
+            return "other";
+    }
+}
+
+}  // namespace
+
+int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+            return 4;
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+            return 3;
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+            return 2;
+        case VK_PHYSICAL_DEVICE_TYPE_CPU:
+            return 1;
+        default:
+            return 0;
+    }
+}
+
+DeviceInfo query(VkPhysicalDevice pd, int index) {
+    DeviceInfo d;
+    d.index = index;
+    VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, &drv};
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sub};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    const auto& p = p2.properties;
+    d.name = p.deviceName;
+    d.vk_type = p.deviceType;
+    d.type = type_name(p.deviceType);
+    d.driver = std::string(drv.driverName) + " " + drv.driverInfo;
+    d.api_version = std::to_string(VK_API_VERSION_MAJOR(p.apiVersion)) + "." +
+                    std::to_string(VK_API_VERSION_MINOR(p.apiVersion)) + "." +
+                    std::to_string(VK_API_VERSION_PATCH(p.apiVersion));
+    d.subgroup_size = sub.subgroupSize;
+    d.subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                            (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    d.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+    d.min_storage_offset_align = p.limits.minStorageBufferOffsetAlignment;
+    d.min_uniform_offset_align = p.limits.minUniformBufferOffsetAlignment;
+    d.max_push_constants = p.limits.maxPushConstantsSize;
+    d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
+    d.max_storage_buffers_per_stage = p.limits.maxPerStageDescriptorStorageBuffers;
+    d.max_uniform_buffers_per_stage = p.limits.maxPerStageDescriptorUniformBuffers;
+    d.timestamp_period_ns = p.limits.timestampPeriod;
+    VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3};
+    vkGetPhysicalDeviceProperties2(pd, &p3);
+    d.max_allocation = m3.maxMemoryAllocationSize;
+
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    d.fp16_storage = f11.storageBuffer16BitAccess;
+    d.fp16_arith = f12.shaderFloat16;
+    d.int8_arith = f12.shaderInt8;
+    d.int64 = f2.features.shaderInt64;
+    d.fp64 = f2.features.shaderFloat64;
+    d.buffer_device_address = f12.bufferDeviceAddress;
+    d.timeline_semaphore = f12.timelineSemaphore;
+
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
+    std::vector<VkExtensionProperties> exts(ne);
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
+    for (auto& e : exts)
+        if (!std::strcmp(e.extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME))
+            d.memory_budget = true;
+        else if (!std::strcmp(e.extensionName, "VK_KHR_cooperative_matrix") ||
+                 !std::strcmp(e.extensionName, "VK_NV_cooperative_matrix"))
+            d.cooperative_matrix = true;
+        else if (!std::strcmp(e.extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
+            d.host_import = true;
+    if (d.host_import) {
+        VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+        VkPhysicalDeviceProperties2 ph{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &hp};
+        vkGetPhysicalDeviceProperties2(pd, &ph);
+        d.host_import_align = hp.minImportedHostPointerAlignment;
+    }
+
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
+    std::vector<VkQueueFamilyProperties> qs(nq);
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, qs.data());
+    for (uint32_t i = 0; i < nq; ++i) {
+        const VkQueueFlags f = qs[i].queueFlags;
+        if ((f & VK_QUEUE_COMPUTE_BIT) && qs[i].timestampValidBits > 0) d.timestamps = true;
+        if ((f & VK_QUEUE_TRANSFER_BIT) && !(f & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)) &&
+            d.transfer_family < 0)
+            d.transfer_family = (int)i;
+    }
+
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+    for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
+        if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) d.device_local_bytes += mp.memoryHeaps[i].size;
+    if (p.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        for (uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
+            auto f = mp.memoryTypes[i].propertyFlags;
+            if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
+                (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT))
+                d.unified_memory = true;
+        }
+    }
+    return d;
+}
+
+std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
+    uint32_t n = 0;
+    VK_CHECK(vkEnumeratePhysicalDevices(inst, &n, nullptr));
+    std::vector<VkPhysicalDevice> pds(n);
+    VK_CHECK(vkEnumeratePhysicalDevices(inst, &n, pds.data()));
+    return pds;
+}
+
+// See DeviceInfo::coopmat_nv_f16. The properties query is an instance-level extension function.
+bool query_coopmat_nv_f16(VkInstance inst, VkPhysicalDevice pd, const DeviceInfo& d) {
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
+    std::vector<VkExtensionProperties> exts(ne);
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
+    bool ext = false;
+    for (auto& e : exts) ext |= !std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (!ext || d.subgroup_size != 32 || !d.fp16_arith) return false;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, &cf};
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    auto props_fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+        inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    if (!cf.cooperativeMatrix || !f12.vulkanMemoryModel || !props_fn) return false;
+    uint32_t n = 0;
+    props_fn(pd, &n, nullptr);
+    std::vector<VkCooperativeMatrixPropertiesNV> props(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+    props_fn(pd, &n, props.data());
+    for (const auto& p : props)
+        if (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+            p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV)
+            return true;
+    return false;
+}
+
+}  // namespace kiln::vk::detail

@@ -1,0 +1,19 @@
+#pragma once
+// What Kiln reads off a physical device before it creates one: properties, limits, features, queue families
+// and memory heaps (DeviceInfo), and the device kind's rank for the default choice. Internal to runtime/vulkan.
+#include <vulkan/vulkan.h>
+
+#include <vector>
+
+#include "runtime/vulkan/context.h"
+
+namespace kiln::vk::detail {
+
+std::vector<VkPhysicalDevice> physical_devices(VkInstance inst);
+DeviceInfo query(VkPhysicalDevice pd, int index);
+// discrete 4 > integrated 3 > virtual 2 > cpu 1 > other 0.
+int type_rank(VkPhysicalDeviceType t);
+// See DeviceInfo::coopmat_nv_f16. Needs the instance: the properties query is an instance-level function.
+bool query_coopmat_nv_f16(VkInstance inst, VkPhysicalDevice pd, const DeviceInfo& d);
+
+}  // namespace kiln::vk::detail
