@@ -37,8 +37,9 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
                 ctx.info().driver.c_str(), reps);
     std::fflush(stdout);
     exec::LinearTable t = exec::measure_linear_table(ctx, sh, dts, reps, false);
-    std::printf("%-5s %-19s %10s %10s %10s %10s  %s\n", "dtype", "M x N x K", "reg", "smem64", "smem128", "coopmat",
-                "pick");
+    std::printf("%-5s %-19s", "dtype", "M x N x K");
+    for (const std::string& v : exec::linear_variants()) std::printf(" %10s", v.c_str());
+    std::printf("  pick\n");
     std::set<std::pair<int, std::string>> seen;
     for (const auto& r : t.rows) {
         char key[40];
@@ -62,8 +63,10 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     }
     for (const auto& r : t.rows)
         if (!r.admitted) std::printf("excluded: %s %s: %s\n", dtype_name(r.dtype), r.variant.c_str(), r.note.c_str());
-    std::printf("(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s)\n",
-                ctx.info().coopmat_nv_f16 ? "f16 weights" : "absent, no VK_NV_cooperative_matrix 16x16x16 f16");
+    std::printf("(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s; tex: %s)\n",
+                ctx.info().coopmat_nv_f16 ? "f16 weights" : "absent, no VK_NV_cooperative_matrix 16x16x16 f16",
+                ctx.info().texel_formats ? "x and W through uniform texel buffers"
+                                         : "absent, no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers");
     const std::string path = exec::linear_table_path(ctx);
     std::string why;
     if (defaults && !path.empty()) {

@@ -41,6 +41,28 @@ BlockWeights parse_block_weights(const std::string& s) {
     KILN_FAIL("unknown block weights '", s, "' (auto, offset, device or copy)");
 }
 
+VkBufferView Executor::Impl::texel_view(const vk::BufferRange& br, DType dt) {
+    const VkFormat f = dt == DType::f32    ? VK_FORMAT_R32G32B32A32_SFLOAT
+                       : dt == DType::f16  ? VK_FORMAT_R16G16B16A16_SFLOAT
+                       : dt == DType::bf16 ? VK_FORMAT_R16G16B16A16_UINT
+                                           : VK_FORMAT_UNDEFINED;
+    const VkDeviceSize texel = dt == DType::f32 ? 16 : 8;
+    const auto& info = ctx.info();
+    if (f == VK_FORMAT_UNDEFINED || !info.texel_formats || br.size == 0 || br.size % texel ||
+        br.offset % std::max<VkDeviceSize>(info.min_texel_offset_align, 1) || br.size / texel > info.max_texel_elements)
+        return VK_NULL_HANDLE;
+    auto key = std::make_tuple(br.buffer, br.offset, br.size, f);
+    if (auto it = texel_views.find(key); it != texel_views.end()) return it->second;
+    VkBufferViewCreateInfo vi{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
+    vi.buffer = br.buffer;
+    vi.format = f;
+    vi.offset = br.offset;
+    vi.range = br.size;
+    VkBufferView v;
+    VK_CHECK(vkCreateBufferView(ctx.device(), &vi, nullptr, &v));
+    return texel_views[key] = v;
+}
+
 void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     const auto& nodes = g.nodes();
     auto kind_of = [&](const ir::Node& node) {
@@ -57,12 +79,14 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         n_dispatch += copies, n_bind += copies * ((int)node.in.size() + (int)node.extra_out.size() + 2);
         if (p.size() > 1) c.split_ops++, c.split_dispatches += copies;
     }
-    // Storage buffers, and one uniform buffer per dispatch at most (the selection slot of "_off" variants).
-    VkDescriptorPoolSize ps[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)},
-                                  {VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, (uint32_t)std::max(n_dispatch, 1)}};
+    // Storage buffers, one uniform buffer per dispatch at most (the selection slot of "_off" variants), and two
+    // uniform texel buffers (x and W of a "tex" linear).
+    VkDescriptorPoolSize ps[3] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, (uint32_t)std::max(n_dispatch, 1)},
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, (uint32_t)std::max(2 * n_dispatch, 1)}};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
-    pi.poolSizeCount = 2;
+    pi.poolSizeCount = 3;
     pi.pPoolSizes = ps;
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
 
@@ -77,46 +101,19 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         auto slot = ptr_slot.find(n);
         const bool by_offset = slot != ptr_slot.end() && how[(size_t)kind] == Select::offset;
         if (slot != ptr_slot.end()) d.shader += by_offset ? "_off" : "_ptr";
-        const vk::Kernel& k = kernels.get(d.shader, d.spec);
         const std::vector<int> outs = ir::node_outputs(node);
         const size_t want = node.in.size() + outs.size() + (by_offset ? 1 : 0);
-        KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ", ir::op_name(node.op),
-                   " needs ", want);
         std::set<int> block_weights;
         if (by_offset)
             block_weights.insert(blocks[(size_t)kind].tmpl_weights.begin(), blocks[(size_t)kind].tmpl_weights.end());
-        DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
-        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-        ai.descriptorPool = pool;
-        ai.descriptorSetCount = 1;
-        ai.pSetLayouts = &k.set_layout;
-        VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
-        std::vector<VkDescriptorBufferInfo> bi(k.bindings);
-        std::vector<VkWriteDescriptorSet> w(k.bindings);
-        for (uint32_t b = 0; b < k.bindings; ++b) {
-            w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-            w[b].dstSet = rec.set;
-            w[b].dstBinding = b;
-            w[b].descriptorCount = 1;
-            w[b].descriptorType =
-                (k.uniform_bindings >> b & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-            w[b].pBufferInfo = &bi[b];
-            if (by_offset && b == want - 1) {  // the selection slot
-                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
-                continue;
-            }
-            int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
+        // What binding b < want - (by_offset) reads or writes: the value's range, its row chunk, or the weight
+        // window of an "_off" dispatch.
+        auto value_range = [&](uint32_t b, int v) {
             int root_v = r(v);
             if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
-            // An absent input reads the shared dummy, which nothing writes. An absent output (a linear_multi of
-            // fewer parts than its shader has) gets a dummy of its own: its shader never stores there, but
-            // declares the store, so a shared one would look like a write-after-write hazard to the
-            // synchronization validation (and a read-after-write one to every absent input).
-            vk::BufferRange br = v >= 0               ? range[(size_t)root_v]
-                                 : b < node.in.size() ? dummy
-                                                      : alloc.alloc(16, "absent output binding");
+            vk::BufferRange br = range[(size_t)root_v];
             KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
-            if (v >= 0 && part.sub[b].size) {  // a row chunk
+            if (part.sub[b].size) {  // a row chunk
                 KILN_CHECK(part.sub[b].off + part.sub[b].size <= br.size, "internal: row chunk outside its value");
                 KILN_CHECK(slot == ptr_slot.end() || g.value(v).role != ir::Role::weight, "op ", ir::op_name(node.op),
                            " reads block weight '", g.value(v).name, "' ", shape_str(g.value(v).shape),
@@ -124,12 +121,67 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
                            "it is selected on the device and cannot be split");
                 br.offset += part.sub[b].off, br.size = part.sub[b].size;
             }
+            return br;
+        };
+        auto bound_range = [&](uint32_t b, int v) {
+            if (by_offset && block_weights.count(r(v))) return block_windows[(size_t)kind][window];
+            return value_range(b, v);
+        };
+        // A "tex" linear whose x or W no texel view can cover (offset alignment, element count) runs the
+        // storage-buffer shader of the same tile: same bindings, same values.
+        if (d.shader.rfind("linear_tex", 0) == 0) {
+            bool ok = true;
+            for (uint32_t b = 0; b < 2; ++b) {
+                const bool address = b == 1 && slot != ptr_slot.end() && !by_offset;  // "_ptr": W by address
+                if (!address) ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype);
+            }
+            if (!ok) d.shader.replace(0, 10, "linear_vec4");
+        }
+        const vk::Kernel& k = kernels.get(d.shader, d.spec);
+        if (k.texel_bindings) c.texel_dispatches++;
+        KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ", ir::op_name(node.op),
+                   " needs ", want);
+        DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
+        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+        ai.descriptorPool = pool;
+        ai.descriptorSetCount = 1;
+        ai.pSetLayouts = &k.set_layout;
+        VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
+        std::vector<VkDescriptorBufferInfo> bi(k.bindings);
+        std::vector<VkBufferView> views(k.bindings);
+        std::vector<VkWriteDescriptorSet> w(k.bindings);
+        for (uint32_t b = 0; b < k.bindings; ++b) {
+            w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+            w[b].dstSet = rec.set;
+            w[b].dstBinding = b;
+            w[b].descriptorCount = 1;
+            w[b].descriptorType = k.descriptor_type(b);
+            w[b].pBufferInfo = &bi[b];
+            if (by_offset && b == want - 1) {  // the selection slot
+                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
+                continue;
+            }
+            int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
+            // An absent input reads the shared dummy, which nothing writes. An absent output (a linear_multi of
+            // fewer parts than its shader has) gets a dummy of its own: its shader never stores there, but
+            // declares the store, so a shared one would look like a write-after-write hazard to the
+            // synchronization validation (and a read-after-write one to every absent input).
+            vk::BufferRange br = v >= 0               ? value_range(b, v)
+                                 : b < node.in.size() ? dummy
+                                                      : alloc.alloc(16, "absent output binding");
             bi[b] = {br.buffer, br.offset, br.size};
             if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
                 bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
             if (by_offset && v >= 0 && block_weights.count(r(v))) {
                 const vk::BufferRange& win = block_windows[(size_t)kind][window];
                 bi[b] = {win.buffer, win.offset, win.size};
+            }
+            if (k.texel_bindings >> b & 1) {  // checked above: the view exists
+                KILN_CHECK(v >= 0, "internal: absent texel buffer input");
+                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype);
+                KILN_CHECK(views[b], "internal: no texel view for binding ", b, " of ", d.shader);
+                w[b].pBufferInfo = nullptr;
+                w[b].pTexelBufferView = &views[b];
             }
             if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
         }

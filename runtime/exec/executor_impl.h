@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/exec/executor.h"
@@ -149,6 +150,11 @@ struct Executor::Impl {
     };
     std::vector<FileImport> imports;  // mmapped model files read in place (checked before every run)
     VkDescriptorPool pool = VK_NULL_HANDLE;
+    // Uniform texel buffer views of the "tex" linear (linear_select.h), by buffer, offset, size and format.
+    std::map<std::tuple<VkBuffer, VkDeviceSize, VkDeviceSize, VkFormat>, VkBufferView> texel_views;
+    // The view of `br` as texels of a value of dtype dt; VK_NULL_HANDLE where the device cannot make it (offset
+    // alignment, element count).
+    VkBufferView texel_view(const vk::BufferRange& br, DType dt);
     std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
     // Program: a list of steps for the primary command buffer.
     struct Step {
@@ -192,6 +198,7 @@ struct Executor::Impl {
         for (auto& s : secondaries)
             if (!s.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)s.size(), s.data());
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
+        for (auto& [key, view] : texel_views) vkDestroyBufferView(d, view, nullptr);
         if (advance_pool) vkDestroyDescriptorPool(d, advance_pool, nullptr);
         if (queries) vkDestroyQueryPool(d, queries, nullptr);
         if (fence) vkDestroyFence(d, fence, nullptr);

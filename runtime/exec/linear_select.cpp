@@ -100,12 +100,22 @@ std::string key_line(vk::Context& ctx) {
 }  // namespace
 
 const std::vector<std::string>& linear_variants() {
-    static const std::vector<std::string> v = {"reg", "smem64", "smem128", "coopmat"};
+    static const std::vector<std::string> v = {"reg", "smem64", "smem128", "coopmat", "tex"};
     return v;
 }
 
 bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) {
+    if (v == "tex") return ctx.info().texel_formats && !dtype_is_quant(dt);
     return v != "coopmat" || (ctx.info().coopmat_nv_f16 && dt == DType::f16);
+}
+
+std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n) {
+    if (n.op != ir::Op::linear) return "not a linear";
+    const DType dt = g.value(n.in[1]).dtype;
+    if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16) return "weights not f32, f16 or bf16";
+    if (g.value(n.in[1]).shape[1] % 4 != 0) return "K % 4 != 0";
+    if (!ctx.info().texel_formats) return "no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers";
+    return "";
 }
 
 // DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
@@ -309,7 +319,8 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
     const char* e = std::getenv("KILN_LINEAR");
     if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
     for (const ir::Node& n : g.nodes())
-        if (vk::linear_smem_unsupported(g, n).empty() && !dtype_is_quant(g.value(n.in[1]).dtype))
+        if ((vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty()) &&
+            !dtype_is_quant(g.value(n.in[1]).dtype))
             linear_table(ctx, g.value(n.in[1]).dtype);
 }
 
@@ -323,7 +334,7 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     if (v == "smem") v = "smem64";
     KILN_CHECK(
         v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) != linear_variants().end(),
-        "KILN_LINEAR='", v, "' (auto, reg, smem, smem64, smem128 or coopmat)");
+        "KILN_LINEAR='", v, "' (auto, reg, smem, smem64, smem128, coopmat or tex)");
     KILN_CHECK(v != "coopmat" || ctx.info().coopmat_nv_f16, "KILN_LINEAR=coopmat: device '", ctx.info().name,
                "' lacks VK_NV_cooperative_matrix with the 16x16x16 f16 x f16 + f32 shape (and 32-wide subgroups, "
                "vulkanMemoryModel)");
@@ -331,17 +342,25 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
         if (vk::linear_coopmat_unsupported(g, n).empty()) d = vk::lower_linear_coopmat(g, n);
         return;
     }
-    if (v == "reg" || !vk::linear_smem_unsupported(g, n).empty()) return;
+    KILN_CHECK(v != "tex" || ctx.info().texel_formats, "KILN_LINEAR=tex: device '", ctx.info().name,
+               "' cannot read RGBA32F, RGBA16F and RGBA16_UINT uniform texel buffers");
+    const bool smem_ok = vk::linear_smem_unsupported(g, n).empty(), tex_ok = linear_tex_unsupported(ctx, g, n).empty();
+    if (v == "reg" || (!smem_ok && !tex_ok)) return;
     if (v == "auto") {
         const DType dt = g.value(n.in[1]).dtype;
         if (dtype_is_quant(dt)) return;  // not measured: the register path
         v = linear_table(ctx, dt).pick(dt, shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1]);
         if (v == "reg") return;
-        if (v == "coopmat") {  // only in tables of devices that have it, for f16 weights
+        if (v == "coopmat" && smem_ok) {  // only in tables of devices that have it, for f16 weights
             d = vk::lower_linear_coopmat(g, n);
             return;
         }
     }
+    if (v == "tex") {  // the register tile of lower_linear, x and W through texel buffers
+        if (tex_ok) d.shader.replace(0, std::strlen("linear_vec4"), "linear_tex");
+        return;
+    }
+    if (!smem_ok) return;
     d = vk::lower_linear_smem(g, n, tile_of(v));
     ++g_smem_dispatches;
 }

@@ -2,15 +2,18 @@
 // Which linear shader each linear node runs on, per device, from measurement rather than vendor names.
 // Variants: "reg" (linear.glsl, register-tiled, no shared memory; the path tuned for lavapipe and the fallback),
 // "smem64" and "smem128" (linear_smem.comp with 64 x 64 and 128 x 64 output tiles), "coopmat" (linear_coopmat.comp:
-// cooperative matrices, f16 weights, only on devices with DeviceInfo::coopmat_nv_f16; never run so far). The table
+// cooperative matrices, f16 weights, only on devices with DeviceInfo::coopmat_nv_f16; never run so far), "tex" (reg's
+// register tile with x and W read through uniform texel buffers, linear_tex.comp: bitwise equal to reg; llvmpipe
+// gathers texels as vectors but loads storage buffers lane by lane). The table
 // holds GFLOP/s of
 // each variant per weight dtype (f32, f16, bf16) at representative DiT/Flux-like shapes, measured once per device,
 // driver and Kiln build and cached as text next to the pipeline cache (pipeline_cache.h; not cached where that
 // is disabled). A variant is admitted for a dtype only if its probe output matches the CPU reference on an awkward
 // shape (partial tiles in M, N and K) and the "reg" output at every timed shape: a driver that miscompiles a path
 // we never ran keeps the old one.
-// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat forces a path; a forced path
-// applies to the nodes it supports (vk::linear_smem_unsupported, linear_coopmat_unsupported), the rest stay on reg;
+// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | tex forces a path; a forced path
+// applies to the nodes it supports (vk::linear_smem_unsupported, linear_coopmat_unsupported,
+// linear_tex_unsupported), the rest stay on reg;
 // coopmat on a device without it is an error. Quantized weights take smem only when forced (not measured).
 #include <cstdint>
 #include <functional>
@@ -48,6 +51,10 @@ struct LinearTable {
 const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
+
+// Why the "tex" variant cannot run linear node n on ctx ("" when it can): f32/f16/bf16 weights, K % 4 == 0, and the
+// texel formats. (A node whose x or W no texel view can cover still falls back to reg, in the executor.)
+std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
 
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
 // shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock). A

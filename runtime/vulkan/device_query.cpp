@@ -62,6 +62,15 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     d.max_shared_memory = p.limits.maxComputeSharedMemorySize;
     d.max_storage_buffers_per_stage = p.limits.maxPerStageDescriptorStorageBuffers;
     d.max_uniform_buffers_per_stage = p.limits.maxPerStageDescriptorUniformBuffers;
+    d.min_texel_offset_align = p.limits.minTexelBufferOffsetAlignment;
+    d.max_texel_elements = p.limits.maxTexelBufferElements;
+    d.max_sampled_images_per_stage = p.limits.maxPerStageDescriptorSampledImages;
+    d.texel_formats = true;
+    for (VkFormat f : {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT, VK_FORMAT_R16G16B16A16_UINT}) {
+        VkFormatProperties fp;
+        vkGetPhysicalDeviceFormatProperties(pd, f, &fp);
+        d.texel_formats = d.texel_formats && (fp.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT);
+    }
     d.timestamp_period_ns = p.limits.timestampPeriod;
     VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3};

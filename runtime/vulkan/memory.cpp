@@ -50,6 +50,7 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
                VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     const bool bda = ctx_.info().buffer_device_address;
     if (bda) bi.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+    if (ctx_.info().texel_formats) bi.usage |= VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT;  // linear "tex" views
     ctx_.set_sharing(bi);
     VK_CHECK(vkCreateBuffer(ctx_.device(), &bi, nullptr, &b.buffer));
     VkMemoryRequirements req;
@@ -187,6 +188,7 @@ HostImport::HostImport(Context& ctx, const void* p, VkDeviceSize size) : ctx_(ct
     bi.size = size;
     bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
     if (info.buffer_device_address) bi.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+    if (info.texel_formats) bi.usage |= VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT;  // weights read in place by "tex"
     ctx.set_sharing(bi);
     VK_CHECK(vkCreateBuffer(d, &bi, nullptr, &buffer_));
     auto host_props = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(

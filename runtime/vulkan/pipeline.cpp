@@ -23,8 +23,9 @@ bool has_shader(const std::string& name) { return find_blob(name) != nullptr; }
 Reflection reflect_spirv(const uint32_t* code, size_t words) {
     KILN_CHECK(words > 5 && code[0] == 0x07230203u, "invalid SPIR-V module");
     constexpr uint32_t OpName = 5, OpTypePointer = 32, OpDecorate = 71, OpVariable = 59, DecBinding = 33, DecSet = 34;
-    constexpr uint32_t SCStorageBuffer = 12, SCUniform = 2, SCPushConstant = 9;
-    std::map<uint32_t, uint32_t> binding, set, pointee;
+    constexpr uint32_t SCStorageBuffer = 12, SCUniform = 2, SCPushConstant = 9, SCUniformConstant = 0;
+    constexpr uint32_t OpTypeImage = 25, OpTypeSampledImage = 27, DimBuffer = 5;
+    std::map<uint32_t, uint32_t> binding, set, pointee, sampled_image, image_dim;
     std::map<uint32_t, std::string> names;
     struct Var {
         uint32_t id, type, sc;
@@ -40,6 +41,10 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
             vars.push_back({code[i + 2], code[i + 1], code[i + 3]});
         } else if (op == OpTypePointer && len >= 4) {
             pointee[code[i + 1]] = code[i + 3];
+        } else if (op == OpTypeSampledImage && len >= 3) {
+            sampled_image[code[i + 1]] = code[i + 2];
+        } else if (op == OpTypeImage && len >= 4) {
+            image_dim[code[i + 1]] = code[i + 3];
         } else if (op == OpName && len >= 3) {
             const char* s = reinterpret_cast<const char*>(code + i + 2);
             names[code[i + 1]] = std::string(s, strnlen(s, (len - 2) * 4));
@@ -49,6 +54,13 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
     Reflection r;
     for (auto [id, type, sc] : vars) {
         if (sc == SCPushConstant) r.push_constants = true;
+        if (sc == SCUniformConstant && binding.count(id)) {  // samplerBuffer / usamplerBuffer: a uniform texel buffer
+            auto si = sampled_image.find(pointee[type]);
+            KILN_CHECK(si != sampled_image.end() && image_dim[si->second] == DimBuffer && set[id] == 0,
+                       "shader resource at binding ", binding[id], ": only buffers and sampled texel buffers (set 0)");
+            r.bindings.push_back(binding[id]);
+            r.texel_bindings |= 1u << binding[id];
+        }
         if (sc == SCStorageBuffer || sc == SCUniform) {
             KILN_CHECK(binding.count(id) && set[id] == 0, "shader resource without binding in descriptor set 0");
             r.bindings.push_back(binding[id]);
@@ -106,11 +118,17 @@ Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spe
     k.bindings = (uint32_t)refl.bindings.size();
     k.ptr_bindings = refl.ptr_bindings;
     k.uniform_bindings = refl.uniform_bindings;
+    k.texel_bindings = refl.texel_bindings;
 
     // A device below Vulkan's usual limits (the spec guarantees only 4 storage buffers per stage; Kiln's widest
     // shader, linear_multi, binds 13) gets a clear error rather than undefined behaviour.
-    const uint32_t n_uniform = (uint32_t)__builtin_popcount(k.uniform_bindings), n_storage = k.bindings - n_uniform;
+    const uint32_t n_uniform = (uint32_t)__builtin_popcount(k.uniform_bindings),
+                   n_texel = (uint32_t)__builtin_popcount(k.texel_bindings),
+                   n_storage = k.bindings - n_uniform - n_texel;
     const auto& info = ctx_.info();
+    KILN_CHECK(n_texel <= info.max_sampled_images_per_stage, "shader '", name, "' binds ", n_texel,
+               " uniform texel buffers; device '", info.name, "' allows ", info.max_sampled_images_per_stage,
+               " per stage (maxPerStageDescriptorSampledImages)");
     KILN_CHECK(n_storage <= info.max_storage_buffers_per_stage && n_uniform <= info.max_uniform_buffers_per_stage,
                "shader '", name, "' binds ", n_storage, " storage and ", n_uniform, " uniform buffers; device '",
                info.name, "' allows ", info.max_storage_buffers_per_stage, " and ", info.max_uniform_buffers_per_stage,
@@ -119,8 +137,7 @@ Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spe
     std::vector<VkDescriptorSetLayoutBinding> lb(k.bindings);
     for (uint32_t i = 0; i < k.bindings; ++i) {
         lb[i].binding = i;
-        lb[i].descriptorType =
-            (k.uniform_bindings >> i & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        lb[i].descriptorType = k.descriptor_type(i);
         lb[i].descriptorCount = 1;
         lb[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
     }

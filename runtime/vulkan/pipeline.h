@@ -18,6 +18,12 @@ struct Kernel {
     uint32_t bindings = 0;          // storage buffers at bindings 0..bindings-1
     uint32_t ptr_bindings = 0;      // bit b: binding b holds device addresses of the inputs ("_ptr" variants)
     uint32_t uniform_bindings = 0;  // bit b: binding b is a uniform buffer (the others are storage buffers)
+    uint32_t texel_bindings = 0;    // bit b: binding b is a uniform texel buffer (a VkBufferView)
+    VkDescriptorType descriptor_type(uint32_t b) const {
+        return (texel_bindings >> b & 1)     ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+               : (uniform_bindings >> b & 1) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
+                                             : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    }
 };
 
 // Reflection of one SPIR-V module: the storage-buffer bindings of descriptor set 0.
@@ -25,6 +31,7 @@ struct Reflection {
     std::vector<uint32_t> bindings;  // sorted
     uint32_t ptr_bindings = 0;       // bit b: the block at binding b is named "*_ptrs" (WEIGHT_BUF in common.glsl)
     uint32_t uniform_bindings = 0;   // bit b: binding b is a uniform buffer
+    uint32_t texel_bindings = 0;     // bit b: binding b is a samplerBuffer / usamplerBuffer (uniform texel buffer)
     bool push_constants = false;
 };
 Reflection reflect_spirv(const uint32_t* code, size_t words);

@@ -176,7 +176,7 @@ TEST_CASE("kiln bench --kernels prints GFLOP/s of every linear variant and the p
     std::string out = kiln("bench --kernels --shape 70x96x64 --shape 2x96x64 --kernel-dtypes f32,f16 --steps 1", rc);
     INFO(out);
     CHECK(rc == 0);
-    for (const char* s : {"reg", "smem64", "smem128", "coopmat", "pick", "f32", "f16", "70x96x64", "2x96x64"})
+    for (const char* s : {"reg", "smem64", "smem128", "coopmat", "tex", "pick", "f32", "f16", "70x96x64", "2x96x64"})
         CHECK(out.find(s) != std::string::npos);
     // Custom shapes are printed, not saved as the device's table.
     bool saved = false;

@@ -48,7 +48,7 @@ TEST_CASE("a probe mismatch excludes a linear variant from the table", "[linear_
     });
     exec::LinearTable t = exec::measure_linear_table(ctx(), kShapes, {DType::f32, DType::f16}, 1);
     exec::set_linear_probe_hook(nullptr);
-    size_t variants = 0;  // on this device: 3 (reg, smem64, smem128) per dtype, + coopmat for f16 where present
+    size_t variants = 0;  // per dtype: reg, smem64, smem128, + tex (texel buffers), + coopmat for f16 where present
     for (DType dt : {DType::f32, DType::f16})
         for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_available(ctx(), v, dt);
     REQUIRE(t.rows.size() == variants * kShapes.size());  // dtypes x variants x shapes
@@ -142,15 +142,18 @@ TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline
     auto count = [](const exec::LinearTable& x, DType dt) {
         return std::count_if(x.rows.begin(), x.rows.end(), [&](const auto& r) { return r.dtype == dt; });
     };
-    const long n = (long)(3 * exec::linear_table_shapes().size());  // reg, smem64, smem128 per shape
-    CHECK(count(back, DType::f32) == n);
+    long variants = 0;  // reg, smem64, smem128, and tex where the device has texel buffers (no coopmat for bf16)
+    for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_available(ctx(), v, DType::bf16);
+    const long n = variants * (long)exec::linear_table_shapes().size(),
+               n_f32 = 3 * (long)exec::linear_table_shapes().size();
+    CHECK(count(back, DType::f32) == n_f32);
     CHECK(count(back, DType::bf16) == n);
     auto written = fs::last_write_time(path);
     exec::LinearTable again = exec::linear_table(ctx(), DType::bf16);  // from memory: not measured, not rewritten
     CHECK(again.rows.size() == t.rows.size());
     CHECK(fs::last_write_time(path) == written);
     CHECK(count(t, DType::bf16) == n);
-    CHECK(count(t, DType::f32) == n);
+    CHECK(count(t, DType::f32) == n_f32);
     // Where this table has smem admitted the pick may choose it; "reg" is always admitted on a working device.
     for (const auto& r : t.rows)
         if (r.variant == "reg") CHECK(r.admitted);

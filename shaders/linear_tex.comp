@@ -1,0 +1,9 @@
+// variants: f32 f16 bf16
+// ptr variant
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+// linear for K % 4 == 0 with x and W read through uniform texel buffers (linear.glsl, LINEAR_TEX; the "tex" variant
+// of runtime/exec/linear_select.h).
+#define LINEAR_TEX
+#include "linear.glsl"

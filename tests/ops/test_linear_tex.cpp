@@ -1,0 +1,102 @@
+// linear with x and W read through uniform texel buffers (linear_tex.comp, the "tex" variant of linear_select.h),
+// forced, against the register path it shares its tile and K loop with: bitwise equal (f16 and bf16 texels convert
+// to f32 exactly, as the storage-buffer loads do), for f32/f16/bf16 weights, partial tiles, bias, a fused
+// activation, f16 activation storage and row chunks. Plus the CPU reference at the bound of test_linear_smem.cpp.
+#include <tuple>
+
+#include "runtime/exec/linear_select.h"
+#include "tests/ops/op_harness.h"
+
+using namespace kiln;
+
+namespace {
+struct ForceLinear {
+    explicit ForceLinear(const std::string& v) { exec::set_linear_override(v); }
+    ~ForceLinear() { exec::set_linear_override(""); }
+};
+
+test::VkRun run_as(const std::string& variant, const ir::Graph& g, const std::map<std::string, Tensor>& in,
+                   const std::map<std::string, Tensor>& w, exec::Mode mode = exec::Mode::full) {
+    ForceLinear force(variant);
+    return test::run_vk(g, in, w, mode, "1");
+}
+}  // namespace
+
+TEST_CASE("linear through texel buffers equals the register path bitwise", "[op:linear][tex]") {
+    if (!test::op_ctx().info().texel_formats) {
+        WARN("skipped: no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers on this device");
+        return;
+    }
+    auto [M, N, K] = GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(3, 13, 12), std::make_tuple(77, 130, 68),
+                              std::make_tuple(65, 129, 128), std::make_tuple(200, 257, 36));
+    DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
+    bool bias = GENERATE(false, true);
+    bool gelu = GENERATE(false, true);  // fused into the linear's store (ir::fuse)
+    CAPTURE(M, N, K, dtype_name(wt), bias, gelu);
+    ir::Graph g;
+    auto x = g.input("x", {M, K});
+    ir::Val y = g.linear(x, g.weight("w", {N, K}, wt), bias ? g.weight("b", {N}) : ir::Val{});
+    g.output(gelu ? g.gelu(y, true) : y, "y");
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({M, K}, 50)}};
+    std::map<std::string, Tensor> w{{"w", test::random_weight({N, K}, wt, 51)}};
+    if (bias) w["b"] = test::random_tensor({N}, 52);
+    const auto reg = run_as("reg", g, in, w), tex = run_as("tex", g, in, w);
+    CHECK(reg.c.texel_dispatches == 0);
+    CHECK(tex.c.texel_dispatches == 1);
+    CHECK(tex.out.at("y").bytes == reg.out.at("y").bytes);
+    if (!gelu) {
+        auto wcpu = [&](const ir::Value& v) { return w.at(v.name); };
+        const auto cpu = cpu::run(g, in, wcpu).at("y").to_f32(), gpu = tex.out.at("y").to_f32();
+        CHECK(test::max_err(gpu, cpu) <= std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)));
+        CHECK(rel_l2(gpu, cpu) <= 1e-5);
+    }
+}
+
+TEST_CASE("linear through texel buffers reads and writes f16 activations as the register path", "[op:linear][tex]") {
+    if (!test::op_ctx().info().texel_formats) {
+        WARN("skipped: no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers on this device");
+        return;
+    }
+    const DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
+    CAPTURE(dtype_name(wt));
+    const int64_t M = 37, D = 48, H = 192;
+    ir::Graph g;
+    auto x = g.input("x", {M, D});
+    auto h = g.linear(x, g.weight("w1", {H, D}, wt), g.weight("b1", {H}));
+    g.output(g.linear(h, g.weight("w2", {D, H}, wt), g.weight("b2", {D})), "y");
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({M, D}, 60, -2.f, 2.f)}};
+    std::map<std::string, Tensor> w{{"w1", test::random_weight({H, D}, wt, 61)},
+                                    {"b1", test::random_tensor({H}, 62)},
+                                    {"w2", test::random_weight({D, H}, wt, 63)},
+                                    {"b2", test::random_tensor({D}, 64)}};
+    ::setenv("KILN_ACT_F16", "1", 1);  // the hidden is stored as f16: written by the first, read by the second
+    const auto reg = run_as("reg", g, in, w), tex = run_as("tex", g, in, w);
+    // Over the binding limit the f16 hidden is split into row chunks: each chunk gets a texel view of its own.
+    ::setenv("KILN_MAX_BINDING_RANGE", "4096", 1);
+    const auto reg_split = run_as("reg", g, in, w), tex_split = run_as("tex", g, in, w);
+    ::unsetenv("KILN_MAX_BINDING_RANGE");
+    ::unsetenv("KILN_ACT_F16");
+    CHECK(reg.c.f16_activations == 1);
+    CHECK(tex.c.f16_activations == 1);
+    CHECK(tex.c.texel_dispatches == 2);
+    CHECK(tex.out.at("y").bytes == reg.out.at("y").bytes);
+    CHECK(tex_split.c.split_ops > 0);
+    CHECK(tex_split.c.texel_dispatches > 2);
+    CHECK(tex_split.out.at("y").bytes == reg_split.out.at("y").bytes);
+    CHECK(tex_split.out.at("y").bytes == tex.out.at("y").bytes);
+}
+
+TEST_CASE("linear through texel buffers leaves what it cannot read to the register path", "[op:linear][tex]") {
+    ir::Graph g;
+    auto x = g.input("x", {70, 13});
+    g.output(g.linear(x, g.weight("w", {9, 13}), {}), "y");
+    const ir::Node& n = g.nodes()[(size_t)g.value(g.outputs().begin()->second).producer];
+    CHECK(exec::linear_tex_unsupported(test::op_ctx(), g, n) == "K % 4 != 0");
+    std::map<std::string, Tensor> w{{"w", test::random_weight({9, 13}, DType::f32, 71)}};
+    const auto tex = run_as("tex", g, {{"x", test::random_tensor({70, 13}, 70)}}, w);
+    CHECK(tex.c.texel_dispatches == 0);
+    ir::Graph q;
+    q.output(q.linear(q.input("x", {4, 64}), q.weight("w", {8, 64}, DType::q4_0), {}), "y");
+    const ir::Node& nq = q.nodes()[(size_t)q.value(q.outputs().begin()->second).producer];
+    CHECK(exec::linear_tex_unsupported(test::op_ctx(), q, nq) == "weights not f32, f16 or bf16");
+}
