@@ -217,6 +217,10 @@ Context::Context(int device, int validation, int pipeline_cache, const std::stri
     if (const char* e = std::getenv("KILN_TEST_MAX_STORAGE_BUFFERS"); e && *e)
         info_.max_storage_buffers_per_stage =
             std::min(info_.max_storage_buffers_per_stage, (uint32_t)std::strtoul(e, nullptr, 10));
+    // Test hook: a device whose texel buffers hold fewer elements (KILN_TEST_MAX_TEXEL_ELEMENTS): "tex" linears
+    // whose views would exceed it run the storage-buffer shader.
+    if (const char* e = std::getenv("KILN_TEST_MAX_TEXEL_ELEMENTS"); e && *e)
+        info_.max_texel_elements = std::min(info_.max_texel_elements, (uint32_t)std::strtoul(e, nullptr, 10));
     info_.coopmat_nv_f16 = detail::query_coopmat_nv_f16(instance_, phys_, info_);
     KILN_CHECK(info_.fp16_storage, "device '", info_.name,
                "' lacks the Vulkan feature storageBuffer16BitAccess, "

@@ -2,6 +2,7 @@
 // forced, against the register path it shares its tile and K loop with: bitwise equal (f16 and bf16 texels convert
 // to f32 exactly, as the storage-buffer loads do), for f32/f16/bf16 weights, partial tiles, bias, a fused
 // activation, f16 activation storage and row chunks. Plus the CPU reference at the bound of test_linear_smem.cpp.
+#include <cstring>
 #include <tuple>
 
 #include "runtime/exec/linear_select.h"
@@ -99,4 +100,37 @@ TEST_CASE("linear through texel buffers leaves what it cannot read to the regist
     q.output(q.linear(q.input("x", {4, 64}), q.weight("w", {8, 64}, DType::q4_0), {}), "y");
     const ir::Node& nq = q.nodes()[(size_t)q.value(q.outputs().begin()->second).producer];
     CHECK(exec::linear_tex_unsupported(test::op_ctx(), q, nq) == "weights not f32, f16 or bf16");
+}
+
+TEST_CASE("a linear whose texel view would exceed the device's limit runs the storage-buffer shader",
+          "[op:linear][tex]") {
+    if (!test::op_ctx().info().texel_formats) {
+        WARN("skipped: no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers on this device");
+        return;
+    }
+    // x [40, 64] f32 is 640 RGBA32F texels, W [96, 64] f16 1536 RGBA16F texels: a device that allows 1000 can view
+    // x but not W.
+    ir::Graph g;
+    g.output(g.linear(g.input("x", {40, 64}), g.weight("w", {96, 64}, DType::f16), g.weight("b", {96})), "y");
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({40, 64}, 80)}};
+    std::map<std::string, Tensor> w{{"w", test::random_weight({96, 64}, DType::f16, 81)},
+                                    {"b", test::random_tensor({96}, 82)}};
+    auto wbytes = [&](const ir::Value& v, void* dst, size_t n) { std::memcpy(dst, w.at(v.name).bytes.data(), n); };
+    auto run = [&](vk::Context& ctx) {
+        ForceLinear force("tex");
+        exec::Executor ex(ctx, g, wbytes, exec::Mode::full);
+        ex.set_input("x", in.at("x"));
+        ex.run();
+        return std::make_pair(ex.output("y"), ex.counters().texel_dispatches);
+    };
+    auto [wide, wide_tex] = run(test::op_ctx());
+    ::setenv("KILN_TEST_MAX_TEXEL_ELEMENTS", "1000", 1);
+    vk::Context small;
+    ::unsetenv("KILN_TEST_MAX_TEXEL_ELEMENTS");
+    REQUIRE(small.info().max_texel_elements == 1000);
+    auto [narrow, narrow_tex] = run(small);
+    CHECK(wide_tex == 1);
+    CHECK(narrow_tex == 0);
+    CHECK(narrow.bytes == wide.bytes);
+    CHECK(vk::Context::validation_errors() == 0);
 }
