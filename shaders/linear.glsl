@@ -40,6 +40,11 @@ WEIGHT_BUF(1, Wt, f16vec4, w)
 #elif defined(W_BF16)
 WEIGHT_BUF(1, Wt, u16vec4, w)
 #define WLOAD(i) uintBitsToFloat(uvec4(w[i]) << 16)
+#elif defined(W_QUANT)
+WEIGHT_BUF(1, Wt, uint16_t, w)
+#define w Wt_p.data  // before quant.glsl, whose functions read w
+#include "quant.glsl"
+#define WLOAD(i) dq4(i)
 #else
 WEIGHT_BUF(1, Wt, vec4, w)
 #define WLOAD(i) w[i]
@@ -50,6 +55,11 @@ WEIGHT_TEXEL(1, Wt, samplerBuffer, f16vec4, w_t)
 #elif defined(W_BF16)
 WEIGHT_TEXEL(1, Wt, usamplerBuffer, u16vec4, w_t)
 #define WLOAD(i) uintBitsToFloat(texelFetch(w_t, int(i)) << 16)
+#elif defined(W_QUANT)  // R16_UINT texels: the 16-bit words quant.glsl reads
+WEIGHT_TEXEL(1, Wt, usamplerBuffer, uint16_t, w_t)
+#define QWORD(k) texelFetch(w_t, int(WBASE(Wt) + (k))).x
+#include "quant.glsl"
+#define WLOAD(i) dq4(i)
 #else
 WEIGHT_TEXEL(1, Wt, samplerBuffer, vec4, w_t)
 #define WLOAD(i) texelFetch(w_t, int(i))

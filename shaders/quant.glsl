@@ -13,6 +13,9 @@
 #define QW w
 #define QWBASE WBASE(Wt)
 #endif
+#ifndef QWORD
+#define QWORD(k) uint(QW[QWBASE + (k)])  // 16-bit word k of the weight (linear_tex: a texel fetch)
+#endif
 #ifndef QK
 #if defined(W_Q4_K) || defined(W_Q6_K)
 #define QK 256u
@@ -36,10 +39,10 @@
 #endif
 #endif  // QK
 
-uint QN(qbyte)(uint b) { return (uint(QW[QWBASE + (b >> 1)]) >> ((b & 1u) * 8u)) & 0xffu; }
+uint QN(qbyte)(uint b) { return (QWORD(b >> 1) >> ((b & 1u) * 8u)) & 0xffu; }
 // f16 bits (at an even byte) -> f32, exact including subnormals (m 2^-24 is a normal f32).
 float QN(qhalf)(uint b) {
-    uint h = uint(QW[QWBASE + (b >> 1)]), e = (h >> 10) & 31u, m = h & 1023u;
+    uint h = QWORD(b >> 1), e = (h >> 10) & 31u, m = h & 1023u;
     float v = e == 0u    ? float(m) * 5.9604644775390625e-8
               : e == 31u ? uintBitsToFloat(0x7f800000u | (m << 13))
                          : uintBitsToFloat(((e + 112u) << 23) | (m << 13));
@@ -48,7 +51,7 @@ float QN(qhalf)(uint b) {
 int QN(qi8)(uint v) { return bitfieldExtract(int(v), 0, 8); }  // sign-extend a byte
 // The 4 bytes at even byte offset b (two 16-bit words).
 uvec4 QN(qbytes4)(uint b) {
-    uint lo = uint(QW[QWBASE + (b >> 1)]), hi = uint(QW[QWBASE + (b >> 1) + 1u]);
+    uint lo = QWORD(b >> 1), hi = QWORD((b >> 1) + 1u);
     return uvec4(lo & 0xffu, lo >> 8, hi & 0xffu, hi >> 8);
 }
 

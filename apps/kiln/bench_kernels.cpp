@@ -29,7 +29,8 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
         size_t b = dtypes.find(',', a);
         if (b == std::string::npos) b = dtypes.size();
         DType dt = parse_dtype(dtypes.substr(a, b - a), "--kernel-dtypes");
-        KILN_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16, "--kernel-dtypes: f32, f16, bf16");
+        KILN_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16 || dtype_is_quant(dt),
+                   "--kernel-dtypes: f32, f16, bf16 or a quantized type (q8_0, q4_0, ...)");
         dts.push_back(dt);
         a = b + 1;
     }

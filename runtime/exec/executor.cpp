@@ -42,11 +42,12 @@ BlockWeights parse_block_weights(const std::string& s) {
 }
 
 VkBufferView Executor::Impl::texel_view(const vk::BufferRange& br, DType dt) {
-    const VkFormat f = dt == DType::f32    ? VK_FORMAT_R32G32B32A32_SFLOAT
-                       : dt == DType::f16  ? VK_FORMAT_R16G16B16A16_SFLOAT
-                       : dt == DType::bf16 ? VK_FORMAT_R16G16B16A16_UINT
-                                           : VK_FORMAT_UNDEFINED;
-    const VkDeviceSize texel = dt == DType::f32 ? 16 : 8;
+    const VkFormat f = dt == DType::f32     ? VK_FORMAT_R32G32B32A32_SFLOAT
+                       : dt == DType::f16   ? VK_FORMAT_R16G16B16A16_SFLOAT
+                       : dt == DType::bf16  ? VK_FORMAT_R16G16B16A16_UINT
+                       : dtype_is_quant(dt) ? VK_FORMAT_R16_UINT  // the 16-bit words of ggml blocks
+                                            : VK_FORMAT_UNDEFINED;
+    const VkDeviceSize texel = dt == DType::f32 ? 16 : dtype_is_quant(dt) ? 2 : 8;
     const auto& info = ctx.info();
     if (f == VK_FORMAT_UNDEFINED || !info.texel_formats || br.size == 0 || br.size % texel ||
         br.offset % std::max<VkDeviceSize>(info.min_texel_offset_align, 1) || br.size / texel > info.max_texel_elements)

@@ -86,6 +86,12 @@ bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K
     return false;
 }
 
+// Quantized weights: K rounded down to whole blocks (1152 -> 1024 for the 256-value k-quants).
+LinearShape whole_blocks(LinearShape s, DType dt) {
+    if (dtype_is_quant(dt)) s.K = std::max<int64_t>(dtype_block(dt), s.K / dtype_block(dt) * dtype_block(dt));
+    return s;
+}
+
 // Keys of the pipeline cache, as text: a table measured under another driver or Kiln build is stale.
 std::string key_line(vk::Context& ctx) {
     vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
@@ -105,16 +111,17 @@ const std::vector<std::string>& linear_variants() {
 }
 
 bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) {
-    if (v == "tex") return ctx.info().texel_formats && !dtype_is_quant(dt);
+    if (v == "tex") return ctx.info().texel_formats;
     return v != "coopmat" || (ctx.info().coopmat_nv_f16 && dt == DType::f16);
 }
 
 std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n) {
     if (n.op != ir::Op::linear) return "not a linear";
     const DType dt = g.value(n.in[1]).dtype;
-    if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16) return "weights not f32, f16 or bf16";
+    if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16 && !dtype_is_quant(dt))
+        return "weights not f32, f16, bf16 or quantized";
     if (g.value(n.in[1]).shape[1] % 4 != 0) return "K % 4 != 0";
-    if (!ctx.info().texel_formats) return "no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers";
+    if (!ctx.info().texel_formats) return "no RGBA32F/RGBA16F/RGBA16_UINT/R16_UINT uniform texel buffers";
     return "";
 }
 
@@ -166,8 +173,9 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
             try {
                 const bool x_f16 = v == "coopmat";
                 t_override = v;
-                // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter), against the CPU.
-                const LinearShape ps{77, 130, 68};
+                // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter; quantized weights: three
+                // blocks), against the CPU.
+                const LinearShape ps{77, 130, dtype_is_quant(dt) ? 3 * dtype_block(dt) : 68};
                 Problem pp(ps, dt);
                 auto gpu = run_graph(ctx, pp.g, pp.bytes(), {{"x", pp.x}}, Mode::full).at("y").to_f32();
                 if (hook) hook(v, dt, gpu);
@@ -175,7 +183,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                 auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
                 ok = close(gpu, cpu, ps.K, why, x_f16);
                 for (size_t si = 0; si < shapes.size(); ++si) {
-                    const LinearShape& s = shapes[si];
+                    const LinearShape s = whole_blocks(shapes[si], dt);
                     LinearTable::Row row{dt, v, s, 0, false, why};
                     if (ok) {
                         Problem p(s, dt);
@@ -210,7 +218,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                 if (v == "reg") throw;
                 t.rows.resize(first_row);
                 why = std::string("error:") + e.what();
-                for (const LinearShape& s : shapes) t.rows.push_back({dt, v, s, 0, false, why});
+                for (const LinearShape& s : shapes) t.rows.push_back({dt, v, whole_blocks(s, dt), 0, false, why});
             }
             // A later mismatch excludes the variant at every shape.
             for (auto& r : t.rows)
@@ -319,8 +327,7 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
     const char* e = std::getenv("KILN_LINEAR");
     if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
     for (const ir::Node& n : g.nodes())
-        if ((vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty()) &&
-            !dtype_is_quant(g.value(n.in[1]).dtype))
+        if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
             linear_table(ctx, g.value(n.in[1]).dtype);
 }
 
@@ -348,7 +355,6 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     if (v == "reg" || (!smem_ok && !tex_ok)) return;
     if (v == "auto") {
         const DType dt = g.value(n.in[1]).dtype;
-        if (dtype_is_quant(dt)) return;  // not measured: the register path
         v = linear_table(ctx, dt).pick(dt, shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1]);
         if (v == "reg") return;
         if (v == "coopmat" && smem_ok) {  // only in tables of devices that have it, for f16 weights

@@ -14,7 +14,8 @@
 // KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | tex forces a path; a forced path
 // applies to the nodes it supports (vk::linear_smem_unsupported, linear_coopmat_unsupported,
 // linear_tex_unsupported), the rest stay on reg;
-// coopmat on a device without it is an error. Quantized weights take smem only when forced (not measured).
+// coopmat on a device without it is an error. Quantized weights are measured like the others (K rounded down to
+// whole blocks; their probe has three blocks per row).
 #include <cstdint>
 #include <functional>
 #include <string>

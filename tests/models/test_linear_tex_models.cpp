@@ -1,7 +1,7 @@
 // The "tex" linear (x and W through uniform texel buffers, linear_select.h) on the transformer fixtures, forced,
 // against the register path: bitwise equal in full mode and in regional mode with block weights copied, selected
 // by address ("_ptr": W stays a buffer read through its address, x a texel buffer) and by offset ("_off": W's view
-// covers every instance, offset per replay). Weights f32, f16 and bf16 (the three texel formats).
+// covers every instance, offset per replay). Weights f32, f16, bf16, q4_0 and q6_k (all four texel formats).
 #include "runtime/exec/linear_select.h"
 #include "tests/models/model_harness.h"
 
@@ -34,7 +34,7 @@ TEST_CASE("transformers with texel-buffer linears equal the register path bitwis
         return;
     }
     const std::string fx = GENERATE("dit", "flux");
-    const DType dt = GENERATE(DType::f32, DType::f16, DType::bf16);
+    const DType dt = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q6_k);
     CAPTURE(fx, dtype_name(dt));
     auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
     const std::string file = test::convert_fixture(fx, dt, "tex");

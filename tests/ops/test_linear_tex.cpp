@@ -1,7 +1,8 @@
 // linear with x and W read through uniform texel buffers (linear_tex.comp, the "tex" variant of linear_select.h),
 // forced, against the register path it shares its tile and K loop with: bitwise equal (f16 and bf16 texels convert
-// to f32 exactly, as the storage-buffer loads do), for f32/f16/bf16 weights, partial tiles, bias, a fused
-// activation, f16 activation storage and row chunks. Plus the CPU reference at the bound of test_linear_smem.cpp.
+// to f32 exactly, as the storage-buffer loads do; ggml blocks are read as the same 16-bit words), for f32/f16/bf16
+// and every quantized format, partial tiles, bias, a fused activation, f16 activation storage and row chunks. Plus the
+// CPU reference at the bound of test_linear_smem.cpp.
 #include <cstring>
 #include <tuple>
 
@@ -96,10 +97,25 @@ TEST_CASE("linear through texel buffers leaves what it cannot read to the regist
     std::map<std::string, Tensor> w{{"w", test::random_weight({9, 13}, DType::f32, 71)}};
     const auto tex = run_as("tex", g, {{"x", test::random_tensor({70, 13}, 70)}}, w);
     CHECK(tex.c.texel_dispatches == 0);
-    ir::Graph q;
-    q.output(q.linear(q.input("x", {4, 64}), q.weight("w", {8, 64}, DType::q4_0), {}), "y");
-    const ir::Node& nq = q.nodes()[(size_t)q.value(q.outputs().begin()->second).producer];
-    CHECK(exec::linear_tex_unsupported(test::op_ctx(), q, nq) == "weights not f32, f16 or bf16");
+}
+
+TEST_CASE("linear through texel buffers dequantizes ggml blocks as the register path", "[op:linear][tex][quant]") {
+    if (!test::op_ctx().info().texel_formats) {
+        WARN("skipped: no uniform texel buffers of the needed formats on this device");
+        return;
+    }
+    DType wt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k);
+    const int64_t B = dtype_block(wt);
+    auto [M, N, K] =
+        GENERATE_COPY(std::make_tuple(5, 13, 2 * B), std::make_tuple(70, 127, 3 * B), std::make_tuple(130, 65, B));
+    CAPTURE(M, N, K, dtype_name(wt));
+    ir::Graph g;
+    g.output(g.linear(g.input("x", {M, K}), g.weight("w", {N, K}, wt), g.weight("b", {N})), "y");
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({M, K}, 90)}};
+    std::map<std::string, Tensor> w{{"w", test::random_weight({N, K}, wt, 91)}, {"b", test::random_tensor({N}, 92)}};
+    const auto reg = run_as("reg", g, in, w), tex = run_as("tex", g, in, w);
+    CHECK(tex.c.texel_dispatches == 1);
+    CHECK(tex.out.at("y").bytes == reg.out.at("y").bytes);
 }
 
 TEST_CASE("a linear whose texel view would exceed the device's limit runs the storage-buffer shader",
