@@ -41,13 +41,14 @@ BlockWeights parse_block_weights(const std::string& s) {
     KILN_FAIL("unknown block weights '", s, "' (auto, offset, device or copy)");
 }
 
-VkBufferView Executor::Impl::texel_view(const vk::BufferRange& br, DType dt) {
-    const VkFormat f = dt == DType::f32     ? VK_FORMAT_R32G32B32A32_SFLOAT
-                       : dt == DType::f16   ? VK_FORMAT_R16G16B16A16_SFLOAT
-                       : dt == DType::bf16  ? VK_FORMAT_R16G16B16A16_UINT
-                       : dtype_is_quant(dt) ? VK_FORMAT_R16_UINT  // the 16-bit words of ggml blocks
-                                            : VK_FORMAT_UNDEFINED;
-    const VkDeviceSize texel = dt == DType::f32 ? 16 : dtype_is_quant(dt) ? 2 : 8;
+VkBufferView Executor::Impl::texel_view(const vk::BufferRange& br, DType dt, bool rgba) {
+    rgba = rgba && !dtype_is_quant(dt);  // ggml blocks: the 16-bit words
+    VkFormat f = VK_FORMAT_UNDEFINED;
+    if (dt == DType::f32) f = rgba ? VK_FORMAT_R32G32B32A32_SFLOAT : VK_FORMAT_R32_SFLOAT;
+    if (dt == DType::f16) f = rgba ? VK_FORMAT_R16G16B16A16_SFLOAT : VK_FORMAT_R16_SFLOAT;
+    if (dt == DType::bf16) f = rgba ? VK_FORMAT_R16G16B16A16_UINT : VK_FORMAT_R16_UINT;
+    if (dtype_is_quant(dt)) f = VK_FORMAT_R16_UINT;
+    const VkDeviceSize texel = (dt == DType::f32 ? 4 : 2) * (rgba ? 4 : 1);
     const auto& info = ctx.info();
     if (f == VK_FORMAT_UNDEFINED || !info.texel_formats || br.size == 0 || br.size % texel ||
         br.offset % std::max<VkDeviceSize>(info.min_texel_offset_align, 1) || br.size / texel > info.max_texel_elements)
@@ -128,15 +129,17 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             if (by_offset && block_weights.count(r(v))) return block_windows[(size_t)kind][window];
             return value_range(b, v);
         };
-        // A "tex" linear whose x or W no texel view can cover (offset alignment, element count) runs the
-        // storage-buffer shader of the same tile: same bindings, same values.
-        if (d.shader.rfind("linear_tex", 0) == 0) {
+        // A "tex" linear or conv2d_tex whose x or W no texel view can cover (offset alignment, element count) runs
+        // the storage-buffer shader of the same tile: same bindings, same values.
+        const bool linear_tex = d.shader.rfind("linear_tex", 0) == 0, conv_tex = d.shader.rfind("conv2d_tex", 0) == 0;
+        if (linear_tex || conv_tex) {
             bool ok = true;
             for (uint32_t b = 0; b < 2; ++b) {
                 const bool address = b == 1 && slot != ptr_slot.end() && !by_offset;  // "_ptr": W by address
-                if (!address) ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype);
+                if (!address) ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype, linear_tex);
             }
-            if (!ok) d.shader.replace(0, 10, "linear_vec4");
+            if (!ok && linear_tex) d.shader.replace(0, std::strlen("linear_tex"), "linear_vec4");
+            if (!ok && conv_tex) d.shader.replace(0, std::strlen("conv2d_tex"), "conv2d");
         }
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
         if (k.texel_bindings) c.texel_dispatches++;
@@ -179,7 +182,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             }
             if (k.texel_bindings >> b & 1) {  // checked above: the view exists
                 KILN_CHECK(v >= 0, "internal: absent texel buffer input");
-                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype);
+                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype, linear_tex);
                 KILN_CHECK(views[b], "internal: no texel view for binding ", b, " of ", d.shader);
                 w[b].pBufferInfo = nullptr;
                 w[b].pTexelBufferView = &views[b];

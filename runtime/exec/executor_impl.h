@@ -152,9 +152,9 @@ struct Executor::Impl {
     VkDescriptorPool pool = VK_NULL_HANDLE;
     // Uniform texel buffer views of the "tex" linear (linear_select.h), by buffer, offset, size and format.
     std::map<std::tuple<VkBuffer, VkDeviceSize, VkDeviceSize, VkFormat>, VkBufferView> texel_views;
-    // The view of `br` as texels of a value of dtype dt; VK_NULL_HANDLE where the device cannot make it (offset
-    // alignment, element count).
-    VkBufferView texel_view(const vk::BufferRange& br, DType dt);
+    // The view of `br` as texels of a value of dtype dt, 4-vectors (rgba: linear_tex) or scalars (conv2d_tex; ggml
+    // words); VK_NULL_HANDLE where the device cannot make it (offset alignment, element count).
+    VkBufferView texel_view(const vk::BufferRange& br, DType dt, bool rgba);
     std::vector<DispatchRec> dispatches;  // all recorded dispatches (unrolled or template)
     // Program: a list of steps for the primary command buffer.
     struct Step {

@@ -67,7 +67,7 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     d.max_sampled_images_per_stage = p.limits.maxPerStageDescriptorSampledImages;
     d.texel_formats = true;
     for (VkFormat f : {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R16G16B16A16_SFLOAT, VK_FORMAT_R16G16B16A16_UINT,
-                       VK_FORMAT_R16_UINT}) {
+                       VK_FORMAT_R32_SFLOAT, VK_FORMAT_R16_SFLOAT, VK_FORMAT_R16_UINT}) {
         VkFormatProperties fp;
         vkGetPhysicalDeviceFormatProperties(pd, f, &fp);
         d.texel_formats = d.texel_formats && (fp.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT);

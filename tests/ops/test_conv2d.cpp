@@ -46,3 +46,31 @@ TEST_CASE("conv2d rejects bad shapes and attributes", "[op:conv2d][bad]") {
     auto w3 = g.weight("w3", {4, 3, 11, 3});
     REQUIRE_THROWS_WITH(g.conv2d(x, w3, {}, {}), Catch::Contains("conv2d") && Catch::Contains("larger"));
 }
+
+TEST_CASE("conv2d through texel buffers equals the storage-buffer shader bitwise", "[op:conv2d][tex]") {
+    if (!test::op_ctx().info().texel_formats) {
+        WARN("skipped: no uniform texel buffers of the needed formats on this device");
+        return;
+    }
+    ConvCase c =
+        GENERATE(ConvCase{{1, 1, 1, 1}, 1, 1, 1, {}}, ConvCase{{1, 3, 13, 13}, 5, 3, 3, {1, 1, 1, 1}},
+                 ConvCase{{2, 4, 9, 11}, 7, 3, 3, {2, 2, 1, 1}}, ConvCase{{1, 3, 7, 17}, 3, 1, 5, {1, 3, 0, 2}},
+                 ConvCase{{2, 16, 6, 5}, 9, 1, 1, {}}, ConvCase{{1, 8, 20, 20}, 12, 3, 3, {1, 1, 1, 1}});
+    DType wt = GENERATE(DType::f32, DType::f16, DType::bf16);
+    CAPTURE(shape_str(c.x), c.O, c.kh, c.kw, dtype_name(wt));
+    Shape sw{c.O, c.x[1], c.kh, c.kw};
+    ir::Graph g;
+    g.output(g.conv2d(g.input("x", c.x), g.weight("w", sw, wt), g.weight("b", {c.O}), c.a), "y");
+    std::map<std::string, Tensor> in{{"x", test::random_tensor(c.x, 73)}};
+    std::map<std::string, Tensor> ws{{"w", test::random_weight(sw, wt, 74)}, {"b", test::random_tensor({c.O}, 75)}};
+    auto run = [&](const char* v) {
+        ::setenv("KILN_CONV2D", v, 1);
+        auto r = test::run_vk(g, in, ws, exec::Mode::full, "1");
+        ::unsetenv("KILN_CONV2D");
+        return r;
+    };
+    const auto buf = run("buf"), tex = run("tex");
+    CHECK(buf.c.texel_dispatches == 0);
+    CHECK(tex.c.texel_dispatches == 1);
+    CHECK(tex.out.at("y").bytes == buf.out.at("y").bytes);
+}
