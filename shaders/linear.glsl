@@ -24,38 +24,30 @@ layout(constant_id = 3) const uint RN = 8;
 layout(constant_id = 4) const uint XF16 = 0;
 layout(constant_id = 5) const uint YF16 = 0;
 SELECT_BUF(4)
+#if defined(LINEAR_TEX) || defined(LINEAR_VEC4)
+#define VT vec4
+#define KSTEPS (p.K / 4)
 #if defined(LINEAR_TEX)
 // LINEAR_TEX (linear_tex.comp): x and W are uniform texel buffers, read with texelFetch: llvmpipe loads a storage
 // buffer lane by lane with a bounds check per component, a texel buffer with vector gathers (2.7x at DiT shapes).
 // The host makes the views: x RGBA32F, or RGBA16F where x is stored as f16 (the fetch converts it exactly); W
-// RGBA32F (f32), RGBA16F (f16) or RGBA16_UINT (bf16). The values and the K loop are those of the storage-buffer
-// path, so the results are bitwise equal. In the "_ptr" variant W stays a buffer read through its address.
-#define VT vec4
+// RGBA32F (f32), RGBA16F (f16), RGBA16_UINT (bf16) or R16_UINT (the 16-bit words of ggml blocks). The values and
+// the K loop are those of the storage-buffer path, so the results are bitwise equal. In the "_ptr" variant W stays
+// a buffer read through its address (below).
 layout(binding = 0) uniform samplerBuffer x_t;
 #define XLOAD_VT(i) texelFetch(x_t, int(i))
-#if defined(KILN_PTR)
-#if defined(W_F16)
-WEIGHT_BUF(1, Wt, f16vec4, w)
-#define WLOAD(i) vec4(w[i])
-#elif defined(W_BF16)
-WEIGHT_BUF(1, Wt, u16vec4, w)
-#define WLOAD(i) uintBitsToFloat(uvec4(w[i]) << 16)
-#elif defined(W_QUANT)
-WEIGHT_BUF(1, Wt, uint16_t, w)
-#define w Wt_p.data  // before quant.glsl, whose functions read w
-#include "quant.glsl"
-#define WLOAD(i) dq4(i)
 #else
-WEIGHT_BUF(1, Wt, vec4, w)
-#define WLOAD(i) w[i]
+layout(binding = 0) readonly buffer X { vec4 x[]; };
+layout(binding = 0) readonly buffer X16 { f16vec4 x16[]; };
 #endif
-#elif defined(W_F16)
+#if defined(LINEAR_TEX) && !defined(KILN_PTR)
+#if defined(W_F16)
 WEIGHT_TEXEL(1, Wt, samplerBuffer, f16vec4, w_t)
 #define WLOAD(i) texelFetch(w_t, int(i))
 #elif defined(W_BF16)
 WEIGHT_TEXEL(1, Wt, usamplerBuffer, u16vec4, w_t)
 #define WLOAD(i) uintBitsToFloat(texelFetch(w_t, int(i)) << 16)
-#elif defined(W_QUANT)  // R16_UINT texels: the 16-bit words quant.glsl reads
+#elif defined(W_QUANT)
 WEIGHT_TEXEL(1, Wt, usamplerBuffer, uint16_t, w_t)
 #define QWORD(k) texelFetch(w_t, int(WBASE(Wt) + (k))).x
 #include "quant.glsl"
@@ -64,12 +56,7 @@ WEIGHT_TEXEL(1, Wt, usamplerBuffer, uint16_t, w_t)
 WEIGHT_TEXEL(1, Wt, samplerBuffer, vec4, w_t)
 #define WLOAD(i) texelFetch(w_t, int(i))
 #endif
-#define KSTEPS (p.K / 4)
-#elif defined(LINEAR_VEC4)
-#define VT vec4
-layout(binding = 0) readonly buffer X { vec4 x[]; };
-layout(binding = 0) readonly buffer X16 { f16vec4 x16[]; };
-#if defined(W_F16)
+#elif defined(W_F16)
 WEIGHT_BUF(1, Wt, f16vec4, w)
 #define WLOAD(i) vec4(w[i])
 #elif defined(W_BF16)
@@ -86,7 +73,6 @@ WEIGHT_BUF(1, Wt, uint16_t, w)
 WEIGHT_BUF(1, Wt, vec4, w)
 #define WLOAD(i) w[i]
 #endif
-#define KSTEPS (p.K / 4)
 #else
 #define VT float
 layout(binding = 0) readonly buffer X { float x[]; };
