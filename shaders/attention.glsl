@@ -19,9 +19,29 @@ layout(constant_id = 1) const uint QR = 1;
 #else
 #define VT float
 #endif
+#ifdef ATTN_TEX
+// ATTN_TEX (attention_tex.comp, attention_vec4_tex.comp): q, k and v are uniform texel buffers (R32F, or RGBA32F
+// with ATTN_VEC4), read with texelFetch: vector gathers on llvmpipe instead of lane-by-lane storage-buffer loads.
+// Same values, same order: bitwise equal to the storage-buffer shaders.
+layout(binding = 0) uniform samplerBuffer q_t;
+layout(binding = 1) uniform samplerBuffer k_t;
+layout(binding = 2) uniform samplerBuffer v_t;
+#ifdef ATTN_VEC4
+#define QKV_LOAD(t, i) texelFetch(t, int(i))
+#else
+#define QKV_LOAD(t, i) texelFetch(t, int(i)).x
+#endif
+#define Q_AT(i) QKV_LOAD(q_t, i)
+#define K_AT(i) QKV_LOAD(k_t, i)
+#define V_AT(i) QKV_LOAD(v_t, i)
+#else
 layout(binding = 0) readonly buffer Q { VT q[]; };
 layout(binding = 1) readonly buffer Kb { VT k[]; };
 layout(binding = 2) readonly buffer V { VT v[]; };
+#define Q_AT(i) q[i]
+#define K_AT(i) k[i]
+#define V_AT(i) v[i]
+#endif
 layout(binding = 3) readonly buffer Mk { float mask[]; };
 layout(binding = 4) writeonly buffer O { VT o[]; };
 
@@ -37,7 +57,7 @@ void main() {
     [[unroll]] for (uint r = 0; r < QR; ++r) {
         uint qoff = (b * p.Sq + rows[r]) * W + h * DV;
         for (uint d = 0; d < DV; ++d) {
-            qv[r][d] = q[qoff + d] * p.scale;
+            qv[r][d] = Q_AT(qoff + d) * p.scale;
             acc[r][d] = VT(0.0);
         }
         m[r] = -3.402823466e38;  // finite start: a -inf score then gives p = 0, not NaN
@@ -48,7 +68,7 @@ void main() {
         float s[QR];
         [[unroll]] for (uint r = 0; r < QR; ++r) s[r] = 0.0;
         for (uint d = 0; d < DV; ++d) {
-            VT kv = k[koff + d];
+            VT kv = K_AT(koff + d);
             [[unroll]] for (uint r = 0; r < QR; ++r) s[r] += dot(qv[r][d], kv);
         }
         float pj[QR];
@@ -64,7 +84,7 @@ void main() {
             l[r] += pj[r];
         }
         for (uint d = 0; d < DV; ++d) {
-            VT vv = v[koff + d];
+            VT vv = V_AT(koff + d);
             [[unroll]] for (uint r = 0; r < QR; ++r) acc[r][d] += pj[r] * vv;
         }
     }

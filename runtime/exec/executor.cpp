@@ -129,17 +129,21 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             if (by_offset && block_weights.count(r(v))) return block_windows[(size_t)kind][window];
             return value_range(b, v);
         };
-        // A "tex" linear or conv2d_tex whose x or W no texel view can cover (offset alignment, element count) runs
+        // A texel-buffer shader (linear_tex: x, W as 4-vectors; conv2d_tex: x, W as scalars; attention_tex /
+        // attention_vec4_tex: q, k, v) whose inputs no texel view can cover (offset alignment, element count) runs
         // the storage-buffer shader of the same tile: same bindings, same values.
         const bool linear_tex = d.shader.rfind("linear_tex", 0) == 0, conv_tex = d.shader.rfind("conv2d_tex", 0) == 0;
-        if (linear_tex || conv_tex) {
+        const bool attn_tex = d.shader == "attention_tex" || d.shader == "attention_vec4_tex";
+        const bool rgba_views = linear_tex || d.shader == "attention_vec4_tex";
+        if (linear_tex || conv_tex || attn_tex) {
             bool ok = true;
-            for (uint32_t b = 0; b < 2; ++b) {
-                const bool address = b == 1 && slot != ptr_slot.end() && !by_offset;  // "_ptr": W by address
-                if (!address) ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype, linear_tex);
+            for (uint32_t b = 0; b < (attn_tex ? 3u : 2u); ++b) {
+                const bool address = b == 1 && slot != ptr_slot.end() && !by_offset && !attn_tex;  // "_ptr": W
+                if (!address) ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype, rgba_views);
             }
             if (!ok && linear_tex) d.shader.replace(0, std::strlen("linear_tex"), "linear_vec4");
             if (!ok && conv_tex) d.shader.replace(0, std::strlen("conv2d_tex"), "conv2d");
+            if (!ok && attn_tex) d.shader.resize(d.shader.size() - std::strlen("_tex"));
         }
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
         if (k.texel_bindings) c.texel_dispatches++;
@@ -182,7 +186,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             }
             if (k.texel_bindings >> b & 1) {  // checked above: the view exists
                 KILN_CHECK(v >= 0, "internal: absent texel buffer input");
-                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype, linear_tex);
+                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype, rgba_views);
                 KILN_CHECK(views[b], "internal: no texel view for binding ", b, " of ", d.shader);
                 w[b].pBufferInfo = nullptr;
                 w[b].pTexelBufferView = &views[b];

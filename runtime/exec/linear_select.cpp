@@ -331,24 +331,29 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
             linear_table(ctx, g.value(n.in[1]).dtype);
 }
 
-// conv2d (the VAE's convolutions): conv2d_tex where the device's measured f32 linear table picks "tex" at 256 rows
-// (the device reads texel buffers faster than storage buffers), or as KILN_CONV2D=buf|tex|auto says.
-void choose_conv2d(vk::Context& ctx, vk::Dispatch& d) {
-    const char* e = std::getenv("KILN_CONV2D");
+// conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured f32 linear
+// table picks "tex" at 256 rows (the device reads texel buffers faster than storage buffers), or as
+// KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says.
+void choose_texel_op(vk::Context& ctx, vk::Dispatch& d, const char* env) {
+    const char* e = std::getenv(env);
     const std::string v = e && *e ? e : "auto";
-    KILN_CHECK(v == "auto" || v == "buf" || v == "tex", "KILN_CONV2D='", v, "' (auto, buf or tex)");
-    if (v == "buf" || !ctx.info().texel_formats || d.shader.rfind("conv2d", 0) != 0) return;
+    KILN_CHECK(v == "auto" || v == "buf" || v == "tex", env, "='", v, "' (auto, buf or tex)");
+    if (v == "buf" || !ctx.info().texel_formats) return;
     if (v == "auto") {
         const char* l = std::getenv("KILN_LINEAR");
         const std::string forced = !t_override.empty() ? t_override : l && *l ? l : "auto";
         const std::string pick = forced == "auto" ? linear_table(ctx, DType::f32).pick(DType::f32, 256) : forced;
         if (pick != "tex") return;
     }
-    d.shader.replace(0, std::strlen("conv2d"), "conv2d_tex");
+    if (d.shader.rfind("conv2d", 0) == 0)
+        d.shader.replace(0, std::strlen("conv2d"), "conv2d_tex");
+    else if (d.shader == "attention" || d.shader == "attention_vec4")
+        d.shader += "_tex";
 }
 
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
-    if (n.op == ir::Op::conv2d) return choose_conv2d(ctx, d);
+    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, d, "KILN_CONV2D");
+    if (n.op == ir::Op::attention) return choose_texel_op(ctx, d, "KILN_ATTENTION");
     if (n.op != ir::Op::linear) return;
     std::string v = t_override;
     if (v.empty()) {

@@ -79,8 +79,8 @@ LinearTable linear_table(vk::Context& ctx, DType dt);
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
-// table. conv2d nodes take conv2d_tex where the f32 table (or a forced KILN_LINEAR) picks "tex" at 256 rows, or as
-// KILN_CONV2D=auto|buf|tex says. Other ops are left alone.
+// table. conv2d and attention nodes take their texel-buffer shaders where the f32 table (or a forced
+// KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are left alone.
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 
 // linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).

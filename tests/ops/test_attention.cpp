@@ -63,3 +63,35 @@ TEST_CASE("attention rejects bad shapes and head_dim", "[op:attention][bad]") {
     REQUIRE_THROWS_WITH(vk::lower(g, g.nodes()[(size_t)g.value(y).producer]),
                         Catch::Contains("attention") && Catch::Contains("1024"));
 }
+
+TEST_CASE("attention through texel buffers equals the storage-buffer shaders bitwise", "[op:attention][tex]") {
+    if (!test::op_ctx().info().texel_formats) {
+        WARN("skipped: no uniform texel buffers of the needed formats on this device");
+        return;
+    }
+    AttnCase c = GENERATE(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 3, 13, 1, 3, 0}, AttnCase{2, 13, 7, 3, 8, 1},
+                          AttnCase{2, 33, 127, 2, 64, 2}, AttnCase{1, 70, 19, 4, 72, 1}, AttnCase{1, 45, 9, 2, 100, 2});
+    CAPTURE(c.B, c.Sq, c.Sk, c.H, c.D, c.mask);
+    const int64_t W = c.H * c.D;
+    ir::Graph g;
+    auto q = g.input("q", {c.B, c.Sq, W});
+    auto k = g.input("k", {c.B, c.Sk, W});
+    auto v = g.input("v", {c.B, c.Sk, W});
+    Shape sm = c.mask == 1 ? Shape{1, 1, c.Sk} : Shape{c.B, c.Sq, c.Sk};
+    ir::Val m = c.mask ? g.input("m", sm) : ir::Val{};
+    g.output(g.attention(q, k, v, (int)c.H, m), "y");
+    std::map<std::string, Tensor> in{{"q", test::random_tensor({c.B, c.Sq, W}, 47, -2.f, 2.f)},
+                                     {"k", test::random_tensor({c.B, c.Sk, W}, 48, -2.f, 2.f)},
+                                     {"v", test::random_tensor({c.B, c.Sk, W}, 49)}};
+    if (c.mask) in["m"] = test::random_tensor(sm, 50);
+    auto run = [&](const char* how) {
+        ::setenv("KILN_ATTENTION", how, 1);
+        auto r = test::run_vk(g, in, {}, exec::Mode::full, "1");
+        ::unsetenv("KILN_ATTENTION");
+        return r;
+    };
+    const auto buf = run("buf"), tex = run("tex");
+    CHECK(buf.c.texel_dispatches == 0);
+    CHECK(tex.c.texel_dispatches == 1);
+    CHECK(tex.out.at("y").bytes == buf.out.at("y").bytes);
+}
