@@ -81,11 +81,11 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         n_dispatch += copies, n_bind += copies * ((int)node.in.size() + (int)node.extra_out.size() + 2);
         if (p.size() > 1) c.split_ops++, c.split_dispatches += copies;
     }
-    // Storage buffers, one uniform buffer per dispatch at most (the selection slot of "_off" variants), and two
-    // uniform texel buffers (x and W of a "tex" linear).
+    // Storage buffers, one uniform buffer per dispatch at most (the selection slot of "_off" variants), and three
+    // uniform texel buffers at most (q, k, v of attention_tex; x and W of the other texel shaders).
     VkDescriptorPoolSize ps[3] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)std::max(n_bind, 1)},
                                   {VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, (uint32_t)std::max(n_dispatch, 1)},
-                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, (uint32_t)std::max(2 * n_dispatch, 1)}};
+                                  {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, (uint32_t)std::max(3 * n_dispatch, 1)}};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = (uint32_t)std::max(n_dispatch, 1);
     pi.poolSizeCount = 3;
@@ -129,21 +129,16 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             if (by_offset && block_weights.count(r(v))) return block_windows[(size_t)kind][window];
             return value_range(b, v);
         };
-        // A texel-buffer shader (linear_tex: x, W as 4-vectors; conv2d_tex: x, W as scalars; attention_tex /
-        // attention_vec4_tex: q, k, v) whose inputs no texel view can cover (offset alignment, element count) runs
-        // the storage-buffer shader of the same tile: same bindings, same values.
-        const bool linear_tex = d.shader.rfind("linear_tex", 0) == 0, conv_tex = d.shader.rfind("conv2d_tex", 0) == 0;
-        const bool attn_tex = d.shader == "attention_tex" || d.shader == "attention_vec4_tex";
-        const bool rgba_views = linear_tex || d.shader == "attention_vec4_tex";
-        if (linear_tex || conv_tex || attn_tex) {
+        // A texel-buffer shader whose inputs no texel view can cover (offset alignment, element count) runs the
+        // storage-buffer shader of the same tile: same bindings, same values. A "_ptr" linear reads W by address.
+        const std::optional<TexelShader> tex = texel_shader(d.shader);
+        if (tex) {
+            const bool w_by_address = slot != ptr_slot.end() && !by_offset;
             bool ok = true;
-            for (uint32_t b = 0; b < (attn_tex ? 3u : 2u); ++b) {
-                const bool address = b == 1 && slot != ptr_slot.end() && !by_offset && !attn_tex;  // "_ptr": W
-                if (!address) ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype, rgba_views);
-            }
-            if (!ok && linear_tex) d.shader.replace(0, std::strlen("linear_tex"), "linear_vec4");
-            if (!ok && conv_tex) d.shader.replace(0, std::strlen("conv2d_tex"), "conv2d");
-            if (!ok && attn_tex) d.shader.resize(d.shader.size() - std::strlen("_tex"));
+            for (uint32_t b = 0; b < tex->inputs; ++b)
+                if (!(b == 1 && w_by_address))
+                    ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype, tex->rgba);
+            if (!ok) d.shader = tex->fallback;
         }
         const vk::Kernel& k = kernels.get(d.shader, d.spec);
         if (k.texel_bindings) c.texel_dispatches++;
@@ -186,7 +181,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             }
             if (k.texel_bindings >> b & 1) {  // checked above: the view exists
                 KILN_CHECK(v >= 0, "internal: absent texel buffer input");
-                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype, rgba_views);
+                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype, tex->rgba);
                 KILN_CHECK(views[b], "internal: no texel view for binding ", b, " of ", d.shader);
                 w[b].pBufferInfo = nullptr;
                 w[b].pTexelBufferView = &views[b];

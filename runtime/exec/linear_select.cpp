@@ -86,6 +86,9 @@ bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K
     return false;
 }
 
+const char* const kNoTexelFormats =
+    "no uniform texel buffers of the formats Kiln reads (RGBA32F, RGBA16F, RGBA16_UINT, R32F, R16F, R16_UINT)";
+
 // Quantized weights: K rounded down to whole blocks (1152 -> 1024 for the 256-value k-quants).
 LinearShape whole_blocks(LinearShape s, DType dt) {
     if (dtype_is_quant(dt)) s.K = std::max<int64_t>(dtype_block(dt), s.K / dtype_block(dt) * dtype_block(dt));
@@ -121,8 +124,18 @@ std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const i
     if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16 && !dtype_is_quant(dt))
         return "weights not f32, f16, bf16 or quantized";
     if (g.value(n.in[1]).shape[1] % 4 != 0) return "K % 4 != 0";
-    if (!ctx.info().texel_formats) return "no RGBA32F/RGBA16F/RGBA16_UINT/R16_UINT uniform texel buffers";
+    if (!ctx.info().texel_formats) return kNoTexelFormats;
     return "";
+}
+
+std::optional<TexelShader> texel_shader(const std::string& shader) {
+    auto starts = [&](const char* p) { return shader.rfind(p, 0) == 0; };
+    auto swap_prefix = [&](const char* from, const char* to) { return to + shader.substr(std::strlen(from)); };
+    if (starts("linear_tex")) return TexelShader{2, true, swap_prefix("linear_tex", "linear_vec4")};
+    if (starts("conv2d_tex")) return TexelShader{2, false, swap_prefix("conv2d_tex", "conv2d")};
+    if (shader == "attention_tex") return TexelShader{3, false, "attention"};
+    if (shader == "attention_vec4_tex") return TexelShader{3, true, "attention_vec4"};
+    return std::nullopt;
 }
 
 // DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
@@ -371,8 +384,8 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
         if (vk::linear_coopmat_unsupported(g, n).empty()) d = vk::lower_linear_coopmat(g, n);
         return;
     }
-    KILN_CHECK(v != "tex" || ctx.info().texel_formats, "KILN_LINEAR=tex: device '", ctx.info().name,
-               "' cannot read RGBA32F, RGBA16F and RGBA16_UINT uniform texel buffers");
+    KILN_CHECK(v != "tex" || ctx.info().texel_formats, "KILN_LINEAR=tex: device '", ctx.info().name, "' has ",
+               kNoTexelFormats);
     const bool smem_ok = vk::linear_smem_unsupported(g, n).empty(), tex_ok = linear_tex_unsupported(ctx, g, n).empty();
     if (v == "reg" || (!smem_ok && !tex_ok)) return;
     if (v == "auto") {

@@ -18,6 +18,7 @@
 // whole blocks; their probe has three blocks per row).
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,20 @@ const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
 
-// Why the "tex" variant cannot run linear node n on ctx ("" when it can): f32/f16/bf16 weights, K % 4 == 0, and the
-// texel formats. (A node whose x or W no texel view can cover still falls back to reg, in the executor.)
+// Why the "tex" variant cannot run linear node n on ctx ("" when it can): f32/f16/bf16 or quantized weights,
+// K % 4 == 0, and the texel formats. (A node whose x or W no texel view can cover still falls back to reg, in the
+// executor.)
 std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
+
+// A texel-buffer shader choose_linear may pick (linear_tex*, conv2d_tex*, attention_tex, attention_vec4_tex, with
+// any dtype or "_off"/"_ptr" suffix): its first `inputs` bindings are uniform texel buffers, viewed as 4-vectors
+// (rgba) or scalars, and `fallback` is the storage-buffer shader of the same tile and bindings. nullopt otherwise.
+struct TexelShader {
+    uint32_t inputs;
+    bool rgba;
+    std::string fallback;
+};
+std::optional<TexelShader> texel_shader(const std::string& shader);
 
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
 // shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock). A
@@ -80,7 +92,8 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
 // table. conv2d and attention nodes take their texel-buffer shaders where the f32 table (or a forced
-// KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are left alone.
+// KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are left
+// alone.
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 
 // linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).

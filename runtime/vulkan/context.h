@@ -41,9 +41,9 @@ struct DeviceInfo {
     uint64_t min_uniform_offset_align = 0;
     uint32_t max_push_constants = 0, max_shared_memory = 0;
     uint32_t max_storage_buffers_per_stage = 0, max_uniform_buffers_per_stage = 0;  // maxPerStageDescriptor*
-    // Uniform texel buffers (linear "tex" and conv2d_tex, linear_select.h): minTexelBufferOffsetAlignment, maxTexelBufferElements,
-    // maxPerStageDescriptorSampledImages, and whether RGBA32F, RGBA16F, RGBA16_UINT, R32F, R16F and R16_UINT views can be uniform texel
-    // buffers.
+    // Uniform texel buffers (texel_shader in linear_select.h): minTexelBufferOffsetAlignment,
+    // maxTexelBufferElements, maxPerStageDescriptorSampledImages, and whether RGBA32F, RGBA16F, RGBA16_UINT, R32F, R16F
+    // and R16_UINT views can be uniform texel buffers.
     uint64_t min_texel_offset_align = 0;
     uint32_t max_texel_elements = 0, max_sampled_images_per_stage = 0;
     bool texel_formats = false;

@@ -74,6 +74,16 @@ inline VkRun run_vk(const ir::Graph& g, const std::map<std::string, Tensor>& inp
     return r;
 }
 
+// run_vk (fusion on) with environment variable `name` set to `value` while the executor plans (KILN_CONV2D,
+// KILN_ATTENTION, ...).
+inline VkRun run_vk_env(const char* name, const char* value, const ir::Graph& g,
+                        const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& weights) {
+    ::setenv(name, value, 1);
+    VkRun r = run_vk(g, inputs, weights, exec::Mode::full, "1");
+    ::unsetenv(name);
+    return r;
+}
+
 // rope cos/sin tables [S, half] as Flux builds them: angle = pos * theta^(-i/half) (positions scrambled: t * 3 % 17),
 // computed in f64, cast to f32.
 inline std::pair<Tensor, Tensor> rope_tables(int64_t S, int64_t half) {

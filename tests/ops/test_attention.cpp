@@ -12,6 +12,26 @@ struct AttnCase {
     int64_t B, Sq, Sk, H, D;
     int mask;  // 0 none, 1 [1, 1, Sk], 2 [B, Sq, Sk]
 };
+
+// y = attention(q, k, v) of case c, with random inputs from `seed` on (q, k in [-2, 2]).
+struct AttnProblem {
+    ir::Graph g;
+    std::map<std::string, Tensor> in;
+    Shape sm;
+    AttnProblem(const AttnCase& c, unsigned seed) {
+        const int64_t W = c.H * c.D;
+        auto q = g.input("q", {c.B, c.Sq, W});
+        auto k = g.input("k", {c.B, c.Sk, W});
+        auto v = g.input("v", {c.B, c.Sk, W});
+        sm = c.mask == 1 ? Shape{1, 1, c.Sk} : Shape{c.B, c.Sq, c.Sk};
+        ir::Val m = c.mask ? g.input("m", sm) : ir::Val{};
+        g.output(g.attention(q, k, v, (int)c.H, m), "y");
+        in = {{"q", test::random_tensor({c.B, c.Sq, W}, seed, -2.f, 2.f)},
+              {"k", test::random_tensor({c.B, c.Sk, W}, seed + 1, -2.f, 2.f)},
+              {"v", test::random_tensor({c.B, c.Sk, W}, seed + 2)}};
+        if (c.mask) in["m"] = test::random_tensor(sm, seed + 3);
+    }
+};
 }  // namespace
 
 TEST_CASE("attention matches the CPU reference", "[op:attention]") {
@@ -19,24 +39,12 @@ TEST_CASE("attention matches the CPU reference", "[op:attention]") {
                           AttnCase{2, 33, 127, 2, 64, 2}, AttnCase{1, 5, 40, 1, 256, 0}, AttnCase{1, 70, 19, 4, 72, 1},
                           AttnCase{1, 45, 9, 2, 100, 2}, AttnCase{1, 17, 17, 1, 512, 0});
     CAPTURE(c.B, c.Sq, c.Sk, c.H, c.D, c.mask);
-    int64_t W = c.H * c.D;
-    ir::Graph g;
-    auto q = g.input("q", {c.B, c.Sq, W});
-    auto k = g.input("k", {c.B, c.Sk, W});
-    auto v = g.input("v", {c.B, c.Sk, W});
-    Shape sm = c.mask == 1 ? Shape{1, 1, c.Sk} : Shape{c.B, c.Sq, c.Sk};
-    ir::Val m = c.mask ? g.input("m", sm) : ir::Val{};
-    g.output(g.attention(q, k, v, (int)c.H, m), "y");
-    std::map<std::string, Tensor> in{{"q", test::random_tensor({c.B, c.Sq, W}, 40, -2.f, 2.f)},
-                                     {"k", test::random_tensor({c.B, c.Sk, W}, 41, -2.f, 2.f)},
-                                     {"v", test::random_tensor({c.B, c.Sk, W}, 42)}};
+    AttnProblem a(c, 40);
     if (c.mask) {
-        Tensor mt = test::random_tensor(sm, 43);
-        float* p = mt.data<float>();
-        for (int64_t i = 1; i < mt.numel(); i += 3) p[i] = -1e30f;  // masked out (never a whole row)
-        in["m"] = mt;
+        float* p = a.in["m"].data<float>();
+        for (int64_t i = 1; i < a.in["m"].numel(); i += 3) p[i] = -1e30f;  // masked out (never a whole row)
     }
-    auto r = test::run_op(g, in);
+    auto r = test::run_op(a.g, a.in);
     CHECK(test::max_err(r.gpu, r.cpu) <= 2e-5);
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }
@@ -72,25 +80,9 @@ TEST_CASE("attention through texel buffers equals the storage-buffer shaders bit
     AttnCase c = GENERATE(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 3, 13, 1, 3, 0}, AttnCase{2, 13, 7, 3, 8, 1},
                           AttnCase{2, 33, 127, 2, 64, 2}, AttnCase{1, 70, 19, 4, 72, 1}, AttnCase{1, 45, 9, 2, 100, 2});
     CAPTURE(c.B, c.Sq, c.Sk, c.H, c.D, c.mask);
-    const int64_t W = c.H * c.D;
-    ir::Graph g;
-    auto q = g.input("q", {c.B, c.Sq, W});
-    auto k = g.input("k", {c.B, c.Sk, W});
-    auto v = g.input("v", {c.B, c.Sk, W});
-    Shape sm = c.mask == 1 ? Shape{1, 1, c.Sk} : Shape{c.B, c.Sq, c.Sk};
-    ir::Val m = c.mask ? g.input("m", sm) : ir::Val{};
-    g.output(g.attention(q, k, v, (int)c.H, m), "y");
-    std::map<std::string, Tensor> in{{"q", test::random_tensor({c.B, c.Sq, W}, 47, -2.f, 2.f)},
-                                     {"k", test::random_tensor({c.B, c.Sk, W}, 48, -2.f, 2.f)},
-                                     {"v", test::random_tensor({c.B, c.Sk, W}, 49)}};
-    if (c.mask) in["m"] = test::random_tensor(sm, 50);
-    auto run = [&](const char* how) {
-        ::setenv("KILN_ATTENTION", how, 1);
-        auto r = test::run_vk(g, in, {}, exec::Mode::full, "1");
-        ::unsetenv("KILN_ATTENTION");
-        return r;
-    };
-    const auto buf = run("buf"), tex = run("tex");
+    const AttnProblem a(c, 47);
+    const auto buf = test::run_vk_env("KILN_ATTENTION", "buf", a.g, a.in, {}),
+               tex = test::run_vk_env("KILN_ATTENTION", "tex", a.g, a.in, {});
     CHECK(buf.c.texel_dispatches == 0);
     CHECK(tex.c.texel_dispatches == 1);
     CHECK(tex.out.at("y").bytes == buf.out.at("y").bytes);

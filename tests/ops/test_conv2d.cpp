@@ -63,13 +63,8 @@ TEST_CASE("conv2d through texel buffers equals the storage-buffer shader bitwise
     g.output(g.conv2d(g.input("x", c.x), g.weight("w", sw, wt), g.weight("b", {c.O}), c.a), "y");
     std::map<std::string, Tensor> in{{"x", test::random_tensor(c.x, 73)}};
     std::map<std::string, Tensor> ws{{"w", test::random_weight(sw, wt, 74)}, {"b", test::random_tensor({c.O}, 75)}};
-    auto run = [&](const char* v) {
-        ::setenv("KILN_CONV2D", v, 1);
-        auto r = test::run_vk(g, in, ws, exec::Mode::full, "1");
-        ::unsetenv("KILN_CONV2D");
-        return r;
-    };
-    const auto buf = run("buf"), tex = run("tex");
+    const auto buf = test::run_vk_env("KILN_CONV2D", "buf", g, in, ws),
+               tex = test::run_vk_env("KILN_CONV2D", "tex", g, in, ws);
     CHECK(buf.c.texel_dispatches == 0);
     CHECK(tex.c.texel_dispatches == 1);
     CHECK(tex.out.at("y").bytes == buf.out.at("y").bytes);
