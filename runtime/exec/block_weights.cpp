@@ -10,6 +10,12 @@
 //    unselected weights. When the instances do not fit one binding they are split into windows of whole
 //    instances, each bound by its own recording of the template (record time grows with the windows, so
 //    auto splits only on CPU devices, where the alternatives are slower; GPUs take addresses instead).
+//    Before splitting, auto tries weight-major: weight j of every instance in a range of its own (instance i
+//    at i * its aligned size), bound whole by binding j. Each such range must fit what its readers bind it
+//    as: a storage buffer (maxStorageBufferRange), or a texel view where every reader's shader takes that
+//    input as one (maxTexelBufferElements texels: 1 GiB of RGBA16F on lavapipe, against 128 MiB of storage
+//    binding). DiT-XL's 28 blocks of 51 MiB then replay from one recording instead of 14.
+//    KILN_BLOCK_LAYOUT=block never lays weights out weight-major; =weight does wherever it fits (tests).
 //  - address (bufferDeviceAddress): the "_ptr" variants, whose weight bindings hold a slot of 64-bit
 //    addresses (one per input binding), rewritten the same way. No weight needs to fit a binding, but on
 //    lavapipe a linear layer reading its weights this way is 3-4.5x slower (test_jit "[.bench]"): llvmpipe
@@ -22,10 +28,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/exec/linear_select.h"
 #include "runtime/ir/params.h"
 #include "runtime/vulkan/shader_table.h"
 
@@ -53,7 +61,61 @@ uint32_t weight_buf_bindings(const std::string& shader) {
             return vk::reflect_spirv(vk::kShaderTable[i].code, vk::kShaderTable[i].words).ptr_bindings;
     return 0;
 }
+// KILN_BLOCK_LAYOUT: auto | block | weight (see the top of this file).
+std::string block_layout() {
+    const char* env = std::getenv("KILN_BLOCK_LAYOUT");
+    const std::string e = env && *env ? env : "auto";
+    KILN_CHECK(e == "auto" || e == "block" || e == "weight", "KILN_BLOCK_LAYOUT='", e, "' (auto, block or weight)");
+    return e;
+}
 }  // namespace
+
+vk::BufferRange Executor::Impl::weight_at(size_t k, size_t i, size_t j) const {
+    const VkDeviceSize n = value_bytes(g.value(blocks[k].tmpl_weights[j]));
+    const vk::BufferRange& base = weight_major(k) ? weight_arena[k][j] : block_arena[k][i];
+    const VkDeviceSize at = weight_major(k) ? i * align_up(n) : block_rel[k][j];
+    return {base.buffer, base.offset + at, n, base.mapped ? base.mapped + at : nullptr};
+}
+
+VkDeviceSize Executor::Impl::weight_binding_limit(const BlockKind& k, size_t j) const {
+    const auto& info = ctx.info();
+    const int v = k.tmpl_weights[j];
+    // Ranges start where the allocator puts them: a texel view needs that to meet the texel offset alignment.
+    const VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_align, 256);
+    const bool views = info.texel_formats && align % std::max<VkDeviceSize>(info.min_texel_offset_align, 1) == 0;
+    const ir::Region& t = g.regions()[(size_t)k.regions[0]];
+    VkDeviceSize limit = max_binding;
+    bool read = false;
+    for (int n = t.first; n < t.end; ++n) {
+        auto it = node_parts.find(n);
+        if (it == node_parts.end()) continue;
+        const ir::Node& node = g.nodes()[(size_t)n];
+        for (size_t b = 0; b < node.in.size(); ++b) {
+            if (node.in[b] < 0 || r(node.in[b]) != v) continue;
+            for (const Part& p : it->second) {
+                // A view the device cannot make sends the dispatch to the storage-buffer shader: either binding
+                // must hold the range, so a reader allows the larger of the two.
+                VkDeviceSize lim = max_binding;
+                const std::optional<TexelShader> tex = texel_shader(p.d.shader);
+                if (views && tex && b < tex->inputs)
+                    lim = std::max(lim, (VkDeviceSize)info.max_texel_elements * texel_bytes(g.value(v).dtype, tex->rgba));
+                limit = read ? std::min(limit, lim) : lim;
+                read = true;
+            }
+        }
+    }
+    return limit;
+}
+
+bool Executor::Impl::weight_major_fits(const BlockKind& k) const {
+    if (k.tmpl_weights.empty() || k.weights.size() < 2) return false;
+    const VkDeviceSize max_alloc = ctx.info().max_allocation ? ctx.info().max_allocation : UINT64_MAX;
+    for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
+        const VkDeviceSize bytes = k.weights.size() * align_up(value_bytes(g.value(k.tmpl_weights[j])));
+        if (bytes > weight_binding_limit(k, j) || bytes > max_alloc) return false;
+    }
+    return true;
+}
 
 // How kind k's replays get their weights (see the top of this file); marks the template dispatches that
 // select on the device in ptr_slot (numbered by the caller). `why` says why a cheaper way was not taken.
@@ -84,7 +146,8 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
     const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const bool split_ok = select == BlockWeights::offset || (select == BlockWeights::automatic && cpu);
     if (allow_offset && select != BlockWeights::device &&
-        (total <= max_binding || (split_ok && stride <= max_binding))) {
+        (total <= max_binding || (block_layout() != "block" && weight_major_fits(k)) ||
+         (split_ok && stride <= max_binding))) {
         for (int n : readers) ptr_slot[n] = 0;
         return Select::offset;
     }
@@ -120,6 +183,8 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
     // Layout per kind, and whether a streamed kind would be selected on the device (offset needs every
     // instance resident): what the budget decision needs.
     std::vector<KindNeed> needs;
+    weight_arena.assign(blocks.size(), {});
+    const std::string layout = block_layout();
     for (auto& k : blocks) {
         std::vector<VkDeviceSize> rel;
         VkDeviceSize stride = 0;
@@ -147,7 +212,25 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         const std::string what = "weights of block kind " + k.kind;
         std::vector<vk::BufferRange> windows;
         std::vector<int> win_of(k.weights.size(), 0);
-        if (sel == Select::offset) {
+        const bool by_weight = sel == Select::offset && layout != "block" &&
+                               (layout == "weight" || stride * k.weights.size() > max_binding) && weight_major_fits(k);
+        if (by_weight) {
+            // Every instance resident, weight j of each in weight_arena[ki][j]: one recording binds them all.
+            VkDeviceSize largest = 0;
+            for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
+                const VkDeviceSize each = align_up(value_bytes(g.value(k.tmpl_weights[j])));
+                weight_arena[ki].push_back(alloc.alloc(each * k.weights.size(), what.c_str(), false));
+                largest = std::max(largest, each * k.weights.size());
+            }
+            for (size_t i = 0; i < k.weights.size(); ++i)
+                for (size_t j = 0; j < k.tmpl_weights.size(); ++j)
+                    fill_weight(weights, k.weights[i][j], weight_arena[ki][j],
+                                i * align_up(value_bytes(g.value(k.tmpl_weights[j]))));
+            block_arena.push_back({});
+            note += (note.empty() ? "" : "; ") + k.kind + ": " + std::to_string(k.weights.size()) + " blocks of " +
+                    std::to_string(stride >> 10) + " KiB laid out weight-major, each weight's instances in one " +
+                    "bound range (largest " + std::to_string(largest >> 10) + " KiB), one recording";
+        } else if (sel == Select::offset) {
             // Every instance resident, in windows of whole instances, each bound whole by a recording of the
             // template (one window when every instance fits one binding).
             std::vector<vk::BufferRange> inst;
@@ -183,7 +266,10 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             for (auto& [n, off] : ptr_slot)
                 if (!kind_slots_before.count(n)) off = table_bytes, table_bytes += slot_size * n_parts(n);
             c.block_kinds_on_device++;
-            if (sel == Select::offset) {
+            if (by_weight) {
+                c.block_kinds_by_offset++;
+                c.block_kinds_weight_major++;
+            } else if (sel == Select::offset) {
                 c.block_kinds_by_offset++;
                 window = block_arena[ki][0];
                 if (windows.size() > 1)
@@ -198,9 +284,9 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
             int v = k.tmpl_weights[j];
             VkDeviceSize n = value_bytes(g.value(v));
-            KILN_CHECK(sel == Select::address || n <= max_binding, "weight '", g.value(v).name, "' (", n,
-                       " bytes) exceeds maxStorageBufferRange (", why, ")");
-            range[(size_t)v] = template_weight(ki, j, window);
+            KILN_CHECK(sel == Select::address || by_weight || n <= max_binding, "weight '", g.value(v).name, "' (",
+                       n, " bytes) exceeds maxStorageBufferRange (", why, ")");
+            range[(size_t)v] = by_weight ? weight_at(ki, 0, j) : template_weight(ki, j, window);
         }
         block_windows.push_back(std::move(windows));
         window_of.push_back(std::move(win_of));
@@ -212,7 +298,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             note.empty() ? "block weights selected on the device (one bound range, per-replay offsets)" : note;
 }
 
-// Slot contents per instance, from instance_weights(k, i). address: the address of every input of every
+// Slot contents per instance, from weight_at(k, i, j) (offset) or weight_address (address). address: the address of every input of every
 // "_ptr" dispatch, instance i's weights in place of the template's. offset: for every input of every "_off"
 // dispatch, the offset of instance i's weight in the bound range in 16-byte units (0 for other inputs).
 void Executor::Impl::build_ptr_tables() {
@@ -243,11 +329,13 @@ void Executor::Impl::build_ptr_tables() {
                         if (by_offset) {
                             uint32_t units = 0;
                             if (weight) {
-                                const vk::BufferRange& w = instance_weights(k, i);  // resident (offset)
-                                const vk::BufferRange& win = block_windows[k][(size_t)window_of[k][i]];
-                                VkDeviceSize at = w.offset - win.offset + block_rel[k][weight_index[r(v)]];
+                                const size_t jw = weight_index[r(v)];
+                                const vk::BufferRange w = weight_at(k, i, jw);  // resident (offset)
+                                const vk::BufferRange& win = bound_weight(k, (size_t)window_of[k][i], jw);
+                                const VkDeviceSize at = w.offset - win.offset;
                                 KILN_CHECK(w.buffer == win.buffer && w.offset >= win.offset &&
-                                               w.offset + block_stride[k] <= win.offset + win.size && at % 16 == 0,
+                                               w.offset + w.size <= win.offset + win.size && at % 16 == 0 &&
+                                               at / 16 <= UINT32_MAX,
                                            "internal: block ", i, " of kind ", bk.kind, " is outside its bound range");
                                 units = (uint32_t)(at / 16);
                             }

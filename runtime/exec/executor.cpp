@@ -48,7 +48,7 @@ VkBufferView Executor::Impl::texel_view(const vk::BufferRange& br, DType dt, boo
     if (dt == DType::f16) f = rgba ? VK_FORMAT_R16G16B16A16_SFLOAT : VK_FORMAT_R16_SFLOAT;
     if (dt == DType::bf16) f = rgba ? VK_FORMAT_R16G16B16A16_UINT : VK_FORMAT_R16_UINT;
     if (dtype_is_quant(dt)) f = VK_FORMAT_R16_UINT;
-    const VkDeviceSize texel = (dt == DType::f32 ? 4 : 2) * (rgba ? 4 : 1);
+    const VkDeviceSize texel = texel_bytes(dt, rgba);
     const auto& info = ctx.info();
     if (f == VK_FORMAT_UNDEFINED || !info.texel_formats || br.size == 0 || br.size % texel ||
         br.offset % std::max<VkDeviceSize>(info.min_texel_offset_align, 1) || br.size / texel > info.max_texel_elements)
@@ -105,9 +105,10 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         if (slot != ptr_slot.end()) d.shader += by_offset ? "_off" : "_ptr";
         const std::vector<int> outs = ir::node_outputs(node);
         const size_t want = node.in.size() + outs.size() + (by_offset ? 1 : 0);
-        std::set<int> block_weights;
+        std::map<int, size_t> block_weights;  // "_off": template weight -> its index in the kind
         if (by_offset)
-            block_weights.insert(blocks[(size_t)kind].tmpl_weights.begin(), blocks[(size_t)kind].tmpl_weights.end());
+            for (size_t i = 0; i < blocks[(size_t)kind].tmpl_weights.size(); ++i)
+                block_weights[blocks[(size_t)kind].tmpl_weights[i]] = i;
         // What binding b < want - (by_offset) reads or writes: the value's range, its row chunk, or the weight
         // window of an "_off" dispatch.
         auto value_range = [&](uint32_t b, int v) {
@@ -126,7 +127,7 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             return br;
         };
         auto bound_range = [&](uint32_t b, int v) {
-            if (by_offset && block_weights.count(r(v))) return block_windows[(size_t)kind][window];
+            if (by_offset && block_weights.count(r(v))) return bound_weight((size_t)kind, window, block_weights[r(v)]);
             return value_range(b, v);
         };
         // A texel-buffer shader whose inputs no texel view can cover (offset alignment, element count) runs the
@@ -176,8 +177,12 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
             if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
                 bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
             if (by_offset && v >= 0 && block_weights.count(r(v))) {
-                const vk::BufferRange& win = block_windows[(size_t)kind][window];
+                const vk::BufferRange& win = bound_weight((size_t)kind, window, block_weights[r(v)]);
                 bi[b] = {win.buffer, win.offset, win.size};
+                // A weight-major range may exceed a storage binding where only texel views read it.
+                KILN_CHECK(win.size <= max_binding || (k.texel_bindings >> b & 1), "internal: ", d.shader,
+                           " binds the weight range of '", g.value(v).name, "' (", win.size,
+                           " bytes) as a storage buffer, over maxStorageBufferRange");
             }
             if (k.texel_bindings >> b & 1) {  // checked above: the view exists
                 KILN_CHECK(v >= 0, "internal: absent texel buffer input");

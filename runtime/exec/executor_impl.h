@@ -23,6 +23,12 @@ inline double ms_since(Clock::time_point t0) {
 }
 constexpr VkDeviceSize kAlign = 256;
 inline VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a = kAlign) { return (x + a - 1) / a * a; }
+// Bytes per texel of a uniform texel buffer view of a value of dtype dt: 4-vectors (rgba) or scalars; ggml blocks
+// are read as 16-bit words.
+inline VkDeviceSize texel_bytes(DType dt, bool rgba) {
+    if (dtype_is_quant(dt)) return 2;
+    return (dt == DType::f32 ? 4 : 2) * (rgba ? 4 : 1);
+}
 inline VkDeviceSize value_bytes(const ir::Value& v) {
     return (VkDeviceSize)dtype_nbytes(v.dtype, shape_numel(v.shape));
 }
@@ -126,13 +132,29 @@ struct Executor::Impl {
     //  address (bufferDeviceAddress): the "_ptr" dispatches read their inputs through the device addresses
     //    in their slot, rewritten the same way;
     //  copy: the recording binds block_windows[k][0]; before replay i the primary copies instance i into it.
+    // Offset selection, weight-major (weight_arena[k] not empty): where the instances exceed one binding but
+    // each weight's instances fit what reads them (a texel view holds more than a storage binding), weight j of
+    // every instance lies in weight_arena[k][j] (instance i at i * align_up(its size)) and binding j binds that
+    // arena: one recording, no windows. block_arena[k] is then empty.
     enum class Select { copy, address, offset };
     std::vector<std::vector<vk::BufferRange>> block_arena;
     std::vector<std::vector<VkDeviceSize>> block_rel;
     std::vector<VkDeviceSize> block_stride;
     std::vector<std::vector<vk::BufferRange>> block_windows;
     std::vector<std::vector<int>> window_of;
+    std::vector<std::vector<vk::BufferRange>> weight_arena;
     std::vector<Select> how;
+    bool weight_major(size_t k) const { return !weight_arena[k].empty(); }
+    size_t windows(size_t k) const { return weight_major(k) ? 1 : block_windows[k].size(); }
+    // Offset selection: instance i's weight j, and the range a recording of window w binds for it.
+    vk::BufferRange weight_at(size_t k, size_t i, size_t j) const;
+    const vk::BufferRange& bound_weight(size_t k, size_t w, size_t j) const {
+        return weight_major(k) ? weight_arena[k][j] : block_windows[k][w];
+    }
+    // The most bytes one bound range of kind k's weight j may hold: what its template readers bind it as (a texel
+    // view where every reader's shader takes it as one, else a storage buffer).
+    VkDeviceSize weight_binding_limit(const BlockKind& k, size_t j) const;
+    bool weight_major_fits(const BlockKind& k) const;
     VkDeviceSize max_binding = 0;  // maxStorageBufferRange, or lower (KILN_MAX_BINDING_RANGE, for tests)
     std::vector<VkDeviceSize> slot_base;
     VkDeviceSize slot_size = 0;
@@ -170,7 +192,7 @@ struct Executor::Impl {
     std::vector<std::vector<VkCommandBuffer>> secondaries;
     std::vector<bool> ping_pong;
     size_t parities(size_t k) const { return ping_pong[k] ? 2 : 1; }
-    size_t variants(size_t k) const { return parities(k) * (how[k] == Select::offset ? block_windows[k].size() : 1); }
+    size_t variants(size_t k) const { return parities(k) * (how[k] == Select::offset ? windows(k) : 1); }
     size_t variant(size_t k, size_t i) const {
         return (how[k] == Select::offset ? (size_t)window_of[k][i] : 0) * parities(k) + i % parities(k);
     }
@@ -217,9 +239,6 @@ struct Executor::Impl {
     void plan_block_weights(const WeightBytesFn& weights);
     // allow_offset false: a kind with instances outside device memory (streamed, or read in place).
     Select choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why, bool allow_offset = true);
-    // Where replay i of kind k reads its weights (block_stride[k] bytes, weight j at block_rel[k][j]). The
-    // selection tables are built from this one answer (weight streaming can point it at a ring slot).
-    const vk::BufferRange& instance_weights(size_t k, size_t i) const { return block_arena[k][i]; }
     void build_ptr_tables();
     void record_block_weights(Recorder& rec, size_t k, size_t i);
     // Replays counted on the device (block_weights.cpp, build_advance): kind k's replays need no primary command

@@ -1,5 +1,6 @@
 // `kiln bench` and `kiln generate --profile`, run as the binary: cold and warm compile, per-step figures
 // (GPU, host, idle, submissions, barriers), memory peaks, and the pipeline cache a second run loads.
+#include <algorithm>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -68,7 +69,10 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
         CHECK(m["cold_compile_ms"].get<double>() >= m["pipeline_cold_ms"].get<double>());
         CHECK(m["record_ms"].get<double>() >= 0);
         CHECK(m["record_again_ms"].get<double>() >= 0);
-        CHECK(m["record_again_runs_ms"].size() == 3);
+        auto again = m["record_again_runs_ms"].get<std::vector<double>>();  // nine recordings, their median reported
+        REQUIRE(again.size() == 9);
+        std::sort(again.begin(), again.end());
+        CHECK(m["record_again_ms"].get<double>() == again[4]);
         const auto& s = m["steps"];
         for (const char* k : {"wall_ms", "gpu_ms", "host_ms", "host_cpu_ms", "idle_ms", "idle_before_ms", "submissions",
                               "barriers", "dispatches"})

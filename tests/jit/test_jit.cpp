@@ -276,9 +276,11 @@ TEST_CASE("block weights by offset into one bound range: no copy of any kind, bi
     CHECK(vk::Context::validation_errors() == 0);
 }
 
-TEST_CASE("block weights over the binding limit: split into windows, copied or by address, all bitwise equal",
+TEST_CASE("block-major weights over the binding limit: split into windows, copied or by address, all bitwise equal",
           "[jit]") {
-    // f32, D = 32: w1 and w2 8 KiB each, b1 and gate 256 B each: 16.5 KiB per block.
+    // f32, D = 32: w1 and w2 8 KiB each, b1 and gate 256 B each: 16.5 KiB per block. Weight-major layout (the next
+    // test) is off: it would take some of these cases.
+    test::ScopedEnv layout("KILN_BLOCK_LAYOUT", "block");
     Toy toy(5, 2, 13, 32);
     auto in = inputs(2, 13, 32, 41);
     Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
@@ -311,6 +313,85 @@ TEST_CASE("block weights over the binding limit: split into windows, copied or b
         CHECK(c.copies_per_run == 0);
         CHECK(bitwise_equal(full, run_y(ex, in)));
     }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("weight-major block weights past the binding limit: one recording, no copies, bitwise equal", "[jit]") {
+    // Toy(5, 2, 13, 32) f32: w1 and w2 8 KiB per instance (40 KiB for all five), b1 and gate 256 B (1.25 KiB);
+    // 16.5 KiB per block, 82.5 KiB for the kind.
+    Toy toy(5, 2, 13, 32);
+    auto in = inputs(2, 13, 32, 43);
+    Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
+    auto regional = [&](size_t limit, const char* linear, const char* layout = "auto") {
+        BindingLimit lim(limit);
+        test::ScopedEnv lin("KILN_LINEAR", linear), lay("KILN_BLOCK_LAYOUT", layout);
+        return std::make_unique<exec::Executor>(context(), toy.g, toy.gpu(), exec::Mode::regional);
+    };
+    auto check_weight_major = [&](exec::Executor& ex) {
+        const auto& c = ex.counters();
+        CHECK(c.block_kinds_weight_major == 1);
+        CHECK(c.block_kinds_by_offset == 1);
+        CHECK(c.copies_per_run == 0);
+        CHECK(c.command_buffers_recorded == 2);  // the block + the step, however many bindings the kind needs
+        CHECK(c.block_weights_note.find("weight-major") != std::string::npos);
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+    };
+    SECTION("storage-buffer readers: every weight's instances fit one binding, the kind does not") {
+        auto ex = regional(5 * 8192 + 100, "reg");
+        check_weight_major(*ex);
+        // Block-major at the same limit: two blocks per window, three recordings.
+        auto windows = regional(5 * 8192 + 100, "reg", "block");
+        CHECK(windows->counters().block_kinds_weight_major == 0);
+        CHECK(windows->counters().command_buffers_recorded == 3 + 1);
+        CHECK(bitwise_equal(full, run_y(*windows, in)));
+    }
+    SECTION("texel readers: a weight's instances may exceed a storage binding, not a texel view") {
+        if (!context().info().texel_formats) {
+            WARN("skipped: no uniform texel buffer formats on this device");
+            return;
+        }
+        // w1's 40 KiB against a 16 KiB storage binding: only a texel view holds them.
+        auto tex = regional(16 * 1024 + 512, "tex");
+        check_weight_major(*tex);
+        CHECK(tex->counters().texel_dispatches > 0);
+        // The same limit with storage-buffer linears: no weight-major layout (the kind is copied or addressed).
+        auto reg = regional(16 * 1024 + 512, "reg");
+        CHECK(reg->counters().block_kinds_weight_major == 0);
+        CHECK(bitwise_equal(full, run_y(*reg, in)));
+        // Nor with texel views of at most 2048 RGBA32F texels (32 KiB): the view limit is the device's.
+        test::ScopedEnv texels("KILN_TEST_MAX_TEXEL_ELEMENTS", "2048");
+        vk::Context small;
+        BindingLimit lim(16 * 1024 + 512);
+        test::ScopedEnv lin("KILN_LINEAR", "tex");
+        exec::Executor capped(small, toy.g, toy.gpu(), exec::Mode::regional);
+        CHECK(capped.counters().block_kinds_weight_major == 0);
+        CHECK(bitwise_equal(full, run_y(capped, in)));
+    }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("weight-major layout at every weight dtype, storage and texel linears: bitwise equal to full", "[jit]") {
+    // KILN_BLOCK_LAYOUT=weight lays out weight-major wherever it fits (here: always, with no lowered limit). Each
+    // weight's instances then sit at their own aligned stride, so every slot offset differs from block-major's.
+    auto [wdt, D] = GENERATE(std::make_pair(DType::f32, 32), std::make_pair(DType::f16, 32),
+                             std::make_pair(DType::bf16, 32), std::make_pair(DType::q8_0, 32),
+                             std::make_pair(DType::q4_0, 32), std::make_pair(DType::q4_k, 256));
+    const std::string linear = GENERATE("reg", "tex");
+    if (linear == "tex" && !context().info().texel_formats) {
+        WARN("skipped: no uniform texel buffer formats on this device");
+        return;
+    }
+    INFO("weight dtype " << dtype_name(wdt) << ", KILN_LINEAR=" << linear);
+    Toy toy(5, 2, 13, D, wdt);
+    auto in = inputs(2, 13, D, 47);
+    Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
+    test::ScopedEnv lin("KILN_LINEAR", linear), lay("KILN_BLOCK_LAYOUT", "weight");
+    exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional);
+    CHECK(ex.counters().block_kinds_weight_major == 1);
+    CHECK(ex.counters().copies_per_run == 0);
+    CHECK(ex.counters().command_buffers_recorded == 2);
+    CHECK(bitwise_equal(full, run_y(ex, in)));
     CHECK(vk::Context::validation_errors() == 0);
 }
 
@@ -360,16 +441,20 @@ TEST_CASE("replays counted on the device equal per-replay selection from the pri
     // The two ways to move a kind's selection on between replays: the primary writes the table before each
     // replay (KILN_SELECT_ADVANCE=0), or each replay's last dispatch copies the next instance's row from a
     // device buffer (one execute of every instance). Same dispatches otherwise, so outputs are bitwise equal.
-    // Offset and address selection, offset windows (3 recordings, replayed in turn) and the ping-pong parities.
+    // Offset and address selection, offset windows (3 recordings, replayed in turn), weight-major offsets and the
+    // ping-pong parities.
     const size_t stride = 2 * 8192 + 2 * 256;  // Toy(…, 32) f32 block weights
-    const std::string how = GENERATE("offset", "device", "windows");
+    const std::string how = GENERATE("offset", "device", "windows", "weight-major");
     const int blocks = GENERATE(5, 6);
     INFO(how << ", " << blocks << " blocks");
     Toy toy(blocks, 2, 13, 32);
     auto in = inputs(2, 13, 32, 61);
     Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
     std::unique_ptr<BindingLimit> limit;
+    std::unique_ptr<test::ScopedEnv> layout;
     if (how == "windows") limit = std::make_unique<BindingLimit>(2 * stride + 100);
+    if (how == "windows") layout = std::make_unique<test::ScopedEnv>("KILN_BLOCK_LAYOUT", "block");
+    if (how == "weight-major") layout = std::make_unique<test::ScopedEnv>("KILN_BLOCK_LAYOUT", "weight");
     const exec::BlockWeights bw = how == "device" ? exec::BlockWeights::device : exec::BlockWeights::automatic;
     std::vector<Tensor> outs;
     for (bool on : {false, true}) {
@@ -381,6 +466,7 @@ TEST_CASE("replays counted on the device equal per-replay selection from the pri
         CHECK(c.executes_per_run == (on ? 1 : blocks));
         CHECK(c.table_updates_per_run == (on ? 1 : blocks));
         if (how == "windows") CHECK(c.command_buffers_recorded == (blocks + 1) / 2 + 1);
+        if (how == "weight-major") CHECK(c.block_kinds_weight_major == 1);
         for (int run = 0; run < 3; ++run) {  // each run starts again at instance 0
             outs.push_back(run_y(ex, in));
             CHECK(bitwise_equal(full, outs.back()));

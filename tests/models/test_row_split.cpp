@@ -9,11 +9,7 @@
 using namespace kiln;
 
 namespace {
-struct Env {  // sets an environment variable for one scope
-    std::string name;
-    Env(const char* n, const std::string& v) : name(n) { setenv(n, v.c_str(), 1); }
-    ~Env() { unsetenv(name.c_str()); }
-};
+using Env = test::ScopedEnv;
 
 Tensor run(exec::Executor& ex, const std::map<std::string, Tensor>& in) {
     for (auto& [n, t] : in) ex.set_input(n, t);

@@ -10,11 +10,7 @@
 using namespace kiln;
 
 namespace {
-struct Env {  // sets an environment variable for one scope
-    std::string name;
-    Env(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-    ~Env() { unsetenv(name.c_str()); }
-};
+using Env = test::ScopedEnv;
 }  // namespace
 
 TEST_CASE("fixture transformers stream their blocks under a budget, bitwise equal", "[models][stream]") {

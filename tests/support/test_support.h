@@ -1,5 +1,6 @@
 #pragma once
-// Helpers shared by the tests: data paths and random tensors.
+// Helpers shared by the tests: data paths, random tensors, environment knobs for one scope.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -9,4 +10,13 @@ namespace kiln::test {
 std::string data_path(const std::string& rel);  // tests/data/<rel>
 std::vector<float> random_vec(size_t n, unsigned seed, float lo = -1.f, float hi = 1.f);
 Tensor random_tensor(const Shape& s, unsigned seed, float lo = -1.f, float hi = 1.f);
+
+// Sets an environment variable (a KILN_* knob) for one scope, then unsets it.
+struct ScopedEnv {
+    std::string name;
+    ScopedEnv(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
+    ~ScopedEnv() { ::unsetenv(name.c_str()); }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
 }  // namespace kiln::test
