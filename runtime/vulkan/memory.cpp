@@ -110,8 +110,15 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
             return {b.buffer, off, size, b.mapped ? b.mapped + off : nullptr};
         }
     }
-    VkDeviceSize bs = std::max(next_block_, (size + align - 1) / align * align);
-    next_block_ = std::min(kBlockSize, 2 * next_block_);
+    // A request of a quarter block or more gets a block of exactly its size: a shared block opened for it would
+    // leave its tail, up to three quarters of it, to whatever small request comes later (weight-major arenas of
+    // 74 MiB each left 231 MiB of DiT-XL/2's blocks unused).
+    const VkDeviceSize need = (size + align - 1) / align * align;
+    VkDeviceSize bs = need;
+    if (need < kBlockSize / 4) {
+        bs = std::max(next_block_, need);
+        next_block_ = std::min(kBlockSize, 2 * next_block_);
+    }
     if (info.max_allocation) bs = std::min<VkDeviceSize>(bs, info.max_allocation);
     KILN_CHECK(size <= bs, what, ": ", size, " bytes exceed maxMemoryAllocationSize");
     // Unified memory: device-local *and* host-visible; else device-local.
