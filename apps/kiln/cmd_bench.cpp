@@ -116,7 +116,7 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
 
 Run add_bench(CLI::App& app) {
     struct Opts {
-        std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse;
+        std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
         int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
         bool no_pipeline_cache = false, block_times = false;
         bool kernels = false;  // --kernels: the linear selection table instead of a model
@@ -147,6 +147,12 @@ Run add_bench(CLI::App& app) {
                    "Regional: auto | offset (one bound range, per-replay offsets, no copies) | device (selected "
                    "through device addresses, no copies) | copy (copied per replay)")
         ->capture_default_str();
+    app.add_option("--block-layout", o->block_layout,
+                   "Regional, offset selection: auto (weight-major where a kind's blocks exceed one binding but each "
+                   "weight's instances fit what reads them, else block-major) | block (block-major: windows of whole "
+                   "blocks, one recording each) | weight (weight-major wherever it fits); default: KILN_BLOCK_LAYOUT, "
+                   "else auto")
+        ->check(CLI::IsMember({"auto", "block", "weight"}));
     app.add_option("--dtype", o->dtype,
                    "Synthetic weight dtype: f32 | f16 | bf16, or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q6_k "
                    "(linear matrices)")
@@ -208,6 +214,7 @@ Run add_bench(CLI::App& app) {
         }
         if (o->size > 0) arch.latent = o->size / 8;
         const exec::BlockWeights bw = exec::parse_block_weights(o->block_weights);
+        if (!o->block_layout.empty()) ::setenv("KILN_BLOCK_LAYOUT", o->block_layout.c_str(), 1);
         std::vector<exec::Mode> modes;
         if (o->mode == "all")
             modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
@@ -370,6 +377,7 @@ Run add_bench(CLI::App& app) {
                                  {"executes_per_step", c.executes_per_run},
                                  {"block_kinds_counted_on_device", c.kinds_counted_on_device},
                                  {"block_weights", c.block_weights_note},
+                                 {"block_kinds_weight_major", c.block_kinds_weight_major},
                                  {"activation_bytes_planned", c.activation_bytes_planned},
                                  {"activation_bytes_naive", c.activation_bytes_naive},
                                  {"split_ops", c.split_ops},

@@ -134,6 +134,34 @@ TEST_CASE("kiln bench --stream --vram-budget with activations over the binding l
     for (auto& row : j["stream"]) CHECK(row["bitwise_equal_to_all_resident"] == true);
 }
 
+TEST_CASE("kiln bench --block-layout: weight-major (one recording) or block-major windows past the binding limit",
+          "[apps][bench][vulkan]") {
+    // dit-tiny's 28 blocks hold 8.5 MiB of weights; the largest weight, each block's class-embedding table (read by
+    // a storage-buffer shader), 3.4 MiB for all 28. A 4 MiB binding holds every weight's instances, whichever linear
+    // variant this device's table picks, but not the kind.
+    TmpDir tmp("layout");
+    const std::string json = (tmp.path / "bench.json").string();
+    auto bench = [&](const std::string& layout) {
+        setenv("KILN_MAX_BINDING_RANGE", "4194304", 1);
+        Run r = run_kiln(tmp.path, "bench --synthetic dit-tiny --mode regional --steps 1 --warmup 0 " + layout +
+                                       " --json " + json);
+        unsetenv("KILN_MAX_BINDING_RANGE");
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        std::ifstream f(json);
+        return nlohmann::json::parse(f)["modes"][0];
+    };
+    auto weight = bench("");
+    CHECK(weight["block_weights"].get<std::string>().find("weight-major") != std::string::npos);
+    CHECK(weight["block_kinds_weight_major"] == 1);
+    CHECK(weight["command_buffers_recorded"] == 2);  // the block + the step
+    auto block = bench("--block-layout block");
+    CHECK(block["block_weights"].get<std::string>().find("bound windows") != std::string::npos);
+    CHECK(block["block_kinds_weight_major"] == 0);
+    CHECK(block["command_buffers_recorded"].get<int>() > 2);
+    for (auto* m : {&weight, &block}) CHECK((*m)["copies_per_step"] == 0);
+}
+
 TEST_CASE("kiln generate --profile with the device loop prints step completions and memory peaks",
           "[apps][bench][vulkan]") {
     TmpDir tmp("profile_dev");
