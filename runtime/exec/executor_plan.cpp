@@ -49,9 +49,12 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     c.device_bytes_used = alloc.used();
     c.plan_ms = ms_since(t0) - c.upload_ms;  // weight upload is reported on its own
     auto t1 = Clock::now();
+    kernels.defer(true);  // every pipeline this plan needs, compiled at once on several threads
     build_dispatches(active);
     build_ptr_tables();
     build_advance();
+    kernels.create_pending();
+    kernels.defer(false);
     c.pipeline_ms = kernels.create_ms();
     c.pipelines = kernels.used();
     c.pipelines_created = kernels.created();

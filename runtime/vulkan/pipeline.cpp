@@ -1,9 +1,12 @@
 #include "runtime/vulkan/pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "runtime/core/error.h"
 #include "runtime/vulkan/shader_table.h"
@@ -91,6 +94,12 @@ PipelinePool::~PipelinePool() {
 }
 
 Kernels::~Kernels() {
+    PipelinePool* pool = ctx_.pipeline_pool();
+    if (pool)
+        for (auto& [key, k] : pending_) {  // never compiled: no other executor may find it
+            destroy(ctx_.device(), *k);
+            pool->kernels.erase(key);
+        }
     for (auto& [key, k] : owned_) destroy(ctx_.device(), k);
 }
 
@@ -101,14 +110,62 @@ const Kernel& Kernels::get(const std::string& name, const std::vector<uint32_t>&
     if (pool)
         if (auto it = pool->kernels.find(key); it != pool->kernels.end()) return *(kernels_[key] = &it->second);
     auto t0 = std::chrono::steady_clock::now();
-    Kernel k = create(name, spec);
+    Kernel k = create_layouts(name);
+    if (!defer_)
+        if (VkResult r = create_pipeline(k, spec); r != VK_SUCCESS) {
+            destroy(ctx_.device(), k);
+            VK_CHECK(r);
+        }
     created_++;
     create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     auto& where = pool ? pool->kernels : owned_;
-    return *(kernels_[key] = &where.emplace(key, k).first->second);
+    Kernel* placed = &where.emplace(key, k).first->second;
+    if (defer_) pending_.emplace_back(key, placed);
+    return *(kernels_[key] = placed);
 }
 
-Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spec) {
+void Kernels::create_pending() {
+    if (pending_.empty()) return;
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<VkResult> results(pending_.size(), VK_SUCCESS);
+    // KILN_PIPELINE_THREADS: how many threads compile (default: one per core). vkCreateComputePipelines may be
+    // called from several threads at once, and the pipeline cache synchronizes itself (Vulkan spec, 10.7).
+    size_t threads = std::max(1u, std::thread::hardware_concurrency());
+    if (const char* e = std::getenv("KILN_PIPELINE_THREADS"); e && *e) threads = std::max(1ul, std::strtoul(e, nullptr, 10));
+    threads = std::min(threads, pending_.size());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+        for (size_t i; (i = next++) < pending_.size();) results[i] = create_pipeline(*pending_[i].second, pending_[i].first.second);
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    std::vector<std::pair<KernelKey, Kernel*>> done;
+    done.swap(pending_);
+    create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t i = 0; i < done.size(); ++i) {
+        if (results[i] == VK_SUCCESS) {
+            ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)done[i].second->pipeline, done[i].first.first);
+            continue;
+        }
+        // Every failed pipeline leaves the pool; the first error is reported with its shader's name.
+        PipelinePool* pool_ = ctx_.pipeline_pool();
+        std::string first;
+        VkResult r = VK_SUCCESS;
+        for (size_t j = i; j < done.size(); ++j)
+            if (results[j] != VK_SUCCESS) {
+                if (first.empty()) first = done[j].first.first, r = results[j];
+                destroy(ctx_.device(), *done[j].second);
+                kernels_.erase(done[j].first);
+                if (pool_) pool_->kernels.erase(done[j].first);
+                else owned_.erase(done[j].first);
+            }
+        KILN_FAIL("creating the pipeline of shader '", first, "' failed (VkResult ", (int)r, ")");
+    }
+}
+
+Kernel Kernels::create_layouts(const std::string& name) {
     const ShaderBlob* blob = find_blob(name);
     KILN_CHECK(blob, "no shader named '", name, "' is built into this binary");
     Reflection refl = reflect_spirv(blob->code, blob->words);
@@ -153,12 +210,17 @@ Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spe
     pli.pushConstantRangeCount = refl.push_constants ? 1 : 0;
     pli.pPushConstantRanges = &pr;
     VK_CHECK(vkCreatePipelineLayout(d, &pli, nullptr, &k.layout));
+    return k;
+}
 
+VkResult Kernels::create_pipeline(Kernel& k, const std::vector<uint32_t>& spec) const {
+    const ShaderBlob* blob = find_blob(k.name);
+    VkDevice d = ctx_.device();
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = blob->words * 4;
     mi.pCode = blob->code;
     VkShaderModule mod;
-    VK_CHECK(vkCreateShaderModule(d, &mi, nullptr, &mod));
+    if (VkResult r = vkCreateShaderModule(d, &mi, nullptr, &mod); r != VK_SUCCESS) return r;
 
     std::vector<VkSpecializationMapEntry> entries(spec.size());
     for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4, 4};
@@ -172,10 +234,8 @@ Kernel Kernels::create(const std::string& name, const std::vector<uint32_t>& spe
     ci.layout = k.layout;
     VkResult r = vkCreateComputePipelines(d, ctx_.pipeline_cache(), 1, &ci, nullptr, &k.pipeline);
     vkDestroyShaderModule(d, mod, nullptr);
-    if (r != VK_SUCCESS) destroy(d, k);
-    VK_CHECK(r);
-    ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)k.pipeline, name);
-    return k;
+    if (r == VK_SUCCESS && !defer_) ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)k.pipeline, k.name);
+    return r;
 }
 
 }  // namespace kiln::vk

@@ -55,15 +55,24 @@ public:
     // The pipeline for shader `name` with specialization constants `spec`: from the context's pool, else created
     // (into the pool; owned by this Kernels when the context does not reuse pipelines).
     const Kernel& get(const std::string& name, const std::vector<uint32_t>& spec = {});
+    // Deferred creation: while on, get() returns kernels with their layouts made and their pipeline still null;
+    // create_pending() then compiles every such pipeline on several threads (compilation is a driver's slowest
+    // call: LLVM per shader on lavapipe). Nothing may record or run a kernel handed out in between. Pipelines left
+    // pending when this Kernels dies (an error in between) are taken back out of the pool.
+    void defer(bool on) { defer_ = on; }
+    void create_pending();
     int used() const { return (int)kernels_.size(); }  // distinct pipelines handed out
     int created() const { return created_; }           // of those, created here rather than found in the pool
-    double create_ms() const { return create_ms_; }
+    double create_ms() const { return create_ms_; }    // wall time spent creating them
 
 private:
-    Kernel create(const std::string& name, const std::vector<uint32_t>& spec);
+    Kernel create_layouts(const std::string& name);
+    VkResult create_pipeline(Kernel& k, const std::vector<uint32_t>& spec) const;
     Context& ctx_;
     std::map<KernelKey, const Kernel*> kernels_;
     std::map<KernelKey, Kernel> owned_;
+    bool defer_ = false;
+    std::vector<std::pair<KernelKey, Kernel*>> pending_;
     int created_ = 0;
     double create_ms_ = 0;
 };

@@ -226,3 +226,40 @@ TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails n
         CHECK(d.created() == 1);
     }
 }
+
+TEST_CASE("deferred pipelines: compiled together on several threads, none left half-made after an error",
+          "[pipeline_cache]") {
+    vk::Context ctx;
+    const std::vector<std::string> names = {"add", "mul", "silu", "gelu", "layer_norm", "select_advance"};
+    {
+        vk::Kernels k(ctx);
+        k.defer(true);
+        std::vector<const vk::Kernel*> got;
+        for (auto& n : names) got.push_back(&k.get(n));
+        for (auto* g : got) {
+            CHECK(g->pipeline == VK_NULL_HANDLE);  // layouts only, until create_pending()
+            CHECK(g->layout != VK_NULL_HANDLE);
+        }
+        CHECK(k.created() == (int)names.size());
+        k.create_pending();
+        for (auto* g : got) CHECK(g->pipeline != VK_NULL_HANDLE);
+        CHECK(&k.get("add") == got[0]);  // the same kernel, not created again
+    }
+    // The context's pool now holds them: another Kernels finds them made.
+    {
+        vk::Kernels k(ctx);
+        CHECK(k.get("mul").pipeline != VK_NULL_HANDLE);
+        CHECK(k.created() == 0);
+    }
+    // A Kernels that dies with pipelines pending (an error between get() and create_pending()) takes them out of
+    // the pool: the next one creates them rather than finding a kernel with no pipeline.
+    {
+        vk::Kernels k(ctx);
+        k.defer(true);
+        CHECK(k.get("scale").pipeline == VK_NULL_HANDLE);
+    }
+    vk::Kernels k(ctx);
+    CHECK(k.get("scale").pipeline != VK_NULL_HANDLE);
+    CHECK(k.created() == 1);
+    CHECK(vk::Context::validation_errors() == 0);
+}
