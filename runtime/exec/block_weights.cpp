@@ -98,7 +98,8 @@ VkDeviceSize Executor::Impl::weight_binding_limit(const BlockKind& k, size_t j) 
                 VkDeviceSize lim = max_binding;
                 const std::optional<TexelShader> tex = texel_shader(p.d.shader);
                 if (views && tex && b < tex->inputs)
-                    lim = std::max(lim, (VkDeviceSize)info.max_texel_elements * texel_bytes(g.value(v).dtype, tex->rgba));
+                    lim =
+                        std::max(lim, (VkDeviceSize)info.max_texel_elements * texel_bytes(g.value(v).dtype, tex->rgba));
                 limit = read ? std::min(limit, lim) : lim;
                 read = true;
             }
@@ -284,8 +285,8 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         for (size_t j = 0; j < k.tmpl_weights.size(); ++j) {
             int v = k.tmpl_weights[j];
             VkDeviceSize n = value_bytes(g.value(v));
-            KILN_CHECK(sel == Select::address || by_weight || n <= max_binding, "weight '", g.value(v).name, "' (",
-                       n, " bytes) exceeds maxStorageBufferRange (", why, ")");
+            KILN_CHECK(sel == Select::address || by_weight || n <= max_binding, "weight '", g.value(v).name, "' (", n,
+                       " bytes) exceeds maxStorageBufferRange (", why, ")");
             range[(size_t)v] = by_weight ? weight_at(ki, 0, j) : template_weight(ki, j, window);
         }
         block_windows.push_back(std::move(windows));
@@ -298,7 +299,8 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
             note.empty() ? "block weights selected on the device (one bound range, per-replay offsets)" : note;
 }
 
-// Slot contents per instance, from weight_at(k, i, j) (offset) or weight_address (address). address: the address of every input of every
+// Slot contents per instance, from weight_at(k, i, j) (offset) or weight_address (address). address: the address of
+// every input of every
 // "_ptr" dispatch, instance i's weights in place of the template's. offset: for every input of every "_off"
 // dispatch, the offset of instance i's weight in the bound range in 16-byte units (0 for other inputs).
 void Executor::Impl::build_ptr_tables() {

@@ -180,9 +180,11 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
                 const vk::BufferRange& win = bound_weight((size_t)kind, window, block_weights[r(v)]);
                 bi[b] = {win.buffer, win.offset, win.size};
                 // A weight-major range may exceed a storage binding where only texel views read it.
-                KILN_CHECK(win.size <= max_binding || (k.texel_bindings >> b & 1), "internal: ", d.shader,
-                           " binds the weight range of '", g.value(v).name, "' (", win.size,
-                           " bytes) as a storage buffer, over maxStorageBufferRange");
+                // (Only when a texel view of another input could not be made: KILN_BLOCK_LAYOUT=block avoids it.)
+                KILN_CHECK(win.size <= max_binding || (k.texel_bindings >> b & 1), d.shader,
+                           " would bind the weight-major range of '", g.value(v).name, "' (", win.size,
+                           " bytes) as a storage buffer, over maxStorageBufferRange (", max_binding,
+                           "): its texel-buffer shader could not be used here; set KILN_BLOCK_LAYOUT=block");
             }
             if (k.texel_bindings >> b & 1) {  // checked above: the view exists
                 KILN_CHECK(v >= 0, "internal: absent texel buffer input");

@@ -85,11 +85,11 @@ struct Counters {
     // vkCmdExecuteCommands in the primary: one per block kind where replays are counted on the device (the
     // recording moves its own selection on, select_advance), else one per replayed instance.
     int executes_per_run = 0;
-    int kinds_counted_on_device = 0;  // block kinds replayed by one execute of all their instances
-    int block_kinds_on_device = 0;    // block kinds whose weights are selected on the device
-    int block_kinds_by_offset = 0;    // ... of which by an offset into one bound range (no addresses)
+    int kinds_counted_on_device = 0;   // block kinds replayed by one execute of all their instances
+    int block_kinds_on_device = 0;     // block kinds whose weights are selected on the device
+    int block_kinds_by_offset = 0;     // ... of which by an offset into one bound range (no addresses)
     int block_kinds_weight_major = 0;  // ... of which weight-major: a bound range per weight (block_weights.cpp)
-    std::string block_weights_note;   // how block weights are replayed, and why when copied
+    std::string block_weights_note;    // how block weights are replayed, and why when copied
     // Streaming under a budget (weight_stream.h): instances kept in device memory, instances in host memory
     // (streamed), ring slots, bytes copied host -> device per run, the budget applied.
     int blocks_resident = 0, blocks_streamed = 0, ring_slots = 0;

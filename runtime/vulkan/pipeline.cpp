@@ -131,11 +131,13 @@ void Kernels::create_pending() {
     // KILN_PIPELINE_THREADS: how many threads compile (default: one per core). vkCreateComputePipelines may be
     // called from several threads at once, and the pipeline cache synchronizes itself (Vulkan spec, 10.7).
     size_t threads = std::max(1u, std::thread::hardware_concurrency());
-    if (const char* e = std::getenv("KILN_PIPELINE_THREADS"); e && *e) threads = std::max(1ul, std::strtoul(e, nullptr, 10));
+    if (const char* e = std::getenv("KILN_PIPELINE_THREADS"); e && *e)
+        threads = std::max(1ul, std::strtoul(e, nullptr, 10));
     threads = std::min(threads, pending_.size());
     std::atomic<size_t> next{0};
     auto work = [&] {
-        for (size_t i; (i = next++) < pending_.size();) results[i] = create_pipeline(*pending_[i].second, pending_[i].first.second);
+        for (size_t i; (i = next++) < pending_.size();)
+            results[i] = create_pipeline(*pending_[i].second, pending_[i].first.second);
     };
     std::vector<std::thread> pool;
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
@@ -158,8 +160,10 @@ void Kernels::create_pending() {
                 if (first.empty()) first = done[j].first.first, r = results[j];
                 destroy(ctx_.device(), *done[j].second);
                 kernels_.erase(done[j].first);
-                if (pool_) pool_->kernels.erase(done[j].first);
-                else owned_.erase(done[j].first);
+                if (pool_)
+                    pool_->kernels.erase(done[j].first);
+                else
+                    owned_.erase(done[j].first);
             }
         KILN_FAIL("creating the pipeline of shader '", first, "' failed (VkResult ", (int)r, ")");
     }

@@ -1,8 +1,8 @@
 // `kiln bench` and `kiln generate --profile`, run as the binary: cold and warm compile, per-step figures
 // (GPU, host, idle, submissions, barriers), memory peaks, and the pipeline cache a second run loads.
-#include <algorithm>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -143,8 +143,8 @@ TEST_CASE("kiln bench --block-layout: weight-major (one recording) or block-majo
     const std::string json = (tmp.path / "bench.json").string();
     auto bench = [&](const std::string& layout) {
         setenv("KILN_MAX_BINDING_RANGE", "4194304", 1);
-        Run r = run_kiln(tmp.path, "bench --synthetic dit-tiny --mode regional --steps 1 --warmup 0 " + layout +
-                                       " --json " + json);
+        Run r = run_kiln(
+            tmp.path, "bench --synthetic dit-tiny --mode regional --steps 1 --warmup 0 " + layout + " --json " + json);
         unsetenv("KILN_MAX_BINDING_RANGE");
         INFO(r.err);
         REQUIRE(r.rc == 0);

@@ -374,9 +374,9 @@ TEST_CASE("weight-major block weights past the binding limit: one recording, no 
 TEST_CASE("weight-major layout at every weight dtype, storage and texel linears: bitwise equal to full", "[jit]") {
     // KILN_BLOCK_LAYOUT=weight lays out weight-major wherever it fits (here: always, with no lowered limit). Each
     // weight's instances then sit at their own aligned stride, so every slot offset differs from block-major's.
-    auto [wdt, D] = GENERATE(std::make_pair(DType::f32, 32), std::make_pair(DType::f16, 32),
-                             std::make_pair(DType::bf16, 32), std::make_pair(DType::q8_0, 32),
-                             std::make_pair(DType::q4_0, 32), std::make_pair(DType::q4_k, 256));
+    auto [wdt, D] =
+        GENERATE(std::make_pair(DType::f32, 32), std::make_pair(DType::f16, 32), std::make_pair(DType::bf16, 32),
+                 std::make_pair(DType::q8_0, 32), std::make_pair(DType::q4_0, 32), std::make_pair(DType::q4_k, 256));
     const std::string linear = GENERATE("reg", "tex");
     if (linear == "tex" && !context().info().texel_formats) {
         WARN("skipped: no uniform texel buffer formats on this device");

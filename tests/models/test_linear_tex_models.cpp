@@ -54,9 +54,9 @@ TEST_CASE("transformers with texel-buffer linears equal the register path bitwis
         const char* layout = "block";
     };
     std::vector<uint8_t> block_major;  // regional, offset, block-major, tex
-    for (Case c : {Case{exec::Mode::full, "auto"}, Case{exec::Mode::regional, "copy"},
-                   Case{exec::Mode::regional, "device"}, Case{exec::Mode::regional, "offset"},
-                   Case{exec::Mode::regional, "offset", "weight"}}) {
+    for (Case c :
+         {Case{exec::Mode::full, "auto"}, Case{exec::Mode::regional, "copy"}, Case{exec::Mode::regional, "device"},
+          Case{exec::Mode::regional, "offset"}, Case{exec::Mode::regional, "offset", "weight"}}) {
         CAPTURE(exec::mode_name(c.m), c.bw, c.layout);
         const Run reg = run(g, wf, in, c.m, c.bw, "reg", c.layout), tex = run(g, wf, in, c.m, c.bw, "tex", c.layout);
         INFO("block weights: " << tex.c.block_weights_note);
