@@ -105,6 +105,11 @@ typedef struct kiln_device_info {
        uses for streamed weight copies; and maxPerStageDescriptorStorageBuffers. */
     int transfer_queue;
     uint32_t max_storage_buffers_per_stage;
+    /* Appended in 0.1, after the above: uniform texel buffers in every format Kiln reads through them (RGBA32F,
+       RGBA16F, RGBA16_UINT, R32F, R16F, R16_UINT: its "tex" kernels, 2-3x faster on CPU devices), and
+       maxTexelBufferElements. */
+    int texel_buffers;
+    uint32_t max_texel_buffer_elements;
 } kiln_device_info;
 #define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
 

@@ -89,6 +89,8 @@ void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out) {
     out.memory_budget = d.memory_budget;
     out.transfer_queue = d.transfer_family >= 0;
     out.max_storage_buffers_per_stage = d.max_storage_buffers_per_stage;
+    out.texel_buffers = d.texel_formats;
+    out.max_texel_buffer_elements = d.max_texel_elements;
 }
 
 void check_alive(const Device& d) {

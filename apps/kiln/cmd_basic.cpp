@@ -36,6 +36,13 @@ Run add_devices(CLI::App& app) {
                 "    maxStorageBufferRange: %llu MiB, maxMemoryAllocationSize: %llu MiB, shared memory: %u KiB\n",
                 (unsigned long long)(d.max_storage_buffer_range >> 20),
                 (unsigned long long)(d.max_allocation_bytes >> 20), d.max_shared_memory_bytes >> 10);
+            if (d.texel_buffers)
+                std::printf("    texel buffers: yes, up to %u texels per view (%.1f GiB of RGBA16F)\n",
+                            d.max_texel_buffer_elements, (double)d.max_texel_buffer_elements * 8 / (1 << 30));
+            else
+                std::printf(
+                    "    texel buffers: no (RGBA32F/RGBA16F/RGBA16_UINT/R32F/R16F/R16_UINT uniform texel "
+                    "buffers missing; storage-buffer kernels only)\n");
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
             if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
         }

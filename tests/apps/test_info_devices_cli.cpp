@@ -26,7 +26,7 @@ TEST_CASE("kiln devices and kiln info print through the C API", "[apps]") {
     REQUIRE(kiln("devices", &out) == 0);
     CHECK(out.rfind("[0] ", 0) == 0);
     for (const char* line : {"    driver: ", "    memory: ", "    fp16 storage: ", "    subgroup size: ",
-                             "    maxStorageBufferRange: ", "Kiln picks discrete > integrated"})
+                             "    maxStorageBufferRange: ", "    texel buffers: ", "Kiln picks discrete > integrated"})
         CHECK(out.find(line) != std::string::npos);
     REQUIRE(kiln("info " + std::string(KILN_BUILD_DIR) + "/dit-digits.kiln", &out) == 0);
     CHECK(out.find("DiTTransformer2DModel") != std::string::npos);

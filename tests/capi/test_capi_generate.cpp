@@ -40,6 +40,7 @@ TEST_CASE("C API: devices and model info", "[capi]") {
     CHECK(cd.subgroup_size > 0);
     CHECK(cd.max_storage_buffer_range >= (1u << 27));  // Vulkan requires at least 128 MiB
     CHECK(cd.max_allocation_bytes > 0);
+    if (cd.texel_buffers) CHECK(cd.max_texel_buffer_elements >= 65536);  // Vulkan's minimum
     // An older caller's struct (the fields before the feature fields) is filled up to its size only.
     kiln_device_info old{};
     old.struct_size = offsetof(kiln_device_info, fp16_storage);
