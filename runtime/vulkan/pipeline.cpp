@@ -129,10 +129,15 @@ void Kernels::create_pending() {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<VkResult> results(pending_.size(), VK_SUCCESS);
     // KILN_PIPELINE_THREADS: how many threads compile (default: one per core). vkCreateComputePipelines may be
-    // called from several threads at once, and the pipeline cache synchronizes itself (Vulkan spec, 10.7).
+    // called from several threads at once; the pipeline cache synchronizes itself (it is not created with
+    // VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
     size_t threads = std::max(1u, std::thread::hardware_concurrency());
-    if (const char* e = std::getenv("KILN_PIPELINE_THREADS"); e && *e)
-        threads = std::max(1ul, std::strtoul(e, nullptr, 10));
+    if (const char* e = std::getenv("KILN_PIPELINE_THREADS"); e && *e) {
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(e, &end, 10);
+        KILN_CHECK(*end == '\0' && n >= 1 && n <= 256, "KILN_PIPELINE_THREADS='", e, "' (a thread count, 1 to 256)");
+        threads = n;
+    }
     threads = std::min(threads, pending_.size());
     std::atomic<size_t> next{0};
     auto work = [&] {

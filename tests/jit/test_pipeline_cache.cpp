@@ -258,8 +258,27 @@ TEST_CASE("deferred pipelines: compiled together on several threads, none left h
         k.defer(true);
         CHECK(k.get("scale").pipeline == VK_NULL_HANDLE);
     }
+    {
+        vk::Kernels k(ctx);
+        CHECK(k.get("scale").pipeline != VK_NULL_HANDLE);
+        CHECK(k.created() == 1);
+    }
+    // KILN_PIPELINE_THREADS: a bad value is an error naming it (the pending pipeline then leaves the pool), one
+    // thread compiles everything in turn.
+    {
+        ::setenv("KILN_PIPELINE_THREADS", "two", 1);
+        vk::Kernels k(ctx);
+        k.defer(true);
+        k.get("sub");
+        CHECK_THROWS_WITH(k.create_pending(), Catch::Contains("KILN_PIPELINE_THREADS='two'"));
+        ::setenv("KILN_PIPELINE_THREADS", "1", 1);
+    }
     vk::Kernels k(ctx);
-    CHECK(k.get("scale").pipeline != VK_NULL_HANDLE);
-    CHECK(k.created() == 1);
+    k.defer(true);
+    const vk::Kernel& sub = k.get("sub");
+    CHECK(k.created() == 1);  // created anew: the failed one did not stay in the pool
+    k.create_pending();
+    ::unsetenv("KILN_PIPELINE_THREADS");
+    CHECK(sub.pipeline != VK_NULL_HANDLE);
     CHECK(vk::Context::validation_errors() == 0);
 }
