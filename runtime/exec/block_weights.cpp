@@ -84,8 +84,7 @@ VkDeviceSize Executor::Impl::weight_binding_limit(const BlockKind& k, size_t j) 
     const VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_align, 256);
     const bool views = info.texel_formats && align % std::max<VkDeviceSize>(info.min_texel_offset_align, 1) == 0;
     const ir::Region& t = g.regions()[(size_t)k.regions[0]];
-    VkDeviceSize limit = max_binding;
-    bool read = false;
+    VkDeviceSize limit = UINT64_MAX;  // the least any reader allows; max_binding when nothing reads it
     for (int n = t.first; n < t.end; ++n) {
         auto it = node_parts.find(n);
         if (it == node_parts.end()) continue;
@@ -100,12 +99,11 @@ VkDeviceSize Executor::Impl::weight_binding_limit(const BlockKind& k, size_t j) 
                 if (views && tex && b < tex->inputs)
                     lim =
                         std::max(lim, (VkDeviceSize)info.max_texel_elements * texel_bytes(g.value(v).dtype, tex->rgba));
-                limit = read ? std::min(limit, lim) : lim;
-                read = true;
+                limit = std::min(limit, lim);
             }
         }
     }
-    return limit;
+    return limit == UINT64_MAX ? max_binding : limit;
 }
 
 bool Executor::Impl::weight_major_fits(const BlockKind& k) const {
@@ -309,8 +307,6 @@ void Executor::Impl::build_ptr_tables() {
         if (how[k] == Select::copy) continue;
         const BlockKind& bk = blocks[k];
         const bool by_offset = how[k] == Select::offset;
-        std::map<int, size_t> weight_index;
-        for (size_t j = 0; j < bk.tmpl_weights.size(); ++j) weight_index[bk.tmpl_weights[j]] = j;
         const ir::Region& t = g.regions()[(size_t)bk.regions[0]];
         VkDeviceSize begin = UINT64_MAX, end = 0;
         for (auto& [n, off] : ptr_slot)
@@ -327,13 +323,13 @@ void Executor::Impl::build_ptr_tables() {
                     for (size_t b = 0; b < node.in.size(); ++b) {
                         const VkDeviceSize off = node_off + j * slot_size;
                         int v = node.in[b];
-                        const bool weight = v >= 0 && weight_index.count(r(v));
+                        const int jw = v >= 0 ? tmpl_weight(k, r(v)) : -1;
+                        const bool weight = jw >= 0;
                         if (by_offset) {
                             uint32_t units = 0;
                             if (weight) {
-                                const size_t jw = weight_index[r(v)];
-                                const vk::BufferRange w = weight_at(k, i, jw);  // resident (offset)
-                                const vk::BufferRange& win = bound_weight(k, (size_t)window_of[k][i], jw);
+                                const vk::BufferRange w = weight_at(k, i, (size_t)jw);  // resident (offset)
+                                const vk::BufferRange& win = bound_weight(k, (size_t)window_of[k][i], (size_t)jw);
                                 const VkDeviceSize at = w.offset - win.offset;
                                 KILN_CHECK(w.buffer == win.buffer && w.offset >= win.offset &&
                                                w.offset + w.size <= win.offset + win.size && at % 16 == 0 &&
@@ -346,7 +342,7 @@ void Executor::Impl::build_ptr_tables() {
                         }
                         VkDeviceAddress a = v < 0 ? alloc.address(dummy) : alloc.address(range[(size_t)r(v)]);
                         if (v >= 0 && node_parts.count(n)) a += node_parts.at(n)[j].sub[b].off;
-                        if (weight) a = weight_address(k, i, weight_index[r(v)]);  // resident, ring slot or in place
+                        if (weight) a = weight_address(k, i, (size_t)jw);  // resident, ring slot or in place
                         std::memcpy(bytes.data() + (off - begin) + 8 * b, &a, 8);
                     }
                 }

@@ -1,6 +1,7 @@
 #pragma once
 // Internal to runtime/exec: the executor's state, shared by executor.cpp (planning, recording, runs)
 // and block_weights.cpp (where each replayed block instance finds its weights).
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -146,6 +147,12 @@ struct Executor::Impl {
     std::vector<Select> how;
     bool weight_major(size_t k) const { return !weight_arena[k].empty(); }
     size_t windows(size_t k) const { return weight_major(k) ? 1 : block_windows[k].size(); }
+    // The index j of value v among kind k's template weights (v a root), or -1 when v is not one of them.
+    int tmpl_weight(size_t k, int v) const {
+        const auto& tw = blocks[k].tmpl_weights;
+        auto it = std::find(tw.begin(), tw.end(), v);
+        return it == tw.end() ? -1 : (int)(it - tw.begin());
+    }
     // Offset selection: instance i's weight j, and the range a recording of window w binds for it.
     vk::BufferRange weight_at(size_t k, size_t i, size_t j) const;
     const vk::BufferRange& bound_weight(size_t k, size_t w, size_t j) const {
@@ -172,7 +179,8 @@ struct Executor::Impl {
     };
     std::vector<FileImport> imports;  // mmapped model files read in place (checked before every run)
     VkDescriptorPool pool = VK_NULL_HANDLE;
-    // Uniform texel buffer views of the "tex" linear (linear_select.h), by buffer, offset, size and format.
+    // Uniform texel buffer views of the texel shaders (linear_select.h: texel_shader), by buffer, offset, size and
+    // format.
     std::map<std::tuple<VkBuffer, VkDeviceSize, VkDeviceSize, VkFormat>, VkBufferView> texel_views;
     // The view of `br` as texels of a value of dtype dt, 4-vectors (rgba: linear_tex) or scalars (conv2d_tex; ggml
     // words); VK_NULL_HANDLE where the device cannot make it (offset alignment, element count).

@@ -111,11 +111,13 @@ const Kernel& Kernels::get(const std::string& name, const std::vector<uint32_t>&
         if (auto it = pool->kernels.find(key); it != pool->kernels.end()) return *(kernels_[key] = &it->second);
     auto t0 = std::chrono::steady_clock::now();
     Kernel k = create_layouts(name);
-    if (!defer_)
+    if (!defer_) {
         if (VkResult r = create_pipeline(k, spec); r != VK_SUCCESS) {
             destroy(ctx_.device(), k);
             VK_CHECK(r);
         }
+        ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)k.pipeline, name);
+    }
     created_++;
     create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     auto& where = pool ? pool->kernels : owned_;
@@ -151,27 +153,26 @@ void Kernels::create_pending() {
     std::vector<std::pair<KernelKey, Kernel*>> done;
     done.swap(pending_);
     create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // Failed pipelines leave the pool (no later executor may find them half-made); the first is named.
+    PipelinePool* shared = ctx_.pipeline_pool();
+    std::string failed;
+    VkResult first_error = VK_SUCCESS;
     for (size_t i = 0; i < done.size(); ++i) {
+        const auto& [key, k] = done[i];
         if (results[i] == VK_SUCCESS) {
-            ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)done[i].second->pipeline, done[i].first.first);
+            ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)k->pipeline, key.first);
             continue;
         }
-        // Every failed pipeline leaves the pool; the first error is reported with its shader's name.
-        PipelinePool* pool_ = ctx_.pipeline_pool();
-        std::string first;
-        VkResult r = VK_SUCCESS;
-        for (size_t j = i; j < done.size(); ++j)
-            if (results[j] != VK_SUCCESS) {
-                if (first.empty()) first = done[j].first.first, r = results[j];
-                destroy(ctx_.device(), *done[j].second);
-                kernels_.erase(done[j].first);
-                if (pool_)
-                    pool_->kernels.erase(done[j].first);
-                else
-                    owned_.erase(done[j].first);
-            }
-        KILN_FAIL("creating the pipeline of shader '", first, "' failed (VkResult ", (int)r, ")");
+        if (failed.empty()) failed = key.first, first_error = results[i];
+        destroy(ctx_.device(), *k);
+        kernels_.erase(key);
+        if (shared)
+            shared->kernels.erase(key);
+        else
+            owned_.erase(key);
     }
+    KILN_CHECK(failed.empty(), "creating the pipeline of shader '", failed, "' failed (VkResult ", (int)first_error,
+               ")");
 }
 
 Kernel Kernels::create_layouts(const std::string& name) {
@@ -243,7 +244,6 @@ VkResult Kernels::create_pipeline(Kernel& k, const std::vector<uint32_t>& spec) 
     ci.layout = k.layout;
     VkResult r = vkCreateComputePipelines(d, ctx_.pipeline_cache(), 1, &ci, nullptr, &k.pipeline);
     vkDestroyShaderModule(d, mod, nullptr);
-    if (r == VK_SUCCESS && !defer_) ctx_.name_object(VK_OBJECT_TYPE_PIPELINE, (uint64_t)k.pipeline, k.name);
     return r;
 }
 

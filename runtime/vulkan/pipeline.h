@@ -67,7 +67,7 @@ public:
 
 private:
     Kernel create_layouts(const std::string& name);
-    VkResult create_pipeline(Kernel& k, const std::vector<uint32_t>& spec) const;
+    VkResult create_pipeline(Kernel& k, const std::vector<uint32_t>& spec) const;  // touches only k: any thread
     Context& ctx_;
     std::map<KernelKey, const Kernel*> kernels_;
     std::map<KernelKey, Kernel> owned_;
