@@ -1,6 +1,7 @@
 #pragma once
-// Internal to runtime/exec: the executor's state, shared by executor.cpp (planning, recording, runs)
-// and block_weights.cpp (where each replayed block instance finds its weights).
+// Internal to runtime/exec: the executor's state, shared by executor_plan.cpp (planning), dispatches.cpp (dispatches
+// and their descriptor sets), executor.cpp (recording, runs), block_weights.cpp (where each replayed block instance
+// finds its weights) and the other files of this folder.
 #include <algorithm>
 #include <chrono>
 #include <map>
