@@ -161,6 +161,16 @@ std::string LinearTable::pick(DType dt, int64_t m) const {
     return v;
 }
 
+bool LinearTiming::add(double ms) {
+    const int i = runs++;
+    if (i > 0 || reps == 0) best = std::min(best, ms);  // run 0 warms up
+    if (early_exit && ms > 3 * fastest) {
+        if (i == 0) slow_warmup = true;
+        if (i == 1 && slow_warmup) return false;  // slow twice in a row: best is this run's time
+    }
+    return runs <= reps;
+}
+
 LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape>& shapes,
                                  const std::vector<DType>& dtypes, int reps, bool early_exit) {
     LinearTable t;
@@ -202,20 +212,16 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                         Problem p(s, dt);
                         Executor ex(ctx, p.g, p.bytes(), Mode::full);
                         ex.set_input("x", p.x);
-                        double best = INFINITY;
-                        for (int i = 0; i <= reps; ++i) {
+                        LinearTiming timing{fastest[si], reps, early_exit};
+                        for (bool more = true; more;) {
                             auto t0 = Clock::now();
                             ex.run();
                             double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
                             if (ex.last_gpu_ms() > 0) ms = ex.last_gpu_ms();
-                            if (i > 0 || reps == 0) best = std::min(best, ms);  // run 0 warms up
-                            // Already 3x slower than the fastest variant here (warm-up included): one figure is enough.
-                            if (early_exit && i == 0 && ms > 3 * fastest[(int)si]) {
-                                best = ms;
-                                break;
-                            }
+                            more = timing.add(ms);
                         }
-                        fastest[(int)si] = std::min(fastest[(int)si], best);
+                        const double best = timing.best;
+                        fastest[si] = std::min(fastest[si], best);
                         row.gflops = 2.0 * (double)s.M * s.N * s.K / (best * 1e6);
                         auto out = ex.output("y").to_f32();
                         if (v == "reg")

@@ -16,6 +16,7 @@
 // linear_tex_unsupported), the rest stay on reg;
 // coopmat on a device without it is an error. Quantized weights are measured like the others (K rounded down to
 // whole blocks; their probe has three blocks per row).
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -69,10 +70,24 @@ struct TexelShader {
 };
 std::optional<TexelShader> texel_shader(const std::string& shader);
 
+// The runs of one variant at one shape: run 0 warms up and the best later run counts (run 0 itself when reps is 0).
+// With early_exit, a variant more than 3x slower than the fastest so far (`fastest`, ms) in both the warm-up and the
+// first timed run stops there. One slow run is not enough: on a shared machine a single preemption made variants
+// look 3-30x slower, and the table kept them out of every later run on that device.
+struct LinearTiming {
+    double fastest;
+    int reps;
+    bool early_exit;
+    double best = INFINITY;
+    int runs = 0;
+    bool slow_warmup = false;
+    // Adds one run's time; false when no more runs are needed.
+    bool add(double ms);
+};
+
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
-// shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock). A
-// variant whose warm-up is already 3x slower than the fastest so far at a shape gets that one time (`early_exit`;
-// off for benchmarks).
+// shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock), runs as
+// LinearTiming counts them (`early_exit` off for benchmarks).
 LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape>& shapes,
                                  const std::vector<DType>& dtypes, int reps = 3, bool early_exit = true);
 

@@ -158,3 +158,32 @@ TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline
     for (const auto& r : t.rows)
         if (r.variant == "reg") CHECK(r.admitted);
 }
+
+TEST_CASE("linear timing: early exit needs two slow runs in a row, one preempted run does not decide",
+          "[linear_select]") {
+    auto runs = [](exec::LinearTiming t, std::vector<double> times) {
+        size_t n = 0;
+        while (n < times.size() && t.add(times[n++])) {
+        }
+        return std::make_pair(n, t.best);
+    };
+    // A warm-up slowed 30x by a preemption, then normal runs: timed like any other (1 warm-up + 3 timed).
+    auto [n1, best1] = runs({1.0, 3, true}, {30, 1.1, 0.9, 1.0, 99});
+    CHECK(n1 == 4);
+    CHECK(best1 == 0.9);
+    // Slow in the warm-up and the first timed run: stops after two, with the timed run's figure.
+    auto [n2, best2] = runs({1.0, 3, true}, {30, 4, 1, 1});
+    CHECK(n2 == 2);
+    CHECK(best2 == 4);
+    // A slow first timed run after a normal warm-up: every run is taken.
+    auto [n3, best3] = runs({1.0, 3, true}, {1, 30, 2, 0.8});
+    CHECK(n3 == 4);
+    CHECK(best3 == 0.8);
+    // No early exit (benchmarks), and no fastest variant yet: every run.
+    CHECK(runs({1.0, 3, false}, {30, 30, 30, 30, 30}).first == 4);
+    CHECK(runs({INFINITY, 3, true}, {30, 30, 30, 30, 30}).first == 4);
+    // reps 0: the one run is the figure.
+    auto [n4, best4] = runs({1.0, 0, true}, {5, 5});
+    CHECK(n4 == 1);
+    CHECK(best4 == 5);
+}
