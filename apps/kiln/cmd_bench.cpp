@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -112,12 +113,84 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
     }
     return out;
 }
+
+// Process CPU time (every thread: on a CPU Vulkan device the device's workers too), in ms.
+double process_cpu_ms() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+// --interleave N: one executor per mode, then N rounds of one step of each, the first mode of round r rotating
+// by r. Drift on a shared or throttling machine (other tenants, clocks, heat) then falls on every mode alike, and
+// the per-round ratio to the first mode compares steps taken seconds apart instead of minutes. Process CPU time
+// is reported with the wall time: on a CPU device it is the device's work, which another tenant slows less than
+// it slows the wall clock. Every mode's output is compared bitwise with the first mode's.
+nlohmann::json interleaved(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
+                           const std::map<std::string, Tensor>& in, const std::vector<exec::Mode>& modes,
+                           exec::BlockWeights bw, const exec::Budget& budget, int warmup, int rounds) {
+    const size_t n = modes.size();
+    std::vector<std::unique_ptr<exec::Executor>> ex;
+    for (exec::Mode mode : modes) {
+        ex.push_back(std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget));
+        for (auto& [k, t] : in) ex.back()->set_input(k, t);
+    }
+    for (int i = 0; i < warmup; ++i)
+        for (auto& e : ex) e->run();
+    std::vector<std::vector<double>> wall(n), cpu(n);
+    std::printf("\ninterleaved: %d rounds of one step per mode\n", rounds);
+    std::fflush(stdout);
+    for (int r = 0; r < rounds; ++r)
+        for (size_t j = 0; j < n; ++j) {
+            const size_t m = (j + (size_t)r) % n;
+            const double c0 = process_cpu_ms();
+            const auto t0 = Clock::now();
+            ex[m]->run();
+            wall[m].push_back(ms_since(t0));
+            cpu[m].push_back(process_cpu_ms() - c0);
+        }
+    std::printf("%-9s %10s %10s %10s %10s %20s %20s %8s\n", "mode", "wall_med", "wall_min", "cpu_med", "cpu_min",
+                "wall/first", "cpu/first", "bitwise");
+    nlohmann::json out = {{"rounds", rounds}, {"modes", nlohmann::json::array()}};
+    for (size_t m = 0; m < n; ++m) {
+        // Ratios per round, to the first mode's step of the same round; their median and range.
+        std::vector<double> rw, rc;
+        for (int r = 0; r < rounds; ++r) {
+            rw.push_back(wall[m][(size_t)r] / wall[0][(size_t)r]);
+            rc.push_back(cpu[m][(size_t)r] / cpu[0][(size_t)r]);
+        }
+        bool same = true;
+        for (auto& [name, v] : g.outputs()) same = same && ex[m]->output(name).bytes == ex[0]->output(name).bytes;
+        auto range = [](std::vector<double> v) {  // "median (min-max)"
+            std::sort(v.begin(), v.end());
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%.3f (%.3f-%.3f)", v[v.size() / 2], v.front(), v.back());
+            return std::string(buf);
+        };
+        std::printf("%-9s %10.1f %10.1f %10.1f %10.1f %20s %20s %8s\n", exec::mode_name(modes[m]), median(wall[m]),
+                    *std::min_element(wall[m].begin(), wall[m].end()), median(cpu[m]),
+                    *std::min_element(cpu[m].begin(), cpu[m].end()), range(rw).c_str(), range(rc).c_str(),
+                    same ? "yes" : "NO");
+        out["modes"].push_back({{"mode", exec::mode_name(modes[m])},
+                                {"step_ms", wall[m]},
+                                {"cpu_ms", cpu[m]},
+                                {"step_ms_median", median(wall[m])},
+                                {"cpu_ms_median", median(cpu[m])},
+                                {"wall_ratio_to_first", rw},
+                                {"cpu_ratio_to_first", rc},
+                                {"wall_ratio_to_first_median", median(rw)},
+                                {"cpu_ratio_to_first_median", median(rc)},
+                                {"bitwise_equal_to_first", same}});
+    }
+    std::fflush(stdout);
+    return out;
+}
 }  // namespace
 
 Run add_bench(CLI::App& app) {
     struct Opts {
         std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
-        int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0;
+        int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0, interleave = 0;
         bool no_pipeline_cache = false, block_times = false;
         bool kernels = false;  // --kernels: the linear selection table instead of a model
         std::vector<std::string> kernel_shapes;
@@ -141,7 +214,9 @@ Run add_bench(CLI::App& app) {
         ->capture_default_str();
     app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode")->capture_default_str();
     app.add_option("--warmup", o->warmup, "Untimed steps before timing")->capture_default_str();
-    app.add_option("--mode", o->mode, "eager | full | regional | all | none (with --stream: only the sweep)")
+    app.add_option("--mode", o->mode,
+                   "eager | full | regional, or a comma-separated list of them (full,regional) | all | none (with "
+                   "--stream: only the sweep)")
         ->capture_default_str();
     app.add_option("--block-weights", o->block_weights,
                    "Regional: auto | offset (one bound range, per-replay offsets, no copies) | device (selected "
@@ -173,6 +248,11 @@ Run add_bench(CLI::App& app) {
                    "on (full and regional run the fused graph, eager the graph as built; CPU devices leave q/k/v "
                    "apart) | off (nothing fused, as KILN_FUSE=0) | all (every fusion in every mode) | both (every "
                    "mode unfused, then with every fusion: rows '<mode>+f'); default: KILN_FUSE, else on");
+    app.add_option("--interleave", o->interleave,
+                   "After the per-mode rows: N rounds of one step of each mode, alternating (one executor per mode "
+                   "kept alive), with wall and process CPU time and each round's ratio to the first mode. For a "
+                   "shared or throttling machine, where minutes apart the same step differs more than the modes do")
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_flag("--block-times", o->block_times,
                  "Regional: one extra step with timestamps around every replayed block (gpu_ms_per_block in the "
@@ -221,8 +301,15 @@ Run add_bench(CLI::App& app) {
         else if (o->mode == "none")
             KILN_CHECK(o->stream, "--mode none runs nothing without --stream");
         else
-            modes = {exec::parse_mode(o->mode)};
+            for (size_t a = 0; a <= o->mode.size();) {  // one mode, or a comma-separated list
+                size_t e = o->mode.find(',', a);
+                if (e == std::string::npos) e = o->mode.size();
+                modes.push_back(exec::parse_mode(o->mode.substr(a, e - a)));
+                a = e + 1;
+            }
 
+        KILN_CHECK(o->interleave == 0 || modes.size() >= 2,
+                   "--interleave compares modes: give two or more (--mode all, or a list such as full,regional)");
         vk::Context ctx(o->device, -1, o->no_pipeline_cache ? 0 : -1);
         ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
         exec::Budget budget{o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget), o->slots, !o->no_in_place};
@@ -407,6 +494,12 @@ Run add_bench(CLI::App& app) {
                                  {"copy_batches_per_step", c.copy_batches_per_run}};
             report["modes"].push_back(jm);
             if (!fuse_env.empty()) ::unsetenv("KILN_FUSE");
+        }
+        if (o->interleave > 0) {
+            ir::Graph g;
+            models::Builder b(g, *ws);
+            auto in = models::build_component(b, arch.cls, arch.config, inputs);
+            report["interleaved"] = interleaved(ctx, g, b, in, modes, bw, budget, o->warmup, o->interleave);
         }
         if (o->stream) {
             ir::Graph g;

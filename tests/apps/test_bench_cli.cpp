@@ -162,6 +162,42 @@ TEST_CASE("kiln bench --block-layout: weight-major (one recording) or block-majo
     for (auto* m : {&weight, &block}) CHECK((*m)["copies_per_step"] == 0);
 }
 
+TEST_CASE("kiln bench --interleave: rounds of one step per mode, ratios to the first, outputs compared",
+          "[apps][bench][vulkan]") {
+    TmpDir tmp("interleave");
+    const std::string json = (tmp.path / "bench.json").string();
+    Run r = run_kiln(tmp.path,
+                     "bench --synthetic dit-tiny --blocks 2 --mode eager,regional --steps 0 --warmup 0 "
+                     "--interleave 3 --json " +
+                         json);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    std::ifstream f(json);
+    auto j = nlohmann::json::parse(f)["interleaved"];
+    CHECK(j["rounds"] == 3);
+    REQUIRE(j["modes"].size() == 2);
+    CHECK(j["modes"][0]["mode"] == "eager");
+    CHECK(j["modes"][1]["mode"] == "regional");
+    for (auto& m : j["modes"]) {
+        REQUIRE(m["step_ms"].size() == 3);
+        REQUIRE(m["cpu_ms"].size() == 3);
+        for (auto& t : m["step_ms"]) CHECK(t.get<double>() > 0);
+        for (auto& t : m["cpu_ms"]) CHECK(t.get<double>() > 0);
+        // Eager runs the graph as built, regional the fused one: fusion keeps every value bitwise.
+        CHECK(m["bitwise_equal_to_first"] == true);
+    }
+    for (auto& x : j["modes"][0]["wall_ratio_to_first"]) CHECK(x.get<double>() == 1.0);
+    const double ratio = j["modes"][1]["wall_ratio_to_first"][1];
+    CHECK(ratio == j["modes"][1]["step_ms"][1].get<double>() / j["modes"][0]["step_ms"][1].get<double>());
+
+    Run one = run_kiln(tmp.path, "bench --synthetic dit-tiny --mode full --interleave 2");
+    CHECK(one.rc != 0);
+    CHECK(one.err.find("--interleave compares modes") != std::string::npos);
+    Run bad = run_kiln(tmp.path, "bench --synthetic dit-tiny --mode full,fast");
+    CHECK(bad.rc != 0);
+    CHECK(bad.err.find("unknown mode 'fast'") != std::string::npos);
+}
+
 TEST_CASE("kiln generate --profile with the device loop prints step completions and memory peaks",
           "[apps][bench][vulkan]") {
     TmpDir tmp("profile_dev");
