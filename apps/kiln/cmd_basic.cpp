@@ -7,6 +7,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/exec/executor.h"
+#include "runtime/exec/linear_select.h"
 
 namespace kiln::app {
 
@@ -45,6 +46,10 @@ Run add_devices(CLI::App& app) {
                     "buffers missing; storage-buffer kernels only)\n");
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
             if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
+            if (d.fp16_storage && d.subgroup_arithmetic) {  // which linear kernels this device runs (no measuring)
+                vk::Context ctx(d.index, 0);
+                std::printf("    linear kernels: %s\n", exec::describe_linear_table(ctx).c_str());
+            }
         }
         std::printf("Kiln picks discrete > integrated > virtual > CPU; override with --device N or KILN_DEVICE=N.\n");
     };

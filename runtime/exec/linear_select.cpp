@@ -310,6 +310,31 @@ bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t
     return status = "loaded", true;
 }
 
+std::string describe_linear_table(vk::Context& ctx) {
+    const std::string path = linear_table_path(ctx);
+    if (path.empty()) return "no table file (pipeline cache off): measured in every process that plans a linear";
+    LinearTable t;
+    std::string status;
+    if (!read_linear_table(ctx, path, t, status))
+        return path + ": " + status +
+               (status == "missing" ? " (measured the first time a model is planned"
+                                    : " (measured again the next time a model is planned") +
+               ", or by `kiln bench --kernels`)";
+    std::string picks;
+    std::vector<DType> dts;
+    for (const auto& r : t.rows)
+        if (std::find(dts.begin(), dts.end(), r.dtype) == dts.end()) dts.push_back(r.dtype);
+    for (DType dt : dts) {
+        std::vector<int64_t> ms;
+        for (const auto& r : t.rows)
+            if (r.dtype == dt && std::find(ms.begin(), ms.end(), r.shape.M) == ms.end()) ms.push_back(r.shape.M);
+        std::string one;
+        for (int64_t m : ms) one += (one.empty() ? " " : ", ") + t.pick(dt, m) + " at M=" + std::to_string(m);
+        picks += (picks.empty() ? "" : "; ") + std::string(dtype_name(dt)) + one;
+    }
+    return path + " (loaded; `kiln bench --kernels` measures it again): " + picks;
+}
+
 LinearTable linear_table(vk::Context& ctx, DType dt) {
     static std::mutex mutex;  // held while measuring: a second executor waits for the first's table
     static std::map<std::string, LinearTable> tables;  // by key line (device, driver, build) and file

@@ -97,6 +97,10 @@ std::string linear_table_path(vk::Context& ctx);
 bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why);
 bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t, std::string& status);
 
+// One line on the table file of ctx's device, without measuring: where it is, whether it is loaded, missing or
+// stale, and per weight dtype it holds the variant picked at each measured row count (for `kiln devices`).
+std::string describe_linear_table(vk::Context& ctx);
+
 // The table of ctx's device with rows for weight dtype dt: from memory, else the file, else measured now (once per
 // process, device and dtype; then written to the file with the rows of other dtypes it holds).
 LinearTable linear_table(vk::Context& ctx, DType dt);

@@ -4,13 +4,16 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace {
-// Runs `kiln ARGS 2>&1`; the exit status and the output.
-int kiln(const std::string& args, std::string* out) {
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
+// Runs `ENV kiln ARGS 2>&1`; the exit status and the output.
+int kiln(const std::string& args, std::string* out, const std::string& env = "") {
+    const std::string cmd = env + std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
     FILE* p = ::popen(cmd.c_str(), "r");
     REQUIRE(p);
     out->clear();
@@ -33,4 +36,48 @@ TEST_CASE("kiln devices and kiln info print through the C API", "[apps]") {
     CHECK(out.find("AutoencoderKL") != std::string::npos);
     CHECK(kiln("info /no/such/model.kiln", &out) == 1);
     CHECK(out == "kiln: error: /no/such/model.kiln: no such file\n");
+}
+
+TEST_CASE("kiln devices names the linear kernel table: missing, loaded with its picks, stale, off", "[apps]") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("kiln-devices-table-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const std::string env = "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE XDG_CACHE_HOME=" + dir.string() + " ";
+    auto devices = [&](const std::string& prefix) {
+        std::string out;
+        REQUIRE(kiln("devices", &out, prefix) == 0);
+        const size_t at = out.find("    linear kernels: ");
+        REQUIRE(at != std::string::npos);
+        return out.substr(at, out.find('\n', at) - at);
+    };
+    const std::string path = (dir / "kiln").string() + "/linear-";
+    std::string line = devices(env);
+    CHECK(line.find(path) != std::string::npos);
+    CHECK(line.find(": missing (measured the first time a model is planned") != std::string::npos);
+    // bench --kernels at the default shapes and dtypes writes the table `kiln devices` then reads (one timed run).
+    std::string out;
+    REQUIRE(kiln("bench --kernels --steps 1", &out, env) == 0);
+    line = devices(env);
+    CHECK(line.find("(loaded; `kiln bench --kernels` measures it again): f32 ") != std::string::npos);
+    for (const char* part : {" at M=2, ", " at M=256; f16 ", "; bf16 "}) CHECK(line.find(part) != std::string::npos);
+    // A table from another driver or Kiln build (its key line differs) is stale.
+    fs::path file;
+    for (auto& e : fs::directory_iterator(dir / "kiln"))
+        if (e.path().filename().string().rfind("linear-", 0) == 0) file = e.path();
+    REQUIRE(!file.empty());
+    std::vector<std::string> lines;
+    {
+        std::ifstream f(file);
+        for (std::string l; std::getline(f, l);) lines.push_back(l);
+    }
+    REQUIRE(lines.size() > 2);
+    lines[1] = "key 0 0 0 0 0";
+    {
+        std::ofstream f(file);
+        for (auto& l : lines) f << l << "\n";
+    }
+    line = devices(env);
+    CHECK(line.find(": stale (measured again the next time a model is planned") != std::string::npos);
+    CHECK(devices("KILN_PIPELINE_CACHE=0 ").find("no table file (pipeline cache off)") != std::string::npos);
+    fs::remove_all(dir);
 }
