@@ -349,8 +349,17 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
         LinearTable f;
         if (read_linear_table(ctx, path, f, status) && has(f)) t = std::move(f);
     }
-    if (!has(t)) {
+    if (!has(t)) {  // seconds on a CPU device: say so, as the first run of a model would otherwise look stuck
+        std::fprintf(stderr,
+                     "kiln: measuring the linear kernels for %s weights on %s (once per device and driver%s%s)\n",
+                     dtype_name(dt), ctx.info().name.c_str(), path.empty() ? "" : "; saved in ", path.c_str());
+        const auto t0 = Clock::now();
         LinearTable m = measure_linear_table(ctx, linear_table_shapes(), {dt});
+        std::string picks;
+        for (const LinearShape& sh : linear_table_shapes())
+            picks += (picks.empty() ? "" : ", ") + m.pick(dt, sh.M) + " at M=" + std::to_string(sh.M);
+        std::fprintf(stderr, "kiln: linear kernels for %s: %s (%.1f s)\n", dtype_name(dt), picks.c_str(),
+                     std::chrono::duration<double>(Clock::now() - t0).count());
         LinearTable f;  // keep the other dtypes the file holds (another process may have measured them)
         if (!path.empty() && read_linear_table(ctx, path, f, status)) {
             std::set<DType> have;

@@ -206,6 +206,12 @@ TEST_CASE("kiln generate --profile with the device loop prints step completions 
     REQUIRE(r.rc == 0);
     CHECK(r.err.find("profile: loop on the device, 3 steps") != std::string::npos);
     CHECK(r.err.find("host RSS") != std::string::npos);
+    // A new cache: the kernel table is measured first, and says so (seconds on a CPU device); then never again.
+    CHECK(r.err.find("kiln: measuring the linear kernels for ") != std::string::npos);
+    CHECK(r.err.find("kiln: linear kernels for ") != std::string::npos);
+    Run again = run_kiln(tmp.path, "generate --class-labels 3 --steps 1 -o " + (tmp.path / "out2.png").string());
+    REQUIRE(again.rc == 0);
+    CHECK(again.err.find("measuring the linear kernels") == std::string::npos);
 }
 
 TEST_CASE("kiln generate --profile --host-loop prints the per-step figures and memory peaks", "[apps][bench][vulkan]") {
