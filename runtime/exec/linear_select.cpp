@@ -310,6 +310,18 @@ bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t
     return status = "loaded", true;
 }
 
+namespace {
+// "tex at M=2, tex at M=256": the variant t picks for weights of dtype dt at each row count it measured.
+std::string picks_of(const LinearTable& t, DType dt) {
+    std::vector<int64_t> ms;
+    for (const auto& r : t.rows)
+        if (r.dtype == dt && std::find(ms.begin(), ms.end(), r.shape.M) == ms.end()) ms.push_back(r.shape.M);
+    std::string out;
+    for (int64_t m : ms) out += (out.empty() ? "" : ", ") + t.pick(dt, m) + " at M=" + std::to_string(m);
+    return out;
+}
+}  // namespace
+
 std::string describe_linear_table(vk::Context& ctx) {
     const std::string path = linear_table_path(ctx);
     if (path.empty()) return "no table file (pipeline cache off): measured in every process that plans a linear";
@@ -324,14 +336,7 @@ std::string describe_linear_table(vk::Context& ctx) {
     std::vector<DType> dts;
     for (const auto& r : t.rows)
         if (std::find(dts.begin(), dts.end(), r.dtype) == dts.end()) dts.push_back(r.dtype);
-    for (DType dt : dts) {
-        std::vector<int64_t> ms;
-        for (const auto& r : t.rows)
-            if (r.dtype == dt && std::find(ms.begin(), ms.end(), r.shape.M) == ms.end()) ms.push_back(r.shape.M);
-        std::string one;
-        for (int64_t m : ms) one += (one.empty() ? " " : ", ") + t.pick(dt, m) + " at M=" + std::to_string(m);
-        picks += (picks.empty() ? "" : "; ") + std::string(dtype_name(dt)) + one;
-    }
+    for (DType dt : dts) picks += (picks.empty() ? "" : "; ") + std::string(dtype_name(dt)) + " " + picks_of(t, dt);
     return path + " (loaded; `kiln bench --kernels` measures it again): " + picks;
 }
 
@@ -355,10 +360,7 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
                      dtype_name(dt), ctx.info().name.c_str(), path.empty() ? "" : "; saved in ", path.c_str());
         const auto t0 = Clock::now();
         LinearTable m = measure_linear_table(ctx, linear_table_shapes(), {dt});
-        std::string picks;
-        for (const LinearShape& sh : linear_table_shapes())
-            picks += (picks.empty() ? "" : ", ") + m.pick(dt, sh.M) + " at M=" + std::to_string(sh.M);
-        std::fprintf(stderr, "kiln: linear kernels for %s: %s (%.1f s)\n", dtype_name(dt), picks.c_str(),
+        std::fprintf(stderr, "kiln: linear kernels for %s: %s (%.1f s)\n", dtype_name(dt), picks_of(m, dt).c_str(),
                      std::chrono::duration<double>(Clock::now() - t0).count());
         LinearTable f;  // keep the other dtypes the file holds (another process may have measured them)
         if (!path.empty() && read_linear_table(ctx, path, f, status)) {
