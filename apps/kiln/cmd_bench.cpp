@@ -265,7 +265,10 @@ Run add_bench(CLI::App& app) {
                  "selection table and, at the default shapes, save it for this device");
     app.add_option("--shape", o->kernel_shapes, "--kernels: a linear shape MxNxK (repeatable; default: the table's)");
     app.add_option("--kernel-dtypes", o->kernel_dtypes, "--kernels: weight dtypes")->capture_default_str();
-    app.footer("Example:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json\n  kiln bench --kernels");
+    app.footer(
+        "Examples:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json\n"
+        "  kiln bench --synthetic dit-xl-2-256 --mode full,regional --steps 0 --interleave 8   (on a noisy machine)\n"
+        "  kiln bench --kernels");
     return [o] {
         if (o->kernels)
             return bench_kernels(o->device, o->no_pipeline_cache, o->kernel_shapes, o->kernel_dtypes,
