@@ -381,9 +381,12 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
     const char* e = std::getenv("KILN_LINEAR");
     if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
-    for (const ir::Node& n : g.nodes())
-        if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
+    for (const ir::Node& n : g.nodes()) {
+        if (n.op == ir::Op::conv2d || n.op == ir::Op::attention)  // they follow the f32 table (choose_texel_op)
+            linear_table(ctx, DType::f32);
+        else if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
             linear_table(ctx, g.value(n.in[1]).dtype);
+    }
 }
 
 // conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured f32 linear

@@ -26,8 +26,9 @@ struct TempCacheDir {
     fs::path dir;
     std::string saved;
     bool had = false;
-    TempCacheDir() {
-        dir = fs::temp_directory_path() / ("kiln-linear-table-" + std::to_string(::getpid()));
+    // The process keeps tables in memory by file path: a test that must see a new file takes a tag of its own.
+    explicit TempCacheDir(const std::string& tag = "") {
+        dir = fs::temp_directory_path() / ("kiln-linear-table-" + tag + std::to_string(::getpid()));
         fs::remove_all(dir);
         if (const char* v = std::getenv("KILN_CACHE_DIR")) had = true, saved = v;
         ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
@@ -186,4 +187,19 @@ TEST_CASE("linear timing: early exit needs two slow runs in a row, one preempted
     auto [n4, best4] = runs({1.0, 0, true}, {5, 5});
     CHECK(n4 == 1);
     CHECK(best4 == 5);
+}
+
+TEST_CASE("prepare_linear_table loads the f32 table a graph's attention follows, even with no linear",
+          "[linear_select]") {
+    TempCacheDir tmp("attention-");  // a new cache: whatever prepare needs is measured now, and written
+    const std::string path = exec::linear_table_path(ctx());
+    ir::Graph g;
+    ir::Val q = g.input("q", {1, 8, 16}), k = g.input("k", {1, 8, 16}), v = g.input("v", {1, 8, 16});
+    g.output(g.attention(q, k, v, 2), "y");
+    ::unsetenv("KILN_LINEAR");
+    exec::prepare_linear_table(ctx(), g);  // attention picks its texel shader from the f32 table (choose_texel_op)
+    exec::LinearTable back;
+    std::string status;
+    REQUIRE(exec::read_linear_table(ctx(), path, back, status));
+    CHECK(std::any_of(back.rows.begin(), back.rows.end(), [](const auto& r) { return r.dtype == DType::f32; }));
 }
