@@ -47,8 +47,14 @@ Run add_devices(CLI::App& app) {
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
             if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
             if (d.fp16_storage && d.subgroup_arithmetic) {  // which linear kernels this device runs (no measuring)
-                vk::Context ctx(d.index, 0);
-                std::printf("    linear kernels: %s\n", exec::describe_linear_table(ctx).c_str());
+                std::string table;
+                try {  // no pipeline cache: listing devices neither reads nor rewrites it
+                    vk::Context ctx(d.index, 0, 0);
+                    table = exec::describe_linear_table(ctx);
+                } catch (const Error& e) {
+                    table = std::string("not read (the device did not open: ") + e.what() + ")";
+                }
+                std::printf("    linear kernels: %s\n", table.c_str());
             }
         }
         std::printf("Kiln picks discrete > integrated > virtual > CPU; override with --device N or KILN_DEVICE=N.\n");

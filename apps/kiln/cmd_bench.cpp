@@ -161,15 +161,15 @@ nlohmann::json interleaved(vk::Context& ctx, const ir::Graph& g, const models::B
         }
         bool same = true;
         for (auto& [name, v] : g.outputs()) same = same && ex[m]->output(name).bytes == ex[0]->output(name).bytes;
-        auto range = [](std::vector<double> v) {  // "median (min-max)"
-            std::sort(v.begin(), v.end());
+        auto summary = [](const std::vector<double>& v) {  // "median (min-max)"
+            const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
             char buf[64];
-            std::snprintf(buf, sizeof buf, "%.3f (%.3f-%.3f)", v[v.size() / 2], v.front(), v.back());
+            std::snprintf(buf, sizeof buf, "%.3f (%.3f-%.3f)", median(v), *lo, *hi);
             return std::string(buf);
         };
         std::printf("%-9s %10.1f %10.1f %10.1f %10.1f %20s %20s %8s\n", exec::mode_name(modes[m]), median(wall[m]),
                     *std::min_element(wall[m].begin(), wall[m].end()), median(cpu[m]),
-                    *std::min_element(cpu[m].begin(), cpu[m].end()), range(rw).c_str(), range(rc).c_str(),
+                    *std::min_element(cpu[m].begin(), cpu[m].end()), summary(rw).c_str(), summary(rc).c_str(),
                     same ? "yes" : "NO");
         out["modes"].push_back({{"mode", exec::mode_name(modes[m])},
                                 {"step_ms", wall[m]},
