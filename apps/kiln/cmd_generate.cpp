@@ -57,21 +57,21 @@ std::vector<int> parse_labels(const std::string& s, const nlohmann::json& model_
     return out;
 }
 
-// Writes one PNG per image (NAME-0.png, ...), or one grid / single image to `out`.
-void write_images(const Tensor& im, const std::string& out, bool grid, int upscale,
+// Writes one image file per image (NAME-0.png, ...; NAME-0.jpg for a .jpg path), or one grid / single image to
+// `out`, in the format its extension names.
+void write_images(const Tensor& im, const std::string& out, bool grid, int upscale, int quality,
                   const std::vector<std::pair<std::string, std::string>>& text) {
     const int B = (int)im.shape[0], H = (int)im.shape[1], W = (int)im.shape[2], C = (int)im.shape[3];
     if (grid || B == 1) {
         Tensor gimg = B == 1 ? im : make_grid(im, std::min(B, 10));
-        write_png(out, gimg.data<float>(), (int)gimg.shape[1], (int)gimg.shape[2], C, upscale, text);
+        write_image(out, gimg.data<float>(), (int)gimg.shape[1], (int)gimg.shape[2], C, upscale, text, quality);
         std::fprintf(stderr, "wrote %s\n", out.c_str());
         return;
     }
-    std::string base = out, ext = ".png";
-    if (base.size() > 4 && base.substr(base.size() - 4) == ".png") base = base.substr(0, base.size() - 4);
+    const std::string ext = image_extension(out), base = out.substr(0, out.size() - ext.size());
     for (int b = 0; b < B; ++b) {
-        std::string p = base + "-" + std::to_string(b) + ext;
-        write_png(p, im.data<float>() + (size_t)b * H * W * C, H, W, C, upscale, text);
+        std::string p = base + "-" + std::to_string(b) + (ext.empty() ? ".png" : ext);
+        write_image(p, im.data<float>() + (size_t)b * H * W * C, H, W, C, upscale, text, quality);
         std::fprintf(stderr, "wrote %s\n", p.c_str());
     }
 }
@@ -135,7 +135,8 @@ Run add_generate(CLI::App& app) {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts;
         std::string negative_prompt, prompt_embeds, prompt_file, vram_budget;
-        int steps = 25, device = -1, upscale = 1, width = 0, height = 0, max_sequence_length = 0, vae_tile = 0;
+        int steps = 25, device = -1, upscale = 1, quality = 95, width = 0, height = 0, max_sequence_length = 0,
+            vae_tile = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
         bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
@@ -159,7 +160,7 @@ Run add_generate(CLI::App& app) {
                                     "Text models: negative prompt for every image (default \"\"; PixArt, SD3)"));
     o->text_opts.push_back(app.add_option("--prompt-file", o->prompt_file,
                                           "Text models: one generation per non-empty line of this UTF-8 file ('-' = "
-                                          "stdin); images NAME-<line>.png"));
+                                          "stdin); images NAME-<line>.png (or .jpg)"));
     o->text_opts.push_back(app.add_flag("--keep-encoders", o->keep_encoders,
                                         "Text models: keep the text encoders on the device between the prompts of "
                                         "--prompt-file (no re-planning or re-upload; costs their memory)"));
@@ -188,16 +189,22 @@ Run add_generate(CLI::App& app) {
                  "Run the denoising loop on the host (read back every step; guidance and scheduler on the CPU) "
                  "instead of on the device; same result. Also KILN_DEVICE_LOOP=0");
     app.add_option("--dump", o->dump, "Write intermediates (step{i}_latents, step{i}_noise_pred, decoded, image)");
-    app.add_option("-o,--output", o->out, "PNG path; several images become NAME-0.png, NAME-1.png, ... (or --grid)")
+    app.add_option(
+           "-o,--output", o->out,
+           "Image path: NAME.jpg or NAME.jpeg writes JPEG, anything else PNG; several images become NAME-0.png, "
+           "NAME-1.png, ... (or --grid). The settings (model, labels or prompt, steps, guidance, seed, mode) go "
+           "into the file: PNG tEXt chunks, JPEG comments")
         ->capture_default_str();
-    app.add_flag("--grid", o->grid, "Write all images into one grid PNG");
+    app.add_option("--quality", o->quality, "JPEG quality, 1..100 (with -o NAME.jpg)")->capture_default_str();
+    app.add_flag("--grid", o->grid, "Write all images into one grid image");
     app.add_flag("--vae-tiling", o->vae_tiling,
                  "Decode in overlapping tiles of the VAE's sample_size, as diffusers' vae.enable_tiling() (less "
                  "memory; seams blended)");
     app.add_option("--vae-tile-size", o->vae_tile,
                    "With --vae-tiling: tile side in pixels (diffusers' vae.tile_sample_min_size; SD3/Flux VAEs say "
                    "1024, so 1024 px images need a smaller tile to be tiled)");
-    app.add_option("--upscale", o->upscale, "Nearest-neighbour upscale of the PNG (the demo model draws 32x32)")
+    app.add_option("--upscale", o->upscale,
+                   "Nearest-neighbour upscale of the image, 1..64 (the demo model draws 32x32)")
         ->capture_default_str();
     app.add_option("--device", o->device, "Vulkan device index (see `kiln devices`)");
     app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
@@ -219,6 +226,12 @@ Run add_generate(CLI::App& app) {
     return [o] {
         KILN_CHECK(o->vae_tile == 0 || o->vae_tiling, "--vae-tile-size needs --vae-tiling");
         check_output_path(o->out, "-o");
+        KILN_CHECK(o->upscale >= 1 && o->upscale <= 64, "--upscale ", o->upscale, " (1..64)");
+        KILN_CHECK(o->quality >= 1 && o->quality <= 100, "--quality ", o->quality, " (1..100)");
+        if (const std::string ext = std::filesystem::path(o->out).extension().string();
+            !ext.empty() && image_extension(o->out).empty())
+            std::fprintf(stderr, "kiln: warning: -o %s: '%s' is not .png, .jpg or .jpeg; writing PNG\n", o->out.c_str(),
+                         ext.c_str());
         if (!o->dump.empty()) check_output_path(o->dump, "--dump");
         const std::string model = o->model.empty() ? default_model() : o->model;
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
@@ -248,7 +261,7 @@ Run add_generate(CLI::App& app) {
             if (!tc.stream_note.empty())
                 std::fprintf(stderr, "  streaming: %s, %.1f MiB per step, ring copies %s\n", tc.stream_note.c_str(),
                              (double)tc.streamed_bytes_per_run / (1 << 20), tc.copy_queue.c_str());
-            write_images(r.image, out, o->grid, o->upscale,
+            write_images(r.image, out, o->grid, o->upscale, o->quality,
                          {{"Software", "kiln"}, {"kiln:model", model}, {"kiln:settings", settings}});
             if (!dump.empty()) write_safetensors(dump, r.intermediates);
         };
@@ -438,14 +451,15 @@ Run add_generate(CLI::App& app) {
                            (o->latents.empty() ? "" : " latents=" + o->latents);
                 if (jobs.size() == 1) {
                     finish(r, plan.steps, settings, o->out, o->dump);
-                } else {  // NAME-<line>.png (and NAME-<line>.safetensors for --dump)
+                } else {  // NAME-<line>.png or .jpg (and NAME-<line>.safetensors for --dump)
                     auto numbered = [&](const std::string& path, const std::string& ext) {
                         std::string base = path;
                         if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0)
                             base.resize(base.size() - ext.size());
                         return base + "-" + std::to_string(job) + ext;
                     };
-                    finish(r, plan.steps, settings, numbered(o->out, ".png"),
+                    const std::string ext = image_extension(o->out);
+                    finish(r, plan.steps, settings, numbered(o->out, ext.empty() ? ".png" : ext),
                            o->dump.empty() ? "" : numbered(o->dump, ".safetensors"));
                 }
             }

@@ -1,5 +1,7 @@
 #include "apps/kiln/png.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -30,22 +32,26 @@ void put_be32(std::vector<uint8_t>& v, uint32_t x) {
 }
 }  // namespace
 
-void write_png(const std::string& path, const float* image, int h, int w, int c, int upscale,
-               const std::vector<std::pair<std::string, std::string>>& text) {
-    KILN_CHECK(upscale >= 1 && upscale <= 64, "--upscale must be in 1..64");
-    int H = h * upscale, W = w * upscale;
-    std::vector<uint8_t> px((size_t)H * W * c);
-    for (int y = 0; y < H; ++y)
-        for (int x = 0; x < W; ++x)
-            for (int k = 0; k < c; ++k) {
-                float v = image[((size_t)(y / upscale) * w + (x / upscale)) * c + k];
-                v = v < 0 ? 0 : (v > 1 ? 1 : v);
-                px[((size_t)y * W + x) * c + k] = (uint8_t)std::nearbyint(v * 255.f);  // numpy_to_pil: round(x * 255)
-            }
+std::string image_extension(const std::string& path) {
+    const std::string ext = std::filesystem::path(path).extension().string();
+    std::string lower = ext;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return (char)std::tolower(ch); });
+    return lower == ".png" || lower == ".jpg" || lower == ".jpeg" ? ext : "";
+}
+
+ImageFormat image_format(const std::string& path) {
+    std::string ext = image_extension(path);
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return (char)std::tolower(ch); });
+    return ext == ".jpg" || ext == ".jpeg" ? ImageFormat::jpeg : ImageFormat::png;
+}
+
+namespace {
+// PNG bytes with one tEXt chunk per pair, right after IHDR (8-byte signature + 25-byte IHDR chunk).
+std::vector<uint8_t> encode_png(const std::string& path, const std::vector<uint8_t>& px, int W, int H, int c,
+                                const std::vector<std::pair<std::string, std::string>>& text) {
     int len = 0;
     unsigned char* png = stbi_write_png_to_mem(px.data(), W * c, W, H, c, &len);
     KILN_CHECK(png && len > 33, path, ": PNG encoding failed");
-    // Insert tEXt chunks right after IHDR (8-byte signature + 25-byte IHDR chunk).
     std::vector<uint8_t> out(png, png + 33);
     for (auto& [k, v] : text) {
         std::vector<uint8_t> chunk = {'t', 'E', 'X', 't'};
@@ -58,6 +64,52 @@ void write_png(const std::string& path, const float* image, int h, int w, int c,
     }
     out.insert(out.end(), png + 33, png + len);
     STBIW_FREE(png);
+    return out;
+}
+
+// JPEG bytes with one COM segment ("key: value", cut at the segment's 65533 bytes) per pair, after the JFIF APP0
+// segment that stb writes right after SOI.
+std::vector<uint8_t> encode_jpeg(const std::string& path, const std::vector<uint8_t>& px, int W, int H, int c,
+                                 const std::vector<std::pair<std::string, std::string>>& text, int quality) {
+    KILN_CHECK(quality >= 1 && quality <= 100, path, ": JPEG quality ", quality, " (1..100)");
+    std::vector<uint8_t> jpg;
+    auto sink = [](void* ctx, void* data, int size) {
+        auto* v = static_cast<std::vector<uint8_t>*>(ctx);
+        v->insert(v->end(), (const uint8_t*)data, (const uint8_t*)data + size);
+    };
+    KILN_CHECK(stbi_write_jpg_to_func(sink, &jpg, W, H, c, px.data(), quality) && jpg.size() > 6, path,
+               ": JPEG encoding failed");
+    KILN_CHECK(jpg[0] == 0xFF && jpg[1] == 0xD8 && jpg[2] == 0xFF && jpg[3] == 0xE0, path,
+               ": JPEG encoder wrote no JFIF header");
+    const size_t at = 4 + ((size_t)jpg[4] << 8 | jpg[5]);
+    std::vector<uint8_t> out(jpg.begin(), jpg.begin() + (std::ptrdiff_t)at);
+    for (auto& [k, v] : text) {
+        std::string body = k + ": " + v;
+        body.resize(std::min<size_t>(body.size(), 65533));
+        const size_t n = body.size() + 2;
+        out.insert(out.end(), {0xFF, 0xFE, (uint8_t)(n >> 8), (uint8_t)n});
+        out.insert(out.end(), body.begin(), body.end());
+    }
+    out.insert(out.end(), jpg.begin() + (std::ptrdiff_t)at, jpg.end());
+    return out;
+}
+}  // namespace
+
+void write_image(const std::string& path, const float* image, int h, int w, int c, int upscale,
+                 const std::vector<std::pair<std::string, std::string>>& text, int jpeg_quality) {
+    KILN_CHECK(upscale >= 1 && upscale <= 64, "--upscale must be in 1..64");
+    int H = h * upscale, W = w * upscale;
+    std::vector<uint8_t> px((size_t)H * W * c);
+    for (int y = 0; y < H; ++y)
+        for (int x = 0; x < W; ++x)
+            for (int k = 0; k < c; ++k) {
+                float v = image[((size_t)(y / upscale) * w + (x / upscale)) * c + k];
+                v = v < 0 ? 0 : (v > 1 ? 1 : v);
+                px[((size_t)y * W + x) * c + k] = (uint8_t)std::nearbyint(v * 255.f);  // numpy_to_pil: round(x * 255)
+            }
+    const std::vector<uint8_t> out = image_format(path) == ImageFormat::jpeg
+                                         ? encode_jpeg(path, px, W, H, c, text, jpeg_quality)
+                                         : encode_png(path, px, W, H, c, text);
     const std::string tmp = path + ".tmp";
     {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

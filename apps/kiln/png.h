@@ -1,5 +1,6 @@
 #pragma once
-// PNG output via stb_image_write, with tEXt chunks (settings, seed) and an atomic write.
+// Image output via stb_image_write: PNG with tEXt chunks (settings, seed), or JPEG with COM segments; written
+// atomically.
 #include <string>
 #include <utility>
 #include <vector>
@@ -7,9 +8,15 @@
 #include "runtime/core/tensor.h"
 
 namespace kiln::app {
-// image: [H, W, C] floats in [0, 1]; written as 8-bit with (v * 255 + 0.5) like diffusers' numpy_to_pil.
-void write_png(const std::string& path, const float* image, int h, int w, int c, int upscale,
-               const std::vector<std::pair<std::string, std::string>>& text);
+// The format a path names: JPEG for .jpg / .jpeg (any case), otherwise PNG.
+enum class ImageFormat { png, jpeg };
+ImageFormat image_format(const std::string& path);
+// The path's image extension as written (".png", ".JPG", ...), or "" when it has none Kiln writes.
+std::string image_extension(const std::string& path);
+// image: [H, W, C] floats in [0, 1]; written as 8-bit with round(v * 255) like diffusers' numpy_to_pil, in the
+// format the path names (image_format). jpeg_quality: 1..100, JPEG only.
+void write_image(const std::string& path, const float* image, int h, int w, int c, int upscale,
+                 const std::vector<std::pair<std::string, std::string>>& text, int jpeg_quality = 95);
 // Lays out B images [B, H, W, C] side by side (cols per row) with a 1-px grey separator.
 Tensor make_grid(const Tensor& images, int cols);
 }  // namespace kiln::app
