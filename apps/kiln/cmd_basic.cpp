@@ -1,6 +1,7 @@
 // kiln devices, kiln info, kiln forward.
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "apps/kiln/commands.h"
@@ -63,8 +64,13 @@ Run add_devices(CLI::App& app) {
 
 Run add_info(CLI::App& app) {
     auto file = std::make_shared<std::string>();
-    app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert)")->required();
+    app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert); default: the built-in dit-digits model");
     return [file] {
+        if (file->empty()) *file = default_model();
+        std::error_code ec;
+        KILN_CHECK(!std::filesystem::is_directory(*file, ec), *file,
+                   " is a folder: kiln info describes a Kiln file (convert the folder with `kiln-convert ", *file,
+                   " -o NAME.kiln`)");
         size_t n = 0;
         capi_check(kiln_describe_model_file(file->c_str(), nullptr, 0, &n));
         std::string text(n + 1, '\0');

@@ -172,6 +172,7 @@ nlohmann::json interleaved(vk::Context& ctx, const ir::Graph& g, const models::B
                     *std::min_element(cpu[m].begin(), cpu[m].end()), summary(rw).c_str(), summary(rc).c_str(),
                     same ? "yes" : "NO");
         out["modes"].push_back({{"mode", exec::mode_name(modes[m])},
+                                {"dispatches_per_step", ex[m]->counters().dispatches_per_run},
                                 {"step_ms", wall[m]},
                                 {"cpu_ms", cpu[m]},
                                 {"step_ms_median", median(wall[m])},
@@ -250,7 +251,7 @@ Run add_bench(CLI::App& app) {
                    "mode unfused, then with every fusion: rows '<mode>+f'); default: KILN_FUSE, else on");
     app.add_option("--interleave", o->interleave,
                    "After the per-mode rows: N rounds of one step of each mode, alternating (one executor per mode "
-                   "kept alive), with wall and process CPU time and each round's ratio to the first mode. For a "
+                   "kept alive, fused as --fuse on/off/all says), with wall and process CPU time and each round's ratio to the first mode. For a "
                    "shared or throttling machine, where minutes apart the same step differs more than the modes do")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
@@ -313,6 +314,12 @@ Run add_bench(CLI::App& app) {
 
         KILN_CHECK(o->interleave == 0 || modes.size() >= 2,
                    "--interleave compares modes: give two or more (--mode all, or a list such as full,regional)");
+        KILN_CHECK(o->fuse.empty() || o->fuse == "on" || o->fuse == "off" || o->fuse == "all" || o->fuse == "both",
+                   "--fuse '", o->fuse, "' (on, off, all or both)");
+        KILN_CHECK(o->interleave == 0 || o->fuse != "both",
+                   "--interleave runs one fusion setting: give --fuse on, off or all (both makes two rows per mode)");
+        // The KILN_FUSE value the executors read for --fuse on/off/all ("" leaves the environment as it is).
+        const std::string fuse_env_of_option = o->fuse == "on" ? "1" : o->fuse == "off" ? "0" : o->fuse;
         vk::Context ctx(o->device, -1, o->no_pipeline_cache ? 0 : -1);
         ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
         exec::Budget budget{o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget), o->slots, !o->no_in_place};
@@ -333,15 +340,13 @@ Run add_bench(CLI::App& app) {
         std::printf("pipeline cache: %s%s%s\n", pc.status.c_str(), pc.path.empty() ? "" : ", ", pc.path.c_str());
         std::fflush(stdout);
         // Fusion per row: the KILN_FUSE value the executor reads ("" leaves the environment as it is).
-        KILN_CHECK(o->fuse.empty() || o->fuse == "on" || o->fuse == "off" || o->fuse == "all" || o->fuse == "both",
-                   "--fuse '", o->fuse, "' (on, off, all or both)");
         std::vector<std::pair<exec::Mode, std::string>> rows;
         for (exec::Mode mode : modes) {
             if (o->fuse == "both") {
                 rows.push_back({mode, "0"});
                 rows.push_back({mode, "all"});
             } else {
-                rows.push_back({mode, o->fuse == "on" ? "1" : o->fuse == "off" ? "0" : o->fuse});
+                rows.push_back({mode, fuse_env_of_option});
             }
         }
         bool header = false;
@@ -498,11 +503,13 @@ Run add_bench(CLI::App& app) {
             report["modes"].push_back(jm);
             if (!fuse_env.empty()) ::unsetenv("KILN_FUSE");
         }
-        if (o->interleave > 0) {
+        if (o->interleave > 0) {  // with the rows' fusion
+            if (!fuse_env_of_option.empty()) ::setenv("KILN_FUSE", fuse_env_of_option.c_str(), 1);
             ir::Graph g;
             models::Builder b(g, *ws);
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
             report["interleaved"] = interleaved(ctx, g, b, in, modes, bw, budget, o->warmup, o->interleave);
+            if (!fuse_env_of_option.empty()) ::unsetenv("KILN_FUSE");
         }
         if (o->stream) {
             ir::Graph g;

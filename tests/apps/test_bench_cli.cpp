@@ -190,6 +190,28 @@ TEST_CASE("kiln bench --interleave: rounds of one step per mode, ratios to the f
     const double ratio = j["modes"][1]["wall_ratio_to_first"][1];
     CHECK(ratio == j["modes"][1]["step_ms"][1].get<double>() / j["modes"][0]["step_ms"][1].get<double>());
 
+    // The rounds run with the rows' fusion: unfused with --fuse off (the interleave's executors had read the
+    // environment, so they ran fused while the rows above them did not).
+    const std::string json_off = (tmp.path / "off.json").string();
+    Run off = run_kiln(tmp.path,
+                       "bench --synthetic dit-tiny --blocks 2 --mode eager,full --steps 0 --warmup 0 --fuse off "
+                       "--interleave 1 --json " +
+                           json_off);
+    INFO(off.err);
+    REQUIRE(off.rc == 0);
+    std::ifstream fo(json_off);
+    auto jo = nlohmann::json::parse(fo);
+    REQUIRE(jo["modes"].size() == 2);
+    REQUIRE(jo["interleaved"]["modes"].size() == 2);
+    const int eager_dispatches = jo["modes"][0]["dispatches_per_step"];
+    for (int m = 0; m < 2; ++m) {
+        CHECK(jo["interleaved"]["modes"][m]["dispatches_per_step"] == jo["modes"][m]["dispatches_per_step"]);
+        CHECK(jo["modes"][m]["dispatches_per_step"] == eager_dispatches);  // nothing fused in either mode
+    }
+    Run both = run_kiln(tmp.path, "bench --synthetic dit-tiny --mode eager,full --fuse both --interleave 2");
+    CHECK(both.rc != 0);
+    CHECK(both.err.find("--interleave runs one fusion setting") != std::string::npos);
+
     Run one = run_kiln(tmp.path, "bench --synthetic dit-tiny --mode full --interleave 2");
     CHECK(one.rc != 0);
     CHECK(one.err.find("--interleave compares modes") != std::string::npos);

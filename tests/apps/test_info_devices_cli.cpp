@@ -36,6 +36,18 @@ TEST_CASE("kiln devices and kiln info print through the C API", "[apps]") {
     CHECK(out.find("AutoencoderKL") != std::string::npos);
     CHECK(kiln("info /no/such/model.kiln", &out) == 1);
     CHECK(out == "kiln: error: /no/such/model.kiln: no such file\n");
+    // No file: the built-in model, as kiln generate uses it.
+    std::string builtin;
+    REQUIRE(kiln("info", &builtin, "KILN_DEFAULT_MODEL=" + std::string(KILN_BUILD_DIR) + "/dit-digits.kiln ") == 0);
+    CHECK(builtin.rfind(std::string(KILN_BUILD_DIR) + "/dit-digits.kiln: Kiln model file", 0) == 0);
+    CHECK(builtin.find("DiTTransformer2DModel") != std::string::npos);
+    // A diffusers folder is not a Kiln file: the error says how to make one.
+    const std::string folder = std::string(KILN_TEST_DATA) + "/fixtures/dit_pipeline_ddim";
+    CHECK(kiln("info " + folder, &out) == 1);
+    CHECK(out == "kiln: error: " + folder +
+                     " is a folder: kiln info describes a Kiln file (convert the folder with "
+                     "`kiln-convert " +
+                     folder + " -o NAME.kiln`)\n");
 }
 
 TEST_CASE("kiln devices names the linear kernel table: missing, loaded with its picks, stale, off", "[apps]") {
