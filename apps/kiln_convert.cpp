@@ -1,6 +1,7 @@
 // kiln-convert: diffusers folder -> one Kiln model file (GGUF v3).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -55,6 +56,13 @@ int main(int argc, char** argv) {
             opt.keep.emplace_back(k.substr(0, eq), dt);
         }
         opt.quiet = quiet;
+        {  // the output's folder, before any input is read
+            namespace fs = std::filesystem;
+            const fs::path dir = fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
+            std::error_code ec;
+            KILN_CHECK(fs::is_directory(dir, ec), "-o ", out, ": folder '", dir.string(), "' does not exist");
+            KILN_CHECK(!fs::is_directory(out, ec), "-o ", out, " is a folder (give a file name)");
+        }
         kiln::converter::convert_folder(src, out, opt);
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln-convert: error: %s\n", e.what());

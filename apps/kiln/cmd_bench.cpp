@@ -213,8 +213,12 @@ Run add_bench(CLI::App& app) {
                    "cannot hold the whole model; per-block figures stay valid)");
     app.add_option("--batch", o->batch, "Transformer batch (2 = one image with classifier-free guidance)")
         ->capture_default_str();
-    app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode")->capture_default_str();
-    app.add_option("--warmup", o->warmup, "Untimed steps before timing")->capture_default_str();
+    app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode; 0: plan and record only")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000000));
+    app.add_option("--warmup", o->warmup, "Untimed steps before timing")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1000000));
     app.add_option("--mode", o->mode,
                    "eager | full | regional, or a comma-separated list of them (full,regional) | all | none (with "
                    "--stream: only the sweep)")
@@ -251,9 +255,10 @@ Run add_bench(CLI::App& app) {
                    "mode unfused, then with every fusion: rows '<mode>+f'); default: KILN_FUSE, else on");
     app.add_option("--interleave", o->interleave,
                    "After the per-mode rows: N rounds of one step of each mode, alternating (one executor per mode "
-                   "kept alive, fused as --fuse on/off/all says), with wall and process CPU time and each round's ratio to the first mode. For a "
+                   "kept alive, fused as --fuse on/off/all says), with wall and process CPU time and each round's "
+                   "ratio to the first mode. For a "
                    "shared or throttling machine, where minutes apart the same step differs more than the modes do")
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Range(0, 1000000));
     app.add_option("--json", o->json, "Also write every figure to this JSON file");
     app.add_flag("--block-times", o->block_times,
                  "Regional: one extra step with timestamps around every replayed block (gpu_ms_per_block in the "
@@ -403,7 +408,7 @@ Run add_bench(CLI::App& app) {
             const MemoryPeaks peaks = read_peaks(ctx, rss_reset);
             const StepFigures med = median_step(steps);
             const nlohmann::json step_json = steps_json(steps);
-            double gflops = cost.flops / (med.wall_ms * 1e-3) * 1e-9;
+            const double gflops = med.wall_ms > 0 ? cost.flops / (med.wall_ms * 1e-3) * 1e-9 : 0;  // 0: no step timed
             // Bytes moved per step: the graph's, plus block weights copied (read and written) where copied.
             double bytes = cost.bytes + 2.0 * (double)c.weight_copy_bytes_per_run;
             // The table: one row per mode, medians over the timed steps (every step in the JSON).

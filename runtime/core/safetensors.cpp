@@ -116,7 +116,10 @@ void SafeTensors::add_file(const std::string& path, const std::vector<std::strin
                " bytes; a safetensors file starts with an 8-byte header length)");
     uint64_t hlen = 0;
     pread_all(fd, &hlen, 8, 0, path);  // little-endian host assumed (x86, ARM)
-    KILN_CHECK(hlen <= kMaxHeader, path, ": header length ", hlen, " exceeds the 100 MB limit");
+    KILN_CHECK(std::memcmp(&hlen, "GGUF", 4) != 0, path,
+               ": a GGUF file (a Kiln model file or a llama.cpp one), not safetensors");
+    KILN_CHECK(hlen <= kMaxHeader, path, ": header length ", hlen,
+               " exceeds the 100 MB limit (not a safetensors file?)");
     KILN_CHECK(8 + hlen <= fsize, path, ": header length ", hlen, " runs past the end of the file (", fsize, " bytes)");
     std::string hdr(hlen, '\0');
     pread_all(fd, hdr.data(), hlen, 8, path);

@@ -63,3 +63,25 @@ TEST_CASE("kiln generate and kiln forward check their output paths before loadin
     CHECK(err.find("absent.kiln") != std::string::npos);
     CHECK(!fs::exists(good));
 }
+
+TEST_CASE("kiln-convert checks its output folder before reading the input", "[apps][convert]") {
+    Tmp tmp;
+    std::ofstream(tmp.path / "file.txt") << "x";
+    const std::string absent = (tmp.path / "absent").string();  // no such input folder: never looked at
+    for (auto& [out, why] : std::vector<std::pair<std::string, std::string>>{
+             {(tmp.path / "no/such/dir/out.kiln").string(), "does not exist"},
+             {(tmp.path / "file.txt/out.kiln").string(), "does not exist"},
+             {tmp.path.string(), "is a folder"}}) {
+        const fs::path ef = tmp.path / "stderr.txt";
+        const std::string cmd =
+            std::string(KILN_BUILD_DIR) + "/apps/kiln-convert " + absent + " -o '" + out + "' 2>" + ef.string();
+        const int st = std::system(cmd.c_str());
+        std::ifstream f(ef);
+        const std::string err(std::istreambuf_iterator<char>(f), {});
+        INFO(cmd << "\n" << err);
+        CHECK((WIFEXITED(st) ? WEXITSTATUS(st) : -1) == 1);
+        CHECK(err.find("kiln-convert: error: -o " + out) != std::string::npos);
+        CHECK(err.find(why) != std::string::npos);
+        CHECK(err.find("absent") == std::string::npos);  // the input was not looked at
+    }
+}

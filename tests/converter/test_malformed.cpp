@@ -65,6 +65,13 @@ const std::vector<Defect>& defects() {
              std::memcpy(s.data(), &n, 8);
              spit(dir + "/diffusion_pytorch_model.safetensors", s);
          }},
+        {"a GGUF file under a safetensors name", "a GGUF file (a Kiln model file or a llama.cpp one), not safetensors",
+         [](const std::string& dir) {
+             copy_dit(dir);
+             std::string s = slurp(dir + "/diffusion_pytorch_model.safetensors");
+             std::memcpy(s.data(), "GGUF\x03\0\0\0", 8);
+             spit(dir + "/diffusion_pytorch_model.safetensors", s);
+         }},
         {"invalid JSON header", "not valid JSON",
          [](const std::string& dir) {
              copy_dit(dir);
