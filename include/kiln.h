@@ -293,6 +293,10 @@ typedef struct kiln_generate_params {
     /* 1: the text encoders stay planned and uploaded in the model after this call, so the next call with the same
      * prompt count skips that (costs their device memory while the transformer runs); 0 frees any kept ones. */
     int keep_encoders;
+    /* Appended (zero = one). diffusers' num_images_per_prompt: images per prompt (or per prompt_embeds row, or per
+     * class label), each from its own initial noise. Prompts are encoded once; prompts a, b with 2 give images
+     * a, a, b, b (latents then have that many rows). */
+    int images_per_prompt;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -70,6 +70,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(!p.latents || p.latents_shape, "latents given without latents_shape");
     KILN_ARG(p.vae_tile_size >= 0 && (p.vae_tile_size == 0 || p.vae_tiling), "vae_tile_size is ", p.vae_tile_size,
              " (it needs vae_tiling)");
+    KILN_ARG(p.images_per_prompt >= 0 && p.images_per_prompt <= 1000, "images_per_prompt is ", p.images_per_prompt,
+             " (1..1000, or 0 for one)");
+    const int per = std::max(1, p.images_per_prompt);
     const bool keep = p.intermediates != nullptr;
     const std::string scheduler = p.scheduler ? p.scheduler : "";
     const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
@@ -91,7 +94,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         for (int i = 0; i < p.class_label_count; ++i)
             KILN_ARG(ids.count(p.class_labels[i]), "class_labels[", i, "] = ", p.class_labels[i],
                      " is not a class of this model (", m.labels.size(), " classes)");
-        r.g.labels.assign(p.class_labels, p.class_labels + p.class_label_count);
+        r.g.labels.clear();  // GenerateOptions starts with label 0
+        for (int i = 0; i < p.class_label_count; ++i) r.g.labels.insert(r.g.labels.end(), per, p.class_labels[i]);
         if (p.steps) r.g.steps = p.steps;
         if (p.guidance != 0) r.g.guidance = p.guidance;
         r.g.seed = p.seed;
@@ -100,7 +104,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         r.g.keep_intermediates = keep;
         r.g.tiled_vae = p.vae_tiling != 0;
         r.g.vae_tile_size = p.vae_tile_size;
-        r.count = p.class_label_count;
+        r.count = (int)r.g.labels.size();
         r.width = m.default_width, r.height = m.default_height;
         if (p.latents) {
             const auto& tc = m.src.config("transformer");
@@ -134,7 +138,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         const Tensor& pe = r.t.text.prompt_embeds;
         KILN_ARG(!pe.bytes.empty() && pe.shape.size() == 3, "prompt_embeds: 'prompt_embeds' [B, L, D] is missing",
                  pe.shape.empty() ? "" : " (got " + shape_str(pe.shape) + ")");
-        r.count = (int)pe.shape[0];
+        r.count = (int)pe.shape[0] * per;
     }
     for (int i = 0; i < p.prompt_count; ++i) {
         KILN_ARG(p.prompts[i], "prompts[", i, "] is NULL");
@@ -158,9 +162,10 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.t.tiled_vae = p.vae_tiling != 0;
     r.t.vae_tile_size = p.vae_tile_size;
     r.t.resolution_binning = p.no_resolution_binning == 0;
+    r.t.images_per_prompt = per;
     r.keep_encoders = p.keep_encoders != 0;
     r.plan = models::plan_t2i(m.src, r.t);
-    if (!r.prompts.empty()) r.count = p.prompt_count;
+    if (!r.prompts.empty()) r.count = p.prompt_count * per;
     if (r.prompts.empty()) {  // prompt_embeds: what this pipeline needs, checked before any work
         const auto& tx = r.t.text;
         const bool pixart = r.plan.pipeline != "FluxPipeline" && r.plan.pipeline != "StableDiffusion3Pipeline";

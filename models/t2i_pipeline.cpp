@@ -127,6 +127,27 @@ std::vector<std::pair<std::string, Tensor>> TextConditioning::named() const {
     return out;
 }
 
+TextConditioning TextConditioning::repeat_each(int n) const {
+    KILN_CHECK(n >= 1, "images per prompt is ", n, " (at least 1)");
+    if (!present(prompt_embeds) || prompt_embeds.shape.empty()) return *this;  // generate_t2i says what is missing
+    const int64_t B = prompt_embeds.shape[0];
+    TextConditioning out = *this;
+    for (Tensor* t :
+         {&out.prompt_embeds, &out.negative_prompt_embeds, &out.pooled_prompt_embeds,
+          &out.negative_pooled_prompt_embeds, &out.prompt_attention_mask, &out.negative_prompt_attention_mask}) {
+        if (!present(*t) || t->shape.empty() || t->shape[0] != B || n == 1) continue;
+        const size_t row = t->nbytes() / (size_t)B;
+        Shape s = t->shape;
+        s[0] = B * n;
+        Tensor r(t->dtype, s);
+        for (int64_t b = 0; b < B; ++b)
+            for (int k = 0; k < n; ++k)
+                std::memcpy(r.bytes.data() + ((size_t)b * n + k) * row, t->bytes.data() + (size_t)b * row, row);
+        *t = std::move(r);
+    }
+    return out;
+}
+
 std::string t2i_pipeline_class(const ModelSource& src) {
     const auto& mi = src.model_index();
     if (mi.is_object() && mi.contains("_class_name") && mi["_class_name"].is_string()) {
@@ -214,7 +235,10 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const T2IPlan p = plan_t2i(src, opt);
     const bool flux = p.pipeline == "FluxPipeline", sd3 = p.pipeline == "StableDiffusion3Pipeline";
     const bool pixart = !flux && !sd3;
-    const TextConditioning& tx = opt.text;
+    KILN_CHECK(opt.images_per_prompt >= 1, "images per prompt is ", opt.images_per_prompt, " (at least 1)");
+    const TextConditioning repeated =
+        opt.images_per_prompt > 1 ? opt.text.repeat_each(opt.images_per_prompt) : TextConditioning{};
+    const TextConditioning& tx = opt.images_per_prompt > 1 ? repeated : opt.text;
     const std::string cls = src.class_of("transformer");
     const auto& tcfg = src.config("transformer");
     const auto vc = VaeConfig::from_json(src.config("vae"));

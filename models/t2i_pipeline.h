@@ -23,6 +23,10 @@ struct TextConditioning {
     static TextConditioning read(const SafeTensors& st);  // the tensors of those names that the file has
     static TextConditioning from(const std::map<std::string, Tensor>& named);  // likewise, from a map
     std::vector<std::pair<std::string, Tensor>> named() const;                 // the present ones, by name
+    // num_images_per_prompt: every row of the tensors with the prompts' batch B, n times in a row (prompts a, b and
+    // n = 2 give a, a, b, b, as diffusers' encode_prompt repeats prompt_embeds); a batch-1 negative with B > 1
+    // stays one row, applied to all.
+    TextConditioning repeat_each(int n) const;
 };
 
 struct T2IOptions {
@@ -36,6 +40,7 @@ struct T2IOptions {
     uint64_t seed = 0;
     std::string scheduler;  // "" = the model's; else a scheduler class name or alias
     exec::Mode mode = exec::Mode::regional;
+    int images_per_prompt = 1;           // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
     std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)
     bool keep_intermediates = false;     // the fixture names: step{i}_noise_pred, step{i}_latents, decoded, ...
     bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile

@@ -135,8 +135,8 @@ Run add_generate(CLI::App& app) {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts;
         std::string negative_prompt, prompt_embeds, prompt_file, vram_budget;
-        int steps = 25, device = -1, upscale = 1, quality = 95, width = 0, height = 0, max_sequence_length = 0,
-            vae_tile = 0;
+        int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
+            max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
         bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
@@ -176,6 +176,10 @@ Run add_generate(CLI::App& app) {
                                         "use_resolution_binning=False)"));
     o->size_opts.push_back(app.add_option("--width", o->width, "Text models: image width (default: the model's)"));
     o->size_opts.push_back(app.add_option("--height", o->height, "Text models: image height (default: the model's)"));
+    app.add_option("--images,--num-images-per-prompt", o->images,
+                   "Images per prompt or class label (diffusers' num_images_per_prompt), each from its own noise, all "
+                   "in one batch; prompts are encoded once. --prompt a --prompt b --images 2 draws a, a, b, b")
+        ->capture_default_str();
     o->steps_opt = app.add_option("--steps", o->steps, "Denoising steps (default: the pipeline's; DiT 25)");
     o->guidance_opt = app.add_option("--guidance", o->guidance,
                                      "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded)");
@@ -228,6 +232,7 @@ Run add_generate(CLI::App& app) {
         check_output_path(o->out, "-o");
         KILN_CHECK(o->upscale >= 1 && o->upscale <= 64, "--upscale ", o->upscale, " (1..64)");
         KILN_CHECK(o->quality >= 1 && o->quality <= 100, "--quality ", o->quality, " (1..100)");
+        KILN_CHECK(o->images >= 1 && o->images <= 1000, "--images ", o->images, " (1..1000)");
         if (const std::string ext = std::filesystem::path(o->out).extension().string();
             !ext.empty() && image_extension(o->out).empty())
             std::fprintf(stderr, "kiln: warning: -o %s: '%s' is not .png, .jpg or .jpeg; writing PNG\n", o->out.c_str(),
@@ -306,7 +311,9 @@ Run add_generate(CLI::App& app) {
             KILN_CHECK(bad.empty(), model, " is a class-conditional DiT model: ", bad,
                        " does not apply (use --class-labels)");
             models::GenerateOptions g;
-            g.labels = parse_labels(o->labels, src.model_index());
+            g.labels.clear();
+            for (int label : parse_labels(o->labels, src.model_index()))
+                g.labels.insert(g.labels.end(), o->images, label);
             g.steps = o->steps;
             g.guidance = o->guidance;
             g.seed = o->seed;
@@ -333,8 +340,9 @@ Run add_generate(CLI::App& app) {
                 r = generate_labels(api.get(), model, g);
             }
             n_steps = g.steps;
-            settings = "labels=" + o->labels + " steps=" + std::to_string(g.steps) +
-                       " guidance=" + std::to_string(g.guidance) + " seed=" + std::to_string(g.seed) +
+            settings = "labels=" + o->labels + (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
+                       " steps=" + std::to_string(g.steps) + " guidance=" + std::to_string(g.guidance) +
+                       " seed=" + std::to_string(g.seed) +
                        " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
                        " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents);
         } else {
@@ -355,6 +363,7 @@ Run add_generate(CLI::App& app) {
             t.host_loop = o->host_loop;
             t.tiled_vae = o->vae_tiling;
             t.vae_tile_size = o->vae_tile;
+            t.images_per_prompt = o->images;
             const auto plan = models::plan_t2i(src, t);  // defaults and size checks before any heavy work
             // One generation per --prompt list, or per line of --prompt-file.
             std::vector<std::vector<std::string>> jobs;
@@ -397,9 +406,11 @@ Run add_generate(CLI::App& app) {
                 const auto& prompts = jobs[job];
                 t.progress = progress_printer(t0);
                 auto header = [&] {
-                    std::fprintf(stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s\n",
-                                 model.c_str(), plan.pipeline.c_str(), device.c_str(), plan.width, plan.height,
-                                 plan.steps, plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode));
+                    std::fprintf(
+                        stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s%s\n",
+                        model.c_str(), plan.pipeline.c_str(), device.c_str(), plan.width, plan.height, plan.steps,
+                        plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode),
+                        o->images > 1 ? (", " + std::to_string(o->images) + " images per prompt").c_str() : "");
                 };
                 if (!ctx) {
                     TextRequest q;
@@ -447,6 +458,7 @@ Run add_generate(CLI::App& app) {
                            std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
                            " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
                            " mode=" + exec::mode_name(t.mode) +
+                           (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
                            (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
                            (o->latents.empty() ? "" : " latents=" + o->latents);
                 if (jobs.size() == 1) {

@@ -99,6 +99,7 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     if (q.negative) p.negative_prompt = q.negative->c_str();
     p.max_sequence_length = q.max_sequence_length;
     p.keep_encoders = q.keep_encoders;
+    p.images_per_prompt = t.images_per_prompt;
     // --prompt-embeds: the conditioning tensors as views (they outlive the call).
     std::vector<std::pair<std::string, Tensor>> named;
     std::vector<std::vector<int64_t>> shapes;

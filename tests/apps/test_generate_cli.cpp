@@ -211,3 +211,37 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
     fs::remove_all(tmp / "flux/tokenizer_2");
     expect_error(" --model " + (tmp / "flux") + " --prompt 'a cat'", "tokenizer_2");
 }
+
+TEST_CASE("kiln generate --images N: the prompts or labels repeated, each N times in a row",
+          "[apps][generate][vulkan]") {
+    Tmp tmp;
+    auto image = [&](const std::string& args, const std::string& name) {
+        Result r = generate(tmp, args + " --steps 2 --seed 3 --dump " + (tmp / (name + ".safetensors")) + " -o " +
+                                     (tmp / (name + ".png")));
+        INFO(args << "\n" << r.err);
+        REQUIRE(r.rc == 0);
+        return std::make_pair(SafeTensors::open(tmp / (name + ".safetensors")).read("image"), r.err);
+    };
+    // Class labels: 1,7 twice each is 1,1,7,7.
+    auto [dit_rep, dit_err] = image("--class-labels 1,7 --images 2", "dit_rep");
+    auto [dit_list, dit_list_err] = image("--class-labels 1,1,7,7", "dit_list");
+    CHECK(dit_rep.shape[0] == 4);
+    CHECK(dit_rep.bytes == dit_list.bytes);
+    CHECK(fs::exists(tmp / "dit_rep-3.png"));
+    // Prompts, through the C API and through the C++ pipeline (--host-loop): encoded once, two prompts.
+    const std::string sd3 = "--model " + fixture("sd3_pipeline");
+    auto [rep, rep_err] = image(sd3 + " --prompt 'a cat' --prompt 'a dog' --images 2", "sd3_rep");
+    auto [list, list_err] =
+        image(sd3 + " --prompt 'a cat' --prompt 'a cat' --prompt 'a dog' --prompt 'a dog'", "sd3_list");
+    auto [host, host_err] = image(sd3 + " --prompt 'a cat' --prompt 'a dog' --images 2 --host-loop", "sd3_host");
+    CHECK(rep.shape[0] == 4);
+    CHECK(rep.bytes == list.bytes);
+    CHECK(host.bytes == list.bytes);
+    CHECK(rep_err.find("text: 2 prompt(s)") != std::string::npos);
+    CHECK(rep_err.find("2 images per prompt") != std::string::npos);
+    CHECK(list_err.find("text: 4 prompt(s)") != std::string::npos);
+    // Out of range: stopped before the model is read.
+    Result bad = generate(tmp, "--images 0 --model " + (tmp / "absent.kiln") + " -o " + (tmp / "x.png"));
+    CHECK(bad.rc == 1);
+    CHECK(bad.err.find("kiln: error: --images 0 (1..1000)") != std::string::npos);
+}

@@ -180,6 +180,15 @@ TEST_CASE("C API: bad generate parameters", "[capi]") {
     auto p = base();
     REQUIRE(gen(p) == KILN_OK);
     CHECK(img.count == 2);
+    p.images_per_prompt = 3;  // each label three times
+    REQUIRE(gen(p) == KILN_OK);
+    CHECK(img.count == 6);
+    CHECK(img.required_bytes == 6 * 32 * 32 * 4);
+    p.images_per_prompt = -1;
+    expect(gen(p), KILN_INVALID_ARGUMENT, "images_per_prompt is -1");
+    p.images_per_prompt = 1001;
+    expect(gen(p), KILN_INVALID_ARGUMENT, "images_per_prompt is 1001");
+    p = base();
     p.class_label_count = 0;
     expect(gen(p), KILN_INVALID_ARGUMENT, "class_labels");
     p = base();
