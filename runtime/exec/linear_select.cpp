@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -95,7 +96,8 @@ LinearShape whole_blocks(LinearShape s, DType dt) {
     return s;
 }
 
-// Keys of the pipeline cache, as text: a table measured under another driver or Kiln build is stale.
+// Keys of the pipeline cache and the device name, as text: a table measured under another driver, Kiln build or
+// device is stale.
 std::string key_line(vk::Context& ctx) {
     vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
     std::ostringstream s;
@@ -104,6 +106,12 @@ std::string key_line(vk::Context& ctx) {
                   (unsigned long long)k.spirv_hash);
     s << b;
     for (uint8_t u : k.uuid) std::snprintf(b, sizeof b, "%02x", u), s << b;
+    // The device name too: one driver can expose the same ids and UUID as different devices (llvmpipe's vector
+    // width, LP_NATIVE_VECTOR_WIDTH, shows in its name), and a table measured and probed on one is stale on another.
+    std::string name = ctx.info().name;
+    std::replace_if(
+        name.begin(), name.end(), [](unsigned char c) { return std::isspace(c) != 0; }, '_');
+    s << ' ' << name;
     return s.str();
 }
 }  // namespace

@@ -72,6 +72,14 @@ TEST_CASE("kiln devices names the linear kernel table: missing, loaded with its 
     line = devices(env);
     CHECK(line.find("(loaded; `kiln bench --kernels` measures it again): f32 ") != std::string::npos);
     for (const char* part : {" at M=2, ", " at M=256; f16 ", "; bf16 "}) CHECK(line.find(part) != std::string::npos);
+    // The same driver as another device: llvmpipe with 4-wide vectors has lavapipe's ids and UUID, only its name
+    // differs; the table measured at the default width is stale there (measured and probed again, not reused).
+    std::string first;
+    REQUIRE(kiln("devices", &first, env) == 0);
+    if (first.find("llvmpipe") != std::string::npos && first.find("256 bits") != std::string::npos) {
+        CHECK(devices(env + "LP_NATIVE_VECTOR_WIDTH=128 ").find(": stale (measured again") != std::string::npos);
+        CHECK(devices(env).find("(loaded; ") != std::string::npos);  // and still current at the default width
+    }
     // A table from another driver or Kiln build (its key line differs) is stale.
     fs::path file;
     for (auto& e : fs::directory_iterator(dir / "kiln"))
