@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
                    "e.g. --keep '*.proj_out.*=f16'");
     app.add_option("--variant", variant, "read *.VARIANT.safetensors weights, as diffusers' variant= (e.g. fp16)");
     app.add_flag("-q,--quiet", quiet, "print nothing but errors");
+    app.set_version_flag("--version", std::string("kiln-convert ") + KILN_VERSION_STRING);
     CLI11_PARSE(app, argc, argv);
     try {
         kiln::converter::Options opt;

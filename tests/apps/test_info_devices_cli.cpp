@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,21 @@ TEST_CASE("kiln devices and kiln info print through the C API", "[apps]") {
                      " is a folder: kiln info describes a Kiln file (convert the folder with "
                      "`kiln-convert " +
                      folder + " -o NAME.kiln`)\n");
+}
+
+TEST_CASE("kiln --version and kiln-convert --version print the project version", "[apps]") {
+    std::string a, b;
+    REQUIRE(kiln("--version", &a) == 0);
+    FILE* p = ::popen((std::string(KILN_BUILD_DIR) + "/apps/kiln-convert --version").c_str(), "r");
+    REQUIRE(p);
+    char buf[256] = {};
+    b = std::fgets(buf, sizeof buf, p) ? buf : "";
+    const int st = ::pclose(p);
+    CHECK((WIFEXITED(st) ? WEXITSTATUS(st) : -1) == 0);
+    const std::regex version("^kiln(-convert)? [0-9]+\\.[0-9]+\\.[0-9]+\n$");
+    CHECK(std::regex_match(a, version));
+    CHECK(std::regex_match(b, version));
+    CHECK(a.substr(a.find(' ')) == b.substr(b.find(' ')));  // one version for both
 }
 
 TEST_CASE("kiln devices names the linear kernel table: missing, loaded with its picks, stale, off", "[apps]") {
