@@ -1,6 +1,10 @@
 // kiln-convert: diffusers folder -> one Kiln model file (GGUF v3).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -8,6 +12,18 @@
 
 #include "converter/convert.h"
 #include "runtime/core/error.h"
+
+namespace {
+// Ctrl-C (or SIGTERM, SIGHUP) while writing: the partial OUT.tmp (gigabytes for a large model) is removed, OUT is
+// left as it was. Only async-signal-safe calls.
+char g_partial[4096];
+void on_signal(int sig) {
+    if (g_partial[0]) ::unlink(g_partial);
+    const char msg[] = "\nkiln-convert: interrupted; nothing written (the partial output was removed)\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(128 + sig);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{
@@ -64,6 +80,9 @@ int main(int argc, char** argv) {
             KILN_CHECK(fs::is_directory(dir, ec), "-o ", out, ": folder '", dir.string(), "' does not exist");
             KILN_CHECK(!fs::is_directory(out, ec), "-o ", out, " is a folder (give a file name)");
         }
+        const std::string partial = out + ".tmp";  // GgufWriter writes here, then renames
+        if (partial.size() < sizeof g_partial) std::memcpy(g_partial, partial.c_str(), partial.size() + 1);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
         kiln::converter::convert_folder(src, out, opt);
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln-convert: error: %s\n", e.what());

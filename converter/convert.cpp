@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -39,6 +40,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "converter/arch.h"
 #include "converter/info.h"
@@ -513,9 +515,13 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
 
     Progress prog{log, log && ::isatty(STDERR_FILENO) && log == &std::cerr};
     uint64_t written = 0;
+    // Tests: a pause after each tensor, to interrupt a conversion midway (tests/apps/test_generate_output.cpp).
+    const char* delay = std::getenv("KILN_TEST_CONVERT_DELAY_MS");
+    const int delay_ms = delay ? std::atoi(delay) : 0;
     w.on_tensor = [&](size_t done, size_t total) {
         written = w.data_size() * done / std::max<size_t>(total, 1);  // approximate, for display only
         prog(done, total, written);
+        if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     };
     w.write(out_path);
     sum.bytes = fs::file_size(out_path);

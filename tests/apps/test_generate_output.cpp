@@ -1,9 +1,11 @@
 // Output paths are checked before the model is loaded: `kiln generate -o` and `--dump`, `kiln forward --output`.
 // A missing folder, a file as the folder, an unwritable folder, or a folder as the file name stop with one clear
 // error, a non-zero exit, and no model read (the model path given does not even exist).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -84,4 +86,40 @@ TEST_CASE("kiln-convert checks its output folder before reading the input", "[ap
         CHECK(err.find(why) != std::string::npos);
         CHECK(err.find("absent") == std::string::npos);  // the input was not looked at
     }
+}
+
+TEST_CASE("kiln-convert interrupted while writing removes its partial file and leaves the output as it was",
+          "[apps][convert]") {
+    Tmp tmp;
+    const fs::path out = tmp.path / "out.kiln", partial = tmp.path / "out.kiln.tmp", ef = tmp.path / "stderr.txt";
+    std::ofstream(out) << "the previous file";
+    // 20 ms after each of the built-in model's 272 tensors: about 5 s of writing to interrupt.
+    const std::string cmd = "KILN_TEST_CONVERT_DELAY_MS=20 exec " + std::string(KILN_BUILD_DIR) +
+                            "/apps/kiln-convert " + std::string(KILN_SOURCE_DIR) + "/models/default/dit-digits -o " +
+                            out.string() + " 2>" + ef.string();
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+        ::_exit(127);
+    }
+    bool writing = false;
+    for (int i = 0; i < 500 && !writing; ++i) {  // up to 10 s for the writer to open its partial file
+        writing = fs::exists(partial);
+        if (!writing) ::usleep(20000);
+    }
+    if (writing) ::usleep(300000);  // a few tensors in
+    ::kill(pid, SIGINT);
+    int st = 0;
+    REQUIRE(::waitpid(pid, &st, 0) == pid);
+    std::ifstream f(ef);
+    const std::string err(std::istreambuf_iterator<char>(f), {});
+    INFO(err);
+    REQUIRE(writing);
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 128 + SIGINT);
+    CHECK(err.find("kiln-convert: interrupted; nothing written") != std::string::npos);
+    CHECK(!fs::exists(partial));
+    std::ifstream o(out);
+    CHECK(std::string(std::istreambuf_iterator<char>(o), {}) == "the previous file");
 }
