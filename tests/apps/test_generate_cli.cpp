@@ -17,19 +17,7 @@ using namespace kiln;
 namespace fs = std::filesystem;
 
 namespace {
-struct Tmp {
-    fs::path path;
-    Tmp() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("kiln_gen_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-        fs::create_directories(path);
-    }
-    ~Tmp() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& rel) const { return (path / rel).string(); }
-};
+using Tmp = test::TempDir;
 
 struct Result {
     int rc = -1;
@@ -58,7 +46,7 @@ nlohmann::json io_json(const std::string& name) {
 
 TEST_CASE("kiln generate --prompt reproduces diffusers' pipelines through the CLI", "[apps][generate][vulkan]") {
     const std::string name = GENERATE(as<std::string>{}, "pixart_pipeline", "sd3_pipeline", "flux_pipeline");
-    Tmp tmp;
+    Tmp tmp("kiln_gen");
     auto j = io_json(name);
     const auto& s = j["call"]["scalars"];
     std::string args = "--model " + fixture(name) + " --latents " + fixture(name) + "/io.safetensors";
@@ -96,7 +84,7 @@ TEST_CASE("kiln generate --prompt reproduces diffusers' pipelines through the CL
 
 TEST_CASE("kiln generate --prompt-embeds and --prompt-file --keep-encoders through the CLI",
           "[apps][generate][vulkan]") {
-    Tmp tmp;
+    Tmp tmp("kiln_gen");
     const std::string name = "pixart_pipeline";
     const auto j = io_json(name);
     const auto& s = j["call"]["scalars"];
@@ -134,7 +122,7 @@ TEST_CASE("kiln generate --prompt-embeds and --prompt-file --keep-encoders throu
 }
 
 TEST_CASE("kiln generate --host-loop: the same PNG and dump as the device loop", "[apps][generate][loop][vulkan]") {
-    Tmp tmp;
+    Tmp tmp("kiln_gen");
     const std::string base = "--model " + fixture("sd3_pipeline") + " --prompt 'a cat' --steps 3 ";
     Result dev = generate(tmp, base + "--dump " + (tmp / "dev.safetensors") + " -o " + (tmp / "dev.png"));
     INFO(dev.err);
@@ -163,7 +151,7 @@ TEST_CASE("kiln generate under a budget: ring copies in the step or in batches o
     // The built-in digits model (six blocks) streams all of them through two ring slots at the minimum budget, on
     // the device loop (steps in flight). --transfer-queue split puts each ring copy in a batch of its own,
     // ordered by timeline semaphores as on a transfer queue; the next step's first copies wait for the last one.
-    Tmp tmp;
+    Tmp tmp("kiln_gen");
     const std::string base = "--class-labels 1,7 --steps 4 --grid ";
     Result ref = generate(tmp, base + "-o " + (tmp / "ref.png"));
     INFO(ref.err);
@@ -186,7 +174,7 @@ TEST_CASE("kiln generate under a budget: ring copies in the step or in batches o
 }
 
 TEST_CASE("kiln generate rejects bad prompts and options before writing anything", "[apps][generate]") {
-    Tmp tmp;
+    Tmp tmp("kiln_gen");
     const std::string png = tmp / "out.png";
     auto expect_error = [&](const std::string& args, const std::string& needle) {
         Result r = generate(tmp, args + " -o " + png);
@@ -214,7 +202,7 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
 
 TEST_CASE("kiln generate --images N: the prompts or labels repeated, each N times in a row",
           "[apps][generate][vulkan]") {
-    Tmp tmp;
+    Tmp tmp("kiln_gen");
     auto image = [&](const std::string& args, const std::string& name) {
         Result r = generate(tmp, args + " --steps 2 --seed 3 --dump " + (tmp / (name + ".safetensors")) + " -o " +
                                      (tmp / (name + ".png")));

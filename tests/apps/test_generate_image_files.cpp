@@ -21,22 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/test_support.h"
+
 namespace fs = std::filesystem;
 
 namespace {
-struct Tmp {
-    fs::path path;
-    Tmp() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("kiln_img_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-        fs::create_directories(path);
-    }
-    ~Tmp() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& rel) const { return (path / rel).string(); }
-};
+using Tmp = kiln::test::TempDir;
 
 // `kiln generate ARGS` (the built-in digits model); the exit status, stderr in *err.
 int generate(const Tmp& tmp, const std::string& args, std::string* err) {
@@ -88,7 +78,7 @@ bool is_jpeg(const std::vector<uint8_t>& b) {
 
 TEST_CASE("kiln generate -o NAME.jpg writes JPEG: the PNG's pixels, the settings as comments",
           "[apps][generate][vulkan]") {
-    Tmp tmp;
+    Tmp tmp("kiln_img");
     const std::string base = "--class-labels 3 --steps 2 --upscale 2 ";
     std::string err;
     REQUIRE(generate(tmp, base + "-o " + (tmp / "a.png"), &err) == 0);
@@ -137,7 +127,7 @@ TEST_CASE("kiln generate -o NAME.jpg writes JPEG: the PNG's pixels, the settings
 }
 
 TEST_CASE("kiln generate --quality and --upscale out of range stop before the model is read", "[apps][generate]") {
-    Tmp tmp;
+    Tmp tmp("kiln_img");
     for (auto [args, needle] : {std::pair<std::string, std::string>{"--quality 0", "--quality 0 (1..100)"},
                                 {"--quality 101", "--quality 101 (1..100)"},
                                 {"--upscale 0", "--upscale 0 (1..64)"},

@@ -19,22 +19,6 @@ namespace kiln::test {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed on destruction.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("kiln_conv_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& rel) const { return (path / rel).string(); }
-};
-
 inline std::string repo_path(const std::string& rel) { return data_path("../../" + rel); }
 inline std::string fixture(const std::string& name) { return data_path("fixtures/" + name); }
 

@@ -1,5 +1,8 @@
 #include "tests/support/test_support.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <random>
 
@@ -17,5 +20,18 @@ std::vector<float> random_vec(size_t n, unsigned seed, float lo, float hi) {
 }
 Tensor random_tensor(const Shape& s, unsigned seed, float lo, float hi) {
     return Tensor::from_f32(s, random_vec((size_t)shape_numel(s), seed, lo, hi));
+}
+
+TempDir::TempDir(const std::string& tag) {
+    static std::atomic<int> n{0};
+    path =
+        std::filesystem::temp_directory_path() / (tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+}
+
+TempDir::~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
 }
 }  // namespace kiln::test

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the tests: data paths, random tensors, environment knobs for one scope.
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,15 @@ struct ScopedEnv {
     ~ScopedEnv() { ::unsetenv(name.c_str()); }
     ScopedEnv(const ScopedEnv&) = delete;
     ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+
+// A fresh folder under the system's temp folder (TAG_<pid>_<n>), removed with everything in it at scope exit.
+struct TempDir {
+    std::filesystem::path path;
+    explicit TempDir(const std::string& tag = "kiln_test");
+    ~TempDir();
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::string operator/(const std::string& rel) const { return (path / rel).string(); }
 };
 }  // namespace kiln::test
