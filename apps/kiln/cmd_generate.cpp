@@ -65,9 +65,10 @@ void write_images(const Tensor& im, const std::string& out, bool grid, int upsca
     if (grid || B == 1) {
         Tensor gimg = B == 1 ? im : make_grid(im, std::min(B, 10));
         write_image(out, gimg.data<float>(), (int)gimg.shape[1], (int)gimg.shape[2], C, upscale, text, quality);
-        std::fprintf(stderr, "wrote %s\n", out.c_str());
+        std::fprintf(stderr, "wrote %s\n", out == "-" ? "the PNG to standard output" : out.c_str());
         return;
     }
+    KILN_CHECK(out != "-", "-o -: ", B, " images do not fit one standard output (add --grid)");
     const std::string ext = image_extension(out), base = out.substr(0, out.size() - ext.size());
     for (int b = 0; b < B; ++b) {
         std::string p = base + "-" + std::to_string(b) + (ext.empty() ? ".png" : ext);
@@ -197,7 +198,8 @@ Run add_generate(CLI::App& app) {
            "-o,--output", o->out,
            "Image path: NAME.jpg or NAME.jpeg writes JPEG, anything else PNG; several images become NAME-0.png, "
            "NAME-1.png, ... (or --grid). The settings (model, labels or prompt, steps, guidance, seed, mode) go "
-           "into the file: PNG tEXt chunks, JPEG comments")
+           "into the file: PNG tEXt chunks, JPEG comments. '-': one PNG to standard output (several images "
+           "need --grid)")
         ->capture_default_str();
     app.add_option("--quality", o->quality, "JPEG quality, 1..100 (with -o NAME.jpg)")->capture_default_str();
     app.add_flag("--grid", o->grid, "Write all images into one grid image");
@@ -229,7 +231,7 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
         KILN_CHECK(o->vae_tile == 0 || o->vae_tiling, "--vae-tile-size needs --vae-tiling");
-        check_output_path(o->out, "-o");
+        if (o->out != "-") check_output_path(o->out, "-o");  // "-": standard output
         KILN_CHECK(o->upscale >= 1 && o->upscale <= 64, "--upscale ", o->upscale, " (1..64)");
         KILN_CHECK(o->quality >= 1 && o->quality <= 100, "--quality ", o->quality, " (1..100)");
         KILN_CHECK(o->images >= 1 && o->images <= 1000, "--images ", o->images, " (1..1000)");
@@ -314,6 +316,8 @@ Run add_generate(CLI::App& app) {
             g.labels.clear();
             for (int label : parse_labels(o->labels, src.model_index()))
                 g.labels.insert(g.labels.end(), o->images, label);
+            KILN_CHECK(o->out != "-" || o->grid || g.labels.size() == 1, "-o -: ", g.labels.size(),
+                       " images do not fit one standard output (add --grid)");
             g.steps = o->steps;
             g.guidance = o->guidance;
             g.seed = o->seed;
@@ -388,6 +392,14 @@ Run add_generate(CLI::App& app) {
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
+            if (o->out == "-") {                   // one PNG to standard output: one generation of one image, or a grid
+                KILN_CHECK(jobs.size() == 1, "-o -: --prompt-file writes one image file per line (give -o NAME.png)");
+                const int64_t rows = jobs[0].empty()
+                                         ? (t.text.prompt_embeds.shape.empty() ? 1 : t.text.prompt_embeds.shape[0])
+                                         : (int64_t)jobs[0].size();
+                KILN_CHECK(o->grid || rows * o->images == 1, "-o -: ", rows * o->images,
+                           " images do not fit one standard output (add --grid)");
+            }
             ContextPtr api;
             std::unique_ptr<vk::Context> ctx;
             open_device(api, ctx);

@@ -110,6 +110,11 @@ void write_image(const std::string& path, const float* image, int h, int w, int 
     const std::vector<uint8_t> out = image_format(path) == ImageFormat::jpeg
                                          ? encode_jpeg(path, px, W, H, c, text, jpeg_quality)
                                          : encode_png(path, px, W, H, c, text);
+    if (path == "-") {  // standard output: one PNG, for a pipe
+        KILN_CHECK(std::fwrite(out.data(), 1, out.size(), stdout) == out.size() && std::fflush(stdout) == 0,
+                   "-o -: writing to standard output failed");
+        return;
+    }
     const std::string tmp = path + ".tmp";
     {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

@@ -126,6 +126,24 @@ TEST_CASE("kiln generate -o NAME.jpg writes JPEG: the PNG's pixels, the settings
     CHECK(is_png(bytes(tmp / "plain")));
 }
 
+TEST_CASE("kiln generate -o - writes the PNG to standard output, byte for byte the file's",
+          "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_img");
+    std::string err;
+    REQUIRE(generate(tmp, "--class-labels 3 --steps 2 -o " + (tmp / "a.png"), &err) == 0);
+    REQUIRE(generate(tmp, "--class-labels 3 --steps 2 -o - > " + (tmp / "stdout.png"), &err) == 0);
+    INFO(err);
+    CHECK(err.find("wrote the PNG to standard output") != std::string::npos);
+    CHECK(bytes(tmp / "stdout.png") == bytes(tmp / "a.png"));  // the settings name no output path
+    // Several images need --grid; stopped before generating, with nothing on standard output.
+    CHECK(generate(tmp, "--class-labels 1,7 --steps 2 -o - > " + (tmp / "two.png"), &err) == 1);
+    CHECK(err.find("kiln: error: -o -: 2 images do not fit one standard output (add --grid)") != std::string::npos);
+    CHECK(err.find("denoise") == std::string::npos);
+    CHECK(bytes(tmp / "two.png").empty());
+    REQUIRE(generate(tmp, "--class-labels 1 --images 2 --grid --steps 2 -o - > " + (tmp / "grid.png"), &err) == 0);
+    CHECK(is_png(bytes(tmp / "grid.png")));
+}
+
 TEST_CASE("kiln generate --quality and --upscale out of range stop before the model is read", "[apps][generate]") {
     Tmp tmp("kiln_img");
     for (auto [args, needle] : {std::pair<std::string, std::string>{"--quality 0", "--quality 0 (1..100)"},
