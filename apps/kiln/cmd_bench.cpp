@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "apps/kiln/commands.h"
 #include "apps/kiln/profile.h"
@@ -119,6 +120,25 @@ double process_cpu_ms() {
     timespec t{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+// When and where a run was measured, for results compared across machines: ISO 8601 UTC, and the host's CPU (the
+// device itself on lavapipe) and its hardware threads.
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+nlohmann::json host_info() {
+    std::string cpu;
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; cpu.empty() && std::getline(f, line);)
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+            cpu = line.substr(line.find(':') + 2);
+    return {{"cpu", cpu}, {"hardware_threads", std::thread::hardware_concurrency()}};
 }
 
 // --interleave N: one executor per mode, then N rounds of one step of each, the first mode of round r rotating
@@ -331,6 +351,9 @@ Run add_bench(CLI::App& app) {
         auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
         const auto& pc = ctx.pipeline_cache_info();
         nlohmann::json report = {
+            {"kiln_version", kiln_version()},
+            {"date_utc", utc_now()},
+            {"host", host_info()},
             {"device", ctx.info().name},
             {"driver", ctx.info().driver},
             {"class", arch.cls},

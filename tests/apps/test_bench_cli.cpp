@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "tests/support/test_support.h"
@@ -61,6 +62,12 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
     REQUIRE(r.rc == 0);
     auto j = read();
     CHECK(j["pipeline_cache"]["status"] == "missing");
+    // When and where: Kiln's version, the UTC time, the host (results are compared across machines).
+    CHECK(std::regex_match(j["kiln_version"].get<std::string>(), std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
+    CHECK(std::regex_match(j["date_utc"].get<std::string>(),
+                           std::regex("20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]Z")));
+    CHECK(j["host"]["hardware_threads"].get<int>() >= 1);
+    CHECK(j["host"].contains("cpu"));
     REQUIRE(j["modes"].size() == 3);
     for (auto& m : j["modes"]) {
         INFO(m["mode"]);
