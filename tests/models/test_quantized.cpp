@@ -21,7 +21,8 @@ TEST_CASE("quantized fixtures: Vulkan matches the CPU oracle, accuracy against f
     auto in = test::fixture_inputs(io, test::kTransformerInputs);
     const std::string file = test::convert_fixture(fx, dt);
     size_t quantized = 0, matrices = 0;
-    for (auto& t : GgufFile::open(file).tensors()) {
+    const GgufFile gguf = GgufFile::open(file);  // named: a temporary would die before the loop body
+    for (auto& t : gguf.tensors()) {
         quantized += dtype_is_quant(t.dtype);
         matrices += t.shape.size() == 2;
     }
