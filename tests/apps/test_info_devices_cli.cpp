@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -60,9 +59,13 @@ TEST_CASE("kiln --version and kiln-convert --version print the project version",
     b = std::fgets(buf, sizeof buf, p) ? buf : "";
     const int st = ::pclose(p);
     CHECK((WIFEXITED(st) ? WEXITSTATUS(st) : -1) == 0);
-    const std::regex version("^kiln(-convert)? [0-9]+\\.[0-9]+\\.[0-9]+\n$");
-    CHECK(std::regex_match(a, version));
-    CHECK(std::regex_match(b, version));
+    auto version = [](const std::string& line, const char* prog) {  // "PROG MAJOR.MINOR.PATCH\n"
+        int x = 0, y = 0, z = 0, n = 0;
+        const std::string fmt = std::string(prog) + " %d.%d.%d\n%n";
+        return std::sscanf(line.c_str(), fmt.c_str(), &x, &y, &z, &n) == 3 && n == (int)line.size();
+    };
+    CHECK(version(a, "kiln"));
+    CHECK(version(b, "kiln-convert"));
     CHECK(a.substr(a.find(' ')) == b.substr(b.find(' ')));  // one version for both
 }
 
