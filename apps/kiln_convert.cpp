@@ -5,13 +5,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "converter/convert.h"
 #include "runtime/core/error.h"
+#include "runtime/core/file_io.h"
 
 namespace {
 // Ctrl-C (or SIGTERM, SIGHUP) while writing: the partial OUT.tmp (gigabytes for a large model) is removed, OUT is
@@ -73,13 +73,7 @@ int main(int argc, char** argv) {
             opt.keep.emplace_back(k.substr(0, eq), dt);
         }
         opt.quiet = quiet;
-        {  // the output's folder, before any input is read
-            namespace fs = std::filesystem;
-            const fs::path dir = fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
-            std::error_code ec;
-            KILN_CHECK(fs::is_directory(dir, ec), "-o ", out, ": folder '", dir.string(), "' does not exist");
-            KILN_CHECK(!fs::is_directory(out, ec), "-o ", out, " is a folder (give a file name)");
-        }
+        kiln::check_output_path(out, "-o");        // before any input is read
         const std::string partial = out + ".tmp";  // GgufWriter writes here, then renames
         if (partial.size() < sizeof g_partial) std::memcpy(g_partial, partial.c_str(), partial.size() + 1);
         for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);

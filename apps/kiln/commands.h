@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "include/kiln.h"
+#include "runtime/core/file_io.h"
 #include "runtime/core/tensor.h"
 
 namespace kiln::app {
@@ -41,9 +42,6 @@ inline void add_transfer_queue_option(CLI::App& app) {
            "batches on the compute queue (as KILN_TRANSFER_QUEUE)")
         ->check(CLI::IsMember({"0", "1", "split"}));
 }
-// An output path is checked before any work (before the model loads): its folder must exist and be writable, and
-// it must not be a folder itself. `flag` names the option in the error ("-o").
-void check_output_path(const std::string& path, const char* flag);
 // The CLI goes through libkiln's C API: a failed call throws kiln::Error with kiln_last_error().
 void capi_check(kiln_status s);
 struct ContextDel {

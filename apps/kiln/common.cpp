@@ -1,4 +1,4 @@
-// What the subcommands share: output paths checked before any work, and the C API handles.
+// What the subcommands share: the C API handles and conversions.
 #include <unistd.h>
 
 #include <cstring>
@@ -8,17 +8,6 @@
 #include "runtime/core/error.h"
 
 namespace kiln::app {
-
-void check_output_path(const std::string& out, const char* flag) {
-    namespace fs = std::filesystem;
-    fs::path dir = fs::path(out).parent_path();
-    if (dir.empty()) dir = ".";
-    std::error_code ec;
-    KILN_CHECK(fs::exists(dir, ec), flag, " ", out, ": folder '", dir.string(), "' does not exist");
-    KILN_CHECK(fs::is_directory(dir, ec), flag, " ", out, ": '", dir.string(), "' is not a folder");
-    KILN_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", out, ": folder '", dir.string(), "' is not writable");
-    KILN_CHECK(!fs::is_directory(out, ec), flag, " ", out, " is a folder (give a file name)");
-}
 
 kiln_dtype c_dtype(DType d) {
     switch (d) {

@@ -32,16 +32,20 @@ void put_be32(std::vector<uint8_t>& v, uint32_t x) {
 }
 }  // namespace
 
+namespace {
+std::string lower_case(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return (char)std::tolower(ch); });
+    return s;
+}
+}  // namespace
+
 std::string image_extension(const std::string& path) {
-    const std::string ext = std::filesystem::path(path).extension().string();
-    std::string lower = ext;
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return (char)std::tolower(ch); });
+    const std::string ext = std::filesystem::path(path).extension().string(), lower = lower_case(ext);
     return lower == ".png" || lower == ".jpg" || lower == ".jpeg" ? ext : "";
 }
 
 ImageFormat image_format(const std::string& path) {
-    std::string ext = image_extension(path);
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return (char)std::tolower(ch); });
+    const std::string ext = lower_case(image_extension(path));
     return ext == ".jpg" || ext == ".jpeg" ? ImageFormat::jpeg : ImageFormat::png;
 }
 

@@ -8,6 +8,10 @@
 #include <string>
 
 namespace kiln {
+// An output path is checked before any work (before a model or input is read): its folder must exist and be
+// writable, and it must not be a folder itself. `flag` names the option in the error ("-o").
+void check_output_path(const std::string& path, const char* flag);
+
 // Reads exactly n bytes at offset off (retrying short reads and EINTR); throws kiln::Error (ErrorKind::io) naming
 // `file` on an I/O error or an unexpected end of file.
 void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& file);

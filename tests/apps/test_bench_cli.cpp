@@ -34,6 +34,16 @@ Run run_kiln(const fs::path& cache, const std::string& args) {
     return r;
 }
 
+// Runs `kiln bench ARGS --json DIR/NAME.json` (it must succeed) and returns the JSON it wrote.
+nlohmann::json bench_json(const fs::path& dir, const std::string& args, const std::string& name) {
+    const std::string json = (dir / (name + ".json")).string();
+    Run r = run_kiln(dir, "bench " + args + " --json " + json);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    std::ifstream f(json);
+    return nlohmann::json::parse(f);
+}
+
 struct TmpDir {
     fs::path path;
     explicit TmpDir(const std::string& tag) {
@@ -175,15 +185,9 @@ TEST_CASE("kiln bench --block-layout: weight-major (one recording) or block-majo
 TEST_CASE("kiln bench --interleave: rounds of one step per mode, ratios to the first, outputs compared",
           "[apps][bench][vulkan]") {
     TmpDir tmp("interleave");
-    const std::string json = (tmp.path / "bench.json").string();
-    Run r = run_kiln(tmp.path,
-                     "bench --synthetic dit-tiny --blocks 2 --mode eager,regional --steps 0 --warmup 0 "
-                     "--interleave 3 --json " +
-                         json);
-    INFO(r.err);
-    REQUIRE(r.rc == 0);
-    std::ifstream f(json);
-    auto j = nlohmann::json::parse(f)["interleaved"];
+    auto j = bench_json(tmp.path,
+                        "--synthetic dit-tiny --blocks 2 --mode eager,regional --steps 0 --warmup 0 --interleave 3",
+                        "bench")["interleaved"];
     CHECK(j["rounds"] == 3);
     REQUIRE(j["modes"].size() == 2);
     CHECK(j["modes"][0]["mode"] == "eager");
@@ -202,15 +206,9 @@ TEST_CASE("kiln bench --interleave: rounds of one step per mode, ratios to the f
 
     // The rounds run with the rows' fusion: unfused with --fuse off (the interleave's executors had read the
     // environment, so they ran fused while the rows above them did not).
-    const std::string json_off = (tmp.path / "off.json").string();
-    Run off = run_kiln(tmp.path,
-                       "bench --synthetic dit-tiny --blocks 2 --mode eager,full --steps 0 --warmup 0 --fuse off "
-                       "--interleave 1 --json " +
-                           json_off);
-    INFO(off.err);
-    REQUIRE(off.rc == 0);
-    std::ifstream fo(json_off);
-    auto jo = nlohmann::json::parse(fo);
+    auto jo = bench_json(
+        tmp.path, "--synthetic dit-tiny --blocks 2 --mode eager,full --steps 0 --warmup 0 --fuse off --interleave 1",
+        "off");
     REQUIRE(jo["modes"].size() == 2);
     REQUIRE(jo["interleaved"]["modes"].size() == 2);
     const int eager_dispatches = jo["modes"][0]["dispatches_per_step"];

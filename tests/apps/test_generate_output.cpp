@@ -72,7 +72,8 @@ TEST_CASE("kiln-convert checks its output folder before reading the input", "[ap
     const std::string absent = (tmp.path / "absent").string();  // no such input folder: never looked at
     for (auto& [out, why] : std::vector<std::pair<std::string, std::string>>{
              {(tmp.path / "no/such/dir/out.kiln").string(), "does not exist"},
-             {(tmp.path / "file.txt/out.kiln").string(), "does not exist"},
+             {(tmp.path / "file.txt/out.kiln").string(), "is not a folder"},
+             {"/proc/self/out.kiln", "is not writable"},
              {tmp.path.string(), "is a folder"}}) {
         const fs::path ef = tmp.path / "stderr.txt";
         const std::string cmd =
