@@ -297,6 +297,22 @@ typedef struct kiln_generate_params {
      * class label), each from its own initial noise. Prompts are encoded once; prompts a, b with 2 give images
      * a, a, b, b (latents then have that many rows). */
     int images_per_prompt;
+    /* Appended (NULL/0 = not given): diffusers' negative_prompt as a list, and prompt_2, prompt_3,
+     * negative_prompt_2, negative_prompt_3. Each list holds one text for every prompt, or one per prompt.
+     * negative_prompts replaces negative_prompt (give one or the other). Not given: prompts_2 and prompts_3 are the
+     * prompts, negative_prompts_2 and negative_prompts_3 the negative prompts; so is one empty text.
+     * SD3: prompts_2 / negative_prompts_2 go to CLIP-G (text_encoder_2), prompts_3 / negative_prompts_3 to T5.
+     * Flux: prompts_2 goes to T5. PixArt: only prompts and negative prompts apply. */
+    const char* const* negative_prompts;
+    int negative_prompt_count;
+    const char* const* prompts_2;
+    int prompt_2_count;
+    const char* const* prompts_3;
+    int prompt_3_count;
+    const char* const* negative_prompts_2;
+    int negative_prompt_2_count;
+    const char* const* negative_prompts_3;
+    int negative_prompt_3_count;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

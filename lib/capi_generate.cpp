@@ -34,8 +34,7 @@ struct Request {
     models::GenerateOptions g;
     models::T2IOptions t;
     models::T2IPlan plan;
-    std::vector<std::string> prompts;  // empty: t.text came as prompt_embeds
-    std::optional<std::string> negative;
+    models::PromptOptions texts;  // prompts empty: t.text came as prompt_embeds
     bool keep_encoders = false;
     int max_sequence_length = 0;
     int width = 0, height = 0, count = 0;
@@ -82,8 +81,10 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     check_scheduler(m.src, scheduler);
     if (m.kind == KILN_MODEL_CLASS_LABELS) {
         r.dit = true;
-        KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt, m.src.path(),
-                 " is a class-conditional DiT model: prompts do not apply (give class_labels)");
+        KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt &&
+                     p.negative_prompt_count == 0 && p.prompt_2_count == 0 && p.prompt_3_count == 0 &&
+                     p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0,
+                 m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
         KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
                  " is a class-conditional DiT model: give class_labels and class_label_count");
         KILN_ARG((p.width == 0 || p.width == m.default_width) && (p.height == 0 || p.height == m.default_height),
@@ -119,10 +120,29 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(!(p.prompt_count > 0 && p.prompt_embeds_count > 0), "give prompts or prompt_embeds, not both");
     KILN_ARG((p.prompt_count > 0 && p.prompts) || (p.prompt_embeds_count > 0 && p.prompt_embeds), m.src.path(),
              " is a text-to-image model (", m.pipeline, "): give prompts and prompt_count (or prompt_embeds)");
+    // The lists of texts besides the prompts: one for every prompt, or one per prompt (models::check_prompts).
+    auto texts = [&](const char* const* v, int count, const char* name) {
+        KILN_ARG(count >= 0 && (count == 0 || v), name, " / its count (", count, ") do not describe a list");
+        std::vector<std::string> out;
+        for (int i = 0; i < count; ++i) {
+            KILN_ARG(v[i], name, "[", i, "] is NULL");
+            out.push_back(v[i]);
+        }
+        return out;
+    };
+    KILN_ARG(!(p.negative_prompt && p.negative_prompt_count > 0), "give negative_prompt or negative_prompts, not both");
+    models::PromptOptions& po = r.texts;
+    po.negatives = texts(p.negative_prompts, p.negative_prompt_count, "negative_prompts");
+    if (p.negative_prompt) po.negatives = {p.negative_prompt};
+    po.prompts_2 = texts(p.prompts_2, p.prompt_2_count, "prompts_2");
+    po.prompts_3 = texts(p.prompts_3, p.prompt_3_count, "prompts_3");
+    po.negatives_2 = texts(p.negative_prompts_2, p.negative_prompt_2_count, "negative_prompts_2");
+    po.negatives_3 = texts(p.negative_prompts_3, p.negative_prompt_3_count, "negative_prompts_3");
     if (p.prompt_embeds_count > 0) {
-        KILN_ARG(!p.negative_prompt && p.max_sequence_length == 0,
-                 "negative_prompt and max_sequence_length apply to prompts; with prompt_embeds give "
-                 "negative_prompt_embeds");
+        KILN_ARG(po.negatives.empty() && po.prompts_2.empty() && po.prompts_3.empty() && po.negatives_2.empty() &&
+                     po.negatives_3.empty() && p.max_sequence_length == 0,
+                 "negative prompts, prompts_2, prompts_3 and max_sequence_length apply to prompts; with prompt_embeds "
+                 "give negative_prompt_embeds");
         std::map<std::string, Tensor> named;
         for (int i = 0; i < p.prompt_embeds_count; ++i) {
             Tensor t = read_tensor(p.prompt_embeds[i], i, "prompt_embeds");
@@ -142,13 +162,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     }
     for (int i = 0; i < p.prompt_count; ++i) {
         KILN_ARG(p.prompts[i], "prompts[", i, "] is NULL");
-        r.prompts.push_back(p.prompts[i]);
-        text::check_utf8(r.prompts.back(), "prompts[" + std::to_string(i) + "]");
+        po.prompts.push_back(p.prompts[i]);
     }
-    if (p.negative_prompt) {
-        r.negative = std::string(p.negative_prompt);
-        text::check_utf8(*r.negative, "negative_prompt");
-    }
+    if (!po.prompts.empty()) models::check_prompts(m.src, po);  // lengths, UTF-8, which texts apply
     KILN_ARG(p.max_sequence_length >= 0, "max_sequence_length is ", p.max_sequence_length);
     r.max_sequence_length = p.max_sequence_length;
     if (p.steps) r.t.steps = p.steps;
@@ -165,8 +181,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.t.images_per_prompt = per;
     r.keep_encoders = p.keep_encoders != 0;
     r.plan = models::plan_t2i(m.src, r.t);
-    if (!r.prompts.empty()) r.count = p.prompt_count * per;
-    if (r.prompts.empty()) {  // prompt_embeds: what this pipeline needs, checked before any work
+    if (!po.prompts.empty()) r.count = p.prompt_count * per;
+    if (po.prompts.empty()) {  // prompt_embeds: what this pipeline needs, checked before any work
         const auto& tx = r.t.text;
         const bool pixart = r.plan.pipeline != "FluxPipeline" && r.plan.pipeline != "StableDiffusion3Pipeline";
         auto need = [&](const Tensor& t, const char* name, const char* why) {
@@ -209,14 +225,12 @@ models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const ki
     }
     progress(0, r.plan.steps);
     if (!r.keep_encoders) m.encoders.reset();
-    if (r.prompts.empty()) {  // prompt_embeds
+    if (r.texts.prompts.empty()) {  // prompt_embeds
         r.t.progress = progress;
         return models::generate_t2i(ctx, m.src, r.t);
     }
     if (r.keep_encoders && !m.encoders) m.encoders = std::make_unique<models::EncoderCache>();
-    models::PromptOptions po;
-    po.prompts = r.prompts;
-    po.negative = r.negative;
+    models::PromptOptions po = r.texts;
     po.cfg = r.plan.cfg;
     po.max_sequence_length = r.max_sequence_length;
     po.mode = r.t.mode;

@@ -215,12 +215,57 @@ int default_max_sequence_length(const ModelSource& src) {
     KILN_FAIL(src.path(), ": ", p, " takes no prompt");
 }
 
+namespace {
+// One empty text in a list that falls back to another is Python's None there (`prompt_2 or prompt`).
+bool is_none(const std::vector<std::string>& v) { return v.empty() || (v.size() == 1 && v[0].empty()); }
+}  // namespace
+
+void check_prompts(const ModelSource& src, const PromptOptions& opt) {
+    const std::string pipe = t2i_pipeline_class(src);
+    KILN_CHECK(!opt.prompts.empty(), "no prompt given");
+    const size_t n = opt.prompts.size();
+    auto check = [&](const std::vector<std::string>& v, const std::string& name, bool listed) {
+        KILN_CHECK(listed || v.empty() || v.size() == 1 || v.size() == n, name, ": ", v.size(), " texts for ", n,
+                   " prompts (give one for every prompt, or one per prompt)");
+        for (size_t i = 0; i < v.size(); ++i) {
+            std::string what = name;  // appended piecewise: GCC 12's -Wrestrict misreads "[" + std::to_string(i)
+            if (v.size() > 1 || listed) what.append("[").append(std::to_string(i)).append("]");
+            text::check_utf8(v[i], what);
+        }
+    };
+    check(opt.prompts, "prompt", true);
+    check(opt.negatives, "negative_prompt", false);
+    check(opt.prompts_2, "prompt_2", false);
+    check(opt.prompts_3, "prompt_3", false);
+    check(opt.negatives_2, "negative_prompt_2", false);
+    check(opt.negatives_3, "negative_prompt_3", false);
+    if (pipe == "PixArtSigmaPipeline" || pipe == "PixArtAlphaPipeline")
+        KILN_CHECK(
+            is_none(opt.prompts_2) && is_none(opt.prompts_3) && is_none(opt.negatives_2) && is_none(opt.negatives_3),
+            src.path(), ": ", pipe,
+            " has one text encoder (T5): prompt_2, prompt_3, negative_prompt_2 and negative_prompt_3 do not "
+            "apply");
+    if (pipe == "FluxPipeline")
+        KILN_CHECK(is_none(opt.prompts_3) && is_none(opt.negatives_3), src.path(), ": ", pipe,
+                   " has two text encoders (CLIP, then T5 which reads prompt_2): prompt_3 and negative_prompt_3 do "
+                   "not apply");
+}
+
 EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt) {
     EncodedPrompts res;
     const std::string pipe = t2i_pipeline_class(src);
-    KILN_CHECK(!opt.prompts.empty(), "no prompt given");
+    check_prompts(src, opt);
     const int T5 = opt.max_sequence_length > 0 ? opt.max_sequence_length : default_max_sequence_length(src);
-    const std::vector<std::string> negs(opt.prompts.size(), opt.negative.value_or(""));
+    // Every encoder's texts, one per prompt: diffusers' negative_prompt (default ""), prompt_2 / prompt_3 (default
+    // the prompt) and negative_prompt_2 / negative_prompt_3 (default the negative prompt).
+    const size_t n = opt.prompts.size();
+    auto rows = [n](const std::vector<std::string>& v, const std::vector<std::string>& fallback, bool none_falls_back) {
+        if (v.empty() || (none_falls_back && is_none(v))) return fallback;
+        return v.size() == 1 ? std::vector<std::string>(n, v[0]) : v;
+    };
+    const auto negs = rows(opt.negatives, std::vector<std::string>(n), false);
+    const auto prompts_2 = rows(opt.prompts_2, opt.prompts, true), prompts_3 = rows(opt.prompts_3, opt.prompts, true);
+    const auto negs_2 = rows(opt.negatives_2, negs, true), negs_3 = rows(opt.negatives_3, negs, true);
     auto keep = [&](const std::string& name, const Tensor& t) {
         if (opt.keep_intermediates) res.intermediates.push_back({name, t});
     };
@@ -228,7 +273,8 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
     const int passes = opt.cfg && pipe != "FluxPipeline" ? 2 : 1;  // prompts, then negative prompts
     // The token batches of encoder `enc` for the prompts and (with CFG) the negative prompts; its tokenizer is
     // loaded once for both.
-    auto both = [&](const std::string& enc, int max_len, bool lower) {
+    auto both = [&](const std::string& enc, int max_len, bool lower, const std::vector<std::string>& pos_texts,
+                    const std::vector<std::string>& neg_texts) {
         auto t0 = Clock::now();
         const std::string comp = tokenizer_of(enc);
         KILN_CHECK(src.has(comp), src.path(), ": this model has no '", comp,
@@ -236,7 +282,7 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         auto tok = text::load_tokenizer(src.tokenizer_files(comp), src.path() + " (" + comp + ")");
         std::vector<TokenBatch> t;
         for (int neg = 0; neg < passes; ++neg) {
-            std::vector<std::string> p = neg ? negs : opt.prompts;
+            std::vector<std::string> p = neg ? neg_texts : pos_texts;
             if (lower)
                 for (auto& s : p) s = python_lower_strip(s);
             t.push_back(tokenize(*tok, src, comp, p, max_len, opt));
@@ -249,7 +295,7 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
     if (pipe == "PixArtSigmaPipeline" || pipe == "PixArtAlphaPipeline") {
         // _text_preprocessing(clean_caption): without bs4/ftfy diffusers falls back to lower().strip(). The negative
         // prompt is tokenized to the prompt's length (max_sequence_length).
-        auto t = both("text_encoder", T5, true);
+        auto t = both("text_encoder", T5, true, opt.prompts, negs);
         auto out = run_encoder(ctx, src, "text_encoder", t, true, opt, res);
         for (int neg = 0; neg < passes; ++neg) {
             res.tensors[pre(neg) + "prompt_embeds"] = need(out[(size_t)neg], "last_hidden_state", "text_encoder");
@@ -257,9 +303,10 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         }
     } else if (pipe == "StableDiffusion3Pipeline") {
         std::vector<std::map<std::string, Tensor>> clip[2];
-        for (int k = 0; k < 2; ++k) {
+        for (int k = 0; k < 2; ++k) {  // CLIP-L reads the prompts, CLIP-G prompt_2; both 77 tokens
             const std::string enc = k ? "text_encoder_2" : "text_encoder";
-            clip[k] = run_encoder(ctx, src, enc, both(enc, 77, false), false, opt, res);  // CLIP: 77 tokens
+            clip[k] = run_encoder(ctx, src, enc, both(enc, 77, false, k ? prompts_2 : opt.prompts, k ? negs_2 : negs),
+                                  false, opt, res);
             for (int neg = 0; neg < passes; ++neg) {
                 keep(enc + "_" + pre(neg) + "text_embeds", need(clip[k][(size_t)neg], "text_embeds", enc));
                 keep(enc + "_" + pre(neg) + "penultimate_hidden_state",
@@ -268,7 +315,8 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         }
         std::vector<std::map<std::string, Tensor>> t5;
         if (src.has("text_encoder_3"))
-            t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false), false, opt, res);
+            t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false, prompts_3, negs_3), false,
+                             opt, res);
         for (int neg = 0; neg < passes; ++neg) {
             const size_t n = (size_t)neg;
             Tensor clip_embeds =
@@ -281,10 +329,12 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
             res.tensors[pre(neg) + "pooled_prompt_embeds"] = cat2(clip[0][n]["text_embeds"], clip[1][n]["text_embeds"]);
         }
     } else if (pipe == "FluxPipeline") {
-        auto clip = run_encoder(ctx, src, "text_encoder", both("text_encoder", 77, false), false, opt, res);
+        auto clip =
+            run_encoder(ctx, src, "text_encoder", both("text_encoder", 77, false, opt.prompts, negs), false, opt, res);
         res.tensors["pooled_prompt_embeds"] = need(clip[0], "pooler_output", "text_encoder");
         keep("text_encoder_pooler_output", res.tensors["pooled_prompt_embeds"]);
-        auto t5 = run_encoder(ctx, src, "text_encoder_2", both("text_encoder_2", T5, false), false, opt, res);
+        auto t5 = run_encoder(ctx, src, "text_encoder_2", both("text_encoder_2", T5, false, prompts_2, negs_2), false,
+                              opt, res);
         res.tensors["prompt_embeds"] = need(t5[0], "last_hidden_state", "text_encoder_2");
     } else {
         KILN_FAIL(src.path(), ": ", pipe, " does not take a prompt (it is class-conditional: use --class-labels)");

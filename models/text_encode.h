@@ -39,8 +39,16 @@ private:
 };
 
 struct PromptOptions {
-    std::vector<std::string> prompts;              // one image each
-    std::optional<std::string> negative;           // nullopt: diffusers' default ("")
+    std::vector<std::string> prompts;  // one image each
+    // diffusers' negative_prompt, prompt_2, prompt_3, negative_prompt_2 and negative_prompt_3. Each list holds one
+    // text for every prompt, or one per prompt; empty is diffusers' None: negatives "", prompts_2 and prompts_3
+    // the prompts, negatives_2 and negatives_3 the negatives. One empty text in prompts_2, prompts_3, negatives_2
+    // or negatives_3 is None too (diffusers' `prompt_2 or prompt` on a string).
+    //   SD3:  prompts_2 and negatives_2 go to CLIP-G (text_encoder_2), prompts_3 and negatives_3 to T5.
+    //   Flux: prompts_2 goes to T5 (text_encoder_2); no negatives (no classifier-free guidance).
+    //   PixArt: one encoder; prompts_2 and prompts_3 do not apply.
+    std::vector<std::string> negatives;
+    std::vector<std::string> prompts_2, prompts_3, negatives_2, negatives_3;
     bool cfg = true;                               // negative embeddings are needed (guidance > 1 and a CFG pipeline)
     int max_sequence_length = 0;                   // T5 tokens; 0: the pipeline's default
     exec::Mode mode = exec::Mode::regional;        // JIT mode of the encoders
@@ -64,6 +72,10 @@ struct EncodedPrompts {
 // diffusers' max_sequence_length default for the pipeline (PixArt-α 120, PixArt-Σ 300, SD3 256, Flux-dev 512,
 // Flux-schnell (no guidance embedding) 256).
 int default_max_sequence_length(const ModelSource& src);
+
+// Checks opt's texts against the pipeline (which lists apply, their lengths, UTF-8) before any heavy work; the
+// messages use diffusers' argument names. encode_prompts calls it.
+void check_prompts(const ModelSource& src, const PromptOptions& opt);
 
 // Runs the tokenizers and text encoders of `src` on the prompts. ctx == nullptr runs the CPU reference.
 EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt);

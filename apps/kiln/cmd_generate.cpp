@@ -134,15 +134,15 @@ std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_p
 Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
-        std::vector<std::string> prompts;
-        std::string negative_prompt, prompt_embeds, prompt_file, vram_budget;
+        std::vector<std::string> prompts, negatives, prompts_2, prompts_3, negatives_2, negatives_3;
+        std::string prompt_embeds, prompt_file, vram_budget;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
             max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0;
         uint64_t seed = 0;
         bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
              host_loop = false;
-        CLI::Option *neg_opt = nullptr, *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
+        CLI::Option *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
         std::vector<CLI::Option*> text_opts, size_opts;
     };
     auto o = std::make_shared<Opts>();
@@ -156,9 +156,22 @@ Run add_generate(CLI::App& app) {
                                           "diffusers batches a list of prompts")
                                ->expected(1)
                                ->take_all());
-    o->text_opts.push_back(
-        o->neg_opt = app.add_option("--negative-prompt", o->negative_prompt,
-                                    "Text models: negative prompt for every image (default \"\"; PixArt, SD3)"));
+    // diffusers' negative_prompt, prompt_2, prompt_3, negative_prompt_2, negative_prompt_3: each given once (for
+    // every prompt) or once per --prompt.
+    auto add_texts = [&](const char* name, std::vector<std::string>& v, const std::string& help) {
+        o->text_opts.push_back(app.add_option(name, v, help + ". Once for every prompt, or repeated: one per --prompt")
+                                   ->expected(1)
+                                   ->take_all());
+    };
+    add_texts("--negative-prompt", o->negatives,
+              "Text models: the negative prompt (diffusers' negative_prompt; default \"\"; PixArt, SD3)");
+    add_texts("--prompt-2", o->prompts_2,
+              "SD3: the prompt CLIP-G reads; Flux: the prompt T5 reads (diffusers' prompt_2; default: the prompt)");
+    add_texts("--prompt-3", o->prompts_3, "SD3: the prompt T5 reads (diffusers' prompt_3; default: the prompt)");
+    add_texts("--negative-prompt-2", o->negatives_2,
+              "SD3: the negative prompt CLIP-G reads (diffusers' negative_prompt_2; default: --negative-prompt)");
+    add_texts("--negative-prompt-3", o->negatives_3,
+              "SD3: the negative prompt T5 reads (diffusers' negative_prompt_3; default: --negative-prompt)");
     o->text_opts.push_back(app.add_option("--prompt-file", o->prompt_file,
                                           "Text models: one generation per non-empty line of this UTF-8 file ('-' = "
                                           "stdin); images NAME-<line>.png (or .jpg)"));
@@ -225,6 +238,8 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model dit-xl-2-256.kiln --class-labels 207,360 --steps 25 -o out.png\n"
         "  kiln generate --model sd3-medium.kiln --prompt \"a photo of a cat on a chair\" --negative-prompt blurry -o "
         "cat.png\n"
+        "  kiln generate --model sd3-medium.kiln --prompt cat --prompt dog --negative-prompt blurry --negative-prompt "
+        "dark --prompt-3 \"a long description for T5 only\" --grid\n"
         "  kiln generate --model flux-schnell.kiln --prompt \"a castle\" --prompt \"a lighthouse\" --steps 4 "
         "--guidance 0\n"
         "  kiln generate --model pixart-sigma.kiln --prompt-file prompts.txt --keep-encoders -o out.png\n"
@@ -382,13 +397,32 @@ Run add_generate(CLI::App& app) {
                        "): give --prompt TEXT (or --prompt-embeds FILE)");
             KILN_CHECK(o->prompts.empty() || o->prompt_embeds.empty(),
                        "give either --prompt or --prompt-embeds, not both");
-            for (auto& job : jobs)
-                for (size_t i = 0; i < job.size(); ++i) text::check_utf8(job[i], "prompt " + std::to_string(i + 1));
-            if (o->neg_opt->count()) text::check_utf8(o->negative_prompt, "--negative-prompt");
-            if (plan.pipeline == "FluxPipeline" && o->neg_opt->count())
+            // Every text but the prompts, which each job sets; checked against the pipeline for every job now.
+            models::PromptOptions texts;
+            texts.negatives = o->negatives, texts.prompts_2 = o->prompts_2, texts.prompts_3 = o->prompts_3;
+            texts.negatives_2 = o->negatives_2, texts.negatives_3 = o->negatives_3;
+            texts.max_sequence_length = o->max_sequence_length;
+            const std::pair<const char*, const std::vector<std::string>*> lists[] = {
+                {"--negative-prompt", &o->negatives},
+                {"--prompt-2", &o->prompts_2},
+                {"--prompt-3", &o->prompts_3},
+                {"--negative-prompt-2", &o->negatives_2},
+                {"--negative-prompt-3", &o->negatives_3}};
+            for (auto& [name, v] : lists) {
+                KILN_CHECK(v->empty() || o->prompt_embeds.empty(), name,
+                           " applies to --prompt; with --prompt-embeds the file gives the negative and per-encoder "
+                           "embeddings");
+                KILN_CHECK(v->size() <= 1 || o->prompt_file.empty(), "--prompt-file: give ", name,
+                           " once (it applies to every line), not ", v->size(), " times");
+            }
+            for (auto& job : jobs) {
+                texts.prompts = job;
+                models::check_prompts(src, texts);
+            }
+            if (plan.pipeline == "FluxPipeline" && !(o->negatives.empty() && o->negatives_2.empty()))
                 std::fprintf(stderr,
                              "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
-                             "--negative-prompt is ignored\n");
+                             "--negative-prompt and --negative-prompt-2 are ignored\n");
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
@@ -426,9 +460,8 @@ Run add_generate(CLI::App& app) {
                 };
                 if (!ctx) {
                     TextRequest q;
-                    q.prompts = prompts;
-                    if (o->neg_opt->count()) q.negative = o->negative_prompt;
-                    q.max_sequence_length = o->max_sequence_length;
+                    q.texts = texts;
+                    q.texts.prompts = prompts;
                     q.keep_encoders = o->keep_encoders;
                     header();
                     t0 = std::chrono::steady_clock::now();
@@ -441,11 +474,9 @@ Run add_generate(CLI::App& app) {
                     const bool rss_reset = reset_peaks(*ctx);
                     std::vector<std::pair<std::string, Tensor>> text_dump;
                     if (!prompts.empty()) {
-                        models::PromptOptions po;
+                        models::PromptOptions po = texts;
                         po.prompts = prompts;
-                        if (o->neg_opt->count()) po.negative = o->negative_prompt;
                         po.cfg = plan.cfg;
-                        po.max_sequence_length = o->max_sequence_length;
                         po.mode = t.mode;
                         po.keep_intermediates = t.keep_intermediates;
                         if (o->keep_encoders) po.keep = &resident;
@@ -463,13 +494,19 @@ Run add_generate(CLI::App& app) {
                     profile(*ctx, r, rss_reset);
                     r.intermediates.insert(r.intermediates.begin(), text_dump.begin(), text_dump.end());
                 }
-                std::string prompt_text;
-                for (auto& p : prompts) prompt_text += (prompt_text.empty() ? "" : " | ") + p;
-                settings = "prompt=" + prompt_text + (o->neg_opt->count() ? " negative=" + o->negative_prompt : "") +
-                           " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
-                           std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
-                           " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
-                           " mode=" + exec::mode_name(t.mode) +
+                // The texts as given, a list joined by " | ".
+                auto joined = [](const char* key, const std::vector<std::string>& v) {
+                    std::string out;
+                    for (auto& p : v) out += (out.empty() ? "" : " | ") + p;
+                    return v.empty() ? std::string() : std::string(" ") + key + "=" + out;
+                };
+                settings = joined("prompt", prompts).substr(prompts.empty() ? 0 : 1) +
+                           joined("negative", o->negatives) + joined("prompt_2", o->prompts_2) +
+                           joined("prompt_3", o->prompts_3) + joined("negative_2", o->negatives_2) +
+                           joined("negative_3", o->negatives_3) + " pipeline=" + plan.pipeline +
+                           " size=" + std::to_string(plan.width) + "x" + std::to_string(plan.height) +
+                           " steps=" + std::to_string(plan.steps) + " guidance=" + std::to_string(plan.guidance) +
+                           " seed=" + std::to_string(t.seed) + " mode=" + exec::mode_name(t.mode) +
                            (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
                            (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
                            (o->latents.empty() ? "" : " latents=" + o->latents);

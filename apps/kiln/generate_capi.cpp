@@ -92,19 +92,28 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
 models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t, const TextRequest& q,
                                      kiln_generate_stats& stats) {
     kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
-    std::vector<const char*> prompts;
-    for (auto& s : q.prompts) prompts.push_back(s.c_str());
-    p.prompts = prompts.data();
-    p.prompt_count = (int)prompts.size();
-    if (q.negative) p.negative_prompt = q.negative->c_str();
-    p.max_sequence_length = q.max_sequence_length;
+    // The text lists as C arrays of the strings in q.
+    std::vector<const char*> lists[6];
+    auto list = [&](int k, const std::vector<std::string>& v, const char* const*& ptr, int& count) {
+        for (auto& s : v) lists[k].push_back(s.c_str());
+        ptr = lists[k].empty() ? nullptr : lists[k].data();
+        count = (int)lists[k].size();
+    };
+    const models::PromptOptions& x = q.texts;
+    list(0, x.prompts, p.prompts, p.prompt_count);
+    list(1, x.negatives, p.negative_prompts, p.negative_prompt_count);
+    list(2, x.prompts_2, p.prompts_2, p.prompt_2_count);
+    list(3, x.prompts_3, p.prompts_3, p.prompt_3_count);
+    list(4, x.negatives_2, p.negative_prompts_2, p.negative_prompt_2_count);
+    list(5, x.negatives_3, p.negative_prompts_3, p.negative_prompt_3_count);
+    p.max_sequence_length = x.max_sequence_length;
     p.keep_encoders = q.keep_encoders;
     p.images_per_prompt = t.images_per_prompt;
     // --prompt-embeds: the conditioning tensors as views (they outlive the call).
     std::vector<std::pair<std::string, Tensor>> named;
     std::vector<std::vector<int64_t>> shapes;
     std::vector<kiln_tensor> views;
-    if (q.prompts.empty()) {
+    if (x.prompts.empty()) {
         named = t.text.named();
         shapes.reserve(named.size());
         for (auto& [name, tensor] : named) {

@@ -5,6 +5,7 @@
 #include "apps/kiln/commands.h"
 #include "models/dit_pipeline.h"
 #include "models/t2i_pipeline.h"
+#include "models/text_encode.h"
 
 namespace kiln::app {
 
@@ -15,11 +16,10 @@ std::string device_name(kiln_context* ctx);
 // g.progress is called after each step (not before the first).
 models::GenerateResult generate_labels(kiln_context* ctx, const std::string& model, const models::GenerateOptions& g);
 
-// One text-to-image generation: q.prompts, or t.text (--prompt-embeds) when q.prompts is empty.
+// One text-to-image generation: q.texts (prompts, negative prompts, prompt_2 ..., max_sequence_length), or t.text
+// (--prompt-embeds) when q.texts.prompts is empty.
 struct TextRequest {
-    std::vector<std::string> prompts;
-    std::optional<std::string> negative;
-    int max_sequence_length = 0;
+    models::PromptOptions texts;
     bool keep_encoders = false;  // the encoders stay resident in m for the next call
 };
 // Runs it with kiln_generate on m (options as models::generate_t2i takes them); stats receives the call's

@@ -22,6 +22,14 @@ nlohmann::json fixture_json(const std::string& fixture) {
     return nlohmann::json::parse(f);
 }
 
+// diffusers' negative_prompt as the fixture gives it: a string, a list (one per prompt) or null.
+std::vector<std::string> negative_prompts(const nlohmann::json& j) {
+    const auto& n = j["negative_prompt"];
+    if (n.is_string()) return {n.get<std::string>()};
+    if (n.is_array()) return n.get<std::vector<std::string>>();
+    return {};
+}
+
 // The fixture's call (steps, guidance, size, latents_init) and its prompts, as diffusers ran it.
 struct FixtureCall {
     models::T2IOptions opt;
@@ -39,7 +47,7 @@ FixtureCall fixture_call(const std::string& fixture, const SafeTensors& io) {
     f.opt.latents_init = io.read("latents_init");
     f.opt.keep_intermediates = true;
     for (auto& p : j["prompt"]) f.po.prompts.push_back(p.get<std::string>());
-    if (j["negative_prompt"].is_string()) f.po.negative = j["negative_prompt"].get<std::string>();
+    f.po.negatives = negative_prompts(j);
     return f;
 }
 
@@ -69,7 +77,7 @@ TEST_CASE("prompts encode as diffusers' encode_prompt does", "[models][t2i][prom
     auto j = fixture_json(fixture);
     models::PromptOptions po;
     for (auto& p : j["prompt"]) po.prompts.push_back(p.get<std::string>());
-    if (j["negative_prompt"].is_string()) po.negative = j["negative_prompt"].get<std::string>();
+    po.negatives = negative_prompts(j);
     po.cfg = std::string(fixture) != "flux_pipeline";
     po.keep_intermediates = true;
     auto enc = models::encode_prompts(cpu ? nullptr : &test::context(), src, po);

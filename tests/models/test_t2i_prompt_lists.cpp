@@ -1,0 +1,162 @@
+// diffusers' negative_prompt as a list, prompt_2, prompt_3, negative_prompt_2 and negative_prompt_3: each text
+// reaches the encoder diffusers gives it to. Checked bitwise against encoding those texts as the prompts of a
+// batch of the same size: an encoder computes every row on its own, so the same token rows give the same bits.
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "models/text_encode.h"
+#include "runtime/core/error.h"
+#include "tests/models/model_harness.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+
+namespace {
+std::map<std::string, Tensor> encode(const models::ModelSource& src, const models::PromptOptions& po) {
+    models::PromptOptions o = po;
+    o.keep_intermediates = true;
+    o.warn = [](const std::string&) {};
+    auto enc = models::encode_prompts(&test::context(), src, o);
+    std::map<std::string, Tensor> all(enc.intermediates.begin(), enc.intermediates.end());
+    for (auto& [n, t] : enc.tensors) all[n] = t;
+    return all;
+}
+
+void same(const std::map<std::string, Tensor>& a, const std::string& an, const std::map<std::string, Tensor>& b,
+          const std::string& bn) {
+    INFO(an << " against " << bn);
+    REQUIRE(a.count(an));
+    REQUIRE(b.count(bn));
+    CHECK(a.at(an).shape == b.at(bn).shape);
+    CHECK(a.at(an).bytes == b.at(bn).bytes);
+}
+
+// Rows [b][from, to) of a [B, L, D] tensor (the sequence positions from..to of every batch row).
+std::vector<uint8_t> positions(const Tensor& t, int64_t from, int64_t to) {
+    REQUIRE(t.shape.size() == 3);
+    const size_t row = (size_t)t.shape[2] * dtype_size(t.dtype);
+    std::vector<uint8_t> out;
+    for (int64_t b = 0; b < t.shape[0]; ++b) {
+        const uint8_t* p = t.bytes.data() + ((size_t)b * t.shape[1] + from) * row;
+        out.insert(out.end(), p, p + (size_t)(to - from) * row);
+    }
+    return out;
+}
+}  // namespace
+
+TEST_CASE("SD3: negative prompts, prompt_2 and prompt_3 reach CLIP-L, CLIP-G and T5 as in diffusers",
+          "[models][t2i][prompt][vulkan]") {
+    auto src = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    models::PromptOptions po;
+    po.prompts = {"a cat", "a dog"};
+    po.negatives = {"blurry", "dark"};
+    po.prompts_2 = {"an owl"};                // one for every prompt
+    po.prompts_3 = {"a red barn", "a lake"};  // one per prompt
+    po.negatives_3 = {"low quality"};
+    const auto a = encode(src, po);
+    // The same texts as the prompts of batches of two.
+    models::PromptOptions ref;
+    ref.cfg = false;
+    ref.prompts = {"a cat", "a dog"};
+    const auto plain = encode(src, ref);
+    ref.prompts = {"an owl", "an owl"};
+    const auto owl = encode(src, ref);
+    ref.prompts = {"a red barn", "a lake"};
+    const auto t5 = encode(src, ref);
+    ref.prompts = {"blurry", "dark"};
+    const auto neg = encode(src, ref);
+    ref.prompts = {"low quality", "low quality"};
+    const auto neg_t5 = encode(src, ref);
+    for (const char* out : {"input_ids", "penultimate_hidden_state", "text_embeds"}) {
+        const std::string o = out;
+        same(a, "text_encoder_" + o, plain, "text_encoder_" + o);         // CLIP-L: the prompts
+        same(a, "text_encoder_2_" + o, owl, "text_encoder_2_" + o);       // CLIP-G: prompt_2
+        same(a, "text_encoder_negative_" + o, neg, "text_encoder_" + o);  // the negatives, one per prompt
+        // negative_prompt_2 not given: CLIP-G reads the negative prompts.
+        same(a, "text_encoder_2_negative_" + o, neg, "text_encoder_2_" + o);
+    }
+    same(a, "text_encoder_3_input_ids", t5, "text_encoder_3_input_ids");  // T5: prompt_3
+    same(a, "text_encoder_3_negative_input_ids", neg_t5, "text_encoder_3_input_ids");
+    // The conditioning: pooled = cat(CLIP-L of the prompt, CLIP-G of prompt_2); prompt_embeds' T5 positions
+    // (after CLIP's 77) are prompt_3's.
+    const Tensor& pooled = a.at("pooled_prompt_embeds");
+    const Tensor &l = plain.at("text_encoder_text_embeds"), &g = owl.at("text_encoder_2_text_embeds");
+    REQUIRE(pooled.shape == Shape{2, l.shape[1] + g.shape[1]});
+    for (int64_t b = 0; b < 2; ++b) {
+        const size_t rl = (size_t)l.shape[1] * 4, rg = (size_t)g.shape[1] * 4;
+        CHECK(std::memcmp(pooled.bytes.data() + b * (rl + rg), l.bytes.data() + b * rl, rl) == 0);
+        CHECK(std::memcmp(pooled.bytes.data() + b * (rl + rg) + rl, g.bytes.data() + b * rg, rg) == 0);
+    }
+    const Tensor& pe = a.at("prompt_embeds");
+    CHECK(positions(pe, 77, pe.shape[1]) == positions(t5.at("prompt_embeds"), 77, pe.shape[1]));
+    const Tensor& npe = a.at("negative_prompt_embeds");
+    CHECK(positions(npe, 77, npe.shape[1]) == positions(neg_t5.at("prompt_embeds"), 77, npe.shape[1]));
+    CHECK(positions(pe, 0, 77) != positions(t5.at("prompt_embeds"), 0, 77));  // CLIP's part is not prompt_3's
+
+    // One empty prompt_2 is diffusers' `prompt_2 or prompt`: the prompt.
+    models::PromptOptions empty2;
+    empty2.prompts = {"a cat", "a dog"};
+    empty2.cfg = false;
+    empty2.prompts_2 = {""};
+    same(encode(src, empty2), "prompt_embeds", plain, "prompt_embeds");
+    // One negative prompt for both prompts is the list with it twice.
+    models::PromptOptions one = po, twice = po;
+    one.negatives = {"blurry"};
+    twice.negatives = {"blurry", "blurry"};
+    same(encode(src, one), "negative_prompt_embeds", encode(src, twice), "negative_prompt_embeds");
+}
+
+TEST_CASE("Flux: prompt_2 is what T5 reads; PixArt: negative prompts one per prompt", "[models][t2i][prompt][vulkan]") {
+    auto flux = models::ModelSource::open(test::data_path("fixtures/flux_pipeline"));
+    models::PromptOptions po;
+    po.cfg = false;
+    po.prompts = {"a castle"};
+    po.prompts_2 = {"a castle on a hill at sunset, oil painting"};
+    const auto a = encode(flux, po);
+    models::PromptOptions ref = po;
+    ref.prompts_2.clear();
+    const auto clip = encode(flux, ref);
+    ref.prompts = {"a castle on a hill at sunset, oil painting"};
+    const auto t5 = encode(flux, ref);
+    same(a, "pooled_prompt_embeds", clip, "pooled_prompt_embeds");  // CLIP: the prompt
+    same(a, "prompt_embeds", t5, "prompt_embeds");                  // T5: prompt_2
+    same(a, "text_encoder_2_input_ids", t5, "text_encoder_2_input_ids");
+
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    models::PromptOptions px;
+    px.prompts = {"a red fox", "a blue bird"};
+    px.negatives = {"Blurry ", "dark"};  // lower-cased and stripped as the prompts are
+    const auto b = encode(pixart, px);
+    models::PromptOptions pref;
+    pref.cfg = false;
+    pref.prompts = {"blurry", "dark"};
+    const auto nb = encode(pixart, pref);
+    same(b, "negative_prompt_embeds", nb, "prompt_embeds");
+    same(b, "negative_prompt_attention_mask", nb, "prompt_attention_mask");
+    CHECK(b.at("prompt_embeds").bytes != nb.at("prompt_embeds").bytes);
+}
+
+TEST_CASE("prompt lists that do not fit the prompts or the pipeline are named", "[models][t2i][prompt]") {
+    auto sd3 = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    auto flux = models::ModelSource::open(test::data_path("fixtures/flux_pipeline"));
+    models::PromptOptions po;
+    po.prompts = {"a", "b"};
+    po.negatives = {"x", "y", "z"};
+    CHECK_THROWS_WITH(models::check_prompts(sd3, po), Catch::Contains("negative_prompt: 3 texts for 2 prompts"));
+    po.negatives = {"x", "y"};
+    po.negatives_2 = {"x", "\xc3"};
+    CHECK_THROWS_WITH(models::check_prompts(sd3, po),
+                      Catch::Contains("negative_prompt_2[1]") && Catch::Contains("UTF-8"));
+    po.negatives_2.clear();
+    CHECK_NOTHROW(models::check_prompts(sd3, po));
+    po.prompts_3 = {"long"};
+    CHECK_NOTHROW(models::check_prompts(sd3, po));
+    CHECK_THROWS_WITH(models::check_prompts(pixart, po), Catch::Contains("one text encoder (T5)"));
+    CHECK_THROWS_WITH(models::check_prompts(flux, po), Catch::Contains("prompt_3 and negative_prompt_3 do not apply"));
+    po.prompts_3 = {""};  // None
+    CHECK_NOTHROW(models::check_prompts(pixart, po));
+    po.prompts_2 = {"t5 text"};
+    CHECK_NOTHROW(models::check_prompts(flux, po));
+    CHECK_THROWS_WITH(models::encode_prompts(nullptr, pixart, po), Catch::Contains("prompt_2"));
+}
