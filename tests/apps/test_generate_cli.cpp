@@ -198,6 +198,58 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
     fs::copy(fixture("flux_pipeline"), tmp / "flux", fs::copy_options::recursive);
     fs::remove_all(tmp / "flux/tokenizer_2");
     expect_error(" --model " + (tmp / "flux") + " --prompt 'a cat'", "tokenizer_2");
+    // Text lists: one for every prompt or one per prompt; only where the pipeline has the encoder.
+    expect_error(sd3 + " --prompt a --prompt b --negative-prompt x --negative-prompt y --negative-prompt z",
+                 "negative_prompt: 3 texts for 2 prompts");
+    expect_error(" --model " + fixture("pixart_pipeline") + " --prompt a --prompt-2 b", "one text encoder (T5)");
+    expect_error(" --model " + fixture("flux_pipeline") + " --prompt a --prompt-3 b", "prompt_3");
+    expect_error(sd3 + " --prompt-embeds " + (tmp / "absent.safetensors") + " --prompt-3 b",
+                 "--prompt-3 applies to --prompt");
+    std::ofstream(tmp / "prompts.txt") << "a cat\na dog\n";
+    expect_error(sd3 + " --prompt-file " + (tmp / "prompts.txt") + " --negative-prompt x --negative-prompt y",
+                 "--prompt-file: give --negative-prompt once");
+}
+
+TEST_CASE("kiln generate --negative-prompt per prompt, --prompt-2, --prompt-3: each text reaches its encoder",
+          "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    const std::string sd3 = "--model " + fixture("sd3_pipeline") + " --steps 1 ";
+    auto run = [&](const std::string& args, const std::string& name) {
+        Result r = generate(tmp, sd3 + args + " --dump " + (tmp / (name + ".safetensors")) + " -o " +
+                                     (tmp / (name + ".png")) + " --grid");
+        INFO(args << "\n" << r.err);
+        REQUIRE(r.rc == 0);
+        return SafeTensors::open(tmp / (name + ".safetensors"));
+    };
+    const std::string lists =
+        "--prompt 'a cat' --prompt 'a dog' --negative-prompt blurry --negative-prompt dark --prompt-2 'an owl' "
+        "--prompt-3 'a red barn' --negative-prompt-3 'low quality'";
+    auto a = run(lists, "a");
+    auto host = run(lists + " --host-loop", "host");  // the C++ pipeline instead of the C API
+    // The negative texts as prompts (no guidance): the same token rows.
+    auto b = run("--prompt blurry --prompt dark --prompt-3 'low quality' --guidance 1", "b");
+    auto ids = [](const SafeTensors& st, const std::string& name) {
+        INFO(name);
+        REQUIRE(st.find(name));
+        return st.read(name);
+    };
+    for (const std::string enc : {"text_encoder", "text_encoder_2", "text_encoder_3"}) {
+        INFO(enc);
+        CHECK(ids(a, enc + "_negative_input_ids").bytes == ids(b, enc + "_input_ids").bytes);
+        CHECK(ids(host, enc + "_negative_input_ids").bytes == ids(b, enc + "_input_ids").bytes);
+    }
+    auto rows_equal = [](const Tensor& t) {
+        const size_t half = t.bytes.size() / 2;
+        return std::equal(t.bytes.begin(), t.bytes.begin() + half, t.bytes.begin() + half);
+    };
+    CHECK(rows_equal(ids(a, "text_encoder_2_input_ids")));     // one --prompt-2 for both prompts
+    CHECK(rows_equal(ids(a, "text_encoder_3_input_ids")));     // one --prompt-3
+    CHECK(!rows_equal(ids(a, "text_encoder_input_ids")));      // CLIP-L: the two prompts
+    CHECK(ids(a, "image").bytes == ids(host, "image").bytes);  // C API and C++ pipeline: the same bits
+    std::ifstream png(tmp / "a.png", std::ios::binary);
+    const std::string file(std::istreambuf_iterator<char>(png), {});
+    CHECK(file.find("negative=blurry | dark") != std::string::npos);  // the settings, in a tEXt chunk
+    CHECK(file.find("prompt_3=a red barn") != std::string::npos);
 }
 
 TEST_CASE("kiln generate --images N: the prompts or labels repeated, each N times in a row",
