@@ -313,6 +313,11 @@ typedef struct kiln_generate_params {
     int negative_prompt_2_count;
     const char* const* negative_prompts_3;
     int negative_prompt_3_count;
+    /* Flux: diffusers' true_cfg_scale (0 = 1 = off). Above 1, with a negative prompt (or negative_prompt_embeds and
+     * negative_pooled_prompt_embeds), classifier-free guidance on top of the embedded guidance: negative +
+     * true_cfg_scale * (prompt - negative). Without a negative it does nothing, as in diffusers. Other pipelines:
+     * KILN_INVALID_ARGUMENT (their scale is guidance). */
+    double true_cfg_scale;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

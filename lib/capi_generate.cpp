@@ -72,6 +72,10 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.images_per_prompt >= 0 && p.images_per_prompt <= 1000, "images_per_prompt is ", p.images_per_prompt,
              " (1..1000, or 0 for one)");
     const int per = std::max(1, p.images_per_prompt);
+    KILN_ARG(p.true_cfg_scale >= 0 && std::isfinite(p.true_cfg_scale), "true_cfg_scale is ", p.true_cfg_scale,
+             " (> 1 is on; 0 or 1 off)");
+    KILN_ARG(p.true_cfg_scale == 0 || m.pipeline == "FluxPipeline", "true_cfg_scale applies to Flux (", m.pipeline,
+             "'s guidance scale is guidance)");
     const bool keep = p.intermediates != nullptr;
     const std::string scheduler = p.scheduler ? p.scheduler : "";
     const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
@@ -179,6 +183,11 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.t.vae_tile_size = p.vae_tile_size;
     r.t.resolution_binning = p.no_resolution_binning == 0;
     r.t.images_per_prompt = per;
+    // Flux's true CFG runs only with negative conditioning, as diffusers' has_neg_prompt.
+    const bool has_negative =
+        !po.negatives.empty() || !po.negatives_2.empty() ||
+        (!r.t.text.negative_prompt_embeds.bytes.empty() && !r.t.text.negative_pooled_prompt_embeds.bytes.empty());
+    if (p.true_cfg_scale != 0 && has_negative) r.t.true_cfg_scale = p.true_cfg_scale;
     r.keep_encoders = p.keep_encoders != 0;
     r.plan = models::plan_t2i(m.src, r.t);
     if (!po.prompts.empty()) r.count = p.prompt_count * per;

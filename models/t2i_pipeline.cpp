@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -225,7 +226,15 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     }
     p.latent_h = p.height / p.vae_scale_factor;
     p.latent_w = p.width / p.vae_scale_factor;
-    p.cfg = p.pipeline != "FluxPipeline" && p.guidance > 1.0;
+    KILN_CHECK(!opt.true_cfg_scale || p.pipeline == "FluxPipeline", p.pipeline,
+               ": true_cfg_scale applies to FluxPipeline (this pipeline's classifier-free guidance scale is guidance)");
+    if (p.pipeline == "FluxPipeline") {
+        p.cfg_scale = opt.true_cfg_scale.value_or(1.0);
+        KILN_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale > 0, "true_cfg_scale is ", p.cfg_scale, " (> 1 is on)");
+    } else {
+        p.cfg_scale = p.guidance;
+    }
+    p.cfg = p.cfg_scale > 1.0;
     return p;
 }
 
@@ -252,8 +261,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     auto guided = [&](const Tensor& pos, const Tensor& neg, size_t rank, const std::string& name) {
         Tensor pr = rows(pos, B, rank, name);
         if (!p.cfg) return pr;
-        KILN_CHECK(present(neg), p.pipeline, ": guidance ", p.guidance, " > 1 needs negative_", name,
-                   " (or guidance 1)");
+        KILN_CHECK(present(neg), p.pipeline, ": ", flux ? "true_cfg_scale " : "guidance ", p.cfg_scale,
+                   " > 1 needs negative_", name, flux ? " (or true_cfg_scale 1)" : " (or guidance 1)");
         return cat0(rows(neg, B, rank, "negative_" + name), pr, name);
     };
     std::map<std::string, Tensor> in;
@@ -300,8 +309,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             }
         in["img_ids"] = img;
         in["txt_ids"] = Tensor(DType::f32, {tx.prompt_embeds.shape[1], 3});  // zeros
-        Tensor g(DType::f32, {B});
-        for (int b = 0; b < B; ++b) g.data<float>()[b] = (float)p.guidance;
+        Tensor g(DType::f32, {BB});  // the embedded guidance, the same for the negative rows
+        for (int b = 0; b < BB; ++b) g.data<float>()[b] = (float)p.guidance;
         in["guidance"] = g;
     }
 
@@ -375,7 +384,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     ls.row_lat = (uint32_t)row_lat;
     ls.row_out = (uint32_t)(tx_exec.device_range("sample").size / 4 / (VkDeviceSize)BB);
     ls.cfg = p.cfg;  // rows [0, B) negative, [B, 2B) prompt
-    ls.guidance = (float)p.guidance;
+    ls.guidance = (float)p.cfg_scale;
     // Guidance on the host: noise (B rows) from the transformer output (BB rows). Learned sigma (PixArt,
     // out_channels = 2C): the scheduler sees the first C channels of each row.
     std::vector<float> noise(n_lat);
@@ -384,11 +393,11 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         KILN_CHECK(row_out == row_lat || row_out == 2 * row_lat, cls, ": output ", shape_str(out.shape),
                    " does not match latents ", shape_str(lat_shape));
         const float* o = out.data<float>();
-        const float g = (float)p.guidance;
+        const float g = (float)p.cfg_scale;
         for (int64_t b = 0; b < B; ++b)
             for (size_t k = 0; k < row_lat; ++k) {
                 float v = o[(size_t)b * row_out + k];
-                if (p.cfg) {  // rows [0, B) negative, [B, 2B) prompt: uncond + g * (text - uncond)
+                if (p.cfg) {  // rows [0, B) negative, [B, 2B) prompt: uncond + g * (text - uncond) (Flux: true CFG)
                     const float unc = v, txt = o[(size_t)(b + B) * row_out + k];
                     v = unc + g * (txt - unc);
                 }

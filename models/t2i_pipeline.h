@@ -31,8 +31,12 @@ struct TextConditioning {
 
 struct T2IOptions {
     TextConditioning text;
-    std::optional<int> steps;          // default: the pipeline's (PixArt 20, SD3 28, Flux 28)
-    std::optional<double> guidance;    // default: the pipeline's (PixArt 4.5, SD3 7.0, Flux 3.5)
+    std::optional<int> steps;        // default: the pipeline's (PixArt 20, SD3 28, Flux 28)
+    std::optional<double> guidance;  // default: the pipeline's (PixArt 4.5, SD3 7.0, Flux 3.5)
+    // Flux only: diffusers' true_cfg_scale (default 1, off). Above 1, classifier-free guidance on top of the embedded
+    // guidance: negative + s * (prompt - negative), from the batch [negative, prompt] (text.negative_* needed;
+    // diffusers runs it only when a negative prompt is given, and so must the caller).
+    std::optional<double> true_cfg_scale;
     std::optional<int> height, width;  // default: transformer sample_size * vae_scale_factor (Flux: 128 * vsf)
     // PixArt's use_resolution_binning (diffusers default true). Kiln implements binning only where it maps the
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
@@ -53,8 +57,9 @@ struct T2IOptions {
 struct T2IPlan {
     std::string pipeline;  // diffusers pipeline class
     int steps = 0, height = 0, width = 0;
-    double guidance = 0;
-    bool cfg = false;  // classifier-free guidance batch (PixArt, SD3 with guidance > 1)
+    double guidance = 0;   // PixArt, SD3: the CFG scale; Flux: the embedded guidance
+    bool cfg = false;      // classifier-free guidance batch (PixArt, SD3 with guidance > 1; Flux with true_cfg > 1)
+    double cfg_scale = 1;  // the scale of that guidance: guidance (PixArt, SD3), true_cfg_scale (Flux)
     int vae_scale_factor = 8, latent_channels = 4, latent_h = 0, latent_w = 0;
 };
 

@@ -270,7 +270,7 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         if (opt.keep_intermediates) res.intermediates.push_back({name, t});
     };
     double tok_ms = 0;
-    const int passes = opt.cfg && pipe != "FluxPipeline" ? 2 : 1;  // prompts, then negative prompts
+    const int passes = opt.cfg ? 2 : 1;  // prompts, then negative prompts (Flux: true CFG)
     // The token batches of encoder `enc` for the prompts and (with CFG) the negative prompts; its tokenizer is
     // loaded once for both.
     auto both = [&](const std::string& enc, int max_len, bool lower, const std::vector<std::string>& pos_texts,
@@ -331,11 +331,15 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
     } else if (pipe == "FluxPipeline") {
         auto clip =
             run_encoder(ctx, src, "text_encoder", both("text_encoder", 77, false, opt.prompts, negs), false, opt, res);
-        res.tensors["pooled_prompt_embeds"] = need(clip[0], "pooler_output", "text_encoder");
-        keep("text_encoder_pooler_output", res.tensors["pooled_prompt_embeds"]);
         auto t5 = run_encoder(ctx, src, "text_encoder_2", both("text_encoder_2", T5, false, prompts_2, negs_2), false,
                               opt, res);
-        res.tensors["prompt_embeds"] = need(t5[0], "last_hidden_state", "text_encoder_2");
+        for (int neg = 0; neg < passes; ++neg) {  // the negatives with true_cfg_scale > 1 (opt.cfg)
+            const size_t n = (size_t)neg;
+            res.tensors[pre(neg) + "pooled_prompt_embeds"] = need(clip[n], "pooler_output", "text_encoder");
+            keep(std::string("text_encoder_") + (neg ? "negative_" : "") + "pooler_output",
+                 res.tensors[pre(neg) + "pooled_prompt_embeds"]);
+            res.tensors[pre(neg) + "prompt_embeds"] = need(t5[n], "last_hidden_state", "text_encoder_2");
+        }
     } else {
         KILN_FAIL(src.path(), ": ", pipe, " does not take a prompt (it is class-conditional: use --class-labels)");
     }

@@ -49,7 +49,7 @@ struct PromptOptions {
     //   PixArt: one encoder; prompts_2 and prompts_3 do not apply.
     std::vector<std::string> negatives;
     std::vector<std::string> prompts_2, prompts_3, negatives_2, negatives_3;
-    bool cfg = true;                               // negative embeddings are needed (guidance > 1 and a CFG pipeline)
+    bool cfg = true;  // negative embeddings are needed: T2IPlan::cfg (guidance > 1; Flux: true_cfg_scale > 1)
     int max_sequence_length = 0;                   // T5 tokens; 0: the pipeline's default
     exec::Mode mode = exec::Mode::regional;        // JIT mode of the encoders
     bool keep_intermediates = false;               // token ids and per-encoder outputs under the fixtures' names

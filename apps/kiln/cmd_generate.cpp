@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -138,11 +139,11 @@ Run add_generate(CLI::App& app) {
         std::string prompt_embeds, prompt_file, vram_budget;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
             max_sequence_length = 0, vae_tile = 0;
-        double guidance = 4.0;
+        double guidance = 4.0, true_cfg = 1.0;
         uint64_t seed = 0;
         bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
              host_loop = false;
-        CLI::Option *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr;
+        CLI::Option *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr, *true_cfg_opt = nullptr;
         std::vector<CLI::Option*> text_opts, size_opts;
     };
     auto o = std::make_shared<Opts>();
@@ -197,6 +198,10 @@ Run add_generate(CLI::App& app) {
     o->steps_opt = app.add_option("--steps", o->steps, "Denoising steps (default: the pipeline's; DiT 25)");
     o->guidance_opt = app.add_option("--guidance", o->guidance,
                                      "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded)");
+    o->true_cfg_opt = app.add_option(
+        "--true-cfg", o->true_cfg,
+        "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "
+        "embedded --guidance, negative + s * (prompt - negative), at twice the transformer work (default 1: off)");
     app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")
         ->capture_default_str();
     app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
@@ -372,6 +377,24 @@ Run add_generate(CLI::App& app) {
             models::T2IOptions t;
             if (o->steps_opt->count()) t.steps = o->steps;
             if (o->guidance_opt->count()) t.guidance = o->guidance;
+            // Flux's true CFG, as diffusers: only above 1 and with a negative prompt (or, from --prompt-embeds, the
+            // negative embeddings the file must then hold).
+            const bool flux = models::t2i_pipeline_class(src) == "FluxPipeline";
+            const bool negative_given = !(o->negatives.empty() && o->negatives_2.empty()) || !o->prompt_embeds.empty();
+            if (o->true_cfg_opt->count()) {
+                KILN_CHECK(flux,
+                           "--true-cfg applies to Flux (diffusers' true_cfg_scale); this pipeline's guidance "
+                           "scale is --guidance");
+                KILN_CHECK(std::isfinite(o->true_cfg) && o->true_cfg > 0, "--true-cfg ", o->true_cfg,
+                           " (> 1 is on, 1 off)");
+                if (o->true_cfg > 1 && !negative_given)
+                    std::fprintf(stderr,
+                                 "kiln: warning: --true-cfg %g without --negative-prompt: no classifier-free guidance "
+                                 "(as diffusers)\n",
+                                 o->true_cfg);
+                else
+                    t.true_cfg_scale = o->true_cfg;
+            }
             if (o->size_opts[0]->count()) t.width = o->width;
             if (o->size_opts[1]->count()) t.height = o->height;
             t.resolution_binning = !o->no_binning;
@@ -419,10 +442,10 @@ Run add_generate(CLI::App& app) {
                 texts.prompts = job;
                 models::check_prompts(src, texts);
             }
-            if (plan.pipeline == "FluxPipeline" && !(o->negatives.empty() && o->negatives_2.empty()))
+            if (flux && !plan.cfg && !(o->negatives.empty() && o->negatives_2.empty()))
                 std::fprintf(stderr,
-                             "kiln: warning: FluxPipeline has no classifier-free guidance (true_cfg_scale 1): "
-                             "--negative-prompt and --negative-prompt-2 are ignored\n");
+                             "kiln: warning: FluxPipeline runs classifier-free guidance only with --true-cfg > 1 "
+                             "(diffusers' true_cfg_scale): --negative-prompt and --negative-prompt-2 are ignored\n");
             if (!o->latents.empty()) t.latents_init = SafeTensors::open(o->latents).read("latents_init");
             if (!o->prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o->prompt_embeds));
             if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
@@ -500,16 +523,17 @@ Run add_generate(CLI::App& app) {
                     for (auto& p : v) out += (out.empty() ? "" : " | ") + p;
                     return v.empty() ? std::string() : std::string(" ") + key + "=" + out;
                 };
-                settings = joined("prompt", prompts).substr(prompts.empty() ? 0 : 1) +
-                           joined("negative", o->negatives) + joined("prompt_2", o->prompts_2) +
-                           joined("prompt_3", o->prompts_3) + joined("negative_2", o->negatives_2) +
-                           joined("negative_3", o->negatives_3) + " pipeline=" + plan.pipeline +
-                           " size=" + std::to_string(plan.width) + "x" + std::to_string(plan.height) +
-                           " steps=" + std::to_string(plan.steps) + " guidance=" + std::to_string(plan.guidance) +
-                           " seed=" + std::to_string(t.seed) + " mode=" + exec::mode_name(t.mode) +
-                           (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
-                           (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
-                           (o->latents.empty() ? "" : " latents=" + o->latents);
+                settings =
+                    joined("prompt", prompts).substr(prompts.empty() ? 0 : 1) + joined("negative", o->negatives) +
+                    joined("prompt_2", o->prompts_2) + joined("prompt_3", o->prompts_3) +
+                    joined("negative_2", o->negatives_2) + joined("negative_3", o->negatives_3) +
+                    " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
+                    std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
+                    " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
+                    (t.true_cfg_scale ? " true_cfg=" + std::to_string(*t.true_cfg_scale) : "") +
+                    " mode=" + exec::mode_name(t.mode) + (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
+                    (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
+                    (o->latents.empty() ? "" : " latents=" + o->latents);
                 if (jobs.size() == 1) {
                     finish(r, plan.steps, settings, o->out, o->dump);
                 } else {  // NAME-<line>.png or .jpg (and NAME-<line>.safetensors for --dump)

@@ -134,6 +134,7 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     p.no_resolution_binning = !t.resolution_binning;
     if (t.steps) p.steps = *t.steps;
     if (t.guidance) p.guidance = *t.guidance == 0 ? 1.0 : *t.guidance;  // the C API's 0 means the default
+    if (t.true_cfg_scale) p.true_cfg_scale = *t.true_cfg_scale;
     p.seed = t.seed;
     if (!t.scheduler.empty()) p.scheduler = t.scheduler.c_str();
     p.jit_mode = jit_mode(t.mode);

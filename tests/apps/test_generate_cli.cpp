@@ -205,6 +205,7 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
     expect_error(" --model " + fixture("flux_pipeline") + " --prompt a --prompt-3 b", "prompt_3");
     expect_error(sd3 + " --prompt-embeds " + (tmp / "absent.safetensors") + " --prompt-3 b",
                  "--prompt-3 applies to --prompt");
+    expect_error(sd3 + " --prompt a --true-cfg 2", "--true-cfg applies to Flux");
     std::ofstream(tmp / "prompts.txt") << "a cat\na dog\n";
     expect_error(sd3 + " --prompt-file " + (tmp / "prompts.txt") + " --negative-prompt x --negative-prompt y",
                  "--prompt-file: give --negative-prompt once");
@@ -284,4 +285,35 @@ TEST_CASE("kiln generate --images N: the prompts or labels repeated, each N time
     Result bad = generate(tmp, "--images 0 --model " + (tmp / "absent.kiln") + " -o " + (tmp / "x.png"));
     CHECK(bad.rc == 1);
     CHECK(bad.err.find("kiln: error: --images 0 (1..1000)") != std::string::npos);
+}
+
+TEST_CASE("kiln generate --true-cfg: Flux's classifier-free guidance with a negative prompt, as diffusers",
+          "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    const std::string flux = "--model " + fixture("flux_pipeline") + " --prompt 'a castle' --steps 1 ";
+    auto run = [&](const std::string& args, const std::string& name) {
+        Result r = generate(
+            tmp, flux + args + " --dump " + (tmp / (name + ".safetensors")) + " -o " + (tmp / (name + ".png")));
+        INFO(args << "\n" << r.err);
+        REQUIRE(r.rc == 0);
+        return std::make_pair(SafeTensors::open(tmp / (name + ".safetensors")), r.err);
+    };
+    auto [plain, plain_err] = run("", "plain");
+    auto [cfg, cfg_err] = run("--negative-prompt blurry --true-cfg 4", "cfg");
+    // Two transformer rows per image (negative, prompt); the negative encoded; a different image.
+    CHECK(cfg.read("step0_transformer_out").shape[0] == 2);
+    CHECK(plain.read("step0_transformer_out").shape[0] == 1);
+    CHECK(cfg.find("negative_prompt_embeds"));
+    CHECK(cfg.read("image").bytes != plain.read("image").bytes);
+    CHECK(cfg_err.find("warning") == std::string::npos);
+    std::ifstream png(tmp / "cfg.png", std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("true_cfg=4") != std::string::npos);
+    // As diffusers: no negative prompt, no CFG; a negative prompt without --true-cfg > 1 is ignored. Both warn and
+    // give the plain image.
+    auto [no_neg, no_neg_err] = run("--true-cfg 4", "no_neg");
+    CHECK(no_neg_err.find("without --negative-prompt: no classifier-free guidance") != std::string::npos);
+    CHECK(no_neg.read("image").bytes == plain.read("image").bytes);
+    auto [no_cfg, no_cfg_err] = run("--negative-prompt blurry", "no_cfg");
+    CHECK(no_cfg_err.find("only with --true-cfg > 1") != std::string::npos);
+    CHECK(no_cfg.read("image").bytes == plain.read("image").bytes);
 }

@@ -342,3 +342,37 @@ TEST_CASE("C API: negative_prompts, prompts_2, prompts_3 and their negatives rea
     CHECK(kiln_generate(pixart.get(), &q, &img) == KILN_OK);  // negative prompts, one per prompt, apply to PixArt
     CHECK(img.count == 2);
 }
+
+TEST_CASE("C API: true_cfg_scale runs Flux's classifier-free guidance only with a negative prompt", "[capi][vulkan]") {
+    auto ctx = make_context();
+    auto flux = open_model(ctx.get(), kiln::test::data_path("fixtures/flux_pipeline"));
+    const char* prompts[1] = {"a castle"};
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.prompts = prompts;
+    p.prompt_count = 1;
+    p.steps = 1;
+    p.true_cfg_scale = 4;
+    auto rows = [&](kiln_generate_params q) {  // the guidance batch: rows of step 0's transformer output
+        kiln_result* r = nullptr;
+        q.intermediates = &r;
+        (void)generate_rgb(flux.get(), q);
+        Result own(r);
+        kiln_tensor t;
+        REQUIRE(kiln_result_find(r, "step0_transformer_out", &t) == KILN_OK);
+        return t.shape[0];
+    };
+    CHECK(rows(p) == 1);  // no negative prompt: no CFG, as diffusers
+    p.negative_prompt = "blurry";
+    CHECK(rows(p) == 2);  // [negative, prompt]
+    p.true_cfg_scale = 1;
+    CHECK(rows(p) == 1);
+
+    auto sd3 = open_model(ctx.get(), kiln::test::data_path("fixtures/sd3_pipeline"));
+    kiln_image img = KILN_IMAGE_INIT;
+    p.true_cfg_scale = 2;
+    CHECK(kiln_generate(sd3.get(), &p, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("true_cfg_scale applies to Flux") != std::string::npos);
+    p.true_cfg_scale = -1;
+    CHECK(kiln_generate(flux.get(), &p, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("true_cfg_scale is -1") != std::string::npos);
+}
