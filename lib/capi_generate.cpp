@@ -99,8 +99,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         for (int i = 0; i < p.class_label_count; ++i)
             KILN_ARG(ids.count(p.class_labels[i]), "class_labels[", i, "] = ", p.class_labels[i],
                      " is not a class of this model (", m.labels.size(), " classes)");
-        r.g.labels.clear();  // GenerateOptions starts with label 0
-        for (int i = 0; i < p.class_label_count; ++i) r.g.labels.insert(r.g.labels.end(), per, p.class_labels[i]);
+        r.g.labels.assign(p.class_labels, p.class_labels + p.class_label_count);
+        r.g.images_per_label = per;
         if (p.steps) r.g.steps = p.steps;
         if (p.guidance != 0) r.g.guidance = p.guidance;
         r.g.seed = p.seed;
@@ -109,7 +109,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         r.g.keep_intermediates = keep;
         r.g.tiled_vae = p.vae_tiling != 0;
         r.g.vae_tile_size = p.vae_tile_size;
-        r.count = (int)r.g.labels.size();
+        r.count = (int)r.g.labels.size() * per;
         r.width = m.default_width, r.height = m.default_height;
         if (p.latents) {
             const auto& tc = m.src.config("transformer");

@@ -41,13 +41,17 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     KILN_CHECK(src.class_of("transformer") == "DiTTransformer2DModel", src.path(), ": transformer is ",
                src.class_of("transformer"), ", `generate` runs DiTTransformer2DModel pipelines");
     KILN_CHECK(!opt.labels.empty(), "no class labels given");
+    KILN_CHECK(opt.images_per_label >= 1 && opt.images_per_label <= 1000, "images per label is ", opt.images_per_label,
+               " (1..1000)");
+    std::vector<int> each;  // every label images_per_label times in a row, one image each
+    for (int l : opt.labels) each.insert(each.end(), (size_t)opt.images_per_label, l);
     KILN_CHECK(opt.steps >= 1 && opt.steps <= 1000, "--steps must be in 1..1000, got ", opt.steps);
     auto tc = DiTConfig::from_json(src.config("transformer"));
     auto vc = VaeConfig::from_json(src.config("vae"));
-    for (int l : opt.labels)
+    for (int l : each)
         KILN_CHECK(l >= 0 && l < tc.num_embeds_ada_norm, "class label ", l, " out of range [0, ",
                    tc.num_embeds_ada_norm, ")");
-    const int B = (int)opt.labels.size(), C = tc.in_channels, S = tc.sample_size;
+    const int B = (int)each.size(), C = tc.in_channels, S = tc.sample_size;
     const bool cfg = opt.guidance > 1.0;
     const int BB = cfg ? 2 * B : B;
     const Shape lat_shape{B, C, S, S};
@@ -83,7 +87,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     KILN_CHECK(!cfg || tc.num_embeds_ada_norm >= 1000, "guidance needs DiT's null class 1000, but this model has ",
                tc.num_embeds_ada_norm, " classes (use --guidance 1)");
     Tensor labels(DType::i32, {BB});
-    for (int i = 0; i < BB; ++i) labels.data<int32_t>()[i] = i < B ? opt.labels[(size_t)i] : 1000;
+    for (int i = 0; i < BB; ++i) labels.data<int32_t>()[i] = i < B ? each[(size_t)i] : 1000;
     tx.set_input("class_labels", labels);
 
     auto t_loop = Clock::now();

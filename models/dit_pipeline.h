@@ -13,6 +13,7 @@ namespace kiln::models {
 
 struct GenerateOptions {
     std::vector<int> labels{0};
+    int images_per_label = 1;  // diffusers' num_images_per_prompt: each label n times in a row (1, 7 and 2: 1, 1, 7, 7)
     int steps = 25;
     double guidance = 4.0;
     uint64_t seed = 0;

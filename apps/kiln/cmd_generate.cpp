@@ -202,6 +202,7 @@ Run add_generate(CLI::App& app) {
         "--true-cfg", o->true_cfg,
         "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "
         "embedded --guidance, negative + s * (prompt - negative), at twice the transformer work (default 1: off)");
+    o->text_opts.push_back(o->true_cfg_opt);
     app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")
         ->capture_default_str();
     app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
@@ -333,10 +334,10 @@ Run add_generate(CLI::App& app) {
             KILN_CHECK(bad.empty(), model, " is a class-conditional DiT model: ", bad,
                        " does not apply (use --class-labels)");
             models::GenerateOptions g;
-            g.labels.clear();
-            for (int label : parse_labels(o->labels, src.model_index()))
-                g.labels.insert(g.labels.end(), o->images, label);
-            KILN_CHECK(o->out != "-" || o->grid || g.labels.size() == 1, "-o -: ", g.labels.size(),
+            g.labels = parse_labels(o->labels, src.model_index());
+            g.images_per_label = o->images;
+            const size_t n_images = g.labels.size() * (size_t)o->images;
+            KILN_CHECK(o->out != "-" || o->grid || n_images == 1, "-o -: ", n_images,
                        " images do not fit one standard output (add --grid)");
             g.steps = o->steps;
             g.guidance = o->guidance;
@@ -353,8 +354,8 @@ Run add_generate(CLI::App& app) {
             std::unique_ptr<vk::Context> ctx;
             open_device(api, ctx);
             std::fprintf(stderr, "kiln: %s on %s, %zu image(s), %d steps, guidance %.2f, seed %llu, mode %s\n",
-                         model.c_str(), ctx ? ctx->info().name.c_str() : device_name(api.get()).c_str(),
-                         g.labels.size(), g.steps, g.guidance, (unsigned long long)g.seed, exec::mode_name(g.mode));
+                         model.c_str(), ctx ? ctx->info().name.c_str() : device_name(api.get()).c_str(), n_images,
+                         g.steps, g.guidance, (unsigned long long)g.seed, exec::mode_name(g.mode));
             t0 = std::chrono::steady_clock::now();
             if (ctx) {
                 const bool rss_reset = reset_peaks(*ctx);

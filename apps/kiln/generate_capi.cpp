@@ -75,6 +75,7 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
     p.class_labels = g.labels.data();
     p.class_label_count = (int)g.labels.size();
+    p.images_per_prompt = g.images_per_label;
     KILN_CHECK(g.steps >= 1, "--steps is ", g.steps, " (at least 1)");
     p.steps = g.steps;
     p.guidance = g.guidance > 1 ? g.guidance : 1.0;  // <= 1 is no guidance; the C API's 0 means the default

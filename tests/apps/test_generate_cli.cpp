@@ -267,7 +267,10 @@ TEST_CASE("kiln generate --images N: the prompts or labels repeated, each N time
     auto [dit_rep, dit_err] = image("--class-labels 1,7 --images 2", "dit_rep");
     auto [dit_list, dit_list_err] = image("--class-labels 1,1,7,7", "dit_list");
     CHECK(dit_rep.shape[0] == 4);
+    auto [dit_host, dit_host_err] = image("--class-labels 1,7 --images 2 --host-loop", "dit_host");  // C++ pipeline
     CHECK(dit_rep.bytes == dit_list.bytes);
+    CHECK(dit_host.bytes == dit_list.bytes);
+    CHECK(dit_host_err.find("4 image(s)") != std::string::npos);
     CHECK(fs::exists(tmp / "dit_rep-3.png"));
     // Prompts, through the C API and through the C++ pipeline (--host-loop): encoded once, two prompts.
     const std::string sd3 = "--model " + fixture("sd3_pipeline");
