@@ -36,7 +36,6 @@ struct Request {
     models::T2IPlan plan;
     models::PromptOptions texts;  // prompts empty: t.text came as prompt_embeds
     bool keep_encoders = false;
-    int max_sequence_length = 0;
     int width = 0, height = 0, count = 0;
 };
 
@@ -72,10 +71,6 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.images_per_prompt >= 0 && p.images_per_prompt <= 1000, "images_per_prompt is ", p.images_per_prompt,
              " (1..1000, or 0 for one)");
     const int per = std::max(1, p.images_per_prompt);
-    KILN_ARG(p.true_cfg_scale >= 0 && std::isfinite(p.true_cfg_scale), "true_cfg_scale is ", p.true_cfg_scale,
-             " (> 1 is on; 0 or 1 off)");
-    KILN_ARG(p.true_cfg_scale == 0 || m.pipeline == "FluxPipeline", "true_cfg_scale applies to Flux (", m.pipeline,
-             "'s guidance scale is guidance)");
     const bool keep = p.intermediates != nullptr;
     const std::string scheduler = p.scheduler ? p.scheduler : "";
     const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
@@ -83,6 +78,10 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         fail(KILN_UNSUPPORTED, m.src.path(),
              " is not a pipeline Kiln generates with (components: ", m.components.size(), "); use kiln_forward");
     check_scheduler(m.src, scheduler);
+    KILN_ARG(p.true_cfg_scale >= 0 && std::isfinite(p.true_cfg_scale), "true_cfg_scale is ", p.true_cfg_scale,
+             " (> 1 is on; 0 or 1 off)");
+    KILN_ARG(p.true_cfg_scale == 0 || m.pipeline == "FluxPipeline", "true_cfg_scale applies to Flux (", m.pipeline,
+             "'s guidance scale is guidance)");
     if (m.kind == KILN_MODEL_CLASS_LABELS) {
         r.dit = true;
         KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt &&
@@ -170,7 +169,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     }
     if (!po.prompts.empty()) models::check_prompts(m.src, po);  // lengths, UTF-8, which texts apply
     KILN_ARG(p.max_sequence_length >= 0, "max_sequence_length is ", p.max_sequence_length);
-    r.max_sequence_length = p.max_sequence_length;
+    po.max_sequence_length = p.max_sequence_length;
     if (p.steps) r.t.steps = p.steps;
     if (p.guidance != 0) r.t.guidance = p.guidance;
     if (p.width) r.t.width = p.width;
@@ -241,7 +240,6 @@ models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const ki
     if (r.keep_encoders && !m.encoders) m.encoders = std::make_unique<models::EncoderCache>();
     models::PromptOptions po = r.texts;
     po.cfg = r.plan.cfg;
-    po.max_sequence_length = r.max_sequence_length;
     po.mode = r.t.mode;
     po.keep_intermediates = r.t.keep_intermediates;
     po.keep = m.encoders.get();

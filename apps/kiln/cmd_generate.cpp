@@ -378,10 +378,14 @@ Run add_generate(CLI::App& app) {
             models::T2IOptions t;
             if (o->steps_opt->count()) t.steps = o->steps;
             if (o->guidance_opt->count()) t.guidance = o->guidance;
-            // Flux's true CFG, as diffusers: only above 1 and with a negative prompt (or, from --prompt-embeds, the
-            // negative embeddings the file must then hold).
+            // Flux's true CFG, as diffusers: only above 1 and with a negative prompt (or, from --prompt-embeds, both
+            // negative embeddings).
             const bool flux = models::t2i_pipeline_class(src) == "FluxPipeline";
-            const bool negative_given = !(o->negatives.empty() && o->negatives_2.empty()) || !o->prompt_embeds.empty();
+            bool negative_given = !(o->negatives.empty() && o->negatives_2.empty());
+            if (!o->prompt_embeds.empty() && o->true_cfg_opt->count()) {
+                const auto file = SafeTensors::open(o->prompt_embeds);  // the header only
+                negative_given = file.find("negative_prompt_embeds") && file.find("negative_pooled_prompt_embeds");
+            }
             if (o->true_cfg_opt->count()) {
                 KILN_CHECK(flux,
                            "--true-cfg applies to Flux (diffusers' true_cfg_scale); this pipeline's guidance "
@@ -390,7 +394,7 @@ Run add_generate(CLI::App& app) {
                            " (> 1 is on, 1 off)");
                 if (o->true_cfg > 1 && !negative_given)
                     std::fprintf(stderr,
-                                 "kiln: warning: --true-cfg %g without --negative-prompt: no classifier-free guidance "
+                                 "kiln: warning: --true-cfg %g without a negative prompt: no classifier-free guidance "
                                  "(as diffusers)\n",
                                  o->true_cfg);
                 else

@@ -314,9 +314,23 @@ TEST_CASE("kiln generate --true-cfg: Flux's classifier-free guidance with a nega
     // As diffusers: no negative prompt, no CFG; a negative prompt without --true-cfg > 1 is ignored. Both warn and
     // give the plain image.
     auto [no_neg, no_neg_err] = run("--true-cfg 4", "no_neg");
-    CHECK(no_neg_err.find("without --negative-prompt: no classifier-free guidance") != std::string::npos);
+    CHECK(no_neg_err.find("without a negative prompt: no classifier-free guidance") != std::string::npos);
     CHECK(no_neg.read("image").bytes == plain.read("image").bytes);
     auto [no_cfg, no_cfg_err] = run("--negative-prompt blurry", "no_cfg");
     CHECK(no_cfg_err.find("only with --true-cfg > 1") != std::string::npos);
     CHECK(no_cfg.read("image").bytes == plain.read("image").bytes);
+    // From --prompt-embeds: CFG where the file holds both negative embeddings (the dumps hold Kiln's own).
+    const std::string base = "--model " + fixture("flux_pipeline") + " --steps 1 --true-cfg 4 --prompt-embeds ";
+    auto embeds = [&](const std::string& file, const std::string& name) {
+        Result r = generate(
+            tmp, base + (tmp / file) + " --dump " + (tmp / (name + ".safetensors")) + " -o " + (tmp / (name + ".png")));
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        return std::make_pair(SafeTensors::open(tmp / (name + ".safetensors")).read("image"), r.err);
+    };
+    auto [from_cfg, from_cfg_err] = embeds("cfg.safetensors", "embeds_cfg");
+    CHECK(from_cfg.bytes == cfg.read("image").bytes);
+    auto [from_plain, from_plain_err] = embeds("plain.safetensors", "embeds_plain");
+    CHECK(from_plain_err.find("no classifier-free guidance") != std::string::npos);
+    CHECK(from_plain.bytes == plain.read("image").bytes);
 }
