@@ -480,10 +480,12 @@ Run add_generate(CLI::App& app) {
                 const auto& prompts = jobs[job];
                 t.progress = progress_printer(t0);
                 auto header = [&] {
+                    char true_cfg[48] = "";
+                    if (flux && plan.cfg) std::snprintf(true_cfg, sizeof true_cfg, ", true CFG %.2f", plan.cfg_scale);
                     std::fprintf(
-                        stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f, seed %llu, mode %s%s\n",
+                        stderr, "kiln: %s (%s) on %s, %dx%d, %d steps, guidance %.2f%s, seed %llu, mode %s%s\n",
                         model.c_str(), plan.pipeline.c_str(), device.c_str(), plan.width, plan.height, plan.steps,
-                        plan.guidance, (unsigned long long)t.seed, exec::mode_name(t.mode),
+                        plan.guidance, true_cfg, (unsigned long long)t.seed, exec::mode_name(t.mode),
                         o->images > 1 ? (", " + std::to_string(o->images) + " images per prompt").c_str() : "");
                 };
                 if (!ctx) {

@@ -309,6 +309,7 @@ TEST_CASE("kiln generate --true-cfg: Flux's classifier-free guidance with a nega
     CHECK(cfg.find("negative_prompt_embeds"));
     CHECK(cfg.read("image").bytes != plain.read("image").bytes);
     CHECK(cfg_err.find("warning") == std::string::npos);
+    CHECK(cfg_err.find("guidance 3.50, true CFG 4.00") != std::string::npos);
     std::ifstream png(tmp / "cfg.png", std::ios::binary);
     CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("true_cfg=4") != std::string::npos);
     // As diffusers: no negative prompt, no CFG; a negative prompt without --true-cfg > 1 is ignored. Both warn and
