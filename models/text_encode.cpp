@@ -314,6 +314,15 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
             }
         }
         std::vector<std::map<std::string, Tensor>> t5;
+        if (!src.has("text_encoder_3") && !(is_none(opt.prompts_3) && is_none(opt.negatives_3))) {
+            const std::string msg = src.path() +
+                                    " has no text_encoder_3 (T5): prompt_3 and negative_prompt_3 are "
+                                    "ignored, its part of prompt_embeds is zeros (as diffusers)";
+            if (opt.warn)
+                opt.warn(msg);
+            else
+                std::fprintf(stderr, "kiln: warning: %s\n", msg.c_str());
+        }
         if (src.has("text_encoder_3"))
             t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false, prompts_3, negs_3), false,
                              opt, res);

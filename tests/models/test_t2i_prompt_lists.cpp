@@ -1,8 +1,12 @@
 // diffusers' negative_prompt as a list, prompt_2, prompt_3, negative_prompt_2 and negative_prompt_3: each text
 // reaches the encoder diffusers gives it to. Checked bitwise against encoding those texts as the prompts of a
 // batch of the same size: an encoder computes every row on its own, so the same token rows give the same bits.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "models/forward.h"
 #include "models/t2i_pipeline.h"
@@ -235,4 +239,33 @@ TEST_CASE("Flux true CFG: negative + s * (prompt - negative) of diffusers' two t
     const auto host = run(true);
     CHECK(host.at("image").bytes == got.at("image").bytes);
     CHECK(host.at("step1_latents").bytes == got.at("step1_latents").bytes);
+}
+
+TEST_CASE("SD3 without T5: prompt_3 is ignored with a warning, T5's part is zeros", "[models][t2i][prompt][vulkan]") {
+    // A pipeline saved without its third encoder (model_index: text_encoder_3 and tokenizer_3 null), as SD3 can be.
+    test::TempDir tmp("kiln_no_t5");
+    const std::string dir = tmp / "sd3";
+    std::filesystem::copy(test::data_path("fixtures/sd3_pipeline"), dir, std::filesystem::copy_options::recursive);
+    std::filesystem::remove_all(dir + "/text_encoder_3");
+    std::filesystem::remove_all(dir + "/tokenizer_3");
+    nlohmann::json mi;
+    std::ifstream(dir + "/model_index.json") >> mi;
+    mi["text_encoder_3"] = mi["tokenizer_3"] = nlohmann::json::array({nullptr, nullptr});
+    std::ofstream(dir + "/model_index.json") << mi.dump();
+    auto src = models::ModelSource::open(dir);
+    models::PromptOptions po;
+    po.prompts = {"a cat"};
+    po.cfg = false;
+    std::vector<std::string> warnings;
+    po.warn = [&](const std::string& w) { warnings.push_back(w); };
+    const auto plain = models::encode_prompts(&test::context(), src, po);
+    CHECK(warnings.empty());
+    po.prompts_3 = {"a long description"};
+    const auto with3 = models::encode_prompts(&test::context(), src, po);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("no text_encoder_3 (T5): prompt_3 and negative_prompt_3 are ignored") != std::string::npos);
+    const Tensor& pe = with3.tensors.at("prompt_embeds");
+    CHECK(pe.bytes == plain.tensors.at("prompt_embeds").bytes);
+    const auto t5_part = positions(pe, 77, pe.shape[1]);
+    CHECK(std::all_of(t5_part.begin(), t5_part.end(), [](uint8_t v) { return v == 0; }));
 }
