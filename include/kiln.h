@@ -318,6 +318,10 @@ typedef struct kiln_generate_params {
      * true_cfg_scale * (prompt - negative). Without a negative it does nothing, as in diffusers. Other pipelines:
      * KILN_INVALID_ARGUMENT (their scale is guidance). */
     double true_cfg_scale;
+    /* SD3, Flux: diffusers' sigmas (NULL/0 = the pipeline's schedule): the flow-matching schedule before the
+     * scheduler's shift, one per step in [0, 1]; the step count is sigma_count (steps 0 or equal). */
+    const double* sigmas;
+    int sigma_count;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

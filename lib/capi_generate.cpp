@@ -88,6 +88,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
                      p.negative_prompt_count == 0 && p.prompt_2_count == 0 && p.prompt_3_count == 0 &&
                      p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0,
                  m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
+        KILN_ARG(p.sigma_count == 0, m.src.path(), " is a DiT model: custom sigmas apply to SD3 and Flux");
         KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
                  " is a class-conditional DiT model: give class_labels and class_label_count");
         KILN_ARG((p.width == 0 || p.width == m.default_width) && (p.height == 0 || p.height == m.default_height),
@@ -172,6 +173,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     po.max_sequence_length = p.max_sequence_length;
     if (p.steps) r.t.steps = p.steps;
     if (p.guidance != 0) r.t.guidance = p.guidance;
+    KILN_ARG(p.sigma_count >= 0 && (p.sigma_count == 0 || p.sigmas), "sigmas / sigma_count (", p.sigma_count,
+             ") do not describe a list");
+    r.t.sigmas.assign(p.sigmas, p.sigmas + p.sigma_count);
     if (p.width) r.t.width = p.width;
     if (p.height) r.t.height = p.height;
     r.t.seed = p.seed;

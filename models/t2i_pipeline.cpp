@@ -202,6 +202,16 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
                " latent channels, the transformer ", p.latent_channels);
     if (opt.steps) p.steps = *opt.steps;
+    if (!opt.sigmas.empty()) {  // diffusers' retrieve_timesteps(sigmas=...): the step count is theirs
+        KILN_CHECK(p.pipeline == "FluxPipeline" || p.pipeline == "StableDiffusion3Pipeline", p.pipeline,
+                   ": custom sigmas apply to the flow-matching pipelines (SD3, Flux)");
+        KILN_CHECK(!opt.steps || *opt.steps == (int)opt.sigmas.size(), "steps ", *opt.steps, " but ", opt.sigmas.size(),
+                   " sigmas (give one or the other: the sigmas set the step count)");
+        for (size_t i = 0; i < opt.sigmas.size(); ++i)
+            KILN_CHECK(std::isfinite(opt.sigmas[i]) && opt.sigmas[i] >= 0 && opt.sigmas[i] <= 1, "sigmas[", i, "] is ",
+                       opt.sigmas[i], " (flow-matching sigmas lie in [0, 1])");
+        p.steps = (int)opt.sigmas.size();
+    }
     if (opt.guidance) p.guidance = *opt.guidance;
     KILN_CHECK(p.steps >= 1 && p.steps <= 1000, "steps must be in 1..1000, got ", p.steps);
     p.height = opt.height.value_or(sample * p.vae_scale_factor);
@@ -322,15 +332,22 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         return sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
                                       scfg.value("base_shift", 0.5), scfg.value("max_shift", max_default));
     };
-    if (flux) {
+    std::optional<double> mu;  // dynamic shifting: Flux from the packed sequence length, SD3 from the patch count
+    if (dynamic && flux) mu = shift_for(S_img, 1.15);
+    if (dynamic && sd3) {
+        const int patch = SD3Config::from_json(tcfg).patch;
+        mu = shift_for((int64_t)(h / patch) * (w / patch), 1.16);
+    }
+    if (!opt.sigmas.empty()) {  // the caller's schedule, shifted as the scheduler shifts its own
+        sched->set_sigmas(opt.sigmas, mu);
+    } else if (flux) {
         std::vector<double> sigmas(p.steps);
         for (int i = 0; i < p.steps; ++i)  // np.linspace(1.0, 1/N, N)
             sigmas[i] = p.steps == 1 ? 1.0 : 1.0 + i * ((1.0 / p.steps - 1.0) / (p.steps - 1));
         if (p.steps > 1) sigmas.back() = 1.0 / p.steps;
-        sched->set_sigmas(sigmas, dynamic ? std::optional<double>(shift_for(S_img, 1.15)) : std::nullopt);
-    } else if (sd3 && dynamic) {
-        const int patch = SD3Config::from_json(tcfg).patch;
-        sched->set_timesteps(p.steps, shift_for((int64_t)(h / patch) * (w / patch), 1.16));
+        sched->set_sigmas(sigmas, mu);
+    } else if (mu) {
+        sched->set_timesteps(p.steps, *mu);
     } else {
         sched->set_timesteps(p.steps);
     }

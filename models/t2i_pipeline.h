@@ -37,6 +37,10 @@ struct T2IOptions {
     // guidance: negative + s * (prompt - negative), from the batch [negative, prompt] (text.negative_* needed;
     // diffusers runs it only when a negative prompt is given, and so must the caller).
     std::optional<double> true_cfg_scale;
+    // SD3, Flux: diffusers' sigmas, the flow-matching schedule before the scheduler's shift (static or mu), one per
+    // step in [0, 1]; the step count is their count. Empty: the pipeline's (Flux linspace(1, 1/N, N), SD3 from
+    // the scheduler's timesteps).
+    std::vector<double> sigmas;
     std::optional<int> height, width;  // default: transformer sample_size * vae_scale_factor (Flux: 128 * vsf)
     // PixArt's use_resolution_binning (diffusers default true). Kiln implements binning only where it maps the
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.

@@ -136,7 +136,7 @@ Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts, negatives, prompts_2, prompts_3, negatives_2, negatives_3;
-        std::string prompt_embeds, prompt_file, vram_budget;
+        std::string prompt_embeds, prompt_file, vram_budget, sigmas;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
             max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0, true_cfg = 1.0;
@@ -203,6 +203,10 @@ Run add_generate(CLI::App& app) {
         "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "
         "embedded --guidance, negative + s * (prompt - negative), at twice the transformer work (default 1: off)");
     o->text_opts.push_back(o->true_cfg_opt);
+    o->text_opts.push_back(app.add_option(
+        "--sigmas", o->sigmas,
+        "SD3, Flux: diffusers' sigmas, comma-separated, one per step in [0, 1]: the flow-matching schedule before the "
+        "scheduler's shift (default: the pipeline's; the step count is theirs)"));
     app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")
         ->capture_default_str();
     app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
@@ -400,6 +404,15 @@ Run add_generate(CLI::App& app) {
                 else
                     t.true_cfg_scale = o->true_cfg;
             }
+            if (!o->sigmas.empty()) {
+                std::stringstream ss(o->sigmas);
+                for (std::string item; std::getline(ss, item, ',');) {
+                    char* end = nullptr;
+                    const double v = std::strtod(item.c_str(), &end);
+                    KILN_CHECK(!item.empty() && end && *end == 0, "--sigmas: '", item, "' is not a number");
+                    t.sigmas.push_back(v);
+                }
+            }
             if (o->size_opts[0]->count()) t.width = o->width;
             if (o->size_opts[1]->count()) t.height = o->height;
             t.resolution_binning = !o->no_binning;
@@ -539,6 +552,7 @@ Run add_generate(CLI::App& app) {
                     " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
                     (t.true_cfg_scale ? " true_cfg=" + std::to_string(*t.true_cfg_scale) : "") +
                     " mode=" + exec::mode_name(t.mode) + (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
+                    (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
                     (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
                     (o->latents.empty() ? "" : " latents=" + o->latents);
                 if (jobs.size() == 1) {

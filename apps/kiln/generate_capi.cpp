@@ -136,6 +136,8 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     if (t.steps) p.steps = *t.steps;
     if (t.guidance) p.guidance = *t.guidance == 0 ? 1.0 : *t.guidance;  // the C API's 0 means the default
     if (t.true_cfg_scale) p.true_cfg_scale = *t.true_cfg_scale;
+    p.sigmas = t.sigmas.empty() ? nullptr : t.sigmas.data();
+    p.sigma_count = (int)t.sigmas.size();
     p.seed = t.seed;
     if (!t.scheduler.empty()) p.scheduler = t.scheduler.c_str();
     p.jit_mode = jit_mode(t.mode);

@@ -206,6 +206,9 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
     expect_error(sd3 + " --prompt-embeds " + (tmp / "absent.safetensors") + " --prompt-3 b",
                  "--prompt-3 applies to --prompt");
     expect_error(sd3 + " --prompt a --true-cfg 2", "--true-cfg applies to Flux");
+    expect_error(sd3 + " --prompt a --sigmas 1,x", "--sigmas: 'x' is not a number");
+    expect_error(" --model " + fixture("pixart_pipeline") + " --prompt a --sigmas 1,0.5",
+                 "custom sigmas apply to the flow-matching pipelines");
     std::ofstream(tmp / "prompts.txt") << "a cat\na dog\n";
     expect_error(sd3 + " --prompt-file " + (tmp / "prompts.txt") + " --negative-prompt x --negative-prompt y",
                  "--prompt-file: give --negative-prompt once");
@@ -334,4 +337,17 @@ TEST_CASE("kiln generate --true-cfg: Flux's classifier-free guidance with a nega
     auto [from_plain, from_plain_err] = embeds("plain.safetensors", "embeds_plain");
     CHECK(from_plain_err.find("no classifier-free guidance") != std::string::npos);
     CHECK(from_plain.bytes == plain.read("image").bytes);
+}
+
+TEST_CASE("kiln generate --sigmas: the schedule before the shift, the step count from it", "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    Result r = generate(tmp, "--model " + fixture("sd3_pipeline") + " --prompt 'a cat' --sigmas 1,0.5 --dump " +
+                                 (tmp / "d.safetensors") + " -o " + (tmp / "s.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find(", 2 steps,") != std::string::npos);
+    auto d = SafeTensors::open(tmp / "d.safetensors");
+    CHECK(d.read("timesteps").to_f32() == std::vector<float>{1000.f, 750.f});  // shift 3: 0.5 -> 0.75
+    std::ifstream png(tmp / "s.png", std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("sigmas=1,0.5") != std::string::npos);
 }

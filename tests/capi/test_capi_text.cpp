@@ -375,4 +375,19 @@ TEST_CASE("C API: true_cfg_scale runs Flux's classifier-free guidance only with 
     p.true_cfg_scale = -1;
     CHECK(kiln_generate(flux.get(), &p, &img) == KILN_INVALID_ARGUMENT);
     CHECK(std::string(kiln_last_error()).find("true_cfg_scale is -1") != std::string::npos);
+
+    // sigmas: the step count is theirs (the size query fills stats->steps); a count without a list is named.
+    const double sigmas[2] = {1.0, 0.5};
+    kiln_generate_params s = KILN_GENERATE_PARAMS_INIT;
+    s.prompts = prompts;
+    s.prompt_count = 1;
+    s.sigmas = sigmas;
+    s.sigma_count = 2;
+    kiln_generate_stats st = KILN_GENERATE_STATS_INIT;
+    s.stats = &st;
+    CHECK(kiln_generate(sd3.get(), &s, &img) == KILN_OK);
+    CHECK(st.steps == 2);
+    s.sigmas = nullptr;
+    CHECK(kiln_generate(sd3.get(), &s, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("sigmas / sigma_count (2) do not describe a list") != std::string::npos);
 }

@@ -1,0 +1,71 @@
+// diffusers' `sigmas` argument of the flow-matching pipelines (SD3, Flux): the caller's schedule goes through
+// FlowMatchEulerDiscreteScheduler.set_timesteps(sigmas=..., mu=...), shifted as the scheduler shifts its own.
+#include <catch2/catch.hpp>
+
+#include "models/t2i_pipeline.h"
+#include "runtime/core/error.h"
+#include "runtime/core/safetensors.h"
+#include "tests/models/model_harness.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+
+namespace {
+// The fixture's own encode_prompt outputs and initial latents: no text encoder runs.
+models::T2IOptions fixture_options(const std::string& fixture) {
+    auto io = SafeTensors::open(test::data_path("fixtures/" + fixture + "/io.safetensors"));
+    models::T2IOptions opt;
+    opt.text = models::TextConditioning::read(io);
+    opt.latents_init = io.read("latents_init");
+    opt.height = opt.width = 32;
+    opt.resolution_binning = false;
+    opt.keep_intermediates = true;
+    return opt;
+}
+
+std::map<std::string, Tensor> run(const models::ModelSource& src, const models::T2IOptions& opt) {
+    auto r = models::generate_t2i(test::context(), src, opt);
+    return std::map<std::string, Tensor>(r.intermediates.begin(), r.intermediates.end());
+}
+}  // namespace
+
+TEST_CASE("custom sigmas: SD3 shifts them as its scheduler shifts its own; Flux's default is linspace(1, 1/N, N)",
+          "[models][pipeline][t2i][vulkan]") {
+    auto sd3 = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    auto opt = fixture_options("sd3_pipeline");
+    opt.sigmas = {1.0, 0.5};
+    CHECK(models::plan_t2i(sd3, opt).steps == 2);
+    auto got = run(sd3, opt);
+    // shift 3 (the fixture's scheduler_config): 3s / (1 + 2s) maps 0.5 to 0.75 exactly; timesteps are sigma * 1000.
+    CHECK(got.at("sigmas").to_f32() == std::vector<float>{1.f, 0.75f, 0.f});
+    CHECK(got.at("timesteps").to_f32() == std::vector<float>{1000.f, 750.f});
+    CHECK(got.count("step1_latents"));
+    CHECK(!got.count("step2_latents"));
+
+    // Flux: its own schedule given as sigmas is the default run, bit for bit (dynamic shifting, mu from the size).
+    auto flux = models::ModelSource::open(test::data_path("fixtures/flux_pipeline"));
+    auto f = fixture_options("flux_pipeline");
+    f.steps = 3;
+    const auto plain = run(flux, f);
+    f.steps.reset();
+    f.sigmas = {1.0, 1.0 + (1.0 / 3 - 1.0) / 2, 1.0 / 3};  // np.linspace(1, 1/3, 3)
+    const auto given = run(flux, f);
+    CHECK(given.at("sigmas").bytes == plain.at("sigmas").bytes);
+    CHECK(given.at("image").bytes == plain.at("image").bytes);
+    f.sigmas = {1.0, 0.5, 0.25};
+    CHECK(run(flux, f).at("image").bytes != plain.at("image").bytes);
+}
+
+TEST_CASE("custom sigmas that do not fit are named before any work", "[models][t2i]") {
+    auto sd3 = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    models::T2IOptions opt;
+    opt.sigmas = {1.0, 0.5};
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("custom sigmas apply to the flow-matching"));
+    opt.steps = 3;
+    CHECK_THROWS_WITH(models::plan_t2i(sd3, opt), Catch::Contains("steps 3 but 2 sigmas"));
+    opt.steps = 2;
+    CHECK(models::plan_t2i(sd3, opt).steps == 2);
+    opt.sigmas = {1.0, -0.1};
+    CHECK_THROWS_WITH(models::plan_t2i(sd3, opt), Catch::Contains("sigmas[1] is -0.1"));
+}
