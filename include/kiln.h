@@ -302,7 +302,8 @@ typedef struct kiln_generate_params {
      * negative_prompts replaces negative_prompt (give one or the other). Not given: prompts_2 and prompts_3 are the
      * prompts, negative_prompts_2 and negative_prompts_3 the negative prompts; so is one empty text.
      * SD3: prompts_2 / negative_prompts_2 go to CLIP-G (text_encoder_2), prompts_3 / negative_prompts_3 to T5.
-     * Flux: prompts_2 goes to T5. PixArt: only prompts and negative prompts apply. */
+     * Flux: prompts_2 / negative_prompts_2 go to T5 (negatives with true_cfg_scale). PixArt: only prompts and
+     * negative prompts apply. */
     const char* const* negative_prompts;
     int negative_prompt_count;
     const char* const* prompts_2;

@@ -125,7 +125,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG((p.prompt_count > 0 && p.prompts) || (p.prompt_embeds_count > 0 && p.prompt_embeds), m.src.path(),
              " is a text-to-image model (", m.pipeline, "): give prompts and prompt_count (or prompt_embeds)");
     // The lists of texts besides the prompts: one for every prompt, or one per prompt (models::check_prompts).
-    auto texts = [&](const char* const* v, int count, const char* name) {
+    auto text_list = [&](const char* const* v, int count, const char* name) {
         KILN_ARG(count >= 0 && (count == 0 || v), name, " / its count (", count, ") do not describe a list");
         std::vector<std::string> out;
         for (int i = 0; i < count; ++i) {
@@ -136,12 +136,12 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     };
     KILN_ARG(!(p.negative_prompt && p.negative_prompt_count > 0), "give negative_prompt or negative_prompts, not both");
     models::PromptOptions& po = r.texts;
-    po.negatives = texts(p.negative_prompts, p.negative_prompt_count, "negative_prompts");
+    po.negatives = text_list(p.negative_prompts, p.negative_prompt_count, "negative_prompts");
     if (p.negative_prompt) po.negatives = {p.negative_prompt};
-    po.prompts_2 = texts(p.prompts_2, p.prompt_2_count, "prompts_2");
-    po.prompts_3 = texts(p.prompts_3, p.prompt_3_count, "prompts_3");
-    po.negatives_2 = texts(p.negative_prompts_2, p.negative_prompt_2_count, "negative_prompts_2");
-    po.negatives_3 = texts(p.negative_prompts_3, p.negative_prompt_3_count, "negative_prompts_3");
+    po.prompts_2 = text_list(p.prompts_2, p.prompt_2_count, "prompts_2");
+    po.prompts_3 = text_list(p.prompts_3, p.prompt_3_count, "prompts_3");
+    po.negatives_2 = text_list(p.negative_prompts_2, p.negative_prompt_2_count, "negative_prompts_2");
+    po.negatives_3 = text_list(p.negative_prompts_3, p.negative_prompt_3_count, "negative_prompts_3");
     if (p.prompt_embeds_count > 0) {
         KILN_ARG(po.negatives.empty() && po.prompts_2.empty() && po.prompts_3.empty() && po.negatives_2.empty() &&
                      po.negatives_3.empty() && p.max_sequence_length == 0,

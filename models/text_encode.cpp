@@ -39,6 +39,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// A warning of encode_prompts: to opt.warn, else stderr.
+void warn(const PromptOptions& opt, const std::string& msg) {
+    if (opt.warn)
+        opt.warn(msg);
+    else
+        std::fprintf(stderr, "kiln: warning: %s\n", msg.c_str());
+}
+
 struct TokenBatch {
     Tensor ids, mask;  // I64 [B, L]
 };
@@ -56,12 +64,8 @@ TokenBatch tokenize(const text::Tokenizer& tok, const ModelSource& src, const st
         KILN_CHECK((int)k.ids.size() == max_length, comp, ": tokenizer returned ", k.ids.size(), " ids, expected ",
                    max_length);
         if (k.untruncated > (size_t)max_length) {
-            std::string msg = comp + ": prompt " + std::to_string(b) + " has " + std::to_string(k.untruncated) +
-                              " tokens; truncated to " + std::to_string(max_length) + " (as diffusers does)";
-            if (opt.warn)
-                opt.warn(msg);
-            else
-                std::fprintf(stderr, "kiln: warning: %s\n", msg.c_str());
+            warn(opt, comp + ": prompt " + std::to_string(b) + " has " + std::to_string(k.untruncated) +
+                          " tokens; truncated to " + std::to_string(max_length) + " (as diffusers does)");
         }
         for (int i = 0; i < max_length; ++i) {
             t.ids.data<int64_t>()[b * max_length + i] = k.ids[(size_t)i];
@@ -314,15 +318,10 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
             }
         }
         std::vector<std::map<std::string, Tensor>> t5;
-        if (!src.has("text_encoder_3") && !(is_none(opt.prompts_3) && is_none(opt.negatives_3))) {
-            const std::string msg = src.path() +
-                                    " has no text_encoder_3 (T5): prompt_3 and negative_prompt_3 are "
-                                    "ignored, its part of prompt_embeds is zeros (as diffusers)";
-            if (opt.warn)
-                opt.warn(msg);
-            else
-                std::fprintf(stderr, "kiln: warning: %s\n", msg.c_str());
-        }
+        if (!src.has("text_encoder_3") && !(is_none(opt.prompts_3) && is_none(opt.negatives_3)))
+            warn(opt, src.path() +
+                          " has no text_encoder_3 (T5): prompt_3 and negative_prompt_3 are ignored, its "
+                          "part of prompt_embeds is zeros (as diffusers)");
         if (src.has("text_encoder_3"))
             t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false, prompts_3, negs_3), false,
                              opt, res);

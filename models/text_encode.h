@@ -45,7 +45,7 @@ struct PromptOptions {
     // the prompts, negatives_2 and negatives_3 the negatives. One empty text in prompts_2, prompts_3, negatives_2
     // or negatives_3 is None too (diffusers' `prompt_2 or prompt` on a string).
     //   SD3:  prompts_2 and negatives_2 go to CLIP-G (text_encoder_2), prompts_3 and negatives_3 to T5.
-    //   Flux: prompts_2 goes to T5 (text_encoder_2); no negatives (no classifier-free guidance).
+    //   Flux: prompts_2 and negatives_2 go to T5 (text_encoder_2); negatives only with true CFG (cfg).
     //   PixArt: one encoder; prompts_2 and prompts_3 do not apply.
     std::vector<std::string> negatives;
     std::vector<std::string> prompts_2, prompts_3, negatives_2, negatives_3;

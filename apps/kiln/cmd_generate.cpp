@@ -130,12 +130,33 @@ std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_p
         }
     };
 }
+
+// diffusers' negative_prompt, prompt_2, prompt_3, negative_prompt_2 and negative_prompt_3: the flag, its key in the
+// image's settings, the list it fills and its help. Each is given once (for every prompt) or once per --prompt.
+struct TextList {
+    const char* flag;
+    const char* key;
+    std::vector<std::string> models::PromptOptions::*list;
+    const char* help;
+};
+const TextList kTextLists[] = {
+    {"--negative-prompt", "negative", &models::PromptOptions::negatives,
+     "Text models: the negative prompt (diffusers' negative_prompt; default \"\"; PixArt, SD3)"},
+    {"--prompt-2", "prompt_2", &models::PromptOptions::prompts_2,
+     "SD3: the prompt CLIP-G reads; Flux: the prompt T5 reads (diffusers' prompt_2; default: the prompt)"},
+    {"--prompt-3", "prompt_3", &models::PromptOptions::prompts_3,
+     "SD3: the prompt T5 reads (diffusers' prompt_3; default: the prompt)"},
+    {"--negative-prompt-2", "negative_2", &models::PromptOptions::negatives_2,
+     "SD3: the negative prompt CLIP-G reads (diffusers' negative_prompt_2; default: --negative-prompt)"},
+    {"--negative-prompt-3", "negative_3", &models::PromptOptions::negatives_3,
+     "SD3: the negative prompt T5 reads (diffusers' negative_prompt_3; default: --negative-prompt)"}};
 }  // namespace
 
 Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
-        std::vector<std::string> prompts, negatives, prompts_2, prompts_3, negatives_2, negatives_3;
+        std::vector<std::string> prompts;
+        models::PromptOptions texts;  // the kTextLists the options fill (not the prompts: --prompt-file has its own)
         std::string prompt_embeds, prompt_file, vram_budget, sigmas;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
             max_sequence_length = 0, vae_tile = 0;
@@ -157,22 +178,12 @@ Run add_generate(CLI::App& app) {
                                           "diffusers batches a list of prompts")
                                ->expected(1)
                                ->take_all());
-    // diffusers' negative_prompt, prompt_2, prompt_3, negative_prompt_2, negative_prompt_3: each given once (for
-    // every prompt) or once per --prompt.
-    auto add_texts = [&](const char* name, std::vector<std::string>& v, const std::string& help) {
-        o->text_opts.push_back(app.add_option(name, v, help + ". Once for every prompt, or repeated: one per --prompt")
-                                   ->expected(1)
-                                   ->take_all());
-    };
-    add_texts("--negative-prompt", o->negatives,
-              "Text models: the negative prompt (diffusers' negative_prompt; default \"\"; PixArt, SD3)");
-    add_texts("--prompt-2", o->prompts_2,
-              "SD3: the prompt CLIP-G reads; Flux: the prompt T5 reads (diffusers' prompt_2; default: the prompt)");
-    add_texts("--prompt-3", o->prompts_3, "SD3: the prompt T5 reads (diffusers' prompt_3; default: the prompt)");
-    add_texts("--negative-prompt-2", o->negatives_2,
-              "SD3: the negative prompt CLIP-G reads (diffusers' negative_prompt_2; default: --negative-prompt)");
-    add_texts("--negative-prompt-3", o->negatives_3,
-              "SD3: the negative prompt T5 reads (diffusers' negative_prompt_3; default: --negative-prompt)");
+    for (const TextList& l : kTextLists)
+        o->text_opts.push_back(
+            app.add_option(l.flag, o->texts.*l.list,
+                           std::string(l.help) + ". Once for every prompt, or repeated: one per --prompt")
+                ->expected(1)
+                ->take_all());
     o->text_opts.push_back(app.add_option("--prompt-file", o->prompt_file,
                                           "Text models: one generation per non-empty line of this UTF-8 file ('-' = "
                                           "stdin); images NAME-<line>.png (or .jpg)"));
@@ -385,7 +396,7 @@ Run add_generate(CLI::App& app) {
             // Flux's true CFG, as diffusers: only above 1 and with a negative prompt (or, from --prompt-embeds, both
             // negative embeddings).
             const bool flux = models::t2i_pipeline_class(src) == "FluxPipeline";
-            bool negative_given = !(o->negatives.empty() && o->negatives_2.empty());
+            bool negative_given = !(o->texts.negatives.empty() && o->texts.negatives_2.empty());
             if (!o->prompt_embeds.empty() && o->true_cfg_opt->count()) {
                 const auto file = SafeTensors::open(o->prompt_embeds);  // the header only
                 negative_given = file.find("negative_prompt_embeds") && file.find("negative_pooled_prompt_embeds");
@@ -439,28 +450,21 @@ Run add_generate(CLI::App& app) {
             KILN_CHECK(o->prompts.empty() || o->prompt_embeds.empty(),
                        "give either --prompt or --prompt-embeds, not both");
             // Every text but the prompts, which each job sets; checked against the pipeline for every job now.
-            models::PromptOptions texts;
-            texts.negatives = o->negatives, texts.prompts_2 = o->prompts_2, texts.prompts_3 = o->prompts_3;
-            texts.negatives_2 = o->negatives_2, texts.negatives_3 = o->negatives_3;
+            models::PromptOptions texts = o->texts;
             texts.max_sequence_length = o->max_sequence_length;
-            const std::pair<const char*, const std::vector<std::string>*> lists[] = {
-                {"--negative-prompt", &o->negatives},
-                {"--prompt-2", &o->prompts_2},
-                {"--prompt-3", &o->prompts_3},
-                {"--negative-prompt-2", &o->negatives_2},
-                {"--negative-prompt-3", &o->negatives_3}};
-            for (auto& [name, v] : lists) {
-                KILN_CHECK(v->empty() || o->prompt_embeds.empty(), name,
+            for (const TextList& l : kTextLists) {
+                const auto& v = texts.*l.list;
+                KILN_CHECK(v.empty() || o->prompt_embeds.empty(), l.flag,
                            " applies to --prompt; with --prompt-embeds the file gives the negative and per-encoder "
                            "embeddings");
-                KILN_CHECK(v->size() <= 1 || o->prompt_file.empty(), "--prompt-file: give ", name,
-                           " once (it applies to every line), not ", v->size(), " times");
+                KILN_CHECK(v.size() <= 1 || o->prompt_file.empty(), "--prompt-file: give ", l.flag,
+                           " once (it applies to every line), not ", v.size(), " times");
             }
             for (auto& job : jobs) {
                 texts.prompts = job;
                 models::check_prompts(src, texts);
             }
-            if (flux && !plan.cfg && !(o->negatives.empty() && o->negatives_2.empty()))
+            if (flux && !plan.cfg && !(texts.negatives.empty() && texts.negatives_2.empty()))
                 std::fprintf(stderr,
                              "kiln: warning: FluxPipeline runs classifier-free guidance only with --true-cfg > 1 "
                              "(diffusers' true_cfg_scale): --negative-prompt and --negative-prompt-2 are ignored\n");
@@ -543,18 +547,17 @@ Run add_generate(CLI::App& app) {
                     for (auto& p : v) out += (out.empty() ? "" : " | ") + p;
                     return v.empty() ? std::string() : std::string(" ") + key + "=" + out;
                 };
-                settings =
-                    joined("prompt", prompts).substr(prompts.empty() ? 0 : 1) + joined("negative", o->negatives) +
-                    joined("prompt_2", o->prompts_2) + joined("prompt_3", o->prompts_3) +
-                    joined("negative_2", o->negatives_2) + joined("negative_3", o->negatives_3) +
-                    " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
-                    std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
-                    " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
-                    (t.true_cfg_scale ? " true_cfg=" + std::to_string(*t.true_cfg_scale) : "") +
-                    " mode=" + exec::mode_name(t.mode) + (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
-                    (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
-                    (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
-                    (o->latents.empty() ? "" : " latents=" + o->latents);
+                settings = joined("prompt", prompts).substr(prompts.empty() ? 0 : 1);
+                for (const TextList& l : kTextLists) settings += joined(l.key, texts.*l.list);
+                settings += " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
+                            std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
+                            " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
+                            (t.true_cfg_scale ? " true_cfg=" + std::to_string(*t.true_cfg_scale) : "") +
+                            " mode=" + exec::mode_name(t.mode) +
+                            (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
+                            (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
+                            (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
+                            (o->latents.empty() ? "" : " latents=" + o->latents);
                 if (jobs.size() == 1) {
                     finish(r, plan.steps, settings, o->out, o->dump);
                 } else {  // NAME-<line>.png or .jpg (and NAME-<line>.safetensors for --dump)
