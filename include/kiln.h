@@ -314,8 +314,9 @@ typedef struct kiln_generate_params {
     int negative_prompt_2_count;
     const char* const* negative_prompts_3;
     int negative_prompt_3_count;
-    /* Flux: diffusers' true_cfg_scale (0 = 1 = off). Above 1, with a negative prompt (or negative_prompt_embeds and
-     * negative_pooled_prompt_embeds), classifier-free guidance on top of the embedded guidance: negative +
+    /* Flux: diffusers' true_cfg_scale (0 = 1 = off). Above 1, with a negative prompt (negative_prompt(s); not
+     * negative_prompts_2 alone, as diffusers' has_neg_prompt) or negative_prompt_embeds and
+     * negative_pooled_prompt_embeds, classifier-free guidance on top of the embedded guidance: negative +
      * true_cfg_scale * (prompt - negative). Without a negative it does nothing, as in diffusers. Other pipelines:
      * KILN_INVALID_ARGUMENT (their scale is guidance). */
     double true_cfg_scale;

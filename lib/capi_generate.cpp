@@ -186,10 +186,10 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.t.vae_tile_size = p.vae_tile_size;
     r.t.resolution_binning = p.no_resolution_binning == 0;
     r.t.images_per_prompt = per;
-    // Flux's true CFG runs only with negative conditioning, as diffusers' has_neg_prompt.
-    const bool has_negative =
-        !po.negatives.empty() || !po.negatives_2.empty() ||
-        (!r.t.text.negative_prompt_embeds.bytes.empty() && !r.t.text.negative_pooled_prompt_embeds.bytes.empty());
+    // Flux's true CFG runs only with negative conditioning, as diffusers' has_neg_prompt: negative_prompt (not
+    // negative_prompt_2 alone, which only replaces T5's negative text) or both negative embeddings.
+    const bool has_negative = !po.negatives.empty() || (!r.t.text.negative_prompt_embeds.bytes.empty() &&
+                                                        !r.t.text.negative_pooled_prompt_embeds.bytes.empty());
     if (p.true_cfg_scale != 0 && has_negative) r.t.true_cfg_scale = p.true_cfg_scale;
     r.keep_encoders = p.keep_encoders != 0;
     r.plan = models::plan_t2i(m.src, r.t);

@@ -393,10 +393,11 @@ Run add_generate(CLI::App& app) {
             models::T2IOptions t;
             if (o->steps_opt->count()) t.steps = o->steps;
             if (o->guidance_opt->count()) t.guidance = o->guidance;
-            // Flux's true CFG, as diffusers: only above 1 and with a negative prompt (or, from --prompt-embeds, both
-            // negative embeddings).
+            // Flux's true CFG, as diffusers' has_neg_prompt: only above 1 and with a negative prompt (or, from
+            // --prompt-embeds, both negative embeddings). negative_prompt_2 alone does not count: it only replaces
+            // what T5 reads of the negative prompt.
             const bool flux = models::t2i_pipeline_class(src) == "FluxPipeline";
-            bool negative_given = !(o->texts.negatives.empty() && o->texts.negatives_2.empty());
+            bool negative_given = !o->texts.negatives.empty();
             if (!o->prompt_embeds.empty() && o->true_cfg_opt->count()) {
                 const auto file = SafeTensors::open(o->prompt_embeds);  // the header only
                 negative_given = file.find("negative_prompt_embeds") && file.find("negative_pooled_prompt_embeds");
@@ -410,8 +411,9 @@ Run add_generate(CLI::App& app) {
                 if (o->true_cfg > 1 && !negative_given)
                     std::fprintf(stderr,
                                  "kiln: warning: --true-cfg %g without a negative prompt: no classifier-free guidance "
-                                 "(as diffusers)\n",
-                                 o->true_cfg);
+                                 "(as diffusers%s)\n",
+                                 o->true_cfg,
+                                 o->texts.negatives_2.empty() ? "" : "; --negative-prompt-2 alone does not turn it on");
                 else
                     t.true_cfg_scale = o->true_cfg;
             }

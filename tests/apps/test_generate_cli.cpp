@@ -323,6 +323,17 @@ TEST_CASE("kiln generate --true-cfg: Flux's classifier-free guidance with a nega
     auto [no_cfg, no_cfg_err] = run("--negative-prompt blurry", "no_cfg");
     CHECK(no_cfg_err.find("only with --true-cfg > 1") != std::string::npos);
     CHECK(no_cfg.read("image").bytes == plain.read("image").bytes);
+    // diffusers' has_neg_prompt counts negative_prompt only: negative_prompt_2 alone (T5's negative text) does not
+    // turn CFG on; with negative_prompt it replaces what T5 reads, so the image differs from cfg's.
+    auto [neg2, neg2_err] = run("--negative-prompt-2 blurry --true-cfg 4", "neg2");
+    CHECK(neg2_err.find("--negative-prompt-2 alone does not turn it on") != std::string::npos);
+    CHECK(neg2.read("step0_transformer_out").shape[0] == 1);
+    CHECK(neg2.read("image").bytes == plain.read("image").bytes);
+    auto [both, both_err] = run("--negative-prompt blurry --negative-prompt-2 dark --true-cfg 4", "both");
+    CHECK(both_err.find("warning") == std::string::npos);
+    CHECK(both.read("step0_transformer_out").shape[0] == 2);
+    CHECK(both.read("negative_pooled_prompt_embeds").bytes == cfg.read("negative_pooled_prompt_embeds").bytes);
+    CHECK(both.read("negative_prompt_embeds").bytes != cfg.read("negative_prompt_embeds").bytes);
     // From --prompt-embeds: CFG where the file holds both negative embeddings (the dumps hold Kiln's own).
     const std::string base = "--model " + fixture("flux_pipeline") + " --steps 1 --true-cfg 4 --prompt-embeds ";
     auto embeds = [&](const std::string& file, const std::string& name) {

@@ -362,6 +362,12 @@ TEST_CASE("C API: true_cfg_scale runs Flux's classifier-free guidance only with 
         return t.shape[0];
     };
     CHECK(rows(p) == 1);  // no negative prompt: no CFG, as diffusers
+    const char* negs_2[1] = {"blurry"};
+    p.negative_prompts_2 = negs_2;  // alone it does not count (diffusers' has_neg_prompt): still no CFG
+    p.negative_prompt_2_count = 1;
+    CHECK(rows(p) == 1);
+    p.negative_prompts_2 = nullptr;
+    p.negative_prompt_2_count = 0;
     p.negative_prompt = "blurry";
     CHECK(rows(p) == 2);  // [negative, prompt]
     p.true_cfg_scale = 1;
