@@ -267,7 +267,7 @@ typedef struct kiln_generate_params {
     int width, height;     /* 0 = the model's (text models only; class-label models have one size) */
     int steps;             /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
     double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance */
-    uint64_t seed;         /* Kiln's initial-noise RNG (mt19937_64 + Box-Muller) */
+    uint64_t seed;         /* the initial noise diffusers draws with generator=torch.manual_seed(seed) (f32) */
     const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler" or a diffusers scheduler class */
     kiln_jit_mode jit_mode;
     /* Optional exact initial noise, float32 NCHW [images, latent channels, h, w] (Flux: unpacked); NULL = seeded. */
@@ -324,6 +324,10 @@ typedef struct kiln_generate_params {
      * scheduler's shift, one per step in [0, 1]; the step count is sigma_count (steps 0 or equal). */
     const double* sigmas;
     int sigma_count;
+    /* The dtype of the seeded noise: NULL/"" or "f32" (default), "f16", "bf16". diffusers draws torch.randn in the
+     * pipeline's dtype (torch_dtype), so an f16 or bf16 pipeline draws other noise than an f32 one for the same seed;
+     * this picks which one seed reproduces. Anything else: KILN_INVALID_ARGUMENT. */
+    const char* noise_dtype;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -58,6 +58,16 @@ void check_scheduler(const models::ModelSource& src, const std::string& name) {
     }
 }
 
+// noise_dtype: NULL or "" is f32; f16 and bf16 are the other dtypes diffusers pipelines run in.
+DType noise_dtype(const char* s) {
+    const std::string v = s ? s : "";
+    if (v.empty() || v == "f32" || v == "float32") return DType::f32;
+    if (v == "f16" || v == "float16") return DType::f16;
+    if (v == "bf16" || v == "bfloat16") return DType::bf16;
+    KILN_ARG(false, "noise_dtype '", v, "' (f32, f16 or bf16)");
+    return DType::f32;
+}
+
 Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     Request r;
     KILN_ARG(p.steps >= 0 && p.steps <= 1000, "steps is ", p.steps, " (1..1000, or 0 for the pipeline's)");
@@ -73,6 +83,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     const int per = std::max(1, p.images_per_prompt);
     const bool keep = p.intermediates != nullptr;
     const std::string scheduler = p.scheduler ? p.scheduler : "";
+    const DType noise = noise_dtype(p.noise_dtype);
     const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
     if (m.kind == KILN_MODEL_COMPONENT)
         fail(KILN_UNSUPPORTED, m.src.path(),
@@ -104,6 +115,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         if (p.steps) r.g.steps = p.steps;
         if (p.guidance != 0) r.g.guidance = p.guidance;
         r.g.seed = p.seed;
+        r.g.noise_dtype = noise;
         r.g.scheduler = scheduler;
         r.g.mode = mode;
         r.g.keep_intermediates = keep;
@@ -179,6 +191,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     if (p.width) r.t.width = p.width;
     if (p.height) r.t.height = p.height;
     r.t.seed = p.seed;
+    r.t.noise_dtype = noise;
     r.t.scheduler = scheduler;
     r.t.mode = mode;
     r.t.keep_intermediates = keep;

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <random>
 
 #include "models/device_loop.h"
 #include "models/dit.h"
@@ -11,6 +10,7 @@
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
+#include "runtime/core/torch_rng.h"
 #include "runtime/exec/step_program.h"
 
 namespace kiln::models {
@@ -20,16 +20,9 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 }  // namespace
 
-Tensor seeded_normal(const Shape& shape, uint64_t seed) {
+Tensor seeded_normal(const Shape& shape, uint64_t seed, DType dtype) {
     Tensor t(DType::f32, shape);
-    std::mt19937_64 rng(seed);
-    auto uniform = [&] { return ((double)(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0); };  // (0, 1)
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); i += 2) {
-        double r = std::sqrt(-2.0 * std::log(uniform())), th = 2.0 * M_PI * uniform();
-        p[i] = (float)(r * std::cos(th));
-        if (i + 1 < t.numel()) p[i + 1] = (float)(r * std::sin(th));
-    }
+    TorchCpuGenerator(seed).randn(t.data<float>(), t.numel(), dtype);
     return t;
 }
 
@@ -76,10 +69,11 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = tx.counters();
 
-    Tensor latents = opt.latents_init ? *opt.latents_init : seeded_normal(lat_shape, opt.seed);
+    Tensor latents = opt.latents_init ? *opt.latents_init : seeded_normal(lat_shape, opt.seed, opt.noise_dtype);
     KILN_CHECK(latents.shape == lat_shape, "initial latents have shape ", shape_str(latents.shape), ", expected ",
                shape_str(lat_shape));
     latents = latents.astype(DType::f32);
+    if (opt.keep_intermediates) res.intermediates.push_back({"latents_init", latents});  // the seeded noise, NCHW
     const size_t n_half = (size_t)latents.numel();
     std::vector<float> x(n_half * (cfg ? 2 : 1));  // latent_model_input
     for (size_t r = 0; r < x.size() / n_half; ++r)

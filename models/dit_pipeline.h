@@ -17,7 +17,8 @@ struct GenerateOptions {
     int steps = 25;
     double guidance = 4.0;
     uint64_t seed = 0;
-    std::string scheduler;  // "" = the model's; else a scheduler class name or alias (ddim, dpm, euler)
+    DType noise_dtype = DType::f32;  // the dtype torch.randn draws the noise in (diffusers' torch_dtype): f32/f16/bf16
+    std::string scheduler;           // "" = the model's; else a scheduler class name or alias (ddim, dpm, euler)
     exec::Mode mode = exec::Mode::regional;
     std::optional<Tensor> latents_init;  // [B, C, h, w]; replaces the seeded noise
     bool keep_intermediates = false;     // step{i}_noise_pred, step{i}_latents, decoded, image
@@ -43,8 +44,10 @@ struct GenerateResult {
     std::vector<exec::RunStats> transformer_runs;
 };
 
-// Kiln's initial-noise RNG: mt19937_64(seed), Box-Muller pairs -> N(0, 1), filled in NCHW order.
-Tensor seeded_normal(const Shape& shape, uint64_t seed);
+// The initial noise of every pipeline: torch.randn(shape, dtype=dtype) after torch.manual_seed(seed), NCHW order, as
+// diffusers' randn_tensor draws it from a CPU generator for a pipeline of that dtype (runtime/core/torch_rng.h).
+// Returned as f32 (f16/bf16 values are exact in it).
+Tensor seeded_normal(const Shape& shape, uint64_t seed, DType dtype = DType::f32);
 
 GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const GenerateOptions& opt);
 

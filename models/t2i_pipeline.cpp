@@ -300,7 +300,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // ---- Latents: [B, C, h, w] noise * init_noise_sigma; Flux packs them 2x2 into [B, S, 4C].
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
     const Shape nchw{B, C, h, w};
-    Tensor init = opt.latents_init ? opt.latents_init->astype(DType::f32) : seeded_normal(nchw, opt.seed);
+    Tensor init =
+        opt.latents_init ? opt.latents_init->astype(DType::f32) : seeded_normal(nchw, opt.seed, opt.noise_dtype);
     KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
                " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     auto sched = opt.scheduler.empty() ? sched::make_scheduler(src.config("scheduler"))
@@ -378,6 +379,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     res.transformer_counters = tx_exec.counters();
     if (opt.keep_intermediates) {
         for (auto& kv : tx.named()) res.intermediates.push_back(kv);
+        res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
         if (flux) res.intermediates.push_back({"text_ids", in["txt_ids"]});
         const auto& ts = sched->timesteps();
         res.intermediates.push_back(

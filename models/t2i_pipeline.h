@@ -46,7 +46,8 @@ struct T2IOptions {
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
     bool resolution_binning = true;
     uint64_t seed = 0;
-    std::string scheduler;  // "" = the model's; else a scheduler class name or alias
+    DType noise_dtype = DType::f32;  // the dtype torch.randn draws the noise in (diffusers' torch_dtype): f32/f16/bf16
+    std::string scheduler;           // "" = the model's; else a scheduler class name or alias
     exec::Mode mode = exec::Mode::regional;
     int images_per_prompt = 1;           // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
     std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)

@@ -111,6 +111,9 @@ void install_interrupt_handler() { ::signal(SIGINT, on_sigint); }
 bool interrupted() { return g_interrupted; }
 
 namespace {
+// The settings' noise dtype, named only when it is not the default f32.
+std::string noise_setting(DType dt) { return dt == DType::f32 ? "" : std::string(" noise_dtype=") + dtype_name(dt); }
+
 std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_point& t0) {
     const bool tty = isatty(2);
     install_interrupt_handler();
@@ -162,6 +165,7 @@ Run add_generate(CLI::App& app) {
             max_sequence_length = 0, vae_tile = 0;
         double guidance = 4.0, true_cfg = 1.0;
         uint64_t seed = 0;
+        std::string noise_dtype = "f32";
         bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
              host_loop = false;
         CLI::Option *labels_opt = nullptr, *steps_opt = nullptr, *guidance_opt = nullptr, *true_cfg_opt = nullptr;
@@ -218,7 +222,15 @@ Run add_generate(CLI::App& app) {
         "--sigmas", o->sigmas,
         "SD3, Flux: diffusers' sigmas, comma-separated, one per step in [0, 1]: the flow-matching schedule before the "
         "scheduler's shift (default: the pipeline's; the step count is theirs)"));
-    app.add_option("--seed", o->seed, "Seed of Kiln's initial-noise RNG (mt19937_64 + Box-Muller)")
+    app.add_option("--seed", o->seed,
+                   "Seed of the initial noise: the noise diffusers draws with generator=torch.manual_seed(SEED) "
+                   "(PyTorch's CPU generator, float32), so the same seed gives diffusers' image")
+        ->capture_default_str();
+    app.add_option("--noise-dtype", o->noise_dtype,
+                   "The dtype the seeded noise is drawn in, as diffusers draws it in the pipeline's torch_dtype: f32 "
+                   "(torch.float32), f16 (torch.float16) or bf16 (torch.bfloat16). A seed gives other noise in each; "
+                   "the model runs in f32 either way")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}))
         ->capture_default_str();
     app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
     app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
@@ -357,6 +369,7 @@ Run add_generate(CLI::App& app) {
             g.steps = o->steps;
             g.guidance = o->guidance;
             g.seed = o->seed;
+            g.noise_dtype = parse_dtype(o->noise_dtype, "--noise-dtype");
             g.scheduler = o->scheduler;
             g.mode = exec::parse_mode(o->mode);
             g.keep_intermediates = !o->dump.empty();
@@ -382,7 +395,7 @@ Run add_generate(CLI::App& app) {
             n_steps = g.steps;
             settings = "labels=" + o->labels + (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
                        " steps=" + std::to_string(g.steps) + " guidance=" + std::to_string(g.guidance) +
-                       " seed=" + std::to_string(g.seed) +
+                       " seed=" + std::to_string(g.seed) + noise_setting(g.noise_dtype) +
                        " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
                        " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents);
         } else {
@@ -430,6 +443,7 @@ Run add_generate(CLI::App& app) {
             if (o->size_opts[1]->count()) t.height = o->height;
             t.resolution_binning = !o->no_binning;
             t.seed = o->seed;
+            t.noise_dtype = parse_dtype(o->noise_dtype, "--noise-dtype");
             t.scheduler = o->scheduler;
             t.mode = exec::parse_mode(o->mode);
             t.keep_intermediates = !o->dump.empty();
@@ -554,6 +568,7 @@ Run add_generate(CLI::App& app) {
                 settings += " pipeline=" + plan.pipeline + " size=" + std::to_string(plan.width) + "x" +
                             std::to_string(plan.height) + " steps=" + std::to_string(plan.steps) +
                             " guidance=" + std::to_string(plan.guidance) + " seed=" + std::to_string(t.seed) +
+                            noise_setting(t.noise_dtype) +
                             (t.true_cfg_scale ? " true_cfg=" + std::to_string(*t.true_cfg_scale) : "") +
                             " mode=" + exec::mode_name(t.mode) +
                             (o->images > 1 ? " images=" + std::to_string(o->images) : "") +

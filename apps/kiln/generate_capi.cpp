@@ -80,6 +80,7 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     p.steps = g.steps;
     p.guidance = g.guidance > 1 ? g.guidance : 1.0;  // <= 1 is no guidance; the C API's 0 means the default
     p.seed = g.seed;
+    p.noise_dtype = dtype_name(g.noise_dtype);
     if (!g.scheduler.empty()) p.scheduler = g.scheduler.c_str();
     p.jit_mode = jit_mode(g.mode);
     Tensor latents;
@@ -139,6 +140,7 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     p.sigmas = t.sigmas.empty() ? nullptr : t.sigmas.data();
     p.sigma_count = (int)t.sigmas.size();
     p.seed = t.seed;
+    p.noise_dtype = dtype_name(t.noise_dtype);
     if (!t.scheduler.empty()) p.scheduler = t.scheduler.c_str();
     p.jit_mode = jit_mode(t.mode);
     Tensor latents;

@@ -112,6 +112,19 @@ TEST_CASE("C API: identical seeds give identical images; formats agree", "[capi]
             INFO("pixel " << i << " channel " << k);
             REQUIRE(a[i * 4 + k] == (uint8_t)std::nearbyint(std::clamp(f[i * 3 + k], 0.f, 1.f) * 255.f));
         }
+    // noise_dtype: the seed's noise as torch.randn draws it in that dtype (f16: other noise, another image);
+    // "f32" is the default; anything else is named.
+    std::vector<float> h(f.size());
+    img.data = h.data();
+    p.noise_dtype = "f16";
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    CHECK(h != f);
+    p.noise_dtype = "f32";
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    CHECK(h == f);
+    p.noise_dtype = "f8";
+    CHECK(kiln_generate(m.get(), &p, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("noise_dtype 'f8' (f32, f16 or bf16)") != std::string::npos);
     CHECK(kiln::vk::Context::validation_errors() == 0);
 }
 
