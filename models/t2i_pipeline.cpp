@@ -217,6 +217,18 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     p.height = opt.height.value_or(sample * p.vae_scale_factor);
     p.width = opt.width.value_or(sample * p.vae_scale_factor);
     KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
+    if (p.pipeline == "FluxPipeline" && (p.height % multiple || p.width % multiple)) {
+        // diffusers' FluxPipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
+        // other pipelines raise.
+        const int h = p.height / multiple * multiple, w = p.width / multiple * multiple;
+        KILN_CHECK(h > 0 && w > 0, p.pipeline, ": width and height must be at least ", multiple, ", got ", p.width, "x",
+                   p.height);
+        std::fprintf(stderr,
+                     "kiln: warning: %s: width and height have to be divisible by %d but are %dx%d; generating at "
+                     "%dx%d, as diffusers does\n",
+                     p.pipeline.c_str(), multiple, p.width, p.height, w, h);
+        p.height = h, p.width = w;
+    }
     KILN_CHECK(p.height % multiple == 0 && p.width % multiple == 0, p.pipeline, ": width and height must be multiples ",
                "of ", multiple, " (vae_scale_factor ", p.vae_scale_factor, " x ",
                p.pipeline == "FluxPipeline" ? "2 (2x2 packing)" : "patch size", "), got ", p.width, "x", p.height,
