@@ -223,10 +223,9 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
         const int h = p.height / multiple * multiple, w = p.width / multiple * multiple;
         KILN_CHECK(h > 0 && w > 0, p.pipeline, ": width and height must be at least ", multiple, ", got ", p.width, "x",
                    p.height);
-        std::fprintf(stderr,
-                     "kiln: warning: %s: width and height have to be divisible by %d but are %dx%d; generating at "
-                     "%dx%d, as diffusers does\n",
-                     p.pipeline.c_str(), multiple, p.width, p.height, w, h);
+        p.warnings.push_back(p.pipeline + ": width and height have to be divisible by " + std::to_string(multiple) +
+                             " but are " + std::to_string(p.width) + "x" + std::to_string(p.height) +
+                             "; generating at " + std::to_string(w) + "x" + std::to_string(h) + ", as diffusers does");
         p.height = h, p.width = w;
     }
     KILN_CHECK(p.height % multiple == 0 && p.width % multiple == 0, p.pipeline, ": width and height must be multiples ",
@@ -240,11 +239,10 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
         // generates at the requested size and says so.
         const int side = pixart_bin_side(sample);
         if (side && (p.height != side || p.width != side))
-            std::fprintf(stderr,
-                         "kiln: warning: %s: diffusers' resolution binning would generate at the nearest aspect-ratio "
-                         "bin and resize to %dx%d; Kiln generates at %dx%d directly (--no-resolution-binning silences "
-                         "this)\n",
-                         p.pipeline.c_str(), p.width, p.height, p.width, p.height);
+            p.warnings.push_back(p.pipeline + ": diffusers' resolution binning would generate at the nearest " +
+                                 "aspect-ratio bin and resize to " + std::to_string(p.width) + "x" +
+                                 std::to_string(p.height) + "; Kiln generates at that size directly " +
+                                 "(--no-resolution-binning silences this)");
     }
     p.latent_h = p.height / p.vae_scale_factor;
     p.latent_w = p.width / p.vae_scale_factor;
@@ -264,6 +262,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     GenerateResult res;
     auto t_plan = Clock::now();
     const T2IPlan p = plan_t2i(src, opt);
+    for (const auto& w : p.warnings) std::fprintf(stderr, "kiln: warning: %s\n", w.c_str());
     const bool flux = p.pipeline == "FluxPipeline", sd3 = p.pipeline == "StableDiffusion3Pipeline";
     const bool pixart = !flux && !sd3;
     KILN_CHECK(opt.images_per_prompt >= 1, "images per prompt is ", opt.images_per_prompt, " (at least 1)");

@@ -66,6 +66,9 @@ struct T2IPlan {
     bool cfg = false;      // classifier-free guidance batch (PixArt, SD3 with guidance > 1; Flux with true_cfg > 1)
     double cfg_scale = 1;  // the scale of that guidance: guidance (PixArt, SD3), true_cfg_scale (Flux)
     int vae_scale_factor = 8, latent_channels = 4, latent_h = 0, latent_w = 0;
+    // Where the call differs from what was asked (a size rounded, binning not applied); generate_t2i prints them
+    // once per generation (plan_t2i itself prints nothing: callers plan more than once).
+    std::vector<std::string> warnings;
 };
 
 // The pipeline class of a text-to-image model: model_index.json's _class_name when it names one of the four,

@@ -96,6 +96,9 @@ TEST_CASE("text-to-image pipelines: defaults, dispatch and size checks", "[model
     // Flux, as diffusers' FluxPipeline: a warning, and the multiples below (prepare_latents' 2 * (w // 4) here).
     p = models::plan_t2i(flux, o);
     CHECK((p.width == 28 && p.height == 32 && p.latent_w == 14 && p.latent_h == 16));
+    REQUIRE(p.warnings.size() == 1);  // printed by generate_t2i, once per generation
+    CHECK(p.warnings[0].find("divisible by 4 but are 30x32; generating at 28x32") != std::string::npos);
+    CHECK(models::plan_t2i(sd3, {}).warnings.empty());
     o.width = 3;
     CHECK_THROWS_WITH(models::plan_t2i(flux, o), Catch::Contains("at least 4"));
     o.width = 30;
