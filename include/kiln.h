@@ -328,6 +328,10 @@ typedef struct kiln_generate_params {
      * pipeline's dtype (torch_dtype), so an f16 or bf16 pipeline draws other noise than an f32 one for the same seed;
      * this picks which one seed reproduces. Anything else: KILN_INVALID_ARGUMENT. */
     const char* noise_dtype;
+    /* SD3: diffusers' clip_skip (0 = none): the prompts' CLIP-L and CLIP-G embeddings are hidden_states[-(clip_skip
+     * + 2)] instead of [-2]; the negative prompts keep [-2], as diffusers encodes them. At most the CLIP layer count
+     * - 1. Other pipelines, and with prompt_embeds: KILN_INVALID_ARGUMENT. */
+    int clip_skip;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -97,7 +97,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         r.dit = true;
         KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt &&
                      p.negative_prompt_count == 0 && p.prompt_2_count == 0 && p.prompt_3_count == 0 &&
-                     p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0,
+                     p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0 && p.clip_skip == 0,
                  m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
         KILN_ARG(p.sigma_count == 0, m.src.path(), " is a DiT model: custom sigmas apply to SD3 and Flux");
         KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
@@ -156,8 +156,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     po.negatives_3 = text_list(p.negative_prompts_3, p.negative_prompt_3_count, "negative_prompts_3");
     if (p.prompt_embeds_count > 0) {
         KILN_ARG(po.negatives.empty() && po.prompts_2.empty() && po.prompts_3.empty() && po.negatives_2.empty() &&
-                     po.negatives_3.empty() && p.max_sequence_length == 0,
-                 "negative prompts, prompts_2, prompts_3 and max_sequence_length apply to prompts; with prompt_embeds "
+                     po.negatives_3.empty() && p.max_sequence_length == 0 && p.clip_skip == 0,
+                 "negative prompts, prompts_2, prompts_3, max_sequence_length and clip_skip apply to prompts; with "
+                 "prompt_embeds "
                  "give negative_prompt_embeds");
         std::map<std::string, Tensor> named;
         for (int i = 0; i < p.prompt_embeds_count; ++i) {
@@ -180,6 +181,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         KILN_ARG(p.prompts[i], "prompts[", i, "] is NULL");
         po.prompts.push_back(p.prompts[i]);
     }
+    po.clip_skip = p.clip_skip;
     if (!po.prompts.empty()) models::check_prompts(m.src, po);  // lengths, UTF-8, which texts apply
     KILN_ARG(p.max_sequence_length >= 0, "max_sequence_length is ", p.max_sequence_length);
     po.max_sequence_length = p.max_sequence_length;

@@ -114,7 +114,9 @@ ir::Val encoder_layer(Builder& b, const CLIPTextConfig& c, int i, ir::Val h, ir:
 }
 }  // namespace
 
-void build_clip_text(Builder& b, const CLIPTextConfig& c, int B, int S, bool batch_mask) {
+void build_clip_text(Builder& b, const CLIPTextConfig& c, int B, int S, bool batch_mask, int clip_skip) {
+    KILN_CHECK(clip_skip >= 0 && clip_skip <= c.layers - 1, "clip_skip ", clip_skip, " for a CLIP text model of ",
+               c.layers, " layers (0..", c.layers - 1, ": hidden_states[-(clip_skip + 2)])");
     auto& g = b.g();
     const int D = c.hidden_size;
     ir::Val tok = g.input("inputs_embeds", {(int64_t)B * S, D});  // token_embedding rows, gathered on the host
@@ -129,10 +131,16 @@ void build_clip_text(Builder& b, const CLIPTextConfig& c, int B, int S, bool bat
 
     // Layers 0..N-2 replay as one kind; the last runs inline, so its input (hidden_states[-2]) is the
     // carried residual of the last replayed layer, which the regional JIT may read after the blocks.
-    for (int i = 0; i < c.layers - 1; ++i) {
+    // With clip_skip k, the regions stop k layers earlier: their carried residual is hidden_states[-(k + 2)].
+    const int replayed = c.layers - 1 - clip_skip;
+    for (int i = 0; i < replayed; ++i) {
         g.begin_region("clip_layers", i);
         h = encoder_layer(b, c, i, h, bias);
         g.end_region();
+    }
+    if (clip_skip > 0) {
+        g.output(h, "clip_skip_hidden_state");
+        for (int i = replayed; i < c.layers - 1; ++i) h = encoder_layer(b, c, i, h, bias);
     }
     g.output(h, "penultimate_hidden_state");
     h = encoder_layer(b, c, c.layers - 1, h, bias);

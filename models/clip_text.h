@@ -33,6 +33,8 @@ std::map<std::string, Tensor> clip_text_inputs(const CLIPTextConfig& c, const Te
 // layer) [B, S, D], and pooler_output [B, D] or, with projection, text_embeds [B, projection_dim].
 // Layers 0..N-2 are regions of kind "clip_layers"; the last runs inline so the penultimate state is the
 // carried residual.
-void build_clip_text(Builder& b, const CLIPTextConfig& c, int B, int S, bool batch_mask);
+// clip_skip k > 0 (diffusers' clip_skip, 1..N-1): also clip_skip_hidden_state, hidden_states[-(k + 2)] (the input
+// of layer N-1-k); layers 0..N-2-k are then the regions, and the k layers after them run inline.
+void build_clip_text(Builder& b, const CLIPTextConfig& c, int B, int S, bool batch_mask, int clip_skip = 0);
 
 }  // namespace kiln::models

@@ -37,7 +37,9 @@ Tensor batch_vector(const Tensor& t, int64_t B, DType dt, const std::string& nam
 }  // namespace
 
 std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
-                                              const std::map<std::string, Tensor>& inputs) {
+                                              const std::map<std::string, Tensor>& inputs, int clip_skip) {
+    KILN_CHECK(clip_skip == 0 || cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection", cls,
+               ": clip_skip applies to CLIP text models");
     std::map<std::string, Tensor> in;
     if (cls == "DiTTransformer2DModel") {
         const Tensor& x = need(inputs, "hidden_states", cls);
@@ -182,7 +184,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
             return embed(t5_encoder_inputs(c, ids, mask), table, c.vocab_size, c.d_model);
         }
         auto c = CLIPTextConfig::from_json(config, cls == "CLIPTextModelWithProjection");
-        build_clip_text(b, c, B, S, mask != nullptr);
+        build_clip_text(b, c, B, S, mask != nullptr, clip_skip);
         return embed(clip_text_inputs(c, ids, mask), "text_model.embeddings.token_embedding.weight", c.vocab_size,
                      c.hidden_size);
     }
@@ -387,11 +389,12 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
 }
 
 std::map<std::string, Tensor> forward_component(vk::Context* ctx, const ModelSource& src, const std::string& component,
-                                                const std::map<std::string, Tensor>& inputs, exec::Mode mode) {
+                                                const std::map<std::string, Tensor>& inputs, exec::Mode mode,
+                                                int clip_skip) {
     auto ws = src.weights(component);
     ir::Graph g;
     Builder b(g, *ws);
-    auto in = build_component(b, src.class_of(component), src.config(component), inputs);
+    auto in = build_component(b, src.class_of(component), src.config(component), inputs, clip_skip);
     std::map<std::string, Tensor> out;
     if (ctx) {
         if (mode == exec::Mode::regional && g.regions().size() < 2) mode = exec::Mode::full;  // nothing to replay

@@ -11,8 +11,9 @@ namespace kiln::models {
 
 // Builds the graph of `component` for the given input shapes (into g, via b), and returns the
 // inputs converted to what the graph takes (timestep f32, class_labels i32, ...).
+// clip_skip: CLIP text models only (build_clip_text), 0 elsewhere.
 std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
-                                              const std::map<std::string, Tensor>& inputs);
+                                              const std::map<std::string, Tensor>& inputs, int clip_skip = 0);
 
 // Plausible inputs for a component class (random latents, mid timestep, ...) at batch B and a latent of
 // h x w: for `kiln bench` and tests.
@@ -29,6 +30,6 @@ const std::map<std::string, SyntheticArch>& synthetic_archs();
 // ctx == nullptr runs the CPU reference.
 std::map<std::string, Tensor> forward_component(vk::Context* ctx, const ModelSource& src, const std::string& component,
                                                 const std::map<std::string, Tensor>& inputs,
-                                                exec::Mode mode = exec::Mode::regional);
+                                                exec::Mode mode = exec::Mode::regional, int clip_skip = 0);
 
 }  // namespace kiln::models

@@ -80,7 +80,8 @@ TokenBatch tokenize(const text::Tokenizer& tok, const ModelSource& src, const st
 // is freed on return, before the next encoder or the transformer loads, so the peak is one encoder's.
 std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const ModelSource& src,
                                                        const std::string& comp, const std::vector<TokenBatch>& batches,
-                                                       bool with_mask, const PromptOptions& opt, EncodedPrompts& res) {
+                                                       bool with_mask, const PromptOptions& opt, EncodedPrompts& res,
+                                                       int clip_skip = 0) {
     auto inputs = [&](const TokenBatch& t) {
         std::map<std::string, Tensor> in{{"input_ids", t.ids}};
         if (with_mask) in["attention_mask"] = t.mask;
@@ -89,10 +90,11 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
     auto t0 = Clock::now();
     std::vector<std::map<std::string, Tensor>> outs;
     if (!ctx) {
-        for (auto& t : batches) outs.push_back(forward_component(nullptr, src, comp, inputs(t), opt.mode));
+        for (auto& t : batches) outs.push_back(forward_component(nullptr, src, comp, inputs(t), opt.mode, clip_skip));
     } else {
         // One entry per encoder and input shape: the planned, uploaded executor with what it references.
-        const std::string key = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "");
+        const std::string key = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "") +
+                                (clip_skip ? "/skip" + std::to_string(clip_skip) : "");
         std::unique_ptr<EncoderCache::Entry> local;
         EncoderCache::Entry* e = nullptr;
         if (opt.keep) {
@@ -108,7 +110,7 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
             e = local.get();
             e->ws = src.weights(comp);
             e->b = std::make_unique<Builder>(e->g, *e->ws);
-            converted = build_component(*e->b, cls, src.config(comp), inputs(batches.at(0)));
+            converted = build_component(*e->b, cls, src.config(comp), inputs(batches.at(0)), clip_skip);
             exec::Mode mode =
                 opt.mode == exec::Mode::regional && e->g.regions().size() < 2 ? exec::Mode::full : opt.mode;
             e->x = std::make_unique<exec::Executor>(*ctx, e->g, e->b->weight_fn(), mode);
@@ -118,7 +120,7 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
             if (i > 0 || converted.empty()) {  // the host-side inputs (embedding rows, masks, EOS rows) of a batch
                 ir::Graph scratch;
                 Builder sb(scratch, *e->ws);
-                converted = build_component(sb, cls, src.config(comp), inputs(batches[i]));
+                converted = build_component(sb, cls, src.config(comp), inputs(batches[i]), clip_skip);
             }
             for (auto& [name, v] : converted) e->x->set_input(name, v);
             e->x->run();
@@ -249,6 +251,17 @@ void check_prompts(const ModelSource& src, const PromptOptions& opt) {
             src.path(), ": ", pipe,
             " has one text encoder (T5): prompt_2, prompt_3, negative_prompt_2 and negative_prompt_3 do not "
             "apply");
+    KILN_CHECK(opt.clip_skip == 0 || pipe == "StableDiffusion3Pipeline", src.path(), ": clip_skip applies to ",
+               "StableDiffusion3Pipeline (", pipe, "'s __call__ has no clip_skip)");
+    KILN_CHECK(opt.clip_skip >= 0, "clip_skip is ", opt.clip_skip, " (0 = none)");
+    if (opt.clip_skip > 0)  // diffusers indexes hidden_states[-(clip_skip + 2)] of both CLIP encoders
+        for (const char* enc : {"text_encoder", "text_encoder_2"})
+            if (src.has(enc)) {
+                const int layers = src.config(enc).value("num_hidden_layers", 12);
+                KILN_CHECK(opt.clip_skip <= layers - 1, src.path(), ": clip_skip ", opt.clip_skip,
+                           " for a CLIP text model of ", layers, " layers (", enc, "; 0..", layers - 1,
+                           ": hidden_states[-(clip_skip + 2)])");
+            }
     if (pipe == "FluxPipeline")
         KILN_CHECK(is_none(opt.prompts_3) && is_none(opt.negatives_3), src.path(), ": ", pipe,
                    " has two text encoders (CLIP, then T5 which reads prompt_2): prompt_3 and negative_prompt_3 do "
@@ -310,13 +323,18 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         for (int k = 0; k < 2; ++k) {  // CLIP-L reads the prompts, CLIP-G prompt_2; both 77 tokens
             const std::string enc = k ? "text_encoder_2" : "text_encoder";
             clip[k] = run_encoder(ctx, src, enc, both(enc, 77, false, k ? prompts_2 : opt.prompts, k ? negs_2 : negs),
-                                  false, opt, res);
+                                  false, opt, res, opt.clip_skip);
             for (int neg = 0; neg < passes; ++neg) {
                 keep(enc + "_" + pre(neg) + "text_embeds", need(clip[k][(size_t)neg], "text_embeds", enc));
                 keep(enc + "_" + pre(neg) + "penultimate_hidden_state",
                      need(clip[k][(size_t)neg], "penultimate_hidden_state", enc));
             }
+            if (opt.clip_skip) keep(enc + "_clip_skip_hidden_state", need(clip[k][0], "clip_skip_hidden_state", enc));
         }
+        // The prompts' CLIP state: hidden_states[-(clip_skip + 2)]; the negatives': [-2] (clip_skip None).
+        auto clip_state = [&](int neg) {
+            return !neg && opt.clip_skip ? "clip_skip_hidden_state" : "penultimate_hidden_state";
+        };
         std::vector<std::map<std::string, Tensor>> t5;
         if (!src.has("text_encoder_3") && !(is_none(opt.prompts_3) && is_none(opt.negatives_3)))
             warn(opt, src.path() +
@@ -327,8 +345,7 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
                              opt, res);
         for (int neg = 0; neg < passes; ++neg) {
             const size_t n = (size_t)neg;
-            Tensor clip_embeds =
-                cat3(clip[0][n]["penultimate_hidden_state"], clip[1][n]["penultimate_hidden_state"], 2);
+            Tensor clip_embeds = cat3(clip[0][n][clip_state(neg)], clip[1][n][clip_state(neg)], 2);
             // _get_t5_prompt_embeds without T5: zeros [B, tokenizer_max_length, joint_attention_dim].
             Tensor t = !t5.empty() ? need(t5[n], "last_hidden_state", "text_encoder_3")
                                    : Tensor(DType::f32, {(int64_t)opt.prompts.size(), 77,

@@ -50,7 +50,10 @@ struct PromptOptions {
     std::vector<std::string> negatives;
     std::vector<std::string> prompts_2, prompts_3, negatives_2, negatives_3;
     bool cfg = true;  // negative embeddings are needed: T2IPlan::cfg (guidance > 1; Flux: true_cfg_scale > 1)
-    int max_sequence_length = 0;                   // T5 tokens; 0: the pipeline's default
+    int max_sequence_length = 0;  // T5 tokens; 0: the pipeline's default
+    // SD3: diffusers' clip_skip. The prompts' CLIP embeddings are hidden_states[-(clip_skip + 2)] of CLIP-L and
+    // CLIP-G instead of [-2]; the negative prompts keep [-2] (diffusers encodes them with clip_skip None).
+    int clip_skip = 0;
     exec::Mode mode = exec::Mode::regional;        // JIT mode of the encoders
     bool keep_intermediates = false;               // token ids and per-encoder outputs under the fixtures' names
     std::function<void(const std::string&)> warn;  // truncation warnings (stderr when empty)

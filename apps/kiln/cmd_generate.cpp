@@ -162,7 +162,7 @@ Run add_generate(CLI::App& app) {
         models::PromptOptions texts;  // the kTextLists the options fill (not the prompts: --prompt-file has its own)
         std::string prompt_embeds, prompt_file, vram_budget, sigmas;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
-            max_sequence_length = 0, vae_tile = 0;
+            max_sequence_length = 0, vae_tile = 0, clip_skip = 0;
         double guidance = 4.0, true_cfg = 1.0;
         uint64_t seed = 0;
         std::string noise_dtype = "f32";
@@ -196,6 +196,11 @@ Run add_generate(CLI::App& app) {
                                         "--prompt-file (no re-planning or re-upload; costs their memory)"));
     o->text_opts.push_back(app.add_option("--max-sequence-length", o->max_sequence_length,
                                           "Text models: T5 token count (default: the pipeline's)"));
+    o->text_opts.push_back(
+        app.add_option("--clip-skip", o->clip_skip,
+                       "SD3: diffusers' clip_skip: the prompts' CLIP embeddings from hidden_states[-(N + 2)] instead "
+                       "of the penultimate layer's (the negative prompts keep it, as diffusers)")
+            ->check(CLI::NonNegativeNumber));
     o->text_opts.push_back(app.add_option(
         "--prompt-embeds", o->prompt_embeds,
         "Text models: safetensors with encode_prompt's outputs (prompt_embeds, negative_prompt_embeds, "
@@ -468,6 +473,9 @@ Run add_generate(CLI::App& app) {
             // Every text but the prompts, which each job sets; checked against the pipeline for every job now.
             models::PromptOptions texts = o->texts;
             texts.max_sequence_length = o->max_sequence_length;
+            texts.clip_skip = o->clip_skip;
+            KILN_CHECK(!o->clip_skip || o->prompt_embeds.empty(),
+                       "--clip-skip applies to --prompt; --prompt-embeds holds encoded prompts");
             for (const TextList& l : kTextLists) {
                 const auto& v = texts.*l.list;
                 KILN_CHECK(v.empty() || o->prompt_embeds.empty(), l.flag,
@@ -573,6 +581,7 @@ Run add_generate(CLI::App& app) {
                             " mode=" + exec::mode_name(t.mode) +
                             (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
                             (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
+                            (o->clip_skip ? " clip_skip=" + std::to_string(o->clip_skip) : "") +
                             (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
                             (o->latents.empty() ? "" : " latents=" + o->latents);
                 if (jobs.size() == 1) {

@@ -207,6 +207,11 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
                  "--prompt-3 applies to --prompt");
     expect_error(sd3 + " --prompt a --true-cfg 2", "--true-cfg applies to Flux");
     expect_error(sd3 + " --prompt a --sigmas 1,x", "--sigmas: 'x' is not a number");
+    expect_error(" --model " + fixture("flux_pipeline") + " --prompt a --clip-skip 1",
+                 "clip_skip applies to StableDiffusion3Pipeline");
+    expect_error(sd3 + " --prompt a --clip-skip 2", "clip_skip 2 for a CLIP text model of 2 layers");
+    expect_error(sd3 + " --prompt-embeds " + (tmp / "absent.safetensors") + " --clip-skip 1",
+                 "--clip-skip applies to --prompt");
     expect_error(" --model " + fixture("pixart_pipeline") + " --prompt a --sigmas 1,0.5",
                  "custom sigmas apply to the flow-matching pipelines");
     std::ofstream(tmp / "prompts.txt") << "a cat\na dog\n";
@@ -361,4 +366,23 @@ TEST_CASE("kiln generate --sigmas: the schedule before the shift, the step count
     CHECK(d.read("timesteps").to_f32() == std::vector<float>{1000.f, 750.f});  // shift 3: 0.5 -> 0.75
     std::ifstream png(tmp / "s.png", std::ios::binary);
     CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("sigmas=1,0.5") != std::string::npos);
+}
+
+TEST_CASE("kiln generate --clip-skip: SD3's prompts encoded from an earlier CLIP layer", "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    auto run = [&](const std::string& args, const std::string& name) {
+        Result r = generate(tmp, "--model " + fixture("sd3_pipeline") + " --prompt 'a cat' --steps 1 " + args +
+                                     " --dump " + (tmp / (name + ".safetensors")) + " -o " + (tmp / (name + ".png")));
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        return SafeTensors::open(tmp / (name + ".safetensors"));
+    };
+    auto plain = run("", "plain"), skip = run("--clip-skip 1", "skip");
+    CHECK(skip.find("text_encoder_clip_skip_hidden_state"));
+    CHECK(!plain.find("text_encoder_clip_skip_hidden_state"));
+    CHECK(skip.read("prompt_embeds").bytes != plain.read("prompt_embeds").bytes);
+    CHECK(skip.read("negative_prompt_embeds").bytes == plain.read("negative_prompt_embeds").bytes);
+    CHECK(skip.read("image").bytes != plain.read("image").bytes);
+    std::ifstream png(tmp / "skip.png", std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("clip_skip=1") != std::string::npos);
 }

@@ -382,6 +382,18 @@ TEST_CASE("C API: true_cfg_scale runs Flux's classifier-free guidance only with 
     CHECK(kiln_generate(flux.get(), &p, &img) == KILN_INVALID_ARGUMENT);
     CHECK(std::string(kiln_last_error()).find("true_cfg_scale is -1") != std::string::npos);
 
+    // clip_skip: SD3 only (its CLIP encoders have 2 and 3 layers here: at most 1).
+    kiln_generate_params c = KILN_GENERATE_PARAMS_INIT;
+    c.prompts = prompts;
+    c.prompt_count = 1;
+    c.steps = 1;
+    c.clip_skip = 1;
+    CHECK(kiln_generate(flux.get(), &c, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("clip_skip applies to StableDiffusion3Pipeline") != std::string::npos);
+    c.clip_skip = 2;
+    CHECK(kiln_generate(sd3.get(), &c, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("clip_skip 2 for a CLIP text model of 2 layers") != std::string::npos);
+
     // sigmas: the step count is theirs (the size query fills stats->steps); a count without a list is named.
     const double sigmas[2] = {1.0, 0.5};
     kiln_generate_params s = KILN_GENERATE_PARAMS_INIT;

@@ -269,3 +269,36 @@ TEST_CASE("SD3 without T5: prompt_3 is ignored with a warning, T5's part is zero
     const auto t5_part = positions(pe, 77, pe.shape[1]);
     CHECK(std::all_of(t5_part.begin(), t5_part.end(), [](uint8_t v) { return v == 0; }));
 }
+
+TEST_CASE("SD3 clip_skip: the prompts' CLIP embeddings from hidden_states[-(k + 2)], the negatives' unchanged",
+          "[models][t2i][prompt][vulkan]") {
+    auto src = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    models::PromptOptions po;
+    po.prompts = {"a cat", "a dog"};
+    po.negatives = {"blurry"};
+    const auto plain = encode(src, po);
+    po.clip_skip = 1;
+    const auto skip = encode(src, po);
+    // prompt_embeds = [CLIP-L state | CLIP-G state, zero-padded to T5's width] over 77 positions, then T5.
+    const Tensor& pe = skip.at("prompt_embeds");
+    const Tensor& l = skip.at("text_encoder_clip_skip_hidden_state");
+    const Tensor& g = skip.at("text_encoder_2_clip_skip_hidden_state");
+    REQUIRE((l.shape[1] == 77 && g.shape[1] == 77));
+    const int64_t dl = l.shape[2], dg = g.shape[2], D = pe.shape[2];
+    for (int64_t b = 0; b < 2; ++b)
+        for (int64_t s = 0; s < 77; ++s) {
+            const float* row = pe.data<float>() + (b * pe.shape[1] + s) * D;
+            REQUIRE(std::memcmp(row, l.data<float>() + (b * 77 + s) * dl, (size_t)dl * 4) == 0);
+            REQUIRE(std::memcmp(row + dl, g.data<float>() + (b * 77 + s) * dg, (size_t)dg * 4) == 0);
+        }
+    CHECK(positions(pe, 0, 77) != positions(plain.at("prompt_embeds"), 0, 77));  // another layer's state
+    CHECK(positions(pe, 77, pe.shape[1]) == positions(plain.at("prompt_embeds"), 77, pe.shape[1]));  // T5's part
+    // diffusers encodes the negative prompts with clip_skip None, and the pooled embeddings are the last layer's.
+    same(skip, "negative_prompt_embeds", plain, "negative_prompt_embeds");
+    same(skip, "pooled_prompt_embeds", plain, "pooled_prompt_embeds");
+    same(skip, "negative_pooled_prompt_embeds", plain, "negative_pooled_prompt_embeds");
+    // Only SD3's __call__ takes clip_skip.
+    auto flux = models::ModelSource::open(test::data_path("fixtures/flux_pipeline"));
+    CHECK_THROWS_WITH(models::check_prompts(flux, po),
+                      Catch::Contains("clip_skip applies to StableDiffusion3Pipeline"));
+}

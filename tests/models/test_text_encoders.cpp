@@ -255,3 +255,53 @@ TEST_CASE("Text-encoder synthetic archs build at their native sizes", "[models][
     for (auto& [name, v] : g.outputs())
         if (name == "last_hidden_state") CHECK(g.shape(ir::Val{v}) == w.out);
 }
+
+TEST_CASE("CLIP clip_skip: hidden_states[-(k + 2)], the penultimate state of the model cut k layers short",
+          "[models][text_encoder][vulkan]") {
+    // Synthetic weights are named per layer, so a config with fewer layers holds the same first layers.
+    auto cfg = [](int layers) {
+        return nlohmann::json{{"vocab_size", 100},           {"hidden_size", 48},
+                              {"intermediate_size", 80},     {"num_attention_heads", 3},
+                              {"num_hidden_layers", layers}, {"max_position_embeddings", 24},
+                              {"hidden_act", "quick_gelu"},  {"eos_token_id", 99}};
+    };
+    auto ws = models::synthetic_store(DType::f32, 7);
+    const int B = 2, S = 24, L = 5;
+    Tensor ids(DType::i64, {B, S});
+    for (int i = 0; i < B * S; ++i) ids.data<int64_t>()[i] = (i * 37) % 99;
+    auto cpu_out = [&](int layers, int skip) {
+        ir::Graph g;
+        models::Builder b(g, *ws);
+        auto in = models::build_component(b, "CLIPTextModel", cfg(layers), {{"input_ids", ids}}, skip);
+        return cpu::run(g, in, models::cpu_weights(*ws, b.constants()));
+    };
+    const auto plain = cpu_out(L, 0);
+    CHECK(!plain.count("clip_skip_hidden_state"));
+    for (int k : {1, 2, L - 1}) {  // L - 1: hidden_states[0], the embeddings (no layer replayed)
+        INFO("clip_skip " << k);
+        auto out = cpu_out(L, k);
+        CHECK(out.at("clip_skip_hidden_state").bytes == cpu_out(L - k, 0).at("penultimate_hidden_state").bytes);
+        for (const char* name : {"penultimate_hidden_state", "last_hidden_state", "pooler_output"})
+            CHECK(out.at(name).bytes == plain.at(name).bytes);  // the other outputs do not move
+        // The JIT, whose regions stop k layers earlier: their carried residual is the output.
+        ir::Graph g;
+        models::Builder b(g, *ws);
+        auto in = models::build_component(b, "CLIPTextModel", cfg(L), {{"input_ids", ids}}, k);
+        for (exec::Mode m : {exec::Mode::full, exec::Mode::regional}) {
+            auto dev = exec::run_graph(test::context(), g, b.weight_fn(), in,
+                                       m == exec::Mode::regional && g.regions().size() < 2 ? exec::Mode::full : m);
+            for (auto& [name, t] : out) {
+                const double err = rel_l2(dev.at(name).to_f32(), t.to_f32());
+                INFO(name << " " << exec::mode_name(m) << " relative L2 " << err);
+                CHECK(err <= 1e-5);  // f32 both sides; summation order only
+            }
+        }
+    }
+    ir::Graph g;
+    models::Builder b(g, *ws);
+    CHECK_THROWS_WITH(models::build_component(b, "CLIPTextModel", cfg(L), {{"input_ids", ids}}, L),
+                      Catch::Contains("clip_skip 5 for a CLIP text model of 5 layers (0..4"));
+    CHECK_THROWS_WITH(models::build_component(b, "T5EncoderModel", nlohmann::json::object(), {{"input_ids", ids}}, 1),
+                      Catch::Contains("clip_skip applies to CLIP text models"));
+    CHECK(vk::Context::validation_errors() == 0);
+}
