@@ -332,6 +332,15 @@ typedef struct kiln_generate_params {
      * + 2)] instead of [-2]; the negative prompts keep [-2], as diffusers encodes them. At most the CLIP layer count
      * - 1. Other pipelines, and with prompt_embeds: KILN_INVALID_ARGUMENT. */
     int clip_skip;
+    /* SD3 (SD3.5): diffusers' skip-layer guidance. skip_guidance_layers: the blocks left out (NULL/0 = off). With
+     * classifier-free guidance, the steps i with start * N < i < stop * N make one more transformer call on the
+     * prompt rows without those blocks, and noise_pred += (noise_pred_text - noise_pred_skip) * scale. scale 0 =
+     * 2.8; start and stop both 0 = 0.01 and 0.2 (diffusers' defaults). The loop then runs on the host. */
+    const int* skip_guidance_layers;
+    int skip_guidance_layer_count;
+    double skip_layer_guidance_scale;
+    double skip_layer_guidance_start;
+    double skip_layer_guidance_stop;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

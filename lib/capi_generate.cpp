@@ -100,6 +100,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
                      p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0 && p.clip_skip == 0,
                  m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
         KILN_ARG(p.sigma_count == 0, m.src.path(), " is a DiT model: custom sigmas apply to SD3 and Flux");
+        KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(),
+                 " is a DiT model: skip-layer guidance applies to StableDiffusion3Pipeline");
         KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
                  " is a class-conditional DiT model: give class_labels and class_label_count");
         KILN_ARG((p.width == 0 || p.width == m.default_width) && (p.height == 0 || p.height == m.default_height),
@@ -190,6 +192,15 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.sigma_count >= 0 && (p.sigma_count == 0 || p.sigmas), "sigmas / sigma_count (", p.sigma_count,
              ") do not describe a list");
     r.t.sigmas.assign(p.sigmas, p.sigmas + p.sigma_count);
+    KILN_ARG(p.skip_guidance_layer_count >= 0 && (p.skip_guidance_layer_count == 0 || p.skip_guidance_layers),
+             "skip_guidance_layers / skip_guidance_layer_count (", p.skip_guidance_layer_count,
+             ") do not describe a list");
+    r.t.skip_guidance_layers.assign(p.skip_guidance_layers, p.skip_guidance_layers + p.skip_guidance_layer_count);
+    if (p.skip_layer_guidance_scale != 0) r.t.skip_layer_guidance_scale = p.skip_layer_guidance_scale;
+    if (p.skip_layer_guidance_start != 0 || p.skip_layer_guidance_stop != 0) {
+        r.t.skip_layer_guidance_start = p.skip_layer_guidance_start;
+        r.t.skip_layer_guidance_stop = p.skip_layer_guidance_stop;
+    }
     if (p.width) r.t.width = p.width;
     if (p.height) r.t.height = p.height;
     r.t.seed = p.seed;

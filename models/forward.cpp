@@ -37,9 +37,11 @@ Tensor batch_vector(const Tensor& t, int64_t B, DType dt, const std::string& nam
 }  // namespace
 
 std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
-                                              const std::map<std::string, Tensor>& inputs, int clip_skip) {
-    KILN_CHECK(clip_skip == 0 || cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection", cls,
+                                              const std::map<std::string, Tensor>& inputs, const ComponentOptions& co) {
+    KILN_CHECK(co.clip_skip == 0 || cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection", cls,
                ": clip_skip applies to CLIP text models");
+    KILN_CHECK(co.skip_layers.empty() || cls == "SD3Transformer2DModel", cls,
+               ": skip_layers applies to SD3Transformer2DModel");
     std::map<std::string, Tensor> in;
     if (cls == "DiTTransformer2DModel") {
         const Tensor& x = need(inputs, "hidden_states", cls);
@@ -106,7 +108,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
                    c.in_channels);
         KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
                    c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
-        build_sd3(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)ctx.shape[1]);
+        build_sd3(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)ctx.shape[1], co.skip_layers);
         in["hidden_states"] = x.astype(DType::f32);
         in["encoder_hidden_states"] = ctx.astype(DType::f32);
         in["pooled_projections"] = pooled.astype(DType::f32);
@@ -184,7 +186,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
             return embed(t5_encoder_inputs(c, ids, mask), table, c.vocab_size, c.d_model);
         }
         auto c = CLIPTextConfig::from_json(config, cls == "CLIPTextModelWithProjection");
-        build_clip_text(b, c, B, S, mask != nullptr, clip_skip);
+        build_clip_text(b, c, B, S, mask != nullptr, co.clip_skip);
         return embed(clip_text_inputs(c, ids, mask), "text_model.embeddings.token_embedding.weight", c.vocab_size,
                      c.hidden_size);
     }
@@ -390,11 +392,11 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
 
 std::map<std::string, Tensor> forward_component(vk::Context* ctx, const ModelSource& src, const std::string& component,
                                                 const std::map<std::string, Tensor>& inputs, exec::Mode mode,
-                                                int clip_skip) {
+                                                const ComponentOptions& co) {
     auto ws = src.weights(component);
     ir::Graph g;
     Builder b(g, *ws);
-    auto in = build_component(b, src.class_of(component), src.config(component), inputs, clip_skip);
+    auto in = build_component(b, src.class_of(component), src.config(component), inputs, co);
     std::map<std::string, Tensor> out;
     if (ctx) {
         if (mode == exec::Mode::regional && g.regions().size() < 2) mode = exec::Mode::full;  // nothing to replay

@@ -3,6 +3,7 @@
 // outputs of the fixtures' io.json: the engine behind `kiln forward` and the parity tests.
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/source.h"
 #include "runtime/exec/executor.h"
@@ -11,9 +12,15 @@ namespace kiln::models {
 
 // Builds the graph of `component` for the given input shapes (into g, via b), and returns the
 // inputs converted to what the graph takes (timestep f32, class_labels i32, ...).
-// clip_skip: CLIP text models only (build_clip_text), 0 elsewhere.
+// What a pipeline call changes in a component's graph (diffusers' call arguments, not the config).
+struct ComponentOptions {
+    int clip_skip = 0;             // CLIP text models: also output hidden_states[-(clip_skip + 2)] (build_clip_text)
+    std::vector<int> skip_layers;  // SD3Transformer2DModel: blocks left out (forward(skip_layers=...)), SD3's SLG
+};
+
 std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
-                                              const std::map<std::string, Tensor>& inputs, int clip_skip = 0);
+                                              const std::map<std::string, Tensor>& inputs,
+                                              const ComponentOptions& co = {});
 
 // Plausible inputs for a component class (random latents, mid timestep, ...) at batch B and a latent of
 // h x w: for `kiln bench` and tests.
@@ -30,6 +37,7 @@ const std::map<std::string, SyntheticArch>& synthetic_archs();
 // ctx == nullptr runs the CPU reference.
 std::map<std::string, Tensor> forward_component(vk::Context* ctx, const ModelSource& src, const std::string& component,
                                                 const std::map<std::string, Tensor>& inputs,
-                                                exec::Mode mode = exec::Mode::regional, int clip_skip = 0);
+                                                exec::Mode mode = exec::Mode::regional,
+                                                const ComponentOptions& co = {});
 
 }  // namespace kiln::models

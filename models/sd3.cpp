@@ -122,7 +122,9 @@ void joint_block(const Ctx& s, int i, ir::Val& hs, ir::Val& ctx, ir::Val silu_te
 }
 }  // namespace
 
-void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L) {
+void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L, const std::vector<int>& skip_layers) {
+    for (int i : skip_layers)
+        KILN_CHECK(i >= 0 && i < c.layers, "SD3: skip layer ", i, " is not a block (0..", c.layers - 1, ")");
     auto& g = b.g();
     const int D = c.inner(), p = c.patch;
     KILN_CHECK(H % p == 0 && W % p == 0, "SD3: latent size ", H, "x", W, " is not a multiple of patch size ", p);
@@ -170,11 +172,13 @@ void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L) {
     const Ctx s{b, c, B, D};
     std::vector<std::string> used;
     std::string kind;
+    int prev = -1;  // the last block built: a skipped block emits nothing, so its neighbours stay one run
     for (int i = 0; i < c.layers; ++i) {
+        if (std::find(skip_layers.begin(), skip_layers.end(), i) != skip_layers.end()) continue;
         const bool last = i == c.layers - 1;
         if (!last) {
             std::string base = c.dual(i) ? "dual_blocks" : "transformer_blocks";
-            if (i == 0 || c.dual(i) != c.dual(i - 1)) {
+            if (prev < 0 || c.dual(i) != c.dual(prev)) {
                 int n = (int)std::count_if(used.begin(), used.end(), [&](auto& u) { return u.rfind(base, 0) == 0; });
                 kind = n ? base + "." + std::to_string(n) : base;
                 used.push_back(kind);
@@ -183,6 +187,7 @@ void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L) {
         }
         joint_block(s, i, hs, ctx, silu_temb);
         if (!last) g.end_region();
+        prev = i;
     }
 
     // norm_out: AdaLayerNormContinuous (scale, shift), proj_out, unpatchify.

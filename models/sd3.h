@@ -27,6 +27,8 @@ struct SD3Config {
 // encoder_hidden_states [B, L, joint_attention_dim], pooled_projections [B, pooled_projection_dim],
 // timestep [B] (f32). Output: "sample" [B, out_channels, H, W]. Each contiguous run of structurally equal
 // blocks is a region kind ("transformer_blocks", "dual_blocks"); the last block runs inline.
-void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L);
+// skip_layers: blocks left out, both streams passing them unchanged (diffusers' forward(skip_layers=...), which
+// StableDiffusion3Pipeline's skip-layer guidance calls).
+void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L, const std::vector<int>& skip_layers = {});
 
 }  // namespace kiln::models

@@ -255,6 +255,30 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
         p.cfg_scale = p.guidance;
     }
     p.cfg = p.cfg_scale > 1.0;
+    if (!opt.skip_guidance_layers.empty()) {
+        KILN_CHECK(p.pipeline == "StableDiffusion3Pipeline", p.pipeline,
+                   ": skip-layer guidance (skip_guidance_layers) applies to StableDiffusion3Pipeline");
+        const int layers = SD3Config::from_json(src.config("transformer")).layers;
+        for (int i : opt.skip_guidance_layers)
+            KILN_CHECK(i >= 0 && i < layers, "skip_guidance_layers: ", i, " is not a block of this transformer (0..",
+                       layers - 1, ")");
+        KILN_CHECK(std::isfinite(opt.skip_layer_guidance_scale), "skip_layer_guidance_scale is ",
+                   opt.skip_layer_guidance_scale);
+        KILN_CHECK(opt.skip_layer_guidance_start >= 0 && opt.skip_layer_guidance_start <= 1 &&
+                       opt.skip_layer_guidance_stop >= 0 && opt.skip_layer_guidance_stop <= 1,
+                   "skip_layer_guidance_start / stop are ", opt.skip_layer_guidance_start, " / ",
+                   opt.skip_layer_guidance_stop, " (fractions of the steps, in [0, 1])");
+        if (!p.cfg) {  // diffusers computes it inside `if do_classifier_free_guidance`
+            p.warnings.push_back(
+                "skip-layer guidance runs only with classifier-free guidance (guidance > 1), as in "
+                "diffusers: skip_guidance_layers ignored");
+        } else {
+            // diffusers: i > num_inference_steps * start and i < num_inference_steps * stop (Python floats).
+            for (int i = 0; i < p.steps; ++i)
+                if (i > p.steps * opt.skip_layer_guidance_start && i < p.steps * opt.skip_layer_guidance_stop)
+                    p.slg_steps.push_back(i);
+        }
+    }
     return p;
 }
 
@@ -380,6 +404,26 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     exec::Executor tx_exec(ctx, tg, tb.weight_fn(), mode);
     for (auto& [name, t] : graph_in)
         if (name != "hidden_states" && name != "timestep") tx_exec.set_input(name, t);
+    // SD3 skip-layer guidance: a second transformer, the prompt rows only (diffusers' original_prompt_embeds and
+    // original_pooled_prompt_embeds), with the skipped blocks left out of its graph. Its weights are the same
+    // file's (shared where the executor maps them in place; uploaded again where it copies them).
+    const bool slg = !p.slg_steps.empty();
+    ir::Graph sg;
+    Builder sb(sg, *tws);
+    std::unique_ptr<exec::Executor> slg_exec;
+    if (slg) {
+        std::map<std::string, Tensor> sin{{"hidden_states", Tensor(DType::f32, lat_shape)},
+                                          {"timestep", Tensor(DType::f32, {B})},
+                                          {"encoder_hidden_states", tx.prompt_embeds},
+                                          {"pooled_projections", tx.pooled_prompt_embeds}};
+        ComponentOptions co;
+        co.skip_layers = opt.skip_guidance_layers;
+        const auto slg_in = build_component(sb, cls, tcfg, sin, co);
+        const exec::Mode sm = opt.mode == exec::Mode::regional && sg.regions().size() < 2 ? exec::Mode::full : opt.mode;
+        slg_exec = std::make_unique<exec::Executor>(ctx, sg, sb.weight_fn(), sm);
+        for (auto& [name, t] : slg_in)
+            if (name != "hidden_states" && name != "timestep") slg_exec->set_input(name, t);
+    }
     VaeOptions vo;
     vo.tiled = opt.tiled_vae;
     vo.tile_sample_size = opt.vae_tile_size;
@@ -434,7 +478,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                 noise[(size_t)b * row_lat + k] = v;
             }
     };
-    res.device_loop = use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
+    // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
+    res.device_loop = !slg && use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
                       exec::StepProgram::supported(tx_exec, ls);
     if (res.device_loop) {
         exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep));
@@ -470,6 +515,27 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             const std::string si = "step" + std::to_string(i);
             if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
             guide(out);
+            if (slg && std::count(p.slg_steps.begin(), p.slg_steps.end(), i)) {
+                // diffusers: transformer(latents, t, original_prompt_embeds, skip_layers) on the prompt rows, then
+                // noise_pred = noise_pred + (noise_pred_text - noise_pred_skip_layers) * scale.
+                slg_exec->set_input("hidden_states", Tensor::from_f32(lat_shape, x));
+                slg_exec->set_input("timestep", Tensor::from_f32({B}, std::vector<float>((size_t)B, timestep(i))));
+                auto t_slg = Clock::now();
+                slg_exec->run();
+                wait_ms += ms_since(t_slg) - slg_exec->last_host_ms();
+                const Tensor skip = slg_exec->output("sample");
+                if (opt.keep_intermediates) res.intermediates.push_back({si + "_skip_layers_out", skip});
+                const float* o = out.data<float>();
+                const float* s = skip.data<float>();
+                const size_t row_out = (size_t)out.numel() / (size_t)BB;
+                const float scale = (float)opt.skip_layer_guidance_scale;
+                for (int64_t b = 0; b < B; ++b)
+                    for (size_t k = 0; k < row_lat; ++k) {
+                        const float txt = o[(size_t)(b + B) * row_out + k], skp = s[(size_t)b * row_lat + k];
+                        float& v = noise[(size_t)b * row_lat + k];
+                        v = v + (txt - skp) * scale;
+                    }
+            }
             if (opt.keep_intermediates)
                 res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
             x = sched->step(noise, i, x);

@@ -41,6 +41,11 @@ struct T2IOptions {
     // step in [0, 1]; the step count is their count. Empty: the pipeline's (Flux linspace(1, 1/N, N), SD3 from
     // the scheduler's timesteps).
     std::vector<double> sigmas;
+    // SD3 only: diffusers' skip-layer guidance (SD3.5's SLG). With classifier-free guidance, at the steps i with
+    // start * N < i < stop * N, one more transformer call on the prompt rows with these blocks left out, and
+    // noise_pred += (noise_pred_text - noise_pred_skip) * scale. Empty: off (diffusers' default None).
+    std::vector<int> skip_guidance_layers;
+    double skip_layer_guidance_scale = 2.8, skip_layer_guidance_start = 0.01, skip_layer_guidance_stop = 0.2;
     std::optional<int> height, width;  // default: transformer sample_size * vae_scale_factor (Flux: 128 * vsf)
     // PixArt's use_resolution_binning (diffusers default true). Kiln implements binning only where it maps the
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
@@ -65,6 +70,7 @@ struct T2IPlan {
     double guidance = 0;   // PixArt, SD3: the CFG scale; Flux: the embedded guidance
     bool cfg = false;      // classifier-free guidance batch (PixArt, SD3 with guidance > 1; Flux with true_cfg > 1)
     double cfg_scale = 1;  // the scale of that guidance: guidance (PixArt, SD3), true_cfg_scale (Flux)
+    std::vector<int> slg_steps;  // SD3 skip-layer guidance: the steps that make the extra call (empty: off)
     int vae_scale_factor = 8, latent_channels = 4, latent_h = 0, latent_w = 0;
     // Where the call differs from what was asked (a size rounded, binning not applied); generate_t2i prints them
     // once per generation (plan_t2i itself prints nothing: callers plan more than once).

@@ -90,7 +90,7 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
     auto t0 = Clock::now();
     std::vector<std::map<std::string, Tensor>> outs;
     if (!ctx) {
-        for (auto& t : batches) outs.push_back(forward_component(nullptr, src, comp, inputs(t), opt.mode, clip_skip));
+        for (auto& t : batches) outs.push_back(forward_component(nullptr, src, comp, inputs(t), opt.mode, {clip_skip}));
     } else {
         // One entry per encoder and input shape: the planned, uploaded executor with what it references.
         const std::string key = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "") +
@@ -110,7 +110,7 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
             e = local.get();
             e->ws = src.weights(comp);
             e->b = std::make_unique<Builder>(e->g, *e->ws);
-            converted = build_component(*e->b, cls, src.config(comp), inputs(batches.at(0)), clip_skip);
+            converted = build_component(*e->b, cls, src.config(comp), inputs(batches.at(0)), {clip_skip});
             exec::Mode mode =
                 opt.mode == exec::Mode::regional && e->g.regions().size() < 2 ? exec::Mode::full : opt.mode;
             e->x = std::make_unique<exec::Executor>(*ctx, e->g, e->b->weight_fn(), mode);
@@ -120,7 +120,7 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
             if (i > 0 || converted.empty()) {  // the host-side inputs (embedding rows, masks, EOS rows) of a batch
                 ir::Graph scratch;
                 Builder sb(scratch, *e->ws);
-                converted = build_component(sb, cls, src.config(comp), inputs(batches[i]), clip_skip);
+                converted = build_component(sb, cls, src.config(comp), inputs(batches[i]), {clip_skip});
             }
             for (auto& [name, v] : converted) e->x->set_input(name, v);
             e->x->run();

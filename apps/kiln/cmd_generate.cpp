@@ -160,7 +160,8 @@ Run add_generate(CLI::App& app) {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts;
         models::PromptOptions texts;  // the kTextLists the options fill (not the prompts: --prompt-file has its own)
-        std::string prompt_embeds, prompt_file, vram_budget, sigmas;
+        std::string prompt_embeds, prompt_file, vram_budget, sigmas, skip_layers;
+        double slg_scale = 2.8, slg_start = 0.01, slg_stop = 0.2;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
             max_sequence_length = 0, vae_tile = 0, clip_skip = 0;
         double guidance = 4.0, true_cfg = 1.0;
@@ -227,6 +228,19 @@ Run add_generate(CLI::App& app) {
         "--sigmas", o->sigmas,
         "SD3, Flux: diffusers' sigmas, comma-separated, one per step in [0, 1]: the flow-matching schedule before the "
         "scheduler's shift (default: the pipeline's; the step count is theirs)"));
+    o->text_opts.push_back(app.add_option(
+        "--skip-guidance-layers", o->skip_layers,
+        "SD3 (SD3.5): diffusers' skip-layer guidance, the blocks to leave out, comma-separated (e.g. 7,8,9 for "
+        "SD3.5 Medium). With classifier-free guidance, the steps in the window make one more transformer call on "
+        "the prompt rows without those blocks: noise += (text - skip) * scale. Runs the loop on the host"));
+    o->text_opts.push_back(app.add_option("--skip-layer-guidance-scale", o->slg_scale, "Skip-layer guidance scale")
+                               ->capture_default_str());
+    o->text_opts.push_back(app.add_option("--skip-layer-guidance-start", o->slg_start,
+                                          "Skip-layer guidance from the steps after this fraction of them")
+                               ->capture_default_str());
+    o->text_opts.push_back(app.add_option("--skip-layer-guidance-stop", o->slg_stop,
+                                          "Skip-layer guidance until the steps before this fraction of them")
+                               ->capture_default_str());
     app.add_option("--seed", o->seed,
                    "Seed of the initial noise: the noise diffusers draws with generator=torch.manual_seed(SEED) "
                    "(PyTorch's CPU generator, float32), so the same seed gives diffusers' image")
@@ -444,6 +458,19 @@ Run add_generate(CLI::App& app) {
                     t.sigmas.push_back(v);
                 }
             }
+            if (!o->skip_layers.empty()) {
+                std::stringstream ss(o->skip_layers);
+                for (std::string item; std::getline(ss, item, ',');) {
+                    char* end = nullptr;
+                    const long v = std::strtol(item.c_str(), &end, 10);
+                    KILN_CHECK(!item.empty() && end && *end == 0, "--skip-guidance-layers: '", item,
+                               "' is not a block index");
+                    t.skip_guidance_layers.push_back((int)v);
+                }
+            }
+            t.skip_layer_guidance_scale = o->slg_scale;
+            t.skip_layer_guidance_start = o->slg_start;
+            t.skip_layer_guidance_stop = o->slg_stop;
             if (o->size_opts[0]->count()) t.width = o->width;
             if (o->size_opts[1]->count()) t.height = o->height;
             t.resolution_binning = !o->no_binning;
@@ -581,6 +608,11 @@ Run add_generate(CLI::App& app) {
                             " mode=" + exec::mode_name(t.mode) +
                             (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
                             (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
+                            (o->skip_layers.empty() ? ""
+                                                    : " skip_guidance_layers=" + o->skip_layers +
+                                                          " skip_layer_guidance_scale=" + std::to_string(o->slg_scale) +
+                                                          " skip_layer_guidance_start=" + std::to_string(o->slg_start) +
+                                                          " skip_layer_guidance_stop=" + std::to_string(o->slg_stop)) +
                             (o->clip_skip ? " clip_skip=" + std::to_string(o->clip_skip) : "") +
                             (o->prompt_embeds.empty() ? "" : " prompt_embeds=" + o->prompt_embeds) +
                             (o->latents.empty() ? "" : " latents=" + o->latents);

@@ -386,3 +386,38 @@ TEST_CASE("kiln generate --clip-skip: SD3's prompts encoded from an earlier CLIP
     std::ifstream png(tmp / "skip.png", std::ios::binary);
     CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("clip_skip=1") != std::string::npos);
 }
+
+TEST_CASE("kiln generate --skip-guidance-layers: SD3's skip-layer guidance in its window of steps",
+          "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    auto run = [&](const std::string& args, const std::string& name) {
+        Result r = generate(tmp, "--model " + fixture("sd3_pipeline") + " --prompt 'a cat' --steps 3 " + args +
+                                     " --dump " + (tmp / (name + ".safetensors")) + " -o " + (tmp / (name + ".png")));
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        return std::make_pair(SafeTensors::open(tmp / (name + ".safetensors")), r.err);
+    };
+    auto [plain, plain_err] = run("", "plain");
+    // 3 steps, start 0, stop 0.5: 0 < i < 1.5, step 1 only.
+    auto [slg, slg_err] =
+        run("--skip-guidance-layers 0 --skip-layer-guidance-start 0 --skip-layer-guidance-stop 0.5", "slg");
+    CHECK(slg.find("step1_skip_layers_out"));
+    CHECK(!slg.find("step0_skip_layers_out"));
+    CHECK(!slg.find("step2_skip_layers_out"));
+    CHECK(slg.read("step0_noise_pred").bytes == plain.read("step0_noise_pred").bytes);
+    CHECK(slg.read("step1_noise_pred").bytes != plain.read("step1_noise_pred").bytes);
+    CHECK(slg_err.find("loop on the host") != std::string::npos);
+    std::ifstream png(tmp / "slg.png", std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("skip_guidance_layers=0") != std::string::npos);
+    // Not a block, not a number, not SD3: stopped before any work.
+    for (auto [args, needle] : std::vector<std::pair<std::string, std::string>>{
+             {"--model " + fixture("sd3_pipeline") + " --prompt a --skip-guidance-layers 5", "5 is not a block"},
+             {"--model " + fixture("sd3_pipeline") + " --prompt a --skip-guidance-layers 1,x", "'x' is not a block"},
+             {"--model " + fixture("flux_pipeline") + " --prompt a --skip-guidance-layers 0",
+              "applies to StableDiffusion3Pipeline"}}) {
+        Result r = generate(tmp, args + " -o " + (tmp / "bad.png"));
+        INFO(args << "\n" << r.err);
+        CHECK(r.rc != 0);
+        CHECK(r.err.find(needle) != std::string::npos);
+    }
+}

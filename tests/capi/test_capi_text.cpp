@@ -394,6 +394,40 @@ TEST_CASE("C API: true_cfg_scale runs Flux's classifier-free guidance only with 
     CHECK(kiln_generate(sd3.get(), &c, &img) == KILN_INVALID_ARGUMENT);
     CHECK(std::string(kiln_last_error()).find("clip_skip 2 for a CLIP text model of 2 layers") != std::string::npos);
 
+    // Skip-layer guidance: SD3 only, block indices checked; on SD3 the step after the window's start changes.
+    const int layers[1] = {0}, bad_layers[1] = {7};
+    kiln_generate_params s2 = KILN_GENERATE_PARAMS_INIT;
+    s2.prompts = prompts;
+    s2.prompt_count = 1;
+    s2.steps = 3;
+    s2.skip_guidance_layers = layers;
+    s2.skip_guidance_layer_count = 1;
+    CHECK(kiln_generate(flux.get(), &s2, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("applies to StableDiffusion3Pipeline") != std::string::npos);
+    s2.skip_guidance_layers = bad_layers;
+    CHECK(kiln_generate(sd3.get(), &s2, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("7 is not a block") != std::string::npos);
+    s2.skip_guidance_layers = layers;
+    s2.skip_layer_guidance_start = 0.0;
+    s2.skip_layer_guidance_stop = 0.5;  // 3 steps: step 1 only
+    auto noise1 = [&](kiln_generate_params q) {
+        kiln_result* r = nullptr;
+        q.intermediates = &r;
+        (void)generate_rgb(sd3.get(), q);
+        Result own(r);
+        kiln_tensor t;
+        CHECK(kiln_result_find(r, "step2_skip_layers_out", &t) != KILN_OK);
+        REQUIRE(kiln_result_find(r, "step1_noise_pred", &t) == KILN_OK);
+        const float* f = (const float*)t.data;
+        size_t n = 1;
+        for (int d = 0; d < t.ndim; ++d) n *= (size_t)t.shape[d];
+        return std::vector<float>(f, f + n);
+    };
+    const auto with = noise1(s2);
+    s2.skip_guidance_layers = nullptr;
+    s2.skip_guidance_layer_count = 0;
+    CHECK(with != noise1(s2));
+
     // sigmas: the step count is theirs (the size query fills stats->steps); a count without a list is named.
     const double sigmas[2] = {1.0, 0.5};
     kiln_generate_params s = KILN_GENERATE_PARAMS_INIT;

@@ -302,3 +302,84 @@ TEST_CASE("SD3 clip_skip: the prompts' CLIP embeddings from hidden_states[-(k + 
     CHECK_THROWS_WITH(models::check_prompts(flux, po),
                       Catch::Contains("clip_skip applies to StableDiffusion3Pipeline"));
 }
+
+TEST_CASE("SD3 skip-layer guidance: diffusers' extra call on the prompt rows at the steps in its window",
+          "[models][pipeline][t2i][vulkan]") {
+    // diffusers' StableDiffusion3Pipeline with skip_guidance_layers: after CFG, at the steps i with
+    // start * N < i < stop * N, transformer(latents, t, original_prompt_embeds, skip_layers) and
+    // noise_pred += (noise_pred_text - noise_pred_skip) * scale. The reference call is the CPU reference executor on
+    // the latents Kiln stepped to (f32 both sides: summation order only, 1e-4 relative L2 as the fixtures).
+    const std::string dir = test::data_path("fixtures/sd3_pipeline");
+    auto src = models::ModelSource::open(dir);
+    auto io = SafeTensors::open(dir + "/io.safetensors");
+    models::T2IOptions opt;
+    opt.steps = 3;
+    opt.height = opt.width = 32;
+    opt.latents_init = io.read("latents_init");
+    opt.keep_intermediates = true;
+    models::PromptOptions po;
+    po.prompts = {"a cat", "a dog"};
+    po.negatives = {"blurry"};
+    const auto enc = encode(src, po);
+    opt.text = models::TextConditioning::from(enc);
+    auto lat = io.read("latents_init");
+    Tensor two(DType::f32, {2, lat.shape[1], lat.shape[2], lat.shape[3]});
+    std::memcpy(two.bytes.data(), lat.bytes.data(), lat.nbytes());
+    std::memcpy(two.bytes.data() + lat.nbytes(), lat.bytes.data(), lat.nbytes());
+    opt.latents_init = two;
+    auto run = [&] {
+        auto r = models::generate_t2i(test::context(), src, opt);
+        return std::map<std::string, Tensor>(r.intermediates.begin(), r.intermediates.end());
+    };
+    const auto plain = run();
+    opt.skip_guidance_layers = {0};
+    opt.skip_layer_guidance_start = 0.0;
+    opt.skip_layer_guidance_stop = 0.7;  // 3 steps: 0 < i < 2.1 -> step 1 and step 2
+    CHECK(models::plan_t2i(src, opt).slg_steps == std::vector<int>{1, 2});
+    opt.skip_layer_guidance_stop = 0.5;  // 0 < i < 1.5 -> step 1 only
+    REQUIRE(models::plan_t2i(src, opt).slg_steps == std::vector<int>{1});
+    const auto got = run();
+    CHECK(!got.count("step0_skip_layers_out"));
+    CHECK(!got.count("step2_skip_layers_out"));
+    CHECK(got.at("step0_noise_pred").bytes == plain.at("step0_noise_pred").bytes);  // before the window: unchanged
+    REQUIRE(got.count("step1_skip_layers_out"));
+    // The skip call: the latents after step 0, t1, the prompts' embeddings (not the negatives'), block 0 left out.
+    const float t1 = got.at("timesteps").data<float>()[1];
+    models::ComponentOptions co;
+    co.skip_layers = {0};
+    const auto want_skip = models::forward_component(nullptr, src, "transformer",
+                                                     {{"hidden_states", got.at("step0_latents")},
+                                                      {"timestep", Tensor::from_f32({2}, {t1, t1})},
+                                                      {"encoder_hidden_states", enc.at("prompt_embeds")},
+                                                      {"pooled_projections", enc.at("pooled_prompt_embeds")}},
+                                                     exec::Mode::regional, co)
+                               .at("sample");
+    const auto skip = got.at("step1_skip_layers_out");
+    const double err = rel_l2(skip.to_f32(), want_skip.to_f32());
+    INFO("skip call against the CPU reference: relative L2 " << err);
+    CHECK(err <= 1e-4);
+    // noise_pred = uncond + 7 * (text - uncond) + (text - skip) * 2.8, from the rows of the same step.
+    const auto out = got.at("step1_transformer_out").to_f32(), s = skip.to_f32();
+    const auto noise = got.at("step1_noise_pred").to_f32();
+    const size_t row = s.size() / 2;
+    std::vector<float> want(noise.size());
+    for (size_t b = 0; b < 2; ++b)
+        for (size_t k = 0; k < row; ++k) {
+            const float unc = out[b * row + k], txt = out[(b + 2) * row + k];
+            const float v = unc + 7.0f * (txt - unc);
+            want[b * row + k] = v + (txt - s[b * row + k]) * 2.8f;
+        }
+    CHECK(rel_l2(noise, want) <= 1e-6);
+    CHECK(rel_l2(noise, plain.at("step1_noise_pred").to_f32()) > 1e-3);  // the guidance moved the prediction
+    // Without classifier-free guidance there is none, as in diffusers (a warning in the plan).
+    opt.guidance = 1.0;
+    const auto p1 = models::plan_t2i(src, opt);
+    CHECK(p1.slg_steps.empty());
+    CHECK(!p1.warnings.empty());
+    opt.guidance.reset();
+    opt.skip_guidance_layers = {2};
+    CHECK_THROWS_WITH(models::plan_t2i(src, opt), Catch::Contains("skip_guidance_layers: 2 is not a block"));
+    auto flux = models::ModelSource::open(test::data_path("fixtures/flux_pipeline"));
+    opt.skip_guidance_layers = {0};
+    CHECK_THROWS_WITH(models::plan_t2i(flux, opt), Catch::Contains("applies to StableDiffusion3Pipeline"));
+}

@@ -272,7 +272,7 @@ TEST_CASE("CLIP clip_skip: hidden_states[-(k + 2)], the penultimate state of the
     auto cpu_out = [&](int layers, int skip) {
         ir::Graph g;
         models::Builder b(g, *ws);
-        auto in = models::build_component(b, "CLIPTextModel", cfg(layers), {{"input_ids", ids}}, skip);
+        auto in = models::build_component(b, "CLIPTextModel", cfg(layers), {{"input_ids", ids}}, {skip});
         return cpu::run(g, in, models::cpu_weights(*ws, b.constants()));
     };
     const auto plain = cpu_out(L, 0);
@@ -286,7 +286,7 @@ TEST_CASE("CLIP clip_skip: hidden_states[-(k + 2)], the penultimate state of the
         // The JIT, whose regions stop k layers earlier: their carried residual is the output.
         ir::Graph g;
         models::Builder b(g, *ws);
-        auto in = models::build_component(b, "CLIPTextModel", cfg(L), {{"input_ids", ids}}, k);
+        auto in = models::build_component(b, "CLIPTextModel", cfg(L), {{"input_ids", ids}}, {k});
         for (exec::Mode m : {exec::Mode::full, exec::Mode::regional}) {
             auto dev = exec::run_graph(test::context(), g, b.weight_fn(), in,
                                        m == exec::Mode::regional && g.regions().size() < 2 ? exec::Mode::full : m);
@@ -299,9 +299,9 @@ TEST_CASE("CLIP clip_skip: hidden_states[-(k + 2)], the penultimate state of the
     }
     ir::Graph g;
     models::Builder b(g, *ws);
-    CHECK_THROWS_WITH(models::build_component(b, "CLIPTextModel", cfg(L), {{"input_ids", ids}}, L),
+    CHECK_THROWS_WITH(models::build_component(b, "CLIPTextModel", cfg(L), {{"input_ids", ids}}, {L}),
                       Catch::Contains("clip_skip 5 for a CLIP text model of 5 layers (0..4"));
-    CHECK_THROWS_WITH(models::build_component(b, "T5EncoderModel", nlohmann::json::object(), {{"input_ids", ids}}, 1),
+    CHECK_THROWS_WITH(models::build_component(b, "T5EncoderModel", nlohmann::json::object(), {{"input_ids", ids}}, {1}),
                       Catch::Contains("clip_skip applies to CLIP text models"));
     CHECK(vk::Context::validation_errors() == 0);
 }
