@@ -41,21 +41,28 @@ TEST_CASE("SD3 on a non-square latent: Vulkan matches the CPU reference", "[mode
     CHECK(vk::Context::validation_errors() == 0);
 }
 
+namespace {
+// SD3.5-like: blocks 0-1 dual attention, 2-4 plain, 5 context_pre_only (two replayed kinds, an inline last block).
+nlohmann::json sd35_like_config() {
+    return {{"num_attention_heads", 2},
+            {"attention_head_dim", 16},
+            {"num_layers", 6},
+            {"in_channels", 4},
+            {"out_channels", 4},
+            {"sample_size", 8},
+            {"joint_attention_dim", 40},
+            {"caption_projection_dim", 32},
+            {"pooled_projection_dim", 24},
+            {"pos_embed_max_size", 16},
+            {"qk_norm", "rms_norm"},
+            {"dual_attention_layers", {0, 1}}};
+}
+}  // namespace
+
 TEST_CASE("SD3.5-like block runs replay in the regional JIT: Vulkan matches the CPU reference",
           "[models][sd3][vulkan]") {
     // Blocks 0-1 dual attention, 2-4 plain, 5 context_pre_only: two replayed kinds and an inline last block.
-    nlohmann::json cfg = {{"num_attention_heads", 2},
-                          {"attention_head_dim", 16},
-                          {"num_layers", 6},
-                          {"in_channels", 4},
-                          {"out_channels", 4},
-                          {"sample_size", 8},
-                          {"joint_attention_dim", 40},
-                          {"caption_projection_dim", 32},
-                          {"pooled_projection_dim", 24},
-                          {"pos_embed_max_size", 16},
-                          {"qk_norm", "rms_norm"},
-                          {"dual_attention_layers", {0, 1}}};
+    const nlohmann::json cfg = sd35_like_config();
     auto ws = models::synthetic_store(DType::f32, 3);
     ir::Graph g;
     models::Builder b(g, *ws);
@@ -90,18 +97,7 @@ TEST_CASE("sd3-medium-1024 synthetic arch builds at its native size", "[models][
 
 TEST_CASE("SD3 skip_layers (skip-layer guidance's call): blocks left out, both streams passing them unchanged",
           "[models][sd3][vulkan]") {
-    nlohmann::json cfg = {{"num_attention_heads", 2},
-                          {"attention_head_dim", 16},
-                          {"num_layers", 6},
-                          {"in_channels", 4},
-                          {"out_channels", 4},
-                          {"sample_size", 8},
-                          {"joint_attention_dim", 40},
-                          {"caption_projection_dim", 32},
-                          {"pooled_projection_dim", 24},
-                          {"pos_embed_max_size", 16},
-                          {"qk_norm", "rms_norm"},
-                          {"dual_attention_layers", {0, 1}}};
+    const nlohmann::json cfg = sd35_like_config();
     auto ws = models::synthetic_store(DType::f32, 3);
     const auto inputs = models::example_inputs("SD3Transformer2DModel", cfg, 2, 10, 6);
     auto cpu_sample = [&](const std::vector<int>& skip, const std::map<std::string, Tensor>& in) {
