@@ -320,8 +320,10 @@ typedef struct kiln_generate_params {
      * true_cfg_scale * (prompt - negative). Without a negative it does nothing, as in diffusers. Other pipelines:
      * KILN_INVALID_ARGUMENT (their scale is guidance). */
     double true_cfg_scale;
-    /* SD3, Flux: diffusers' sigmas (NULL/0 = the pipeline's schedule): the flow-matching schedule before the
-     * scheduler's shift, one per step in [0, 1]; the step count is sigma_count (steps 0 or equal). */
+    /* diffusers' sigmas (NULL/0 = the pipeline's schedule); the step count follows from them (steps 0 or equal).
+     * SD3, Flux: the flow-matching schedule before the scheduler's shift, one per step in [0, 1]. PixArt with
+     * scheduler "euler": EulerDiscreteScheduler's whole schedule, its final sigma included (sigma_count - 1 steps);
+     * PixArt's DPM-Solver and DDIM take none (KILN_INVALID_ARGUMENT). */
     const double* sigmas;
     int sigma_count;
     /* The dtype of the seeded noise: NULL/"" or "f32" (default), "f16", "bf16". diffusers draws torch.randn in the
@@ -341,6 +343,12 @@ typedef struct kiln_generate_params {
     double skip_layer_guidance_scale;
     double skip_layer_guidance_start;
     double skip_layer_guidance_stop;
+    /* PixArt: diffusers' timesteps (NULL/0 = the scheduler's spacing): training timesteps, one per step, strictly
+     * decreasing in [0, num_train_timesteps); the step count is timestep_count (steps 0 or equal). DPM-Solver
+     * (integers) and Euler take them; DDIM, DiT, SD3 and Flux do not (KILN_INVALID_ARGUMENT; SD3 and Flux take
+     * sigmas). Not with sigmas. */
+    const double* timesteps;
+    int timestep_count;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -99,7 +99,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
                      p.negative_prompt_count == 0 && p.prompt_2_count == 0 && p.prompt_3_count == 0 &&
                      p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0 && p.clip_skip == 0,
                  m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
-        KILN_ARG(p.sigma_count == 0, m.src.path(), " is a DiT model: custom sigmas apply to SD3 and Flux");
+        KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
+                 " is a DiT model: custom sigmas and timesteps apply to the text pipelines (DiTPipeline takes none)");
         KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(),
                  " is a DiT model: skip-layer guidance applies to StableDiffusion3Pipeline");
         KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
@@ -192,6 +193,9 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.sigma_count >= 0 && (p.sigma_count == 0 || p.sigmas), "sigmas / sigma_count (", p.sigma_count,
              ") do not describe a list");
     r.t.sigmas.assign(p.sigmas, p.sigmas + p.sigma_count);
+    KILN_ARG(p.timestep_count >= 0 && (p.timestep_count == 0 || p.timesteps), "timesteps / timestep_count (",
+             p.timestep_count, ") do not describe a list");
+    r.t.timesteps.assign(p.timesteps, p.timesteps + p.timestep_count);
     KILN_ARG(p.skip_guidance_layer_count >= 0 && (p.skip_guidance_layer_count == 0 || p.skip_guidance_layers),
              "skip_guidance_layers / skip_guidance_layer_count (", p.skip_guidance_layer_count,
              ") do not describe a list");

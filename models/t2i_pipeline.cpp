@@ -202,15 +202,43 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
                " latent channels, the transformer ", p.latent_channels);
     if (opt.steps) p.steps = *opt.steps;
-    if (!opt.sigmas.empty()) {  // diffusers' retrieve_timesteps(sigmas=...): the step count is theirs
-        KILN_CHECK(p.pipeline == "FluxPipeline" || p.pipeline == "StableDiffusion3Pipeline", p.pipeline,
-                   ": custom sigmas apply to the flow-matching pipelines (SD3, Flux)");
-        KILN_CHECK(!opt.steps || *opt.steps == (int)opt.sigmas.size(), "steps ", *opt.steps, " but ", opt.sigmas.size(),
-                   " sigmas (give one or the other: the sigmas set the step count)");
-        for (size_t i = 0; i < opt.sigmas.size(); ++i)
-            KILN_CHECK(std::isfinite(opt.sigmas[i]) && opt.sigmas[i] >= 0 && opt.sigmas[i] <= 1, "sigmas[", i, "] is ",
-                       opt.sigmas[i], " (flow-matching sigmas lie in [0, 1])");
-        p.steps = (int)opt.sigmas.size();
+    // diffusers' retrieve_timesteps(timesteps= or sigmas=): the step count is theirs.
+    KILN_CHECK(
+        opt.timesteps.empty() || opt.sigmas.empty(),
+        "give custom timesteps or sigmas, not both (diffusers: only one of `timesteps` or `sigmas` can be passed)");
+    if (!opt.timesteps.empty() || !opt.sigmas.empty()) {
+        const bool flow = p.pipeline == "FluxPipeline" || p.pipeline == "StableDiffusion3Pipeline";
+        const char* what = opt.timesteps.empty() ? "sigmas" : "timesteps";
+        int n = 0;
+        if (flow) {
+            KILN_CHECK(opt.timesteps.empty(), p.pipeline, ": custom timesteps apply to PixArt; diffusers' ", p.pipeline,
+                       " takes custom sigmas");
+            for (size_t i = 0; i < opt.sigmas.size(); ++i)
+                KILN_CHECK(std::isfinite(opt.sigmas[i]) && opt.sigmas[i] >= 0 && opt.sigmas[i] <= 1, "sigmas[", i,
+                           "] is ", opt.sigmas[i], " (flow-matching sigmas lie in [0, 1])");
+            n = (int)opt.sigmas.size();
+        } else {
+            // PixArt: the scheduler decides (DPM-Solver takes timesteps, Euler both, DDIM neither), as diffusers'
+            // retrieve_timesteps asks set_timesteps; planned here so that a bad list stops before any work.
+            const auto& scfg = src.config("scheduler");
+            auto sched =
+                opt.scheduler.empty() ? sched::make_scheduler(scfg) : sched::make_scheduler(scfg, opt.scheduler);
+            try {
+                if (!opt.timesteps.empty())
+                    sched->set_custom_timesteps(opt.timesteps);
+                else
+                    sched->set_sigmas(opt.sigmas);
+            } catch (const Error& e) {
+                KILN_FAIL(p.pipeline, ": ", e.what());
+            }
+            n = sched->num_inference_steps();
+        }
+        const size_t given = opt.timesteps.empty() ? opt.sigmas.size() : opt.timesteps.size();
+        KILN_CHECK(
+            !opt.steps || *opt.steps == n, "steps ", *opt.steps, " but ", given, " ", what,
+            given == (size_t)n ? "" : ", which make " + std::to_string(n) + " steps (the last sigma ends the schedule)",
+            " (give one or the other: the ", what, " set the step count)");
+        p.steps = n;
     }
     if (opt.guidance) p.guidance = *opt.guidance;
     KILN_CHECK(p.steps >= 1 && p.steps <= 1000, "steps must be in 1..1000, got ", p.steps);
@@ -374,7 +402,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         const int patch = SD3Config::from_json(tcfg).patch;
         mu = shift_for((int64_t)(h / patch) * (w / patch), 1.16);
     }
-    if (!opt.sigmas.empty()) {  // the caller's schedule, shifted as the scheduler shifts its own
+    if (!opt.timesteps.empty()) {  // PixArt: the caller's timesteps (checked in plan_t2i)
+        sched->set_custom_timesteps(opt.timesteps);
+    } else if (!opt.sigmas.empty()) {  // the caller's schedule, shifted as the scheduler shifts its own
         sched->set_sigmas(opt.sigmas, mu);
     } else if (flux) {
         std::vector<double> sigmas(p.steps);

@@ -37,10 +37,15 @@ struct T2IOptions {
     // guidance: negative + s * (prompt - negative), from the batch [negative, prompt] (text.negative_* needed;
     // diffusers runs it only when a negative prompt is given, and so must the caller).
     std::optional<double> true_cfg_scale;
-    // SD3, Flux: diffusers' sigmas, the flow-matching schedule before the scheduler's shift (static or mu), one per
-    // step in [0, 1]; the step count is their count. Empty: the pipeline's (Flux linspace(1, 1/N, N), SD3 from
-    // the scheduler's timesteps).
+    // diffusers' sigmas. SD3, Flux: the flow-matching schedule before the scheduler's shift (static or mu), one per
+    // step in [0, 1]; the step count is their count. PixArt with EulerDiscreteScheduler (--scheduler euler): the
+    // whole schedule, its final sigma included (one step fewer than values). Empty: the pipeline's (Flux
+    // linspace(1, 1/N, N), SD3 from the scheduler's timesteps).
     std::vector<double> sigmas;
+    // PixArt: diffusers' timesteps, training timesteps one per step, strictly decreasing in [0,
+    // num_train_timesteps); the step count is their count. DPM-Solver (integers) and Euler take them, DDIM does not;
+    // SD3 and Flux pipelines take sigmas instead. Not with sigmas.
+    std::vector<double> timesteps;
     // SD3 only: diffusers' skip-layer guidance (SD3.5's SLG). With classifier-free guidance, at the steps i with
     // start * N < i < stop * N, one more transformer call on the prompt rows with these blocks left out, and
     // noise_pred += (noise_pred_text - noise_pred_skip) * scale. Empty: off (diffusers' default None).

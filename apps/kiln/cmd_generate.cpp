@@ -160,7 +160,7 @@ Run add_generate(CLI::App& app) {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
         std::vector<std::string> prompts;
         models::PromptOptions texts;  // the kTextLists the options fill (not the prompts: --prompt-file has its own)
-        std::string prompt_embeds, prompt_file, vram_budget, sigmas, skip_layers;
+        std::string prompt_embeds, prompt_file, vram_budget, sigmas, timesteps, skip_layers;
         double slg_scale = 2.8, slg_start = 0.01, slg_stop = 0.2;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
             max_sequence_length = 0, vae_tile = 0, clip_skip = 0;
@@ -226,8 +226,14 @@ Run add_generate(CLI::App& app) {
     o->text_opts.push_back(o->true_cfg_opt);
     o->text_opts.push_back(app.add_option(
         "--sigmas", o->sigmas,
-        "SD3, Flux: diffusers' sigmas, comma-separated, one per step in [0, 1]: the flow-matching schedule before the "
-        "scheduler's shift (default: the pipeline's; the step count is theirs)"));
+        "diffusers' sigmas, comma-separated (default: the pipeline's; the step count is theirs). SD3, Flux: one per "
+        "step in [0, 1], the flow-matching schedule before the scheduler's shift. PixArt with --scheduler euler: "
+        "Euler's whole schedule, the final sigma included (one step fewer than values)"));
+    o->text_opts.push_back(app.add_option(
+        "--timesteps", o->timesteps,
+        "PixArt: diffusers' timesteps, comma-separated training timesteps, one per step, strictly decreasing in [0, "
+        "num_train_timesteps), e.g. 999,845,730,587,443,310,193,116,53,13 (default: the scheduler's spacing; the "
+        "step count is theirs). DPM-Solver (integers) and --scheduler euler take them; DDIM does not"));
     o->text_opts.push_back(app.add_option(
         "--skip-guidance-layers", o->skip_layers,
         "SD3 (SD3.5): diffusers' skip-layer guidance, the blocks to leave out, comma-separated (e.g. 7,8,9 for "
@@ -449,15 +455,19 @@ Run add_generate(CLI::App& app) {
                 else
                     t.true_cfg_scale = o->true_cfg;
             }
-            if (!o->sigmas.empty()) {
-                std::stringstream ss(o->sigmas);
+            auto numbers = [](const std::string& list, const char* flag) {
+                std::vector<double> out;
+                std::stringstream ss(list);
                 for (std::string item; std::getline(ss, item, ',');) {
                     char* end = nullptr;
                     const double v = std::strtod(item.c_str(), &end);
-                    KILN_CHECK(!item.empty() && end && *end == 0, "--sigmas: '", item, "' is not a number");
-                    t.sigmas.push_back(v);
+                    KILN_CHECK(!item.empty() && end && *end == 0, flag, ": '", item, "' is not a number");
+                    out.push_back(v);
                 }
-            }
+                return out;
+            };
+            t.sigmas = numbers(o->sigmas, "--sigmas");
+            t.timesteps = numbers(o->timesteps, "--timesteps");
             if (!o->skip_layers.empty()) {
                 std::stringstream ss(o->skip_layers);
                 for (std::string item; std::getline(ss, item, ',');) {
@@ -608,6 +618,7 @@ Run add_generate(CLI::App& app) {
                             " mode=" + exec::mode_name(t.mode) +
                             (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
                             (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
+                            (o->timesteps.empty() ? "" : " timesteps=" + o->timesteps) +
                             (o->skip_layers.empty() ? ""
                                                     : " skip_guidance_layers=" + o->skip_layers +
                                                           " skip_layer_guidance_scale=" + std::to_string(o->slg_scale) +

@@ -140,6 +140,8 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     if (t.true_cfg_scale) p.true_cfg_scale = *t.true_cfg_scale;
     p.sigmas = t.sigmas.empty() ? nullptr : t.sigmas.data();
     p.sigma_count = (int)t.sigmas.size();
+    p.timesteps = t.timesteps.empty() ? nullptr : t.timesteps.data();
+    p.timestep_count = (int)t.timesteps.size();
     p.skip_guidance_layers = t.skip_guidance_layers.empty() ? nullptr : t.skip_guidance_layers.data();
     p.skip_guidance_layer_count = (int)t.skip_guidance_layers.size();
     p.skip_layer_guidance_scale = t.skip_layer_guidance_scale;

@@ -124,6 +124,27 @@ public:
         } else {
             for (double tv : t) s.push_back(np_interp(tv, train_sigmas_));
         }
+        finish(std::move(t), s);
+    }
+
+    // diffusers' set_timesteps(timesteps=...): int64 timesteps, sigmas interpolated at them (lambda_min_clipped and
+    // the spacing are not used).
+    void set_custom_timesteps(const std::vector<double>& t) override {
+        check_custom_timesteps(t, true);
+        // diffusers raises for the first three; use_flow_sigmas would need num_inference_steps, None there.
+        for (auto [on, field] : {std::pair{karras_, "use_karras_sigmas"},
+                                 {lu_lambdas_, "use_lu_lambdas"},
+                                 {exponential_, "use_exponential_sigmas"},
+                                 {flow_sigmas_, "use_flow_sigmas"}})
+            KILN_CHECK(!on, name_, ": custom timesteps cannot be used with config field '", field, "' = true");
+        std::vector<double> s;
+        for (double tv : t) s.push_back(np_interp(tv, train_sigmas_));
+        finish(t, s);
+    }
+
+private:
+    // The end of set_timesteps: t (float64 until the int64 cast) and the sigmas of its steps, without the last.
+    void finish(std::vector<double> t, const std::vector<double>& s) {
         // timesteps: .to(int64) truncates toward zero
         for (double& tv : t) tv = (double)(int64_t)tv;
         const float a0 = train_.alphas_cumprod[0];
@@ -136,6 +157,7 @@ public:
         reset_state();
     }
 
+public:
     StepCoefficients plan_step(int step_index) override {
         const bool first = last_step_ < 0;
         check_step_index(step_index);

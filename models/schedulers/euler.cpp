@@ -69,9 +69,55 @@ public:
         } else {
             for (double v : np_arange((double)N, 0, -((double)N / (double)n))) t.push_back((float)np_round(v) - 1.0f);
         }
-        std::vector<float> log_sigmas(train_sigmas_.size());
-        for (size_t i = 0; i < log_sigmas.size(); ++i) log_sigmas[i] = std::log(train_sigmas_[i]);
+        schedule(t);
+    }
 
+    // diffusers' set_timesteps(timesteps=...): float32 timesteps; the sigmas follow from them as from the spaced
+    // ones (log_linear interpolation ignores them there too, and only their count matters).
+    void set_custom_timesteps(const std::vector<double>& in) override {
+        check_custom_timesteps(in, false);
+        KILN_CHECK(!karras_ && !exponential_, name_, ": custom timesteps cannot be used with config field '",
+                   karras_ ? "use_karras_sigmas" : "use_exponential_sigmas", "' = true");
+        KILN_CHECK(!continuous_v_, name_, ": custom timesteps cannot be used with timestep_type 'continuous' and ",
+                   "prediction_type 'v_prediction'");
+        schedule(std::vector<float>(in.begin(), in.end()));
+    }
+
+    // diffusers' set_timesteps(sigmas=...): the whole schedule, its final sigma included, as float32; timesteps
+    // from _sigma_to_t of each but the last (float32 sigmas: numpy takes their log in float32). No karras /
+    // exponential respacing and no final sigma appended, as there.
+    void set_sigmas(const std::vector<double>& in, std::optional<double> mu) override {
+        KILN_CHECK(!mu, name_, ": set_timesteps: mu is only for flow-matching schedulers with use_dynamic_shifting");
+        KILN_CHECK(in.size() >= 2, name_, ": custom sigmas are the whole schedule, the final one included: at least ",
+                   "2 for one step, got ", in.size());
+        for (size_t i = 0; i < in.size(); ++i)
+            KILN_CHECK(std::isfinite(in[i]) && in[i] >= 0, name_, ": sigmas[", i, "] is ", in[i],
+                       " (sigmas are finite and not negative)");
+        const std::vector<float> ls = log_sigmas();
+        sigmas_.assign(in.begin(), in.end());
+        timesteps_.clear();
+        for (size_t i = 0; i + 1 < in.size(); ++i) {
+            timesteps_.push_back((float)sigma_to_t_f32((float)in[i], ls));
+        }
+        for (double& v : sigmas_) v = (float)v;
+        if (continuous_v_) {
+            timesteps_.clear();
+            for (size_t i = 0; i + 1 < sigmas_.size(); ++i) timesteps_.push_back(0.25f * std::log((float)sigmas_[i]));
+        }
+        reset_state();
+    }
+
+private:
+    std::vector<float> log_sigmas() const {
+        std::vector<float> ls(train_sigmas_.size());
+        for (size_t i = 0; i < ls.size(); ++i) ls[i] = std::log(train_sigmas_[i]);
+        return ls;
+    }
+
+    // The rest of set_timesteps from the float32 timesteps t: sigmas, respacing, the final sigma.
+    void schedule(const std::vector<float>& t) {
+        const int n = (int)t.size();
+        const std::vector<float> log_sigmas = this->log_sigmas();
         std::vector<double> s;  // numpy float64 until the final float32 cast
         if (interpolation_ == "linear") {
             for (float tv : t) s.push_back(np_interp(tv, train_sigmas_));
@@ -98,6 +144,7 @@ public:
         reset_state();
     }
 
+public:
     StepCoefficients plan_step(int step_index) override {
         check_step_index(step_index);
         KILN_CHECK((size_t)step_index + 1 < sigmas_.size(), name_, ": no sigma after step ", step_index);

@@ -91,12 +91,12 @@ std::vector<float> torch_cumprod_f32(const std::vector<float>& x) {
     return y;
 }
 
-double sigma_to_t(double sigma, const std::vector<float>& log_sigmas) {
+namespace {
+// _sigma_to_t from log(sigma) as the float32 that meets the float32 log_sigmas array.
+double log_sigma_to_t(float ls, const std::vector<float>& log_sigmas) {
     const int64_t n = (int64_t)log_sigmas.size();
     KILN_CHECK(n >= 2, "sigma_to_t: need at least 2 training sigmas");
-    const double log_sigma = std::log(std::max(sigma, 1e-10));
-    const float ls = (float)log_sigma;  // float32 array op with a float64 scalar: the scalar is cast to float32
-    int64_t low = 0;                    // argmax of cumsum(dists >= 0): the last index with dists >= 0 (else 0)
+    int64_t low = 0;  // argmax of cumsum(dists >= 0): the last index with dists >= 0 (else 0)
     for (int64_t i = 0; i < n; ++i)
         if (ls - log_sigmas[(size_t)i] >= 0.0f) low = i;
     low = std::min(low, n - 2);
@@ -105,6 +105,16 @@ double sigma_to_t(double sigma, const std::vector<float>& log_sigmas) {
     float w = (lo - ls) / (lo - hi);
     w = std::clamp(w, 0.0f, 1.0f);
     return (double)(1.0f - w) * (double)low + (double)w * (double)high;
+}
+}  // namespace
+
+double sigma_to_t(double sigma, const std::vector<float>& log_sigmas) {
+    // float32 array op with a float64 scalar: the scalar is cast to float32
+    return log_sigma_to_t((float)std::log(std::max(sigma, 1e-10)), log_sigmas);
+}
+
+double sigma_to_t_f32(float sigma, const std::vector<float>& log_sigmas) {
+    return log_sigma_to_t(std::log(std::max(sigma, 1e-10f)), log_sigmas);
 }
 
 std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t n) {

@@ -32,6 +32,8 @@ std::vector<float> torch_cumprod_f32(const std::vector<float>& x);  // CPU kerne
 // diffusers' _sigma_to_t: fractional training index of sigma by linear interpolation in log-sigma. log_sigmas is the
 // float32 array numpy holds (ascending); the float32 comparisons and weights follow numpy's value-based casting.
 double sigma_to_t(double sigma, const std::vector<float>& log_sigmas);
+// The same for a float32 sigma (an element of a float32 array): numpy takes its log in float32.
+double sigma_to_t_f32(float sigma, const std::vector<float>& log_sigmas);
 std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t n);  // rho = 7
 std::vector<double> exponential_sigmas(double sigma_min, double sigma_max,
                                        int64_t n);  // exp(linspace(log max, log min))

@@ -1,6 +1,7 @@
 #include "models/schedulers/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -45,7 +46,26 @@ std::vector<float> apply_step(const StepCoefficients& c, const std::vector<float
 }
 
 void Scheduler::set_sigmas(const std::vector<double>&, std::optional<double>) {
-    KILN_FAIL(name_, ": custom sigmas are not supported (only FlowMatchEulerDiscreteScheduler takes them)");
+    KILN_FAIL(name_, ": custom sigmas are not supported (FlowMatchEulerDiscreteScheduler and EulerDiscreteScheduler ",
+              "take them)");
+}
+
+void Scheduler::set_custom_timesteps(const std::vector<double>&) {
+    KILN_FAIL(name_, ": custom timesteps are not supported (DPMSolverMultistepScheduler and EulerDiscreteScheduler ",
+              "take them)");
+}
+
+void Scheduler::check_custom_timesteps(const std::vector<double>& t, bool integers) const {
+    KILN_CHECK(!t.empty(), name_, ": set_timesteps(timesteps=...) needs at least one timestep");
+    const double N = (double)num_train_timesteps_;
+    for (size_t i = 0; i < t.size(); ++i) {
+        KILN_CHECK(std::isfinite(t[i]) && t[i] >= 0 && t[i] <= N - 1, name_, ": timesteps[", i, "] is ", t[i],
+                   ": custom timesteps lie in [0, ", N - 1, "] (num_train_timesteps ", num_train_timesteps_, ")");
+        KILN_CHECK(!integers || t[i] == std::floor(t[i]), name_, ": timesteps[", i, "] is ", t[i],
+                   ": this scheduler's timesteps are integers");
+        KILN_CHECK(i == 0 || t[i] < t[i - 1], name_, ": timesteps[", i, "] = ", t[i], " after ", t[i - 1],
+                   ": custom timesteps must decrease strictly");
+    }
 }
 
 void Scheduler::scale_model_input(std::vector<float>& x, int step_index) const {

@@ -45,9 +45,18 @@ public:
     // multistep state.
     virtual void set_timesteps(int num_inference_steps, std::optional<double> mu = std::nullopt) = 0;
 
-    // diffusers' set_timesteps(sigmas=..., mu=...): a custom sigma schedule (one per step, without the final 0), as
-    // the Flux pipeline passes linspace(1, 1/N, N). Only FlowMatchEulerDiscreteScheduler takes one; others throw.
+    // diffusers' set_timesteps(sigmas=..., mu=...): a custom sigma schedule. FlowMatchEulerDiscreteScheduler takes
+    // one per step, without the final 0, as the Flux pipeline passes linspace(1, 1/N, N); EulerDiscreteScheduler
+    // takes the whole schedule, its final sigma included (len - 1 steps, timesteps from _sigma_to_t), as diffusers'
+    // Euler does. Others throw.
     virtual void set_sigmas(const std::vector<double>& sigmas, std::optional<double> mu = std::nullopt);
+
+    // diffusers' set_timesteps(timesteps=...): a custom schedule of training timesteps, one per step, as the PixArt
+    // pipelines pass their `timesteps` argument; sigmas are interpolated at them. DPMSolverMultistepScheduler
+    // (integer timesteps) and EulerDiscreteScheduler take one; others throw, as diffusers' retrieve_timesteps does.
+    // Each must lie in [0, num_train_timesteps) and the list must decrease strictly: diffusers does not check
+    // either, but nothing else is a denoising schedule (a repeated timestep divides by zero in DPM-Solver).
+    virtual void set_custom_timesteps(const std::vector<double>& timesteps);
 
     const std::vector<double>& timesteps() const { return timesteps_; }  // diffusers' scheduler.timesteps, as float64
     const std::vector<double>& sigmas() const { return sigmas_; }        // float32 values; empty for DDIM
@@ -72,6 +81,8 @@ public:
 
 protected:
     void check_step_index(int step_index);  // range and in-order checks shared by plan_step implementations
+    // set_custom_timesteps' checks (above); integers: the scheduler's timesteps are int64 (DPM-Solver).
+    void check_custom_timesteps(const std::vector<double>& timesteps, bool integers) const;
     void reset_state();
 
     std::string name_;

@@ -213,7 +213,12 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
     expect_error(sd3 + " --prompt-embeds " + (tmp / "absent.safetensors") + " --clip-skip 1",
                  "--clip-skip applies to --prompt");
     expect_error(" --model " + fixture("pixart_pipeline") + " --prompt a --sigmas 1,0.5",
-                 "custom sigmas apply to the flow-matching pipelines");
+                 "DPMSolverMultistepScheduler: custom sigmas are not supported");
+    expect_error(" --model " + fixture("pixart_pipeline") + " --prompt a --timesteps 999,x", "--timesteps: 'x' is not");
+    expect_error(" --model " + fixture("pixart_pipeline") + " --prompt a --timesteps 999,500.5",
+                 "timesteps[1] is 500.5: this scheduler's timesteps are integers");
+    expect_error(sd3 + " --prompt a --timesteps 999,500", "custom timesteps apply to PixArt");
+    expect_error(" --class-labels 1 --timesteps 999,500", "--timesteps does not apply");
     std::ofstream(tmp / "prompts.txt") << "a cat\na dog\n";
     expect_error(sd3 + " --prompt-file " + (tmp / "prompts.txt") + " --negative-prompt x --negative-prompt y",
                  "--prompt-file: give --negative-prompt once");
@@ -366,6 +371,21 @@ TEST_CASE("kiln generate --sigmas: the schedule before the shift, the step count
     CHECK(d.read("timesteps").to_f32() == std::vector<float>{1000.f, 750.f});  // shift 3: 0.5 -> 0.75
     std::ifstream png(tmp / "s.png", std::ios::binary);
     CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("sigmas=1,0.5") != std::string::npos);
+}
+
+TEST_CASE("kiln generate --timesteps: PixArt's schedule from the caller, the step count from it",
+          "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    Result r =
+        generate(tmp, "--model " + fixture("pixart_pipeline") + " --prompt 'a cat' --timesteps 999,600,250 --dump " +
+                          (tmp / "d.safetensors") + " -o " + (tmp / "t.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find(", 3 steps,") != std::string::npos);
+    auto d = SafeTensors::open(tmp / "d.safetensors");
+    CHECK(d.read("timesteps").to_f32() == std::vector<float>{999.f, 600.f, 250.f});
+    std::ifstream png(tmp / "t.png", std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("timesteps=999,600,250") != std::string::npos);
 }
 
 TEST_CASE("kiln generate --clip-skip: SD3's prompts encoded from an earlier CLIP layer", "[apps][generate][vulkan]") {

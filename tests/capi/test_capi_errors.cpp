@@ -205,6 +205,11 @@ TEST_CASE("C API: bad generate parameters", "[capi]") {
     p.negative_prompt = "blurry";
     expect(gen(p), KILN_INVALID_ARGUMENT, "prompts do not apply");
     p = base();
+    const double ts[2] = {999, 500};
+    p.timesteps = ts;
+    p.timestep_count = 2;
+    expect(gen(p), KILN_INVALID_ARGUMENT, "custom sigmas and timesteps apply to the text pipelines");
+    p = base();
     p.width = 64;
     expect(gen(p), KILN_INVALID_ARGUMENT, "32x32");
     p = base();

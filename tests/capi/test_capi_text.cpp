@@ -77,6 +77,36 @@ TEST_CASE("C API: kiln_generate with a prompt reproduces diffusers' PixArt pipel
     q = p;
     q.max_sequence_length = -4;
     expect(q, KILN_INVALID_ARGUMENT, "max_sequence_length");
+
+    // timesteps: PixArt's schedule, the step count theirs; the transformer ran at them. Bad lists are named.
+    const double ts[3] = {999, 600, 250};
+    q = p;
+    q.steps = 0;
+    q.timesteps = ts;
+    q.timestep_count = 3;
+    kiln_generate_stats st = KILN_GENERATE_STATS_INIT;
+    q.stats = &st;
+    kiln_result* r = nullptr;
+    q.intermediates = &r;
+    REQUIRE(kiln_generate(m.get(), &q, &img) == KILN_OK);
+    Result own(r);
+    CHECK(st.steps == 3);
+    kiln_tensor t;
+    REQUIRE(kiln_result_find(r, "timesteps", &t) == KILN_OK);
+    REQUIRE(t.ndim == 1);
+    REQUIRE(t.shape[0] == 3);
+    CHECK(std::vector<float>((const float*)t.data, (const float*)t.data + 3) == std::vector<float>{999, 600, 250});
+    q.intermediates = nullptr;
+    q.stats = nullptr;
+    q.steps = 4;
+    expect(q, KILN_INVALID_ARGUMENT, "steps 4 but 3 timesteps");
+    q.steps = 0;
+    q.timesteps = nullptr;
+    expect(q, KILN_INVALID_ARGUMENT, "timesteps / timestep_count (3) do not describe a list");
+    const double down_up[2] = {500, 700};
+    q.timesteps = down_up;
+    q.timestep_count = 2;
+    expect(q, KILN_INVALID_ARGUMENT, "decrease strictly");
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // diffusers' `sigmas` argument of the flow-matching pipelines (SD3, Flux): the caller's schedule goes through
 // FlowMatchEulerDiscreteScheduler.set_timesteps(sigmas=..., mu=...), shifted as the scheduler shifts its own.
+// PixArt's `timesteps` (DPM-Solver, Euler) and `sigmas` (Euler): set_timesteps(timesteps= / sigmas=).
 #include <catch2/catch.hpp>
 
 #include "models/t2i_pipeline.h"
@@ -61,11 +62,84 @@ TEST_CASE("custom sigmas that do not fit are named before any work", "[models][t
     auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
     models::T2IOptions opt;
     opt.sigmas = {1.0, 0.5};
-    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("custom sigmas apply to the flow-matching"));
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt),
+                      Catch::Contains("DPMSolverMultistepScheduler: custom sigmas are not supported"));
     opt.steps = 3;
     CHECK_THROWS_WITH(models::plan_t2i(sd3, opt), Catch::Contains("steps 3 but 2 sigmas"));
     opt.steps = 2;
     CHECK(models::plan_t2i(sd3, opt).steps == 2);
     opt.sigmas = {1.0, -0.1};
     CHECK_THROWS_WITH(models::plan_t2i(sd3, opt), Catch::Contains("sigmas[1] is -0.1"));
+}
+
+TEST_CASE(
+    "PixArt custom timesteps: its own schedule given back is the default run; others run on the device as on "
+    "the host",
+    "[models][pipeline][t2i][vulkan]") {
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    auto opt = fixture_options("pixart_pipeline");
+    opt.steps = 4;
+    const auto plain = run(pixart, opt);
+    const auto ts = plain.at("timesteps").to_f32();
+    REQUIRE(ts.size() == 4);
+    opt.steps.reset();
+    opt.timesteps.assign(ts.begin(), ts.end());
+    const auto given = run(pixart, opt);
+    CHECK(given.at("sigmas").bytes == plain.at("sigmas").bytes);
+    CHECK(given.at("image").bytes == plain.at("image").bytes);
+
+    // Three steps of the caller's: the transformer sees them, the device loop and the host loop agree bitwise.
+    opt.timesteps = {999, 600, 250};
+    CHECK(models::plan_t2i(pixart, opt).steps == 3);
+    const auto custom = run(pixart, opt);
+    CHECK(custom.at("timesteps").to_f32() == std::vector<float>{999.f, 600.f, 250.f});
+    CHECK(custom.count("step2_latents"));
+    CHECK(!custom.count("step3_latents"));
+    // The first step is at t = 999 in both: same transformer output; then the next sigma differs.
+    CHECK(custom.at("step0_transformer_out").bytes == plain.at("step0_transformer_out").bytes);
+    CHECK(custom.at("step0_latents").bytes != plain.at("step0_latents").bytes);
+    auto host = opt;
+    host.host_loop = true;
+    const auto on_host = run(pixart, host);
+    CHECK(on_host.at("step2_latents").bytes == custom.at("step2_latents").bytes);
+    CHECK(on_host.at("image").bytes == custom.at("image").bytes);
+
+    // Euler (--scheduler euler) takes fractional timesteps and whole sigma schedules.
+    opt.scheduler = "euler";
+    opt.timesteps = {998.5, 400.25};
+    CHECK(run(pixart, opt).at("timesteps").to_f32() == std::vector<float>{998.5f, 400.25f});
+    opt.timesteps.clear();
+    opt.sigmas = {80.0, 5.0, 0.0};
+    CHECK(models::plan_t2i(pixart, opt).steps == 2);
+    const auto euler = run(pixart, opt);
+    CHECK(euler.at("sigmas").to_f32() == std::vector<float>{80.f, 5.f, 0.f});
+    host = opt;
+    host.host_loop = true;
+    CHECK(run(pixart, host).at("image").bytes == euler.at("image").bytes);
+}
+
+TEST_CASE("custom timesteps that do not fit are named before any work", "[models][t2i]") {
+    auto sd3 = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    models::T2IOptions opt;
+    opt.timesteps = {999, 500};
+    CHECK_THROWS_WITH(models::plan_t2i(sd3, opt), Catch::Contains("custom timesteps apply to PixArt"));
+    CHECK(models::plan_t2i(pixart, opt).steps == 2);
+    opt.steps = 3;
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("steps 3 but 2 timesteps"));
+    opt.steps.reset();
+    opt.sigmas = {1.0, 0.0};
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("not both"));
+    opt.sigmas.clear();
+    opt.scheduler = "ddim";
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt),
+                      Catch::Contains("PixArtSigmaPipeline: DDIMScheduler: custom timesteps are not supported"));
+    opt.scheduler.clear();
+    opt.timesteps = {999, 999};
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("decrease strictly"));
+    opt.timesteps.clear();
+    opt.scheduler = "euler";
+    opt.sigmas = {10.0, 1.0, 0.0};
+    opt.steps = 3;
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("steps 3 but 3 sigmas, which make 2 steps"));
 }
