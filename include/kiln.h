@@ -349,6 +349,11 @@ typedef struct kiln_generate_params {
      * sigmas). Not with sigmas. */
     const double* timesteps;
     int timestep_count;
+    /* PixArt with scheduler "ddim": diffusers' eta (0 = deterministic DDIM, 1 = DDPM's variance). Above 0 every step
+     * adds noise drawn from seed's generator after the initial latents, as diffusers draws it. Other schedulers
+     * ignore it (a warning on stderr), as diffusers does; DiT, SD3, Flux:
+     * KILN_INVALID_ARGUMENT. */
+    double eta;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

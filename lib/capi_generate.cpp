@@ -99,6 +99,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
                      p.negative_prompt_count == 0 && p.prompt_2_count == 0 && p.prompt_3_count == 0 &&
                      p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0 && p.clip_skip == 0,
                  m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
+        KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
         KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
                  " is a DiT model: custom sigmas and timesteps apply to the text pipelines (DiTPipeline takes none)");
         KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(),
@@ -196,6 +197,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.timestep_count >= 0 && (p.timestep_count == 0 || p.timesteps), "timesteps / timestep_count (",
              p.timestep_count, ") do not describe a list");
     r.t.timesteps.assign(p.timesteps, p.timesteps + p.timestep_count);
+    r.t.eta = p.eta;
     KILN_ARG(p.skip_guidance_layer_count >= 0 && (p.skip_guidance_layer_count == 0 || p.skip_guidance_layers),
              "skip_guidance_layers / skip_guidance_layer_count (", p.skip_guidance_layer_count,
              ") do not describe a list");

@@ -29,6 +29,7 @@ std::vector<params::LoopStep> plan_loop_steps(sched::Scheduler& s, const std::fu
         r.x0_sample = (float)c.x0_sample, r.x0_model = (float)c.x0_model, r.x0_clip = (float)c.x0_clip;
         r.prev_sample = (float)c.prev_sample, r.prev_model = (float)c.prev_model, r.prev_x0 = (float)c.prev_x0;
         r.prev_h0 = (float)c.prev_history[0], r.prev_h1 = (float)c.prev_history[1];
+        r.prev_noise = (float)c.prev_noise;
         r.want_x0 = c.needs_x0();
         r.history_used = (uint32_t)c.history_used;
         r.keep_x0 = c.history_keep > 0;

@@ -16,6 +16,7 @@
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
+#include "runtime/core/torch_rng.h"
 #include "runtime/exec/step_program.h"
 
 namespace kiln::models {
@@ -307,6 +308,20 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
                     p.slg_steps.push_back(i);
         }
     }
+    KILN_CHECK(std::isfinite(opt.eta) && opt.eta >= 0, "eta is ", opt.eta,
+               " (DDIM's eta: 0 is deterministic, 1 DDPM's variance)");
+    if (opt.eta > 0) {
+        KILN_CHECK(p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline", p.pipeline,
+                   ": eta applies to the PixArt pipelines (diffusers' ", p.pipeline, " takes none)");
+        // diffusers' prepare_extra_step_kwargs passes eta only to a scheduler whose step() takes it (DDIM).
+        const auto& scfg = src.config("scheduler");
+        auto sched = opt.scheduler.empty() ? sched::make_scheduler(scfg) : sched::make_scheduler(scfg, opt.scheduler);
+        if (sched->takes_eta())
+            p.eta = opt.eta;
+        else
+            p.warnings.push_back("eta applies to DDIMScheduler; " + sched->name() +
+                                 " ignores it, as in diffusers (--scheduler ddim)");
+    }
     return p;
 }
 
@@ -363,12 +378,19 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // ---- Latents: [B, C, h, w] noise * init_noise_sigma; Flux packs them 2x2 into [B, S, 4C].
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
     const Shape nchw{B, C, h, w};
-    Tensor init =
-        opt.latents_init ? opt.latents_init->astype(DType::f32) : seeded_normal(nchw, opt.seed, opt.noise_dtype);
+    // One generator, as diffusers' `generator`: the initial latents (unless given), then every step's noise where
+    // the scheduler draws one (DDIM with eta > 0: randn_tensor(model_output.shape), in the pipeline's dtype).
+    TorchCpuGenerator gen(opt.seed);
+    Tensor init(DType::f32, nchw);
+    if (opt.latents_init)
+        init = opt.latents_init->astype(DType::f32);
+    else
+        gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
     KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
                " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     auto sched = opt.scheduler.empty() ? sched::make_scheduler(src.config("scheduler"))
                                        : sched::make_scheduler(src.config("scheduler"), opt.scheduler);
+    if (p.eta > 0) sched->set_eta(p.eta);
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
     const int S_img = (h / 2) * (w / 2);
@@ -416,6 +438,13 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         sched->set_timesteps(p.steps, *mu);
     } else {
         sched->set_timesteps(p.steps);
+    }
+    // The steps' noise, drawn now in the order diffusers draws it (each step's after the previous one's); the
+    // device loop holds all of it (steps x latents).
+    std::vector<std::vector<float>> step_noise;
+    if (sched->draws_noise()) {
+        step_noise.resize(sched->timesteps().size(), std::vector<float>((size_t)init.numel()));
+        for (auto& v : step_noise) gen.randn(v.data(), (int64_t)v.size(), opt.noise_dtype);
     }
     const double sigma0 = sched->init_noise_sigma();
     if (sigma0 != 1.0)
@@ -512,7 +541,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     res.device_loop = !slg && use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
                       exec::StepProgram::supported(tx_exec, ls);
     if (res.device_loop) {
-        exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep));
+        std::vector<float> all_noise;  // every step's, in step order, uploaded once
+        for (const auto& v : step_noise) all_noise.insert(all_noise.end(), v.begin(), v.end());
+        exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep), all_noise);
         std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
             observe = [&](int i) {
@@ -521,6 +552,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                 res.intermediates.push_back({si + "_transformer_out", out});
                 guide(out);  // the device fused it into the step; the same arithmetic, for the record
                 res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+                if (!step_noise.empty())
+                    res.intermediates.push_back(
+                        {si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
                 res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
             };
         prog.run(x, step_timer(res, opt.progress), observe);
@@ -568,7 +602,10 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             }
             if (opt.keep_intermediates)
                 res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
-            x = sched->step(noise, i, x);
+            if (!step_noise.empty() && opt.keep_intermediates)
+                res.intermediates.push_back(
+                    {si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
+            x = sched->step(noise, i, x, step_noise.empty() ? nullptr : &step_noise[(size_t)i]);
             if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
             res.step_ms.push_back(ms_since(t_step));
             res.transformer_runs.push_back(tx_exec.last_run());

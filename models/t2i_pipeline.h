@@ -46,6 +46,11 @@ struct T2IOptions {
     // num_train_timesteps); the step count is their count. DPM-Solver (integers) and Euler take them, DDIM does not;
     // SD3 and Flux pipelines take sigmas instead. Not with sigmas.
     std::vector<double> timesteps;
+    // PixArt: diffusers' eta, for DDIMScheduler (--scheduler ddim): 0 deterministic, 1 DDPM's variance. Above 0
+    // every step adds eta-weighted noise from the seed's generator, drawn after the initial latents as diffusers
+    // draws it (the device loop holds every step's: steps x latents). Other schedulers ignore it with a warning,
+    // as diffusers does.
+    double eta = 0;
     // SD3 only: diffusers' skip-layer guidance (SD3.5's SLG). With classifier-free guidance, at the steps i with
     // start * N < i < stop * N, one more transformer call on the prompt rows with these blocks left out, and
     // noise_pred += (noise_pred_text - noise_pred_skip) * scale. Empty: off (diffusers' default None).
@@ -76,6 +81,7 @@ struct T2IPlan {
     bool cfg = false;      // classifier-free guidance batch (PixArt, SD3 with guidance > 1; Flux with true_cfg > 1)
     double cfg_scale = 1;  // the scale of that guidance: guidance (PixArt, SD3), true_cfg_scale (Flux)
     std::vector<int> slg_steps;  // SD3 skip-layer guidance: the steps that make the extra call (empty: off)
+    double eta = 0;              // PixArt with DDIM: eta applied (0 where the scheduler ignores it)
     int vae_scale_factor = 8, latent_channels = 4, latent_h = 0, latent_w = 0;
     // Where the call differs from what was asked (a size rounded, binning not applied); generate_t2i prints them
     // once per generation (plan_t2i itself prints nothing: callers plan more than once).

@@ -161,7 +161,7 @@ Run add_generate(CLI::App& app) {
         std::vector<std::string> prompts;
         models::PromptOptions texts;  // the kTextLists the options fill (not the prompts: --prompt-file has its own)
         std::string prompt_embeds, prompt_file, vram_budget, sigmas, timesteps, skip_layers;
-        double slg_scale = 2.8, slg_start = 0.01, slg_stop = 0.2;
+        double slg_scale = 2.8, slg_start = 0.01, slg_stop = 0.2, eta = 0;
         int steps = 25, device = -1, upscale = 1, quality = 95, images = 1, width = 0, height = 0,
             max_sequence_length = 0, vae_tile = 0, clip_skip = 0;
         double guidance = 4.0, true_cfg = 1.0;
@@ -229,6 +229,10 @@ Run add_generate(CLI::App& app) {
         "diffusers' sigmas, comma-separated (default: the pipeline's; the step count is theirs). SD3, Flux: one per "
         "step in [0, 1], the flow-matching schedule before the scheduler's shift. PixArt with --scheduler euler: "
         "Euler's whole schedule, the final sigma included (one step fewer than values)"));
+    o->text_opts.push_back(app.add_option(
+        "--eta", o->eta,
+        "PixArt with --scheduler ddim: diffusers' eta, 0 = deterministic DDIM, 1 = DDPM's variance. Above 0 every "
+        "step adds noise drawn from --seed's generator after the initial noise, as diffusers draws it (default 0)"));
     o->text_opts.push_back(app.add_option(
         "--timesteps", o->timesteps,
         "PixArt: diffusers' timesteps, comma-separated training timesteps, one per step, strictly decreasing in [0, "
@@ -468,6 +472,7 @@ Run add_generate(CLI::App& app) {
             };
             t.sigmas = numbers(o->sigmas, "--sigmas");
             t.timesteps = numbers(o->timesteps, "--timesteps");
+            t.eta = o->eta;
             if (!o->skip_layers.empty()) {
                 std::stringstream ss(o->skip_layers);
                 for (std::string item; std::getline(ss, item, ',');) {
@@ -619,6 +624,7 @@ Run add_generate(CLI::App& app) {
                             (o->images > 1 ? " images=" + std::to_string(o->images) : "") +
                             (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
                             (o->timesteps.empty() ? "" : " timesteps=" + o->timesteps) +
+                            (plan.eta > 0 ? " eta=" + std::to_string(plan.eta) : "") +
                             (o->skip_layers.empty() ? ""
                                                     : " skip_guidance_layers=" + o->skip_layers +
                                                           " skip_layer_guidance_scale=" + std::to_string(o->slg_scale) +

@@ -142,6 +142,7 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     p.sigma_count = (int)t.sigmas.size();
     p.timesteps = t.timesteps.empty() ? nullptr : t.timesteps.data();
     p.timestep_count = (int)t.timesteps.size();
+    p.eta = t.eta;
     p.skip_guidance_layers = t.skip_guidance_layers.empty() ? nullptr : t.skip_guidance_layers.data();
     p.skip_guidance_layer_count = (int)t.skip_guidance_layers.size();
     p.skip_layer_guidance_scale = t.skip_layer_guidance_scale;

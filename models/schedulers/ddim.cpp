@@ -1,4 +1,5 @@
-// DDIMScheduler (diffusers 0.38, scheduling_ddim.py), eta = 0: the deterministic DDIM update.
+// DDIMScheduler (diffusers 0.38, scheduling_ddim.py): the DDIM update, with eta's DDPM variance (its noise is the
+// caller's) and use_clipped_model_output = False, as the pipelines call it.
 #include <cmath>
 
 #include "models/schedulers/schedulers_impl.h"
@@ -62,7 +63,12 @@ public:
         const double sa = std::sqrt(a_t), sb = std::sqrt(b_t);  // float sqrt of a float == double sqrt rounded
         const double sa_f = (float)sa, sb_f = (float)sb;
         const double sa_prev = (float)std::sqrt(a_prev);
-        const double dir = (float)std::sqrt((float)(1.0f - a_prev));  // (1 - a_prev - std_dev_t^2)^0.5, eta = 0
+        // _get_variance and std_dev_t = eta * variance^0.5, float32 (eta rounded to float, as torch multiplies a
+        // float32 tensor by a Python float); eta = 0 leaves the direction sqrt(1 - a_prev) bit for bit.
+        const float b_prev = 1.0f - a_prev;
+        const float variance = (b_prev / b_t) * (1.0f - a_t / a_prev);
+        const float std_dev = (float)eta_ * std::sqrt(variance);
+        const double dir = (float)std::sqrt((float)(b_prev - std_dev * std_dev));  // (1 - a_prev - std_dev_t^2)^0.5
 
         StepCoefficients c;
         // pred_original_sample (x0) and pred_epsilon as combinations of sample and model_output
@@ -86,7 +92,14 @@ public:
         c.prev_x0 = sa_prev;
         c.prev_sample = dir * eps_s;
         c.prev_model = dir * eps_m;
+        c.prev_noise = eta_ > 0 ? std_dev : 0.0f;  // + std_dev_t * variance_noise
         return c;
+    }
+
+    bool takes_eta() const override { return true; }
+    void set_eta(double eta) override {
+        KILN_CHECK(std::isfinite(eta) && eta >= 0, name_, ": eta ", eta, " must be finite and >= 0");
+        eta_ = eta;
     }
 
 private:

@@ -12,7 +12,7 @@ namespace kiln::sched {
 
 std::vector<float> apply_step(const StepCoefficients& c, const std::vector<float>& model_output,
                               const std::vector<float>& sample, const std::vector<const std::vector<float>*>& history,
-                              std::vector<float>* x0_out) {
+                              std::vector<float>* x0_out, const std::vector<float>* noise) {
     const size_t n = sample.size();
     KILN_CHECK(model_output.size() == n, "scheduler step: model_output has ", model_output.size(),
                " elements, sample has ", n);
@@ -21,6 +21,10 @@ std::vector<float> apply_step(const StepCoefficients& c, const std::vector<float
     for (int k = 0; k < c.history_used; ++k)
         KILN_CHECK(history[(size_t)k] && history[(size_t)k]->size() == n, "scheduler step: history[", k,
                    "] has the wrong size");
+    KILN_CHECK(c.prev_noise == 0 || (noise && noise->size() == n), "scheduler step: needs the step's noise (", n,
+               " values), got ", noise ? noise->size() : 0);
+    const float pn = (float)c.prev_noise;
+    const float* nz = c.prev_noise != 0 ? noise->data() : nullptr;
     const float xs = (float)c.x0_sample, xm = (float)c.x0_model, clip = (float)c.x0_clip;
     const float ps = (float)c.prev_sample, pm = (float)c.prev_model, px = (float)c.prev_x0;
     const float h0 = (float)c.prev_history[0], h1 = (float)c.prev_history[1];
@@ -40,6 +44,7 @@ std::vector<float> apply_step(const StepCoefficients& c, const std::vector<float
         float p = ps * s + pm * m + px * x0;
         if (hist0) p += h0 * hist0[i];
         if (hist1) p += h1 * hist1[i];
+        if (nz) p += pn * nz[i];
         prev[i] = p;
     }
     return prev;
@@ -88,13 +93,18 @@ void Scheduler::reset_state() {
     history_.clear();
 }
 
+void Scheduler::set_eta(double eta) { KILN_CHECK(eta == 0, name_, ": eta ", eta, " applies to DDIMScheduler only"); }
+
 std::vector<float> Scheduler::step(const std::vector<float>& model_output, int step_index,
-                                   const std::vector<float>& sample) {
+                                   const std::vector<float>& sample, const std::vector<float>* noise) {
+    KILN_CHECK(!draws_noise() || (noise && noise->size() == sample.size()), name_, ": step ", step_index,
+               " needs the step's noise (", sample.size(), " values; eta ", eta_, ")");
     const StepCoefficients c = plan_step(step_index);
     std::vector<const std::vector<float>*> hist;
     for (const auto& h : history_) hist.push_back(&h);
     std::vector<float> x0;
-    std::vector<float> prev = apply_step(c, model_output, sample, hist, c.history_keep > 0 ? &x0 : nullptr);
+    std::vector<float> prev =
+        apply_step(c, model_output, sample, hist, c.history_keep > 0 ? &x0 : nullptr, draws_noise() ? noise : nullptr);
     if (c.history_keep > 0) {
         history_.insert(history_.begin(), std::move(x0));
         history_.resize(std::min(history_.size(), (size_t)c.history_keep));

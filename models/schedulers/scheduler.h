@@ -18,12 +18,15 @@ namespace kiln::sched {
 // One step, per element:
 //   x0   = x0_sample*sample + x0_model*model_output, clamped to [-x0_clip, x0_clip] when x0_clip > 0
 //   prev = prev_sample*sample + prev_model*model_output + prev_x0*x0 + sum_k prev_history[k]*history[k]
+//          + prev_noise*noise
 // x0 is the scheduler's converted model output (DDIM's pred_original_sample; DPM-Solver's model_outputs entry:
 // x0 for dpmsolver++, epsilon for dpmsolver). history[k] is the x0 of step (step_index-1-k). After the step, a
-// multistep scheduler keeps x0 as the new history[0] and at most history_keep entries.
+// multistep scheduler keeps x0 as the new history[0] and at most history_keep entries. noise is the step's
+// standard-normal noise (DDIM with eta > 0: diffusers' variance_noise), drawn by the caller; prev_noise is 0 for a
+// deterministic step.
 struct StepCoefficients {
     double x0_sample = 0, x0_model = 0, x0_clip = 0;
-    double prev_sample = 0, prev_model = 0, prev_x0 = 0;
+    double prev_sample = 0, prev_model = 0, prev_x0 = 0, prev_noise = 0;
     std::array<double, 2> prev_history{0, 0};
     int history_used = 0;  // entries of history this step reads (0..2)
     int history_keep = 0;  // entries kept after the step (solver_order - 1 for DPM-Solver, else 0)
@@ -31,10 +34,10 @@ struct StepCoefficients {
 };
 
 // Applies c in float32 (coefficients rounded to float, as torch holds them): the host reference of the update.
-// history[k] as above; x0_out (optional) receives x0.
+// history[k] as above; x0_out (optional) receives x0; noise: the step's noise, needed when c.prev_noise != 0.
 std::vector<float> apply_step(const StepCoefficients& c, const std::vector<float>& model_output,
                               const std::vector<float>& sample, const std::vector<const std::vector<float>*>& history,
-                              std::vector<float>* x0_out = nullptr);
+                              std::vector<float>* x0_out = nullptr, const std::vector<float>* noise = nullptr);
 
 class Scheduler {
 public:
@@ -72,8 +75,17 @@ public:
     // calls it).
     virtual StepCoefficients plan_step(int step_index) = 0;
 
-    // One step: prev_sample from model_output and sample, keeping the history a multistep solver needs.
-    std::vector<float> step(const std::vector<float>& model_output, int step_index, const std::vector<float>& sample);
+    // One step: prev_sample from model_output and sample, keeping the history a multistep solver needs. noise: the
+    // step's standard-normal noise where the step draws one (draws_noise()), else ignored.
+    std::vector<float> step(const std::vector<float>& model_output, int step_index, const std::vector<float>& sample,
+                            const std::vector<float>* noise = nullptr);
+
+    // diffusers' step(eta=...): DDIMScheduler's eta, the weight of the DDPM variance (0: deterministic DDIM, 1:
+    // DDPM's). Only DDIM takes it (takes_eta()); others throw. With eta > 0 every step draws noise: diffusers'
+    // randn_tensor(model_output.shape, generator) after the initial latents, so the caller passes it to step().
+    virtual bool takes_eta() const { return false; }
+    virtual void set_eta(double eta);
+    bool draws_noise() const { return eta_ > 0; }
 
     int order() const { return 1; }                    // diffusers' class attribute `order` (1 for all four)
     const std::string& name() const { return name_; }  // diffusers' class name
@@ -87,6 +99,7 @@ protected:
 
     std::string name_;
     int64_t num_train_timesteps_ = 1000;
+    double eta_ = 0;
     std::vector<double> timesteps_, sigmas_;
     int last_step_ = -1;                       // last planned step index, -1 after set_timesteps
     std::vector<std::vector<float>> history_;  // newest first (DPM-Solver's model_outputs)

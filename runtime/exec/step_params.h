@@ -3,7 +3,8 @@
 // One step, per latent element i (rows x row_lat):
 //   m    = cfg ? unc + guidance * (cond - unc) : out          (out: the transformer's output, row_out per row)
 //   x0   = x0_sample*s + x0_model*m, clamped to [-x0_clip, x0_clip] when x0_clip > 0 (only when want_x0)
-//   prev = prev_sample*s + prev_model*m + prev_x0*x0 [+ prev_h0*hist0] [+ prev_h1*hist1]
+//   prev = prev_sample*s + prev_model*m + prev_x0*x0 [+ prev_h0*hist0] [+ prev_h1*hist1] [+ prev_noise*noise]
+//   (noise: step i's slice of the noise buffer, drawn on the host; DDIM with eta > 0)
 // exactly in the order of sched::apply_step, so every rounding equals the host's.
 #ifndef KILN_STEP_PARAMS_H
 #define KILN_STEP_PARAMS_H
@@ -23,7 +24,8 @@ struct LoopStep {
     uint want_x0;       // x0 is computed (clip, prev_x0, or kept as history)
     uint history_used;  // 0..2 history entries read: x0 of steps i-1, i-2 (ring slots (i+2)%3, (i+1)%3)
     uint keep_x0;       // x0 is written to ring slot i%3 for the next steps
-    uint pad0, pad1, pad2;
+    float prev_noise;   // weight of the step's noise (0: none read)
+    uint pad1, pad2;
 };
 
 #ifdef __cplusplus

@@ -39,7 +39,7 @@ struct StepProgram::Impl {
     uint32_t n_steps = 0, n = 0, batch = 0;
     vk::Allocator& alloc;  // the executor's: a few latent-sized ranges in its blocks, not a block of our own
     vk::Kernels kernels;
-    vk::BufferRange table, state, x, hist, z, hidden, timestep, out;
+    vk::BufferRange table, state, x, hist, noise, z, hidden, timestep, out;
     VkDescriptorPool pool = VK_NULL_HANDLE;
     Bound prepare, step, advance, finalize;
     VkCommandBuffer pre = VK_NULL_HANDLE, post = VK_NULL_HANDLE;
@@ -147,7 +147,7 @@ bool StepProgram::supported(const Executor& ex, const StepLoopSpec& spec, std::s
 }
 
 StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spec,
-                         const std::vector<params::LoopStep>& steps)
+                         const std::vector<params::LoopStep>& steps, const std::vector<float>& noise)
     : impl_(std::make_unique<Impl>(ctx, ex)) {
     Impl& m = *impl_;
     auto t0 = detail::Clock::now();
@@ -170,8 +170,14 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     m.x = m.alloc.alloc((VkDeviceSize)m.n * 4, "device loop: latents");
     m.z = m.alloc.alloc((VkDeviceSize)m.n * 4, "device loop: final latents");
     m.hist = m.alloc.alloc(keep ? (VkDeviceSize)m.n * 12 : 16, "device loop: multistep history");
+    bool noisy = false;
+    for (auto& s : steps) noisy |= s.prev_noise != 0;
+    KILN_CHECK(!noisy || noise.size() == steps.size() * m.n, "device loop: the steps draw noise: ", steps.size() * m.n,
+               " floats needed, ", noise.size(), " given");
+    m.noise = m.alloc.alloc(noisy ? (VkDeviceSize)noise.size() * 4 : 16, "device loop: step noise");
+    if (noisy) m.alloc.upload(m.noise, noise.data(), (VkDeviceSize)noise.size() * 4);
 
-    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 13};
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 14};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     pi.maxSets = 4;
     pi.poolSizeCount = 1;
@@ -188,7 +194,7 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     KILN_CHECK(dv != D::f64 || ctx.info().fp64, "device loop: double division needs shaderFloat64");
     const std::string div = dv == D::i64 ? "_i64" : dv == D::f64 ? "_f64" : "_f32";
     m.prepare = m.bind("loop_prepare" + div, {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
-    m.step = m.bind("loop_step", {m.table, m.state, m.out, m.x, m.hist}, &p, m.n);
+    m.step = m.bind("loop_step", {m.table, m.state, m.out, m.x, m.hist, m.noise}, &p, m.n);
     m.advance = m.bind("loop_advance", {m.state}, nullptr, 1);
     m.finalize = m.bind("loop_finalize" + div, {m.x, m.z}, &p, m.n);
 

@@ -42,7 +42,10 @@ class StepProgram {
 public:
     // Plans and records; throws when the executor cannot be driven (see supported()). The loop's buffers (the table,
     // the latents, the history ring: about 5 latent sizes) come from ex's allocator and live as long as ex.
-    StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spec, const std::vector<params::LoopStep>& steps);
+    // noise: the steps' noise, rows * row_lat floats per step in step order, where a step has prev_noise != 0
+    // (uploaded once: steps x latents of device memory); empty where none does.
+    StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spec, const std::vector<params::LoopStep>& steps,
+                const std::vector<float>& noise = {});
     ~StepProgram();  // waits for the steps still in flight; frees the command buffers, pipelines and descriptors
     StepProgram(const StepProgram&) = delete;
     StepProgram& operator=(const StepProgram&) = delete;

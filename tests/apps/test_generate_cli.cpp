@@ -218,6 +218,7 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
     expect_error(" --model " + fixture("pixart_pipeline") + " --prompt a --timesteps 999,500.5",
                  "timesteps[1] is 500.5: this scheduler's timesteps are integers");
     expect_error(sd3 + " --prompt a --timesteps 999,500", "custom timesteps apply to PixArt");
+    expect_error(sd3 + " --prompt a --eta 1", "eta applies to the PixArt pipelines");
     expect_error(" --class-labels 1 --timesteps 999,500", "--timesteps does not apply");
     std::ofstream(tmp / "prompts.txt") << "a cat\na dog\n";
     expect_error(sd3 + " --prompt-file " + (tmp / "prompts.txt") + " --negative-prompt x --negative-prompt y",
@@ -386,6 +387,28 @@ TEST_CASE("kiln generate --timesteps: PixArt's schedule from the caller, the ste
     CHECK(d.read("timesteps").to_f32() == std::vector<float>{999.f, 600.f, 250.f});
     std::ifstream png(tmp / "t.png", std::ios::binary);
     CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("timesteps=999,600,250") != std::string::npos);
+}
+
+TEST_CASE("kiln generate --eta: DDIM's noise per step on PixArt; other schedulers ignore it with a warning",
+          "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    auto run = [&](const std::string& args, const std::string& name) {
+        Result r = generate(tmp, "--model " + fixture("pixart_pipeline") + " --prompt 'a cat' --steps 2 " + args +
+                                     " --dump " + (tmp / (name + ".safetensors")) + " -o " + (tmp / (name + ".png")));
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        return r;
+    };
+    run("--scheduler ddim", "plain");
+    Result r = run("--scheduler ddim --eta 1", "eta");
+    CHECK(r.err.find("warning") == std::string::npos);
+    auto plain = SafeTensors::open(tmp / "plain.safetensors"), eta = SafeTensors::open(tmp / "eta.safetensors");
+    CHECK(eta.find("step1_variance_noise"));
+    CHECK(eta.read("image").bytes != plain.read("image").bytes);
+    std::ifstream png(tmp / "eta.png", std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("eta=1.0") != std::string::npos);
+    r = run("--eta 1", "dpm");
+    CHECK(r.err.find("eta applies to DDIMScheduler; DPMSolverMultistepScheduler ignores it") != std::string::npos);
 }
 
 TEST_CASE("kiln generate --clip-skip: SD3's prompts encoded from an earlier CLIP layer", "[apps][generate][vulkan]") {

@@ -210,6 +210,9 @@ TEST_CASE("C API: bad generate parameters", "[capi]") {
     p.timestep_count = 2;
     expect(gen(p), KILN_INVALID_ARGUMENT, "custom sigmas and timesteps apply to the text pipelines");
     p = base();
+    p.eta = 1;
+    expect(gen(p), KILN_INVALID_ARGUMENT, "eta applies to the PixArt pipelines");
+    p = base();
     p.width = 64;
     expect(gen(p), KILN_INVALID_ARGUMENT, "32x32");
     p = base();

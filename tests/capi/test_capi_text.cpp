@@ -107,6 +107,19 @@ TEST_CASE("C API: kiln_generate with a prompt reproduces diffusers' PixArt pipel
     q.timesteps = down_up;
     q.timestep_count = 2;
     expect(q, KILN_INVALID_ARGUMENT, "decrease strictly");
+
+    // eta reaches DDIM: the steps draw noise (and a negative eta is named).
+    q = p;
+    q.scheduler = "ddim";
+    q.eta = 1;
+    kiln_result* re = nullptr;
+    q.intermediates = &re;
+    REQUIRE(kiln_generate(m.get(), &q, &img) == KILN_OK);
+    Result own_e(re);
+    CHECK(kiln_result_find(re, "step0_variance_noise", &t) == KILN_OK);
+    q.intermediates = nullptr;
+    q.eta = -1;
+    expect(q, KILN_INVALID_ARGUMENT, "eta is -1");
 }
 
 namespace {

@@ -1,11 +1,14 @@
 // diffusers' `sigmas` argument of the flow-matching pipelines (SD3, Flux): the caller's schedule goes through
 // FlowMatchEulerDiscreteScheduler.set_timesteps(sigmas=..., mu=...), shifted as the scheduler shifts its own.
-// PixArt's `timesteps` (DPM-Solver, Euler) and `sigmas` (Euler): set_timesteps(timesteps= / sigmas=).
+// PixArt's `timesteps` (DPM-Solver, Euler) and `sigmas` (Euler): set_timesteps(timesteps= / sigmas=); and its
+// `eta` (DDIM's per-step noise from the seed's generator).
 #include <catch2/catch.hpp>
 
+#include "models/schedulers/scheduler.h"
 #include "models/t2i_pipeline.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
+#include "runtime/core/torch_rng.h"
 #include "tests/models/model_harness.h"
 #include "tests/support/test_support.h"
 
@@ -142,4 +145,75 @@ TEST_CASE("custom timesteps that do not fit are named before any work", "[models
     opt.sigmas = {10.0, 1.0, 0.0};
     opt.steps = 3;
     CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("steps 3 but 3 sigmas, which make 2 steps"));
+}
+
+TEST_CASE(
+    "PixArt eta with DDIM: each step's noise from the seed's generator after the latents, on the device as on "
+    "the host",
+    "[models][pipeline][t2i][vulkan]") {
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    auto opt = fixture_options("pixart_pipeline");
+    opt.scheduler = "ddim";
+    opt.steps = 3;
+    opt.seed = 7;
+    const auto deterministic = run(pixart, opt);
+    opt.eta = 0;
+    CHECK(run(pixart, opt).at("image").bytes == deterministic.at("image").bytes);
+    CHECK(!deterministic.count("step0_variance_noise"));
+
+    // Given latents: diffusers' generator draws nothing for them, so step 0's noise is the seed's first draw.
+    opt.eta = 1;
+    const auto given = run(pixart, opt);
+    const Tensor lat = given.at("latents_init");
+    const int64_t n = lat.numel();
+    std::vector<float> draw((size_t)n);
+    TorchCpuGenerator(7).randn(draw.data(), n);
+    CHECK(given.at("step0_variance_noise").to_f32() == draw);
+    CHECK(given.at("image").bytes != deterministic.at("image").bytes);
+    // Step 0 is the scheduler's step with that noise: recomputed here from the dumped model output, bit for bit.
+    auto s = sched::make_scheduler(
+        sched::load_scheduler_config(test::data_path("fixtures/pixart_pipeline/scheduler/scheduler_config.json")),
+        "ddim");
+    s->set_eta(1);
+    s->set_timesteps(3);
+    const auto v0 = given.at("step0_variance_noise").to_f32();
+    CHECK(s->step(given.at("step0_noise_pred").to_f32(), 0, lat.to_f32(), &v0) == given.at("step0_latents").to_f32());
+
+    // Seeded latents: the latents first, then each step's noise, from one generator.
+    opt.latents_init.reset();
+    const auto seeded = run(pixart, opt);
+    TorchCpuGenerator gen(7);
+    gen.randn(draw.data(), n);
+    CHECK(seeded.at("latents_init").to_f32() == draw);
+    for (int i = 0; i < 3; ++i) {
+        gen.randn(draw.data(), n);
+        CHECK(seeded.at("step" + std::to_string(i) + "_variance_noise").to_f32() == draw);
+    }
+
+    // The device loop (no intermediates: steps in flight) and the host loop agree bitwise.
+    opt.keep_intermediates = false;
+    const auto device = models::generate_t2i(test::context(), pixart, opt);
+    CHECK(device.device_loop);
+    opt.host_loop = true;
+    const auto host = models::generate_t2i(test::context(), pixart, opt);
+    CHECK(!host.device_loop);
+    CHECK(device.image.bytes == host.image.bytes);
+    CHECK(device.image.bytes != deterministic.at("image").bytes);
+}
+
+TEST_CASE("eta where it does not apply", "[models][t2i]") {
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    auto sd3 = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    models::T2IOptions opt;
+    opt.eta = 1;
+    CHECK_THROWS_WITH(models::plan_t2i(sd3, opt), Catch::Contains("eta applies to the PixArt pipelines"));
+    // DPM-Solver (PixArt's own scheduler) ignores it, as diffusers does, and says so.
+    const auto p = models::plan_t2i(pixart, opt);
+    CHECK(p.eta == 0);
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0].find("DPMSolverMultistepScheduler ignores it") != std::string::npos);
+    opt.scheduler = "ddim";
+    CHECK(models::plan_t2i(pixart, opt).eta == 1);
+    opt.eta = -1;
+    CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("eta is -1"));
 }
