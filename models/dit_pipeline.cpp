@@ -69,13 +69,28 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = tx.counters();
 
-    Tensor latents = opt.latents_init ? *opt.latents_init : seeded_normal(lat_shape, opt.seed, opt.noise_dtype);
+    // One generator, as diffusers' torch.manual_seed(seed): the latents (unless given), then the noise of every step
+    // of a scheduler that draws one (Euler ancestral). DiTPipeline passes no generator to scheduler.step, so the step
+    // draws from torch's default generator, which torch.manual_seed seeded: the same stream.
+    TorchCpuGenerator gen(opt.seed);
+    Tensor latents(DType::f32, lat_shape);
+    if (opt.latents_init)
+        latents = *opt.latents_init;
+    else
+        gen.randn(latents.data<float>(), latents.numel(), opt.noise_dtype);
     KILN_CHECK(latents.shape == lat_shape, "initial latents have shape ", shape_str(latents.shape), ", expected ",
                shape_str(lat_shape));
     latents = latents.astype(DType::f32);
     if (opt.keep_intermediates) res.intermediates.push_back({"latents_init", latents});  // the seeded noise, NCHW
     const size_t n_half = (size_t)latents.numel();
     std::vector<float> x(n_half * (cfg ? 2 : 1));  // latent_model_input
+    // The steps' noise: randn_tensor(model_output.shape), the whole guidance batch (the step runs on both halves;
+    // the first is kept).
+    std::vector<std::vector<float>> step_noise;
+    if (sched->draws_noise()) {
+        step_noise.resize(sched->timesteps().size(), std::vector<float>(x.size()));
+        for (auto& v : step_noise) gen.randn(v.data(), (int64_t)v.size(), opt.noise_dtype);
+    }
     for (size_t r = 0; r < x.size() / n_half; ++r)
         std::memcpy(x.data() + r * n_half, latents.data<float>(), n_half * 4);
     KILN_CHECK(!cfg || tc.num_embeds_ada_norm >= 1000, "guidance needs DiT's null class 1000, but this model has ",
@@ -100,7 +115,9 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     res.device_loop = use_device_loop(opt.host_loop) && exec::StepProgram::supported(tx, ls);
     if (res.device_loop) {
         const auto table = plan_loop_steps(*sched, [&](int i) { return (float)ts[(size_t)i]; });
-        exec::StepProgram prog(ctx, tx, ls, table);
+        std::vector<float> half_noise;  // the device steps the first half: each step's first n_half values
+        for (const auto& v : step_noise) half_noise.insert(half_noise.end(), v.begin(), v.begin() + (long)n_half);
+        exec::StepProgram prog(ctx, tx, ls, table, half_noise);
         std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
             observe = [&](int i) {
@@ -147,7 +164,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
             for (int b = 0; b < BB; ++b)
                 std::memcpy(model_out.data() + (size_t)b * C * plane, np + (size_t)b * OC * plane,
                             (split ? C : OC) * plane * 4);
-            x = sched->step(model_out, i, x);
+            x = sched->step(model_out, i, x, step_noise.empty() ? nullptr : &step_noise[(size_t)i]);
             if (opt.keep_intermediates)
                 res.intermediates.push_back(
                     {"step" + std::to_string(i) + "_latents",

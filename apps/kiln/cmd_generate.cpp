@@ -261,7 +261,10 @@ Run add_generate(CLI::App& app) {
                    "the model runs in f32 either way")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}))
         ->capture_default_str();
-    app.add_option("--scheduler", o->scheduler, "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler");
+    app.add_option(
+        "--scheduler", o->scheduler,
+        "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler, euler_a (Euler ancestral: each step "
+        "adds noise from --seed's generator, as diffusers draws it)");
     app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
     app.add_option("--latents", o->latents,
                    "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise (Flux packs it)");

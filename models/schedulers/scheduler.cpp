@@ -123,6 +123,7 @@ const Entry kEntries[] = {
     {"DDIMScheduler", detail::make_ddim},
     {"DPMSolverMultistepScheduler", detail::make_dpm_solver},
     {"EulerDiscreteScheduler", detail::make_euler},
+    {"EulerAncestralDiscreteScheduler", detail::make_euler_ancestral},
     {"FlowMatchEulerDiscreteScheduler", detail::make_flow_match_euler},
 };
 const std::pair<const char*, const char*> kAliases[] = {
@@ -132,6 +133,8 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"dpmpp", "DPMSolverMultistepScheduler"},
     {"dpm++2m", "DPMSolverMultistepScheduler"},
     {"euler", "EulerDiscreteScheduler"},
+    {"euler_a", "EulerAncestralDiscreteScheduler"},
+    {"euler-ancestral", "EulerAncestralDiscreteScheduler"},
     {"flow_match_euler", "FlowMatchEulerDiscreteScheduler"},
     {"flowmatch", "FlowMatchEulerDiscreteScheduler"},
 };

@@ -1,7 +1,7 @@
 #pragma once
-// Ports of diffusers 0.38's DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler and
-// FlowMatchEulerDiscreteScheduler, built from a scheduler_config.json. Schedules are computed with numpy's float64
-// and torch's float32 behaviour so that timesteps and sigmas equal diffusers' own.
+// Ports of diffusers 0.38's DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler,
+// EulerAncestralDiscreteScheduler and FlowMatchEulerDiscreteScheduler, built from a scheduler_config.json. Schedules
+// are computed with numpy's float64 and torch's float32 behaviour so that timesteps and sigmas equal diffusers' own.
 //
 // Every step is a linear combination of a few buffers with coefficients computed on the CPU (StepCoefficients), so
 // a device can run the update; Scheduler::step() is the host reference that applies them.
@@ -85,9 +85,10 @@ public:
     // randn_tensor(model_output.shape, generator) after the initial latents, so the caller passes it to step().
     virtual bool takes_eta() const { return false; }
     virtual void set_eta(double eta);
-    bool draws_noise() const { return eta_ > 0; }
+    // The steps add noise the caller draws (StepCoefficients::prev_noise): DDIM with eta > 0, Euler ancestral.
+    virtual bool draws_noise() const { return eta_ > 0; }
 
-    int order() const { return 1; }                    // diffusers' class attribute `order` (1 for all four)
+    int order() const { return 1; }                    // diffusers' class attribute `order` (1 for all five)
     const std::string& name() const { return name_; }  // diffusers' class name
     int64_t num_train_timesteps() const { return num_train_timesteps_; }
 
