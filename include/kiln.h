@@ -268,7 +268,7 @@ typedef struct kiln_generate_params {
     int steps;             /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
     double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance */
     uint64_t seed;         /* the initial noise diffusers draws with generator=torch.manual_seed(seed) (f32) */
-    const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler" or a diffusers scheduler class */
+    const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler", "euler_a" or a diffusers class */
     kiln_jit_mode jit_mode;
     /* Optional exact initial noise, float32 NCHW [images, latent channels, h, w] (Flux: unpacked); NULL = seeded. */
     const float* latents;
@@ -354,6 +354,10 @@ typedef struct kiln_generate_params {
      * ignore it (a warning on stderr), as diffusers does; DiT, SD3, Flux:
      * KILN_INVALID_ARGUMENT. */
     double eta;
+    /* diffusers' Scheduler.from_config(scheduler.config, **kwargs): a JSON object whose fields replace the scheduler
+     * config's, e.g. "{\"use_karras_sigmas\": true}" (NULL/"" = none). A field the scheduler does not read, or
+     * invalid JSON: KILN_INVALID_ARGUMENT naming it. */
+    const char* scheduler_config;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

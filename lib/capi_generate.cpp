@@ -58,6 +58,24 @@ void check_scheduler(const models::ModelSource& src, const std::string& name) {
     }
 }
 
+// scheduler_config: a JSON object of fields that replace the scheduler config's, checked against the scheduler.
+nlohmann::json scheduler_overrides(const models::ModelSource& src, const std::string& name, const char* text) {
+    if (!text || !*text) return nlohmann::json::object();
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        KILN_ARG(false, "scheduler_config is not JSON: ", e.what());
+    }
+    KILN_ARG(j.is_object(), "scheduler_config must be a JSON object, got ", j.dump());
+    try {
+        (void)sched::make_scheduler(src.config("scheduler"), name, j);
+    } catch (const Error& e) {
+        KILN_ARG(false, "scheduler_config: ", e.what());
+    }
+    return j;
+}
+
 // noise_dtype: NULL or "" is f32; f16 and bf16 are the other dtypes diffusers pipelines run in.
 DType noise_dtype(const char* s) {
     const std::string v = s ? s : "";
@@ -89,6 +107,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         fail(KILN_UNSUPPORTED, m.src.path(),
              " is not a pipeline Kiln generates with (components: ", m.components.size(), "); use kiln_forward");
     check_scheduler(m.src, scheduler);
+    const nlohmann::json sched_overrides = scheduler_overrides(m.src, scheduler, p.scheduler_config);
     KILN_ARG(p.true_cfg_scale >= 0 && std::isfinite(p.true_cfg_scale), "true_cfg_scale is ", p.true_cfg_scale,
              " (> 1 is on; 0 or 1 off)");
     KILN_ARG(p.true_cfg_scale == 0 || m.pipeline == "FluxPipeline", "true_cfg_scale applies to Flux (", m.pipeline,
@@ -121,6 +140,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
         r.g.seed = p.seed;
         r.g.noise_dtype = noise;
         r.g.scheduler = scheduler;
+        r.g.scheduler_config = sched_overrides;
         r.g.mode = mode;
         r.g.keep_intermediates = keep;
         r.g.tiled_vae = p.vae_tiling != 0;
@@ -212,6 +232,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.t.seed = p.seed;
     r.t.noise_dtype = noise;
     r.t.scheduler = scheduler;
+    r.t.scheduler_config = sched_overrides;
     r.t.mode = mode;
     r.t.keep_intermediates = keep;
     r.t.tiled_vae = p.vae_tiling != 0;

@@ -49,8 +49,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     const int BB = cfg ? 2 * B : B;
     const Shape lat_shape{B, C, S, S};
 
-    auto sched = opt.scheduler.empty() ? sched::make_scheduler(src.config("scheduler"))
-                                       : sched::make_scheduler(src.config("scheduler"), opt.scheduler);
+    auto sched = sched::make_scheduler(src.config("scheduler"), opt.scheduler, opt.scheduler_config);
     sched->set_timesteps(opt.steps);
 
     // Transformer for the guidance batch; VAE decoder for the batch.
@@ -89,7 +88,8 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     std::vector<std::vector<float>> step_noise;
     if (sched->draws_noise()) {
         step_noise.resize(sched->timesteps().size(), std::vector<float>(x.size()));
-        for (auto& v : step_noise) gen.randn(v.data(), (int64_t)v.size(), opt.noise_dtype);
+        for (auto& v : step_noise)
+            gen.randn(v.data(), (int64_t)v.size(), sched->step_noise_f32() ? DType::f32 : opt.noise_dtype);
     }
     for (size_t r = 0; r < x.size() / n_half; ++r)
         std::memcpy(x.data() + r * n_half, latents.data<float>(), n_half * 4);

@@ -2,6 +2,7 @@
 // diffusers DiTPipeline on Kiln: class-conditional generation with classifier-free guidance,
 // the scheduler loop, VAE decode. Follows pipeline_dit.py step by step.
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ struct GenerateOptions {
     uint64_t seed = 0;
     DType noise_dtype = DType::f32;  // the dtype torch.randn draws the noise in (diffusers' torch_dtype): f32/f16/bf16
     std::string scheduler;           // "" = the model's; else a scheduler class name or alias (ddim, dpm, euler)
+    // diffusers' from_config(scheduler.config, **kwargs): fields that replace the scheduler config's (e.g.
+    // {"use_karras_sigmas": true}); one the scheduler does not read is an error.
+    nlohmann::json scheduler_config = nlohmann::json::object();
     exec::Mode mode = exec::Mode::regional;
     std::optional<Tensor> latents_init;  // [B, C, h, w]; replaces the seeded noise
     bool keep_intermediates = false;     // step{i}_noise_pred, step{i}_latents, decoded, image

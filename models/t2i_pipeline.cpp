@@ -222,8 +222,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
             // PixArt: the scheduler decides (DPM-Solver takes timesteps, Euler both, DDIM neither), as diffusers'
             // retrieve_timesteps asks set_timesteps; planned here so that a bad list stops before any work.
             const auto& scfg = src.config("scheduler");
-            auto sched =
-                opt.scheduler.empty() ? sched::make_scheduler(scfg) : sched::make_scheduler(scfg, opt.scheduler);
+            auto sched = sched::make_scheduler(scfg, opt.scheduler, opt.scheduler_config);
             try {
                 if (!opt.timesteps.empty())
                     sched->set_custom_timesteps(opt.timesteps);
@@ -315,7 +314,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
                    ": eta applies to the PixArt pipelines (diffusers' ", p.pipeline, " takes none)");
         // diffusers' prepare_extra_step_kwargs passes eta only to a scheduler whose step() takes it (DDIM).
         const auto& scfg = src.config("scheduler");
-        auto sched = opt.scheduler.empty() ? sched::make_scheduler(scfg) : sched::make_scheduler(scfg, opt.scheduler);
+        auto sched = sched::make_scheduler(scfg, opt.scheduler, opt.scheduler_config);
         if (sched->takes_eta())
             p.eta = opt.eta;
         else
@@ -388,8 +387,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
     KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
                " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
-    auto sched = opt.scheduler.empty() ? sched::make_scheduler(src.config("scheduler"))
-                                       : sched::make_scheduler(src.config("scheduler"), opt.scheduler);
+    auto sched = sched::make_scheduler(src.config("scheduler"), opt.scheduler, opt.scheduler_config);
     if (p.eta > 0) sched->set_eta(p.eta);
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
@@ -444,7 +442,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     std::vector<std::vector<float>> step_noise;
     if (sched->draws_noise()) {
         step_noise.resize(sched->timesteps().size(), std::vector<float>((size_t)init.numel()));
-        for (auto& v : step_noise) gen.randn(v.data(), (int64_t)v.size(), opt.noise_dtype);
+        for (auto& v : step_noise)
+            gen.randn(v.data(), (int64_t)v.size(), sched->step_noise_f32() ? DType::f32 : opt.noise_dtype);
     }
     const double sigma0 = sched->init_noise_sigma();
     if (sigma0 != 1.0)

@@ -63,6 +63,9 @@ struct T2IOptions {
     uint64_t seed = 0;
     DType noise_dtype = DType::f32;  // the dtype torch.randn draws the noise in (diffusers' torch_dtype): f32/f16/bf16
     std::string scheduler;           // "" = the model's; else a scheduler class name or alias
+    // diffusers' from_config(scheduler.config, **kwargs): fields that replace the scheduler config's (e.g.
+    // {"use_karras_sigmas": true}); one the scheduler does not read is an error.
+    nlohmann::json scheduler_config = nlohmann::json::object();
     exec::Mode mode = exec::Mode::regional;
     int images_per_prompt = 1;           // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
     std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)

@@ -158,6 +158,7 @@ const TextList kTextLists[] = {
 Run add_generate(CLI::App& app) {
     struct Opts {
         std::string model, labels = "0", out = "kiln.png", scheduler, mode = "regional", latents, dump;
+        std::vector<std::string> scheduler_config;  // KEY=VALUE
         std::vector<std::string> prompts;
         models::PromptOptions texts;  // the kTextLists the options fill (not the prompts: --prompt-file has its own)
         std::string prompt_embeds, prompt_file, vram_budget, sigmas, timesteps, skip_layers;
@@ -265,6 +266,10 @@ Run add_generate(CLI::App& app) {
         "--scheduler", o->scheduler,
         "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler, euler_a (Euler ancestral: each step "
         "adds noise from --seed's generator, as diffusers draws it)");
+    app.add_option("--scheduler-config", o->scheduler_config,
+                   "A scheduler config field, KEY=VALUE (repeatable): diffusers' Scheduler.from_config(config, KEY=VALUE), "
+                   "e.g. use_karras_sigmas=true (DPM++ 2M Karras), timestep_spacing=trailing. VALUE is JSON (true, 2, "
+                   "0.5, \"text\") or else a string; a field the scheduler does not read is an error");
     app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
     app.add_option("--latents", o->latents,
                    "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise (Flux packs it)");
@@ -324,6 +329,15 @@ Run add_generate(CLI::App& app) {
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                      : models::ModelSource::open(model);
         const bool dit = src.has("transformer") && src.class_of("transformer") == "DiTTransformer2DModel";
+        // --scheduler-config KEY=VALUE: VALUE as JSON where it parses (true, 2, 0.5, "x", null), else as a string.
+        nlohmann::json sched_config = nlohmann::json::object();
+        for (const auto& item : o->scheduler_config) {
+            const size_t eq = item.find('=');
+            KILN_CHECK(eq != std::string::npos && eq > 0, "--scheduler-config '", item, "': expected KEY=VALUE");
+            const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+            nlohmann::json v = nlohmann::json::parse(value, nullptr, false);
+            sched_config[key] = v.is_discarded() ? nlohmann::json(value) : v;
+        }
         auto given = [](const std::vector<CLI::Option*>& opts) -> std::string {
             for (auto* op : opts)
                 if (op->count()) return op->get_name();
@@ -403,6 +417,7 @@ Run add_generate(CLI::App& app) {
             g.seed = o->seed;
             g.noise_dtype = parse_dtype(o->noise_dtype, "--noise-dtype");
             g.scheduler = o->scheduler;
+            g.scheduler_config = sched_config;
             g.mode = exec::parse_mode(o->mode);
             g.keep_intermediates = !o->dump.empty();
             g.host_loop = o->host_loop;
@@ -429,6 +444,7 @@ Run add_generate(CLI::App& app) {
                        " steps=" + std::to_string(g.steps) + " guidance=" + std::to_string(g.guidance) +
                        " seed=" + std::to_string(g.seed) + noise_setting(g.noise_dtype) +
                        " scheduler=" + (g.scheduler.empty() ? "model" : g.scheduler) +
+                       (sched_config.empty() ? "" : " scheduler_config=" + sched_config.dump()) +
                        " mode=" + exec::mode_name(g.mode) + (o->latents.empty() ? "" : " latents=" + o->latents);
         } else {
             KILN_CHECK(
@@ -495,6 +511,7 @@ Run add_generate(CLI::App& app) {
             t.seed = o->seed;
             t.noise_dtype = parse_dtype(o->noise_dtype, "--noise-dtype");
             t.scheduler = o->scheduler;
+            t.scheduler_config = sched_config;
             t.mode = exec::parse_mode(o->mode);
             t.keep_intermediates = !o->dump.empty();
             t.host_loop = o->host_loop;
@@ -628,6 +645,8 @@ Run add_generate(CLI::App& app) {
                             (o->sigmas.empty() ? "" : " sigmas=" + o->sigmas) +
                             (o->timesteps.empty() ? "" : " timesteps=" + o->timesteps) +
                             (plan.eta > 0 ? " eta=" + std::to_string(plan.eta) : "") +
+                            (t.scheduler.empty() ? "" : " scheduler=" + t.scheduler) +
+                            (sched_config.empty() ? "" : " scheduler_config=" + sched_config.dump()) +
                             (o->skip_layers.empty() ? ""
                                                     : " skip_guidance_layers=" + o->skip_layers +
                                                           " skip_layer_guidance_scale=" + std::to_string(o->slg_scale) +

@@ -82,6 +82,8 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     p.seed = g.seed;
     p.noise_dtype = dtype_name(g.noise_dtype);
     if (!g.scheduler.empty()) p.scheduler = g.scheduler.c_str();
+    const std::string sched_config = g.scheduler_config.empty() ? "" : g.scheduler_config.dump();
+    if (!sched_config.empty()) p.scheduler_config = sched_config.c_str();
     p.jit_mode = jit_mode(g.mode);
     Tensor latents;
     set_latents(p, g.latents_init, latents);
@@ -151,6 +153,8 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     p.seed = t.seed;
     p.noise_dtype = dtype_name(t.noise_dtype);
     if (!t.scheduler.empty()) p.scheduler = t.scheduler.c_str();
+    const std::string sched_config = t.scheduler_config.empty() ? "" : t.scheduler_config.dump();
+    if (!sched_config.empty()) p.scheduler_config = sched_config.c_str();
     p.jit_mode = jit_mode(t.mode);
     Tensor latents;
     set_latents(p, t.latents_init, latents);

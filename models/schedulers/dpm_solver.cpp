@@ -23,10 +23,16 @@ public:
             c.reject("thresholding", "dynamic thresholding is not implemented (needs a per-sample quantile)");
         algorithm_ = c.string("algorithm_type", "dpmsolver++");
         if (algorithm_ == "deis") algorithm_ = "dpmsolver++";  // as diffusers does
-        if (algorithm_ == "sde-dpmsolver++" || algorithm_ == "sde-dpmsolver")
-            c.reject("algorithm_type", "the SDE variants need a noise input per step; not implemented");
+        if (algorithm_ == "sde-dpmsolver++" || algorithm_ == "sde-dpmsolver") {
+            // The SDE variants: every step adds noise (drawn by the caller, float32, as diffusers' step draws it).
+            sde_ = true;
+            algorithm_ = algorithm_.substr(4);
+            if (order_ == 3)
+                c.reject("solver_order", "3 has no SDE update in diffusers (its third-order step leaves x_t unset)");
+        }
         if (algorithm_ != "dpmsolver++" && algorithm_ != "dpmsolver")
-            c.reject("algorithm_type", "not supported (supported: dpmsolver++, dpmsolver, deis)");
+            c.reject("algorithm_type",
+                     "not supported (supported: dpmsolver++, dpmsolver, sde-dpmsolver++, sde-dpmsolver, deis)");
         solver_type_ = c.string("solver_type", "midpoint");
         if (solver_type_ == "logrho" || solver_type_ == "bh1" || solver_type_ == "bh2") solver_type_ = "midpoint";
         if (solver_type_ != "midpoint" && solver_type_ != "heun")
@@ -46,7 +52,8 @@ public:
         flow_shift_ = c.number("flow_shift", 1.0);
         final_sigmas_ = c.choice("final_sigmas_type", "zero", {"zero", "sigma_min"});
         if (algorithm_ == "dpmsolver" && final_sigmas_ == "zero")
-            c.reject("final_sigmas_type", "'zero' is not supported with algorithm_type dpmsolver; use sigma_min");
+            c.reject("final_sigmas_type", "'zero' is not supported with algorithm_type " +
+                                              std::string(sde_ ? "sde-dpmsolver" : "dpmsolver") + "; use sigma_min");
         lambda_min_clipped_ = c.number("lambda_min_clipped", -INFINITY);
         if (c.has("variance_type"))
             c.reject("variance_type", "learned variance is not supported (split the model output before the step)");
@@ -127,6 +134,9 @@ public:
         finish(std::move(t), s);
     }
 
+    bool draws_noise() const override { return sde_; }
+    bool step_noise_f32() const override { return true; }  // randn_tensor(..., dtype=torch.float32)
+
     // diffusers' set_timesteps(timesteps=...): int64 timesteps, sigmas interpolated at them (lambda_min_clipped and
     // the spacing are not used).
     void set_custom_timesteps(const std::vector<double>& t) override {
@@ -188,8 +198,25 @@ public:
         const float em1 = pp ? std::exp(-h) - 1.0f : std::exp(h) - 1.0f;
         const float base = pp ? alpha_t * em1 : sigma_t * em1;  // coefficient of D0, with a minus sign
         c.prev_sample = pp ? (float)(sigma_t / sigma_s0) : (float)(alpha_t / alpha_s0);
+        // SDE variants (first and second order, as diffusers writes them):
+        //   sde-dpmsolver++: x_t = (sigma_t/sigma_s0 * exp(-h)) x + alpha_t*(1 - exp(-2h)) D0 [+ k1 D1]
+        //                          + sigma_t*sqrt(1 - exp(-2h)) noise
+        //   sde-dpmsolver:   x_t = alpha_t/alpha_s0 x - 2*sigma_t*(exp(h)-1) D0 [+ k1 D1]
+        //                          + sigma_t*sqrt(exp(2h) - 1) noise
+        const float e2 = pp ? 1.0f - std::exp(-2.0f * h) : 0.0f;  // 1 - exp(-2h)
+        double sde_w0 = 0;
+        if (sde_) {
+            if (pp) {
+                c.prev_sample = (float)(sigma_t / sigma_s0 * std::exp(-h));
+                sde_w0 = alpha_t * e2;
+                c.prev_noise = sigma_t * std::sqrt(1.0f - std::exp(-2.0f * h));
+            } else {
+                sde_w0 = -(2.0f * (sigma_t * em1));
+                c.prev_noise = sigma_t * std::sqrt(std::exp(2.0f * h) - 1.0f);
+            }
+        }
         // Weights of m0, m1, m2; x0 = m0 is computed by the step, m1/m2 come from history.
-        double w0 = -(double)base, w1 = 0, w2 = 0;
+        double w0 = sde_ ? sde_w0 : -(double)base, w1 = 0, w2 = 0;
         if (ord >= 2) {
             float alpha_s1, sigma_s1;
             alpha_sigma((float)sigmas_[(size_t)step_index - 1], alpha_s1, sigma_s1);
@@ -200,7 +227,11 @@ public:
                 // D1 = (1/r0) * (m0 - m1)
                 const float inv_r0 = 1.0f / r0;
                 float k1;  // coefficient of D1 in x_t
-                if (pp)
+                if (sde_ && pp)
+                    k1 = solver_type_ == "midpoint" ? 0.5f * (alpha_t * e2) : alpha_t * (e2 / (-2.0f * h) + 1.0f);
+                else if (sde_)
+                    k1 = solver_type_ == "midpoint" ? -(sigma_t * em1) : -(2.0f * (sigma_t * (em1 / h - 1.0f)));
+                else if (pp)
                     k1 = solver_type_ == "midpoint" ? -(0.5f * base) : alpha_t * (em1 / h + 1.0f);
                 else
                     k1 = solver_type_ == "midpoint" ? -(0.5f * base) : -(sigma_t * (em1 / h - 1.0f));
@@ -289,7 +320,7 @@ private:
 
     TrainSchedule train_;
     std::vector<float> train_sigmas_, lambda_t_;
-    bool rescale_zero_snr_ = false, lower_order_final_ = true, euler_at_final_ = false;
+    bool rescale_zero_snr_ = false, lower_order_final_ = true, euler_at_final_ = false, sde_ = false;
     bool karras_ = false, lu_lambdas_ = false, exponential_ = false, flow_sigmas_ = false, dynamic_shifting_ = false;
     int order_ = 2, lower_order_nums_ = 0;
     double flow_shift_ = 1.0, lambda_min_clipped_ = -INFINITY;

@@ -139,6 +139,7 @@ Config::Config(const nlohmann::json& j, std::string cls) : j_(j), cls_(std::move
 }
 
 const nlohmann::json* Config::find(const std::string& key) const {
+    if (read_) read_->insert(key);
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return nullptr;
     return &*it;

@@ -57,10 +57,14 @@ public:
     std::string choice(const std::string& key, const std::string& def, const std::set<std::string>& accepted) const;
     [[noreturn]] void reject(const std::string& key, const std::string& why) const;
 
+    // Records every key looked up from now on into *keys (the fields this class reads; null: stop).
+    void track(std::set<std::string>* keys) { read_ = keys; }
+
 private:
     const nlohmann::json* find(const std::string& key) const;
     const nlohmann::json& j_;
     std::string cls_;
+    std::set<std::string>* read_ = nullptr;
 };
 
 // The training noise schedule of the DDPM-family schedulers (DDIM, DPM-Solver, Euler): float32 like diffusers'

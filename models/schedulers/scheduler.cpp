@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "models/schedulers/schedulers_impl.h"
@@ -148,21 +149,56 @@ std::vector<std::string> supported_schedulers() {
 }
 
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override) {
+    return make_scheduler(config, class_override, nlohmann::json::object());
+}
+
+std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override,
+                                          const nlohmann::json& overrides) {
     std::string cls = class_override;
+    if (cls.empty()) {
+        KILN_CHECK(config.is_object(), "scheduler config must be a JSON object");
+        auto it = config.find("_class_name");
+        KILN_CHECK(it != config.end() && it->is_string(),
+                   "scheduler config: field '_class_name' missing or not a string");
+        cls = it->get<std::string>();
+    }
+    const std::string asked = cls;
     for (const auto& a : kAliases)
         if (cls == a.first) cls = a.second;
+    const Entry* entry = nullptr;
     for (const auto& e : kEntries)
-        if (cls == e.cls) return e.make(detail::Config(config, cls));
-    std::string list;
-    for (const auto& s : supported_schedulers()) list += (list.empty() ? "" : ", ") + s;
-    KILN_FAIL("scheduler config: _class_name '", class_override, "' is not supported (supported: ", list, ")");
+        if (cls == e.cls) entry = &e;
+    if (!entry) {
+        std::string list;
+        for (const auto& s : supported_schedulers()) list += (list.empty() ? "" : ", ") + s;
+        KILN_FAIL("scheduler config: _class_name '", asked, "' is not supported (supported: ", list, ")");
+    }
+    if (overrides.is_null() || overrides.empty()) return entry->make(detail::Config(config, cls));
+    // diffusers' Scheduler.from_config(config, **kwargs): the kwargs replace the config's fields.
+    KILN_CHECK(overrides.is_object(), "scheduler config overrides must be a JSON object, got ", overrides.dump());
+    KILN_CHECK(config.is_object(), "scheduler config must be a JSON object");
+    nlohmann::json merged = config;
+    for (const auto& [key, value] : overrides.items()) {
+        KILN_CHECK(key.empty() || key[0] != '_', "scheduler config override '", key,
+                   "': not a scheduler field (choose the class with the scheduler name)");
+        merged[key] = value;
+    }
+    detail::Config c(merged, cls);
+    std::set<std::string> read;
+    c.track(&read);
+    auto s = entry->make(c);
+    for (const auto& [key, value] : overrides.items()) {
+        if (read.count(key)) continue;
+        std::string fields;
+        for (const auto& k : read) fields += (fields.empty() ? "" : ", ") + k;
+        KILN_FAIL(cls, ": scheduler config override '", key,
+                  "' is not a field this scheduler reads (it reads: ", fields, ")");
+    }
+    return s;
 }
 
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config) {
-    KILN_CHECK(config.is_object(), "scheduler config must be a JSON object");
-    auto it = config.find("_class_name");
-    KILN_CHECK(it != config.end() && it->is_string(), "scheduler config: field '_class_name' missing or not a string");
-    return make_scheduler(config, it->get<std::string>());
+    return make_scheduler(config, "", nlohmann::json::object());
 }
 
 nlohmann::json parse_scheduler_config(const std::string& text) {

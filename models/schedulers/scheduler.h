@@ -87,6 +87,9 @@ public:
     virtual void set_eta(double eta);
     // The steps add noise the caller draws (StepCoefficients::prev_noise): DDIM with eta > 0, Euler ancestral.
     virtual bool draws_noise() const { return eta_ > 0; }
+    // The dtype diffusers draws that noise in: the model output's (the pipeline's dtype; DDIM, Euler ancestral), or
+    // always float32 (DPM-Solver's SDE variants).
+    virtual bool step_noise_f32() const { return false; }
 
     int order() const { return 1; }                    // diffusers' class attribute `order` (1 for all five)
     const std::string& name() const { return name_; }  // diffusers' class name
@@ -111,6 +114,11 @@ protected:
 // or rejected with a kiln::Error naming the field and its value; fields no scheduler uses are ignored.
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config);
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override);
+// The same with diffusers' from_config(config, **overrides): each override replaces the config's field (class_override
+// "" keeps config's class). An override the class does not read, or a '_' field, is an error naming the fields it
+// reads: a misspelt use_karras_sigmas must not pass silently.
+std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override,
+                                          const nlohmann::json& overrides);
 std::vector<std::string> supported_schedulers();  // class names, then aliases
 
 // scheduler_config.json text -> json. diffusers writes Python's non-standard Infinity / -Infinity / NaN (e.g.

@@ -411,6 +411,37 @@ TEST_CASE("kiln generate --eta: DDIM's noise per step on PixArt; other scheduler
     CHECK(r.err.find("eta applies to DDIMScheduler; DPMSolverMultistepScheduler ignores it") != std::string::npos);
 }
 
+TEST_CASE("kiln generate --scheduler-config: diffusers' from_config overrides, recorded in the PNG",
+          "[apps][generate][vulkan]") {
+    Tmp tmp("kiln_gen");
+    auto run = [&](const std::string& args, const std::string& name) {
+        Result r = generate(tmp, "--class-labels 1 --steps 6 " + args + " --dump " + (tmp / (name + ".safetensors")) +
+                                     " -o " + (tmp / (name + ".png")));
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        return SafeTensors::open(tmp / (name + ".safetensors")).read("image");
+    };
+    const Tensor plain = run("", "plain");
+    const Tensor karras = run("--scheduler-config use_karras_sigmas=true", "karras");
+    CHECK(karras.bytes != plain.bytes);
+    std::ifstream png(tmp / "karras.png", std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(png), {}).find("scheduler_config={\"use_karras_sigmas\":true}") !=
+          std::string::npos);
+    // Euler ancestral and DPM-Solver++ SDE draw per-step noise from the seed: another seed, another image.
+    for (const char* args : {"--scheduler euler_a", "--scheduler-config algorithm_type=sde-dpmsolver++"}) {
+        INFO(args);
+        CHECK(run(std::string(args) + " --seed 1", "s1").bytes != run(std::string(args) + " --seed 2", "s2").bytes);
+    }
+    for (auto [args, needle] :
+         {std::pair{"--scheduler-config use_karas_sigmas=true",
+                    "'use_karas_sigmas' is not a field this scheduler reads"},
+          std::pair{"--scheduler-config karras", "--scheduler-config 'karras': expected KEY=VALUE"}}) {
+        Result r = generate(tmp, std::string("--class-labels 1 ") + args + " -o " + (tmp / "bad.png"));
+        CHECK(r.rc != 0);
+        CHECK(r.err.find(needle) != std::string::npos);
+    }
+}
+
 TEST_CASE("kiln generate --clip-skip: SD3's prompts encoded from an earlier CLIP layer", "[apps][generate][vulkan]") {
     Tmp tmp("kiln_gen");
     auto run = [&](const std::string& args, const std::string& name) {

@@ -213,6 +213,15 @@ TEST_CASE("C API: bad generate parameters", "[capi]") {
     p.eta = 1;
     expect(gen(p), KILN_INVALID_ARGUMENT, "eta applies to the PixArt pipelines");
     p = base();
+    p.scheduler_config = "{\"use_karras_sigmas\": tru}";
+    expect(gen(p), KILN_INVALID_ARGUMENT, "scheduler_config is not JSON");
+    p.scheduler_config = "[1]";
+    expect(gen(p), KILN_INVALID_ARGUMENT, "scheduler_config must be a JSON object");
+    p.scheduler_config = "{\"use_karas_sigmas\": true}";
+    expect(gen(p), KILN_INVALID_ARGUMENT, "'use_karas_sigmas' is not a field");
+    p.scheduler_config = "{\"use_karras_sigmas\": true}";
+    REQUIRE(gen(p) == KILN_OK);
+    p = base();
     p.width = 64;
     expect(gen(p), KILN_INVALID_ARGUMENT, "32x32");
     p = base();

@@ -217,3 +217,35 @@ TEST_CASE("eta where it does not apply", "[models][t2i]") {
     opt.eta = -1;
     CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("eta is -1"));
 }
+
+TEST_CASE("PixArt with DPM-Solver++ SDE through scheduler overrides: float32 step noise after the latents",
+          "[models][pipeline][t2i][vulkan]") {
+    // diffusers: DPMSolverMultistepScheduler.from_config(config, algorithm_type="sde-dpmsolver++"); its step draws
+    // randn_tensor(model_output.shape, generator, dtype=torch.float32), whatever the pipeline's dtype.
+    auto pixart = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
+    auto opt = fixture_options("pixart_pipeline");
+    opt.latents_init.reset();
+    opt.steps = 3;
+    opt.seed = 5;
+    opt.noise_dtype = DType::f16;
+    opt.scheduler_config = {{"algorithm_type", "sde-dpmsolver++"}};
+    const auto got = run(pixart, opt);
+    const int64_t n = got.at("latents_init").numel();
+    std::vector<float> draw((size_t)n);
+    TorchCpuGenerator gen(5);
+    gen.randn(draw.data(), n, DType::f16);
+    CHECK(got.at("latents_init").to_f32() == draw);
+    for (int i = 0; i < 3; ++i) {
+        gen.randn(draw.data(), n, DType::f32);
+        CHECK(got.at("step" + std::to_string(i) + "_variance_noise").to_f32() == draw);
+    }
+    opt.keep_intermediates = false;
+    const auto device = models::generate_t2i(test::context(), pixart, opt);
+    opt.host_loop = true;
+    const auto host = models::generate_t2i(test::context(), pixart, opt);
+    CHECK(device.device_loop);
+    CHECK(device.image.bytes == host.image.bytes);
+    opt.scheduler_config = {{"algorithm_typ", "sde-dpmsolver++"}};
+    CHECK_THROWS_WITH(models::generate_t2i(test::context(), pixart, opt),
+                      Catch::Contains("'algorithm_typ' is not a field"));
+}

@@ -170,7 +170,7 @@ TEST_CASE("bad scheduler configs name the field", "[schedulers]") {
     c["_class_name"] = "PNDMScheduler";
     expect_error(c, "_class_name");
     c = base;
-    c["algorithm_type"] = "sde-dpmsolver++";
+    c["algorithm_type"] = "dpmsolver-sde";  // the SDE variants are sde-dpmsolver++ and sde-dpmsolver
     expect_error(c, "algorithm_type");
     c = base;
     c["variance_type"] = "learned_range";
