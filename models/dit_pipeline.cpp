@@ -80,7 +80,12 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     KILN_CHECK(latents.shape == lat_shape, "initial latents have shape ", shape_str(latents.shape), ", expected ",
                shape_str(lat_shape));
     latents = latents.astype(DType::f32);
-    if (opt.keep_intermediates) res.intermediates.push_back({"latents_init", latents});  // the seeded noise, NCHW
+    if (opt.keep_intermediates) {
+        res.intermediates.push_back({"latents_init", latents});  // the seeded noise, NCHW
+        const auto& ts = sched->timesteps();
+        res.intermediates.push_back(
+            {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+    }
     const size_t n_half = (size_t)latents.numel();
     std::vector<float> x(n_half * (cfg ? 2 : 1));  // latent_model_input
     // The steps' noise: randn_tensor(model_output.shape), the whole guidance batch (the step runs on both halves;

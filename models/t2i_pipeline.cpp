@@ -410,7 +410,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
 
     // ---- Timesteps. Flux: sigmas linspace(1, 1/N, N) and mu from the packed sequence length; SD3: mu from the
     // patch count when the scheduler shifts dynamically.
-    const auto& scfg = src.config("scheduler");
+    nlohmann::json scfg = src.config("scheduler");  // with the caller's overrides, as diffusers' scheduler.config
+    for (const auto& [key, value] : opt.scheduler_config.items()) scfg[key] = value;
     const bool dynamic = scfg.value("use_dynamic_shifting", false);
     auto shift_for = [&](int64_t seq, double max_default) {
         return sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),

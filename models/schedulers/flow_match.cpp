@@ -14,6 +14,12 @@ public:
         num_train_timesteps_ = c.integer("num_train_timesteps", 1000);
         if (num_train_timesteps_ < 1) c.reject("num_train_timesteps", "must be at least 1");
         shift_ = c.number("shift", 1.0);
+        // Read by the pipelines for calculate_shift (mu), from the scheduler's config as diffusers' pipelines read
+        // them: checked here, so that an override of them is a field this scheduler reads.
+        (void)c.number("base_shift", 0.5);
+        (void)c.number("max_shift", 1.15);
+        (void)c.integer("base_image_seq_len", 256);
+        (void)c.integer("max_image_seq_len", 4096);
         dynamic_ = c.boolean("use_dynamic_shifting", false);
         time_shift_type_ = c.choice("time_shift_type", "exponential", {"exponential", "linear"});
         invert_ = c.boolean("invert_sigmas", false);

@@ -249,3 +249,20 @@ TEST_CASE("PixArt with DPM-Solver++ SDE through scheduler overrides: float32 ste
     CHECK_THROWS_WITH(models::generate_t2i(test::context(), pixart, opt),
                       Catch::Contains("'algorithm_typ' is not a field"));
 }
+
+TEST_CASE("scheduler overrides reach the pipeline's own reads: SD3 with dynamic shifting computes mu",
+          "[models][t2i]") {
+    // diffusers' SD3 pipeline reads use_dynamic_shifting and the shift line from scheduler.config, the overridden one.
+    auto sd3 = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
+    auto opt = fixture_options("sd3_pipeline");
+    opt.steps = 2;
+    opt.scheduler_config = {{"use_dynamic_shifting", true}, {"base_shift", 0.25}};
+    const auto got = run(sd3, opt);
+    nlohmann::json cfg =
+        sched::load_scheduler_config(test::data_path("fixtures/sd3_pipeline/scheduler/scheduler_config.json"));
+    cfg["use_dynamic_shifting"] = true;
+    auto s = sched::make_scheduler(cfg);
+    const int patches = 16 * 16 / 4;  // 32 px / VAE factor 2 = 16 latent px, patch 2; max_shift 1.15 from the config
+    s->set_timesteps(2, sched::calculate_shift(patches, 256, 4096, 0.25, 1.15));
+    CHECK(got.at("sigmas").to_f32() == std::vector<float>(s->sigmas().begin(), s->sigmas().end()));
+}
