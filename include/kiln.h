@@ -268,7 +268,8 @@ typedef struct kiln_generate_params {
     int steps;             /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
     double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance */
     uint64_t seed;         /* the initial noise diffusers draws with generator=torch.manual_seed(seed) (f32) */
-    const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler", "euler_a" or a diffusers class */
+    const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler", "euler_a", a diffusers class, or a
+                            * preset: "dpm++2m-karras", "dpm++2m-sde", "dpm++2m-sde-karras", "euler-karras" */
     kiln_jit_mode jit_mode;
     /* Optional exact initial noise, float32 NCHW [images, latent channels, h, w] (Flux: unpacked); NULL = seeded. */
     const float* latents;

@@ -265,11 +265,14 @@ Run add_generate(CLI::App& app) {
     app.add_option(
         "--scheduler", o->scheduler,
         "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler, euler_a (Euler ancestral: each step "
-        "adds noise from --seed's generator, as diffusers draws it)");
-    app.add_option("--scheduler-config", o->scheduler_config,
-                   "A scheduler config field, KEY=VALUE (repeatable): diffusers' Scheduler.from_config(config, KEY=VALUE), "
-                   "e.g. use_karras_sigmas=true (DPM++ 2M Karras), timestep_spacing=trailing. VALUE is JSON (true, 2, "
-                   "0.5, \"text\") or else a string; a field the scheduler does not read is an error");
+        "adds noise from --seed's generator, as diffusers draws it), or a diffusers class name; presets "
+        "dpm++2m-karras, dpm++2m-sde, dpm++2m-sde-karras, euler-karras (the class with use_karras_sigmas / "
+        "algorithm_type=sde-dpmsolver++, as --scheduler-config sets them)");
+    app.add_option(
+        "--scheduler-config", o->scheduler_config,
+        "A scheduler config field, KEY=VALUE (repeatable): diffusers' Scheduler.from_config(config, KEY=VALUE), "
+        "e.g. use_karras_sigmas=true (DPM++ 2M Karras), timestep_spacing=trailing. VALUE is JSON (true, 2, "
+        "0.5, \"text\") or else a string; a field the scheduler does not read is an error");
     app.add_option("--mode", o->mode, "JIT mode: eager | full | regional")->capture_default_str();
     app.add_option("--latents", o->latents,
                    "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise (Flux packs it)");

@@ -139,12 +139,26 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"flow_match_euler", "FlowMatchEulerDiscreteScheduler"},
     {"flowmatch", "FlowMatchEulerDiscreteScheduler"},
 };
+// The sampler names of other front ends for a class and config fields (as from_config(config, **fields)).
+struct Preset {
+    const char* name;
+    const char* cls;
+    const char* fields;  // JSON object
+};
+const Preset kPresets[] = {
+    {"dpm++2m-karras", "DPMSolverMultistepScheduler", R"({"use_karras_sigmas": true})"},
+    {"dpm++2m-sde", "DPMSolverMultistepScheduler", R"({"algorithm_type": "sde-dpmsolver++"})"},
+    {"dpm++2m-sde-karras", "DPMSolverMultistepScheduler",
+     R"({"algorithm_type": "sde-dpmsolver++", "use_karras_sigmas": true})"},
+    {"euler-karras", "EulerDiscreteScheduler", R"({"use_karras_sigmas": true})"},
+};
 }  // namespace
 
 std::vector<std::string> supported_schedulers() {
     std::vector<std::string> out;
     for (const auto& e : kEntries) out.push_back(e.cls);
     for (const auto& a : kAliases) out.push_back(a.first);
+    for (const auto& p : kPresets) out.push_back(p.name);
     return out;
 }
 
@@ -165,6 +179,15 @@ std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const st
     const std::string asked = cls;
     for (const auto& a : kAliases)
         if (cls == a.first) cls = a.second;
+    for (const auto& p : kPresets)
+        if (cls == p.name) {  // the preset's fields, then the caller's on top
+            nlohmann::json merged = nlohmann::json::parse(p.fields);
+            KILN_CHECK(overrides.is_null() || overrides.is_object(),
+                       "scheduler config overrides must be a JSON object, got ", overrides.dump());
+            if (overrides.is_object())
+                for (const auto& [key, value] : overrides.items()) merged[key] = value;
+            return make_scheduler(config, p.cls, merged);
+        }
     const Entry* entry = nullptr;
     for (const auto& e : kEntries)
         if (cls == e.cls) entry = &e;

@@ -119,7 +119,9 @@ std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const st
 // reads: a misspelt use_karras_sigmas must not pass silently.
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override,
                                           const nlohmann::json& overrides);
-std::vector<std::string> supported_schedulers();  // class names, then aliases
+// Class names, then aliases, then presets: a class with config fields, under other front ends' sampler names
+// (dpm++2m-karras, dpm++2m-sde, dpm++2m-sde-karras, euler-karras).
+std::vector<std::string> supported_schedulers();
 
 // scheduler_config.json text -> json. diffusers writes Python's non-standard Infinity / -Infinity / NaN (e.g.
 // lambda_min_clipped); they are read as the strings "Infinity", "-Infinity", "NaN", which the scheduler accepts.

@@ -110,3 +110,23 @@ TEST_CASE("scheduler overrides: diffusers' from_config(config, **kwargs), misspe
     CHECK_THROWS_WITH(make_scheduler(c, "", {{"use_karras_sigmas", "yes"}}), Catch::Contains("expected true or false"));
     CHECK_THROWS_WITH(make_scheduler(c, "", nlohmann::json::array({1})), Catch::Contains("JSON object"));
 }
+
+TEST_CASE("scheduler presets: a class with config fields under other front ends' sampler names", "[schedulers]") {
+    const nlohmann::json c = dpm_config();
+    auto preset = make_scheduler(c, "dpm++2m-sde-karras");
+    auto spelled = make_scheduler(c, "DPMSolverMultistepScheduler",
+                                  {{"algorithm_type", "sde-dpmsolver++"}, {"use_karras_sigmas", true}});
+    preset->set_timesteps(7);
+    spelled->set_timesteps(7);
+    CHECK(preset->draws_noise());
+    CHECK(preset->sigmas() == spelled->sigmas());
+    for (int i = 0; i < 7; ++i) CHECK(preset->plan_step(i).prev_noise == spelled->plan_step(i).prev_noise);
+    // The caller's overrides go on top of the preset's.
+    auto undone = make_scheduler(c, "dpm++2m-karras", {{"use_karras_sigmas", false}}), plain = make_scheduler(c);
+    undone->set_timesteps(7);
+    plain->set_timesteps(7);
+    CHECK(undone->sigmas() == plain->sigmas());
+    auto ek = make_scheduler(c, "euler-karras");
+    CHECK(ek->name() == "EulerDiscreteScheduler");
+    CHECK_THROWS_WITH(make_scheduler(c, "dpm++2m-karras", {{"solver_ordr", 1}}), Catch::Contains("solver_ordr"));
+}
