@@ -1,4 +1,6 @@
-// FlowMatchEulerDiscreteScheduler (diffusers 0.38, scheduling_flow_match_euler_discrete.py): prev = x + dt * v.
+// FlowMatchEulerDiscreteScheduler (diffusers 0.38, scheduling_flow_match_euler_discrete.py): prev = x + dt * v; with
+// stochastic_sampling, x0 = x - sigma * v and prev = (1 - sigma_next) * x0 + sigma_next * noise (the caller's noise,
+// float32: diffusers draws randn_tensor(sample.shape) after upcasting the sample).
 #include <cmath>
 
 #include "models/schedulers/schedulers_impl.h"
@@ -31,9 +33,7 @@ public:
             c.reject("use_beta_sigmas", "beta sigmas (scipy.stats.beta.ppf) are not implemented");
         if (karras_ && exponential_)
             c.reject("use_exponential_sigmas", "only one of use_karras_sigmas, use_exponential_sigmas may be set");
-        if (c.boolean("stochastic_sampling", false))
-            c.reject("stochastic_sampling", "stochastic sampling needs a noise input per step; not implemented");
-        // base_shift, max_shift, base_image_seq_len, max_image_seq_len only feed the pipeline's calculate_shift.
+        stochastic_ = c.boolean("stochastic_sampling", false);
 
         // Training schedule (float32): sigmas = linspace(1, N, N)[::-1] / N, statically shifted unless dynamic.
         const int64_t N = num_train_timesteps_;
@@ -98,10 +98,21 @@ public:
     StepCoefficients plan_step(int step_index) override {
         check_step_index(step_index);
         StepCoefficients c;
+        const float sigma = (float)sigmas_[(size_t)step_index], next = (float)sigmas_[(size_t)step_index + 1];
+        if (stochastic_) {  // x0 = sample - sigma * v; prev = (1 - next) * x0 + next * noise
+            c.x0_sample = 1;
+            c.x0_model = -sigma;
+            c.prev_x0 = 1.0f - next;
+            c.prev_noise = next;
+            return c;
+        }
         c.prev_sample = 1;
-        c.prev_model = (float)sigmas_[(size_t)step_index + 1] - (float)sigmas_[(size_t)step_index];  // dt
+        c.prev_model = next - sigma;  // dt
         return c;
     }
+
+    bool draws_noise() const override { return stochastic_; }
+    bool step_noise_f32() const override { return true; }
 
 private:
     void check_mu(const std::optional<double>& mu) const {
@@ -130,7 +141,7 @@ private:
     }
 
     double shift_ = 1.0, sigma_min_ = 0, sigma_max_ = 1;
-    bool dynamic_ = false, invert_ = false, karras_ = false, exponential_ = false;
+    bool dynamic_ = false, invert_ = false, karras_ = false, exponential_ = false, stochastic_ = false;
     std::optional<double> shift_terminal_;
     std::string time_shift_type_;
 };

@@ -266,3 +266,38 @@ TEST_CASE("scheduler overrides reach the pipeline's own reads: SD3 with dynamic 
     s->set_timesteps(2, sched::calculate_shift(patches, 256, 4096, 0.25, 1.15));
     CHECK(got.at("sigmas").to_f32() == std::vector<float>(s->sigmas().begin(), s->sigmas().end()));
 }
+
+TEST_CASE("SD3 and Flux with stochastic_sampling: float32 noise per step in the latents' own layout",
+          "[models][pipeline][t2i][vulkan]") {
+    // diffusers' flow-matching step draws randn_tensor(sample.shape) on the upcast sample: float32, in the layout
+    // the pipeline steps (Flux: packed [B, S, 4C]). The SD3 and Flux pipelines pass no generator, so it is torch's
+    // default one, which torch.manual_seed(seed) seeded: the stream after the latents.
+    for (const char* fixture : {"sd3_pipeline", "flux_pipeline"}) {
+        INFO(fixture);
+        auto src = models::ModelSource::open(test::data_path(std::string("fixtures/") + fixture));
+        auto opt = fixture_options(fixture);
+        opt.latents_init.reset();
+        opt.steps = 2;
+        opt.seed = 3;
+        opt.noise_dtype = DType::bf16;
+        opt.scheduler_config = {{"stochastic_sampling", true}};
+        const auto got = run(src, opt);
+        const int64_t n = got.at("latents_init").numel();
+        std::vector<float> draw((size_t)n);
+        TorchCpuGenerator gen(3);
+        gen.randn(draw.data(), n, DType::bf16);
+        CHECK(got.at("latents_init").to_f32() == draw);
+        for (int i = 0; i < 2; ++i) {
+            gen.randn(draw.data(), n, DType::f32);
+            const Tensor v = got.at("step" + std::to_string(i) + "_variance_noise");
+            CHECK(v.shape == got.at("step" + std::to_string(i) + "_latents").shape);  // Flux: packed
+            CHECK(v.to_f32() == draw);
+        }
+        opt.keep_intermediates = false;
+        const auto device = models::generate_t2i(test::context(), src, opt);
+        opt.host_loop = true;
+        const auto host = models::generate_t2i(test::context(), src, opt);
+        CHECK(device.device_loop);
+        CHECK(device.image.bytes == host.image.bytes);
+    }
+}

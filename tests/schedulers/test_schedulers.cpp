@@ -179,7 +179,7 @@ TEST_CASE("bad scheduler configs name the field", "[schedulers]") {
     c["trained_betas"] = {0.1, 0.2};
     expect_error(c, "trained_betas");
 
-    nlohmann::json flow = {{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"stochastic_sampling", true}};
+    nlohmann::json flow = {{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"stochastic_sampling", "yes"}};
     expect_error(flow, "stochastic_sampling");
     flow = {{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"use_dynamic_shifting", true}};
     expect_error(flow, "use_dynamic_shifting");  // set_timesteps without mu
