@@ -65,11 +65,10 @@ public:
 
         // Training sigmas ((1 - a) / a)^0.5 and lambda_t = log(alpha_t) - log(sigma_t), float32.
         const size_t N = train_.alphas_cumprod.size();
-        train_sigmas_.resize(N);
+        train_sigmas_ = vp_sigmas(train_.alphas_cumprod);
         lambda_t_.resize(N);
         for (size_t i = 0; i < N; ++i) {
             const float a = train_.alphas_cumprod[i];
-            train_sigmas_[i] = std::sqrt((1.0f - a) / a);
             lambda_t_[i] = std::log(std::sqrt(a)) - std::log(std::sqrt(1.0f - a));
         }
     }

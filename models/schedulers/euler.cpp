@@ -31,45 +31,20 @@ public:
         final_sigmas_ = c.choice("final_sigmas_type", "zero", {"zero", "sigma_min"});
         // Training sigmas ((1 - a) / a)^0.5, float32 ascending in t. Before set_timesteps diffusers' sigmas are
         // these, flipped, plus a final 0 (init_noise_sigma reads them).
-        train_sigmas_.resize(train_.alphas_cumprod.size());
-        for (size_t i = 0; i < train_sigmas_.size(); ++i) {
-            const float a = train_.alphas_cumprod[i];
-            train_sigmas_[i] = std::sqrt((1.0f - a) / a);
-        }
-        for (auto it = train_sigmas_.rbegin(); it != train_sigmas_.rend(); ++it) sigmas_.push_back(*it);
-        sigmas_.push_back(0.0);
+        train_sigmas_ = vp_sigmas(train_.alphas_cumprod);
+        sigmas_ = euler_initial_sigmas(train_sigmas_);
     }
 
-    double init_noise_sigma() const override {
-        float mx = 0;
-        for (double s : sigmas_) mx = std::max(mx, (float)s);
-        if (spacing_ == "linspace" || spacing_ == "trailing") return mx;
-        return std::sqrt(mx * mx + 1.0f);
-    }
+    double init_noise_sigma() const override { return euler_init_noise_sigma(sigmas_, spacing_); }
 
-    float model_input_divisor(int step_index) const override {
-        KILN_CHECK(step_index >= 0 && step_index + 1 < (int)sigmas_.size(), name_, ": step index ", step_index,
-                   " out of range");
-        const float s = (float)sigmas_[(size_t)step_index];
-        return std::sqrt(s * s + 1.0f);
-    }
+    float model_input_divisor(int step_index) const override { return euler_input_divisor(sigmas_, step_index, name_); }
 
     void set_timesteps(int n, std::optional<double> mu) override {
         KILN_CHECK(!mu, name_, ": set_timesteps: mu is only for flow-matching schedulers with use_dynamic_shifting");
         const int64_t N = num_train_timesteps_;
         KILN_CHECK(n >= 1 && n <= N, name_, ": num_inference_steps ", n, " must be in [1, num_train_timesteps=", N,
                    "]");
-        std::vector<float> t;  // numpy float32
-        if (spacing_ == "linspace") {
-            const std::vector<double> v = np_linspace(0, (double)(N - 1), n);
-            for (auto it = v.rbegin(); it != v.rend(); ++it) t.push_back((float)*it);
-        } else if (spacing_ == "leading") {
-            const int64_t ratio = N / n;
-            for (int64_t i = n - 1; i >= 0; --i) t.push_back((float)(i * ratio) + (float)steps_offset_);
-        } else {
-            for (double v : np_arange((double)N, 0, -((double)N / (double)n))) t.push_back((float)np_round(v) - 1.0f);
-        }
-        schedule(t);
+        schedule(euler_timesteps(spacing_, N, n, steps_offset_));
     }
 
     // diffusers' set_timesteps(timesteps=...): float32 timesteps; the sigmas follow from them as from the spaced

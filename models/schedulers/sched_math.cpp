@@ -91,6 +91,45 @@ std::vector<float> torch_cumprod_f32(const std::vector<float>& x) {
     return y;
 }
 
+std::vector<float> euler_timesteps(const std::string& spacing, int64_t N, int n, int64_t steps_offset) {
+    std::vector<float> t;  // numpy float32
+    if (spacing == "linspace") {
+        const std::vector<double> v = np_linspace(0, (double)(N - 1), n);
+        for (auto it = v.rbegin(); it != v.rend(); ++it) t.push_back((float)*it);
+    } else if (spacing == "leading") {
+        const int64_t ratio = N / n;
+        for (int64_t i = n - 1; i >= 0; --i) t.push_back((float)(i * ratio) + (float)steps_offset);
+    } else {
+        for (double v : np_arange((double)N, 0, -((double)N / (double)n))) t.push_back((float)np_round(v) - 1.0f);
+    }
+    return t;
+}
+
+double euler_init_noise_sigma(const std::vector<double>& sigmas, const std::string& spacing) {
+    float mx = 0;
+    for (double s : sigmas) mx = std::max(mx, (float)s);
+    if (spacing == "linspace" || spacing == "trailing") return mx;
+    return std::sqrt(mx * mx + 1.0f);
+}
+
+std::vector<float> vp_sigmas(const std::vector<float>& alphas_cumprod) {
+    std::vector<float> s(alphas_cumprod.size());
+    for (size_t i = 0; i < s.size(); ++i) s[i] = std::sqrt((1.0f - alphas_cumprod[i]) / alphas_cumprod[i]);
+    return s;
+}
+
+std::vector<double> euler_initial_sigmas(const std::vector<float>& train_sigmas) {
+    std::vector<double> s(train_sigmas.rbegin(), train_sigmas.rend());
+    s.push_back(0.0);
+    return s;
+}
+
+float euler_input_divisor(const std::vector<double>& sigmas, int i, const std::string& who) {
+    KILN_CHECK(i >= 0 && i + 1 < (int)sigmas.size(), who, ": step index ", i, " out of range");
+    const float s = (float)sigmas[(size_t)i];
+    return std::sqrt(s * s + 1.0f);
+}
+
 namespace {
 // _sigma_to_t from log(sigma) as the float32 that meets the float32 log_sigmas array.
 double log_sigma_to_t(float ls, const std::vector<float>& log_sigmas) {

@@ -38,6 +38,19 @@ std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t n)
 std::vector<double> exponential_sigmas(double sigma_min, double sigma_max,
                                        int64_t n);  // exp(linspace(log max, log min))
 
+// ---- the Euler family (EulerDiscreteScheduler, EulerAncestralDiscreteScheduler) ----
+// set_timesteps' float32 timesteps for timestep_spacing linspace / leading / trailing.
+std::vector<float> euler_timesteps(const std::string& spacing, int64_t num_train_timesteps, int n,
+                                   int64_t steps_offset);
+// init_noise_sigma: max(sigmas), or sqrt(max^2 + 1) with leading spacing (float32).
+double euler_init_noise_sigma(const std::vector<double>& sigmas, const std::string& spacing);
+// The training sigmas sqrt((1 - a) / a) of alphas_cumprod, float32.
+std::vector<float> vp_sigmas(const std::vector<float>& alphas_cumprod);
+// The sigmas before set_timesteps: the training sigmas flipped, plus a final 0 (init_noise_sigma reads them).
+std::vector<double> euler_initial_sigmas(const std::vector<float>& train_sigmas);
+// scale_model_input's divisor sqrt(sigma^2 + 1) of step i (float32); `who` names the scheduler in errors.
+float euler_input_divisor(const std::vector<double>& sigmas, int i, const std::string& who);
+
 // Reads scheduler_config.json values with diffusers' defaults; every error names the field and its value.
 class Config {
 public:
