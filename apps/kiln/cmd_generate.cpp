@@ -316,6 +316,8 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model flux-schnell.kiln --prompt \"a castle\" --prompt \"a lighthouse\" --steps 4 "
         "--guidance 0\n"
         "  kiln generate --model pixart-sigma.kiln --prompt-file prompts.txt --keep-encoders -o out.png\n"
+        "  kiln generate --model pixart-sigma.kiln --prompt \"a fox\" --scheduler dpm++2m-sde-karras --seed 7\n"
+        "  kiln generate --model pixart-sigma.kiln --prompt \"a fox\" --scheduler ddim --eta 1 --steps 50\n"
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] {
         KILN_CHECK(o->vae_tile == 0 || o->vae_tiling, "--vae-tile-size needs --vae-tiling");
