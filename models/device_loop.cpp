@@ -38,4 +38,23 @@ std::vector<params::LoopStep> plan_loop_steps(sched::Scheduler& s, const std::fu
     return out;
 }
 
+std::vector<std::vector<float>> draw_step_noise(TorchCpuGenerator& gen, const sched::Scheduler& s, size_t n,
+                                                DType dtype) {
+    std::vector<std::vector<float>> out;
+    if (!s.draws_noise()) return out;
+    out.resize(s.timesteps().size(), std::vector<float>(n));
+    for (auto& v : out) gen.randn(v.data(), (int64_t)n, s.step_noise_f32() ? DType::f32 : dtype);
+    return out;
+}
+
+std::vector<float> device_step_noise(const std::vector<std::vector<float>>& step_noise, size_t n) {
+    std::vector<float> out;
+    out.reserve(step_noise.size() * n);
+    for (const auto& v : step_noise) {
+        KILN_CHECK(v.size() >= n, "device loop: a step's noise has ", v.size(), " values, fewer than ", n);
+        out.insert(out.end(), v.begin(), v.begin() + (long)n);
+    }
+    return out;
+}
+
 }  // namespace kiln::models

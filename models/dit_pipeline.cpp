@@ -90,12 +90,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     std::vector<float> x(n_half * (cfg ? 2 : 1));  // latent_model_input
     // The steps' noise: randn_tensor(model_output.shape), the whole guidance batch (the step runs on both halves;
     // the first is kept).
-    std::vector<std::vector<float>> step_noise;
-    if (sched->draws_noise()) {
-        step_noise.resize(sched->timesteps().size(), std::vector<float>(x.size()));
-        for (auto& v : step_noise)
-            gen.randn(v.data(), (int64_t)v.size(), sched->step_noise_f32() ? DType::f32 : opt.noise_dtype);
-    }
+    const auto step_noise = draw_step_noise(gen, *sched, x.size(), opt.noise_dtype);
     for (size_t r = 0; r < x.size() / n_half; ++r)
         std::memcpy(x.data() + r * n_half, latents.data<float>(), n_half * 4);
     KILN_CHECK(!cfg || tc.num_embeds_ada_norm >= 1000, "guidance needs DiT's null class 1000, but this model has ",
@@ -120,9 +115,8 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     res.device_loop = use_device_loop(opt.host_loop) && exec::StepProgram::supported(tx, ls);
     if (res.device_loop) {
         const auto table = plan_loop_steps(*sched, [&](int i) { return (float)ts[(size_t)i]; });
-        std::vector<float> half_noise;  // the device steps the first half: each step's first n_half values
-        for (const auto& v : step_noise) half_noise.insert(half_noise.end(), v.begin(), v.begin() + (long)n_half);
-        exec::StepProgram prog(ctx, tx, ls, table, half_noise);
+        // the device steps the first half: each step's first n_half values
+        exec::StepProgram prog(ctx, tx, ls, table, device_step_noise(step_noise, n_half));
         std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
             observe = [&](int i) {

@@ -56,23 +56,6 @@ Tensor cat0(const Tensor& a, const Tensor& b, const std::string& what) {
     return out;
 }
 
-int vae_scale_factor(const VaeConfig& vc) { return 1 << ((int)vc.block_out.size() - 1); }
-
-// Side of the aspect-ratio-1 entry of PixArt's ASPECT_RATIO_{256,512,1024,2048}_BIN, by transformer sample_size.
-int pixart_bin_side(int sample_size) {
-    switch (sample_size) {
-        case 32:
-            return 256;
-        case 64:
-            return 512;
-        case 128:
-            return 1024;
-        case 256:
-            return 2048;
-        default:
-            return 0;
-    }
-}
 
 // FluxPipeline._pack_latents ([B, C, h, w] -> [B, (h/2)(w/2), C*4], channel c*4 + dy*2 + dx) when `pack`, else
 // _unpack_latents (its inverse): the same index pair, read one way or the other.
@@ -150,180 +133,6 @@ TextConditioning TextConditioning::repeat_each(int n) const {
     return out;
 }
 
-std::string t2i_pipeline_class(const ModelSource& src) {
-    const auto& mi = src.model_index();
-    if (mi.is_object() && mi.contains("_class_name") && mi["_class_name"].is_string()) {
-        std::string c = mi["_class_name"];
-        if (c == "PixArtAlphaPipeline" || c == "PixArtSigmaPipeline" || c == "StableDiffusion3Pipeline" ||
-            c == "FluxPipeline")
-            return c;
-    }
-    if (!src.has("transformer")) return "";
-    const std::string tc = src.class_of("transformer");
-    if (tc == "PixArtTransformer2DModel")
-        return PixArtConfig::from_json(src.config("transformer")).use_additional_conditions ? "PixArtAlphaPipeline"
-                                                                                            : "PixArtSigmaPipeline";
-    if (tc == "SD3Transformer2DModel") return "StableDiffusion3Pipeline";
-    if (tc == "FluxTransformer2DModel") return "FluxPipeline";
-    return "";
-}
-
-T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
-    T2IPlan p;
-    p.pipeline = t2i_pipeline_class(src);
-    KILN_CHECK(!p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
-               src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
-               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux");
-    KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(), ": a ", p.pipeline,
-               " needs transformer, vae and scheduler components");
-    const auto vc = VaeConfig::from_json(src.config("vae"));
-    p.vae_scale_factor = vae_scale_factor(vc);
-    const auto& tcfg = src.config("transformer");
-    int sample = 0, multiple = 0;
-    if (p.pipeline == "FluxPipeline") {
-        const auto c = FluxConfig::from_json(tcfg);
-        KILN_CHECK(c.in_channels % 4 == 0, "Flux: in_channels ", c.in_channels, " is not 4 x latent channels");
-        p.latent_channels = c.in_channels / 4;
-        sample = 128;  // FluxPipeline.default_sample_size
-        multiple = p.vae_scale_factor * 2;
-        p.steps = 28, p.guidance = 3.5;
-    } else if (p.pipeline == "StableDiffusion3Pipeline") {
-        const auto c = SD3Config::from_json(tcfg);
-        p.latent_channels = c.in_channels;
-        sample = c.sample_size;
-        multiple = p.vae_scale_factor * c.patch;
-        p.steps = 28, p.guidance = 7.0;
-    } else {
-        const auto c = PixArtConfig::from_json(tcfg);
-        p.latent_channels = c.in_channels;
-        sample = c.sample_size;
-        multiple = p.vae_scale_factor * c.patch;
-        p.steps = 20, p.guidance = 4.5;
-    }
-    KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
-               " latent channels, the transformer ", p.latent_channels);
-    if (opt.steps) p.steps = *opt.steps;
-    // diffusers' retrieve_timesteps(timesteps= or sigmas=): the step count is theirs.
-    KILN_CHECK(
-        opt.timesteps.empty() || opt.sigmas.empty(),
-        "give custom timesteps or sigmas, not both (diffusers: only one of `timesteps` or `sigmas` can be passed)");
-    if (!opt.timesteps.empty() || !opt.sigmas.empty()) {
-        const bool flow = p.pipeline == "FluxPipeline" || p.pipeline == "StableDiffusion3Pipeline";
-        const char* what = opt.timesteps.empty() ? "sigmas" : "timesteps";
-        int n = 0;
-        if (flow) {
-            KILN_CHECK(opt.timesteps.empty(), p.pipeline, ": custom timesteps apply to PixArt; diffusers' ", p.pipeline,
-                       " takes custom sigmas");
-            for (size_t i = 0; i < opt.sigmas.size(); ++i)
-                KILN_CHECK(std::isfinite(opt.sigmas[i]) && opt.sigmas[i] >= 0 && opt.sigmas[i] <= 1, "sigmas[", i,
-                           "] is ", opt.sigmas[i], " (flow-matching sigmas lie in [0, 1])");
-            n = (int)opt.sigmas.size();
-        } else {
-            // PixArt: the scheduler decides (DPM-Solver takes timesteps, Euler both, DDIM neither), as diffusers'
-            // retrieve_timesteps asks set_timesteps; planned here so that a bad list stops before any work.
-            const auto& scfg = src.config("scheduler");
-            auto sched = sched::make_scheduler(scfg, opt.scheduler, opt.scheduler_config);
-            try {
-                if (!opt.timesteps.empty())
-                    sched->set_custom_timesteps(opt.timesteps);
-                else
-                    sched->set_sigmas(opt.sigmas);
-            } catch (const Error& e) {
-                KILN_FAIL(p.pipeline, ": ", e.what());
-            }
-            n = sched->num_inference_steps();
-        }
-        const size_t given = opt.timesteps.empty() ? opt.sigmas.size() : opt.timesteps.size();
-        KILN_CHECK(
-            !opt.steps || *opt.steps == n, "steps ", *opt.steps, " but ", given, " ", what,
-            given == (size_t)n ? "" : ", which make " + std::to_string(n) + " steps (the last sigma ends the schedule)",
-            " (give one or the other: the ", what, " set the step count)");
-        p.steps = n;
-    }
-    if (opt.guidance) p.guidance = *opt.guidance;
-    KILN_CHECK(p.steps >= 1 && p.steps <= 1000, "steps must be in 1..1000, got ", p.steps);
-    p.height = opt.height.value_or(sample * p.vae_scale_factor);
-    p.width = opt.width.value_or(sample * p.vae_scale_factor);
-    KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
-    if (p.pipeline == "FluxPipeline" && (p.height % multiple || p.width % multiple)) {
-        // diffusers' FluxPipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
-        // other pipelines raise.
-        const int h = p.height / multiple * multiple, w = p.width / multiple * multiple;
-        KILN_CHECK(h > 0 && w > 0, p.pipeline, ": width and height must be at least ", multiple, ", got ", p.width, "x",
-                   p.height);
-        p.warnings.push_back(p.pipeline + ": width and height have to be divisible by " + std::to_string(multiple) +
-                             " but are " + std::to_string(p.width) + "x" + std::to_string(p.height) +
-                             "; generating at " + std::to_string(w) + "x" + std::to_string(h) + ", as diffusers does");
-        p.height = h, p.width = w;
-    }
-    KILN_CHECK(p.height % multiple == 0 && p.width % multiple == 0, p.pipeline, ": width and height must be multiples ",
-               "of ", multiple, " (vae_scale_factor ", p.vae_scale_factor, " x ",
-               p.pipeline == "FluxPipeline" ? "2 (2x2 packing)" : "patch size", "), got ", p.width, "x", p.height,
-               " (--no-resolution-binning)");
-    if (p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline" && opt.resolution_binning) {
-        // diffusers maps (height, width) to the nearest entry of an aspect-ratio table and resizes the image back.
-        // Its tables exist for sample_size 32, 64, 128 and 256 only (other sizes raise "Invalid sample size" there,
-        // so such models are run without binning). At the square bin side binning is the identity; elsewhere Kiln
-        // generates at the requested size and says so.
-        const int side = pixart_bin_side(sample);
-        if (side && (p.height != side || p.width != side))
-            p.warnings.push_back(p.pipeline + ": diffusers' resolution binning would generate at the nearest " +
-                                 "aspect-ratio bin and resize to " + std::to_string(p.width) + "x" +
-                                 std::to_string(p.height) + "; Kiln generates at that size directly " +
-                                 "(--no-resolution-binning silences this)");
-    }
-    p.latent_h = p.height / p.vae_scale_factor;
-    p.latent_w = p.width / p.vae_scale_factor;
-    KILN_CHECK(!opt.true_cfg_scale || p.pipeline == "FluxPipeline", p.pipeline,
-               ": true_cfg_scale applies to FluxPipeline (this pipeline's classifier-free guidance scale is guidance)");
-    if (p.pipeline == "FluxPipeline") {
-        p.cfg_scale = opt.true_cfg_scale.value_or(1.0);
-        KILN_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale > 0, "true_cfg_scale is ", p.cfg_scale, " (> 1 is on)");
-    } else {
-        p.cfg_scale = p.guidance;
-    }
-    p.cfg = p.cfg_scale > 1.0;
-    if (!opt.skip_guidance_layers.empty()) {
-        KILN_CHECK(p.pipeline == "StableDiffusion3Pipeline", p.pipeline,
-                   ": skip-layer guidance (skip_guidance_layers) applies to StableDiffusion3Pipeline");
-        const int layers = SD3Config::from_json(src.config("transformer")).layers;
-        for (int i : opt.skip_guidance_layers)
-            KILN_CHECK(i >= 0 && i < layers, "skip_guidance_layers: ", i, " is not a block of this transformer (0..",
-                       layers - 1, ")");
-        KILN_CHECK(std::isfinite(opt.skip_layer_guidance_scale), "skip_layer_guidance_scale is ",
-                   opt.skip_layer_guidance_scale);
-        KILN_CHECK(opt.skip_layer_guidance_start >= 0 && opt.skip_layer_guidance_start <= 1 &&
-                       opt.skip_layer_guidance_stop >= 0 && opt.skip_layer_guidance_stop <= 1,
-                   "skip_layer_guidance_start / stop are ", opt.skip_layer_guidance_start, " / ",
-                   opt.skip_layer_guidance_stop, " (fractions of the steps, in [0, 1])");
-        if (!p.cfg) {  // diffusers computes it inside `if do_classifier_free_guidance`
-            p.warnings.push_back(
-                "skip-layer guidance runs only with classifier-free guidance (guidance > 1), as in "
-                "diffusers: skip_guidance_layers ignored");
-        } else {
-            // diffusers: i > num_inference_steps * start and i < num_inference_steps * stop (Python floats).
-            for (int i = 0; i < p.steps; ++i)
-                if (i > p.steps * opt.skip_layer_guidance_start && i < p.steps * opt.skip_layer_guidance_stop)
-                    p.slg_steps.push_back(i);
-        }
-    }
-    KILN_CHECK(std::isfinite(opt.eta) && opt.eta >= 0, "eta is ", opt.eta,
-               " (DDIM's eta: 0 is deterministic, 1 DDPM's variance)");
-    if (opt.eta > 0) {
-        KILN_CHECK(p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline", p.pipeline,
-                   ": eta applies to the PixArt pipelines (diffusers' ", p.pipeline, " takes none)");
-        // diffusers' prepare_extra_step_kwargs passes eta only to a scheduler whose step() takes it (DDIM).
-        const auto& scfg = src.config("scheduler");
-        auto sched = sched::make_scheduler(scfg, opt.scheduler, opt.scheduler_config);
-        if (sched->takes_eta())
-            p.eta = opt.eta;
-        else
-            p.warnings.push_back("eta applies to DDIMScheduler; " + sched->name() +
-                                 " ignores it, as in diffusers (--scheduler ddim)");
-    }
-    return p;
-}
-
 GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt) {
     GenerateResult res;
     auto t_plan = Clock::now();
@@ -387,7 +196,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
     KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
                " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
-    auto sched = sched::make_scheduler(src.config("scheduler"), opt.scheduler, opt.scheduler_config);
+    auto sched = make_t2i_scheduler(src, opt);
     if (p.eta > 0) sched->set_eta(p.eta);
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
@@ -410,8 +219,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
 
     // ---- Timesteps. Flux: sigmas linspace(1, 1/N, N) and mu from the packed sequence length; SD3: mu from the
     // patch count when the scheduler shifts dynamically.
-    nlohmann::json scfg = src.config("scheduler");  // with the caller's overrides, as diffusers' scheduler.config
-    for (const auto& [key, value] : opt.scheduler_config.items()) scfg[key] = value;
+    // with the caller's overrides, as diffusers' pipelines read the overridden scheduler.config
+    const nlohmann::json scfg = sched::with_overrides(src.config("scheduler"), opt.scheduler_config);
     const bool dynamic = scfg.value("use_dynamic_shifting", false);
     auto shift_for = [&](int64_t seq, double max_default) {
         return sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
@@ -440,12 +249,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     }
     // The steps' noise, drawn now in the order diffusers draws it (each step's after the previous one's); the
     // device loop holds all of it (steps x latents).
-    std::vector<std::vector<float>> step_noise;
-    if (sched->draws_noise()) {
-        step_noise.resize(sched->timesteps().size(), std::vector<float>((size_t)init.numel()));
-        for (auto& v : step_noise)
-            gen.randn(v.data(), (int64_t)v.size(), sched->step_noise_f32() ? DType::f32 : opt.noise_dtype);
-    }
+    const auto step_noise = draw_step_noise(gen, *sched, (size_t)init.numel(), opt.noise_dtype);
     const double sigma0 = sched->init_noise_sigma();
     if (sigma0 != 1.0)
         for (float& v : x) v = v * (float)sigma0;
@@ -541,9 +345,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     res.device_loop = !slg && use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
                       exec::StepProgram::supported(tx_exec, ls);
     if (res.device_loop) {
-        std::vector<float> all_noise;  // every step's, in step order, uploaded once
-        for (const auto& v : step_noise) all_noise.insert(all_noise.end(), v.begin(), v.end());
-        exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep), all_noise);
+        exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep),
+                               device_step_noise(step_noise, n_lat));
         std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
             observe = [&](int i) {

@@ -3,10 +3,12 @@
 // PixArtSigmaPipeline, StableDiffusion3Pipeline and FluxPipeline, each followed step by step from the
 // point where encode_prompt has returned (latents, scheduler loop with guidance on the host, VAE decode).
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "models/dit_pipeline.h"
+#include "models/schedulers/scheduler.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::models {
@@ -95,8 +97,11 @@ struct T2IPlan {
 // else by the transformer class (PixArt with micro-conditions -> PixArtAlphaPipeline). "" when not text-to-image.
 std::string t2i_pipeline_class(const ModelSource& src);
 
-// Defaults and size checks (a size that is not a multiple of vae_scale_factor * patch -> kiln::Error).
+// Defaults and size checks (a size that is not a multiple of vae_scale_factor * patch -> kiln::Error). t2i_plan.cpp.
 T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt);
+
+// The scheduler a call runs: the model's scheduler config, opt.scheduler's class, opt.scheduler_config's fields.
+std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt);
 
 GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt);
 

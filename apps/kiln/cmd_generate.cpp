@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "apps/kiln/commands.h"
+#include "apps/kiln/generate_args.h"
 #include "apps/kiln/generate_capi.h"
 #include "apps/kiln/png.h"
 #include "apps/kiln/profile.h"
@@ -26,77 +27,6 @@
 namespace kiln::app {
 
 namespace {
-std::vector<int> parse_labels(const std::string& s, const nlohmann::json& model_index) {
-    std::vector<int> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        KILN_CHECK(!item.empty(), "--class-labels: empty entry in '", s, "'");
-        char* end = nullptr;
-        long v = std::strtol(item.c_str(), &end, 10);
-        if (*end == '\0') {
-            out.push_back((int)v);
-            continue;
-        }
-        // A label name: look it up in model_index.json's id2label, as DiTPipeline.get_label_ids does.
-        bool found = false;
-        if (model_index.contains("id2label"))
-            for (auto& [id, name] : model_index["id2label"].items()) {
-                // ImageNet labels list synonyms: "tench, Tinca tinca" (DiTPipeline splits them the same way).
-                std::stringstream names(name.is_string() ? name.get<std::string>() : "");
-                std::string part;
-                while (!found && std::getline(names, part, ','))
-                    if (part.erase(0, part.find_first_not_of(' ')) == item) out.push_back(std::stoi(id)), found = true;
-            }
-        KILN_CHECK(found, "--class-labels: '", item, "' is neither a number nor a label of this model");
-    }
-    // A model that names its classes (model_index.json id2label) only knows those.
-    if (model_index.contains("id2label") && model_index["id2label"].is_object())
-        for (int id : out)
-            KILN_CHECK(model_index["id2label"].contains(std::to_string(id)), "--class-labels: class ", id,
-                       " is not one of this model's ", model_index["id2label"].size(), " labels (see `kiln info`)");
-    return out;
-}
-
-// Writes one image file per image (NAME-0.png, ...; NAME-0.jpg for a .jpg path), or one grid / single image to
-// `out`, in the format its extension names.
-void write_images(const Tensor& im, const std::string& out, bool grid, int upscale, int quality,
-                  const std::vector<std::pair<std::string, std::string>>& text) {
-    const int B = (int)im.shape[0], H = (int)im.shape[1], W = (int)im.shape[2], C = (int)im.shape[3];
-    if (grid || B == 1) {
-        Tensor gimg = B == 1 ? im : make_grid(im, std::min(B, 10));
-        write_image(out, gimg.data<float>(), (int)gimg.shape[1], (int)gimg.shape[2], C, upscale, text, quality);
-        std::fprintf(stderr, "wrote %s\n", out == "-" ? "the PNG to standard output" : out.c_str());
-        return;
-    }
-    KILN_CHECK(out != "-", "-o -: ", B, " images do not fit one standard output (add --grid)");
-    const std::string ext = image_extension(out), base = out.substr(0, out.size() - ext.size());
-    for (int b = 0; b < B; ++b) {
-        std::string p = base + "-" + std::to_string(b) + (ext.empty() ? ".png" : ext);
-        write_image(p, im.data<float>() + (size_t)b * H * W * C, H, W, C, upscale, text, quality);
-        std::fprintf(stderr, "wrote %s\n", p.c_str());
-    }
-}
-
-// The non-empty lines of a prompt file ('-': stdin), each one generation of one prompt.
-std::vector<std::vector<std::string>> read_prompt_file(const std::string& path) {
-    std::ifstream f;
-    std::istream* in = &std::cin;
-    if (path != "-") {
-        f.open(path, std::ios::binary);
-        KILN_CHECK(f.good(), path, ": cannot open the prompt file");
-        in = &f;
-    }
-    std::vector<std::vector<std::string>> jobs;
-    std::string line;
-    while (std::getline(*in, line)) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") != std::string::npos) jobs.push_back({line});
-    }
-    KILN_CHECK(!jobs.empty(), path, ": no prompt in the prompt file");
-    return jobs;
-}
-
 // A progress bar on a terminal, a few lines otherwise.
 // Ctrl-C during a generation stops it at the next step boundary (the progress callback throws; the device loop
 // and the C API free everything on the way out). A second Ctrl-C kills the process as usual.
@@ -334,15 +264,7 @@ Run add_generate(CLI::App& app) {
         auto src = model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                      : models::ModelSource::open(model);
         const bool dit = src.has("transformer") && src.class_of("transformer") == "DiTTransformer2DModel";
-        // --scheduler-config KEY=VALUE: VALUE as JSON where it parses (true, 2, 0.5, "x", null), else as a string.
-        nlohmann::json sched_config = nlohmann::json::object();
-        for (const auto& item : o->scheduler_config) {
-            const size_t eq = item.find('=');
-            KILN_CHECK(eq != std::string::npos && eq > 0, "--scheduler-config '", item, "': expected KEY=VALUE");
-            const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-            nlohmann::json v = nlohmann::json::parse(value, nullptr, false);
-            sched_config[key] = v.is_discarded() ? nlohmann::json(value) : v;
-        }
+        const nlohmann::json sched_config = parse_key_values(o->scheduler_config, "--scheduler-config");
         auto given = [](const std::vector<CLI::Option*>& opts) -> std::string {
             for (auto* op : opts)
                 if (op->count()) return op->get_name();
@@ -483,30 +405,10 @@ Run add_generate(CLI::App& app) {
                 else
                     t.true_cfg_scale = o->true_cfg;
             }
-            auto numbers = [](const std::string& list, const char* flag) {
-                std::vector<double> out;
-                std::stringstream ss(list);
-                for (std::string item; std::getline(ss, item, ',');) {
-                    char* end = nullptr;
-                    const double v = std::strtod(item.c_str(), &end);
-                    KILN_CHECK(!item.empty() && end && *end == 0, flag, ": '", item, "' is not a number");
-                    out.push_back(v);
-                }
-                return out;
-            };
-            t.sigmas = numbers(o->sigmas, "--sigmas");
-            t.timesteps = numbers(o->timesteps, "--timesteps");
+            t.sigmas = parse_numbers(o->sigmas, "--sigmas");
+            t.timesteps = parse_numbers(o->timesteps, "--timesteps");
             t.eta = o->eta;
-            if (!o->skip_layers.empty()) {
-                std::stringstream ss(o->skip_layers);
-                for (std::string item; std::getline(ss, item, ',');) {
-                    char* end = nullptr;
-                    const long v = std::strtol(item.c_str(), &end, 10);
-                    KILN_CHECK(!item.empty() && end && *end == 0, "--skip-guidance-layers: '", item,
-                               "' is not a block index");
-                    t.skip_guidance_layers.push_back((int)v);
-                }
-            }
+            t.skip_guidance_layers = parse_indices(o->skip_layers, "--skip-guidance-layers", "a block index");
             t.skip_layer_guidance_scale = o->slg_scale;
             t.skip_layer_guidance_start = o->slg_start;
             t.skip_layer_guidance_stop = o->slg_stop;

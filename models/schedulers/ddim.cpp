@@ -97,6 +97,7 @@ public:
     }
 
     bool takes_eta() const override { return true; }
+    bool draws_noise() const override { return eta_ > 0; }
     void set_eta(double eta) override {
         KILN_CHECK(std::isfinite(eta) && eta >= 0, name_, ": eta ", eta, " must be finite and >= 0");
         eta_ = eta;
@@ -108,6 +109,7 @@ private:
     double clip_range_ = 1.0;
     float final_alpha_cumprod_ = 1.0f;
     int64_t steps_offset_ = 0;
+    double eta_ = 0;  // diffusers' step(eta=...)
     std::string prediction_, spacing_;
 };
 

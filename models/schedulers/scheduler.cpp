@@ -99,7 +99,7 @@ void Scheduler::set_eta(double eta) { KILN_CHECK(eta == 0, name_, ": eta ", eta,
 std::vector<float> Scheduler::step(const std::vector<float>& model_output, int step_index,
                                    const std::vector<float>& sample, const std::vector<float>* noise) {
     KILN_CHECK(!draws_noise() || (noise && noise->size() == sample.size()), name_, ": step ", step_index,
-               " needs the step's noise (", sample.size(), " values; eta ", eta_, ")");
+               " needs the step's noise (", sample.size(), " values)");
     const StepCoefficients c = plan_step(step_index);
     std::vector<const std::vector<float>*> hist;
     for (const auto& h : history_) hist.push_back(&h);
@@ -166,6 +166,19 @@ std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const st
     return make_scheduler(config, class_override, nlohmann::json::object());
 }
 
+nlohmann::json with_overrides(const nlohmann::json& config, const nlohmann::json& overrides) {
+    KILN_CHECK(config.is_object(), "scheduler config must be a JSON object");
+    if (overrides.is_null()) return config;
+    KILN_CHECK(overrides.is_object(), "scheduler config overrides must be a JSON object, got ", overrides.dump());
+    nlohmann::json merged = config;
+    for (const auto& [key, value] : overrides.items()) {
+        KILN_CHECK(key.empty() || key[0] != '_', "scheduler config override '", key,
+                   "': not a scheduler field (choose the class with the scheduler name)");
+        merged[key] = value;
+    }
+    return merged;
+}
+
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override,
                                           const nlohmann::json& overrides) {
     std::string cls = class_override;
@@ -180,14 +193,8 @@ std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const st
     for (const auto& a : kAliases)
         if (cls == a.first) cls = a.second;
     for (const auto& p : kPresets)
-        if (cls == p.name) {  // the preset's fields, then the caller's on top
-            nlohmann::json merged = nlohmann::json::parse(p.fields);
-            KILN_CHECK(overrides.is_null() || overrides.is_object(),
-                       "scheduler config overrides must be a JSON object, got ", overrides.dump());
-            if (overrides.is_object())
-                for (const auto& [key, value] : overrides.items()) merged[key] = value;
-            return make_scheduler(config, p.cls, merged);
-        }
+        if (cls == p.name)  // the preset's fields, then the caller's on top
+            return make_scheduler(config, p.cls, with_overrides(nlohmann::json::parse(p.fields), overrides));
     const Entry* entry = nullptr;
     for (const auto& e : kEntries)
         if (cls == e.cls) entry = &e;
@@ -198,14 +205,7 @@ std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const st
     }
     if (overrides.is_null() || overrides.empty()) return entry->make(detail::Config(config, cls));
     // diffusers' Scheduler.from_config(config, **kwargs): the kwargs replace the config's fields.
-    KILN_CHECK(overrides.is_object(), "scheduler config overrides must be a JSON object, got ", overrides.dump());
-    KILN_CHECK(config.is_object(), "scheduler config must be a JSON object");
-    nlohmann::json merged = config;
-    for (const auto& [key, value] : overrides.items()) {
-        KILN_CHECK(key.empty() || key[0] != '_', "scheduler config override '", key,
-                   "': not a scheduler field (choose the class with the scheduler name)");
-        merged[key] = value;
-    }
+    const nlohmann::json merged = with_overrides(config, overrides);
     detail::Config c(merged, cls);
     std::set<std::string> read;
     c.track(&read);

@@ -85,8 +85,9 @@ public:
     // randn_tensor(model_output.shape, generator) after the initial latents, so the caller passes it to step().
     virtual bool takes_eta() const { return false; }
     virtual void set_eta(double eta);
-    // The steps add noise the caller draws (StepCoefficients::prev_noise): DDIM with eta > 0, Euler ancestral.
-    virtual bool draws_noise() const { return eta_ > 0; }
+    // The steps add noise the caller draws (StepCoefficients::prev_noise): DDIM with eta > 0, Euler ancestral,
+    // DPM-Solver's SDE variants, flow matching's stochastic_sampling.
+    virtual bool draws_noise() const { return false; }
     // The dtype diffusers draws that noise in: the model output's (the pipeline's dtype; DDIM, Euler ancestral), or
     // always float32 (DPM-Solver's SDE variants).
     virtual bool step_noise_f32() const { return false; }
@@ -103,7 +104,6 @@ protected:
 
     std::string name_;
     int64_t num_train_timesteps_ = 1000;
-    double eta_ = 0;
     std::vector<double> timesteps_, sigmas_;
     int last_step_ = -1;                       // last planned step index, -1 after set_timesteps
     std::vector<std::vector<float>> history_;  // newest first (DPM-Solver's model_outputs)
@@ -114,6 +114,9 @@ protected:
 // or rejected with a kiln::Error naming the field and its value; fields no scheduler uses are ignored.
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config);
 std::unique_ptr<Scheduler> make_scheduler(const nlohmann::json& config, const std::string& class_override);
+// config with each field of overrides (a JSON object; null or {}: none) replacing its own, as diffusers'
+// from_config(config, **overrides) sees it. A '_' field (e.g. _class_name) is an error: the class is chosen by name.
+nlohmann::json with_overrides(const nlohmann::json& config, const nlohmann::json& overrides);
 // The same with diffusers' from_config(config, **overrides): each override replaces the config's field (class_override
 // "" keeps config's class). An override the class does not read, or a '_' field, is an error naming the fields it
 // reads: a misspelt use_karras_sigmas must not pass silently.

@@ -66,8 +66,9 @@ TEST_CASE("kiln generate --noise-dtype: the seed's noise as torch.randn draws it
     test::TempDir tmp("kiln_demo");
     auto run = [&](const std::string& args, const std::string& name) {
         const std::string dump = tmp / (name + ".safetensors");
-        const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate --class-labels 3,7 --steps 2 --grid " +
-                                args + " --dump " + dump + " -o " + (tmp / (name + ".png")) + " 2>" + (tmp / "err.txt");
+        const std::string cmd = std::string(KILN_BUILD_DIR) +
+                                "/apps/kiln generate --class-labels 3,7 --steps 2 --grid " + args + " --dump " + dump +
+                                " -o " + (tmp / (name + ".png")) + " 2>" + (tmp / "err.txt");
         return std::system(cmd.c_str()) == 0 ? SafeTensors::open(dump).read("latents_init") : Tensor();
     };
     const Tensor f32 = run("--seed 5", "f32"), f16 = run("--seed 5 --noise-dtype f16", "f16"),
