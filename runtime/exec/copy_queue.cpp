@@ -57,13 +57,13 @@ void Executor::Impl::cut_segment(Recorder& rec, bool last) {
     n_segments++;
     primary = VK_NULL_HANDLE;
     if (last) return;
-    primary = detail::begin_reusable(ctx, ctx.pool());
+    primary = begin_reusable(ctx, ctx.pool());
     rec.cb = primary;  // barriers in later segments still cover earlier ones: same queue, submission order
 }
 
 void Executor::Impl::record_copy_batch(size_t k, long x, const vk::BufferRange& dst) {
     const StreamKind& s = streams[k];
-    VkCommandBuffer cb = detail::begin_reusable(ctx, copy_pool);  // the device loop keeps steps in flight
+    VkCommandBuffer cb = begin_reusable(ctx, copy_pool);  // the device loop keeps steps in flight
     record_instance_copy(cb, k, s.resident + (size_t)x, dst);
     VK_CHECK(vkEndCommandBuffer(cb));
     Batch b{cb, true, -1, false};

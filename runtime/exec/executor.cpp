@@ -398,6 +398,45 @@ Tensor Executor::output(const std::string& name) const {
     return t;
 }
 
+vk::BufferRange Executor::device_range(const std::string& name, DType* dtype) const {
+    auto it = impl_->inputs.find(name);
+    int v = -1;
+    if (it != impl_->inputs.end()) {
+        v = it->second;
+    } else if (auto o = impl_->outputs.find(name); o != impl_->outputs.end()) {
+        v = o->second;
+    }
+    KILN_CHECK(v >= 0, "the graph has no input or output named '", name, "'");
+    if (dtype) *dtype = impl_->g.value(v).dtype;
+    return impl_->range[(size_t)impl_->r(v)];
+}
+
+VkCommandBuffer Executor::run_commands() const { return impl_->primary; }
+vk::Allocator& Executor::allocator() { return impl_->alloc; }
+
+VkCommandBuffer begin_reusable(vk::Context& ctx, VkCommandPool pool) {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &cb));
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+    VK_CHECK(vkBeginCommandBuffer(cb, &bi));
+    return cb;
+}
+
+void full_barrier(VkCommandBuffer cb) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    // Uniform reads: the selection slots of "off" dispatches (written by vkCmdUpdateBuffer or select_advance).
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_UNIFORM_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
 std::map<std::string, Tensor> run_graph(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights,
                                         const std::map<std::string, Tensor>& inputs, Mode mode) {
     Executor ex(ctx, g, weights, mode);

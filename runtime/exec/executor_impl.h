@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/exec/commands.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/regions.h"
 #include "runtime/exec/weight_stream.h"
@@ -48,13 +49,7 @@ struct Recorder {
     std::vector<Span> writes, reads;
     int barriers = 0;
     void barrier() {
-        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-        mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        // Uniform reads: the selection slots of "_off" dispatches (written by vkCmdUpdateBuffer or select_advance).
-        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_UNIFORM_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-        vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
+        full_barrier(cb);
         writes.clear();
         reads.clear();
         barriers++;
@@ -96,19 +91,6 @@ struct Part {
     std::vector<Sub> sub;
 };
 
-// A primary command buffer from `pool`, begun for reuse: submitted once per run, with runs in flight.
-inline VkCommandBuffer begin_reusable(vk::Context& ctx, VkCommandPool pool) {
-    VkCommandBuffer cb = VK_NULL_HANDLE;
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = pool;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &cb));
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
-    VK_CHECK(vkBeginCommandBuffer(cb, &bi));
-    return cb;
-}
 }  // namespace kiln::exec::detail
 
 namespace kiln::exec {
