@@ -53,11 +53,11 @@ struct StepProgram::Impl {
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
     }
 
-    Bound bind(const std::string& shader, const std::vector<vk::BufferRange>& bufs, const params::LoopParams* p,
+    Bound bind(const vk::ShaderKey& shader, const std::vector<vk::BufferRange>& bufs, const params::LoopParams* p,
                uint64_t threads) {
         Bound b;
-        b.kernel = &kernels.get(shader);
-        KILN_CHECK(b.kernel->bindings == bufs.size(), "internal: shader ", shader, " has ", b.kernel->bindings,
+        b.kernel = &kernels.get(shader.name());
+        KILN_CHECK(b.kernel->bindings == bufs.size(), "internal: shader ", shader.name(), " has ", b.kernel->bindings,
                    " bindings, ", bufs.size(), " given");
         VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         ai.descriptorPool = pool;
@@ -78,7 +78,7 @@ struct StepProgram::Impl {
         vkUpdateDescriptorSets(ctx.device(), (uint32_t)w.size(), w.data(), 0, nullptr);
         b.d.shader = shader;
         if (p) b.d.set_push(*p);
-        vk::groups_1d(b.d, threads, shader == "loop_advance" ? 1 : 256);
+        vk::groups_1d(b.d, threads, shader.op == "loop_advance" ? 1 : 256);
         return b;
     }
 
@@ -179,11 +179,11 @@ StepProgram::StepProgram(vk::Context& ctx, exec::Executor& ex, const StepLoopSpe
     if (dv == D::automatic) dv = ctx.info().int64 ? D::i64 : ctx.info().fp64 ? D::f64 : D::f32;
     KILN_CHECK(dv != D::i64 || ctx.info().int64, "device loop: integer division needs shaderInt64");
     KILN_CHECK(dv != D::f64 || ctx.info().fp64, "device loop: double division needs shaderFloat64");
-    const std::string div = dv == D::i64 ? "_i64" : dv == D::f64 ? "_f64" : "_f32";
-    m.prepare = m.bind("loop_prepare" + div, {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
-    m.step = m.bind("loop_step", {m.table, m.state, m.out, m.x, m.hist, m.noise}, &p, m.n);
-    m.advance = m.bind("loop_advance", {m.state}, nullptr, 1);
-    m.finalize = m.bind("loop_finalize" + div, {m.x, m.z}, &p, m.n);
+    const std::string div = dv == D::i64 ? "i64" : dv == D::f64 ? "f64" : "f32";
+    m.prepare = m.bind(vk::ShaderKey("loop_prepare", "", div), {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
+    m.step = m.bind(vk::ShaderKey("loop_step"), {m.table, m.state, m.out, m.x, m.hist, m.noise}, &p, m.n);
+    m.advance = m.bind(vk::ShaderKey("loop_advance"), {m.state}, nullptr, 1);
+    m.finalize = m.bind(vk::ShaderKey("loop_finalize", "", div), {m.x, m.z}, &p, m.n);
 
     m.pre = m.begin();
     Impl::barrier(m.pre);

@@ -63,7 +63,7 @@ void Executor::Impl::cut_segment(Recorder& rec, bool last) {
 
 void Executor::Impl::record_copy_batch(size_t k, long x, const vk::BufferRange& dst) {
     const StreamKind& s = streams[k];
-    VkCommandBuffer cb = begin_reusable(ctx, copy_pool);  // the device loop keeps steps in flight
+    VkCommandBuffer cb = begin_reusable(ctx, copy_pool);  // a caller's loop keeps runs in flight
     record_instance_copy(cb, k, s.resident + (size_t)x, dst);
     VK_CHECK(vkEndCommandBuffer(cb));
     Batch b{cb, true, -1, false};

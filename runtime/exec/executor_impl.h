@@ -296,9 +296,23 @@ struct Executor::Impl {
         auto it = node_parts.find(n);
         return it == node_parts.end() ? 1 : it->second.size();
     }
+    // dispatches.cpp: every active compute node's dispatch records (per row chunk; per variant in block kinds),
+    // and the program of the primary command buffer.
     void build_dispatches(const std::vector<int>& active);
+    int kind_of(const ir::Node& node) const;  // the block kind of node's region, or -1
+    void make_descriptor_pool(const std::vector<int>& active);
+    // One dispatch record of node n's part j (of block kind `kind`, or -1); `swap` exchanges the buffers of the
+    // kind's chain roots (parity 1 of a ping-pong); `window`: the weight window an off-selecting dispatch binds.
+    int make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window);
+    // record.cpp
     void record();
     void record_dispatch(Recorder& rec, const DispatchRec& d);
+    void make_fence_and_queries();
+    void allocate_command_buffers();
+    std::vector<std::vector<int>> record_templates();  // the secondaries; returns their barriers [kind][variant]
+    void record_replays(Recorder& rec, size_t k, const std::vector<std::vector<int>>& sec_barriers,
+                        uint32_t& next_query);   // every instance of kind k, into the primary
+    void record_carry(Recorder& rec, size_t k);  // chain outputs -> chain inputs between two replays
 };
 
 }  // namespace kiln::exec

@@ -136,16 +136,6 @@ std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const i
     return "";
 }
 
-std::optional<TexelShader> texel_shader(const std::string& shader) {
-    auto starts = [&](const char* p) { return shader.rfind(p, 0) == 0; };
-    auto swap_prefix = [&](const char* from, const char* to) { return to + shader.substr(std::strlen(from)); };
-    if (starts("linear_tex")) return TexelShader{2, true, swap_prefix("linear_tex", "linear_vec4")};
-    if (starts("conv2d_tex")) return TexelShader{2, false, swap_prefix("conv2d_tex", "conv2d")};
-    if (shader == "attention_tex") return TexelShader{3, false, "attention"};
-    if (shader == "attention_vec4_tex") return TexelShader{3, true, "attention_vec4"};
-    return std::nullopt;
-}
-
 // DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
 // use, so kept small: larger shapes (1024 x 1152 x 1152, Flux's 4096 x 3072 x 3072) through
 // `kiln bench --kernels --shape` (minutes on a CPU device).
@@ -411,10 +401,7 @@ void choose_texel_op(vk::Context& ctx, vk::Dispatch& d, const char* env) {
         const std::string pick = forced == "auto" ? linear_table(ctx, DType::f32).pick(DType::f32, 256) : forced;
         if (pick != "tex") return;
     }
-    if (d.shader.rfind("conv2d", 0) == 0)
-        d.shader.replace(0, std::strlen("conv2d"), "conv2d_tex");
-    else if (d.shader == "attention" || d.shader == "attention_vec4")
-        d.shader += "_tex";
+    if (auto t = vk::texel_variant(d.shader)) d.shader = *t;
 }
 
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
@@ -451,7 +438,7 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
         }
     }
     if (v == "tex") {  // the register tile of lower_linear, x and W through texel buffers
-        if (tex_ok) d.shader.replace(0, std::strlen("linear_vec4"), "linear_tex");
+        if (tex_ok) d.shader = *vk::texel_variant(d.shader);  // tex_ok: K % 4 == 0, so the vec4 kernel
         return;
     }
     if (!smem_ok) return;

@@ -60,16 +60,6 @@ const std::vector<LinearShape>& linear_table_shapes();
 // executor.)
 std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
 
-// A texel-buffer shader choose_linear may pick (linear_tex*, conv2d_tex*, attention_tex, attention_vec4_tex, with
-// any dtype or "_off"/"_ptr" suffix): its first `inputs` bindings are uniform texel buffers, viewed as 4-vectors
-// (rgba) or scalars, and `fallback` is the storage-buffer shader of the same tile and bindings. nullopt otherwise.
-struct TexelShader {
-    uint32_t inputs;
-    bool rgba;
-    std::string fallback;
-};
-std::optional<TexelShader> texel_shader(const std::string& shader);
-
 // The runs of one variant at one shape: run 0 warms up and the best later run counts (run 0 itself when reps is 0).
 // With early_exit, a variant more than 3x slower than the fastest so far (`fastest`, ms) in both the warm-up and the
 // first timed run stops there. One slow run is not enough: on a shared machine a single preemption made variants
