@@ -1,6 +1,6 @@
 // The executor's dispatches, made once at plan time: per compute node (and row chunk) its shader variant (texel
 // buffers, off / ptr weight selection: vk::ShaderKey), its descriptor set and the ranges it reads and writes; and the
-// texel views those sets hold. Recording and running are in executor.cpp.
+// texel views those sets hold. Recording is in record.cpp, running in executor.cpp.
 #include <algorithm>
 #include <map>
 #include <optional>

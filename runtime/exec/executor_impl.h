@@ -1,7 +1,7 @@
 #pragma once
 // Internal to runtime/exec: the executor's state, shared by executor_plan.cpp (planning), dispatches.cpp (dispatches
-// and their descriptor sets), executor.cpp (recording, runs), block_weights.cpp (where each replayed block instance
-// finds its weights) and the other files of this folder.
+// and their descriptor sets), record.cpp (recording), executor.cpp (runs), block_weights.cpp (where each replayed block
+// instance finds its weights) and the other files of this folder.
 #include <algorithm>
 #include <chrono>
 #include <map>

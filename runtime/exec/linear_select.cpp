@@ -338,10 +338,35 @@ std::string describe_linear_table(vk::Context& ctx) {
     return path + " (loaded; `kiln bench --kernels` measures it again): " + picks;
 }
 
+namespace {
+std::mutex g_table_mutex;                     // held while measuring: a second executor waits for the first's table
+std::map<std::string, LinearTable> g_tables;  // by key line (device, driver, build) and file
+}  // namespace
+
+std::set<DType> known_linear_dtypes(vk::Context& ctx) {
+    std::lock_guard<std::mutex> l(g_table_mutex);
+    const std::string path = linear_table_path(ctx);
+    std::set<DType> out;
+    for (const auto& r : g_tables[key_line(ctx) + "\n" + path].rows) out.insert(r.dtype);
+    LinearTable f;
+    std::string status;
+    if (!path.empty() && read_linear_table(ctx, path, f, status))
+        for (const auto& r : f.rows) out.insert(r.dtype);
+    return out;
+}
+
+DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g) {
+    const std::set<DType> known = known_linear_dtypes(ctx);
+    if (known.count(DType::f32)) return DType::f32;
+    for (const ir::Node& n : g.nodes())
+        if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
+            return g.value(n.in[1]).dtype;
+    return known.empty() ? DType::f32 : *known.begin();
+}
+
 LinearTable linear_table(vk::Context& ctx, DType dt) {
-    static std::mutex mutex;  // held while measuring: a second executor waits for the first's table
-    static std::map<std::string, LinearTable> tables;  // by key line (device, driver, build) and file
-    std::lock_guard<std::mutex> l(mutex);
+    std::lock_guard<std::mutex> l(g_table_mutex);
+    auto& tables = g_tables;
     const std::string path = linear_table_path(ctx), key = key_line(ctx) + "\n" + path;
     auto has = [&](const LinearTable& t) {
         return std::any_of(t.rows.begin(), t.rows.end(), [&](const LinearTable::Row& r) { return r.dtype == dt; });
@@ -380,17 +405,17 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
     const char* e = std::getenv("KILN_LINEAR");
     if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
     for (const ir::Node& n : g.nodes()) {
-        if (n.op == ir::Op::conv2d || n.op == ir::Op::attention)  // they follow the f32 table (choose_texel_op)
-            linear_table(ctx, DType::f32);
+        if (n.op == ir::Op::conv2d || n.op == ir::Op::attention)  // they follow one table (choose_texel_op)
+            linear_table(ctx, texel_table_dtype(ctx, g));
         else if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
             linear_table(ctx, g.value(n.in[1]).dtype);
     }
 }
 
-// conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured f32 linear
-// table picks "tex" at 256 rows (the device reads texel buffers faster than storage buffers), or as
-// KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says.
-void choose_texel_op(vk::Context& ctx, vk::Dispatch& d, const char* env) {
+// conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured linear table
+// (of texel_table_dtype) picks "tex" at 256 rows (the device reads texel buffers faster than storage buffers), or
+// as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says.
+void choose_texel_op(vk::Context& ctx, const ir::Graph& g, vk::Dispatch& d, const char* env) {
     const char* e = std::getenv(env);
     const std::string v = e && *e ? e : "auto";
     KILN_CHECK(v == "auto" || v == "buf" || v == "tex", env, "='", v, "' (auto, buf or tex)");
@@ -398,15 +423,16 @@ void choose_texel_op(vk::Context& ctx, vk::Dispatch& d, const char* env) {
     if (v == "auto") {
         const char* l = std::getenv("KILN_LINEAR");
         const std::string forced = !t_override.empty() ? t_override : l && *l ? l : "auto";
-        const std::string pick = forced == "auto" ? linear_table(ctx, DType::f32).pick(DType::f32, 256) : forced;
+        const DType dt = forced == "auto" ? texel_table_dtype(ctx, g) : DType::f32;
+        const std::string pick = forced == "auto" ? linear_table(ctx, dt).pick(dt, 256) : forced;
         if (pick != "tex") return;
     }
     if (auto t = vk::texel_variant(d.shader)) d.shader = *t;
 }
 
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
-    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, d, "KILN_CONV2D");
-    if (n.op == ir::Op::attention) return choose_texel_op(ctx, d, "KILN_ATTENTION");
+    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, g, d, "KILN_CONV2D");
+    if (n.op == ir::Op::attention) return choose_texel_op(ctx, g, d, "KILN_ATTENTION");
     if (n.op != ir::Op::linear) return;
     std::string v = t_override;
     if (v.empty()) {

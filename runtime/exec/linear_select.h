@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,15 +96,23 @@ std::string describe_linear_table(vk::Context& ctx);
 // process, device and dtype; then written to the file with the rows of other dtypes it holds).
 LinearTable linear_table(vk::Context& ctx, DType dt);
 
-// Loads or measures the table rows every linear of g will consult under KILN_LINEAR=auto, and the f32 rows its
-// conv2d and attention nodes follow (benchmarks: so the first-use measurement is not timed as pipeline compilation;
-// it had added 1.7 s to dit-tiny's cold eager compile on a new machine).
+// The weight dtypes the table of ctx's device holds (in this process or in its file), without measuring.
+std::set<DType> known_linear_dtypes(vk::Context& ctx);
+// The table whose pick at 256 rows decides conv2d's and attention's texel-buffer shaders in graph g (a speed
+// choice only: their texel and storage-buffer shaders are bitwise equal): f32 where the table already has it,
+// else the weight dtype of g's first linear that consults the table (measured for that linear anyway), else a dtype
+// the table holds, else f32. So a model whose linears are all f16 measures f16 only.
+DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g);
+
+// Loads or measures the table rows every linear of g will consult under KILN_LINEAR=auto, and the rows its conv2d
+// and attention nodes follow (texel_table_dtype) (benchmarks: so the first-use measurement is not timed as pipeline
+// compilation; it had added 1.7 s to dit-tiny's cold eager compile on a new machine).
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
-// table. conv2d and attention nodes take their texel-buffer shaders where the f32 table (or a forced
-// KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are left
-// alone.
+// table. conv2d and attention nodes take their texel-buffer shaders where the table of texel_table_dtype (or a
+// forced KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are
+// left alone.
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 
 // linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).
