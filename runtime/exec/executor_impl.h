@@ -206,8 +206,8 @@ struct Executor::Impl {
         VkDevice d = ctx.device();
         vkDeviceWaitIdle(d);
         free_run_commands();
-        if (sem_seg) vkDestroySemaphore(d, sem_seg, nullptr);
-        if (sem_copy) vkDestroySemaphore(d, sem_copy, nullptr);
+        if (batching.sem_seg) vkDestroySemaphore(d, batching.sem_seg, nullptr);
+        if (batching.sem_copy) vkDestroySemaphore(d, batching.sem_copy, nullptr);
         for (auto& s : secondaries)
             if (!s.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)s.size(), s.data());
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
@@ -274,17 +274,19 @@ struct Executor::Impl {
         long wait = -1;              // segment: copy index; copy: segment index; -1: none
         bool wait_prev_run = false;  // copy: waits for the previous run's last segment
     };
-    bool split = false;
-    vk::CopyQueue copy_queue = vk::CopyQueue::in_step;  // as recorded, with the queue and pool copies use
-    VkQueue copy_vkqueue = VK_NULL_HANDLE;
-    VkCommandPool copy_pool = VK_NULL_HANDLE;
-    std::vector<Batch> batches, pending_copies;
-    long seg_wait = -1;
-    long n_segments = 0, n_copies = 0;
-    std::vector<std::vector<long>> seg_of, copy_of;  // [kind][streamed index]: its replay's segment, its copy
-    VkSemaphore sem_seg = VK_NULL_HANDLE, sem_copy = VK_NULL_HANDLE;
-    uint64_t seg_value = 0, copy_value = 0;  // values signalled by the runs submitted so far
-    void begin_split();                      // at the start of record(): decides split, makes the semaphores
+    struct CopyBatches {
+        bool split = false;  // ring copies in batches of their own this recording (else in the one primary)
+        vk::CopyQueue queue = vk::CopyQueue::in_step;  // as recorded, with the queue and pool copies use
+        VkQueue vkqueue = VK_NULL_HANDLE;
+        VkCommandPool pool = VK_NULL_HANDLE;
+        std::vector<Batch> batches, pending;  // in submission order; copies recorded for the segment not yet cut
+        long seg_wait = -1;                   // the copy the segment being recorded waits for
+        long n_segments = 0, n_copies = 0;
+        std::vector<std::vector<long>> seg_of, copy_of;  // [kind][streamed index]: its replay's segment, its copy
+        VkSemaphore sem_seg = VK_NULL_HANDLE, sem_copy = VK_NULL_HANDLE;
+        uint64_t seg_value = 0, copy_value = 0;  // values signalled by the runs submitted so far
+    } batching;
+    void begin_split();  // at the start of record(): decides split, makes the semaphores
     void cut_segment(Recorder& rec, bool last = false);
     void record_copy_batch(size_t k, long x, const vk::BufferRange& dst);
     void free_run_commands();

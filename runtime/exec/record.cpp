@@ -113,18 +113,18 @@ void Executor::Impl::record_replays(Recorder& rec, size_t k, const std::vector<s
     }
     // Per instance: carry the previous instance's outputs into the chain inputs (unless they ping-pong) and select
     // its weights (both only after the barrier that closed the previous replay), one barrier, replay, one barrier.
-    const bool cut = split && streams[k].slots > 0;
+    const bool cut = batching.split && streams[k].slots > 0;
     for (size_t i = 0; i < bk.weights.size(); ++i) {
         const long cur = (long)i - (long)std::min(streams[k].resident, bk.weights.size());  // streamed index
         if (cut) {  // each replay of a streamed kind in a segment of its own (copy_queue.cpp)
             cut_segment(rec);
-            if (cur >= 0) seg_of[k][(size_t)cur] = n_segments;
+            if (cur >= 0) batching.seg_of[k][(size_t)cur] = batching.n_segments;
         }
         if (i > 0) record_carry(rec, k);
         record_stream(rec, k, i, false);
         if (cut && cur >= 0) {  // this replay's segment waits for the copy of its instance
-            seg_wait = copy_of[k][(size_t)cur];
-            KILN_CHECK(seg_wait >= 0, "replay ", i, " of kind ", bk.kind, " has no ring copy recorded");
+            batching.seg_wait = batching.copy_of[k][(size_t)cur];
+            KILN_CHECK(batching.seg_wait >= 0, "replay ", i, " of kind ", bk.kind, " has no ring copy recorded");
         }
         record_block_weights(rec, k, i);
         rec.barrier();
@@ -148,7 +148,7 @@ void Executor::Impl::record() {
         c.dispatches_per_run = c.submissions_per_run = (int)dispatches.size();
         return;
     }
-    if (primary || !batches.empty()) {  // record_again(): the device is idle
+    if (primary || !batching.batches.empty()) {  // record_again(): the device is idle
         free_run_commands();
         for (auto& s : secondaries)
             if (!s.empty()) vkFreeCommandBuffers(ctx.device(), ctx.pool(), (uint32_t)s.size(), s.data());
@@ -178,13 +178,13 @@ void Executor::Impl::record() {
     c.compute_batches_per_run = 1;
     c.copy_batches_per_run = 0;
     c.submissions_per_run = 1;
-    if (split) {
+    if (batching.split) {
         cut_segment(rec, true);
-        primary = batches.front().cb;  // not null: a run is recorded (Executor::run_commands)
-        c.command_buffers_recorded += (int)(n_segments + n_copies) - 1;
-        c.compute_batches_per_run = (int)n_segments;
-        c.copy_batches_per_run = (int)n_copies;
-        c.submissions_per_run = copy_queue == vk::CopyQueue::transfer ? 2 : 1;
+        primary = batching.batches.front().cb;  // not null: a run is recorded (Executor::run_commands)
+        c.command_buffers_recorded += (int)(batching.n_segments + batching.n_copies) - 1;
+        c.compute_batches_per_run = (int)batching.n_segments;
+        c.copy_batches_per_run = (int)batching.n_copies;
+        c.submissions_per_run = batching.queue == vk::CopyQueue::transfer ? 2 : 1;
     } else {
         VK_CHECK(vkEndCommandBuffer(primary));
     }
