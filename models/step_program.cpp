@@ -180,7 +180,8 @@ StepProgram::StepProgram(vk::Context& ctx, exec::Executor& ex, const StepLoopSpe
     KILN_CHECK(dv != D::i64 || ctx.info().int64, "device loop: integer division needs shaderInt64");
     KILN_CHECK(dv != D::f64 || ctx.info().fp64, "device loop: double division needs shaderFloat64");
     const std::string div = dv == D::i64 ? "i64" : dv == D::f64 ? "f64" : "f32";
-    m.prepare = m.bind(vk::ShaderKey("loop_prepare", "", div), {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
+    m.prepare = m.bind(vk::ShaderKey("loop_prepare", "", div), {m.table, m.state, m.x, m.hidden, m.timestep}, &p,
+                       std::max(m.n, m.batch));
     m.step = m.bind(vk::ShaderKey("loop_step"), {m.table, m.state, m.out, m.x, m.hist, m.noise}, &p, m.n);
     m.advance = m.bind(vk::ShaderKey("loop_advance"), {m.state}, nullptr, 1);
     m.finalize = m.bind(vk::ShaderKey("loop_finalize", "", div), {m.x, m.z}, &p, m.n);

@@ -162,8 +162,7 @@ struct Executor::Impl {
     };
     std::vector<FileImport> imports;  // mmapped model files read in place (checked before every run)
     VkDescriptorPool pool = VK_NULL_HANDLE;
-    // Uniform texel buffer views of the texel shaders (linear_select.h: texel_shader), by buffer, offset, size and
-    // format.
+    // Uniform texel buffer views of the texel shaders (vk::texel_form_of), by buffer, offset, size and format.
     std::map<std::tuple<VkBuffer, VkDeviceSize, VkDeviceSize, VkFormat>, VkBufferView> texel_views;
     // The view of `br` as texels of a value of dtype dt, 4-vectors (rgba: linear_tex) or scalars (conv2d_tex; ggml
     // words); VK_NULL_HANDLE where the device cannot make it (offset alignment, element count).

@@ -4,6 +4,7 @@
 // (shaders/CMakeLists.txt): op[_kernel][_variant][_off|_ptr], e.g. {linear, tex, f16, off} -> "linear_tex_f16_off".
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/dtype.h"
