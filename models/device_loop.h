@@ -1,5 +1,5 @@
 #pragma once
-// The pipelines' side of the denoising loop on the device (runtime/exec/step_program.h): whether to use it, the
+// The pipelines' side of the denoising loop on the device (models/step_program.h): whether to use it, the
 // per-step table built from a scheduler, and the steps' noise.
 #include <chrono>
 #include <functional>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "models/schedulers/scheduler.h"
+#include "models/step_params.h"
 #include "runtime/core/torch_rng.h"
-#include "runtime/exec/step_params.h"
 
 namespace kiln::models {
 

@@ -53,11 +53,13 @@ void Executor::Impl::fill_weight(const WeightBytesFn& weights, int v, const vk::
 }
 
 namespace {
-// Bindings of `shader` declared with WEIGHT_BUF (those its "_ptr" and "_off" variants can select), from the
-// reflection of its "_ptr" variant; 0 when it has none.
-uint32_t weight_buf_bindings(const std::string& shader) {
+// Bindings of `shader` declared with WEIGHT_BUF (those its ptr and off variants can select), from the
+// reflection of its ptr variant; 0 when it has none.
+uint32_t weight_buf_bindings(vk::ShaderKey shader) {
+    shader.selection = vk::Selection::ptr;
+    const std::string name = shader.name();
     for (size_t i = 0; i < vk::kShaderCount; ++i)
-        if (shader + "_ptr" == vk::kShaderTable[i].name)
+        if (name == vk::kShaderTable[i].name)
             return vk::reflect_spirv(vk::kShaderTable[i].code, vk::kShaderTable[i].words).ptr_bindings;
     return 0;
 }
@@ -95,7 +97,7 @@ VkDeviceSize Executor::Impl::weight_binding_limit(const BlockKind& k, size_t j) 
                 // A view the device cannot make sends the dispatch to the storage-buffer shader: either binding
                 // must hold the range, so a reader allows the larger of the two.
                 VkDeviceSize lim = max_binding;
-                const std::optional<TexelShader> tex = texel_shader(p.d.shader);
+                const std::optional<vk::TexelForm> tex = vk::texel_form_of(p.d.shader);
                 if (views && tex && b < tex->inputs)
                     lim =
                         std::max(lim, (VkDeviceSize)info.max_texel_elements * texel_bytes(g.value(v).dtype, tex->rgba));
@@ -136,7 +138,7 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
         if (!weight_bits) continue;
         vk::Dispatch d = vk::lower(g, node);
         if ((weight_buf_bindings(d.shader) & weight_bits) != weight_bits) {
-            why = "shader " + d.shader + " reads a block weight through a plain binding";
+            why = "shader " + d.shader.name() + " reads a block weight through a plain binding";
             return Select::copy;
         }
         readers.push_back(n);
@@ -416,7 +418,7 @@ void Executor::Impl::build_advance() {
         p.ctr = (uint32_t)(advance_ctr(k) / 4);
         p.live = (uint32_t)(slot_base[k] / 4);
         p.width = 64;  // select_advance's local size, one workgroup
-        rec.d.shader = "select_advance";
+        rec.d.shader = vk::ShaderKey("select_advance");
         rec.d.set_push(p);
         const Span live{ptr_table.buffer, ptr_table.offset + slot_base[k], ptr_data[k][0].size()};
         rec.reads = {{advance_rows.buffer, advance_rows.offset + row0[k], (VkDeviceSize)p.n * p.words * 4}};

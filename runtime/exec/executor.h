@@ -139,7 +139,7 @@ public:
     // Records the command buffers again, as the constructor did, and returns the time recording took in ms; the
     // counters are unchanged. The first recording (counters().record_ms) finds the driver's code and every
     // pipeline and descriptor cold; this one measures recording itself (kiln bench: record_again_ms). Waits for
-    // the device first; not while a StepProgram drives this executor (it holds the old command buffer).
+    // the device first; not while a caller's program drives this executor (it holds the old command buffer).
     double record_again();
     Mode mode() const;
     // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
@@ -153,16 +153,16 @@ public:
     // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.
     const std::vector<std::pair<std::string, double>>& last_op_ms() const;
 
-    // For programs that run the recorded run() between commands of their own (step_program.h): the device range
-    // of graph input or output `name` (dtype: its dtype), the primary command buffer one run() submits, recorded
-    // for simultaneous use (null in eager mode; the first of its compute batches where ring copies have their own,
-    // so submit through submit_run()), and the executor's allocator (ranges taken from it live as long
-    // as the executor; they share its blocks instead of adding one). Defined in step_program.cpp.
+    // For programs that run the recorded run() between commands of their own (commands.h; models/step_program.h):
+    // the device range of graph input or output `name` (dtype: its dtype), the primary command buffer one run()
+    // submits, recorded for simultaneous use (null in eager mode; the first of its compute batches where ring copies
+    // have their own, so submit through submit_run()), and the executor's allocator (ranges taken from it live as
+    // long as the executor; they share its blocks instead of adding one).
     vk::BufferRange device_range(const std::string& name, DType* dtype = nullptr) const;
     VkCommandBuffer run_commands() const;
     // Submits one run with `before` and `after` (each may be VK_NULL_HANDLE) around it on the compute queue, fence
     // signalled at its end: one batch, or the compute and copy batches when ring copies have their own (see
-    // Counters::copy_queue). The device loop submits its steps through this.
+    // Counters::copy_queue). A caller's loop submits its iterations through this.
     void submit_run(VkCommandBuffer before, VkCommandBuffer after, VkFence fence);
     vk::Allocator& allocator();
 
