@@ -132,7 +132,8 @@ const std::vector<SettingInfo> kTable = {
                                             std::numeric_limits<int64_t>::max(), "a count, or -1 for never"); }},
     {"KILN_TEST_CONVERT_DELAY_MS", "int", "0", "kiln-convert pauses this long after each tensor",
      true, [](Settings& s, const std::string& v) {
-         s.test.convert_delay_ms = (int)integer("KILN_TEST_CONVERT_DELAY_MS", v, 0, kIntMax, "milliseconds, 0 or more"); }},
+         s.test.convert_delay_ms =
+             (int)integer("KILN_TEST_CONVERT_DELAY_MS", v, 0, kIntMax, "milliseconds, 0 or more"); }},
 };
 // clang-format on
 

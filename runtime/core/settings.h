@@ -80,7 +80,7 @@ const std::vector<SettingInfo>& settings_table();
 // Settings from a lookup of variable names (null or "": unset, the default): each row of the table applied in order.
 // A bad value throws kiln::Error: "KILN_FUSE='2': expected 0, 1 or all".
 Settings settings_from(const std::function<const char*(const char* name)>& lookup);
-// settings_from(getenv): the one reader of the process environment.
+// settings_from the process environment: the one place Kiln reads it.
 Settings settings_from_env();
 
 }  // namespace kiln

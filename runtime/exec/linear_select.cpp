@@ -257,7 +257,8 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
 
 std::string linear_table_path(vk::Context& ctx) {
     const ContextOptions& o = ctx.settings().context;  // KILN_PIPELINE_CACHE=0: no table file either
-    std::string p = o.pipeline_cache ? vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()), o.cache_dir) : "";
+    std::string p =
+        o.pipeline_cache ? vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()), o.cache_dir) : "";
     if (p.empty()) return "";
     auto slash = p.rfind('/');
     vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
@@ -400,7 +401,7 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
 // conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured f32 linear
 // table picks "tex" at 256 rows (the device reads texel buffers faster than storage buffers), or as
 // KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says (ExecOptions::conv2d, attention: `v`, named `env`).
-void choose_texel_op(vk::Context& ctx, vk::Dispatch& d, const char* env, const std::string& v) {
+void choose_texel_op(vk::Context& ctx, vk::Dispatch& d, const char* env, std::string v) {
     KILN_CHECK(v == "auto" || v == "buf" || v == "tex", env, "='", v, "' (auto, buf or tex)");
     if (v == "buf" || !ctx.info().texel_formats) return;
     if (v == "auto") {

@@ -160,12 +160,29 @@ TEST_CASE("settings: the table names each variable once, documented, KILN_TEST_*
         if (std::string(row.name).rfind("KILN_TEST_", 0) == 0) CHECK(row.test_only);
     }
     // Every KILN_* variable Kiln's product code read before the table, each now a row.
-    for (const char* n :
-         {"KILN_DEVICE", "KILN_VALIDATION", "KILN_VALIDATION_SYNC", "KILN_TRANSFER_QUEUE", "KILN_PIPELINE_CACHE",
-          "KILN_CACHE_DIR", "KILN_PIPELINE_THREADS", "KILN_FUSE", "KILN_ACT_F16", "KILN_BLOCK_WEIGHTS",
-          "KILN_BLOCK_LAYOUT", "KILN_STREAM_IN_PLACE", "KILN_SELECT_ADVANCE", "KILN_LINEAR", "KILN_CONV2D",
-          "KILN_ATTENTION", "KILN_DEVICE_LOOP", "KILN_DEFAULT_MODEL", "KILN_MAX_BINDING_RANGE",
-          "KILN_TEST_MAX_STORAGE_BUFFERS", "KILN_TEST_MAX_TEXEL_ELEMENTS", "KILN_TEST_DEVICE_MEMORY_LIMIT",
-          "KILN_TEST_DEVICE_LOST_AFTER", "KILN_TEST_CONVERT_DELAY_MS"})
+    for (const char* n : {"KILN_DEVICE",
+                          "KILN_VALIDATION",
+                          "KILN_VALIDATION_SYNC",
+                          "KILN_TRANSFER_QUEUE",
+                          "KILN_PIPELINE_CACHE",
+                          "KILN_CACHE_DIR",
+                          "KILN_PIPELINE_THREADS",
+                          "KILN_FUSE",
+                          "KILN_ACT_F16",
+                          "KILN_BLOCK_WEIGHTS",
+                          "KILN_BLOCK_LAYOUT",
+                          "KILN_STREAM_IN_PLACE",
+                          "KILN_SELECT_ADVANCE",
+                          "KILN_LINEAR",
+                          "KILN_CONV2D",
+                          "KILN_ATTENTION",
+                          "KILN_DEVICE_LOOP",
+                          "KILN_DEFAULT_MODEL",
+                          "KILN_MAX_BINDING_RANGE",
+                          "KILN_TEST_MAX_STORAGE_BUFFERS",
+                          "KILN_TEST_MAX_TEXEL_ELEMENTS",
+                          "KILN_TEST_DEVICE_MEMORY_LIMIT",
+                          "KILN_TEST_DEVICE_LOST_AFTER",
+                          "KILN_TEST_CONVERT_DELAY_MS"})
         CHECK(names.count(n) == 1);
 }

@@ -155,7 +155,8 @@ TEST_CASE("pipeline cache: corrupt, foreign and stale files are ignored and repl
         k.spirv_hash ^= 1;
         with(k, driver_data);
         CHECK(status_of_next_run() == "stale");
-        CHECK(vk::Context(test::settings()).pipeline_cache_info().status == "loaded");  // replaced by this build's cache
+        CHECK(vk::Context(test::settings()).pipeline_cache_info().status ==
+              "loaded");  // replaced by this build's cache
         return;
     }
     SECTION("stale: another driver version") {
@@ -169,7 +170,8 @@ TEST_CASE("pipeline cache: corrupt, foreign and stale files are ignored and repl
     const std::string s = status_of_next_run();
     INFO(s);
     CHECK((s.rfind("corrupt: ", 0) == 0 || s.rfind("foreign: ", 0) == 0));
-    CHECK(vk::Context(test::settings()).pipeline_cache_info().status == "loaded");  // rewritten, and loaded by the run after
+    CHECK(vk::Context(test::settings()).pipeline_cache_info().status ==
+          "loaded");  // rewritten, and loaded by the run after
 }
 
 TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails nothing", "[pipeline_cache]") {

@@ -31,8 +31,8 @@ struct Mlp {
         g.output(g.linear(g.gelu(g.linear(x, w1, {}), true), w2, {}), "y");
     }
     exec::Counters plan(vk::Context& ctx) const {
-        exec::Executor ex(ctx, g, [](const ir::Value&, void* dst, size_t n) { std::memset(dst, 0, n); },
-                          exec::Mode::full);
+        exec::Executor ex(
+            ctx, g, [](const ir::Value&, void* dst, size_t n) { std::memset(dst, 0, n); }, exec::Mode::full);
         return ex.counters();
     }
 };
