@@ -112,7 +112,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     ls.cond_first = true;      // DiT: [cond, null class]
     ls.scale_in_place = true;  // diffusers' DiTPipeline steps the scaled latent_model_input
     ls.guidance = (float)opt.guidance;
-    res.device_loop = use_device_loop(opt.host_loop) && StepProgram::supported(tx, ls);
+    res.device_loop = use_device_loop(ctx.settings(), opt.host_loop) && StepProgram::supported(tx, ls);
     if (res.device_loop) {
         const auto table = plan_loop_steps(*sched, [&](int i) { return (float)ts[(size_t)i]; });
         // the device steps the first half: each step's first n_half values

@@ -342,8 +342,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             }
     };
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
-    res.device_loop = !slg && use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
-                      StepProgram::supported(tx_exec, ls);
+    res.device_loop = !slg && use_device_loop(ctx.settings(), opt.host_loop) &&
+                      (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(tx_exec, ls);
     if (res.device_loop) {
         StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep), device_step_noise(step_noise, n_lat));
         std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)

@@ -323,7 +323,6 @@ Run add_bench(CLI::App& app) {
         }
         if (o->size > 0) arch.latent = o->size / 8;
         const exec::BlockWeights bw = exec::parse_block_weights(o->block_weights);
-        if (!o->block_layout.empty()) ::setenv("KILN_BLOCK_LAYOUT", o->block_layout.c_str(), 1);
         std::vector<exec::Mode> modes;
         if (o->mode == "all")
             modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
@@ -345,7 +344,16 @@ Run add_bench(CLI::App& app) {
                    "--interleave runs one fusion setting: give --fuse on, off or all (both makes two rows per mode)");
         // The KILN_FUSE value the executors read for --fuse on/off/all ("" leaves the environment as it is).
         const std::string fuse_env_of_option = o->fuse == "on" ? "1" : o->fuse == "off" ? "0" : o->fuse;
-        vk::Context ctx(o->device, -1, o->no_pipeline_cache ? 0 : -1);
+        Settings settings = cli_settings(o->device);
+        settings.context.skip_pipeline_cache_file = o->no_pipeline_cache;
+        if (!o->block_layout.empty()) settings.exec.block_layout = o->block_layout;
+        vk::Context ctx(settings);
+        // The executors of one row read its fusion from the context's settings ("" keeps the environment's).
+        auto set_fuse = [&](const std::string& fuse) {
+            Settings s = settings;
+            if (!fuse.empty()) s.exec.fuse = fuse;
+            ctx.set_settings(s);
+        };
         ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
         exec::Budget budget{o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget), o->slots, !o->no_in_place};
         auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
@@ -379,7 +387,7 @@ Run add_bench(CLI::App& app) {
         }
         bool header = false;
         for (auto& [mode, fuse_env] : rows) {
-            if (!fuse_env.empty()) ::setenv("KILN_FUSE", fuse_env.c_str(), 1);
+            set_fuse(fuse_env);
             ir::Graph g;
             models::Builder b(g, *ws);
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
@@ -529,15 +537,15 @@ Run add_bench(CLI::App& app) {
                                  {"copy_queue", c.copy_queue},
                                  {"copy_batches_per_step", c.copy_batches_per_run}};
             report["modes"].push_back(jm);
-            if (!fuse_env.empty()) ::unsetenv("KILN_FUSE");
+            set_fuse("");
         }
         if (o->interleave > 0) {  // with the rows' fusion
-            if (!fuse_env_of_option.empty()) ::setenv("KILN_FUSE", fuse_env_of_option.c_str(), 1);
+            set_fuse(fuse_env_of_option);
             ir::Graph g;
             models::Builder b(g, *ws);
             auto in = models::build_component(b, arch.cls, arch.config, inputs);
             report["interleaved"] = interleaved(ctx, g, b, in, modes, bw, budget, o->warmup, o->interleave);
-            if (!fuse_env_of_option.empty()) ::unsetenv("KILN_FUSE");
+            set_fuse("");
         }
         if (o->stream) {
             ir::Graph g;

@@ -298,7 +298,7 @@ Run add_generate(CLI::App& app) {
         auto open_device = [&](ContextPtr& api, std::unique_ptr<vk::Context>& ctx) {
             const uint64_t budget = o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget);
             if (o->profile || o->host_loop) {
-                ctx = std::make_unique<vk::Context>(o->device);
+                ctx = std::make_unique<vk::Context>(cli_settings(o->device));
                 if (budget) ctx->set_vram_budget(budget);
             } else {
                 api = open_context(o->device, budget);

@@ -63,10 +63,9 @@ uint32_t weight_buf_bindings(vk::ShaderKey shader) {
             return vk::reflect_spirv(vk::kShaderTable[i].code, vk::kShaderTable[i].words).ptr_bindings;
     return 0;
 }
-// KILN_BLOCK_LAYOUT: auto | block | weight (see the top of this file).
-std::string block_layout() {
-    const char* env = std::getenv("KILN_BLOCK_LAYOUT");
-    const std::string e = env && *env ? env : "auto";
+// ExecOptions::block_layout (KILN_BLOCK_LAYOUT): auto | block | weight (see the top of this file).
+std::string block_layout(const vk::Context& ctx) {
+    const std::string e = ctx.settings().exec.block_layout;
     KILN_CHECK(e == "auto" || e == "block" || e == "weight", "KILN_BLOCK_LAYOUT='", e, "' (auto, block or weight)");
     return e;
 }
@@ -147,7 +146,7 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
     const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const bool split_ok = select == BlockWeights::offset || (select == BlockWeights::automatic && cpu);
     if (allow_offset && select != BlockWeights::device &&
-        (total <= max_binding || (block_layout() != "block" && weight_major_fits(k)) ||
+        (total <= max_binding || (block_layout(ctx) != "block" && weight_major_fits(k)) ||
          (split_ok && stride <= max_binding))) {
         for (int n : readers) ptr_slot[n] = 0;
         return Select::offset;
@@ -185,7 +184,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
     // instance resident): what the budget decision needs.
     std::vector<KindNeed> needs;
     weight_arena.assign(blocks.size(), {});
-    const std::string layout = block_layout();
+    const std::string layout = block_layout(ctx);
     for (auto& k : blocks) {
         std::vector<VkDeviceSize> rel;
         VkDeviceSize stride = 0;
@@ -362,10 +361,7 @@ void Executor::Impl::build_ptr_tables() {
 void Executor::Impl::build_advance() {
     replay_array.assign(blocks.size(), false);
     advance.assign(blocks.size(), -1);
-    const char* env = std::getenv("KILN_SELECT_ADVANCE");
-    const std::string e = env ? env : "1";
-    KILN_CHECK(e == "0" || e == "1", "KILN_SELECT_ADVANCE='", e, "' (0 or 1)");
-    if (mode != Mode::regional || e == "0") return;
+    if (mode != Mode::regional || !ctx.settings().exec.select_advance) return;  // KILN_SELECT_ADVANCE=0
     std::vector<uint8_t> rows(16 * ((blocks.size() + 3) / 4));  // the counters (zero), 16-byte aligned rows after
     std::vector<VkDeviceSize> row0(blocks.size(), 0);
     std::vector<size_t> with_rows;  // kinds whose dispatches select weights: they get a select_advance

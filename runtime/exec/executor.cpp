@@ -39,24 +39,20 @@ BlockWeights parse_block_weights(const std::string& s) {
 }
 
 namespace {
-// The graph the executor plans: fused (ir::fuse) in full and regional mode unless KILN_FUSE=0; eager runs the
-// graph as built (one dispatch per model op, as PyTorch eager). linear_multi is left out on CPU devices: on
+// The graph the executor plans: fused (ir::fuse) in full and regional mode unless ExecOptions::fuse is "0"; eager runs
+// the graph as built (one dispatch per model op, as PyTorch eager). linear_multi is left out on CPU devices: on
 // lavapipe a 3-part q/k/v dispatch at DiT-XL size showed no gain over the three linears (tests/ops/bench_ops.cpp
 // "fusion payoff per fusion": equal within noise at light load, 8-12% slower under heavy load), while its
 // pipeline adds compile time.
-// KILN_FUSE=all: every fusion, every mode, every device.
+// fuse "all": every fusion, every mode, every device.
 // Slices are read in place (ir::InputView) only by ops no larger than one binding: row chunks (row_split.cpp) do
 // not split views.
-// KILN_ACT_F16=1: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
-ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& info, uint64_t max_binding,
-                        ir::FuseStats& st, Counters& c) {
+// act_f16: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
+ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& info, const ExecOptions& o,
+                        uint64_t max_binding, ir::FuseStats& st, Counters& c) {
     const bool cpu_device = info.vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    const char* env = std::getenv("KILN_FUSE");
-    const std::string e = env ? env : "1";
+    const std::string& e = o.fuse;
     KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
-    const char* env16 = std::getenv("KILN_ACT_F16");
-    const std::string e16 = env16 ? env16 : "0";
-    KILN_CHECK(e16 == "0" || e16 == "1", "KILN_ACT_F16='", e16, "' (0 or 1)");
     ir::Graph out = g;
     if (e != "0" && (mode != Mode::eager || e == "all")) {
         ir::FuseOptions opt;
@@ -65,7 +61,7 @@ ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& inf
         opt.view_max_bytes = max_binding;
         out = ir::fuse(g, &st, opt);
     }
-    if (e16 == "1") c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved);
+    if (o.act_f16) c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved);
     return out;
 }
 }  // namespace
@@ -74,22 +70,22 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
                    BlockWeights block_weights, const Budget& budget) {
     ir::FuseStats fused;
     Counters early;
+    const Settings& s = ctx.settings();
+    const ExecOptions o = s.exec;
     uint64_t max_binding = ctx.info().max_storage_buffer_range;
-    if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
-        max_binding = std::min<uint64_t>(max_binding, std::strtoull(env, nullptr, 10));
-    impl_ = std::make_unique<Impl>(ctx, planned_graph(g, mode, ctx.info(), max_binding, fused, early), mode);
+    if (s.test.max_binding_range)  // testing: lower the binding limit
+        max_binding = std::min<uint64_t>(max_binding, s.test.max_binding_range);
+    impl_ = std::make_unique<Impl>(ctx, planned_graph(g, mode, ctx.info(), o, max_binding, fused, early), mode);
     impl_->c.f16_activations = early.f16_activations;
     impl_->c.f16_activation_bytes_saved = early.f16_activation_bytes_saved;
     impl_->c.nodes_fused = fused.nodes_removed;
     impl_->profile = profile;
     impl_->budget = budget;
-    if (const char* env = std::getenv("KILN_STREAM_IN_PLACE"); env && std::string(env) == "0")
+    if (o.stream_in_place == 0)
         impl_->budget.in_place = false;
-    else if (env && std::string(env) == "1")
+    else if (o.stream_in_place == 1)
         impl_->budget.force_in_place = true;
-    impl_->select = block_weights;
-    if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
-        impl_->select = parse_block_weights(env);
+    impl_->select = block_weights == BlockWeights::automatic ? parse_block_weights(o.block_weights) : block_weights;
     impl_->max_binding = max_binding;
     impl_->c.binding_limit_bytes = impl_->max_binding;
     impl_->plan(weights);

@@ -246,7 +246,9 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
 }
 
 std::string linear_table_path(vk::Context& ctx) {
-    std::string p = vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()));
+    const ContextOptions& o = ctx.settings().context;  // KILN_PIPELINE_CACHE=0: no table file either
+    std::string p =
+        o.pipeline_cache ? vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()), o.cache_dir) : "";
     if (p.empty()) return "";
     auto slash = p.rfind('/');
     vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
@@ -402,8 +404,7 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
 }
 
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
-    const char* e = std::getenv("KILN_LINEAR");
-    if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
+    if (!t_override.empty() || ctx.settings().exec.linear != "auto") return;
     for (const ir::Node& n : g.nodes()) {
         if (n.op == ir::Op::conv2d || n.op == ir::Op::attention)  // they follow one table (choose_texel_op)
             linear_table(ctx, texel_table_dtype(ctx, g));
@@ -414,15 +415,12 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
 
 // conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured linear table
 // (of texel_table_dtype) picks "tex" at 256 rows (the device reads texel buffers faster than storage buffers), or
-// as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says.
-void choose_texel_op(vk::Context& ctx, const ir::Graph& g, vk::Dispatch& d, const char* env) {
-    const char* e = std::getenv(env);
-    const std::string v = e && *e ? e : "auto";
+// as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says (ExecOptions::conv2d, attention: `v`, named `env`).
+void choose_texel_op(vk::Context& ctx, const ir::Graph& g, vk::Dispatch& d, const char* env, const std::string& v) {
     KILN_CHECK(v == "auto" || v == "buf" || v == "tex", env, "='", v, "' (auto, buf or tex)");
     if (v == "buf" || !ctx.info().texel_formats) return;
     if (v == "auto") {
-        const char* l = std::getenv("KILN_LINEAR");
-        const std::string forced = !t_override.empty() ? t_override : l && *l ? l : "auto";
+        const std::string forced = !t_override.empty() ? t_override : ctx.settings().exec.linear;
         const DType dt = forced == "auto" ? texel_table_dtype(ctx, g) : DType::f32;
         const std::string pick = forced == "auto" ? linear_table(ctx, dt).pick(dt, 256) : forced;
         if (pick != "tex") return;
@@ -431,14 +429,11 @@ void choose_texel_op(vk::Context& ctx, const ir::Graph& g, vk::Dispatch& d, cons
 }
 
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
-    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, g, d, "KILN_CONV2D");
-    if (n.op == ir::Op::attention) return choose_texel_op(ctx, g, d, "KILN_ATTENTION");
+    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, g, d, "KILN_CONV2D", ctx.settings().exec.conv2d);
+    if (n.op == ir::Op::attention) return choose_texel_op(ctx, g, d, "KILN_ATTENTION", ctx.settings().exec.attention);
     if (n.op != ir::Op::linear) return;
     std::string v = t_override;
-    if (v.empty()) {
-        const char* e = std::getenv("KILN_LINEAR");
-        v = e && *e ? e : "auto";
-    }
+    if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
     KILN_CHECK(
         v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) != linear_variants().end(),

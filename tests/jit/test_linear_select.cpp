@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 vk::Context& ctx() {
-    static vk::Context c;
+    static vk::Context c{test::settings()};
     return c;
 }
 
@@ -128,8 +128,9 @@ TEST_CASE("the linear table file round-trips and is keyed by device, driver and 
 TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline cache", "[linear_select]") {
     TempCacheDir tmp;
     const std::string path = exec::linear_table_path(ctx());
-    CHECK(fs::path(path).parent_path() ==
-          fs::path(vk::pipeline_cache_path(vk::pipeline_cache_key(ctx().physical()))).parent_path());
+    CHECK(fs::path(path).parent_path() == fs::path(vk::pipeline_cache_path(vk::pipeline_cache_key(ctx().physical()),
+                                                                           ctx().settings().context.cache_dir))
+                                              .parent_path());
     REQUIRE(!fs::exists(path));
     // f32 rows another process measured (made up here): kept, every one of them, when bf16 is added.
     exec::LinearTable other;
