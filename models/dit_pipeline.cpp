@@ -188,7 +188,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     res.transformer_counters = tx.counters();
 
     // One generator, as diffusers' torch.manual_seed(seed): the latents (unless given), then the noise of every step
-    // of a scheduler that draws one (Euler ancestral). DiTPipeline passes no generator to scheduler.step, so the step
+    // of a scheduler that draws one (Euler ancestral). The pipeline passes no generator to scheduler.step, so the step
     // draws from torch's default generator, which torch.manual_seed seeded: the same stream.
     TorchCpuGenerator gen(opt.seed);
     Tensor latents(DType::f32, lat_shape);
@@ -227,7 +227,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     ls.row_out = (uint32_t)(tx.device_range("sample").size / 4 / (VkDeviceSize)BB);
     ls.cfg = cfg;
     ls.cond_first = true;      // DiT: [cond, null class]
-    ls.scale_in_place = true;  // diffusers' DiTPipeline steps the scaled latent_model_input
+    ls.scale_in_place = true;  // diffusers' DiT pipeline steps the scaled latent_model_input
     ls.guidance = (float)opt.guidance;
     res.device_loop = use_device_loop(opt.host_loop) && exec::StepProgram::supported(tx, ls);
     if (res.device_loop) {

@@ -118,7 +118,7 @@ void plan_size(const T2IOptions& opt, const Family& f, int sample, int multiple,
     p.width = opt.width.value_or(sample * p.vae_scale_factor);
     KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
     if (f.round_size_down && (p.height % multiple || p.width % multiple)) {
-        // diffusers' FluxPipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
+        // diffusers' Flux pipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
         // other pipelines raise.
         const int h = p.height / multiple * multiple, w = p.width / multiple * multiple;
         KILN_CHECK(h > 0 && w > 0, p.pipeline, ": width and height must be at least ", multiple, ", got ", p.width, "x",
