@@ -296,6 +296,50 @@ std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std
     return x;
 }
 
+// The loop on the device (runtime/exec/step_program.h): guidance and the scheduler step fused after the
+// transformer; with intermediates, steps run one at a time and are read back. latents_out reads the final latents
+// with the VAE's scaling applied.
+std::vector<float> denoise_on_device(vk::Context& ctx, Transformers& t, sched::Scheduler& sched,
+                                     const std::vector<float>& x, const Guide& guide, const exec::StepLoopSpec& ls,
+                                     const T2IOptions& opt, const std::vector<std::vector<float>>& step_noise,
+                                     const std::function<float(int)>& timestep, GenerateResult& res,
+                                     const std::function<std::vector<float>(exec::StepProgram&)>& latents_out) {
+    const auto t_loop = Clock::now();
+    const size_t n_lat = x.size();
+    const Shape& lat_shape = guide.lat_shape;
+    exec::StepProgram prog(ctx, *t.x, ls, plan_loop_steps(sched, timestep), device_step_noise(step_noise, n_lat));
+    std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
+    std::vector<float> noise(n_lat);
+    if (opt.keep_intermediates)
+        observe = [&](int i) {
+            const std::string si = "step" + std::to_string(i);
+            const Tensor out = t.x->output("sample");
+            res.intermediates.push_back({si + "_transformer_out", out});
+            guide(out, noise);  // the device fused it into the step; the same arithmetic, for the record
+            res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+            if (!step_noise.empty())
+                res.intermediates.push_back(
+                    {si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
+            res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
+        };
+    prog.run(x, step_timer(res, opt.progress), observe);
+    res.loop_plan_ms = prog.stats().plan_ms;
+    res.denoise_ms = ms_since(t_loop);
+    res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
+    return latents_out(prog);
+}
+
+// The schedule as the fixtures record it: timesteps, and sigmas where the scheduler has them.
+void keep_schedule(const sched::Scheduler& sched, GenerateResult& res) {
+    const auto& ts = sched.timesteps();
+    res.intermediates.push_back(
+        {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+    const auto& sg = sched.sigmas();
+    if (!sg.empty())
+        res.intermediates.push_back(
+            {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
+}
+
 // VAE decode, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC.
 void decode_images(VaeRunner& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res) {
     auto t_dec = Clock::now();
@@ -438,17 +482,10 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         for (auto& kv : tx.named()) res.intermediates.push_back(kv);
         res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
         if (f.packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
-        const auto& ts = sched->timesteps();
-        res.intermediates.push_back(
-            {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
-        const auto& sg = sched->sigmas();
-        if (!sg.empty())
-            res.intermediates.push_back(
-                {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
+        keep_schedule(*sched, res);
     }
 
     // ---- Denoising loop; then the latents for the VAE: latents / scaling_factor (+ shift_factor).
-    auto t_loop = Clock::now();
     const auto& ts = sched->timesteps();
     const size_t n_lat = x.size(), row_lat = n_lat / (size_t)B;
     // PixArt: the scheduler's (integer) timestep; SD3: t = sigma * 1000; Flux: t / 1000 (float32, as torch).
@@ -468,26 +505,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     res.device_loop = !t.slg && use_device_loop(opt.host_loop) &&
                       (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && exec::StepProgram::supported(*t.x, ls);
     if (res.device_loop) {
-        exec::StepProgram prog(ctx, *t.x, ls, plan_loop_steps(*sched, timestep), device_step_noise(step_noise, n_lat));
-        std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
-        std::vector<float> noise(n_lat);
-        if (opt.keep_intermediates)
-            observe = [&](int i) {
-                const std::string si = "step" + std::to_string(i);
-                const Tensor out = t.x->output("sample");
-                res.intermediates.push_back({si + "_transformer_out", out});
-                guide(out, noise);  // the device fused it into the step; the same arithmetic, for the record
-                res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
-                if (!step_noise.empty())
-                    res.intermediates.push_back(
-                        {si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
-                res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
-            };
-        prog.run(x, step_timer(res, opt.progress), observe);
-        res.loop_plan_ms = prog.stats().plan_ms;
-        res.denoise_ms = ms_since(t_loop);
-        res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
-        z = f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf);
+        z = denoise_on_device(
+            ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res,
+            [&](exec::StepProgram& prog) { return f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf); });
         if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
         x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res);
