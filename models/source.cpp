@@ -34,6 +34,12 @@ std::string component_role(const std::string& cls) {
     return "";
 }
 
+const Family* model_family(const ModelSource& src) {
+    if (!src.has("transformer")) return nullptr;
+    const ComponentClass* c = find_component_class(src.class_of("transformer"));
+    return c ? transformer_family(c->kind) : nullptr;
+}
+
 namespace {
 // diffusers writes Python's JSON (-Infinity, NaN in scheduler configs); parsed with those as null.
 json parse_py_json(const std::string& text, const std::string& what) {

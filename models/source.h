@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/registry/registry.h"
 #include "models/text/tokenizer.h"
 #include "models/weights.h"
 #include "runtime/core/file_io.h"
@@ -49,5 +50,9 @@ private:
 // "text_encoder" or "tokenizer"; "scheduler" for schedulers, "transformer" for other *Transformer* classes
 // (refused where they are built); "" otherwise.
 std::string component_role(const std::string& class_name);
+
+// The registry family of src's transformer (DiT, PixArt, SD3, Flux); nullptr without a transformer or for a class no
+// family runs.
+const Family* model_family(const ModelSource& src);
 
 }  // namespace kiln::models

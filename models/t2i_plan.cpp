@@ -211,9 +211,7 @@ std::string t2i_pipeline_class(const ModelSource& src) {
         const Family* f = find_pipeline_family(c);
         if (f && f->text_to_image()) return c;
     }
-    if (!src.has("transformer")) return "";
-    const ComponentClass* k = find_component_class(src.class_of("transformer"));
-    const Family* f = k ? transformer_family(k->kind) : nullptr;
+    const Family* f = model_family(src);
     if (!f || !f->text_to_image()) return "";
     // PixArt: the transformer's micro-conditions (resolution, aspect ratio) make it PixArt-α.
     const bool micro = f->transformer == ComponentKind::pixart &&

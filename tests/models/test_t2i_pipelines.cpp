@@ -97,6 +97,14 @@ TEST_CASE("text-to-image pipelines: defaults, dispatch and size checks", "[model
     CHECK(models::t2i_pipeline_class(sd3) == "StableDiffusion3Pipeline");
     CHECK(models::t2i_pipeline_class(flux) == "FluxPipeline");
     CHECK(models::t2i_pipeline_class(models::ModelSource::open(test::data_path("fixtures/dit_pipeline_ddim"))) == "");
+    // The registry family of each (what the CLI and the C API dispatch on).
+    auto dit = models::ModelSource::open(test::data_path("fixtures/dit_pipeline_ddim"));
+    CHECK(models::model_family(dit)->id == models::FamilyId::dit);
+    CHECK(models::model_family(pix)->id == models::FamilyId::pixart);
+    CHECK(models::model_family(sd3)->id == models::FamilyId::sd3);
+    CHECK(models::model_family(flux)->id == models::FamilyId::flux);
+    CHECK(models::model_family(models::ModelSource::open(test::data_path("fixtures/vae"))) == nullptr);
+    CHECK(models::plan_t2i(flux, {}).family == models::model_family(flux));
 
     models::T2IOptions o;
     o.resolution_binning = false;
