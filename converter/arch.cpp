@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::converter {
@@ -337,7 +338,7 @@ ArchSpec autoencoder_kl(const Config& c) {
     return s;
 }
 
-// transformers' CLIPTextModel / CLIPTextModelWithProjection (modeling_clip.py).
+// transformers' CLIP text model, with or without the text projection (modeling_clip.py).
 ArchSpec clip_text(const Config& c, bool projection) {
     ArchSpec s{"text_encoder", {}, {}, {}};
     Names n{s.expected, ""};
@@ -367,7 +368,7 @@ ArchSpec clip_text(const Config& c, bool projection) {
     return s;
 }
 
-// transformers' T5EncoderModel (modeling_t5.py): block 0 alone holds relative_attention_bias, so the
+// transformers' T5 encoder (modeling_t5.py): block 0 alone holds relative_attention_bias, so the
 // blocks form two runs (variant 1 for block 0, 0 for the rest).
 ArchSpec t5_encoder(const Config& c) {
     ArchSpec s{"text_encoder", {}, {}, {}};
@@ -398,7 +399,7 @@ ArchSpec t5_encoder(const Config& c) {
     n.w("encoder.final_layer_norm");
     s.blocks.push_back(std::move(kind));
     s.aliases = {{"encoder.embed_tokens.weight", "shared.weight"}};  // tied to shared
-    s.ignored = {"decoder.", "lm_head."};                            // T5EncoderModel ignores "decoder"
+    s.ignored = {"decoder.", "lm_head."};                            // the encoder-only model ignores them
     s.weights_base = "model";
     return s;
 }
@@ -406,14 +407,12 @@ ArchSpec t5_encoder(const Config& c) {
 }  // namespace
 
 const std::vector<std::string>& supported_model_classes() {
-    static const std::vector<std::string> v = {"DiTTransformer2DModel",
-                                               "PixArtTransformer2DModel",
-                                               "SD3Transformer2DModel",
-                                               "FluxTransformer2DModel",
-                                               "AutoencoderKL",
-                                               "CLIPTextModel",
-                                               "CLIPTextModelWithProjection",
-                                               "T5EncoderModel"};
+    static const std::vector<std::string> v = [] {
+        std::vector<std::string> out;
+        for (const auto& c : models::component_classes())
+            if (c.role != models::Role::tokenizer) out.push_back(c.name);
+        return out;
+    }();
     return v;
 }
 
@@ -430,28 +429,32 @@ bool is_supported_scheduler(const std::string& cls) {
 
 ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const std::string& where) {
     Config c{config, where};
-    ArchSpec s;
-    if (cls == "DiTTransformer2DModel") {
-        s = dit(c);
-    } else if (cls == "PixArtTransformer2DModel") {
-        s = pixart(c);
-    } else if (cls == "SD3Transformer2DModel") {
-        s = sd3(c);
-    } else if (cls == "FluxTransformer2DModel") {
-        s = flux(c);
-    } else if (cls == "AutoencoderKL") {
-        s = autoencoder_kl(c);
-    } else if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection") {
-        s = clip_text(c, cls == "CLIPTextModelWithProjection");
-    } else if (cls == "T5EncoderModel") {
-        s = t5_encoder(c);
-    } else {
-        std::string list;
-        for (auto& m : supported_model_classes()) list += (list.empty() ? "" : ", ") + m;
-        for (auto& m : supported_scheduler_classes()) list += ", " + m;
-        KILN_FAIL(where, ": unsupported _class_name '", cls, "' (supported: ", list, ")");
+    const models::ComponentClass* k = models::find_component_class(cls);
+    switch (k ? k->kind : models::ComponentKind::clip_tokenizer) {
+        case models::ComponentKind::dit:
+            return dit(c);
+        case models::ComponentKind::pixart:
+            return pixart(c);
+        case models::ComponentKind::sd3:
+            return sd3(c);
+        case models::ComponentKind::flux:
+            return flux(c);
+        case models::ComponentKind::vae:
+            return autoencoder_kl(c);
+        case models::ComponentKind::clip_text:
+            return clip_text(c, false);
+        case models::ComponentKind::clip_text_projection:
+            return clip_text(c, true);
+        case models::ComponentKind::t5_encoder:
+            return t5_encoder(c);
+        case models::ComponentKind::clip_tokenizer:
+        case models::ComponentKind::t5_tokenizer:
+            break;  // tokenizers have no weights; an unknown class lands here too
     }
-    return s;
+    std::string list;
+    for (auto& m : supported_model_classes()) list += (list.empty() ? "" : ", ") + m;
+    for (auto& m : supported_scheduler_classes()) list += ", " + m;
+    KILN_FAIL(where, ": unsupported _class_name '", cls, "' (supported: ", list, ")");
 }
 
 std::string canonical_name(const ArchSpec& spec, const std::string& name) {

@@ -31,7 +31,7 @@ struct ArchSpec {
     std::string weights_base = "diffusion_pytorch_model";  // transformers: "model"
 };
 
-// Supported model classes ("DiTTransformer2DModel, ...") and scheduler classes, for messages.
+// Supported model classes (the registry's transformers, VAE and text encoders) and scheduler classes.
 const std::vector<std::string>& supported_model_classes();
 const std::vector<std::string>& supported_scheduler_classes();
 bool is_supported_scheduler(const std::string& cls);

@@ -373,64 +373,66 @@ std::string python_json_to_json(const std::string& s) {
     return out;
 }
 
-Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::ostream* log = opt.quiet ? nullptr : (opt.log ? opt.log : &std::cerr);
-    const fs::path dir(src_dir);
-    KILN_CHECK(fs::is_directory(dir), src_dir, ": not a directory");
-    KILN_CHECK(!out_path.empty(), "no output path given");
-
-    GgufWriter w;
+namespace {
+// A pipeline folder: model_index.json's components (transformer, vae, scheduler, then text encoders and tokenizers)
+// planned and validated; the pipeline metadata goes to w.
+std::vector<Component> plan_pipeline(const fs::path& dir, const Options& opt, std::ostream* log, GgufWriter& w) {
     std::vector<Component> comps;
-    std::string name = fs::weakly_canonical(dir).filename().string();
+    const fs::path mi = dir / "model_index.json";
+    std::string text = read_text(mi);
+    json j = parse_json_object(text, mi.string());
+    std::string pcls = class_name(j, mi.string());
+    std::map<std::string, std::string> classes;
+    for (auto& [k, v] : j.items()) {
+        if (k.empty() || k[0] == '_' || !v.is_array()) continue;
+        KILN_CHECK(v.size() == 2, mi.string(), ": component '", k, "' is not [library, class]");
+        if (v[1].is_null()) continue;  // an optional component that is absent
+        KILN_CHECK(v[1].is_string(), mi.string(), ": component '", k, "' class is not a string");
+        classes[k] = v[1].get<std::string>();
+    }
+    KILN_CHECK(classes.count("transformer") || classes.count("vae") || classes.count("scheduler"), mi.string(),
+               ": pipeline ", pcls, " has no transformer, vae or scheduler component",
+               (classes.count("unet") ? " (UNet pipelines are not supported)" : ""));
+    // Text encoders and tokenizers by class; model_index keys sort text_encoder < text_encoder_2 < ...
+    const auto& models = supported_model_classes();
+    std::vector<std::string> encoders, tokenizers;
+    for (auto& [k, cls] : classes) {
+        if (k == "transformer" || k == "vae" || k == "scheduler") continue;
+        if (k == "unet") KILN_FAIL(mi.string(), ": component 'unet' (", cls, ") is not supported");
+        if (is_supported_tokenizer(cls))
+            tokenizers.push_back(k);
+        else if (k.compare(0, 12, "text_encoder") == 0 && std::find(models.begin(), models.end(), cls) != models.end())
+            encoders.push_back(k);
+        else if (log)
+            *log << "kiln-convert: note: skipping component '" << k << "' (" << cls << "): not supported\n";
+    }
+    auto folder = [&](const std::string& k) {
+        KILN_CHECK(fs::is_directory(dir / k), mi.string(), ": component '", k, "' (", classes[k], ") has no folder ",
+                   (dir / k).string());
+        return dir / k;
+    };
+    for (const char* k : {"transformer", "vae"})
+        if (classes.count(k)) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
+    if (classes.count("scheduler")) {
+        comps.push_back(plan_scheduler(folder("scheduler")));
+        KILN_CHECK(comps.back().cls == classes["scheduler"], (dir / "scheduler/scheduler_config.json").string(),
+                   ": _class_name '", comps.back().cls, "' differs from model_index.json, which says '",
+                   classes["scheduler"], "'");
+    }
+    for (auto& k : encoders) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
+    for (auto& k : tokenizers) comps.push_back(plan_tokenizer(folder(k), k, classes[k], log));
+    w.set_string("kiln.pipeline.class", pcls);
+    w.set_string("kiln.pipeline.model_index", text);
+    if (j.contains("id2label")) w.set_string("kiln.pipeline.id2label", j["id2label"].dump());
+    return comps;
+}
+
+// The components of any folder kiln-convert takes: a pipeline, a model, a scheduler or a tokenizer.
+std::vector<Component> plan_folder(const fs::path& dir, const std::string& src_dir, const Options& opt,
+                                   std::ostream* log, GgufWriter& w) {
+    std::vector<Component> comps;
     if (fs::exists(dir / "model_index.json")) {
-        const fs::path mi = dir / "model_index.json";
-        std::string text = read_text(mi);
-        json j = parse_json_object(text, mi.string());
-        std::string pcls = class_name(j, mi.string());
-        std::map<std::string, std::string> classes;
-        for (auto& [k, v] : j.items()) {
-            if (k.empty() || k[0] == '_' || !v.is_array()) continue;
-            KILN_CHECK(v.size() == 2, mi.string(), ": component '", k, "' is not [library, class]");
-            if (v[1].is_null()) continue;  // an optional component that is absent
-            KILN_CHECK(v[1].is_string(), mi.string(), ": component '", k, "' class is not a string");
-            classes[k] = v[1].get<std::string>();
-        }
-        KILN_CHECK(classes.count("transformer") || classes.count("vae") || classes.count("scheduler"), mi.string(),
-                   ": pipeline ", pcls, " has no transformer, vae or scheduler component",
-                   (classes.count("unet") ? " (UNet pipelines are not supported)" : ""));
-        // Text encoders and tokenizers by class; model_index keys sort text_encoder < text_encoder_2 < ...
-        const auto& models = supported_model_classes();
-        std::vector<std::string> encoders, tokenizers;
-        for (auto& [k, cls] : classes) {
-            if (k == "transformer" || k == "vae" || k == "scheduler") continue;
-            if (k == "unet") KILN_FAIL(mi.string(), ": component 'unet' (", cls, ") is not supported");
-            if (is_supported_tokenizer(cls))
-                tokenizers.push_back(k);
-            else if (k.compare(0, 12, "text_encoder") == 0 &&
-                     std::find(models.begin(), models.end(), cls) != models.end())
-                encoders.push_back(k);
-            else if (log)
-                *log << "kiln-convert: note: skipping component '" << k << "' (" << cls << "): not supported\n";
-        }
-        auto folder = [&](const std::string& k) {
-            KILN_CHECK(fs::is_directory(dir / k), mi.string(), ": component '", k, "' (", classes[k],
-                       ") has no folder ", (dir / k).string());
-            return dir / k;
-        };
-        for (const char* k : {"transformer", "vae"})
-            if (classes.count(k)) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
-        if (classes.count("scheduler")) {
-            comps.push_back(plan_scheduler(folder("scheduler")));
-            KILN_CHECK(comps.back().cls == classes["scheduler"], (dir / "scheduler/scheduler_config.json").string(),
-                       ": _class_name '", comps.back().cls, "' differs from model_index.json, which says '",
-                       classes["scheduler"], "'");
-        }
-        for (auto& k : encoders) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
-        for (auto& k : tokenizers) comps.push_back(plan_tokenizer(folder(k), k, classes[k], log));
-        w.set_string("kiln.pipeline.class", pcls);
-        w.set_string("kiln.pipeline.model_index", text);
-        if (j.contains("id2label")) w.set_string("kiln.pipeline.id2label", j["id2label"].dump());
+        comps = plan_pipeline(dir, opt, log, w);
     } else if (fs::exists(dir / "config.json")) {
         comps.push_back(plan_model(dir, "", "", opt, log));
     } else if (fs::exists(dir / "scheduler_config.json")) {
@@ -443,6 +445,84 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
                   ": not a diffusers folder (no model_index.json, config.json, scheduler_config.json or "
                   "tokenizer files)");
     }
+    return comps;
+}
+
+// One tensor of c into w's layout (converted to it.out when written); returns its offset.
+uint64_t add_tensor(GgufWriter& w, Component& c, const std::string& full, const Item& it, Summary& sum) {
+    const SafeTensorInfo* src = it.src;
+    const SafeTensors* st = c.st.get();
+    DType to = it.out;
+    sum.tensors++;
+    return w.add_tensor(full, to, src->shape, [st, src, to](void* dst) {
+        if (src->dtype == to) {
+            st->read_bytes(*src, dst);
+            return;
+        }
+        std::vector<uint8_t> buf((size_t)src->nbytes);
+        st->read_bytes(*src, buf.data());
+        kiln::convert(buf.data(), src->dtype, dst, to, (size_t)shape_numel(src->shape));
+    });
+}
+
+// A component's metadata, then its tensors: the loose ones, then each block kind run by run, checking that every
+// run is laid out as base + i * stride (the runtime's contract).
+void add_component(GgufWriter& w, Component& c, Summary& sum) {
+    const std::string p = "kiln." + c.name + ".";
+    w.set_string(p + "class", c.cls);
+    w.set_string(p + "config", c.config_text);
+    w.set_i64(p + "params", c.params);
+    sum.params += c.params;
+    if (c.tokenizer) write_tokenizer_files(w, c.name, c.files);
+    if (c.scheduler || c.tokenizer) return;
+    for (auto& it : c.loose) add_tensor(w, c, c.name + "." + it.rel, it, sum);
+    std::vector<std::string> kind_names;
+    for (auto& kp : c.kinds) {
+        kind_names.push_back(kp.name);
+        std::vector<int64_t> runs;
+        for (auto& r : kp.runs) {
+            std::vector<std::vector<uint64_t>> offs;
+            for (int64_t i = r.first; i < r.first + r.count; ++i) {
+                offs.emplace_back();
+                for (auto& it : kp.blocks[(size_t)i])
+                    offs.back().push_back(
+                        add_tensor(w, c, c.name + "." + kp.name + "." + std::to_string(i) + "." + it.rel, it, sum));
+            }
+            // Blocks are identical, so with every tensor aligned the same way each block takes the same
+            // bytes; check that the layout is exactly base + i*stride + rel (a runtime contract).
+            r.base = offs[0].empty() ? w.data_size() : offs[0][0];
+            uint64_t end = w.data_size();
+            r.stride = r.count > 1 && !offs[1].empty()
+                           ? offs[1][0] - r.base
+                           : (end + kGgufAlignment - 1) / kGgufAlignment * kGgufAlignment - r.base;
+            for (size_t i = 0; i < offs.size(); ++i)
+                for (size_t k = 0; k < offs[i].size(); ++k)
+                    KILN_CHECK(offs[i][k] == r.base + i * r.stride + (offs[0][k] - r.base),
+                               "internal: block layout of ", kp.name, " is not uniform");
+            runs.insert(runs.end(), {r.first, r.count, (int64_t)r.base, (int64_t)r.stride});
+        }
+        const std::string k = p + "blocks." + kp.name + ".";
+        w.set_i64(k + "count", kp.count);
+        w.set_i64_array(k + "runs", runs);
+        if (kp.runs.size() == 1) {
+            w.set_i64(k + "base", (int64_t)kp.runs[0].base);
+            w.set_i64(k + "stride", (int64_t)kp.runs[0].stride);
+        }
+    }
+    w.set_string_array(p + "blocks", kind_names);
+}
+}  // namespace
+
+Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::ostream* log = opt.quiet ? nullptr : (opt.log ? opt.log : &std::cerr);
+    const fs::path dir(src_dir);
+    KILN_CHECK(fs::is_directory(dir), src_dir, ": not a directory");
+    KILN_CHECK(!out_path.empty(), "no output path given");
+
+    GgufWriter w;
+    std::string name = fs::weakly_canonical(dir).filename().string();
+    std::vector<Component> comps = plan_folder(dir, src_dir, opt, log, w);
 
     // Metadata, then the tensor layout (offsets come back from the writer, so block bases/strides are exact).
     w.set_string("general.architecture", "kiln");
@@ -453,65 +533,7 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
     w.set_string_array("kiln.components", names);
     Summary sum;
     sum.components = names;
-    auto add = [&](Component& c, const std::string& full, const Item& it) -> uint64_t {
-        const SafeTensorInfo* src = it.src;
-        const SafeTensors* st = c.st.get();
-        DType to = it.out;
-        sum.tensors++;
-        return w.add_tensor(full, to, src->shape, [st, src, to](void* dst) {
-            if (src->dtype == to) {
-                st->read_bytes(*src, dst);
-                return;
-            }
-            std::vector<uint8_t> buf((size_t)src->nbytes);
-            st->read_bytes(*src, buf.data());
-            kiln::convert(buf.data(), src->dtype, dst, to, (size_t)shape_numel(src->shape));
-        });
-    };
-    for (auto& c : comps) {
-        const std::string p = "kiln." + c.name + ".";
-        w.set_string(p + "class", c.cls);
-        w.set_string(p + "config", c.config_text);
-        w.set_i64(p + "params", c.params);
-        sum.params += c.params;
-        if (c.tokenizer) write_tokenizer_files(w, c.name, c.files);
-        if (c.scheduler || c.tokenizer) continue;
-        for (auto& it : c.loose) add(c, c.name + "." + it.rel, it);
-        std::vector<std::string> kind_names;
-        for (auto& kp : c.kinds) {
-            kind_names.push_back(kp.name);
-            std::vector<int64_t> runs;
-            for (auto& r : kp.runs) {
-                std::vector<std::vector<uint64_t>> offs;
-                for (int64_t i = r.first; i < r.first + r.count; ++i) {
-                    offs.emplace_back();
-                    for (auto& it : kp.blocks[(size_t)i])
-                        offs.back().push_back(
-                            add(c, c.name + "." + kp.name + "." + std::to_string(i) + "." + it.rel, it));
-                }
-                // Blocks are identical, so with every tensor aligned the same way each block takes the same
-                // bytes; check that the layout is exactly base + i*stride + rel (a runtime contract).
-                r.base = offs[0].empty() ? w.data_size() : offs[0][0];
-                uint64_t end = w.data_size();
-                r.stride = r.count > 1 && !offs[1].empty()
-                               ? offs[1][0] - r.base
-                               : (end + kGgufAlignment - 1) / kGgufAlignment * kGgufAlignment - r.base;
-                for (size_t i = 0; i < offs.size(); ++i)
-                    for (size_t k = 0; k < offs[i].size(); ++k)
-                        KILN_CHECK(offs[i][k] == r.base + i * r.stride + (offs[0][k] - r.base),
-                                   "internal: block layout of ", kp.name, " is not uniform");
-                runs.insert(runs.end(), {r.first, r.count, (int64_t)r.base, (int64_t)r.stride});
-            }
-            const std::string k = p + "blocks." + kp.name + ".";
-            w.set_i64(k + "count", kp.count);
-            w.set_i64_array(k + "runs", runs);
-            if (kp.runs.size() == 1) {
-                w.set_i64(k + "base", (int64_t)kp.runs[0].base);
-                w.set_i64(k + "stride", (int64_t)kp.runs[0].stride);
-            }
-        }
-        w.set_string_array(p + "blocks", kind_names);
-    }
+    for (auto& c : comps) add_component(w, c, sum);
 
     Progress prog{log, log && ::isatty(STDERR_FILENO) && log == &std::cerr};
     uint64_t written = 0;

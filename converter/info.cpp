@@ -7,6 +7,7 @@
 
 #include "converter/convert.h"
 #include "converter/tokenizer_files.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 
@@ -156,9 +157,12 @@ void print_model_info(const std::string& path, std::ostream& os) {
                 bytes += t.nbytes;
                 count++;
             }
-        if (cfg.is_object() && cls.find("TextModel") != std::string::npos && cfg.contains("num_hidden_layers"))
+        const models::ComponentClass* k = models::find_component_class(cls);
+        using models::ComponentKind;
+        const bool clip = k && (k->kind == ComponentKind::clip_text || k->kind == ComponentKind::clip_text_projection);
+        if (cfg.is_object() && clip && cfg.contains("num_hidden_layers"))
             os << "  layers: " << cfg["num_hidden_layers"].dump() << "\n";
-        else if (cfg.is_object() && cls == "T5EncoderModel")
+        else if (cfg.is_object() && k && k->kind == ComponentKind::t5_encoder)
             os << "  layers: " << (cfg.contains("num_layers") ? cfg["num_layers"].dump() : "6") << "\n";
         if (f.has(p + "params") && c != "scheduler")
             os << "  parameters: " << human_count(f.get_int(p + "params")) << " (" << f.get_int(p + "params") << ")\n";

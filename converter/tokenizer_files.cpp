@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "converter/convert.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 
@@ -35,8 +36,12 @@ json parse_object(const std::string& text, const std::string& where) {
     return j;
 }
 
-bool is_clip(const std::string& cls) { return cls == "CLIPTokenizer" || cls == "CLIPTokenizerFast"; }
-bool is_t5(const std::string& cls) { return cls == "T5Tokenizer" || cls == "T5TokenizerFast"; }
+bool is_kind(const std::string& cls, models::ComponentKind kind) {
+    const models::ComponentClass* c = models::find_component_class(cls);
+    return c && c->kind == kind;
+}
+bool is_clip(const std::string& cls) { return is_kind(cls, models::ComponentKind::clip_tokenizer); }
+bool is_t5(const std::string& cls) { return is_kind(cls, models::ComponentKind::t5_tokenizer); }
 
 const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }  // namespace
@@ -57,8 +62,8 @@ std::string tokenizer_class_of_dir(const std::string& dir) {
         if (j.contains("tokenizer_class") && j["tokenizer_class"].is_string())
             return j["tokenizer_class"].get<std::string>();
     }
-    if (fs::exists(d / "spiece.model")) return "T5Tokenizer";
-    if (fs::exists(d / "vocab.json")) return "CLIPTokenizer";
+    if (fs::exists(d / "spiece.model")) return models::class_name(models::ComponentKind::t5_tokenizer);
+    if (fs::exists(d / "vocab.json")) return models::class_name(models::ComponentKind::clip_tokenizer);
     KILN_FAIL(dir,
               ": not a tokenizer folder (no tokenizer_config.json with tokenizer_class, spiece.model or "
               "vocab.json)");
@@ -68,7 +73,7 @@ FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::
     const fs::path d(dir);
     KILN_CHECK(fs::is_directory(d), dir, ": tokenizer folder does not exist");
     KILN_CHECK(is_supported_tokenizer(cls), dir, ": unsupported tokenizer class '", cls,
-               "' (supported: CLIPTokenizer, CLIPTokenizerFast, T5Tokenizer, T5TokenizerFast)");
+               "' (supported: ", models::class_list({models::Role::tokenizer}), ")");
     const auto& names = tokenizer_file_names();
     FileMap files;
     for (auto& n : names)

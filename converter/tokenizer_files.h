@@ -21,8 +21,8 @@ using FileMap = std::map<std::string, std::string>;  // file name -> bytes
 // The files a Kiln tokenizer reads; others in a tokenizer folder (tokenizer.json) are not stored.
 const std::vector<std::string>& tokenizer_file_names();
 
-// Reads and validates a tokenizer folder for class `cls` (CLIPTokenizer[Fast]: vocab.json + merges.txt;
-// T5Tokenizer[Fast]: spiece.model); every *.json must be a JSON object. Throws kiln::Error naming the
+// Reads and validates a tokenizer folder for class `cls` (a CLIP tokenizer: vocab.json + merges.txt;
+// a T5 tokenizer: spiece.model); every *.json must be a JSON object. Throws kiln::Error naming the
 // folder/file and problem. `skipped` receives other files in the folder that are not stored.
 FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::vector<std::string>* skipped);
 

@@ -3,9 +3,15 @@
 #include <limits>
 
 #include "models/common.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
+
+namespace {
+// Messages name the class as diffusers / transformers do.
+std::string cls() { return class_name(ComponentKind::clip_text); }
+}  // namespace
 
 CLIPTextConfig CLIPTextConfig::from_json(const nlohmann::json& j, bool with_projection) {
     CLIPTextConfig c;
@@ -22,28 +28,25 @@ CLIPTextConfig CLIPTextConfig::from_json(const nlohmann::json& j, bool with_proj
     c.layer_norm_eps = (float)get("layer_norm_eps", 1e-5);
     c.projection = with_projection;
     if (c.hidden_act == "gelu_pytorch_tanh") c.hidden_act = "gelu_new";  // the same tanh approximation
-    KILN_CHECK(c.hidden_act == "quick_gelu" || c.hidden_act == "gelu" || c.hidden_act == "gelu_new",
-               "CLIPTextModel: hidden_act '", c.hidden_act,
-               "' is not supported (quick_gelu, gelu, gelu_new, gelu_pytorch_tanh)");
-    KILN_CHECK(c.heads > 0 && c.hidden_size % c.heads == 0 && c.layers > 0 && c.vocab_size > 0,
-               "CLIPTextModel: bad config (hidden_size ", c.hidden_size, ", ", c.heads, " heads, ", c.layers,
-               " layers)");
+    KILN_CHECK(c.hidden_act == "quick_gelu" || c.hidden_act == "gelu" || c.hidden_act == "gelu_new", cls(),
+               ": hidden_act '", c.hidden_act, "' is not supported (quick_gelu, gelu, gelu_new, gelu_pytorch_tanh)");
+    KILN_CHECK(c.heads > 0 && c.hidden_size % c.heads == 0 && c.layers > 0 && c.vocab_size > 0, cls(),
+               ": bad config (hidden_size ", c.hidden_size, ", ", c.heads, " heads, ", c.layers, " layers)");
     return c;
 }
 
 std::map<std::string, Tensor> clip_text_inputs(const CLIPTextConfig& c, const Tensor& input_ids,
                                                const Tensor* attention_mask) {
-    KILN_CHECK(input_ids.shape.size() == 2, "CLIPTextModel: input_ids must be [B, S], got ",
-               shape_str(input_ids.shape));
+    KILN_CHECK(input_ids.shape.size() == 2, cls(), ": input_ids must be [B, S], got ", shape_str(input_ids.shape));
     const int64_t B = input_ids.shape[0], S = input_ids.shape[1];
-    KILN_CHECK(S >= 1 && S <= c.max_positions, "CLIPTextModel: ", S, " tokens exceed max_position_embeddings ",
+    KILN_CHECK(S >= 1 && S <= c.max_positions, cls(), ": ", S, " tokens exceed max_position_embeddings ",
                c.max_positions);
     Tensor ids = input_ids.astype(DType::i64);
     const int64_t* id = ids.data<int64_t>();
     std::map<std::string, Tensor> in;
     Tensor tok(DType::i32, {B * S}), pos(DType::i32, {S}), eos(DType::i32, {B});
     for (int64_t i = 0; i < B * S; ++i) {
-        KILN_CHECK(id[i] >= 0 && id[i] < c.vocab_size, "CLIPTextModel: token id ", id[i], " outside the vocabulary of ",
+        KILN_CHECK(id[i] >= 0 && id[i] < c.vocab_size, cls(), ": token id ", id[i], " outside the vocabulary of ",
                    c.vocab_size);
         tok.data<int32_t>()[i] = (int32_t)id[i];
     }
@@ -66,7 +69,7 @@ std::map<std::string, Tensor> clip_text_inputs(const CLIPTextConfig& c, const Te
     Tensor mask;
     if (attention_mask) {
         mask = attention_mask->astype(DType::f32);
-        KILN_CHECK(mask.numel() == B * S, "CLIPTextModel: attention_mask must be [B, S] = [", B, ", ", S, "], got ",
+        KILN_CHECK(mask.numel() == B * S, cls(), ": attention_mask must be [B, S] = [", B, ", ", S, "], got ",
                    shape_str(mask.shape));
     }
     for (int64_t b = 0; b < bias.shape[0]; ++b)

@@ -1,5 +1,5 @@
 #pragma once
-// CLIPTextModel / CLIPTextModelWithProjection (transformers models/clip/modeling_clip.py, 4.47): token +
+// transformers' CLIP text model, with or without projection (models/clip/modeling_clip.py, 4.47): token +
 // learned position embeddings, pre-LN encoder layers with a causal self-attention mask, final layer norm,
 // the pooled row at the EOS token and (WithProjection) the bias-free text_projection.
 #include <map>
@@ -15,7 +15,7 @@ struct CLIPTextConfig {
     int max_positions = 77, projection_dim = 512, eos_token_id = 2;
     std::string hidden_act = "quick_gelu";  // quick_gelu | gelu | gelu_new (tanh)
     float layer_norm_eps = 1e-5f;
-    bool projection = false;  // CLIPTextModelWithProjection
+    bool projection = false;  // the text model with projection (ComponentKind::clip_text_projection)
     // transformers' config.json keys; rejects activations Kiln does not implement.
     static CLIPTextConfig from_json(const nlohmann::json& j, bool with_projection);
 };

@@ -1,9 +1,15 @@
 #include "models/dit.h"
 
 #include "models/common.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
+
+namespace {
+// Messages name the class as diffusers / transformers do.
+std::string cls() { return class_name(ComponentKind::dit); }
+}  // namespace
 
 DiTConfig DiTConfig::from_json(const nlohmann::json& j) {
     DiTConfig c;
@@ -20,13 +26,12 @@ DiTConfig DiTConfig::from_json(const nlohmann::json& j) {
     c.norm_affine = get("norm_elementwise_affine", false);
     c.norm_eps = (float)get("norm_eps", 1e-5);
     std::string act = get("activation_fn", std::string("gelu-approximate"));
-    KILN_CHECK(act == "gelu-approximate" || act == "gelu", "DiTTransformer2DModel: activation_fn '", act,
+    KILN_CHECK(act == "gelu-approximate" || act == "gelu", cls(), ": activation_fn '", act,
                "' is not supported (gelu, gelu-approximate)");
     c.gelu_tanh = act == "gelu-approximate";
     std::string norm = get("norm_type", std::string("ada_norm_zero"));
-    KILN_CHECK(norm == "ada_norm_zero", "DiTTransformer2DModel: norm_type '", norm,
-               "' is not supported (ada_norm_zero)");
-    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers > 0 && c.patch > 0, "DiTTransformer2DModel: bad config");
+    KILN_CHECK(norm == "ada_norm_zero", cls(), ": norm_type '", norm, "' is not supported (ada_norm_zero)");
+    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers > 0 && c.patch > 0, cls(), ": bad config");
     return c;
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// DiTTransformer2DModel (diffusers models/transformers/dit_transformer_2d.py): patch embedding with
+// DiT's transformer (diffusers models/transformers/dit_transformer_2d.py): patch embedding with
 // 2-D sin-cos positions, N BasicTransformerBlocks with adaLN-Zero (per-block timestep + class
 // embedding), final modulated norm, proj_out, unpatchify; learned-sigma output.
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 #pragma once
-// diffusers DiTPipeline on Kiln: class-conditional generation with classifier-free guidance,
-// the scheduler loop, VAE decode. Follows pipeline_dit.py step by step.
+// diffusers' DiT pipeline (pipeline_dit.py) on Kiln: class-conditional generation with classifier-free guidance,
+// the scheduler loop, VAE decode, step by step.
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -52,6 +52,12 @@ struct GenerateResult {
 // diffusers' randn_tensor draws it from a CPU generator for a pipeline of that dtype (runtime/core/torch_rng.h).
 // Returned as f32 (f16/bf16 values are exact in it).
 Tensor seeded_normal(const Shape& shape, uint64_t seed, DType dtype = DType::f32);
+
+// Before any work: throws kiln::Error, saying how much is needed, when the host memory a generation of `images`
+// images needs (latents [C, h, w] and images [3, H, W] in f32, with the copies the pipelines keep) exceeds the
+// host's physical memory. `what` names the pipeline in the message.
+void check_host_memory(const std::string& what, int64_t images, int latent_channels, int latent_h, int latent_w,
+                       int height, int width);
 
 GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const GenerateOptions& opt);
 

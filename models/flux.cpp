@@ -3,9 +3,15 @@
 #include <cmath>
 
 #include "models/common.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
+
+namespace {
+// Messages name the class as diffusers / transformers do.
+std::string cls() { return class_name(ComponentKind::flux); }
+}  // namespace
 
 FluxConfig FluxConfig::from_json(const nlohmann::json& j) {
     FluxConfig c;
@@ -23,13 +29,12 @@ FluxConfig FluxConfig::from_json(const nlohmann::json& j) {
     c.axes_dims_rope = get("axes_dims_rope", std::vector<int>{16, 56, 56});
     int sum = 0;
     for (int d : c.axes_dims_rope) {
-        KILN_CHECK(d > 0 && d % 2 == 0, "FluxTransformer2DModel: axes_dims_rope entries must be even, got ", d);
+        KILN_CHECK(d > 0 && d % 2 == 0, cls(), ": axes_dims_rope entries must be even, got ", d);
         sum += d;
     }
-    KILN_CHECK(sum == c.head_dim, "FluxTransformer2DModel: axes_dims_rope sum ", sum, " != attention_head_dim ",
-               c.head_dim);
-    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers >= 0 && c.single_layers >= 0 && c.patch > 0,
-               "FluxTransformer2DModel: bad config");
+    KILN_CHECK(sum == c.head_dim, cls(), ": axes_dims_rope sum ", sum, " != attention_head_dim ", c.head_dim);
+    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers >= 0 && c.single_layers >= 0 && c.patch > 0, cls(),
+               ": bad config");
     return c;
 }
 
@@ -37,8 +42,8 @@ std::pair<Tensor, Tensor> flux_rope_tables(const FluxConfig& c, const Tensor& tx
     const int n_axes = (int)c.axes_dims_rope.size();
     // pos = ids.float(); a deprecated batched [B, S, n] ids tensor is read as its first row, as diffusers does.
     auto pos = [&](const Tensor& ids) {
-        KILN_CHECK((ids.shape.size() == 2 || ids.shape.size() == 3) && ids.shape.back() == n_axes,
-                   "FluxTransformer2DModel: ids must be [S, ", n_axes, "], got ", shape_str(ids.shape));
+        KILN_CHECK((ids.shape.size() == 2 || ids.shape.size() == 3) && ids.shape.back() == n_axes, cls(),
+                   ": ids must be [S, ", n_axes, "], got ", shape_str(ids.shape));
         Tensor t = ids.astype(DType::f32);
         int64_t S = ids.shape[ids.shape.size() - 2];
         t.bytes.resize((size_t)(S * n_axes) * sizeof(float));

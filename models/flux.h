@@ -1,5 +1,5 @@
 #pragma once
-// FluxTransformer2DModel (diffusers models/transformers/transformer_flux.py): x_embedder / context_embedder,
+// Flux's transformer (diffusers models/transformers/transformer_flux.py): x_embedder / context_embedder,
 // CombinedTimestep(Guidance)TextProjEmbeddings, FluxTransformerBlocks (double stream: AdaLayerNormZero per
 // stream, joint attention over concat(txt, img) with per-head RMS qk norm and rotary embedding),
 // FluxSingleTransformerBlocks (one stream over concat(txt, img): parallel attention and MLP, proj_out over

@@ -7,6 +7,7 @@
 #include "models/dit.h"
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/registry/registry.h"
 #include "models/sd3.h"
 #include "models/t5_encoder.h"
 #include "models/vae.h"
@@ -36,163 +37,204 @@ Tensor batch_vector(const Tensor& t, int64_t B, DType dt, const std::string& nam
 }
 }  // namespace
 
+namespace {
+using Inputs = std::map<std::string, Tensor>;
+
+Inputs dit_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    const Tensor& x = need(inputs, "hidden_states", cls);
+    KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
+    int64_t B = x.shape[0];
+    auto c = DiTConfig::from_json(config);
+    KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
+               c.in_channels);
+    build_dit(b, c, (int)B, (int)x.shape[2], (int)x.shape[3]);
+    in["hidden_states"] = x.astype(DType::f32);
+    in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+    in["class_labels"] = batch_vector(need(inputs, "class_labels", cls), B, DType::i32, "class_labels");
+    return in;
+}
+
+Inputs pixart_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    const Tensor& x = need(inputs, "hidden_states", cls);
+    const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+    KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
+    KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == x.shape[0], cls,
+               ": encoder_hidden_states must be [B, L, C], got ", shape_str(ctx.shape));
+    const int64_t B = x.shape[0], L = ctx.shape[1];
+    auto c = PixArtConfig::from_json(config);
+    KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
+               c.in_channels);
+    // encoder_attention_mask: a 0/1 mask [B, L] becomes the bias (1 - mask) * -10000 [B, 1, L], as diffusers
+    // does; a [B, 1, L] bias is taken as is.
+    auto m = inputs.find("encoder_attention_mask");
+    bool mask = m != inputs.end() && c.cross_attention_dim;
+    if (mask) {
+        Tensor mk = m->second.astype(DType::f32);
+        KILN_CHECK(mk.numel() == B * L && (mk.shape.size() == 2 || mk.shape.size() == 3), cls,
+                   ": encoder_attention_mask must be [B, L] or [B, 1, L], got ", shape_str(mk.shape));
+        if (mk.shape.size() == 2)
+            for (int64_t i = 0; i < mk.numel(); ++i) mk.data<float>()[i] = (1.f - mk.data<float>()[i]) * -10000.f;
+        mk.shape = {B, 1, L};
+        in["encoder_attention_mask"] = mk;
+    }
+    build_pixart(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)L, mask);
+    in["hidden_states"] = x.astype(DType::f32);
+    if (c.cross_attention_dim) in["encoder_hidden_states"] = ctx.astype(DType::f32);
+    in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+    if (c.use_additional_conditions) {
+        Tensor r = need(inputs, "resolution", cls).astype(DType::f32),
+               a = need(inputs, "aspect_ratio", cls).astype(DType::f32);
+        KILN_CHECK(r.numel() == 2 * B && a.numel() == B, cls, ": resolution must be [B, 2] and aspect_ratio [B, 1]");
+        r.shape = {B, 2};
+        a.shape = {B, 1};
+        in["resolution"] = r;
+        in["aspect_ratio"] = a;
+    }
+    return in;
+}
+
+Inputs sd3_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs,
+                  const ComponentOptions& co) {
+    Inputs in;
+    const Tensor& x = need(inputs, "hidden_states", cls);
+    const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+    const Tensor& pooled = need(inputs, "pooled_projections", cls);
+    KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
+    const int64_t B = x.shape[0];
+    KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B, cls, ": encoder_hidden_states must be [B, L, C], got ",
+               shape_str(ctx.shape));
+    auto c = SD3Config::from_json(config);
+    KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
+               c.in_channels);
+    KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
+               c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
+    build_sd3(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)ctx.shape[1], co.skip_layers);
+    in["hidden_states"] = x.astype(DType::f32);
+    in["encoder_hidden_states"] = ctx.astype(DType::f32);
+    in["pooled_projections"] = pooled.astype(DType::f32);
+    in["pooled_projections"].shape = {B, c.pooled_projection_dim};
+    in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+    return in;
+}
+
+Inputs flux_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    const Tensor& x = need(inputs, "hidden_states", cls);
+    const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+    const Tensor& pooled = need(inputs, "pooled_projections", cls);
+    auto c = FluxConfig::from_json(config);
+    KILN_CHECK(x.shape.size() == 3 && x.shape[2] == c.in_channels, cls, ": hidden_states must be [B, S, ",
+               c.in_channels, "] (packed latents), got ", shape_str(x.shape));
+    const int64_t B = x.shape[0], S_img = x.shape[1];
+    KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B && ctx.shape[2] == c.joint_attention_dim, cls,
+               ": encoder_hidden_states must be [B, L, ", c.joint_attention_dim, "], got ", shape_str(ctx.shape));
+    KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
+               c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
+    // FluxPosEmbed on the host from the ids (f64 angles, as diffusers): the cos/sin tables are graph inputs.
+    auto [cos, sin] = flux_rope_tables(c, need(inputs, "txt_ids", cls), need(inputs, "img_ids", cls));
+    KILN_CHECK(cos.shape[0] == ctx.shape[1] + S_img, cls, ": txt_ids/img_ids have ", cos.shape[0], " rows for ",
+               ctx.shape[1], " text and ", S_img, " image tokens");
+    build_flux(b, c, (int)B, (int)S_img, (int)ctx.shape[1]);
+    in["hidden_states"] = x.astype(DType::f32);
+    in["encoder_hidden_states"] = ctx.astype(DType::f32);
+    in["pooled_projections"] = pooled.astype(DType::f32);
+    in["pooled_projections"].shape = {B, c.pooled_projection_dim};
+    in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+    if (c.guidance_embeds) in["guidance"] = batch_vector(need(inputs, "guidance", cls), B, DType::f32, "guidance");
+    in["rope_cos"] = cos;
+    in["rope_sin"] = sin;
+    return in;
+}
+
+// latents -> decoded; image -> latent_mean, latent_logvar; both when both are given (one graph).
+Inputs vae_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    auto c = VaeConfig::from_json(config);
+    KILN_CHECK(inputs.count("latents") || inputs.count("image"), cls,
+               ": give 'latents' (to decode) and/or 'image' (to encode)");
+    if (inputs.count("latents")) {
+        const Tensor& z = inputs.at("latents");
+        KILN_CHECK(z.shape.size() == 4, cls, ": latents must be [B, C, h, w], got ", shape_str(z.shape));
+        build_vae_decoder(b, c, (int)z.shape[0], (int)z.shape[2], (int)z.shape[3]);
+        in["latents"] = z.astype(DType::f32);
+    }
+    if (inputs.count("image")) {
+        const Tensor& x = inputs.at("image");
+        KILN_CHECK(x.shape.size() == 4, cls, ": image must be [B, C, H, W], got ", shape_str(x.shape));
+        build_vae_encoder(b, c, (int)x.shape[0], (int)x.shape[2], (int)x.shape[3]);
+        in["image"] = x.astype(DType::f32);
+    }
+    return in;
+}
+
+// input_ids [B, S] (integer), optional attention_mask [B, S] (1 = keep); host-side ids, masks, EOS positions and
+// T5 position buckets become graph inputs.
+Inputs text_encoder_inputs(Builder& b, ComponentKind kind, const std::string& cls, const nlohmann::json& config,
+                           const Inputs& inputs, const ComponentOptions& co) {
+    const Tensor& ids = need(inputs, "input_ids", cls);
+    KILN_CHECK(ids.shape.size() == 2, cls, ": input_ids must be [B, S], got ", shape_str(ids.shape));
+    auto m = inputs.find("attention_mask");
+    const Tensor* mask = m != inputs.end() ? &m->second : nullptr;
+    const int B = (int)ids.shape[0], S = (int)ids.shape[1];
+    // The token embeddings are gathered on the host: the vocabulary table never goes to the device.
+    auto embed = [&](Inputs in, const std::string& table, int64_t V, int64_t D) {
+        in["inputs_embeds"] = b.gather_rows(table, {V, D}, in.at("input_ids"));
+        in.erase("input_ids");
+        return in;
+    };
+    if (kind == ComponentKind::t5_encoder) {
+        auto c = T5Config::from_json(config);
+        build_t5_encoder(b, c, B, S);
+        // embed_tokens is tied to `shared`; some checkpoints store only the encoder's copy.
+        const std::string table = b.has("shared.weight") || !b.has("encoder.embed_tokens.weight")
+                                      ? "shared.weight"
+                                      : "encoder.embed_tokens.weight";
+        return embed(t5_encoder_inputs(c, ids, mask), table, c.vocab_size, c.d_model);
+    }
+    auto c = CLIPTextConfig::from_json(config, kind == ComponentKind::clip_text_projection);
+    build_clip_text(b, c, B, S, mask != nullptr, co.clip_skip);
+    return embed(clip_text_inputs(c, ids, mask), "text_model.embeddings.token_embedding.weight", c.vocab_size,
+                 c.hidden_size);
+}
+
+// The kind of a class that has a forward graph; throws listing those classes.
+ComponentKind forward_kind(const std::string& cls) {
+    const ComponentClass* c = find_component_class(cls);
+    KILN_CHECK(c && c->role != Role::tokenizer, "no forward for class '", cls,
+               "' (supported: ", class_list({Role::transformer, Role::vae, Role::text_encoder}), ")");
+    return c->kind;
+}
+}  // namespace
+
 std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
                                               const std::map<std::string, Tensor>& inputs, const ComponentOptions& co) {
-    KILN_CHECK(co.clip_skip == 0 || cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection", cls,
-               ": clip_skip applies to CLIP text models");
-    KILN_CHECK(co.skip_layers.empty() || cls == "SD3Transformer2DModel", cls,
-               ": skip_layers applies to SD3Transformer2DModel");
-    std::map<std::string, Tensor> in;
-    if (cls == "DiTTransformer2DModel") {
-        const Tensor& x = need(inputs, "hidden_states", cls);
-        KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
-        int64_t B = x.shape[0];
-        auto c = DiTConfig::from_json(config);
-        KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
-                   c.in_channels);
-        build_dit(b, c, (int)B, (int)x.shape[2], (int)x.shape[3]);
-        in["hidden_states"] = x.astype(DType::f32);
-        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
-        in["class_labels"] = batch_vector(need(inputs, "class_labels", cls), B, DType::i32, "class_labels");
-        return in;
+    const ComponentKind kind = forward_kind(cls);
+    KILN_CHECK(co.clip_skip == 0 || kind == ComponentKind::clip_text || kind == ComponentKind::clip_text_projection,
+               cls, ": clip_skip applies to CLIP text models");
+    KILN_CHECK(co.skip_layers.empty() || kind == ComponentKind::sd3, cls, ": skip_layers applies to ",
+               class_name(ComponentKind::sd3));
+    switch (kind) {
+        case ComponentKind::dit:
+            return dit_inputs(b, cls, config, inputs);
+        case ComponentKind::pixart:
+            return pixart_inputs(b, cls, config, inputs);
+        case ComponentKind::sd3:
+            return sd3_inputs(b, cls, config, inputs, co);
+        case ComponentKind::flux:
+            return flux_inputs(b, cls, config, inputs);
+        case ComponentKind::vae:
+            return vae_inputs(b, cls, config, inputs);
+        case ComponentKind::clip_text:
+        case ComponentKind::clip_text_projection:
+        case ComponentKind::t5_encoder:
+            return text_encoder_inputs(b, kind, cls, config, inputs, co);
+        case ComponentKind::clip_tokenizer:
+        case ComponentKind::t5_tokenizer:
+            break;  // refused by forward_kind
     }
-    if (cls == "PixArtTransformer2DModel") {
-        const Tensor& x = need(inputs, "hidden_states", cls);
-        const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
-        KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
-        KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == x.shape[0], cls,
-                   ": encoder_hidden_states must be [B, L, C], got ", shape_str(ctx.shape));
-        const int64_t B = x.shape[0], L = ctx.shape[1];
-        auto c = PixArtConfig::from_json(config);
-        KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
-                   c.in_channels);
-        // encoder_attention_mask: a 0/1 mask [B, L] becomes the bias (1 - mask) * -10000 [B, 1, L], as diffusers
-        // does; a [B, 1, L] bias is taken as is.
-        auto m = inputs.find("encoder_attention_mask");
-        bool mask = m != inputs.end() && c.cross_attention_dim;
-        if (mask) {
-            Tensor mk = m->second.astype(DType::f32);
-            KILN_CHECK(mk.numel() == B * L && (mk.shape.size() == 2 || mk.shape.size() == 3), cls,
-                       ": encoder_attention_mask must be [B, L] or [B, 1, L], got ", shape_str(mk.shape));
-            if (mk.shape.size() == 2)
-                for (int64_t i = 0; i < mk.numel(); ++i) mk.data<float>()[i] = (1.f - mk.data<float>()[i]) * -10000.f;
-            mk.shape = {B, 1, L};
-            in["encoder_attention_mask"] = mk;
-        }
-        build_pixart(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)L, mask);
-        in["hidden_states"] = x.astype(DType::f32);
-        if (c.cross_attention_dim) in["encoder_hidden_states"] = ctx.astype(DType::f32);
-        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
-        if (c.use_additional_conditions) {
-            Tensor r = need(inputs, "resolution", cls).astype(DType::f32),
-                   a = need(inputs, "aspect_ratio", cls).astype(DType::f32);
-            KILN_CHECK(r.numel() == 2 * B && a.numel() == B, cls,
-                       ": resolution must be [B, 2] and aspect_ratio [B, 1]");
-            r.shape = {B, 2};
-            a.shape = {B, 1};
-            in["resolution"] = r;
-            in["aspect_ratio"] = a;
-        }
-        return in;
-    }
-    if (cls == "SD3Transformer2DModel") {
-        const Tensor& x = need(inputs, "hidden_states", cls);
-        const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
-        const Tensor& pooled = need(inputs, "pooled_projections", cls);
-        KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
-        const int64_t B = x.shape[0];
-        KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B, cls, ": encoder_hidden_states must be [B, L, C], got ",
-                   shape_str(ctx.shape));
-        auto c = SD3Config::from_json(config);
-        KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
-                   c.in_channels);
-        KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
-                   c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
-        build_sd3(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)ctx.shape[1], co.skip_layers);
-        in["hidden_states"] = x.astype(DType::f32);
-        in["encoder_hidden_states"] = ctx.astype(DType::f32);
-        in["pooled_projections"] = pooled.astype(DType::f32);
-        in["pooled_projections"].shape = {B, c.pooled_projection_dim};
-        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
-        return in;
-    }
-    if (cls == "FluxTransformer2DModel") {
-        const Tensor& x = need(inputs, "hidden_states", cls);
-        const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
-        const Tensor& pooled = need(inputs, "pooled_projections", cls);
-        auto c = FluxConfig::from_json(config);
-        KILN_CHECK(x.shape.size() == 3 && x.shape[2] == c.in_channels, cls, ": hidden_states must be [B, S, ",
-                   c.in_channels, "] (packed latents), got ", shape_str(x.shape));
-        const int64_t B = x.shape[0], S_img = x.shape[1];
-        KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B && ctx.shape[2] == c.joint_attention_dim, cls,
-                   ": encoder_hidden_states must be [B, L, ", c.joint_attention_dim, "], got ", shape_str(ctx.shape));
-        KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
-                   c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
-        // FluxPosEmbed on the host from the ids (f64 angles, as diffusers): the cos/sin tables are graph inputs.
-        auto [cos, sin] = flux_rope_tables(c, need(inputs, "txt_ids", cls), need(inputs, "img_ids", cls));
-        KILN_CHECK(cos.shape[0] == ctx.shape[1] + S_img, cls, ": txt_ids/img_ids have ", cos.shape[0], " rows for ",
-                   ctx.shape[1], " text and ", S_img, " image tokens");
-        build_flux(b, c, (int)B, (int)S_img, (int)ctx.shape[1]);
-        in["hidden_states"] = x.astype(DType::f32);
-        in["encoder_hidden_states"] = ctx.astype(DType::f32);
-        in["pooled_projections"] = pooled.astype(DType::f32);
-        in["pooled_projections"].shape = {B, c.pooled_projection_dim};
-        in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
-        if (c.guidance_embeds) in["guidance"] = batch_vector(need(inputs, "guidance", cls), B, DType::f32, "guidance");
-        in["rope_cos"] = cos;
-        in["rope_sin"] = sin;
-        return in;
-    }
-    if (cls == "AutoencoderKL") {
-        auto c = VaeConfig::from_json(config);
-        // latents -> decoded; image -> latent_mean, latent_logvar; both when both are given (one graph).
-        KILN_CHECK(inputs.count("latents") || inputs.count("image"),
-                   "AutoencoderKL: give 'latents' (to decode) and/or 'image' (to encode)");
-        if (inputs.count("latents")) {
-            const Tensor& z = inputs.at("latents");
-            KILN_CHECK(z.shape.size() == 4, "AutoencoderKL: latents must be [B, C, h, w], got ", shape_str(z.shape));
-            build_vae_decoder(b, c, (int)z.shape[0], (int)z.shape[2], (int)z.shape[3]);
-            in["latents"] = z.astype(DType::f32);
-        }
-        if (inputs.count("image")) {
-            const Tensor& x = inputs.at("image");
-            KILN_CHECK(x.shape.size() == 4, "AutoencoderKL: image must be [B, C, H, W], got ", shape_str(x.shape));
-            build_vae_encoder(b, c, (int)x.shape[0], (int)x.shape[2], (int)x.shape[3]);
-            in["image"] = x.astype(DType::f32);
-        }
-        return in;
-    }
-    if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection" || cls == "T5EncoderModel") {
-        // input_ids [B, S] (integer), optional attention_mask [B, S] (1 = keep); host-side ids, masks, EOS
-        // positions and T5 position buckets become graph inputs.
-        const Tensor& ids = need(inputs, "input_ids", cls);
-        KILN_CHECK(ids.shape.size() == 2, cls, ": input_ids must be [B, S], got ", shape_str(ids.shape));
-        auto m = inputs.find("attention_mask");
-        const Tensor* mask = m != inputs.end() ? &m->second : nullptr;
-        const int B = (int)ids.shape[0], S = (int)ids.shape[1];
-        // The token embeddings are gathered on the host: the vocabulary table never goes to the device.
-        auto embed = [&](std::map<std::string, Tensor> in, const std::string& table, int64_t V, int64_t D) {
-            in["inputs_embeds"] = b.gather_rows(table, {V, D}, in.at("input_ids"));
-            in.erase("input_ids");
-            return in;
-        };
-        if (cls == "T5EncoderModel") {
-            auto c = T5Config::from_json(config);
-            build_t5_encoder(b, c, B, S);
-            // embed_tokens is tied to `shared`; some checkpoints store only the encoder's copy.
-            const std::string table = b.has("shared.weight") || !b.has("encoder.embed_tokens.weight")
-                                          ? "shared.weight"
-                                          : "encoder.embed_tokens.weight";
-            return embed(t5_encoder_inputs(c, ids, mask), table, c.vocab_size, c.d_model);
-        }
-        auto c = CLIPTextConfig::from_json(config, cls == "CLIPTextModelWithProjection");
-        build_clip_text(b, c, B, S, mask != nullptr, co.clip_skip);
-        return embed(clip_text_inputs(c, ids, mask), "text_model.embeddings.token_embedding.weight", c.vocab_size,
-                     c.hidden_size);
-    }
-    KILN_FAIL("no forward for class '", cls,
-              "' (supported: DiTTransformer2DModel, PixArtTransformer2DModel, SD3Transformer2DModel, "
-              "FluxTransformer2DModel, AutoencoderKL, CLIPTextModel, CLIPTextModelWithProjection, T5EncoderModel)");
+    KILN_FAIL("internal: no forward for class '", cls, "'");
 }
 
 std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int h, int w) {
@@ -202,7 +244,9 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         return t;
     };
     std::map<std::string, Tensor> in;
-    if (cls == "DiTTransformer2DModel") {
+    const ComponentClass* k = find_component_class(cls);
+    const ComponentKind kind = k ? k->kind : ComponentKind::clip_tokenizer;  // a tokenizer has no inputs here
+    if (kind == ComponentKind::dit) {
         in["hidden_states"] = ramp({B, cfg.value("in_channels", 4), h, w});
         Tensor t(DType::f32, {B}), l(DType::i32, {B});
         for (int b = 0; b < B; ++b) t.data<float>()[b] = 500.f, l.data<int32_t>()[b] = b % 1000;
@@ -210,7 +254,7 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["class_labels"] = l;
         return in;
     }
-    if (cls == "PixArtTransformer2DModel") {
+    if (kind == ComponentKind::pixart) {
         auto c = PixArtConfig::from_json(cfg);
         const int L = 300;  // PixArt-Sigma's max_sequence_length (T5 tokens)
         in["hidden_states"] = ramp({B, c.in_channels, h, w});
@@ -231,9 +275,9 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         }
         return in;
     }
-    if (cls == "SD3Transformer2DModel") {
+    if (kind == ComponentKind::sd3) {
         auto c = SD3Config::from_json(cfg);
-        const int L = 333;  // 77 CLIP tokens + 256 T5 tokens, as StableDiffusion3Pipeline concatenates them
+        const int L = 333;  // 77 CLIP tokens + 256 T5 tokens, as SD3's pipeline concatenates them
         in["hidden_states"] = ramp({B, c.in_channels, h, w});
         in["encoder_hidden_states"] = ramp({B, L, c.joint_attention_dim});
         in["pooled_projections"] = ramp({B, c.pooled_projection_dim});
@@ -242,8 +286,8 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["timestep"] = t;
         return in;
     }
-    if (cls == "FluxTransformer2DModel") {
-        // As FluxPipeline: the h x w latent packed in 2x2 patches, img ids (0, row, col), 512 T5 tokens with
+    if (kind == ComponentKind::flux) {
+        // As Flux's pipeline: the h x w latent packed in 2x2 patches, img ids (0, row, col), 512 T5 tokens with
         // zero ids, guidance 3.5.
         auto c = FluxConfig::from_json(cfg);
         const int L = 512, ph = h / 2, pw = w / 2;
@@ -264,10 +308,10 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["txt_ids"] = txt;
         return in;
     }
-    if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection" || cls == "T5EncoderModel") {
+    if (role_of(kind) == Role::text_encoder) {
         // A prompt of S/3 tokens then the end token (CLIP: EOS padding to 77 tokens; T5: </s> = 1, then pad 0 to
-        // 512 tokens, as FluxPipeline), no attention mask.
-        const bool t5 = cls == "T5EncoderModel";
+        // 512 tokens, as Flux's pipeline), no attention mask.
+        const bool t5 = kind == ComponentKind::t5_encoder;
         const int V = cfg.value("vocab_size", t5 ? 32128 : 49408);
         const int S = t5 ? 512 : std::min(77, cfg.value("max_position_embeddings", 77));
         const int eos_cfg = cfg.value("eos_token_id", 2), eos = t5 ? 1 : eos_cfg == 2 ? V - 1 : eos_cfg;
@@ -283,99 +327,99 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
     KILN_FAIL("no example inputs for class '", cls, "'");
 }
 
+namespace {
+// An architecture of class `kind` from the fields of its config.json (_class_name added).
+SyntheticArch synthetic(ComponentKind kind, nlohmann::json config, int latent = 32) {
+    config["_class_name"] = class_name(kind);
+    return SyntheticArch{class_name(kind), std::move(config), latent, kind};
+}
+}  // namespace
+
 const std::map<std::string, SyntheticArch>& synthetic_archs() {
     auto dit = [](int heads, int hd, int layers, int sample) {
-        return SyntheticArch{"DiTTransformer2DModel",
-                             {{"_class_name", "DiTTransformer2DModel"},
-                              {"num_attention_heads", heads},
-                              {"attention_head_dim", hd},
-                              {"num_layers", layers},
-                              {"in_channels", 4},
-                              {"out_channels", 8},
-                              {"patch_size", 2},
-                              {"sample_size", sample},
-                              {"num_embeds_ada_norm", 1000}},
-                             sample};
+        return synthetic(ComponentKind::dit,
+                         {{"num_attention_heads", heads},
+                          {"attention_head_dim", hd},
+                          {"num_layers", layers},
+                          {"in_channels", 4},
+                          {"out_channels", 8},
+                          {"patch_size", 2},
+                          {"sample_size", sample},
+                          {"num_embeds_ada_norm", 1000}},
+                         sample);
     };
     // PixArt-alpha/PixArt-Sigma-XL-2-1024-MS transformer/config.json (no micro-conditions, interpolation 2).
-    const SyntheticArch pixart_sigma_1024{"PixArtTransformer2DModel",
-                                          {{"_class_name", "PixArtTransformer2DModel"},
-                                           {"num_attention_heads", 16},
-                                           {"attention_head_dim", 72},
-                                           {"num_layers", 28},
-                                           {"in_channels", 4},
-                                           {"out_channels", 8},
-                                           {"patch_size", 2},
-                                           {"sample_size", 128},
-                                           {"caption_channels", 4096},
-                                           {"cross_attention_dim", 1152},
-                                           {"attention_bias", true},
-                                           {"activation_fn", "gelu-approximate"},
-                                           {"norm_type", "ada_norm_single"},
-                                           {"norm_eps", 1e-6},
-                                           {"norm_elementwise_affine", false},
-                                           {"num_embeds_ada_norm", 1000},
-                                           {"interpolation_scale", 2},
-                                           {"use_additional_conditions", false}},
-                                          128};
+    const SyntheticArch pixart_sigma_1024 = synthetic(ComponentKind::pixart,
+                                                      {{"num_attention_heads", 16},
+                                                       {"attention_head_dim", 72},
+                                                       {"num_layers", 28},
+                                                       {"in_channels", 4},
+                                                       {"out_channels", 8},
+                                                       {"patch_size", 2},
+                                                       {"sample_size", 128},
+                                                       {"caption_channels", 4096},
+                                                       {"cross_attention_dim", 1152},
+                                                       {"attention_bias", true},
+                                                       {"activation_fn", "gelu-approximate"},
+                                                       {"norm_type", "ada_norm_single"},
+                                                       {"norm_eps", 1e-6},
+                                                       {"norm_elementwise_affine", false},
+                                                       {"num_embeds_ada_norm", 1000},
+                                                       {"interpolation_scale", 2},
+                                                       {"use_additional_conditions", false}},
+                                                      128);
     // stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json.
-    const SyntheticArch sd3_medium_1024{"SD3Transformer2DModel",
-                                        {{"_class_name", "SD3Transformer2DModel"},
-                                         {"num_attention_heads", 24},
-                                         {"attention_head_dim", 64},
-                                         {"num_layers", 24},
-                                         {"in_channels", 16},
-                                         {"out_channels", 16},
-                                         {"patch_size", 2},
-                                         {"sample_size", 128},
-                                         {"joint_attention_dim", 4096},
-                                         {"caption_projection_dim", 1536},
-                                         {"pooled_projection_dim", 2048},
-                                         {"pos_embed_max_size", 192}},
-                                        128};
+    const SyntheticArch sd3_medium_1024 = synthetic(ComponentKind::sd3,
+                                                    {{"num_attention_heads", 24},
+                                                     {"attention_head_dim", 64},
+                                                     {"num_layers", 24},
+                                                     {"in_channels", 16},
+                                                     {"out_channels", 16},
+                                                     {"patch_size", 2},
+                                                     {"sample_size", 128},
+                                                     {"joint_attention_dim", 4096},
+                                                     {"caption_projection_dim", 1536},
+                                                     {"pooled_projection_dim", 2048},
+                                                     {"pos_embed_max_size", 192}},
+                                                    128);
     // black-forest-labs/FLUX.1-dev transformer/config.json; latent 128 (1024 px) -> 4096 packed image tokens.
-    const SyntheticArch flux_dev_1024{"FluxTransformer2DModel",
-                                      {{"_class_name", "FluxTransformer2DModel"},
-                                       {"num_attention_heads", 24},
-                                       {"attention_head_dim", 128},
-                                       {"num_layers", 19},
-                                       {"num_single_layers", 38},
-                                       {"in_channels", 64},
-                                       {"out_channels", nullptr},
-                                       {"patch_size", 1},
-                                       {"joint_attention_dim", 4096},
-                                       {"pooled_projection_dim", 768},
-                                       {"guidance_embeds", true},
-                                       {"axes_dims_rope", {16, 56, 56}}},
-                                      128};
+    const SyntheticArch flux_dev_1024 = synthetic(ComponentKind::flux,
+                                                  {{"num_attention_heads", 24},
+                                                   {"attention_head_dim", 128},
+                                                   {"num_layers", 19},
+                                                   {"num_single_layers", 38},
+                                                   {"in_channels", 64},
+                                                   {"out_channels", nullptr},
+                                                   {"patch_size", 1},
+                                                   {"joint_attention_dim", 4096},
+                                                   {"pooled_projection_dim", 768},
+                                                   {"guidance_embeds", true},
+                                                   {"axes_dims_rope", {16, 56, 56}}},
+                                                  128);
     // Text encoders: openai/clip-vit-large-patch14's text model (SD3 text_encoder, Flux's CLIP), the OpenCLIP
     // bigG text model as SD3's text_encoder_2, and google/t5-v1_1-xxl's encoder (SD3 / Flux T5).
     auto clip = [](int hidden, int ff, int heads, int layers, const char* act) {
-        return SyntheticArch{"CLIPTextModelWithProjection",
-                             {{"_class_name", "CLIPTextModelWithProjection"},
-                              {"vocab_size", 49408},
-                              {"hidden_size", hidden},
-                              {"intermediate_size", ff},
-                              {"num_attention_heads", heads},
-                              {"num_hidden_layers", layers},
-                              {"max_position_embeddings", 77},
-                              {"hidden_act", act},
-                              {"layer_norm_eps", 1e-5},
-                              {"projection_dim", hidden},
-                              {"eos_token_id", 2}}};
+        return synthetic(ComponentKind::clip_text_projection, {{"vocab_size", 49408},
+                                                               {"hidden_size", hidden},
+                                                               {"intermediate_size", ff},
+                                                               {"num_attention_heads", heads},
+                                                               {"num_hidden_layers", layers},
+                                                               {"max_position_embeddings", 77},
+                                                               {"hidden_act", act},
+                                                               {"layer_norm_eps", 1e-5},
+                                                               {"projection_dim", hidden},
+                                                               {"eos_token_id", 2}});
     };
-    const SyntheticArch t5_xxl{"T5EncoderModel",
-                               {{"_class_name", "T5EncoderModel"},
-                                {"vocab_size", 32128},
-                                {"d_model", 4096},
-                                {"d_kv", 64},
-                                {"d_ff", 10240},
-                                {"num_heads", 64},
-                                {"num_layers", 24},
-                                {"relative_attention_num_buckets", 32},
-                                {"relative_attention_max_distance", 128},
-                                {"layer_norm_epsilon", 1e-6},
-                                {"feed_forward_proj", "gated-gelu"}}};
+    const SyntheticArch t5_xxl = synthetic(ComponentKind::t5_encoder, {{"vocab_size", 32128},
+                                                                       {"d_model", 4096},
+                                                                       {"d_kv", 64},
+                                                                       {"d_ff", 10240},
+                                                                       {"num_heads", 64},
+                                                                       {"num_layers", 24},
+                                                                       {"relative_attention_num_buckets", 32},
+                                                                       {"relative_attention_max_distance", 128},
+                                                                       {"layer_norm_epsilon", 1e-6},
+                                                                       {"feed_forward_proj", "gated-gelu"}});
     static const std::map<std::string, SyntheticArch> archs = {
         {"dit-xl-2-256", dit(16, 72, 28, 32)},
         {"dit-xl-2-512", dit(16, 72, 28, 64)},

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "models/registry/registry.h"
 #include "models/source.h"
 #include "runtime/exec/executor.h"
 
@@ -15,7 +16,7 @@ namespace kiln::models {
 // What a pipeline call changes in a component's graph (diffusers' call arguments, not the config).
 struct ComponentOptions {
     int clip_skip = 0;             // CLIP text models: also output hidden_states[-(clip_skip + 2)] (build_clip_text)
-    std::vector<int> skip_layers;  // SD3Transformer2DModel: blocks left out (forward(skip_layers=...)), SD3's SLG
+    std::vector<int> skip_layers;  // SD3's transformer: blocks left out (forward(skip_layers=...)), SD3's SLG
 };
 
 std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls, const nlohmann::json& config,
@@ -28,9 +29,10 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
 
 // Real architectures by name for `kiln bench --synthetic` (config as diffusers' config.json).
 struct SyntheticArch {
-    std::string cls;
+    std::string cls;  // the class name, as config["_class_name"]
     nlohmann::json config;
     int latent = 32;  // latent side at the architecture's native resolution
+    ComponentKind kind = ComponentKind::dit;
 };
 const std::map<std::string, SyntheticArch>& synthetic_archs();
 

@@ -3,9 +3,15 @@
 #include <algorithm>
 
 #include "models/common.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
+
+namespace {
+// Messages name the class as diffusers / transformers do.
+std::string cls() { return class_name(ComponentKind::pixart); }
+}  // namespace
 
 PixArtConfig PixArtConfig::from_json(const nlohmann::json& j) {
     PixArtConfig c;
@@ -28,16 +34,15 @@ PixArtConfig PixArtConfig::from_json(const nlohmann::json& j) {
     c.use_additional_conditions = get("use_additional_conditions", c.sample_size == 128);
     c.interpolation_scale = get("interpolation_scale", (double)std::max(c.sample_size / 64, 1));
     std::string act = get("activation_fn", std::string("gelu-approximate"));
-    KILN_CHECK(act == "gelu-approximate" || act == "gelu", "PixArtTransformer2DModel: activation_fn '", act,
+    KILN_CHECK(act == "gelu-approximate" || act == "gelu", cls(), ": activation_fn '", act,
                "' is not supported (gelu, gelu-approximate)");
     c.gelu_tanh = act == "gelu-approximate";
     std::string norm = get("norm_type", std::string("ada_norm_single"));
-    KILN_CHECK(norm == "ada_norm_single", "PixArtTransformer2DModel: norm_type '", norm,
-               "' is not supported (ada_norm_single)");
+    KILN_CHECK(norm == "ada_norm_single", cls(), ": norm_type '", norm, "' is not supported (ada_norm_single)");
     std::string att = get("attention_type", std::string("default"));
-    KILN_CHECK(att == "default", "PixArtTransformer2DModel: attention_type '", att, "' is not supported (default)");
-    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers > 0 && c.patch > 0, "PixArtTransformer2DModel: bad config");
-    KILN_CHECK(!c.use_additional_conditions || c.inner() % 3 == 0, "PixArtTransformer2DModel: inner dim ", c.inner(),
+    KILN_CHECK(att == "default", cls(), ": attention_type '", att, "' is not supported (default)");
+    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers > 0 && c.patch > 0, cls(), ": bad config");
+    KILN_CHECK(!c.use_additional_conditions || c.inner() % 3 == 0, cls(), ": inner dim ", c.inner(),
                " is not a multiple of 3 (needed by the size embeddings)");
     return c;
 }

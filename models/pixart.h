@@ -1,5 +1,5 @@
 #pragma once
-// PixArtTransformer2DModel (diffusers models/transformers/pixart_transformer_2d.py): patch embedding with
+// PixArt's transformer (diffusers models/transformers/pixart_transformer_2d.py): patch embedding with
 // 2-D sin-cos positions (base_size = sample_size / patch, interpolation_scale), adaLN-single (one timestep
 // MLP shared by all blocks, a per-block scale_shift_table), N BasicTransformerBlocks (self-attention,
 // cross-attention to the projected caption, feed-forward), final modulated norm, proj_out, unpatchify.

@@ -3,9 +3,15 @@
 #include <algorithm>
 
 #include "models/common.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
+
+namespace {
+// Messages name the class as diffusers / transformers do.
+std::string cls() { return class_name(ComponentKind::sd3); }
+}  // namespace
 
 bool SD3Config::dual(int i) const {
     return std::find(dual_attention_layers.begin(), dual_attention_layers.end(), i) != dual_attention_layers.end();
@@ -28,12 +34,12 @@ SD3Config SD3Config::from_json(const nlohmann::json& j) {
     c.pos_embed_max_size = !j.contains("pos_embed_max_size") ? 96 : get("pos_embed_max_size", 0);
     c.qk_norm = get("qk_norm", std::string());
     c.dual_attention_layers = get("dual_attention_layers", std::vector<int>{});
-    KILN_CHECK(c.qk_norm.empty() || c.qk_norm == "rms_norm" || c.qk_norm == "layer_norm",
-               "SD3Transformer2DModel: qk_norm '", c.qk_norm, "' is not supported (null, rms_norm, layer_norm)");
-    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers > 0 && c.patch > 0, "SD3Transformer2DModel: bad config");
+    KILN_CHECK(c.qk_norm.empty() || c.qk_norm == "rms_norm" || c.qk_norm == "layer_norm", cls(), ": qk_norm '",
+               c.qk_norm, "' is not supported (null, rms_norm, layer_norm)");
+    KILN_CHECK(c.heads > 0 && c.head_dim > 0 && c.layers > 0 && c.patch > 0, cls(), ": bad config");
     // The joint attention's add_*_proj take `dim` features: the projected caption must be as wide as the image.
-    KILN_CHECK(c.caption_projection_dim == c.inner(), "SD3Transformer2DModel: caption_projection_dim ",
-               c.caption_projection_dim, " differs from the inner dim ", c.inner());
+    KILN_CHECK(c.caption_projection_dim == c.inner(), cls(), ": caption_projection_dim ", c.caption_projection_dim,
+               " differs from the inner dim ", c.inner());
     return c;
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// SD3Transformer2DModel (diffusers models/transformers/transformer_sd3.py): patch embedding with a stored
+// SD3's transformer (diffusers models/transformers/transformer_sd3.py): patch embedding with a stored
 // positional table cropped to the latent (pos_embed_max_size), CombinedTimestepTextProjEmbeddings, N
 // JointTransformerBlocks (joint attention over image and text tokens, AdaLayerNormZero per stream, optional
 // per-head qk norm; SD3.5 dual-attention blocks add a second image self-attention), the last block updating
@@ -28,7 +28,7 @@ struct SD3Config {
 // timestep [B] (f32). Output: "sample" [B, out_channels, H, W]. Each contiguous run of structurally equal
 // blocks is a region kind ("transformer_blocks", "dual_blocks"); the last block runs inline.
 // skip_layers: blocks left out, both streams passing them unchanged (diffusers' forward(skip_layers=...), which
-// StableDiffusion3Pipeline's skip-layer guidance calls).
+// SD3's pipeline calls for skip-layer guidance).
 void build_sd3(Builder& b, const SD3Config& c, int B, int H, int W, int L, const std::vector<int>& skip_layers = {});
 
 }  // namespace kiln::models

@@ -6,6 +6,7 @@
 #include "converter/convert.h"
 #include "converter/tokenizer_files.h"
 #include "models/forward.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 
@@ -15,14 +16,28 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::string component_role(const std::string& cls) {
-    if (cls == "AutoencoderKL") return "vae";
-    if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection" || cls == "T5EncoderModel")
-        return "text_encoder";
-    if (cls == "CLIPTokenizer" || cls == "CLIPTokenizerFast" || cls == "T5Tokenizer" || cls == "T5TokenizerFast")
-        return "tokenizer";
+    if (const ComponentClass* c = find_component_class(cls)) {
+        switch (c->role) {
+            case Role::transformer:
+                return "transformer";
+            case Role::vae:
+                return "vae";
+            case Role::text_encoder:
+                return "text_encoder";
+            case Role::tokenizer:
+                return "tokenizer";
+        }
+    }
+    // Classes Kiln does not run still name their role, so that the error comes where they are used.
     if (cls.find("Scheduler") != std::string::npos) return "scheduler";
     if (cls.find("Transformer") != std::string::npos) return "transformer";
     return "";
+}
+
+const Family* model_family(const ModelSource& src) {
+    if (!src.has("transformer")) return nullptr;
+    const ComponentClass* c = find_component_class(src.class_of("transformer"));
+    return c ? transformer_family(c->kind) : nullptr;
 }
 
 namespace {
@@ -80,7 +95,8 @@ ModelSource ModelSource::open(const std::string& path) {
             // A tokenizer folder as transformers saves it.
             json j = fs::exists(d / "tokenizer_config.json") ? read_json(d / "tokenizer_config.json") : json::object();
             if (!j.contains("tokenizer_class") || !j["tokenizer_class"].is_string())
-                j["tokenizer_class"] = fs::exists(d / "spiece.model") ? "T5Tokenizer" : "CLIPTokenizer";
+                j["tokenizer_class"] = class_name(fs::exists(d / "spiece.model") ? ComponentKind::t5_tokenizer
+                                                                                 : ComponentKind::clip_tokenizer);
             j["_class_name"] = j["tokenizer_class"];
             s.components_.push_back("tokenizer");
             s.configs_["tokenizer"] = j;
@@ -128,7 +144,7 @@ ModelSource ModelSource::open(const std::string& path) {
 ModelSource ModelSource::synthetic(const std::string& arch, DType weight_dtype) {
     const auto& archs = synthetic_archs();
     auto it = archs.find(arch);
-    KILN_CHECK(it != archs.end() && it->second.cls == "DiTTransformer2DModel", "no synthetic DiT pipeline '", arch,
+    KILN_CHECK(it != archs.end() && it->second.kind == ComponentKind::dit, "no synthetic DiT pipeline '", arch,
                "' (dit-xl-2-256, dit-xl-2-512, dit-tiny)");
     ModelSource s;
     s.path_ = "synthetic:" + arch;
@@ -136,7 +152,7 @@ ModelSource ModelSource::synthetic(const std::string& arch, DType weight_dtype) 
     s.synthetic_dtype_ = weight_dtype;
     s.components_ = {"transformer", "vae", "scheduler"};
     s.configs_["transformer"] = it->second.config;
-    s.configs_["vae"] = {{"_class_name", "AutoencoderKL"},
+    s.configs_["vae"] = {{"_class_name", class_name(ComponentKind::vae)},
                          {"block_out_channels", {128, 256, 512, 512}},
                          {"layers_per_block", 2},
                          {"norm_num_groups", 32},

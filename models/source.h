@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/registry/registry.h"
 #include "models/text/tokenizer.h"
 #include "models/weights.h"
 #include "runtime/core/file_io.h"
@@ -45,8 +46,13 @@ private:
     std::vector<std::pair<std::string, FileStamp>> stamps_;  // the files read after open()
 };
 
-// "transformer" for transformer classes, "vae" for AutoencoderKL, "scheduler" for schedulers, "text_encoder" for
-// CLIPTextModel(WithProjection) and T5EncoderModel, "tokenizer" for CLIPTokenizer and T5Tokenizer; "" otherwise.
+// The role of a component class as the registry (models/registry/registry.h) lists it: "transformer", "vae",
+// "text_encoder" or "tokenizer"; "scheduler" for schedulers, "transformer" for other *Transformer* classes
+// (refused where they are built); "" otherwise.
 std::string component_role(const std::string& class_name);
+
+// The registry family of src's transformer (DiT, PixArt, SD3, Flux); nullptr without a transformer or for a class no
+// family runs.
+const Family* model_family(const ModelSource& src);
 
 }  // namespace kiln::models

@@ -8,11 +8,10 @@
 #include <functional>
 
 #include "models/device_loop.h"
-#include "models/flux.h"
 #include "models/forward.h"
 #include "models/pixart.h"
+#include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
-#include "models/sd3.h"
 #include "models/step_program.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
@@ -56,8 +55,7 @@ Tensor cat0(const Tensor& a, const Tensor& b, const std::string& what) {
     return out;
 }
 
-
-// FluxPipeline._pack_latents ([B, C, h, w] -> [B, (h/2)(w/2), C*4], channel c*4 + dy*2 + dx) when `pack`, else
+// Flux's pipeline _pack_latents ([B, C, h, w] -> [B, (h/2)(w/2), C*4], channel c*4 + dy*2 + dx) when `pack`, else
 // _unpack_latents (its inverse): the same index pair, read one way or the other.
 std::vector<float> repack_2x2(const float* src, int B, int C, int h, int w, bool pack) {
     std::vector<float> out((size_t)B * C * h * w);
@@ -80,6 +78,287 @@ std::vector<float> repack_2x2(const float* src, int B, int C, int h, int w, bool
 }
 std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) { return repack_2x2(x, B, C, h, w, true); }
 std::vector<float> unpack_2x2(const float* p, int B, int C, int h, int w) { return repack_2x2(p, B, C, h, w, false); }
+
+// The transformer's text conditioning for the guidance batch: cat([negative, prompt]) when p.cfg; PixArt's
+// attention mask and micro-conditions, or SD3's and Flux's pooled projections.
+std::map<std::string, Tensor> conditioning_inputs(const ModelSource& src, const T2IPlan& p, const TextConditioning& tx,
+                                                  int64_t B, int BB) {
+    const Family& f = *p.family;
+    const bool embedded = f.conditioning == Conditioning::embedded;  // Flux: CFG is true CFG
+    auto guided = [&](const Tensor& pos, const Tensor& neg, size_t rank, const std::string& name) {
+        Tensor pr = rows(pos, B, rank, name);
+        if (!p.cfg) return pr;
+        KILN_CHECK(present(neg), p.pipeline, ": ", embedded ? "true_cfg_scale " : "guidance ", p.cfg_scale,
+                   " > 1 needs negative_", name, embedded ? " (or true_cfg_scale 1)" : " (or guidance 1)");
+        return cat0(rows(neg, B, rank, "negative_" + name), pr, name);
+    };
+    std::map<std::string, Tensor> in;
+    in["encoder_hidden_states"] = guided(tx.prompt_embeds, tx.negative_prompt_embeds, 3, "prompt_embeds");
+    if (f.attention_mask) {
+        KILN_CHECK(present(tx.prompt_attention_mask), p.pipeline, ": prompt_attention_mask missing (diffusers: ",
+                   "\"Must provide `prompt_attention_mask` when specifying `prompt_embeds`\")");
+        in["encoder_attention_mask"] =
+            guided(tx.prompt_attention_mask, tx.negative_prompt_attention_mask, 2, "prompt_attention_mask");
+        if (f.transformer == ComponentKind::pixart &&
+            PixArtConfig::from_json(src.config("transformer")).use_additional_conditions) {
+            Tensor r(DType::f32, {BB, 2}), a(DType::f32, {BB, 1});  // micro-conditions: (height, width), h/w
+            for (int b = 0; b < BB; ++b) {
+                r.data<float>()[2 * b] = (float)p.height, r.data<float>()[2 * b + 1] = (float)p.width;
+                a.data<float>()[b] = (float)((double)p.height / p.width);
+            }
+            in["resolution"] = r;
+            in["aspect_ratio"] = a;
+        }
+    }
+    if (f.pooled_projections) {
+        KILN_CHECK(present(tx.pooled_prompt_embeds), p.pipeline, ": pooled_prompt_embeds missing");
+        in["pooled_projections"] =
+            guided(tx.pooled_prompt_embeds, tx.negative_pooled_prompt_embeds, 2, "pooled_prompt_embeds");
+    }
+    return in;
+}
+
+// Flux: the rotary ids of the packed tokens, img (0, row, col) and txt (zeros), and the embedded guidance, the same
+// for the negative rows.
+void flux_inputs(std::map<std::string, Tensor>& in, const T2IPlan& p, int64_t L_txt, int BB) {
+    const int ph = p.latent_h / 2, pw = p.latent_w / 2;
+    Tensor img(DType::f32, {ph * pw, 3});
+    for (int i = 0; i < ph; ++i)
+        for (int j = 0; j < pw; ++j) {
+            float* id = img.data<float>() + ((size_t)i * pw + j) * 3;
+            id[0] = 0.f, id[1] = (float)i, id[2] = (float)j;
+        }
+    in["img_ids"] = img;
+    in["txt_ids"] = Tensor(DType::f32, {L_txt, 3});  // zeros
+    Tensor g(DType::f32, {BB});
+    for (int b = 0; b < BB; ++b) g.data<float>()[b] = (float)p.guidance;
+    in["guidance"] = g;
+}
+
+// The schedule: the caller's timesteps or sigmas, Flux's sigmas linspace(1, 1/N, N), or the scheduler's own. With
+// dynamic shifting (flow matching), mu from the image token count (Flux: the packed sequence, SD3: the patches).
+void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOptions& opt, const T2IPlan& p) {
+    const Family& f = *p.family;
+    // with the caller's overrides, as diffusers' pipelines read the overridden scheduler.config
+    const nlohmann::json scfg = sched::with_overrides(src.config("scheduler"), opt.scheduler_config);
+    std::optional<double> mu;
+    if (f.flow_matching && scfg.value("use_dynamic_shifting", false)) {
+        const int64_t seq = (int64_t)(p.latent_h / p.token_patch) * (p.latent_w / p.token_patch);
+        mu = sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
+                                    scfg.value("base_shift", 0.5), scfg.value("max_shift", f.max_shift_default));
+    }
+    if (!opt.timesteps.empty()) {  // PixArt: the caller's timesteps (checked in plan_t2i)
+        sched.set_custom_timesteps(opt.timesteps);
+    } else if (!opt.sigmas.empty()) {  // the caller's schedule, shifted as the scheduler shifts its own
+        sched.set_sigmas(opt.sigmas, mu);
+    } else if (f.linspace_sigmas) {
+        std::vector<double> sigmas(p.steps);
+        for (int i = 0; i < p.steps; ++i)  // np.linspace(1.0, 1/N, N)
+            sigmas[i] = p.steps == 1 ? 1.0 : 1.0 + i * ((1.0 / p.steps - 1.0) / (p.steps - 1));
+        if (p.steps > 1) sigmas.back() = 1.0 / p.steps;
+        sched.set_sigmas(sigmas, mu);
+    } else if (mu) {
+        sched.set_timesteps(p.steps, *mu);
+    } else {
+        sched.set_timesteps(p.steps);
+    }
+}
+
+// The transformer for the guidance batch, built once; with SD3's skip-layer guidance a second one on the prompt
+// rows (diffusers' original_prompt_embeds and original_pooled_prompt_embeds) with the skipped blocks left out of
+// its graph. Its weights are the same file's (shared where the executor maps them in place; uploaded again where
+// it copies them). The conditioning inputs are set; hidden_states and timestep are set per step.
+struct Transformers {
+    std::unique_ptr<WeightStore> ws;
+    ir::Graph g, slg_g;
+    std::unique_ptr<Builder> b, slg_b;
+    std::unique_ptr<exec::Executor> x, slg;
+
+    void build(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt, const T2IPlan& p,
+               const std::map<std::string, Tensor>& in, const TextConditioning& tx, const Shape& lat_shape) {
+        const std::string cls = src.class_of("transformer");
+        const auto& tcfg = src.config("transformer");
+        ws = src.weights("transformer");
+        b = std::make_unique<Builder>(g, *ws);
+        x = executor(ctx, opt, g, *b, build_component(*b, cls, tcfg, in));
+        if (p.slg_steps.empty()) return;
+        const int64_t B = lat_shape[0];
+        std::map<std::string, Tensor> sin{{"hidden_states", Tensor(DType::f32, lat_shape)},
+                                          {"timestep", Tensor(DType::f32, {B})},
+                                          {"encoder_hidden_states", tx.prompt_embeds},
+                                          {"pooled_projections", tx.pooled_prompt_embeds}};
+        ComponentOptions co;
+        co.skip_layers = opt.skip_guidance_layers;
+        slg_b = std::make_unique<Builder>(slg_g, *ws);
+        slg = executor(ctx, opt, slg_g, *slg_b, build_component(*slg_b, cls, tcfg, sin, co));
+    }
+    static std::unique_ptr<exec::Executor> executor(vk::Context& ctx, const T2IOptions& opt, ir::Graph& graph,
+                                                    Builder& builder, const std::map<std::string, Tensor>& graph_in) {
+        const exec::Mode mode =
+            opt.mode == exec::Mode::regional && graph.regions().size() < 2 ? exec::Mode::full : opt.mode;
+        auto e = std::make_unique<exec::Executor>(ctx, graph, builder.weight_fn(), mode);
+        for (auto& [name, t] : graph_in)
+            if (name != "hidden_states" && name != "timestep") e->set_input(name, t);
+        return e;
+    }
+};
+
+// Guidance on the host: the noise prediction (B rows of row_lat) from the transformer output (BB rows).
+// Learned sigma (PixArt, out_channels = 2C): the scheduler sees the first C channels of each row.
+struct Guide {
+    const T2IPlan& p;
+    const std::string cls;
+    int64_t B;
+    int BB;
+    size_t row_lat;
+    Shape lat_shape;
+
+    void operator()(const Tensor& out, std::vector<float>& noise) const {
+        const size_t row_out = (size_t)out.numel() / (size_t)BB;
+        KILN_CHECK(row_out == row_lat || row_out == 2 * row_lat, cls, ": output ", shape_str(out.shape),
+                   " does not match latents ", shape_str(lat_shape));
+        const float* o = out.data<float>();
+        const float g = (float)p.cfg_scale;
+        for (int64_t b = 0; b < B; ++b)
+            for (size_t k = 0; k < row_lat; ++k) {
+                float v = o[(size_t)b * row_out + k];
+                if (p.cfg) {  // rows [0, B) negative, [B, 2B) prompt: uncond + g * (text - uncond) (Flux: true CFG)
+                    const float unc = v, txt = o[(size_t)(b + B) * row_out + k];
+                    v = unc + g * (txt - unc);
+                }
+                noise[(size_t)b * row_lat + k] = v;
+            }
+    }
+};
+
+// The denoising loop on the host: the transformer on the guidance batch, guidance, SD3's skip-layer call, the
+// scheduler step. Returns the final latents (in the stepped layout: packed for Flux).
+std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std::vector<float> x, const Guide& guide,
+                                   const T2IOptions& opt, const std::vector<std::vector<float>>& step_noise,
+                                   const std::function<float(int)>& timestep, GenerateResult& res) {
+    const T2IPlan& p = guide.p;
+    const int64_t B = guide.B;
+    const int BB = guide.BB;
+    const Shape& lat_shape = guide.lat_shape;
+    Shape model_shape = lat_shape;
+    model_shape[0] = BB;
+    const size_t n_lat = x.size(), row_lat = guide.row_lat;
+    std::vector<float> noise(n_lat), model_in((size_t)BB * row_lat);
+    double wait_ms = 0;
+    const auto t_loop = Clock::now();
+    const auto& ts = sched.timesteps();
+    for (int i = 0; i < (int)ts.size(); ++i) {
+        const auto t_step = Clock::now();
+        for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
+        sched.scale_model_input(model_in, i);
+        t.x->set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
+        t.x->set_input("timestep", Tensor::from_f32({BB}, std::vector<float>((size_t)BB, timestep(i))));
+        auto t_run = Clock::now();
+        t.x->run();
+        wait_ms += ms_since(t_run) - t.x->last_host_ms();
+        const Tensor out = t.x->output("sample");
+        const std::string si = "step" + std::to_string(i);
+        if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
+        guide(out, noise);
+        if (t.slg && std::count(p.slg_steps.begin(), p.slg_steps.end(), i)) {
+            // diffusers: transformer(latents, t, original_prompt_embeds, skip_layers) on the prompt rows, then
+            // noise_pred = noise_pred + (noise_pred_text - noise_pred_skip_layers) * scale.
+            t.slg->set_input("hidden_states", Tensor::from_f32(lat_shape, x));
+            t.slg->set_input("timestep", Tensor::from_f32({B}, std::vector<float>((size_t)B, timestep(i))));
+            auto t_slg = Clock::now();
+            t.slg->run();
+            wait_ms += ms_since(t_slg) - t.slg->last_host_ms();
+            const Tensor skip = t.slg->output("sample");
+            if (opt.keep_intermediates) res.intermediates.push_back({si + "_skip_layers_out", skip});
+            const float* o = out.data<float>();
+            const float* s = skip.data<float>();
+            const size_t row_out = (size_t)out.numel() / (size_t)BB;
+            const float scale = (float)opt.skip_layer_guidance_scale;
+            for (int64_t b = 0; b < B; ++b)
+                for (size_t k = 0; k < row_lat; ++k) {
+                    const float txt = o[(size_t)(b + B) * row_out + k], skp = s[(size_t)b * row_lat + k];
+                    float& v = noise[(size_t)b * row_lat + k];
+                    v = v + (txt - skp) * scale;
+                }
+        }
+        if (opt.keep_intermediates)
+            res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+        if (!step_noise.empty() && opt.keep_intermediates)
+            res.intermediates.push_back({si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
+        x = sched.step(noise, i, x, step_noise.empty() ? nullptr : &step_noise[(size_t)i]);
+        if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
+        res.step_ms.push_back(ms_since(t_step));
+        res.transformer_runs.push_back(t.x->last_run());
+        if (opt.progress) opt.progress(i + 1, (int)ts.size());
+    }
+    res.denoise_ms = ms_since(t_loop);
+    res.denoise_host_ms = res.denoise_ms - wait_ms;
+    return x;
+}
+
+// The loop on the device (models/step_program.h): guidance and the scheduler step fused after the
+// transformer; with intermediates, steps run one at a time and are read back. latents_out reads the final latents
+// with the VAE's scaling applied.
+std::vector<float> denoise_on_device(vk::Context& ctx, Transformers& t, sched::Scheduler& sched,
+                                     const std::vector<float>& x, const Guide& guide, const StepLoopSpec& ls,
+                                     const T2IOptions& opt, const std::vector<std::vector<float>>& step_noise,
+                                     const std::function<float(int)>& timestep, GenerateResult& res,
+                                     const std::function<std::vector<float>(StepProgram&)>& latents_out) {
+    const auto t_loop = Clock::now();
+    const size_t n_lat = x.size();
+    const Shape& lat_shape = guide.lat_shape;
+    StepProgram prog(ctx, *t.x, ls, plan_loop_steps(sched, timestep), device_step_noise(step_noise, n_lat));
+    std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
+    std::vector<float> noise(n_lat);
+    if (opt.keep_intermediates)
+        observe = [&](int i) {
+            const std::string si = "step" + std::to_string(i);
+            const Tensor out = t.x->output("sample");
+            res.intermediates.push_back({si + "_transformer_out", out});
+            guide(out, noise);  // the device fused it into the step; the same arithmetic, for the record
+            res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
+            if (!step_noise.empty())
+                res.intermediates.push_back(
+                    {si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
+            res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
+        };
+    prog.run(x, step_timer(res, opt.progress), observe);
+    res.loop_plan_ms = prog.stats().plan_ms;
+    res.denoise_ms = ms_since(t_loop);
+    res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
+    return latents_out(prog);
+}
+
+// The schedule as the fixtures record it: timesteps, and sigmas where the scheduler has them.
+void keep_schedule(const sched::Scheduler& sched, GenerateResult& res) {
+    const auto& ts = sched.timesteps();
+    res.intermediates.push_back(
+        {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+    const auto& sg = sched.sigmas();
+    if (!sg.empty())
+        res.intermediates.push_back(
+            {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
+}
+
+// VAE decode, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC.
+void decode_images(VaeRunner& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res) {
+    auto t_dec = Clock::now();
+    if (keep) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(nchw, z)});
+    Tensor dec = vx.decode(Tensor::from_f32(nchw, z));  // [B, 3, H, W]
+    if (keep) res.intermediates.push_back({"decoded", dec});
+    const int64_t B = dec.shape[0];
+    const int OCH = (int)dec.shape[1], H = (int)dec.shape[2], W = (int)dec.shape[3];
+    res.image = Tensor(DType::f32, {B, H, W, OCH});
+    for (int64_t b = 0; b < B; ++b)
+        for (int c = 0; c < OCH; ++c)
+            for (int y = 0; y < H; ++y)
+                for (int xx = 0; xx < W; ++xx) {
+                    const float v = dec.data<float>()[(((size_t)b * OCH + c) * H + y) * W + xx] * 0.5f + 0.5f;
+                    res.image.data<float>()[(((size_t)b * H + y) * W + xx) * OCH + c] = std::min(1.f, std::max(0.f, v));
+                }
+    if (keep) res.intermediates.push_back({"image", res.image});
+    res.decode_ms = ms_since(t_dec);
+}
 }  // namespace
 
 TextConditioning TextConditioning::read(const SafeTensors& st) {
@@ -138,14 +417,11 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     auto t_plan = Clock::now();
     const T2IPlan p = plan_t2i(src, opt);
     for (const auto& w : p.warnings) std::fprintf(stderr, "kiln: warning: %s\n", w.c_str());
-    const bool flux = p.pipeline == "FluxPipeline", sd3 = p.pipeline == "StableDiffusion3Pipeline";
-    const bool pixart = !flux && !sd3;
+    const Family& f = *p.family;
     KILN_CHECK(opt.images_per_prompt >= 1, "images per prompt is ", opt.images_per_prompt, " (at least 1)");
     const TextConditioning repeated =
         opt.images_per_prompt > 1 ? opt.text.repeat_each(opt.images_per_prompt) : TextConditioning{};
     const TextConditioning& tx = opt.images_per_prompt > 1 ? repeated : opt.text;
-    const std::string cls = src.class_of("transformer");
-    const auto& tcfg = src.config("transformer");
     const auto vc = VaeConfig::from_json(src.config("vae"));
 
     // ---- Conditioning: the guidance batch cat([negative, prompt]) when cfg.
@@ -154,34 +430,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                shape_str(tx.prompt_embeds.shape));
     const int64_t B = tx.prompt_embeds.shape[0];
     const int BB = (int)(p.cfg ? 2 * B : B);
-    auto guided = [&](const Tensor& pos, const Tensor& neg, size_t rank, const std::string& name) {
-        Tensor pr = rows(pos, B, rank, name);
-        if (!p.cfg) return pr;
-        KILN_CHECK(present(neg), p.pipeline, ": ", flux ? "true_cfg_scale " : "guidance ", p.cfg_scale,
-                   " > 1 needs negative_", name, flux ? " (or true_cfg_scale 1)" : " (or guidance 1)");
-        return cat0(rows(neg, B, rank, "negative_" + name), pr, name);
-    };
-    std::map<std::string, Tensor> in;
-    in["encoder_hidden_states"] = guided(tx.prompt_embeds, tx.negative_prompt_embeds, 3, "prompt_embeds");
-    if (pixart) {
-        KILN_CHECK(present(tx.prompt_attention_mask), p.pipeline, ": prompt_attention_mask missing (diffusers: ",
-                   "\"Must provide `prompt_attention_mask` when specifying `prompt_embeds`\")");
-        in["encoder_attention_mask"] =
-            guided(tx.prompt_attention_mask, tx.negative_prompt_attention_mask, 2, "prompt_attention_mask");
-        if (PixArtConfig::from_json(tcfg).use_additional_conditions) {  // micro-conditions: (height, width), h/w
-            Tensor r(DType::f32, {BB, 2}), a(DType::f32, {BB, 1});
-            for (int b = 0; b < BB; ++b) {
-                r.data<float>()[2 * b] = (float)p.height, r.data<float>()[2 * b + 1] = (float)p.width;
-                a.data<float>()[b] = (float)((double)p.height / p.width);
-            }
-            in["resolution"] = r;
-            in["aspect_ratio"] = a;
-        }
-    } else {
-        KILN_CHECK(present(tx.pooled_prompt_embeds), p.pipeline, ": pooled_prompt_embeds missing");
-        in["pooled_projections"] =
-            guided(tx.pooled_prompt_embeds, tx.negative_pooled_prompt_embeds, 2, "pooled_prompt_embeds");
-    }
+    std::map<std::string, Tensor> in = conditioning_inputs(src, p, tx, B, BB);
 
     // ---- Latents: [B, C, h, w] noise * init_noise_sigma; Flux packs them 2x2 into [B, S, 4C].
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
@@ -200,93 +449,27 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     if (p.eta > 0) sched->set_eta(p.eta);
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
-    const int S_img = (h / 2) * (w / 2);
-    if (flux) {
+    if (f.packed_2x2) {
         x = pack_2x2(x.data(), (int)B, C, h, w);
-        lat_shape = {B, S_img, 4 * C};
-        Tensor img(DType::f32, {S_img, 3});
-        for (int i = 0; i < h / 2; ++i)
-            for (int j = 0; j < w / 2; ++j) {
-                float* id = img.data<float>() + ((size_t)i * (w / 2) + j) * 3;
-                id[0] = 0.f, id[1] = (float)i, id[2] = (float)j;
-            }
-        in["img_ids"] = img;
-        in["txt_ids"] = Tensor(DType::f32, {tx.prompt_embeds.shape[1], 3});  // zeros
-        Tensor g(DType::f32, {BB});  // the embedded guidance, the same for the negative rows
-        for (int b = 0; b < BB; ++b) g.data<float>()[b] = (float)p.guidance;
-        in["guidance"] = g;
+        lat_shape = {B, (h / 2) * (w / 2), 4 * C};
+        flux_inputs(in, p, tx.prompt_embeds.shape[1], BB);
     }
 
-    // ---- Timesteps. Flux: sigmas linspace(1, 1/N, N) and mu from the packed sequence length; SD3: mu from the
-    // patch count when the scheduler shifts dynamically.
-    // with the caller's overrides, as diffusers' pipelines read the overridden scheduler.config
-    const nlohmann::json scfg = sched::with_overrides(src.config("scheduler"), opt.scheduler_config);
-    const bool dynamic = scfg.value("use_dynamic_shifting", false);
-    auto shift_for = [&](int64_t seq, double max_default) {
-        return sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
-                                      scfg.value("base_shift", 0.5), scfg.value("max_shift", max_default));
-    };
-    std::optional<double> mu;  // dynamic shifting: Flux from the packed sequence length, SD3 from the patch count
-    if (dynamic && flux) mu = shift_for(S_img, 1.15);
-    if (dynamic && sd3) {
-        const int patch = SD3Config::from_json(tcfg).patch;
-        mu = shift_for((int64_t)(h / patch) * (w / patch), 1.16);
-    }
-    if (!opt.timesteps.empty()) {  // PixArt: the caller's timesteps (checked in plan_t2i)
-        sched->set_custom_timesteps(opt.timesteps);
-    } else if (!opt.sigmas.empty()) {  // the caller's schedule, shifted as the scheduler shifts its own
-        sched->set_sigmas(opt.sigmas, mu);
-    } else if (flux) {
-        std::vector<double> sigmas(p.steps);
-        for (int i = 0; i < p.steps; ++i)  // np.linspace(1.0, 1/N, N)
-            sigmas[i] = p.steps == 1 ? 1.0 : 1.0 + i * ((1.0 / p.steps - 1.0) / (p.steps - 1));
-        if (p.steps > 1) sigmas.back() = 1.0 / p.steps;
-        sched->set_sigmas(sigmas, mu);
-    } else if (mu) {
-        sched->set_timesteps(p.steps, *mu);
-    } else {
-        sched->set_timesteps(p.steps);
-    }
-    // The steps' noise, drawn now in the order diffusers draws it (each step's after the previous one's); the
-    // device loop holds all of it (steps x latents).
+    // ---- Timesteps; the steps' noise, drawn now in the order diffusers draws it (each step's after the previous
+    // one's); the device loop holds all of it (steps x latents).
+    set_schedule(*sched, src, opt, p);
     const auto step_noise = draw_step_noise(gen, *sched, (size_t)init.numel(), opt.noise_dtype);
     const double sigma0 = sched->init_noise_sigma();
     if (sigma0 != 1.0)
         for (float& v : x) v = v * (float)sigma0;
 
-    // ---- Transformer for the guidance batch, built once; VAE decoder for the batch.
+    // ---- Transformer(s) for the guidance batch, built once; VAE decoder for the batch.
     Shape model_shape = lat_shape;
     model_shape[0] = BB;
     in["hidden_states"] = Tensor(DType::f32, model_shape);
     in["timestep"] = Tensor(DType::f32, {BB});
-    auto tws = src.weights("transformer");
-    ir::Graph tg;
-    Builder tb(tg, *tws);
-    const auto graph_in = build_component(tb, cls, tcfg, in);
-    exec::Mode mode = opt.mode == exec::Mode::regional && tg.regions().size() < 2 ? exec::Mode::full : opt.mode;
-    exec::Executor tx_exec(ctx, tg, tb.weight_fn(), mode);
-    for (auto& [name, t] : graph_in)
-        if (name != "hidden_states" && name != "timestep") tx_exec.set_input(name, t);
-    // SD3 skip-layer guidance: a second transformer, the prompt rows only (diffusers' original_prompt_embeds and
-    // original_pooled_prompt_embeds), with the skipped blocks left out of its graph. Its weights are the same
-    // file's (shared where the executor maps them in place; uploaded again where it copies them).
-    const bool slg = !p.slg_steps.empty();
-    ir::Graph sg;
-    Builder sb(sg, *tws);
-    std::unique_ptr<exec::Executor> slg_exec;
-    if (slg) {
-        std::map<std::string, Tensor> sin{{"hidden_states", Tensor(DType::f32, lat_shape)},
-                                          {"timestep", Tensor(DType::f32, {B})},
-                                          {"encoder_hidden_states", tx.prompt_embeds},
-                                          {"pooled_projections", tx.pooled_prompt_embeds}};
-        ComponentOptions co;
-        co.skip_layers = opt.skip_guidance_layers;
-        const auto slg_in = build_component(sb, cls, tcfg, sin, co);
-        const exec::Mode sm = opt.mode == exec::Mode::regional && sg.regions().size() < 2 ? exec::Mode::full : opt.mode;
-        slg_exec = std::make_unique<exec::Executor>(ctx, sg, sb.weight_fn(), sm);
-        for (auto& [name, t] : slg_in)
-            if (name != "hidden_states" && name != "timestep") slg_exec->set_input(name, t);
-    }
+    Transformers t;
+    t.build(ctx, src, opt, p, in, tx, lat_shape);
     VaeOptions vo;
     vo.tiled = opt.tiled_vae;
     vo.tile_sample_size = opt.vae_tile_size;
@@ -294,147 +477,44 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     VaeRunner vx(&ctx, src, "vae", vo);
     vx.prepare_decode(nchw);
     res.plan_ms = ms_since(t_plan);
-    res.transformer_counters = tx_exec.counters();
+    res.transformer_counters = t.x->counters();
     if (opt.keep_intermediates) {
         for (auto& kv : tx.named()) res.intermediates.push_back(kv);
         res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
-        if (flux) res.intermediates.push_back({"text_ids", in["txt_ids"]});
-        const auto& ts = sched->timesteps();
-        res.intermediates.push_back(
-            {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
-        const auto& sg = sched->sigmas();
-        if (!sg.empty())
-            res.intermediates.push_back(
-                {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
+        if (f.packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
+        keep_schedule(*sched, res);
     }
 
     // ---- Denoising loop; then the latents for the VAE: latents / scaling_factor (+ shift_factor).
-    auto t_loop = Clock::now();
     const auto& ts = sched->timesteps();
     const size_t n_lat = x.size(), row_lat = n_lat / (size_t)B;
     // PixArt: the scheduler's (integer) timestep; SD3: t = sigma * 1000; Flux: t / 1000 (float32, as torch).
-    auto timestep = [&](int i) { return flux ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i]; };
+    const std::function<float(int)> timestep = [&](int i) {
+        return f.timestep_fraction ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i];
+    };
     const float sf = (float)vc.scaling_factor, shift = (float)vc.shift_factor;
     std::vector<float> z;
     StepLoopSpec ls;
     ls.rows = (int)B;
     ls.row_lat = (uint32_t)row_lat;
-    ls.row_out = (uint32_t)(tx_exec.device_range("sample").size / 4 / (VkDeviceSize)BB);
+    ls.row_out = (uint32_t)(t.x->device_range("sample").size / 4 / (VkDeviceSize)BB);
     ls.cfg = p.cfg;  // rows [0, B) negative, [B, 2B) prompt
     ls.guidance = (float)p.cfg_scale;
-    // Guidance on the host: noise (B rows) from the transformer output (BB rows). Learned sigma (PixArt,
-    // out_channels = 2C): the scheduler sees the first C channels of each row.
-    std::vector<float> noise(n_lat);
-    auto guide = [&](const Tensor& out) {
-        const size_t row_out = (size_t)out.numel() / (size_t)BB;
-        KILN_CHECK(row_out == row_lat || row_out == 2 * row_lat, cls, ": output ", shape_str(out.shape),
-                   " does not match latents ", shape_str(lat_shape));
-        const float* o = out.data<float>();
-        const float g = (float)p.cfg_scale;
-        for (int64_t b = 0; b < B; ++b)
-            for (size_t k = 0; k < row_lat; ++k) {
-                float v = o[(size_t)b * row_out + k];
-                if (p.cfg) {  // rows [0, B) negative, [B, 2B) prompt: uncond + g * (text - uncond) (Flux: true CFG)
-                    const float unc = v, txt = o[(size_t)(b + B) * row_out + k];
-                    v = unc + g * (txt - unc);
-                }
-                noise[(size_t)b * row_lat + k] = v;
-            }
-    };
+    const Guide guide{p, src.class_of("transformer"), B, BB, row_lat, lat_shape};
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
-    res.device_loop = !slg && use_device_loop(ctx.settings(), opt.host_loop) &&
-                      (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(tx_exec, ls);
+    res.device_loop = !t.slg && use_device_loop(ctx.settings(), opt.host_loop) &&
+                      (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(*t.x, ls);
     if (res.device_loop) {
-        StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep), device_step_noise(step_noise, n_lat));
-        std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
-        if (opt.keep_intermediates)
-            observe = [&](int i) {
-                const std::string si = "step" + std::to_string(i);
-                const Tensor out = tx_exec.output("sample");
-                res.intermediates.push_back({si + "_transformer_out", out});
-                guide(out);  // the device fused it into the step; the same arithmetic, for the record
-                res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
-                if (!step_noise.empty())
-                    res.intermediates.push_back(
-                        {si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
-                res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, prog.latents())});
-            };
-        prog.run(x, step_timer(res, opt.progress), observe);
-        res.loop_plan_ms = prog.stats().plan_ms;
-        res.denoise_ms = ms_since(t_loop);
-        res.denoise_host_ms = res.denoise_ms - prog.stats().wait_ms;
-        z = pixart ? prog.latents(1, sf) : prog.latents(2, sf, shift);
-        if (flux) z = unpack_2x2(z.data(), (int)B, C, h, w);
+        z = denoise_on_device(
+            ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res,
+            [&](StepProgram& prog) { return f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf); });
+        if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
-        double wait_ms = 0;
-        std::vector<float> model_in((size_t)BB * row_lat);
-        for (int i = 0; i < (int)ts.size(); ++i) {
-            const auto t_step = Clock::now();
-            for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
-            sched->scale_model_input(model_in, i);
-            tx_exec.set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
-            tx_exec.set_input("timestep", Tensor::from_f32({BB}, std::vector<float>((size_t)BB, timestep(i))));
-            auto t_run = Clock::now();
-            tx_exec.run();
-            wait_ms += ms_since(t_run) - tx_exec.last_host_ms();
-            const Tensor out = tx_exec.output("sample");
-            const std::string si = "step" + std::to_string(i);
-            if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
-            guide(out);
-            if (slg && std::count(p.slg_steps.begin(), p.slg_steps.end(), i)) {
-                // diffusers: transformer(latents, t, original_prompt_embeds, skip_layers) on the prompt rows, then
-                // noise_pred = noise_pred + (noise_pred_text - noise_pred_skip_layers) * scale.
-                slg_exec->set_input("hidden_states", Tensor::from_f32(lat_shape, x));
-                slg_exec->set_input("timestep", Tensor::from_f32({B}, std::vector<float>((size_t)B, timestep(i))));
-                auto t_slg = Clock::now();
-                slg_exec->run();
-                wait_ms += ms_since(t_slg) - slg_exec->last_host_ms();
-                const Tensor skip = slg_exec->output("sample");
-                if (opt.keep_intermediates) res.intermediates.push_back({si + "_skip_layers_out", skip});
-                const float* o = out.data<float>();
-                const float* s = skip.data<float>();
-                const size_t row_out = (size_t)out.numel() / (size_t)BB;
-                const float scale = (float)opt.skip_layer_guidance_scale;
-                for (int64_t b = 0; b < B; ++b)
-                    for (size_t k = 0; k < row_lat; ++k) {
-                        const float txt = o[(size_t)(b + B) * row_out + k], skp = s[(size_t)b * row_lat + k];
-                        float& v = noise[(size_t)b * row_lat + k];
-                        v = v + (txt - skp) * scale;
-                    }
-            }
-            if (opt.keep_intermediates)
-                res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(lat_shape, noise)});
-            if (!step_noise.empty() && opt.keep_intermediates)
-                res.intermediates.push_back(
-                    {si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
-            x = sched->step(noise, i, x, step_noise.empty() ? nullptr : &step_noise[(size_t)i]);
-            if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
-            res.step_ms.push_back(ms_since(t_step));
-            res.transformer_runs.push_back(tx_exec.last_run());
-            if (opt.progress) opt.progress(i + 1, (int)ts.size());
-        }
-        res.denoise_ms = ms_since(t_loop);
-        res.denoise_host_ms = res.denoise_ms - wait_ms;
-        z = flux ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
-        for (auto& v : z) v = pixart ? v / sf : v / sf + shift;
+        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res);
+        z = f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
+        for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }
-
-    // ---- Decode: VAE, (decoded / 2 + 0.5) clamped, NHWC.
-    auto t_dec = Clock::now();
-    if (opt.keep_intermediates) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(nchw, z)});
-    Tensor dec = vx.decode(Tensor::from_f32(nchw, z));  // [B, 3, H, W]
-    if (opt.keep_intermediates) res.intermediates.push_back({"decoded", dec});
-    const int OCH = (int)dec.shape[1], H = (int)dec.shape[2], W = (int)dec.shape[3];
-    res.image = Tensor(DType::f32, {B, H, W, OCH});
-    for (int64_t b = 0; b < B; ++b)
-        for (int c = 0; c < OCH; ++c)
-            for (int y = 0; y < H; ++y)
-                for (int xx = 0; xx < W; ++xx) {
-                    const float v = dec.data<float>()[(((size_t)b * OCH + c) * H + y) * W + xx] * 0.5f + 0.5f;
-                    res.image.data<float>()[(((size_t)b * H + y) * W + xx) * OCH + c] = std::min(1.f, std::max(0.f, v));
-                }
-    if (opt.keep_intermediates) res.intermediates.push_back({"image", res.image});
-    res.decode_ms = ms_since(t_dec);
+    decode_images(vx, z, nchw, opt.keep_intermediates, res);
     return res;
 }
 

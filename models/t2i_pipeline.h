@@ -1,6 +1,6 @@
 #pragma once
-// diffusers' text-to-image pipelines on Kiln, from the text conditioning on: PixArtAlphaPipeline,
-// PixArtSigmaPipeline, StableDiffusion3Pipeline and FluxPipeline, each followed step by step from the
+// diffusers' text-to-image pipelines on Kiln, from the text conditioning on: PixArt-α and PixArt-Σ, Stable
+// Diffusion 3 and Flux (the families of models/registry/registry.h), each followed step by step from the
 // point where encode_prompt has returned (latents, scheduler loop with guidance on the host, VAE decode).
 #include <map>
 #include <memory>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "models/dit_pipeline.h"
+#include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
 #include "runtime/core/safetensors.h"
 
@@ -80,7 +81,8 @@ struct T2IOptions {
 
 // The call as resolved from the model and the options, before any heavy work.
 struct T2IPlan {
-    std::string pipeline;  // diffusers pipeline class
+    std::string pipeline;            // diffusers pipeline class
+    const Family* family = nullptr;  // its registry descriptor (models/registry/registry.h)
     int steps = 0, height = 0, width = 0;
     double guidance = 0;   // PixArt, SD3: the CFG scale; Flux: the embedded guidance
     bool cfg = false;      // classifier-free guidance batch (PixArt, SD3 with guidance > 1; Flux with true_cfg > 1)
@@ -88,16 +90,19 @@ struct T2IPlan {
     std::vector<int> slg_steps;  // SD3 skip-layer guidance: the steps that make the extra call (empty: off)
     double eta = 0;              // PixArt with DDIM: eta applied (0 where the scheduler ignores it)
     int vae_scale_factor = 8, latent_channels = 4, latent_h = 0, latent_w = 0;
+    int token_patch = 1;  // latent pixels per image token on a side: the patch size (Flux: 2, its 2x2 packing)
     // Where the call differs from what was asked (a size rounded, binning not applied); generate_t2i prints them
     // once per generation (plan_t2i itself prints nothing: callers plan more than once).
     std::vector<std::string> warnings;
 };
 
-// The pipeline class of a text-to-image model: model_index.json's _class_name when it names one of the four,
-// else by the transformer class (PixArt with micro-conditions -> PixArtAlphaPipeline). "" when not text-to-image.
+// The pipeline class of a text-to-image model: model_index.json's _class_name when it names a text-to-image
+// pipeline of the registry, else the one of the transformer's family (PixArt with micro-conditions: PixArt-α).
+// "" when not text-to-image.
 std::string t2i_pipeline_class(const ModelSource& src);
 
-// Defaults and size checks (a size that is not a multiple of vae_scale_factor * patch -> kiln::Error). t2i_plan.cpp.
+// Defaults and size checks (a size that is not a multiple of vae_scale_factor * patch, or whose latents and images
+// the host cannot hold -> kiln::Error). t2i_plan.cpp.
 T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt);
 
 // The scheduler a call runs: the model's scheduler config, opt.scheduler's class, opt.scheduler_config's fields.

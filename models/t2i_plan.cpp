@@ -1,8 +1,10 @@
 // Text-to-image pipelines: the call as resolved from the model and the options (plan_t2i), before any heavy work.
+// What differs between the families comes from their registry descriptors (models/registry/registry.h).
 #include <cmath>
 
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/registry/registry.h"
 #include "models/sd3.h"
 #include "models/t2i_pipeline.h"
 #include "models/vae.h"
@@ -28,108 +30,95 @@ int pixart_bin_side(int sample_size) {
             return 0;
     }
 }
-}  // namespace
 
-std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt) {
-    return sched::make_scheduler(src.config("scheduler"), opt.scheduler, opt.scheduler_config);
-}
+// What the plan reads from the transformer's config.
+struct TransformerShape {
+    int in_channels = 0, patch = 1, sample_size = 0, layers = 0;
+};
 
-std::string t2i_pipeline_class(const ModelSource& src) {
-    const auto& mi = src.model_index();
-    if (mi.is_object() && mi.contains("_class_name") && mi["_class_name"].is_string()) {
-        std::string c = mi["_class_name"];
-        if (c == "PixArtAlphaPipeline" || c == "PixArtSigmaPipeline" || c == "StableDiffusion3Pipeline" ||
-            c == "FluxPipeline")
-            return c;
+TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg) {
+    switch (kind) {
+        case ComponentKind::pixart: {
+            const auto c = PixArtConfig::from_json(cfg);
+            return {c.in_channels, c.patch, c.sample_size, c.layers};
+        }
+        case ComponentKind::sd3: {
+            const auto c = SD3Config::from_json(cfg);
+            return {c.in_channels, c.patch, c.sample_size, c.layers};
+        }
+        case ComponentKind::flux: {
+            const auto c = FluxConfig::from_json(cfg);
+            return {c.in_channels, c.patch, 0, c.layers};
+        }
+        default:
+            KILN_FAIL("internal: ", class_name(kind), " is not a text-to-image transformer");
     }
-    if (!src.has("transformer")) return "";
-    const std::string tc = src.class_of("transformer");
-    if (tc == "PixArtTransformer2DModel")
-        return PixArtConfig::from_json(src.config("transformer")).use_additional_conditions ? "PixArtAlphaPipeline"
-                                                                                            : "PixArtSigmaPipeline";
-    if (tc == "SD3Transformer2DModel") return "StableDiffusion3Pipeline";
-    if (tc == "FluxTransformer2DModel") return "FluxPipeline";
-    return "";
 }
 
-T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
-    T2IPlan p;
-    p.pipeline = t2i_pipeline_class(src);
-    KILN_CHECK(!p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
-               src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
-               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux");
-    KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(), ": a ", p.pipeline,
-               " needs transformer, vae and scheduler components");
+// The family's defaults, the latent layout and the size multiple; returns the default sample size (latent side).
+int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, TransformerShape& ts, int& multiple) {
     const auto vc = VaeConfig::from_json(src.config("vae"));
     p.vae_scale_factor = vae_scale_factor(vc);
-    const auto& tcfg = src.config("transformer");
-    int sample = 0, multiple = 0;
-    if (p.pipeline == "FluxPipeline") {
-        const auto c = FluxConfig::from_json(tcfg);
-        KILN_CHECK(c.in_channels % 4 == 0, "Flux: in_channels ", c.in_channels, " is not 4 x latent channels");
-        p.latent_channels = c.in_channels / 4;
-        sample = 128;  // FluxPipeline.default_sample_size
-        multiple = p.vae_scale_factor * 2;
-        p.steps = 28, p.guidance = 3.5;
-    } else if (p.pipeline == "StableDiffusion3Pipeline") {
-        const auto c = SD3Config::from_json(tcfg);
-        p.latent_channels = c.in_channels;
-        sample = c.sample_size;
-        multiple = p.vae_scale_factor * c.patch;
-        p.steps = 28, p.guidance = 7.0;
+    ts = transformer_shape(f.transformer, src.config("transformer"));
+    if (f.packed_2x2) {
+        KILN_CHECK(ts.in_channels % 4 == 0, f.name, ": in_channels ", ts.in_channels, " is not 4 x latent channels");
+        p.latent_channels = ts.in_channels / 4;
+        p.token_patch = 2;
     } else {
-        const auto c = PixArtConfig::from_json(tcfg);
-        p.latent_channels = c.in_channels;
-        sample = c.sample_size;
-        multiple = p.vae_scale_factor * c.patch;
-        p.steps = 20, p.guidance = 4.5;
+        p.latent_channels = ts.in_channels;
+        p.token_patch = ts.patch;
     }
+    multiple = p.vae_scale_factor * p.token_patch;
+    p.steps = f.steps, p.guidance = f.guidance;
     KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
                " latent channels, the transformer ", p.latent_channels);
-    if (opt.steps) p.steps = *opt.steps;
-    // diffusers' retrieve_timesteps(timesteps= or sigmas=): the step count is theirs.
+    return f.default_sample_size ? f.default_sample_size : ts.sample_size;
+}
+
+// Custom timesteps or sigmas (diffusers' retrieve_timesteps(timesteps= or sigmas=)): the step count is theirs.
+void plan_custom_schedule(const ModelSource& src, const T2IOptions& opt, const Family& f, T2IPlan& p) {
     KILN_CHECK(
         opt.timesteps.empty() || opt.sigmas.empty(),
         "give custom timesteps or sigmas, not both (diffusers: only one of `timesteps` or `sigmas` can be passed)");
-    if (!opt.timesteps.empty() || !opt.sigmas.empty()) {
-        const bool flow = p.pipeline == "FluxPipeline" || p.pipeline == "StableDiffusion3Pipeline";
-        const char* what = opt.timesteps.empty() ? "sigmas" : "timesteps";
-        int n = 0;
-        if (flow) {
-            KILN_CHECK(opt.timesteps.empty(), p.pipeline, ": custom timesteps apply to PixArt; diffusers' ", p.pipeline,
-                       " takes custom sigmas");
-            for (size_t i = 0; i < opt.sigmas.size(); ++i)
-                KILN_CHECK(std::isfinite(opt.sigmas[i]) && opt.sigmas[i] >= 0 && opt.sigmas[i] <= 1, "sigmas[", i,
-                           "] is ", opt.sigmas[i], " (flow-matching sigmas lie in [0, 1])");
-            n = (int)opt.sigmas.size();
-        } else {
-            // PixArt: the scheduler decides (DPM-Solver takes timesteps, Euler both, DDIM neither), as diffusers'
-            // retrieve_timesteps asks set_timesteps; planned here so that a bad list stops before any work.
-            auto sched = make_t2i_scheduler(src, opt);
-            try {
-                if (!opt.timesteps.empty())
-                    sched->set_custom_timesteps(opt.timesteps);
-                else
-                    sched->set_sigmas(opt.sigmas);
-            } catch (const Error& e) {
-                KILN_FAIL(p.pipeline, ": ", e.what());
-            }
-            n = sched->num_inference_steps();
+    if (opt.timesteps.empty() && opt.sigmas.empty()) return;
+    const char* what = opt.timesteps.empty() ? "sigmas" : "timesteps";
+    int n = 0;
+    if (f.flow_matching) {
+        KILN_CHECK(opt.timesteps.empty() || f.custom_timesteps, p.pipeline, ": custom timesteps apply to ",
+                   family_with(&Family::custom_timesteps).name, "; diffusers' ", p.pipeline, " takes custom sigmas");
+        for (size_t i = 0; i < opt.sigmas.size(); ++i)
+            KILN_CHECK(std::isfinite(opt.sigmas[i]) && opt.sigmas[i] >= 0 && opt.sigmas[i] <= 1, "sigmas[", i, "] is ",
+                       opt.sigmas[i], " (flow-matching sigmas lie in [0, 1])");
+        n = (int)opt.sigmas.size();
+    } else {
+        // The scheduler decides (DPM-Solver takes timesteps, Euler both, DDIM neither), as diffusers'
+        // retrieve_timesteps asks set_timesteps; planned here so that a bad list stops before any work.
+        auto sched = make_t2i_scheduler(src, opt);
+        try {
+            if (!opt.timesteps.empty())
+                sched->set_custom_timesteps(opt.timesteps);
+            else
+                sched->set_sigmas(opt.sigmas);
+        } catch (const Error& e) {
+            KILN_FAIL(p.pipeline, ": ", e.what());
         }
-        const size_t given = opt.timesteps.empty() ? opt.sigmas.size() : opt.timesteps.size();
-        KILN_CHECK(
-            !opt.steps || *opt.steps == n, "steps ", *opt.steps, " but ", given, " ", what,
-            given == (size_t)n ? "" : ", which make " + std::to_string(n) + " steps (the last sigma ends the schedule)",
-            " (give one or the other: the ", what, " set the step count)");
-        p.steps = n;
+        n = sched->num_inference_steps();
     }
-    if (opt.guidance) p.guidance = *opt.guidance;
-    KILN_CHECK(p.steps >= 1 && p.steps <= 1000, "steps must be in 1..1000, got ", p.steps);
+    const size_t given = opt.timesteps.empty() ? opt.sigmas.size() : opt.timesteps.size();
+    KILN_CHECK(
+        !opt.steps || *opt.steps == n, "steps ", *opt.steps, " but ", given, " ", what,
+        given == (size_t)n ? "" : ", which make " + std::to_string(n) + " steps (the last sigma ends the schedule)",
+        " (give one or the other: the ", what, " set the step count)");
+    p.steps = n;
+}
+
+// Image and latent size: the default, rounding (Flux) or the multiple check, resolution binning's warning.
+void plan_size(const T2IOptions& opt, const Family& f, int sample, int multiple, T2IPlan& p) {
     p.height = opt.height.value_or(sample * p.vae_scale_factor);
     p.width = opt.width.value_or(sample * p.vae_scale_factor);
     KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
-    if (p.pipeline == "FluxPipeline" && (p.height % multiple || p.width % multiple)) {
-        // diffusers' FluxPipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
+    if (f.round_size_down && (p.height % multiple || p.width % multiple)) {
+        // diffusers' Flux pipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
         // other pipelines raise.
         const int h = p.height / multiple * multiple, w = p.width / multiple * multiple;
         KILN_CHECK(h > 0 && w > 0, p.pipeline, ": width and height must be at least ", multiple, ", got ", p.width, "x",
@@ -141,9 +130,9 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     }
     KILN_CHECK(p.height % multiple == 0 && p.width % multiple == 0, p.pipeline, ": width and height must be multiples ",
                "of ", multiple, " (vae_scale_factor ", p.vae_scale_factor, " x ",
-               p.pipeline == "FluxPipeline" ? "2 (2x2 packing)" : "patch size", "), got ", p.width, "x", p.height,
+               f.packed_2x2 ? "2 (2x2 packing)" : "patch size", "), got ", p.width, "x", p.height,
                " (--no-resolution-binning)");
-    if (p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline" && opt.resolution_binning) {
+    if (f.resolution_binning && opt.resolution_binning) {
         // diffusers maps (height, width) to the nearest entry of an aspect-ratio table and resizes the image back.
         // Its tables exist for sample_size 32, 64, 128 and 256 only (other sizes raise "Invalid sample size" there,
         // so such models are run without binning). At the square bin side binning is the identity; elsewhere Kiln
@@ -157,52 +146,102 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     }
     p.latent_h = p.height / p.vae_scale_factor;
     p.latent_w = p.width / p.vae_scale_factor;
-    KILN_CHECK(!opt.true_cfg_scale || p.pipeline == "FluxPipeline", p.pipeline,
-               ": true_cfg_scale applies to FluxPipeline (this pipeline's classifier-free guidance scale is guidance)");
-    if (p.pipeline == "FluxPipeline") {
+}
+
+// Classifier-free guidance (Flux: true CFG on top of the embedded guidance) and SD3's skip-layer guidance.
+void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& p) {
+    KILN_CHECK(!opt.true_cfg_scale || f.true_cfg, p.pipeline, ": true_cfg_scale applies to ",
+               family_with(&Family::true_cfg).pipelines[0].name,
+               " (this pipeline's classifier-free guidance scale is guidance)");
+    if (f.conditioning == Conditioning::embedded) {
         p.cfg_scale = opt.true_cfg_scale.value_or(1.0);
         KILN_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale > 0, "true_cfg_scale is ", p.cfg_scale, " (> 1 is on)");
     } else {
         p.cfg_scale = p.guidance;
     }
     p.cfg = p.cfg_scale > 1.0;
-    if (!opt.skip_guidance_layers.empty()) {
-        KILN_CHECK(p.pipeline == "StableDiffusion3Pipeline", p.pipeline,
-                   ": skip-layer guidance (skip_guidance_layers) applies to StableDiffusion3Pipeline");
-        const int layers = SD3Config::from_json(src.config("transformer")).layers;
-        for (int i : opt.skip_guidance_layers)
-            KILN_CHECK(i >= 0 && i < layers, "skip_guidance_layers: ", i, " is not a block of this transformer (0..",
-                       layers - 1, ")");
-        KILN_CHECK(std::isfinite(opt.skip_layer_guidance_scale), "skip_layer_guidance_scale is ",
-                   opt.skip_layer_guidance_scale);
-        KILN_CHECK(opt.skip_layer_guidance_start >= 0 && opt.skip_layer_guidance_start <= 1 &&
-                       opt.skip_layer_guidance_stop >= 0 && opt.skip_layer_guidance_stop <= 1,
-                   "skip_layer_guidance_start / stop are ", opt.skip_layer_guidance_start, " / ",
-                   opt.skip_layer_guidance_stop, " (fractions of the steps, in [0, 1])");
-        if (!p.cfg) {  // diffusers computes it inside `if do_classifier_free_guidance`
-            p.warnings.push_back(
-                "skip-layer guidance runs only with classifier-free guidance (guidance > 1), as in "
-                "diffusers: skip_guidance_layers ignored");
-        } else {
-            // diffusers: i > num_inference_steps * start and i < num_inference_steps * stop (Python floats).
-            for (int i = 0; i < p.steps; ++i)
-                if (i > p.steps * opt.skip_layer_guidance_start && i < p.steps * opt.skip_layer_guidance_stop)
-                    p.slg_steps.push_back(i);
-        }
+    if (opt.skip_guidance_layers.empty()) return;
+    KILN_CHECK(f.skip_layer_guidance, p.pipeline, ": skip-layer guidance (skip_guidance_layers) applies to ",
+               family_with(&Family::skip_layer_guidance).pipelines[0].name);
+    for (int i : opt.skip_guidance_layers)
+        KILN_CHECK(i >= 0 && i < layers, "skip_guidance_layers: ", i, " is not a block of this transformer (0..",
+                   layers - 1, ")");
+    KILN_CHECK(std::isfinite(opt.skip_layer_guidance_scale), "skip_layer_guidance_scale is ",
+               opt.skip_layer_guidance_scale);
+    KILN_CHECK(opt.skip_layer_guidance_start >= 0 && opt.skip_layer_guidance_start <= 1 &&
+                   opt.skip_layer_guidance_stop >= 0 && opt.skip_layer_guidance_stop <= 1,
+               "skip_layer_guidance_start / stop are ", opt.skip_layer_guidance_start, " / ",
+               opt.skip_layer_guidance_stop, " (fractions of the steps, in [0, 1])");
+    if (!p.cfg) {  // diffusers computes it inside `if do_classifier_free_guidance`
+        p.warnings.push_back(
+            "skip-layer guidance runs only with classifier-free guidance (guidance > 1), as in "
+            "diffusers: skip_guidance_layers ignored");
+    } else {
+        // diffusers: i > num_inference_steps * start and i < num_inference_steps * stop (Python floats).
+        for (int i = 0; i < p.steps; ++i)
+            if (i > p.steps * opt.skip_layer_guidance_start && i < p.steps * opt.skip_layer_guidance_stop)
+                p.slg_steps.push_back(i);
     }
+}
+
+void plan_eta(const ModelSource& src, const T2IOptions& opt, const Family& f, T2IPlan& p) {
     KILN_CHECK(std::isfinite(opt.eta) && opt.eta >= 0, "eta is ", opt.eta,
                " (DDIM's eta: 0 is deterministic, 1 DDPM's variance)");
-    if (opt.eta > 0) {
-        KILN_CHECK(p.pipeline != "FluxPipeline" && p.pipeline != "StableDiffusion3Pipeline", p.pipeline,
-                   ": eta applies to the PixArt pipelines (diffusers' ", p.pipeline, " takes none)");
-        // diffusers' prepare_extra_step_kwargs passes eta only to a scheduler whose step() takes it (DDIM).
-        auto sched = make_t2i_scheduler(src, opt);
-        if (sched->takes_eta())
-            p.eta = opt.eta;
-        else
-            p.warnings.push_back("eta applies to DDIMScheduler; " + sched->name() +
-                                 " ignores it, as in diffusers (--scheduler ddim)");
+    if (opt.eta <= 0) return;
+    KILN_CHECK(f.eta, p.pipeline, ": eta applies to the ", family_with(&Family::eta).name, " pipelines (diffusers' ",
+               p.pipeline, " takes none)");
+    // diffusers' prepare_extra_step_kwargs passes eta only to a scheduler whose step() takes it (DDIM).
+    auto sched = make_t2i_scheduler(src, opt);
+    if (sched->takes_eta())
+        p.eta = opt.eta;
+    else
+        p.warnings.push_back("eta applies to DDIMScheduler; " + sched->name() +
+                             " ignores it, as in diffusers (--scheduler ddim)");
+}
+}  // namespace
+
+std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt) {
+    return sched::make_scheduler(src.config("scheduler"), opt.scheduler, opt.scheduler_config);
+}
+
+std::string t2i_pipeline_class(const ModelSource& src) {
+    const auto& mi = src.model_index();
+    if (mi.is_object() && mi.contains("_class_name") && mi["_class_name"].is_string()) {
+        std::string c = mi["_class_name"];
+        const Family* f = find_pipeline_family(c);
+        if (f && f->text_to_image()) return c;
     }
+    const Family* f = model_family(src);
+    if (!f || !f->text_to_image()) return "";
+    // PixArt: the transformer's micro-conditions (resolution, aspect ratio) make it PixArt-α.
+    const bool micro = f->transformer == ComponentKind::pixart &&
+                       PixArtConfig::from_json(src.config("transformer")).use_additional_conditions;
+    return pipeline_for(*f, micro).name;
+}
+
+T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
+    T2IPlan p;
+    p.pipeline = t2i_pipeline_class(src);
+    KILN_CHECK(!p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
+               src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
+               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux");
+    p.family = find_pipeline_family(p.pipeline);
+    const Family& f = *p.family;
+    KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(), ": a ", p.pipeline,
+               " needs transformer, vae and scheduler components");
+    TransformerShape ts;
+    int multiple = 0;
+    const int sample = plan_latents(src, f, p, ts, multiple);
+    if (opt.steps) p.steps = *opt.steps;
+    plan_custom_schedule(src, opt, f, p);
+    if (opt.guidance) p.guidance = *opt.guidance;
+    KILN_CHECK(p.steps >= 1 && p.steps <= 1000, "steps must be in 1..1000, got ", p.steps);
+    plan_size(opt, f, sample, multiple, p);
+    const int64_t prompts = opt.text.prompt_embeds.shape.size() == 3 ? opt.text.prompt_embeds.shape[0] : 1;
+    check_host_memory(p.pipeline, prompts * std::max(1, opt.images_per_prompt), p.latent_channels, p.latent_h,
+                      p.latent_w, p.height, p.width);
+    plan_guidance(opt, f, ts.layers, p);
+    plan_eta(src, opt, f, p);
     return p;
 }
 

@@ -4,9 +4,15 @@
 #include <limits>
 
 #include "models/common.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
+
+namespace {
+// Messages name the class as diffusers / transformers do.
+std::string cls() { return class_name(ComponentKind::t5_encoder); }
+}  // namespace
 
 T5Config T5Config::from_json(const nlohmann::json& j) {
     T5Config c;
@@ -28,10 +34,10 @@ T5Config T5Config::from_json(const nlohmann::json& j) {
     else if (ff == "gated-silu")
         c.act = "silu";
     else
-        KILN_FAIL("T5EncoderModel: feed_forward_proj '", ff, "' is not supported (gated-gelu, gated-silu)");
+        KILN_FAIL(cls(), ": feed_forward_proj '", ff, "' is not supported (gated-gelu, gated-silu)");
     KILN_CHECK(c.heads > 0 && c.d_kv > 0 && c.layers > 0 && c.num_buckets >= 4 && c.max_distance > c.num_buckets / 4,
-               "T5EncoderModel: bad config (", c.heads, " heads, d_kv ", c.d_kv, ", ", c.layers, " layers, ",
-               c.num_buckets, " buckets, max distance ", c.max_distance, ")");
+               cls(), ": bad config (", c.heads, " heads, d_kv ", c.d_kv, ", ", c.layers, " layers, ", c.num_buckets,
+               " buckets, max distance ", c.max_distance, ")");
     return c;
 }
 
@@ -59,20 +65,18 @@ Tensor t5_relative_buckets(const T5Config& c, int S) {
 
 std::map<std::string, Tensor> t5_encoder_inputs(const T5Config& c, const Tensor& input_ids,
                                                 const Tensor* attention_mask) {
-    KILN_CHECK(input_ids.shape.size() == 2, "T5EncoderModel: input_ids must be [B, S], got ",
-               shape_str(input_ids.shape));
+    KILN_CHECK(input_ids.shape.size() == 2, cls(), ": input_ids must be [B, S], got ", shape_str(input_ids.shape));
     const int64_t B = input_ids.shape[0], S = input_ids.shape[1];
     Tensor ids = input_ids.astype(DType::i64);
     Tensor tok(DType::i32, {B * S}), bias(DType::f32, {B, 1, 1, S});
     for (int64_t i = 0; i < B * S; ++i) {
         const int64_t id = ids.data<int64_t>()[i];
-        KILN_CHECK(id >= 0 && id < c.vocab_size, "T5EncoderModel: token id ", id, " outside the vocabulary of ",
-                   c.vocab_size);
+        KILN_CHECK(id >= 0 && id < c.vocab_size, cls(), ": token id ", id, " outside the vocabulary of ", c.vocab_size);
         tok.data<int32_t>()[i] = (int32_t)id;
     }
     if (attention_mask) {  // get_extended_attention_mask: (1 - mask) * finfo(f32).min on the keys
         Tensor m = attention_mask->astype(DType::f32);
-        KILN_CHECK(m.numel() == B * S, "T5EncoderModel: attention_mask must be [B, S] = [", B, ", ", S, "], got ",
+        KILN_CHECK(m.numel() == B * S, cls(), ": attention_mask must be [B, S] = [", B, ", ", S, "], got ",
                    shape_str(m.shape));
         for (int64_t i = 0; i < B * S; ++i)
             bias.data<float>()[i] = (1.f - m.data<float>()[i]) * std::numeric_limits<float>::lowest();

@@ -1,5 +1,5 @@
 #pragma once
-// T5EncoderModel (transformers models/t5/modeling_t5.py, 4.47): shared token embedding, N pre-RMS-norm
+// transformers' T5 encoder (models/t5/modeling_t5.py, 4.47): shared token embedding, N pre-RMS-norm
 // blocks of unscaled self-attention with a relative position bias (bidirectional buckets, table of block 0,
 // shared by every block) and a (gated) feed-forward, final RMS norm. No position embeddings.
 #include <map>

@@ -4,11 +4,13 @@
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "models/forward.h"
+#include "models/registry/registry.h"
 #include "models/t2i_pipeline.h"
 #include "models/text/tokenizer.h"
 #include "runtime/core/error.h"
@@ -207,27 +209,58 @@ std::string python_lower_strip(const std::string& utf8) {
     return out;
 }
 
+namespace {
+// The family of a text-to-image model (nullptr for others) and, when asked, its pipeline's registry entry.
+const Family* prompt_family(const ModelSource& src, std::string& pipe, const PipelineClass** pc = nullptr) {
+    pipe = t2i_pipeline_class(src);
+    return find_pipeline_family(pipe, pc);
+}
+}  // namespace
+
 int default_max_sequence_length(const ModelSource& src) {
-    const std::string p = t2i_pipeline_class(src);
-    if (p == "PixArtAlphaPipeline") return 120;
-    if (p == "PixArtSigmaPipeline") return 300;
-    if (p == "StableDiffusion3Pipeline") return 256;
-    if (p == "FluxPipeline") {
+    std::string p;
+    const PipelineClass* pc = nullptr;
+    const Family* f = prompt_family(src, p, &pc);
+    KILN_CHECK(f && f->text_to_image(), src.path(), ": ", p, " takes no prompt");
+    if (f->schnell_max_sequence_length) {  // Flux: FLUX.1-schnell has no guidance embedding
         const auto& c = src.config("transformer");
         bool guidance =
             c.contains("guidance_embeds") && c["guidance_embeds"].is_boolean() && c["guidance_embeds"].get<bool>();
-        return guidance ? 512 : 256;  // FLUX.1-schnell (no guidance embedding) was trained with 256
+        if (!guidance) return f->schnell_max_sequence_length;
     }
-    KILN_FAIL(src.path(), ": ", p, " takes no prompt");
+    return pc->max_sequence_length;
 }
 
 namespace {
 // One empty text in a list that falls back to another is Python's None there (`prompt_2 or prompt`).
 bool is_none(const std::vector<std::string>& v) { return v.empty() || (v.size() == 1 && v[0].empty()); }
+
+bool is_clip(ComponentKind k) { return k == ComponentKind::clip_text || k == ComponentKind::clip_text_projection; }
+
+// The prompt lists a family's encoders do not read (prompt_2, prompt_3 and their negatives past its last encoder)
+// must be None.
+void check_prompt_lists(const ModelSource& src, const PromptOptions& opt, const Family& f, const std::string& pipe) {
+    int read = 0;
+    for (const auto& e : f.encoders) read = std::max(read, e.prompt);
+    const std::vector<std::string>* lists[] = {&opt.prompts_2, &opt.prompts_3, &opt.negatives_2, &opt.negatives_3};
+    std::vector<std::string> unread;
+    bool none = true;
+    for (int neg = 0; neg < 2; ++neg)
+        for (int k = std::max(read + 1, 2); k <= 3; ++k) {
+            unread.push_back(std::string(neg ? "negative_" : "") + "prompt_" + std::to_string(k));
+            none = none && is_none(*lists[neg * 2 + k - 2]);
+        }
+    if (unread.empty() || none) return;
+    std::string names;
+    for (size_t i = 0; i < unread.size(); ++i)
+        names += (i == 0 ? "" : i + 1 == unread.size() ? " and " : ", ") + unread[i];
+    KILN_FAIL(src.path(), ": ", pipe, " has ", f.encoders_summary, ": ", names, " do not apply");
+}
 }  // namespace
 
 void check_prompts(const ModelSource& src, const PromptOptions& opt) {
-    const std::string pipe = t2i_pipeline_class(src);
+    std::string pipe;
+    const Family* f = prompt_family(src, pipe);
     KILN_CHECK(!opt.prompts.empty(), "no prompt given");
     const size_t n = opt.prompts.size();
     auto check = [&](const std::vector<std::string>& v, const std::string& name, bool listed) {
@@ -245,34 +278,139 @@ void check_prompts(const ModelSource& src, const PromptOptions& opt) {
     check(opt.prompts_3, "prompt_3", false);
     check(opt.negatives_2, "negative_prompt_2", false);
     check(opt.negatives_3, "negative_prompt_3", false);
-    if (pipe == "PixArtSigmaPipeline" || pipe == "PixArtAlphaPipeline")
-        KILN_CHECK(
-            is_none(opt.prompts_2) && is_none(opt.prompts_3) && is_none(opt.negatives_2) && is_none(opt.negatives_3),
-            src.path(), ": ", pipe,
-            " has one text encoder (T5): prompt_2, prompt_3, negative_prompt_2 and negative_prompt_3 do not "
-            "apply");
-    KILN_CHECK(opt.clip_skip == 0 || pipe == "StableDiffusion3Pipeline", src.path(), ": clip_skip applies to ",
-               "StableDiffusion3Pipeline (", pipe, "'s __call__ has no clip_skip)");
+    if (f && f->text_to_image()) check_prompt_lists(src, opt, *f, pipe);
+    KILN_CHECK(opt.clip_skip == 0 || (f && f->clip_skip), src.path(), ": clip_skip applies to ",
+               family_with(&Family::clip_skip).pipelines[0].name, " (", pipe, "'s __call__ has no clip_skip)");
     KILN_CHECK(opt.clip_skip >= 0, "clip_skip is ", opt.clip_skip, " (0 = none)");
     if (opt.clip_skip > 0)  // diffusers indexes hidden_states[-(clip_skip + 2)] of both CLIP encoders
-        for (const char* enc : {"text_encoder", "text_encoder_2"})
-            if (src.has(enc)) {
+        for (const auto& e : f->encoders)
+            if (is_clip(e.kind) && src.has(e.component)) {
+                const std::string enc = e.component;
                 const int layers = src.config(enc).value("num_hidden_layers", 12);
                 KILN_CHECK(opt.clip_skip <= layers - 1, src.path(), ": clip_skip ", opt.clip_skip,
                            " for a CLIP text model of ", layers, " layers (", enc, "; 0..", layers - 1,
                            ": hidden_states[-(clip_skip + 2)])");
             }
-    if (pipe == "FluxPipeline")
-        KILN_CHECK(is_none(opt.prompts_3) && is_none(opt.negatives_3), src.path(), ": ", pipe,
-                   " has two text encoders (CLIP, then T5 which reads prompt_2): prompt_3 and negative_prompt_3 do "
-                   "not apply");
 }
+
+namespace {
+// One encode_prompts call: every encoder's texts, the token batches and the encoder runs, into res.
+struct PromptRun {
+    vk::Context* ctx;
+    const ModelSource& src;
+    const PromptOptions& opt;
+    EncodedPrompts& res;
+    int t5_tokens = 0;                        // max_sequence_length
+    int passes = 1;                           // prompts, then (with CFG) negative prompts
+    std::vector<std::string> pos[4], neg[4];  // the texts of prompt, prompt_2, prompt_3 ([1..3]) and negatives
+    double tok_ms = 0;
+
+    void keep(const std::string& name, const Tensor& t) {
+        if (opt.keep_intermediates) res.intermediates.push_back({name, t});
+    }
+    // The token batches of encoder e for the prompts and (with CFG) the negative prompts; its tokenizer is loaded
+    // once for both. lower: Python's lower().strip() first (PixArt).
+    std::vector<TokenBatch> tokens(const TextEncoderUse& e, bool lower = false) {
+        auto t0 = Clock::now();
+        const std::string enc = e.component, comp = tokenizer_of(enc);
+        KILN_CHECK(src.has(comp), src.path(), ": this model has no '", comp,
+                   "' (tokenizer files) for its text encoder; give --prompt-embeds FILE instead");
+        auto tok = text::load_tokenizer(src.tokenizer_files(comp), src.path() + " (" + comp + ")");
+        std::vector<TokenBatch> t;
+        for (int n = 0; n < passes; ++n) {
+            std::vector<std::string> p = n ? neg[e.prompt] : pos[e.prompt];
+            if (lower)
+                for (auto& s : p) s = python_lower_strip(s);
+            t.push_back(tokenize(*tok, src, comp, p, e.max_tokens ? e.max_tokens : t5_tokens, opt));
+            keep(enc + (n ? "_negative" : "") + "_input_ids", t.back().ids);
+        }
+        tok_ms += ms_since(t0);
+        return t;
+    }
+    std::vector<std::map<std::string, Tensor>> run(const TextEncoderUse& e, const std::vector<TokenBatch>& t,
+                                                   bool with_mask, int clip_skip = 0) {
+        return run_encoder(ctx, src, e.component, t, with_mask, opt, res, clip_skip);
+    }
+};
+
+std::string pre(int neg) { return neg ? "negative_" : ""; }
+
+// PixArt: _text_preprocessing(clean_caption): without bs4/ftfy diffusers falls back to lower().strip(). The
+// negative prompt is tokenized to the prompt's length (max_sequence_length); the mask goes with the embeddings.
+void encode_pixart(PromptRun& r, const Family& f) {
+    const TextEncoderUse& t5 = f.encoders[0];
+    auto t = r.tokens(t5, true);
+    auto out = r.run(t5, t, true);
+    for (int neg = 0; neg < r.passes; ++neg) {
+        r.res.tensors[pre(neg) + "prompt_embeds"] = need(out[(size_t)neg], "last_hidden_state", t5.component);
+        r.res.tensors[pre(neg) + "prompt_attention_mask"] = t[(size_t)neg].mask;
+    }
+}
+
+// SD3: CLIP-L and CLIP-G penultimate states (clip_skip: the prompts' earlier) concatenated on features, zero-padded
+// to the T5 width, then T5 along the sequence; pooled = cat(CLIP-L, CLIP-G text_embeds). No T5: zeros.
+void encode_sd3(PromptRun& r, const Family& f) {
+    const PromptOptions& opt = r.opt;
+    std::vector<std::map<std::string, Tensor>> clip[2];
+    for (int k = 0; k < 2; ++k) {  // CLIP-L reads the prompts, CLIP-G prompt_2; both 77 tokens
+        const TextEncoderUse& e = f.encoders[(size_t)k];
+        const std::string enc = e.component;
+        clip[k] = r.run(e, r.tokens(e), false, opt.clip_skip);
+        for (int neg = 0; neg < r.passes; ++neg) {
+            r.keep(enc + "_" + pre(neg) + "text_embeds", need(clip[k][(size_t)neg], "text_embeds", enc));
+            r.keep(enc + "_" + pre(neg) + "penultimate_hidden_state",
+                   need(clip[k][(size_t)neg], "penultimate_hidden_state", enc));
+        }
+        if (opt.clip_skip) r.keep(enc + "_clip_skip_hidden_state", need(clip[k][0], "clip_skip_hidden_state", enc));
+    }
+    // The prompts' CLIP state: hidden_states[-(clip_skip + 2)]; the negatives': [-2] (clip_skip None).
+    auto clip_state = [&](int neg) {
+        return !neg && opt.clip_skip ? "clip_skip_hidden_state" : "penultimate_hidden_state";
+    };
+    const TextEncoderUse& t5e = f.encoders[2];
+    std::vector<std::map<std::string, Tensor>> t5;
+    if (!r.src.has(t5e.component) && !(is_none(opt.prompts_3) && is_none(opt.negatives_3)))
+        warn(opt, r.src.path() +
+                      " has no text_encoder_3 (T5): prompt_3 and negative_prompt_3 are ignored, its "
+                      "part of prompt_embeds is zeros (as diffusers)");
+    if (r.src.has(t5e.component)) t5 = r.run(t5e, r.tokens(t5e), false);
+    for (int neg = 0; neg < r.passes; ++neg) {
+        const size_t n = (size_t)neg;
+        Tensor clip_embeds = cat3(clip[0][n][clip_state(neg)], clip[1][n][clip_state(neg)], 2);
+        // _get_t5_prompt_embeds without T5: zeros [B, tokenizer_max_length, joint_attention_dim].
+        Tensor t = !t5.empty() ? need(t5[n], "last_hidden_state", t5e.component)
+                               : Tensor(DType::f32, {(int64_t)opt.prompts.size(), 77,
+                                                     r.src.config("transformer").value("joint_attention_dim", 4096)});
+        r.res.tensors[pre(neg) + "prompt_embeds"] = cat3(pad_features(clip_embeds, t.shape[2]), t, 1);
+        r.res.tensors[pre(neg) + "pooled_prompt_embeds"] = cat2(clip[0][n]["text_embeds"], clip[1][n]["text_embeds"]);
+    }
+}
+
+// Flux: CLIP pooler_output (pooled), T5 last_hidden_state (no mask); the negatives with true CFG only.
+void encode_flux(PromptRun& r, const Family& f) {
+    const TextEncoderUse &ce = f.encoders[0], &te = f.encoders[1];
+    auto clip = r.run(ce, r.tokens(ce), false);
+    auto t5 = r.run(te, r.tokens(te), false);
+    for (int neg = 0; neg < r.passes; ++neg) {  // the negatives with true_cfg_scale > 1 (opt.cfg)
+        const size_t n = (size_t)neg;
+        r.res.tensors[pre(neg) + "pooled_prompt_embeds"] = need(clip[n], "pooler_output", ce.component);
+        r.keep(std::string(ce.component) + "_" + pre(neg) + "pooler_output",
+               r.res.tensors[pre(neg) + "pooled_prompt_embeds"]);
+        r.res.tensors[pre(neg) + "prompt_embeds"] = need(t5[n], "last_hidden_state", te.component);
+    }
+}
+}  // namespace
 
 EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt) {
     EncodedPrompts res;
-    const std::string pipe = t2i_pipeline_class(src);
+    std::string pipe;
+    const Family* f = prompt_family(src, pipe);
     check_prompts(src, opt);
-    const int T5 = opt.max_sequence_length > 0 ? opt.max_sequence_length : default_max_sequence_length(src);
+    KILN_CHECK(f && f->text_to_image(), src.path(), ": ", pipe,
+               " does not take a prompt (it is class-conditional: use --class-labels)");
+    PromptRun r{ctx, src, opt, res};
+    r.t5_tokens = opt.max_sequence_length > 0 ? opt.max_sequence_length : default_max_sequence_length(src);
+    r.passes = opt.cfg ? 2 : 1;
     // Every encoder's texts, one per prompt: diffusers' negative_prompt (default ""), prompt_2 / prompt_3 (default
     // the prompt) and negative_prompt_2 / negative_prompt_3 (default the negative prompt).
     const size_t n = opt.prompts.size();
@@ -280,95 +418,24 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         if (v.empty() || (none_falls_back && is_none(v))) return fallback;
         return v.size() == 1 ? std::vector<std::string>(n, v[0]) : v;
     };
-    const auto negs = rows(opt.negatives, std::vector<std::string>(n), false);
-    const auto prompts_2 = rows(opt.prompts_2, opt.prompts, true), prompts_3 = rows(opt.prompts_3, opt.prompts, true);
-    const auto negs_2 = rows(opt.negatives_2, negs, true), negs_3 = rows(opt.negatives_3, negs, true);
-    auto keep = [&](const std::string& name, const Tensor& t) {
-        if (opt.keep_intermediates) res.intermediates.push_back({name, t});
-    };
-    double tok_ms = 0;
-    const int passes = opt.cfg ? 2 : 1;  // prompts, then negative prompts (Flux: true CFG)
-    // The token batches of encoder `enc` for the prompts and (with CFG) the negative prompts; its tokenizer is
-    // loaded once for both.
-    auto both = [&](const std::string& enc, int max_len, bool lower, const std::vector<std::string>& pos_texts,
-                    const std::vector<std::string>& neg_texts) {
-        auto t0 = Clock::now();
-        const std::string comp = tokenizer_of(enc);
-        KILN_CHECK(src.has(comp), src.path(), ": this model has no '", comp,
-                   "' (tokenizer files) for its text encoder; give --prompt-embeds FILE instead");
-        auto tok = text::load_tokenizer(src.tokenizer_files(comp), src.path() + " (" + comp + ")");
-        std::vector<TokenBatch> t;
-        for (int neg = 0; neg < passes; ++neg) {
-            std::vector<std::string> p = neg ? neg_texts : pos_texts;
-            if (lower)
-                for (auto& s : p) s = python_lower_strip(s);
-            t.push_back(tokenize(*tok, src, comp, p, max_len, opt));
-            keep(enc + (neg ? "_negative" : "") + "_input_ids", t.back().ids);
-        }
-        tok_ms += ms_since(t0);
-        return t;
-    };
-    auto pre = [](int neg) { return std::string(neg ? "negative_" : ""); };
-    if (pipe == "PixArtSigmaPipeline" || pipe == "PixArtAlphaPipeline") {
-        // _text_preprocessing(clean_caption): without bs4/ftfy diffusers falls back to lower().strip(). The negative
-        // prompt is tokenized to the prompt's length (max_sequence_length).
-        auto t = both("text_encoder", T5, true, opt.prompts, negs);
-        auto out = run_encoder(ctx, src, "text_encoder", t, true, opt, res);
-        for (int neg = 0; neg < passes; ++neg) {
-            res.tensors[pre(neg) + "prompt_embeds"] = need(out[(size_t)neg], "last_hidden_state", "text_encoder");
-            res.tensors[pre(neg) + "prompt_attention_mask"] = t[(size_t)neg].mask;
-        }
-    } else if (pipe == "StableDiffusion3Pipeline") {
-        std::vector<std::map<std::string, Tensor>> clip[2];
-        for (int k = 0; k < 2; ++k) {  // CLIP-L reads the prompts, CLIP-G prompt_2; both 77 tokens
-            const std::string enc = k ? "text_encoder_2" : "text_encoder";
-            clip[k] = run_encoder(ctx, src, enc, both(enc, 77, false, k ? prompts_2 : opt.prompts, k ? negs_2 : negs),
-                                  false, opt, res, opt.clip_skip);
-            for (int neg = 0; neg < passes; ++neg) {
-                keep(enc + "_" + pre(neg) + "text_embeds", need(clip[k][(size_t)neg], "text_embeds", enc));
-                keep(enc + "_" + pre(neg) + "penultimate_hidden_state",
-                     need(clip[k][(size_t)neg], "penultimate_hidden_state", enc));
-            }
-            if (opt.clip_skip) keep(enc + "_clip_skip_hidden_state", need(clip[k][0], "clip_skip_hidden_state", enc));
-        }
-        // The prompts' CLIP state: hidden_states[-(clip_skip + 2)]; the negatives': [-2] (clip_skip None).
-        auto clip_state = [&](int neg) {
-            return !neg && opt.clip_skip ? "clip_skip_hidden_state" : "penultimate_hidden_state";
-        };
-        std::vector<std::map<std::string, Tensor>> t5;
-        if (!src.has("text_encoder_3") && !(is_none(opt.prompts_3) && is_none(opt.negatives_3)))
-            warn(opt, src.path() +
-                          " has no text_encoder_3 (T5): prompt_3 and negative_prompt_3 are ignored, its "
-                          "part of prompt_embeds is zeros (as diffusers)");
-        if (src.has("text_encoder_3"))
-            t5 = run_encoder(ctx, src, "text_encoder_3", both("text_encoder_3", T5, false, prompts_3, negs_3), false,
-                             opt, res);
-        for (int neg = 0; neg < passes; ++neg) {
-            const size_t n = (size_t)neg;
-            Tensor clip_embeds = cat3(clip[0][n][clip_state(neg)], clip[1][n][clip_state(neg)], 2);
-            // _get_t5_prompt_embeds without T5: zeros [B, tokenizer_max_length, joint_attention_dim].
-            Tensor t = !t5.empty() ? need(t5[n], "last_hidden_state", "text_encoder_3")
-                                   : Tensor(DType::f32, {(int64_t)opt.prompts.size(), 77,
-                                                         src.config("transformer").value("joint_attention_dim", 4096)});
-            res.tensors[pre(neg) + "prompt_embeds"] = cat3(pad_features(clip_embeds, t.shape[2]), t, 1);
-            res.tensors[pre(neg) + "pooled_prompt_embeds"] = cat2(clip[0][n]["text_embeds"], clip[1][n]["text_embeds"]);
-        }
-    } else if (pipe == "FluxPipeline") {
-        auto clip =
-            run_encoder(ctx, src, "text_encoder", both("text_encoder", 77, false, opt.prompts, negs), false, opt, res);
-        auto t5 = run_encoder(ctx, src, "text_encoder_2", both("text_encoder_2", T5, false, prompts_2, negs_2), false,
-                              opt, res);
-        for (int neg = 0; neg < passes; ++neg) {  // the negatives with true_cfg_scale > 1 (opt.cfg)
-            const size_t n = (size_t)neg;
-            res.tensors[pre(neg) + "pooled_prompt_embeds"] = need(clip[n], "pooler_output", "text_encoder");
-            keep(std::string("text_encoder_") + (neg ? "negative_" : "") + "pooler_output",
-                 res.tensors[pre(neg) + "pooled_prompt_embeds"]);
-            res.tensors[pre(neg) + "prompt_embeds"] = need(t5[n], "last_hidden_state", "text_encoder_2");
-        }
-    } else {
-        KILN_FAIL(src.path(), ": ", pipe, " does not take a prompt (it is class-conditional: use --class-labels)");
+    r.pos[1] = opt.prompts;
+    r.neg[1] = rows(opt.negatives, std::vector<std::string>(n), false);
+    r.pos[2] = rows(opt.prompts_2, opt.prompts, true), r.pos[3] = rows(opt.prompts_3, opt.prompts, true);
+    r.neg[2] = rows(opt.negatives_2, r.neg[1], true), r.neg[3] = rows(opt.negatives_3, r.neg[1], true);
+    switch (f->id) {
+        case FamilyId::pixart:
+            encode_pixart(r, *f);
+            break;
+        case FamilyId::sd3:
+            encode_sd3(r, *f);
+            break;
+        case FamilyId::flux:
+            encode_flux(r, *f);
+            break;
+        case FamilyId::dit:
+            break;  // not text-to-image: refused above
     }
-    res.tokenize_ms = tok_ms;
+    res.tokenize_ms = r.tok_ms;
     return res;
 }
 

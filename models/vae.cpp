@@ -1,9 +1,15 @@
 #include "models/vae.h"
 
 #include "models/common.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
+
+namespace {
+// Messages name the class as diffusers / transformers do.
+std::string cls() { return class_name(ComponentKind::vae); }
+}  // namespace
 
 VaeConfig VaeConfig::from_json(const nlohmann::json& j) {
     VaeConfig c;
@@ -24,12 +30,12 @@ VaeConfig VaeConfig::from_json(const nlohmann::json& j) {
     else
         c.sample_size = get("sample_size", 32);
     std::string act = get("act_fn", std::string("silu"));
-    KILN_CHECK(act == "silu", "AutoencoderKL: act_fn '", act, "' is not supported (silu)");
+    KILN_CHECK(act == "silu", cls(), ": act_fn '", act, "' is not supported (silu)");
     for (auto& t : get("down_block_types", std::vector<std::string>{"DownEncoderBlock2D"}))
-        KILN_CHECK(t == "DownEncoderBlock2D", "AutoencoderKL: down block '", t, "' is not supported");
+        KILN_CHECK(t == "DownEncoderBlock2D", cls(), ": down block '", t, "' is not supported");
     for (auto& t : get("up_block_types", std::vector<std::string>{"UpDecoderBlock2D"}))
-        KILN_CHECK(t == "UpDecoderBlock2D", "AutoencoderKL: up block '", t, "' is not supported");
-    KILN_CHECK(!c.block_out.empty(), "AutoencoderKL: empty block_out_channels");
+        KILN_CHECK(t == "UpDecoderBlock2D", cls(), ": up block '", t, "' is not supported");
+    KILN_CHECK(!c.block_out.empty(), cls(), ": empty block_out_channels");
     return c;
 }
 

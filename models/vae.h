@@ -1,5 +1,5 @@
 #pragma once
-// AutoencoderKL (diffusers models/autoencoders/autoencoder_kl.py, vae.py Encoder/Decoder,
+// The KL autoencoder (diffusers models/autoencoders/autoencoder_kl.py, vae.py Encoder/Decoder,
 // unet_2d_blocks UpDecoderBlock2D / DownEncoderBlock2D / UNetMidBlock2D, resnet.py ResnetBlock2D).
 #include <nlohmann/json.hpp>
 #include <vector>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
 
@@ -148,8 +149,9 @@ struct VaeRunner::Plan {
 
 VaeRunner::VaeRunner(vk::Context* ctx, const ModelSource& src, const std::string& component, VaeOptions opt)
     : VaeRunner(ctx, src.weights(component), src.config(component), opt) {
-    KILN_CHECK(src.class_of(component) == "AutoencoderKL", src.path(), ": component '", component, "' is ",
-               src.class_of(component), ", not AutoencoderKL");
+    const ComponentClass* c = find_component_class(src.class_of(component));
+    KILN_CHECK(c && c->kind == ComponentKind::vae, src.path(), ": component '", component, "' is ",
+               src.class_of(component), ", not ", class_name(ComponentKind::vae));
 }
 
 VaeRunner::VaeRunner(vk::Context* ctx, std::unique_ptr<WeightStore> weights, const nlohmann::json& config,

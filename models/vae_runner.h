@@ -1,5 +1,5 @@
 #pragma once
-// AutoencoderKL decode / encode with diffusers' memory options: enable_tiling() (tiled_decode, _tiled_encode:
+// The VAE's decode / encode with diffusers' memory options: enable_tiling() (tiled_decode, _tiled_encode:
 // overlapping tiles, blend_v / blend_h, row-limit crop) and enable_slicing() (one batch element at a time).
 // One executor is resident at a time: tiles run grouped by shape, and a new shape (a smaller border tile)
 // replaces the planned executor, so device memory is the weights once plus one tile's activations.
@@ -23,7 +23,7 @@ struct VaeOptions {
     exec::Mode mode = exec::Mode::full;
 };
 
-// diffusers AutoencoderKL.__init__: tile_sample_min_size = sample_size (Kiln takes the first entry of a list,
+// diffusers' autoencoder_kl.py __init__: tile_sample_min_size = sample_size (Kiln takes the first entry of a list,
 // where diffusers' arithmetic on the list would fail), tile_latent_min_size = int(sample / 2^(n_blocks - 1)),
 // overlap factor 0.25.
 struct VaeTiling {

@@ -1,4 +1,4 @@
-// transformers' BasicTokenizer (the no-ftfy path of CLIPTokenizer) and CLIP's pre-tokenizer regex, on code points,
+// transformers' BasicTokenizer (the no-ftfy path of the CLIP tokenizer) and CLIP's pre-tokenizer regex, on code points,
 // with ICU for the Unicode data (categories, NFC, full lower-casing). The order of the steps is transformers':
 // _clean_text, _tokenize_chinese_chars, NFC, whitespace split, str.lower per word, " ".join, regex.findall.
 #include "models/text/clip_pretokenize.h"

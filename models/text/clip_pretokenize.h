@@ -1,5 +1,5 @@
 #pragma once
-// CLIPTokenizer's text pre-processing as transformers runs it without ftfy (private to the CLIP tokenizer):
+// The CLIP tokenizer's text pre-processing as transformers runs it without ftfy (private to the CLIP tokenizer):
 // BasicTokenizer(strip_accents=False, do_split_on_punc=False), then CLIP's pre-tokenizer regex.
 #include <string>
 #include <vector>

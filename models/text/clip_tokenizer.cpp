@@ -1,4 +1,4 @@
-// transformers' slow CLIPTokenizer (4.47.1, ftfy not installed). encode() follows tokenizer(text,
+// transformers' slow CLIP tokenizer (4.47.1, ftfy not installed). encode() follows tokenizer(text,
 // padding="max_length", max_length=N, truncation=True): the added-tokens trie splits special tokens out of the
 // text, the rest goes through BasicTokenizer + CLIP's regex (clip_pretokenize.cpp), each regex piece is mapped
 // byte by byte through bytes_to_unicode and merged by BPE (word end marked "</w>"), then BOS + ids + EOS,
@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "models/registry/registry.h"
 #include "models/text/clip_pretokenize.h"
 #include "runtime/core/error.h"
 
@@ -83,7 +84,7 @@ public:
     Tokens encode(const std::string& utf8, int max_length, bool pad) const override;
     int32_t pad_id() const override { return pad_id_; }
     int model_max_length() const override { return model_max_length_; }
-    std::string class_name() const override { return "CLIPTokenizer"; }
+    std::string class_name() const override { return models::class_name(models::ComponentKind::clip_tokenizer); }
 
 private:
     void load_vocab(const std::string& text);
@@ -182,7 +183,7 @@ ClipTokenizer::ClipTokenizer(const TokenizerFiles& files, const std::string& whe
     }
     for (const AddedToken& t : added_) added_ids_[t.content] = t.id;
 
-    // Special tokens: special_tokens_map.json overrides tokenizer_config.json, which overrides CLIPTokenizer's
+    // Special tokens: special_tokens_map.json overrides tokenizer_config.json, which overrides the tokenizer class's
     // defaults. Those not yet added become added tokens (vocab id, or the next free id), as transformers does.
     auto entry = [&](const std::string& key, const char* fallback, AddedToken& t) {
         if (special.contains(key)) return token_entry(special[key], t, where + "/special_tokens_map.json: " + key);
@@ -217,7 +218,7 @@ ClipTokenizer::ClipTokenizer(const TokenizerFiles& files, const std::string& whe
     KILN_CHECK(u != vocab_.end() || added_ids_.count(unk.content), where, ": unk_token \"", unk.content,
                "\" is not in vocab.json");
     unk_id_ = u != vocab_.end() ? u->second : added_ids_.at(unk.content);
-    KILN_CHECK(has_bos && has_eos, where, ": CLIPTokenizer needs bos_token and eos_token");
+    KILN_CHECK(has_bos && has_eos, where, ": ", class_name(), " needs bos_token and eos_token");
     bos_id_ = token_id(bos.content);
     eos_id_ = token_id(eos.content);
     pad_id_ = has_pad ? token_id(pad.content) : -1;
@@ -239,7 +240,7 @@ int32_t ClipTokenizer::token_id(const std::string& token) const {
     return v != vocab_.end() ? v->second : unk_id_;
 }
 
-// CLIPTokenizer.bpe: piece is already byte-mapped. Repeatedly merge every occurrence (left to right) of the
+// tokenization_clip.py bpe(): piece is already byte-mapped. Repeatedly merge every occurrence (left to right) of the
 // adjacent pair with the lowest rank until no ranked pair is left.
 std::vector<std::string> ClipTokenizer::bpe(const std::string& piece) const {
     // transformers' bpe cache starts with these two, returned whole and without "</w>".

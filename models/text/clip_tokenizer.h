@@ -1,6 +1,6 @@
 #pragma once
-// transformers' CLIPTokenizer (slow, no-ftfy path): BasicTokenizer clean-up and lower-casing, CLIP's
-// pre-tokenizer regex, byte-level BPE with "</w>" word ends, BOS/EOS, truncation, padding.
+// transformers' CLIP tokenizer (tokenization_clip.py, slow, no-ftfy path): BasicTokenizer clean-up and lower-casing,
+// CLIP's pre-tokenizer regex, byte-level BPE with "</w>" word ends, BOS/EOS, truncation, padding.
 #include "models/text/tokenizer.h"
 
 namespace kiln::text {

@@ -1,4 +1,4 @@
-// transformers 4.47 slow T5Tokenizer on top of the sentencepiece model: added/special tokens split out of the
+// transformers 4.47 slow T5 tokenizer on top of the sentencepiece model: added/special tokens split out of the
 // text first (with their lstrip/rstrip/single_word rules), the `legacy` flag, </s> appended, truncation, padding.
 #include "models/text/t5_tokenizer.h"
 
@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "models/registry/registry.h"
 #include "models/text/sentencepiece.h"
 #include "runtime/core/error.h"
 
@@ -80,14 +81,14 @@ struct AddedToken {
     bool lstrip = false, rstrip = false, single_word = false, special = false;
 };
 
-class T5Tokenizer final : public Tokenizer {
+class SlowT5Tokenizer final : public Tokenizer {
 public:
-    T5Tokenizer(const TokenizerFiles& files, const std::string& where);
+    SlowT5Tokenizer(const TokenizerFiles& files, const std::string& where);
 
     Tokens encode(const std::string& utf8, int max_length, bool pad) const override;
     int32_t pad_id() const override { return pad_id_; }
     int model_max_length() const override { return model_max_length_; }
-    std::string class_name() const override { return "T5Tokenizer"; }
+    std::string class_name() const override { return models::class_name(models::ComponentKind::t5_tokenizer); }
 
     std::vector<std::string> tokenize(const std::string& text) const;
 
@@ -109,7 +110,7 @@ private:
     int model_max_length_ = 0;
 };
 
-T5Tokenizer::T5Tokenizer(const TokenizerFiles& files, const std::string& where) {
+SlowT5Tokenizer::SlowT5Tokenizer(const TokenizerFiles& files, const std::string& where) {
     auto model = files.find("spiece.model");
     KILN_CHECK(model != files.end(), where, ": spiece.model missing");
     sp_ = SentencePieceModel::parse(model->second, where);
@@ -185,13 +186,13 @@ T5Tokenizer::T5Tokenizer(const TokenizerFiles& files, const std::string& where) 
     unk_token_length_ = sp_.encode(unk_token_).size();
 }
 
-int32_t T5Tokenizer::token_id(const std::string& token) const {
+int32_t SlowT5Tokenizer::token_id(const std::string& token) const {
     auto it = added_.find(token);
     return it != added_.end() ? it->second.id : sp_.piece_to_id(token);
 }
 
 // transformers' Trie.split: the text cut around added tokens, leftmost-longest match first.
-std::vector<std::string> T5Tokenizer::split_added(const std::string& text) const {
+std::vector<std::string> SlowT5Tokenizer::split_added(const std::string& text) const {
     std::vector<std::string> out;
     size_t begin = 0;
     for (size_t i = 0; i < text.size();) {
@@ -217,7 +218,7 @@ std::vector<std::string> T5Tokenizer::split_added(const std::string& text) const
 
 // PreTrainedTokenizer.tokenize: split, apply each added token's strip rules to its neighbours, then
 // sentencepiece on the text between.
-std::vector<std::string> T5Tokenizer::base_tokenize(const std::string& text) const {
+std::vector<std::string> SlowT5Tokenizer::base_tokenize(const std::string& text) const {
     std::vector<std::string> parts = split_added(text);
     for (size_t i = 0; i < parts.size(); ++i) {
         auto it = added_.find(parts[i]);
@@ -248,9 +249,9 @@ std::vector<std::string> T5Tokenizer::base_tokenize(const std::string& text) con
     return tokens;
 }
 
-// T5Tokenizer._tokenize: legacy encodes as is; otherwise text starting with a space is encoded behind the
+// tokenization_t5.py _tokenize: legacy encodes as is; otherwise text starting with a space is encoded behind the
 // unk token (so no dummy "▁" is invented) and the unk token's pieces dropped.
-std::vector<std::string> T5Tokenizer::sp_tokenize(const std::string& text) const {
+std::vector<std::string> SlowT5Tokenizer::sp_tokenize(const std::string& text) const {
     const bool behind_unk = !legacy_ && (starts_with(text, kUnderline) || starts_with(text, " "));
     std::vector<std::string> out;
     for (auto& e : sp_.encode(behind_unk ? unk_token_ + text : text)) out.push_back(std::move(e.piece));
@@ -258,7 +259,7 @@ std::vector<std::string> T5Tokenizer::sp_tokenize(const std::string& text) const
     return out;
 }
 
-std::vector<std::string> T5Tokenizer::tokenize(const std::string& text) const {
+std::vector<std::string> SlowT5Tokenizer::tokenize(const std::string& text) const {
     if (legacy_ || text.empty()) return base_tokenize(text);
     std::string t;
     for (size_t i = 0; i < text.size();) {  // "▁" -> " "
@@ -275,8 +276,8 @@ std::vector<std::string> T5Tokenizer::tokenize(const std::string& text) const {
     return tokens;
 }
 
-Tokens T5Tokenizer::encode(const std::string& utf8, int max_length, bool pad) const {
-    check_utf8(utf8, "T5Tokenizer prompt");
+Tokens SlowT5Tokenizer::encode(const std::string& utf8, int max_length, bool pad) const {
+    check_utf8(utf8, class_name() + " prompt");
     std::vector<int32_t> ids;
     for (const std::string& t : tokenize(utf8)) ids.push_back(token_id(t));
     // build_inputs_with_special_tokens: </s> appended unless already last.
@@ -306,7 +307,7 @@ Tokens T5Tokenizer::encode(const std::string& utf8, int max_length, bool pad) co
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_t5_tokenizer(const TokenizerFiles& files, const std::string& where) {
-    return std::make_unique<T5Tokenizer>(files, where);
+    return std::make_unique<SlowT5Tokenizer>(files, where);
 }
 
 }  // namespace kiln::text

@@ -1,6 +1,6 @@
 #pragma once
-// transformers' T5Tokenizer (slow, sentencepiece): the unigram model of spiece.model (its protobuf parsed
-// here), sentencepiece's normalisation, Viterbi segmentation, "▁" for whitespace, <unk>, the appended </s>.
+// transformers' T5 tokenizer (tokenization_t5.py, slow, sentencepiece): the unigram model of spiece.model (its protobuf
+// parsed here), sentencepiece's normalisation, Viterbi segmentation, "▁" for whitespace, <unk>, the appended </s>.
 #include "models/text/tokenizer.h"
 
 namespace kiln::text {

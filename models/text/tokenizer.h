@@ -33,11 +33,11 @@ public:
     // tokenizer_config.json's model_max_length (CLIP 77; T5 512); values over 1e6 (transformers'
     // "unset" 1e30) are reported as 0.
     virtual int model_max_length() const = 0;
-    virtual std::string class_name() const = 0;  // "CLIPTokenizer", "T5Tokenizer"
+    virtual std::string class_name() const = 0;  // the registry's class_name(ComponentKind::*_tokenizer)
 };
 
-// Loads the tokenizer the files describe: CLIPTokenizer when vocab.json + merges.txt are present,
-// T5Tokenizer when spiece.model is. `where` names the source in error messages.
+// Loads the tokenizer the files describe: CLIP's when vocab.json + merges.txt are present, T5's when
+// spiece.model is. `where` names the source in error messages.
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where);
 // Reads the tokenizer files of a folder on disk (the ones listed above that exist).
 TokenizerFiles read_tokenizer_folder(const std::string& dir);

@@ -68,6 +68,27 @@ TEST_CASE("text-to-image pipelines match diffusers step by step", "[models][pipe
     CHECK(vk::Context::validation_errors() == 0);
 }
 
+TEST_CASE("text-to-image pipelines: a size the host cannot hold fails in the plan, saying how much it needs",
+          "[models][pipeline][t2i]") {
+    // kiln generate --width 100000 --height 100000 ended in std::bad_alloc. 10^6 x 10^6 pixels need ~3.6e13 bytes
+    // of f32 image buffers alone: more than any host, so the plan refuses it before any allocation.
+    for (const char* name : {"pixart_pipeline", "sd3_pipeline", "flux_pipeline"}) {
+        auto src = models::ModelSource::open(test::data_path(std::string("fixtures/") + name));
+        models::T2IOptions o;
+        o.resolution_binning = false;
+        o.width = o.height = 1000000;
+        CHECK_THROWS_WITH(models::plan_t2i(src, o), Catch::Contains("1 image(s) of 1000000x1000000 need about") &&
+                                                        Catch::Contains("GiB of host memory") &&
+                                                        Catch::Contains("this machine has"));
+        o.width = o.height = 32;  // the fixtures' own size plans as before
+        CHECK_NOTHROW(models::plan_t2i(src, o));
+    }
+    // The check itself: bytes for the latents and three f32 image copies, against the host's memory.
+    CHECK_NOTHROW(models::check_host_memory("test", 1, 4, 128, 128, 1024, 1024));
+    CHECK_THROWS_WITH(models::check_host_memory("test", 1000000, 4, 128, 128, 1024, 1024),
+                      Catch::StartsWith("test: 1000000 image(s) of 1024x1024 need about"));
+}
+
 TEST_CASE("text-to-image pipelines: defaults, dispatch and size checks", "[models][pipeline][t2i]") {
     auto pix = models::ModelSource::open(test::data_path("fixtures/pixart_pipeline"));
     auto sd3 = models::ModelSource::open(test::data_path("fixtures/sd3_pipeline"));
@@ -76,6 +97,14 @@ TEST_CASE("text-to-image pipelines: defaults, dispatch and size checks", "[model
     CHECK(models::t2i_pipeline_class(sd3) == "StableDiffusion3Pipeline");
     CHECK(models::t2i_pipeline_class(flux) == "FluxPipeline");
     CHECK(models::t2i_pipeline_class(models::ModelSource::open(test::data_path("fixtures/dit_pipeline_ddim"))) == "");
+    // The registry family of each (what the CLI and the C API dispatch on).
+    auto dit = models::ModelSource::open(test::data_path("fixtures/dit_pipeline_ddim"));
+    CHECK(models::model_family(dit)->id == models::FamilyId::dit);
+    CHECK(models::model_family(pix)->id == models::FamilyId::pixart);
+    CHECK(models::model_family(sd3)->id == models::FamilyId::sd3);
+    CHECK(models::model_family(flux)->id == models::FamilyId::flux);
+    CHECK(models::model_family(models::ModelSource::open(test::data_path("fixtures/vae"))) == nullptr);
+    CHECK(models::plan_t2i(flux, {}).family == models::model_family(flux));
 
     models::T2IOptions o;
     o.resolution_binning = false;

@@ -1,0 +1,155 @@
+#include "models/registry/registry.h"
+
+#include "runtime/core/error.h"
+
+namespace kiln::models {
+
+namespace {
+using K = ComponentKind;
+}  // namespace
+
+const std::vector<ComponentClass>& component_classes() {
+    static const std::vector<ComponentClass> v = {
+        {"DiTTransformer2DModel", K::dit, Role::transformer},  // diffusers dit_transformer_2d.py
+        {"PixArtTransformer2DModel", K::pixart, Role::transformer},
+        {"SD3Transformer2DModel", K::sd3, Role::transformer},
+        {"FluxTransformer2DModel", K::flux, Role::transformer},
+        {"AutoencoderKL", K::vae, Role::vae},
+        {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
+        {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},
+        {"T5EncoderModel", K::t5_encoder, Role::text_encoder},  // transformers modeling_t5.py
+        // Fast tokenizers load from the same files (Kiln reads the slow tokenizers' files and runs them).
+        {"CLIPTokenizer", K::clip_tokenizer, Role::tokenizer},
+        {"CLIPTokenizerFast", K::clip_tokenizer, Role::tokenizer},
+        {"T5Tokenizer", K::t5_tokenizer, Role::tokenizer},
+        {"T5TokenizerFast", K::t5_tokenizer, Role::tokenizer},
+    };
+    return v;
+}
+
+const ComponentClass* find_component_class(std::string_view name) {
+    for (const auto& c : component_classes())
+        if (name == c.name) return &c;
+    return nullptr;
+}
+
+const char* class_name(ComponentKind kind) {
+    for (const auto& c : component_classes())
+        if (c.kind == kind) return c.name;
+    KILN_FAIL("internal: component kind ", (int)kind, " has no class");
+}
+
+Role role_of(ComponentKind kind) {
+    for (const auto& c : component_classes())
+        if (c.kind == kind) return c.role;
+    KILN_FAIL("internal: component kind ", (int)kind, " has no class");
+}
+
+std::string class_list(const std::vector<Role>& roles) {
+    std::string s;
+    for (const auto& c : component_classes()) {
+        bool listed = roles.empty();
+        for (Role r : roles) listed |= r == c.role;
+        if (listed) s += (s.empty() ? "" : ", ") + std::string(c.name);
+    }
+    return s;
+}
+
+const std::vector<Family>& families() {
+    static const std::vector<Family> v = [] {
+        std::vector<Family> f(4);
+        // diffusers pipeline_dit.py: class labels, guidance against the null class 1000.
+        Family& dit = f[0];
+        dit.id = FamilyId::dit;
+        dit.name = "DiT";
+        dit.pipelines = {{"DiTPipeline"}};
+        dit.transformer = K::dit;
+        dit.steps = 25, dit.guidance = 4.0;
+        dit.conditioning = Conditioning::class_labels;
+
+        // pipeline_pixart_sigma.py / pipeline_pixart_alpha.py: T5 with its mask, max_sequence_length 300 / 120.
+        Family& pixart = f[1];
+        pixart.id = FamilyId::pixart;
+        pixart.name = "PixArt";
+        pixart.pipelines = {{"PixArtSigmaPipeline", 300}, {"PixArtAlphaPipeline", 120, true}};
+        pixart.transformer = K::pixart;
+        pixart.steps = 20, pixart.guidance = 4.5;
+        pixart.attention_mask = true;
+        pixart.encoders = {{"text_encoder", K::t5_encoder, 1, 0}};
+        pixart.encoders_summary = "one text encoder (T5)";
+        pixart.eta = pixart.custom_timesteps = pixart.custom_sigmas = pixart.resolution_binning = true;
+
+        // pipeline_stable_diffusion_3.py: CLIP-L, CLIP-G and (optional) T5; pooled CLIP embeddings.
+        Family& sd3 = f[2];
+        sd3.id = FamilyId::sd3;
+        sd3.name = "Stable Diffusion 3";
+        sd3.pipelines = {{"StableDiffusion3Pipeline", 256}};
+        sd3.transformer = K::sd3;
+        sd3.steps = 28, sd3.guidance = 7.0;
+        sd3.pooled_projections = true;
+        sd3.flow_matching = true, sd3.max_shift_default = 1.16;
+        sd3.vae_shift = true;
+        sd3.encoders = {{"text_encoder", K::clip_text_projection, 1, 77},
+                        {"text_encoder_2", K::clip_text_projection, 2, 77},
+                        {"text_encoder_3", K::t5_encoder, 3, 0, true}};
+        sd3.encoders_summary = "three text encoders (CLIP-L, CLIP-G, then T5 which reads prompt_3)";
+        sd3.clip_skip = sd3.skip_layer_guidance = sd3.custom_sigmas = true;
+
+        // pipeline_flux.py: CLIP pooled, T5 sequence; 2x2-packed latents; embedded guidance, true CFG.
+        Family& flux = f[3];
+        flux.id = FamilyId::flux;
+        flux.name = "Flux";
+        flux.pipelines = {{"FluxPipeline", 512}};
+        flux.schnell_max_sequence_length = 256;  // FLUX.1-schnell (no guidance embedding) was trained with 256
+        flux.transformer = K::flux;
+        flux.steps = 28, flux.guidance = 3.5;
+        flux.default_sample_size = 128;  // FluxPipeline.default_sample_size
+        flux.packed_2x2 = flux.round_size_down = true;
+        flux.conditioning = Conditioning::embedded;
+        flux.pooled_projections = true;
+        flux.timestep_fraction = true;
+        flux.flow_matching = true, flux.max_shift_default = 1.15;
+        flux.linspace_sigmas = flux.vae_shift = true;
+        flux.encoders = {{"text_encoder", K::clip_text, 1, 77}, {"text_encoder_2", K::t5_encoder, 2, 0}};
+        flux.encoders_summary = "two text encoders (CLIP, then T5 which reads prompt_2)";
+        flux.true_cfg = flux.custom_sigmas = true;
+        return f;
+    }();
+    return v;
+}
+
+const Family& family(FamilyId id) {
+    for (const auto& f : families())
+        if (f.id == id) return f;
+    KILN_FAIL("internal: family ", (int)id, " is not registered");
+}
+
+const Family* find_pipeline_family(std::string_view pipeline_class, const PipelineClass** pipeline) {
+    for (const auto& f : families())
+        for (const auto& p : f.pipelines)
+            if (pipeline_class == p.name) {
+                if (pipeline) *pipeline = &p;
+                return &f;
+            }
+    return nullptr;
+}
+
+const Family* transformer_family(ComponentKind kind) {
+    for (const auto& f : families())
+        if (f.transformer == kind) return &f;
+    return nullptr;
+}
+
+const PipelineClass& pipeline_for(const Family& f, bool micro_conditions) {
+    for (const auto& p : f.pipelines)
+        if (p.micro_conditions == micro_conditions) return p;
+    return f.pipelines.front();
+}
+
+const Family& family_with(bool Family::*option) {
+    for (const auto& f : families())
+        if (f.*option) return f;
+    KILN_FAIL("internal: no family takes that option");
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,110 @@
+#pragma once
+// The model family registry: the one table of the diffusers / transformers classes Kiln reads, and one
+// descriptor per pipeline family (its pipeline classes, transformer, defaults, latent layout, conditioning,
+// text encoders and the call options that apply). Everything else asks here, by enum or descriptor field; only
+// registry.cpp spells class names. Pure C++ (no Vulkan): the converter links it too.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::models {
+
+enum class Role { transformer, vae, text_encoder, tokenizer };
+
+// What Kiln builds for a component class.
+enum class ComponentKind {
+    dit,
+    pixart,
+    sd3,
+    flux,                  // transformers
+    vae,                   // the KL autoencoder
+    clip_text,             // CLIP text model: pooler_output
+    clip_text_projection,  // CLIP text model with the text_projection: text_embeds
+    t5_encoder,
+    clip_tokenizer,
+    t5_tokenizer,
+};
+
+struct ComponentClass {
+    const char* name;  // diffusers' _class_name, transformers' architectures[0] or tokenizer_class
+    ComponentKind kind;
+    Role role;
+};
+
+// Every class Kiln reads, in the order messages list them.
+const std::vector<ComponentClass>& component_classes();
+// nullptr when Kiln does not read the class.
+const ComponentClass* find_component_class(std::string_view name);
+// The class of a kind as diffusers saves it (the slow tokenizer where a fast one maps to the same kind).
+const char* class_name(ComponentKind kind);
+Role role_of(ComponentKind kind);
+// "A, B, C": the classes of the given roles (every role when empty), for messages.
+std::string class_list(const std::vector<Role>& roles = {});
+
+enum class FamilyId { dit, pixart, sd3, flux };
+
+// How the guidance scale reaches the model.
+enum class Conditioning {
+    class_labels,  // DiT: class labels, classifier-free guidance against the null class
+    cfg,           // PixArt, SD3: classifier-free guidance with the negative prompt, scale = guidance
+    embedded,      // Flux: guidance is a transformer input; classifier-free guidance only via true_cfg_scale
+};
+
+// A text encoder of a family, as its pipeline's encode_prompt runs it.
+struct TextEncoderUse {
+    const char* component;  // "text_encoder", "text_encoder_2", ...
+    ComponentKind kind;
+    int prompt;             // the prompt list it reads: 1 prompt, 2 prompt_2, 3 prompt_3 (and their negatives)
+    int max_tokens;         // 77 (CLIP); 0: the pipeline's max_sequence_length (T5)
+    bool optional = false;  // SD3's T5: absent, its part of prompt_embeds is zeros
+};
+
+struct PipelineClass {
+    const char* name;
+    int max_sequence_length = 0;    // T5 tokens by default (0: no T5)
+    bool micro_conditions = false;  // PixArt-α: the pipeline of a transformer with use_additional_conditions
+};
+
+// One pipeline family. The defaults are the pipelines' __call__ defaults.
+struct Family {
+    FamilyId id;
+    const char* name;                      // "PixArt"
+    std::vector<PipelineClass> pipelines;  // the first is the default for the transformer
+    ComponentKind transformer;
+    int steps = 0;
+    double guidance = 0;
+    int default_sample_size = 0;          // latent side without --width/--height; 0: the transformer's sample_size
+    int schnell_max_sequence_length = 0;  // Flux without a guidance embedding (FLUX.1-schnell): T5 tokens
+    // Latents: Flux packs 2x2 patches into tokens, so sizes are multiples of vae_scale_factor x 2 (others:
+    // x patch size), and rounds a size off that multiple down with a warning (the others raise).
+    bool packed_2x2 = false;
+    bool round_size_down = false;
+    Conditioning conditioning = Conditioning::cfg;
+    bool attention_mask = false;      // prompt_attention_mask goes to the transformer (PixArt)
+    bool pooled_projections = false;  // pooled_prompt_embeds goes to the transformer (SD3, Flux)
+    bool timestep_fraction = false;   // the transformer takes t / 1000 (Flux)
+    bool flow_matching = false;       // flow-matching sigmas in [0, 1]; dynamic shift's max_shift default below
+    double max_shift_default = 0;
+    bool linspace_sigmas = false;  // the pipeline passes sigmas linspace(1, 1/N, N) (Flux; others: the scheduler's)
+    bool vae_shift = false;        // latents / scaling_factor + shift_factor for the VAE (PixArt: no shift)
+    std::vector<TextEncoderUse> encoders;  // in encode_prompt's order; empty: class-conditional
+    const char* encoders_summary = "";     // for messages: "one text encoder (T5)"
+    // The call options that apply.
+    bool clip_skip = false, skip_layer_guidance = false, eta = false, true_cfg = false;
+    bool custom_timesteps = false, custom_sigmas = false, resolution_binning = false;
+
+    bool text_to_image() const { return !encoders.empty(); }
+};
+
+const std::vector<Family>& families();
+const Family& family(FamilyId id);
+// The family of a pipeline class (nullptr: not one Kiln runs); *pipeline receives its entry when asked.
+const Family* find_pipeline_family(std::string_view pipeline_class, const PipelineClass** pipeline = nullptr);
+// The family whose transformer is `kind` (nullptr for a kind that is not a family's transformer).
+const Family* transformer_family(ComponentKind kind);
+// The family's pipeline class for its transformer (PixArt with micro-conditions: PixArt-α).
+const PipelineClass& pipeline_for(const Family& f, bool micro_conditions = false);
+// The first family where a call option applies (e.g. &Family::true_cfg), for messages that name it.
+const Family& family_with(bool Family::*option);
+
+}  // namespace kiln::models
