@@ -22,7 +22,7 @@ struct StepLoopSpec {
     uint32_t row_out = 0;         // floats per output row, >= row_lat (learned sigma: the first row_lat are the noise)
     bool cfg = false;             // the transformer batch is 2 * rows, guidance combines the halves
     bool cond_first = false;      // cfg: the conditional rows come first (DiT); else the negatives (PixArt, SD3)
-    bool scale_in_place = false;  // the scheduler steps the scaled model input (DiTPipeline), not the latents
+    bool scale_in_place = false;  // the scheduler steps the scaled model input (DiT's pipeline), not the latents
     float guidance = 1;
     int in_flight = 2;  // steps submitted ahead of the one the host waits for
     // How divisions (Euler's scale_model_input, the final latents / scaling_factor) round. Vulkan lets a float

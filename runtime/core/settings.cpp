@@ -107,7 +107,7 @@ const std::vector<SettingInfo> kTable = {
      [](Settings& s, const std::string& v) {
          s.exec.attention = choice("KILN_ATTENTION", v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
     // Models and the CLI.
-    {"KILN_DEVICE_LOOP", "bool", "1", "0: the denoising loop runs on the host (as kiln generate --host-loop)",
+    {"KILN_DEVICE_LOOP", "bool", "1", "0: kiln generate runs its step loop on the host (as --host-loop)",
      false, [](Settings& s, const std::string& v) { s.device_loop = on_unless_0(v); }},
     {"KILN_DEFAULT_MODEL", "path", "the built-in dit-digits model", "the kiln CLI's model when --model is not given",
      false, [](Settings& s, const std::string& v) { s.default_model = v; }},

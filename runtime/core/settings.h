@@ -60,7 +60,7 @@ struct TestHooks {
 struct Settings {
     ContextOptions context;
     ExecOptions exec;
-    bool device_loop = true;    // KILN_DEVICE_LOOP: the denoising loop on the device where supported (models/)
+    bool device_loop = true;    // KILN_DEVICE_LOOP: the pipelines' step loop on the device where supported (models/)
     std::string default_model;  // KILN_DEFAULT_MODEL: the kiln CLI's model when --model is not given ("": built-in)
     TestHooks test;
 };
