@@ -12,6 +12,7 @@
 #include "converter/convert.h"
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
+#include "runtime/core/settings.h"
 
 namespace {
 // Ctrl-C (or SIGTERM, SIGHUP) while writing: the partial OUT.tmp (gigabytes for a large model) is removed, OUT is
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
             opt.keep.emplace_back(k.substr(0, eq), dt);
         }
         opt.quiet = quiet;
+        // The environment, read at this edge (runtime/core/settings.h): the tests' pause after each tensor.
+        opt.test_delay_ms = kiln::settings_from_env().test.convert_delay_ms;
         kiln::check_output_path(out, "-o");        // before any input is read
         const std::string partial = out + ".tmp";  // GgufWriter writes here, then renames
         if (partial.size() < sizeof g_partial) std::memcpy(g_partial, partial.c_str(), partial.size() + 1);

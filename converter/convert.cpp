@@ -515,9 +515,7 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
 
     Progress prog{log, log && ::isatty(STDERR_FILENO) && log == &std::cerr};
     uint64_t written = 0;
-    // Tests: a pause after each tensor, to interrupt a conversion midway (tests/apps/test_generate_output.cpp).
-    const char* delay = std::getenv("KILN_TEST_CONVERT_DELAY_MS");
-    const int delay_ms = delay ? std::atoi(delay) : 0;
+    const int delay_ms = opt.test_delay_ms;  // tests: a pause after each tensor (Options::test_delay_ms)
     w.on_tensor = [&](size_t done, size_t total) {
         written = w.data_size() * done / std::max<size_t>(total, 1);  // approximate, for display only
         prog(done, total, written);

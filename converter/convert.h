@@ -22,6 +22,9 @@ struct Options {
     std::string variant;          // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
     bool quiet = false;           // no notes, progress or summary
     std::ostream* log = nullptr;  // notes/progress/summary (std::cerr when null)
+    // Test-only (TestHooks::convert_delay_ms, KILN_TEST_CONVERT_DELAY_MS): a pause after each tensor, to interrupt
+    // a conversion midway (tests/apps/test_generate_output.cpp).
+    int test_delay_ms = 0;
 };
 
 struct Summary {

@@ -205,16 +205,20 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
             const int n = (int)vk::list_devices().size();
             if (o.device >= n) fail(KILN_NOT_FOUND, "device ", o.device, " does not exist (", n, " Vulkan devices)");
         }
+        // The environment is read here, once per context, from the one table (runtime/core/settings.h); the
+        // options given win over it.
+        Settings settings;
+        try {
+            settings = settings_from_env();
+        } catch (const Error& e) {
+            fail(KILN_INVALID_ARGUMENT, e.what());
+        }
+        if (o.device >= 0) settings.context.device = o.device;
+        if (o.validation != 0) settings.context.validation = o.validation == 1;
+        if (o.transfer_queue != 0)
+            settings.context.transfer_queue = o.transfer_queue == -1 ? "0" : o.transfer_queue == 1 ? "1" : "split";
         auto dev = std::make_shared<Device>();
-        dev->vk = std::make_unique<vk::Context>(o.device,
-                                                o.validation == 0   ? -1
-                                                : o.validation == 1 ? 1
-                                                                    : 0,
-                                                -1,
-                                                o.transfer_queue == 0    ? ""
-                                                : o.transfer_queue == -1 ? "0"
-                                                : o.transfer_queue == 1  ? "1"
-                                                                         : "split");
+        dev->vk = std::make_unique<vk::Context>(settings);
         if (o.vram_budget_bytes) dev->vk->set_vram_budget(o.vram_budget_bytes);
         auto ctx = std::make_unique<kiln_context>();
         ctx->device = std::move(dev);

@@ -8,11 +8,7 @@
 
 namespace kiln::models {
 
-bool use_device_loop(bool host_loop) {
-    if (host_loop) return false;
-    const char* e = std::getenv("KILN_DEVICE_LOOP");
-    return !(e && std::strcmp(e, "0") == 0);
-}
+bool use_device_loop(const Settings& s, bool host_loop) { return !host_loop && s.device_loop; }
 
 std::vector<params::LoopStep> plan_loop_steps(sched::Scheduler& s, const std::function<float(int)>& timestep) {
     const int n = s.num_inference_steps();

@@ -1,5 +1,5 @@
 #pragma once
-// The pipelines' side of the denoising loop on the device (runtime/exec/step_program.h): whether to use it, the
+// The pipelines' side of the denoising loop on the device (models/step_program.h): whether to use it, the
 // per-step table built from a scheduler, and the steps' noise.
 #include <chrono>
 #include <functional>
@@ -7,14 +7,15 @@
 #include <vector>
 
 #include "models/schedulers/scheduler.h"
+#include "models/step_params.h"
+#include "runtime/core/settings.h"
 #include "runtime/core/torch_rng.h"
-#include "runtime/exec/step_params.h"
 
 namespace kiln::models {
 
 // The device loop unless forced to the host: host_loop (GenerateOptions, `kiln generate --host-loop`) or
-// KILN_DEVICE_LOOP=0 in the environment.
-bool use_device_loop(bool host_loop);
+// Settings::device_loop false (KILN_DEVICE_LOOP=0; the Context's settings).
+bool use_device_loop(const Settings& s, bool host_loop);
 
 // Every step's row of the table: plan_step(i) in order (advancing s's multistep state as step() would), its
 // coefficients cast to float as sched::apply_step casts them, model_input_divisor(i) and timestep(i).

@@ -7,11 +7,11 @@
 #include "models/device_loop.h"
 #include "models/dit.h"
 #include "models/schedulers/scheduler.h"
+#include "models/step_program.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/torch_rng.h"
-#include "runtime/exec/step_program.h"
 
 namespace kiln::models {
 
@@ -104,7 +104,7 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     const size_t plane = (size_t)S * S;
     const float inv_sf = (float)(1.0 / vc.scaling_factor);
     std::vector<float> z;  // the latents handed to the VAE: inv_sf * latents
-    exec::StepLoopSpec ls;
+    StepLoopSpec ls;
     ls.rows = B;
     ls.row_lat = (uint32_t)(C * plane);
     ls.row_out = (uint32_t)(tx.device_range("sample").size / 4 / (VkDeviceSize)BB);
@@ -112,11 +112,11 @@ GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const Gene
     ls.cond_first = true;      // DiT: [cond, null class]
     ls.scale_in_place = true;  // diffusers' DiTPipeline steps the scaled latent_model_input
     ls.guidance = (float)opt.guidance;
-    res.device_loop = use_device_loop(opt.host_loop) && exec::StepProgram::supported(tx, ls);
+    res.device_loop = use_device_loop(ctx.settings(), opt.host_loop) && StepProgram::supported(tx, ls);
     if (res.device_loop) {
         const auto table = plan_loop_steps(*sched, [&](int i) { return (float)ts[(size_t)i]; });
         // the device steps the first half: each step's first n_half values
-        exec::StepProgram prog(ctx, tx, ls, table, device_step_noise(step_noise, n_half));
+        StepProgram prog(ctx, tx, ls, table, device_step_noise(step_noise, n_half));
         std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
             observe = [&](int i) {

@@ -13,11 +13,11 @@
 #include "models/pixart.h"
 #include "models/schedulers/scheduler.h"
 #include "models/sd3.h"
+#include "models/step_program.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/torch_rng.h"
-#include "runtime/exec/step_program.h"
 
 namespace kiln::models {
 
@@ -316,7 +316,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     auto timestep = [&](int i) { return flux ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i]; };
     const float sf = (float)vc.scaling_factor, shift = (float)vc.shift_factor;
     std::vector<float> z;
-    exec::StepLoopSpec ls;
+    StepLoopSpec ls;
     ls.rows = (int)B;
     ls.row_lat = (uint32_t)row_lat;
     ls.row_out = (uint32_t)(tx_exec.device_range("sample").size / 4 / (VkDeviceSize)BB);
@@ -342,11 +342,10 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             }
     };
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
-    res.device_loop = !slg && use_device_loop(opt.host_loop) && (ls.row_out == row_lat || ls.row_out == 2 * row_lat) &&
-                      exec::StepProgram::supported(tx_exec, ls);
+    res.device_loop = !slg && use_device_loop(ctx.settings(), opt.host_loop) &&
+                      (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(tx_exec, ls);
     if (res.device_loop) {
-        exec::StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep),
-                               device_step_noise(step_noise, n_lat));
+        StepProgram prog(ctx, tx_exec, ls, plan_loop_steps(*sched, timestep), device_step_noise(step_noise, n_lat));
         std::function<void(int)> observe;  // intermediates: read back after each step (steps then run one by one)
         if (opt.keep_intermediates)
             observe = [&](int i) {

@@ -12,7 +12,9 @@ namespace kiln::app {
 
 void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::string>& shapes,
                    const std::string& dtypes, int reps) {
-    vk::Context ctx(device, -1, no_pipeline_cache ? 0 : -1);
+    Settings settings = cli_settings(device);
+    settings.context.skip_pipeline_cache_file = no_pipeline_cache;
+    vk::Context ctx(settings);
     std::vector<exec::LinearShape> sh;
     for (const std::string& s : shapes) {
         long long m = 0, n = 0, k = 0;

@@ -50,7 +50,10 @@ Run add_devices(CLI::App& app) {
             if (d.fp16_storage && d.subgroup_arithmetic) {  // which linear kernels this device runs (no measuring)
                 std::string table;
                 try {  // no pipeline cache: listing devices neither reads nor rewrites it
-                    vk::Context ctx(d.index, 0, 0);
+                    Settings settings = cli_settings(d.index);
+                    settings.context.validation = false;
+                    settings.context.skip_pipeline_cache_file = true;
+                    vk::Context ctx(settings);
                     table = exec::describe_linear_table(ctx);
                 } catch (const Error& e) {
                     table = std::string("not read (the device did not open: ") + e.what() + ")";

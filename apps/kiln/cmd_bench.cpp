@@ -397,11 +397,19 @@ void run_bench(const BenchOpts& o) {
     std::unique_ptr<models::WeightStore> ws;
     const models::SyntheticArch arch = bench_arch(o, ws);
     const exec::BlockWeights bw = exec::parse_block_weights(o.block_weights);
-    if (!o.block_layout.empty()) ::setenv("KILN_BLOCK_LAYOUT", o.block_layout.c_str(), 1);
     const std::vector<exec::Mode> modes = bench_modes(o);
     // The KILN_FUSE value the executors read for --fuse on/off/all ("" leaves the environment as it is).
     const std::string fuse_env_of_option = o.fuse == "on" ? "1" : o.fuse == "off" ? "0" : o.fuse;
-    vk::Context ctx(o.device, -1, o.no_pipeline_cache ? 0 : -1);
+    Settings settings = cli_settings(o.device);
+    settings.context.skip_pipeline_cache_file = o.no_pipeline_cache;
+    if (!o.block_layout.empty()) settings.exec.block_layout = o.block_layout;
+    vk::Context ctx(settings);
+    // The executors of one row read its fusion from the context's settings ("" keeps the environment's).
+    auto set_fuse = [&](const std::string& fuse) {
+        Settings s = settings;
+        if (!fuse.empty()) s.exec.fuse = fuse;
+        ctx.set_settings(s);
+    };
     ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
     exec::Budget budget{o.vram_budget.empty() ? 0 : exec::parse_bytes(o.vram_budget), o.slots, !o.no_in_place};
     auto inputs = models::example_inputs(arch.cls, arch.config, o.batch, arch.latent, arch.latent);
@@ -418,14 +426,14 @@ void run_bench(const BenchOpts& o) {
     }
     bool header = true;
     for (auto& [mode, fuse_env] : rows) {
-        if (!fuse_env.empty()) ::setenv("KILN_FUSE", fuse_env.c_str(), 1);
+        set_fuse(fuse_env);
         const std::string label =
             std::string(exec::mode_name(mode)) + (o.fuse == "both" && fuse_env != "0" ? "+f" : "");
         const ModeRun m = measure_mode(ctx, *ws, arch, inputs, mode, label, o, bw, budget);
         print_mode(m, header);
         header = false;
         report["modes"].push_back(mode_json(m, mode));
-        if (!fuse_env.empty()) ::unsetenv("KILN_FUSE");
+        set_fuse("");
     }
     // The graph of the interleaved and streaming runs, built anew for each.
     auto built = [&](auto&& fn) {
@@ -435,11 +443,11 @@ void run_bench(const BenchOpts& o) {
         return fn(g, b, in);
     };
     if (o.interleave > 0) {  // with the rows' fusion
-        if (!fuse_env_of_option.empty()) ::setenv("KILN_FUSE", fuse_env_of_option.c_str(), 1);
+        set_fuse(fuse_env_of_option);
         report["interleaved"] = built([&](const ir::Graph& g, const models::Builder& b, const auto& in) {
             return interleaved(ctx, g, b, in, modes, bw, budget, o.warmup, o.interleave);
         });
-        if (!fuse_env_of_option.empty()) ::unsetenv("KILN_FUSE");
+        set_fuse("");
     }
     if (o.stream)
         report["stream"] = built([&](const ir::Graph& g, const models::Builder& b, const auto& in) {

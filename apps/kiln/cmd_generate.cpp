@@ -80,7 +80,7 @@ struct Session {
     void open_device() {
         const uint64_t budget = o.vram_budget.empty() ? 0 : exec::parse_bytes(o.vram_budget);
         if (o.profile) {
-            ctx = std::make_unique<vk::Context>(o.device);
+            ctx = std::make_unique<vk::Context>(cli_settings(o.device));
             if (budget) ctx->set_vram_budget(budget);
             device = ctx->info().name;
         } else {

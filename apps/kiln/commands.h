@@ -7,6 +7,7 @@
 
 #include "include/kiln.h"
 #include "runtime/core/file_io.h"
+#include "runtime/core/settings.h"
 #include "runtime/core/tensor.h"
 
 namespace kiln::app {
@@ -65,6 +66,10 @@ ModelPtr open_model(kiln_context* ctx, const std::string& path);
 // Ctrl-C: generate's progress callbacks stop at the next step boundary once it has been pressed.
 void install_interrupt_handler();
 bool interrupted();
-// The built-in default model (the trained dit-digits pipeline that ships with Kiln).
+// The built-in default model (the trained dit-digits pipeline that ships with Kiln), or KILN_DEFAULT_MODEL.
 std::string default_model();
+// The settings of a vk::Context the CLI makes itself (bench, devices, generate --profile/--host-loop): the environment
+// table (runtime/core/settings.h) read at this edge, after the flags that set variables (--f16-activations,
+// --transfer-queue); device >= 0 wins over KILN_DEVICE.
+Settings cli_settings(int device = -1);
 }  // namespace kiln::app

@@ -4,14 +4,21 @@
 
 #include "apps/kiln/commands.h"
 #include "runtime/core/error.h"
+#include "runtime/core/settings.h"
 
 namespace kiln::app {
 std::string default_model() {
-    if (const char* e = std::getenv("KILN_DEFAULT_MODEL")) return e;
+    if (std::string m = settings_from_env().default_model; !m.empty()) return m;
     // Next to the binary's build tree first (converted at build time), else the source folder.
     for (const char* p : {KILN_DEFAULT_MODEL_FILE, KILN_DEFAULT_MODEL_DIR})
         if (std::filesystem::exists(p)) return p;
     return KILN_DEFAULT_MODEL_DIR;
+}
+
+Settings cli_settings(int device) {
+    Settings s = settings_from_env();
+    if (device >= 0) s.context.device = device;
+    return s;
 }
 }  // namespace kiln::app
 

@@ -53,18 +53,19 @@ void Executor::Impl::fill_weight(const WeightBytesFn& weights, int v, const vk::
 }
 
 namespace {
-// Bindings of `shader` declared with WEIGHT_BUF (those its "_ptr" and "_off" variants can select), from the
-// reflection of its "_ptr" variant; 0 when it has none.
-uint32_t weight_buf_bindings(const std::string& shader) {
+// Bindings of `shader` declared with WEIGHT_BUF (those its ptr and off variants can select), from the
+// reflection of its ptr variant; 0 when it has none.
+uint32_t weight_buf_bindings(vk::ShaderKey shader) {
+    shader.selection = vk::Selection::ptr;
+    const std::string name = shader.name();
     for (size_t i = 0; i < vk::kShaderCount; ++i)
-        if (shader + "_ptr" == vk::kShaderTable[i].name)
+        if (name == vk::kShaderTable[i].name)
             return vk::reflect_spirv(vk::kShaderTable[i].code, vk::kShaderTable[i].words).ptr_bindings;
     return 0;
 }
-// KILN_BLOCK_LAYOUT: auto | block | weight (see the top of this file).
-std::string block_layout() {
-    const char* env = std::getenv("KILN_BLOCK_LAYOUT");
-    const std::string e = env && *env ? env : "auto";
+// ExecOptions::block_layout (KILN_BLOCK_LAYOUT): auto | block | weight (see the top of this file).
+std::string block_layout(const vk::Context& ctx) {
+    const std::string e = ctx.settings().exec.block_layout;
     KILN_CHECK(e == "auto" || e == "block" || e == "weight", "KILN_BLOCK_LAYOUT='", e, "' (auto, block or weight)");
     return e;
 }
@@ -95,7 +96,7 @@ VkDeviceSize Executor::Impl::weight_binding_limit(const BlockKind& k, size_t j) 
                 // A view the device cannot make sends the dispatch to the storage-buffer shader: either binding
                 // must hold the range, so a reader allows the larger of the two.
                 VkDeviceSize lim = max_binding;
-                const std::optional<TexelShader> tex = texel_shader(p.d.shader);
+                const std::optional<vk::TexelForm> tex = vk::texel_form_of(p.d.shader);
                 if (views && tex && b < tex->inputs)
                     lim =
                         std::max(lim, (VkDeviceSize)info.max_texel_elements * texel_bytes(g.value(v).dtype, tex->rgba));
@@ -136,7 +137,7 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
         if (!weight_bits) continue;
         vk::Dispatch d = vk::lower(g, node);
         if ((weight_buf_bindings(d.shader) & weight_bits) != weight_bits) {
-            why = "shader " + d.shader + " reads a block weight through a plain binding";
+            why = "shader " + d.shader.name() + " reads a block weight through a plain binding";
             return Select::copy;
         }
         readers.push_back(n);
@@ -145,7 +146,7 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
     const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const bool split_ok = select == BlockWeights::offset || (select == BlockWeights::automatic && cpu);
     if (allow_offset && select != BlockWeights::device &&
-        (total <= max_binding || (block_layout() != "block" && weight_major_fits(k)) ||
+        (total <= max_binding || (block_layout(ctx) != "block" && weight_major_fits(k)) ||
          (split_ok && stride <= max_binding))) {
         for (int n : readers) ptr_slot[n] = 0;
         return Select::offset;
@@ -183,7 +184,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
     // instance resident): what the budget decision needs.
     std::vector<KindNeed> needs;
     weight_arena.assign(blocks.size(), {});
-    const std::string layout = block_layout();
+    const std::string layout = block_layout(ctx);
     for (auto& k : blocks) {
         std::vector<VkDeviceSize> rel;
         VkDeviceSize stride = 0;
@@ -360,10 +361,7 @@ void Executor::Impl::build_ptr_tables() {
 void Executor::Impl::build_advance() {
     replay_array.assign(blocks.size(), false);
     advance.assign(blocks.size(), -1);
-    const char* env = std::getenv("KILN_SELECT_ADVANCE");
-    const std::string e = env ? env : "1";
-    KILN_CHECK(e == "0" || e == "1", "KILN_SELECT_ADVANCE='", e, "' (0 or 1)");
-    if (mode != Mode::regional || e == "0") return;
+    if (mode != Mode::regional || !ctx.settings().exec.select_advance) return;  // KILN_SELECT_ADVANCE=0
     std::vector<uint8_t> rows(16 * ((blocks.size() + 3) / 4));  // the counters (zero), 16-byte aligned rows after
     std::vector<VkDeviceSize> row0(blocks.size(), 0);
     std::vector<size_t> with_rows;  // kinds whose dispatches select weights: they get a select_advance
@@ -416,7 +414,7 @@ void Executor::Impl::build_advance() {
         p.ctr = (uint32_t)(advance_ctr(k) / 4);
         p.live = (uint32_t)(slot_base[k] / 4);
         p.width = 64;  // select_advance's local size, one workgroup
-        rec.d.shader = "select_advance";
+        rec.d.shader = vk::ShaderKey("select_advance");
         rec.d.set_push(p);
         const Span live{ptr_table.buffer, ptr_table.offset + slot_base[k], ptr_data[k][0].size()};
         rec.reads = {{advance_rows.buffer, advance_rows.offset + row0[k], (VkDeviceSize)p.n * p.words * 4}};

@@ -1,6 +1,6 @@
 // The executor's dispatches, made once at plan time: per compute node (and row chunk) its shader variant (texel
-// buffers, "_off" / "_ptr" weight selection), its descriptor set and the ranges it reads and writes; and the texel
-// views those sets hold. Recording and running are in executor.cpp.
+// buffers, off / ptr weight selection: vk::ShaderKey), its descriptor set and the ranges it reads and writes; and the
+// texel views those sets hold. Recording is in record.cpp, running in executor.cpp.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -35,13 +35,14 @@ VkBufferView Executor::Impl::texel_view(const vk::BufferRange& br, DType dt, boo
     return texel_views[key] = v;
 }
 
-void Executor::Impl::build_dispatches(const std::vector<int>& active) {
+int Executor::Impl::kind_of(const ir::Node& node) const {
+    for (size_t ki = 0; ki < blocks.size(); ++ki)
+        if (node.region >= 0 && g.regions()[(size_t)node.region].kind == blocks[ki].kind) return (int)ki;
+    return -1;
+}
+
+void Executor::Impl::make_descriptor_pool(const std::vector<int>& active) {
     const auto& nodes = g.nodes();
-    auto kind_of = [&](const ir::Node& node) {
-        for (size_t ki = 0; ki < blocks.size(); ++ki)
-            if (node.region >= 0 && g.regions()[(size_t)node.region].kind == blocks[ki].kind) return (int)ki;
-        return -1;
-    };
     int n_dispatch = 0, n_bind = 0;
     for (int n : active) {
         const ir::Node& node = nodes[(size_t)n];
@@ -61,116 +62,119 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     pi.poolSizeCount = 3;
     pi.pPoolSizes = ps;
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
+}
 
-    // One dispatch record of node n (of block kind `kind`, or -1); `swap` exchanges the buffers of the kind's
-    // chain roots (parity 1 of a ping-pong); `window`: the weight window an "_off" dispatch binds.
-    auto make_part = [&](int n, size_t j, int kind, const std::map<int, int>& swap, size_t window) {
-        const ir::Node& node = nodes[(size_t)n];
-        const Part& part = node_parts.at(n)[j];
-        vk::Dispatch d = part.d;  // linear: the variant measured fastest here, chosen in parts() (linear_select.h)
-        // A dispatch that selects block weights on the device: "_off" (offsets into the bound range of all
-        // instances, from its slot, bound after the output) or "_ptr" (addresses, from its slot).
-        auto slot = ptr_slot.find(n);
-        const bool by_offset = slot != ptr_slot.end() && how[(size_t)kind] == Select::offset;
-        if (slot != ptr_slot.end()) d.shader += by_offset ? "_off" : "_ptr";
-        const std::vector<int> outs = ir::node_outputs(node);
-        const size_t want = node.in.size() + outs.size() + (by_offset ? 1 : 0);
-        // "_off": the index of the block weight input v reads, else -1.
-        auto selected = [&](int v) { return by_offset && v >= 0 ? tmpl_weight((size_t)kind, r(v)) : -1; };
-        // What binding b < want - (by_offset) reads or writes: the value's range, its row chunk, or the weight
-        // window of an "_off" dispatch.
-        auto value_range = [&](uint32_t b, int v) {
-            int root_v = r(v);
-            if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
-            vk::BufferRange br = range[(size_t)root_v];
-            KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
-            if (part.sub[b].size) {  // a row chunk
-                KILN_CHECK(part.sub[b].off + part.sub[b].size <= br.size, "internal: row chunk outside its value");
-                KILN_CHECK(slot == ptr_slot.end() || g.value(v).role != ir::Role::weight, "op ", ir::op_name(node.op),
-                           " reads block weight '", g.value(v).name, "' ", shape_str(g.value(v).shape),
-                           " by row chunks of an activation over the binding limit; "
-                           "it is selected on the device and cannot be split");
-                br.offset += part.sub[b].off, br.size = part.sub[b].size;
-            }
-            return br;
-        };
-        auto bound_range = [&](uint32_t b, int v) {
-            if (selected(v) >= 0) return bound_weight((size_t)kind, window, (size_t)selected(v));
-            return value_range(b, v);
-        };
-        // A texel-buffer shader whose inputs no texel view can cover (offset alignment, element count) runs the
-        // storage-buffer shader of the same tile: same bindings, same values. A "_ptr" linear reads W by address.
-        const std::optional<TexelShader> tex = texel_shader(d.shader);
-        if (tex) {
-            const bool w_by_address = slot != ptr_slot.end() && !by_offset;
-            bool ok = true;
-            for (uint32_t b = 0; b < tex->inputs; ++b)
-                if (!(b == 1 && w_by_address))
-                    ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype, tex->rgba);
-            if (!ok) d.shader = tex->fallback;
+int Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window) {
+    const ir::Node& node = g.nodes()[(size_t)n];
+    const Part& part = node_parts.at(n)[j];
+    vk::Dispatch d = part.d;  // linear: the variant measured fastest here, chosen in parts() (linear_select.h)
+    // A dispatch that selects block weights on the device: "_off" (offsets into the bound range of all
+    // instances, from its slot, bound after the output) or "_ptr" (addresses, from its slot).
+    auto slot = ptr_slot.find(n);
+    const bool by_offset = slot != ptr_slot.end() && how[(size_t)kind] == Select::offset;
+    if (slot != ptr_slot.end()) d.shader.selection = by_offset ? vk::Selection::off : vk::Selection::ptr;
+    const std::vector<int> outs = ir::node_outputs(node);
+    const size_t want = node.in.size() + outs.size() + (by_offset ? 1 : 0);
+    // "_off": the index of the block weight input v reads, else -1.
+    auto selected = [&](int v) { return by_offset && v >= 0 ? tmpl_weight((size_t)kind, r(v)) : -1; };
+    // What binding b < want - (by_offset) reads or writes: the value's range, its row chunk, or the weight
+    // window of an "_off" dispatch.
+    auto value_range = [&](uint32_t b, int v) {
+        int root_v = r(v);
+        if (auto it = swap.find(root_v); it != swap.end()) root_v = it->second;
+        vk::BufferRange br = range[(size_t)root_v];
+        KILN_CHECK(br.buffer, "internal: value ", v, " of op ", ir::op_name(node.op), " has no buffer");
+        if (part.sub[b].size) {  // a row chunk
+            KILN_CHECK(part.sub[b].off + part.sub[b].size <= br.size, "internal: row chunk outside its value");
+            KILN_CHECK(slot == ptr_slot.end() || g.value(v).role != ir::Role::weight, "op ", ir::op_name(node.op),
+                       " reads block weight '", g.value(v).name, "' ", shape_str(g.value(v).shape),
+                       " by row chunks of an activation over the binding limit; "
+                       "it is selected on the device and cannot be split");
+            br.offset += part.sub[b].off, br.size = part.sub[b].size;
         }
-        const vk::Kernel& k = kernels.get(d.shader, d.spec);
-        if (k.texel_bindings) c.texel_dispatches++;
-        KILN_CHECK(k.bindings == want, "shader ", d.shader, " has ", k.bindings, " bindings, op ", ir::op_name(node.op),
-                   " needs ", want);
-        DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
-        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-        ai.descriptorPool = pool;
-        ai.descriptorSetCount = 1;
-        ai.pSetLayouts = &k.set_layout;
-        VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
-        std::vector<VkDescriptorBufferInfo> bi(k.bindings);
-        std::vector<VkBufferView> views(k.bindings);
-        std::vector<VkWriteDescriptorSet> w(k.bindings);
-        for (uint32_t b = 0; b < k.bindings; ++b) {
-            w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-            w[b].dstSet = rec.set;
-            w[b].dstBinding = b;
-            w[b].descriptorCount = 1;
-            w[b].descriptorType = k.descriptor_type(b);
-            w[b].pBufferInfo = &bi[b];
-            if (by_offset && b == want - 1) {  // the selection slot
-                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
-                continue;
-            }
-            int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
-            // An absent input reads the shared dummy, which nothing writes. An absent output (a linear_multi of
-            // fewer parts than its shader has) gets a dummy of its own: its shader never stores there, but
-            // declares the store, so a shared one would look like a write-after-write hazard to the
-            // synchronization validation (and a read-after-write one to every absent input).
-            vk::BufferRange br = v >= 0               ? value_range(b, v)
-                                 : b < node.in.size() ? dummy
-                                                      : alloc.alloc(16, "absent output binding");
-            bi[b] = {br.buffer, br.offset, br.size};
-            if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
-                bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
-            if (selected(v) >= 0) {
-                const vk::BufferRange& win = bound_weight((size_t)kind, window, (size_t)selected(v));
-                bi[b] = {win.buffer, win.offset, win.size};
-                // A weight-major range over a storage binding is planned only for texel readers; this fails only
-                // where a texel view of another input could not be made and the storage-buffer shader was taken.
-                KILN_CHECK(win.size <= max_binding || (k.texel_bindings >> b & 1), d.shader,
-                           " would bind the weight-major range of '", g.value(v).name, "' (", win.size,
-                           " bytes) as a storage buffer, over maxStorageBufferRange (", max_binding,
-                           "): its texel-buffer shader could not be used here; set KILN_BLOCK_LAYOUT=block");
-            }
-            if (k.texel_bindings >> b & 1) {  // checked above: the view exists
-                KILN_CHECK(v >= 0, "internal: absent texel buffer input");
-                views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype, tex->rgba);
-                KILN_CHECK(views[b], "internal: no texel view for binding ", b, " of ", d.shader);
-                w[b].pBufferInfo = nullptr;
-                w[b].pTexelBufferView = &views[b];
-            }
-            if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
-        }
-        vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
-        dispatches.push_back(std::move(rec));
-        return (int)dispatches.size() - 1;
+        return br;
     };
+    auto bound_range = [&](uint32_t b, int v) {
+        if (selected(v) >= 0) return bound_weight((size_t)kind, window, (size_t)selected(v));
+        return value_range(b, v);
+    };
+    // A texel-buffer shader whose inputs no texel view can cover (offset alignment, element count) runs the
+    // storage-buffer shader of the same tile: same bindings, same values. A "_ptr" linear reads W by address.
+    const std::optional<vk::TexelForm> tex = vk::texel_form_of(d.shader);
+    if (tex) {
+        const bool w_by_address = slot != ptr_slot.end() && !by_offset;
+        bool ok = true;
+        for (uint32_t b = 0; b < tex->inputs; ++b)
+            if (!(b == 1 && w_by_address))
+                ok = ok && texel_view(bound_range(b, node.in[b]), g.value(node.in[b]).dtype, tex->rgba);
+        if (!ok) d.shader.kernel = tex->storage_kernel;
+    }
+    const vk::Kernel& k = kernels.get(d.shader.name(), d.spec);
+    if (k.texel_bindings) c.texel_dispatches++;
+    KILN_CHECK(k.bindings == want, "shader ", d.shader.name(), " has ", k.bindings, " bindings, op ",
+               ir::op_name(node.op), " needs ", want);
+    DispatchRec rec{&k, VK_NULL_HANDLE, std::move(d), {}, {}};
+    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = pool;
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &k.set_layout;
+    VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
+    std::vector<VkDescriptorBufferInfo> bi(k.bindings);
+    std::vector<VkBufferView> views(k.bindings);
+    std::vector<VkWriteDescriptorSet> w(k.bindings);
+    for (uint32_t b = 0; b < k.bindings; ++b) {
+        w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        w[b].dstSet = rec.set;
+        w[b].dstBinding = b;
+        w[b].descriptorCount = 1;
+        w[b].descriptorType = k.descriptor_type(b);
+        w[b].pBufferInfo = &bi[b];
+        if (by_offset && b == want - 1) {  // the selection slot
+            bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
+            continue;
+        }
+        int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
+        // An absent input reads the shared dummy, which nothing writes. An absent output (a linear_multi of
+        // fewer parts than its shader has) gets a dummy of its own: its shader never stores there, but
+        // declares the store, so a shared one would look like a write-after-write hazard to the
+        // synchronization validation (and a read-after-write one to every absent input).
+        vk::BufferRange br = v >= 0               ? value_range(b, v)
+                             : b < node.in.size() ? dummy
+                                                  : alloc.alloc(16, "absent output binding");
+        bi[b] = {br.buffer, br.offset, br.size};
+        if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
+            bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
+        if (selected(v) >= 0) {
+            const vk::BufferRange& win = bound_weight((size_t)kind, window, (size_t)selected(v));
+            bi[b] = {win.buffer, win.offset, win.size};
+            // A weight-major range over a storage binding is planned only for texel readers; this fails only
+            // where a texel view of another input could not be made and the storage-buffer shader was taken.
+            KILN_CHECK(win.size <= max_binding || (k.texel_bindings >> b & 1), d.shader.name(),
+                       " would bind the weight-major range of '", g.value(v).name, "' (", win.size,
+                       " bytes) as a storage buffer, over maxStorageBufferRange (", max_binding,
+                       "): its texel-buffer shader could not be used here; set KILN_BLOCK_LAYOUT=block");
+        }
+        if (k.texel_bindings >> b & 1) {  // checked above: the view exists
+            KILN_CHECK(v >= 0, "internal: absent texel buffer input");
+            views[b] = texel_view({bi[b].buffer, bi[b].offset, bi[b].range}, g.value(v).dtype, tex->rgba);
+            KILN_CHECK(views[b], "internal: no texel view for binding ", b, " of ", d.shader.name());
+            w[b].pBufferInfo = nullptr;
+            w[b].pTexelBufferView = &views[b];
+        }
+        if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
+    }
+    vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
+    dispatches.push_back(std::move(rec));
+    return (int)dispatches.size() - 1;
+}
+
+void Executor::Impl::build_dispatches(const std::vector<int>& active) {
+    const auto& nodes = g.nodes();
+    make_descriptor_pool(active);
     // The dispatches of node n, in order.
     auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window) {
         std::vector<int> ids;
-        for (size_t j = 0; j < node_parts.at(n).size(); ++j) ids.push_back(make_part(n, j, kind, swap, window));
+        for (size_t j = 0; j < node_parts.at(n).size(); ++j) ids.push_back(make_dispatch(n, j, kind, swap, window));
         return ids;
     };
 

@@ -38,194 +38,21 @@ BlockWeights parse_block_weights(const std::string& s) {
     KILN_FAIL("unknown block weights '", s, "' (auto, offset, device or copy)");
 }
 
-void Executor::Impl::record_dispatch(Recorder& rec, const DispatchRec& d) {
-    rec.access(d.reads, d.writes);
-    vkCmdBindPipeline(rec.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d.kernel->pipeline);
-    vkCmdBindDescriptorSets(rec.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d.kernel->layout, 0, 1, &d.set, 0, nullptr);
-    if (!d.d.push.empty())
-        vkCmdPushConstants(rec.cb, d.kernel->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)d.d.push.size(),
-                           d.d.push.data());
-    vkCmdDispatch(rec.cb, d.d.groups[0], d.d.groups[1], d.d.groups[2]);
-}
-
-void Executor::Impl::record() {
-    VkDevice dev = ctx.device();
-    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if (!fence) VK_CHECK(vkCreateFence(dev, &fci, nullptr, &fence));
-    if (ctx.info().timestamps && !queries) {
-        VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
-        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-        // [0, 1]: the whole run; then a (begin, end) pair around every replayed block instance.
-        n_queries = 2;
-        profile_blocks = profile;
-        if (profile_blocks)
-            for (auto& k : blocks) n_queries += 2 * (uint32_t)k.weights.size();
-        qi.queryCount = n_queries;
-        VK_CHECK(vkCreateQueryPool(dev, &qi, nullptr, &queries));
-    }
-    if (mode == Mode::eager) {  // recorded per op at run time
-        c.dispatches_per_run = c.submissions_per_run = (int)dispatches.size();
-        return;
-    }
-    if (primary || !batches.empty()) {  // record_again(): the device is idle
-        free_run_commands();
-        for (auto& s : secondaries)
-            if (!s.empty()) vkFreeCommandBuffers(dev, ctx.pool(), (uint32_t)s.size(), s.data());
-    }
-    begin_split();
-    // Command buffers are allocated first: record_ms counts recording only.
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = ctx.pool();
-    secondaries.resize(blocks.size());
-    for (size_t k = 0; k < blocks.size(); ++k) {
-        secondaries[k].resize(variants(k));
-        ai.level = VK_COMMAND_BUFFER_LEVEL_SECONDARY;
-        ai.commandBufferCount = (uint32_t)secondaries[k].size();
-        VK_CHECK(vkAllocateCommandBuffers(dev, &ai, secondaries[k].data()));
-    }
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    VK_CHECK(vkAllocateCommandBuffers(dev, &ai, &primary));
-    auto t0 = Clock::now();
-    // Secondary command buffers: per block kind and variant (parity, weight window), recorded once, executed
-    // once per instance.
-    std::vector<std::vector<int>> sec_barriers(blocks.size());
-    for (size_t k = 0; k < blocks.size(); ++k) {
-        sec_barriers[k].resize(variants(k));
-        for (size_t v = 0; v < variants(k); ++v) {
-            VkCommandBuffer cb = secondaries[k][v];
-            VkCommandBufferInheritanceInfo inh{VK_STRUCTURE_TYPE_COMMAND_BUFFER_INHERITANCE_INFO};
-            VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-            bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
-            bi.pInheritanceInfo = &inh;
-            VK_CHECK(vkBeginCommandBuffer(cb, &bi));
-            Recorder rec{cb};
-            for (int d : block_dispatches[k][v]) record_dispatch(rec, dispatches[(size_t)d]);
-            if (replay_array[k]) {  // the next replay follows with no primary command in between
-                if (advance[k] >= 0) {
-                    rec.barrier();  // every dispatch has read the live slots
-                    record_dispatch(rec, dispatches[(size_t)advance[k]]);
-                }
-                rec.barrier();
-            }
-            VK_CHECK(vkEndCommandBuffer(cb));
-            sec_barriers[k][v] = rec.barriers;
-            c.command_buffers_recorded++;
-        }
-    }
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;  // the device loop keeps steps in flight
-    VK_CHECK(vkBeginCommandBuffer(primary, &bi));
-    if (queries) {
-        vkCmdResetQueryPool(primary, queries, 0, n_queries);
-        vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, 0);
-    }
-    Recorder rec{primary};
-    uint32_t next_query = 2;
-    for (auto& step : program) {
-        if (step.kind == Step::dispatch) {
-            record_dispatch(rec, dispatches[(size_t)step.index]);
-            c.dispatches_per_run++;
-            continue;
-        }
-        size_t k = (size_t)step.index;
-        const BlockKind& bk = blocks[k];
-        // Per instance: carry the previous instance's outputs into the chain inputs (unless they ping-pong)
-        // and select its weights (both only after the barrier that closed the previous replay), one
-        // barrier, replay, one barrier.
-        auto carry = [&] {
-            if (ping_pong[k] || chain_free(k)) return;
-            for (auto [x, y] : bk.chain) {
-                Span sx = span(x), sy = span(y);
-                VkBufferCopy cc{sy.off, sx.off, sx.size};
-                vkCmdCopyBuffer(primary, sy.b, sx.b, 1, &cc);
-                c.copies_per_run++;
-                rec.writes.push_back(sx);
-                rec.reads.push_back(sy);
-            }
-        };
-        if (replay_array[k]) {  // counted on the device: one execute of every instance's recording
-            record_replay_start(rec, k);
-            rec.barrier();
-            std::vector<VkCommandBuffer> all(bk.weights.size());
-            for (size_t i = 0; i < all.size(); ++i) {
-                const size_t v = variant(k, i);
-                all[i] = secondaries[k][v];
-                c.barriers_per_run += sec_barriers[k][v];
-                c.dispatches_per_run += (int)block_dispatches[k][v].size() + (advance[k] >= 0);
-            }
-            vkCmdExecuteCommands(primary, (uint32_t)all.size(), all.data());
-            c.executes_per_run++;
-            rec.covered();  // the last replay's recording ends with a barrier: it orders what follows
-            continue;
-        }
-        const bool cut = split && streams[k].slots > 0;
-        for (size_t i = 0; i < bk.weights.size(); ++i) {
-            const long cur = (long)i - (long)std::min(streams[k].resident, bk.weights.size());  // streamed index
-            if (cut) {  // each replay of a streamed kind in a segment of its own (copy_queue.cpp)
-                cut_segment(rec);
-                if (cur >= 0) seg_of[k][(size_t)cur] = n_segments;
-            }
-            if (i > 0) carry();
-            record_stream(rec, k, i, false);
-            if (cut && cur >= 0) {  // this replay's segment waits for the copy of its instance
-                seg_wait = copy_of[k][(size_t)cur];
-                KILN_CHECK(seg_wait >= 0, "replay ", i, " of kind ", bk.kind, " has no ring copy recorded");
-            }
-            record_block_weights(rec, k, i);
-            rec.barrier();
-            record_stream(rec, k, i, true);  // prefetches overlap this replay
-            if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, next_query++);
-            const size_t v = variant(k, i);
-            vkCmdExecuteCommands(primary, 1, &secondaries[k][v]);
-            c.executes_per_run++;
-            c.barriers_per_run += sec_barriers[k][v];
-            c.dispatches_per_run += (int)block_dispatches[k][v].size();
-            rec.barrier();
-            if (profile_blocks)
-                vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
-        }
-        carry();
-        rec.barrier();
-    }
-    if (queries) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 1);
-    c.compute_batches_per_run = 1;
-    c.copy_batches_per_run = 0;
-    c.submissions_per_run = 1;
-    if (split) {
-        cut_segment(rec, true);
-        primary = batches.front().cb;  // not null: a run is recorded (step_program.cpp checks)
-        c.command_buffers_recorded += (int)(n_segments + n_copies) - 1;
-        c.compute_batches_per_run = (int)n_segments;
-        c.copy_batches_per_run = (int)n_copies;
-        c.submissions_per_run = copy_queue == vk::CopyQueue::transfer ? 2 : 1;
-    } else {
-        VK_CHECK(vkEndCommandBuffer(primary));
-    }
-    c.command_buffers_recorded++;
-    c.barriers_per_run += rec.barriers;
-    c.record_ms = ms_since(t0);
-}
-
 namespace {
-// The graph the executor plans: fused (ir::fuse) in full and regional mode unless KILN_FUSE=0; eager runs the
-// graph as built (one dispatch per model op, as PyTorch eager). linear_multi is left out on CPU devices: on
+// The graph the executor plans: fused (ir::fuse) in full and regional mode unless ExecOptions::fuse is "0"; eager runs
+// the graph as built (one dispatch per model op, as PyTorch eager). linear_multi is left out on CPU devices: on
 // lavapipe a 3-part q/k/v dispatch at DiT-XL size showed no gain over the three linears (tests/ops/bench_ops.cpp
 // "fusion payoff per fusion": equal within noise at light load, 8-12% slower under heavy load), while its
 // pipeline adds compile time.
-// KILN_FUSE=all: every fusion, every mode, every device.
+// fuse "all": every fusion, every mode, every device.
 // Slices are read in place (ir::InputView) only by ops no larger than one binding: row chunks (row_split.cpp) do
 // not split views.
-// KILN_ACT_F16=1: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
-ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& info, uint64_t max_binding,
-                        ir::FuseStats& st, Counters& c) {
+// act_f16: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
+ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& info, const ExecOptions& o,
+                        uint64_t max_binding, ir::FuseStats& st, Counters& c) {
     const bool cpu_device = info.vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    const char* env = std::getenv("KILN_FUSE");
-    const std::string e = env ? env : "1";
+    const std::string& e = o.fuse;
     KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
-    const char* env16 = std::getenv("KILN_ACT_F16");
-    const std::string e16 = env16 ? env16 : "0";
-    KILN_CHECK(e16 == "0" || e16 == "1", "KILN_ACT_F16='", e16, "' (0 or 1)");
     ir::Graph out = g;
     if (e != "0" && (mode != Mode::eager || e == "all")) {
         ir::FuseOptions opt;
@@ -234,7 +61,7 @@ ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& inf
         opt.view_max_bytes = max_binding;
         out = ir::fuse(g, &st, opt);
     }
-    if (e16 == "1") c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved);
+    if (o.act_f16) c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved);
     return out;
 }
 }  // namespace
@@ -243,22 +70,22 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
                    BlockWeights block_weights, const Budget& budget) {
     ir::FuseStats fused;
     Counters early;
+    const Settings& s = ctx.settings();
+    const ExecOptions o = s.exec;
     uint64_t max_binding = ctx.info().max_storage_buffer_range;
-    if (const char* env = std::getenv("KILN_MAX_BINDING_RANGE"))  // testing: lower the binding limit
-        max_binding = std::min<uint64_t>(max_binding, std::strtoull(env, nullptr, 10));
-    impl_ = std::make_unique<Impl>(ctx, planned_graph(g, mode, ctx.info(), max_binding, fused, early), mode);
+    if (s.test.max_binding_range)  // testing: lower the binding limit
+        max_binding = std::min<uint64_t>(max_binding, s.test.max_binding_range);
+    impl_ = std::make_unique<Impl>(ctx, planned_graph(g, mode, ctx.info(), o, max_binding, fused, early), mode);
     impl_->c.f16_activations = early.f16_activations;
     impl_->c.f16_activation_bytes_saved = early.f16_activation_bytes_saved;
     impl_->c.nodes_fused = fused.nodes_removed;
     impl_->profile = profile;
     impl_->budget = budget;
-    if (const char* env = std::getenv("KILN_STREAM_IN_PLACE"); env && std::string(env) == "0")
+    if (o.stream_in_place == 0)
         impl_->budget.in_place = false;
-    else if (env && std::string(env) == "1")
+    else if (o.stream_in_place == 1)
         impl_->budget.force_in_place = true;
-    impl_->select = block_weights;
-    if (const char* env = std::getenv("KILN_BLOCK_WEIGHTS"); env && block_weights == BlockWeights::automatic)
-        impl_->select = parse_block_weights(env);
+    impl_->select = block_weights == BlockWeights::automatic ? parse_block_weights(o.block_weights) : block_weights;
     impl_->max_binding = max_binding;
     impl_->c.binding_limit_bytes = impl_->max_binding;
     impl_->plan(weights);
@@ -352,7 +179,7 @@ void Executor::run() {
                                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
                 double ms = (double)(ts[1] - ts[0]) * tick_ms;
                 total += ms;
-                m.op_ms.push_back({d.d.shader, ms});
+                m.op_ms.push_back({d.d.shader.name(), ms});
                 note_submission(ts[0], ts[1], &d == &m.dispatches.front());
             }
         }
@@ -396,6 +223,45 @@ Tensor Executor::output(const std::string& name) const {
     Tensor t(DType::f32, v.shape);
     impl_->alloc.download(impl_->range[(size_t)impl_->r(it->second)], t.bytes.data(), t.nbytes());
     return t;
+}
+
+vk::BufferRange Executor::device_range(const std::string& name, DType* dtype) const {
+    auto it = impl_->inputs.find(name);
+    int v = -1;
+    if (it != impl_->inputs.end()) {
+        v = it->second;
+    } else if (auto o = impl_->outputs.find(name); o != impl_->outputs.end()) {
+        v = o->second;
+    }
+    KILN_CHECK(v >= 0, "the graph has no input or output named '", name, "'");
+    if (dtype) *dtype = impl_->g.value(v).dtype;
+    return impl_->range[(size_t)impl_->r(v)];
+}
+
+VkCommandBuffer Executor::run_commands() const { return impl_->primary; }
+vk::Allocator& Executor::allocator() { return impl_->alloc; }
+
+VkCommandBuffer begin_reusable(vk::Context& ctx, VkCommandPool pool) {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &cb));
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+    VK_CHECK(vkBeginCommandBuffer(cb, &bi));
+    return cb;
+}
+
+void full_barrier(VkCommandBuffer cb) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    // Uniform reads: the selection slots of "off" dispatches (written by vkCmdUpdateBuffer or select_advance).
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_UNIFORM_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
 }
 
 std::map<std::string, Tensor> run_graph(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& weights,

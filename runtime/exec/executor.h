@@ -11,7 +11,9 @@
 // Full and regional modes plan the fused graph (ir::fuse: activations in the linear's store, layer_norm +
 // modulate, linears of one input in one dispatch; bitwise the same results, fewer dispatches); eager runs the
 // graph as built, one dispatch per model op; CPU devices leave linears of one input apart (see executor.cpp).
-// KILN_FUSE=0 in the environment turns fusion off, KILN_FUSE=all makes every fusion in every mode.
+// The executor's options come from the Context it is given: ctx.settings().exec (ExecOptions, runtime/core/settings.h:
+// fusion, f16 activations, block weights and layout, kernel choice). fuse "0" (KILN_FUSE=0) turns fusion off, "all"
+// makes every fusion in every mode.
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,7 +37,7 @@ Mode parse_mode(const std::string& s);  // "eager" | "full" | "regional"
 // device: through device addresses (needs bufferDeviceAddress); copy: copied into a bound window.
 // automatic: offset where the kind fits one binding, else device addresses, except on CPU devices (where
 // address loads are slow) unless a block weight exceeds maxStorageBufferRange; else copy. A request that
-// cannot be met falls back as automatic does. KILN_BLOCK_WEIGHTS=auto|offset|device|copy in the environment
+// cannot be met falls back as automatic does. ExecOptions::block_weights (KILN_BLOCK_WEIGHTS=auto|offset|device|copy)
 // decides for `automatic`.
 enum class BlockWeights { automatic, offset, device, copy };
 BlockWeights parse_block_weights(const std::string& s);  // "auto" | "offset" | "device" | "copy"
@@ -48,8 +50,8 @@ struct Budget {
     uint64_t bytes = 0;
     int slots = 0;         // ring slots per streamed block kind (0: 2); prefetch depth is slots - 1
     bool in_place = true;  // unified memory: weights read in host memory where they lie (the mmapped file), no ring
-                           // (KILN_STREAM_IN_PLACE=0 in the environment turns it off)
-    bool force_in_place = false;  // also block kinds that fit and whose replays would copy (KILN_STREAM_IN_PLACE=1)
+                           // (ExecOptions::stream_in_place 0, KILN_STREAM_IN_PLACE=0, turns it off)
+    bool force_in_place = false;  // also block kinds that fit and whose replays would copy (stream_in_place 1)
 };
 // Parses a byte count with an optional K/M/G/T suffix (powers of 1024): "4G", "512M", "1073741824".
 uint64_t parse_bytes(const std::string& s);
@@ -139,7 +141,7 @@ public:
     // Records the command buffers again, as the constructor did, and returns the time recording took in ms; the
     // counters are unchanged. The first recording (counters().record_ms) finds the driver's code and every
     // pipeline and descriptor cold; this one measures recording itself (kiln bench: record_again_ms). Waits for
-    // the device first; not while a StepProgram drives this executor (it holds the old command buffer).
+    // the device first; not while a caller's program drives this executor (it holds the old command buffer).
     double record_again();
     Mode mode() const;
     // GPU time of the last run() in ms from timestamp queries (0 when the device has none).
@@ -153,16 +155,16 @@ public:
     // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.
     const std::vector<std::pair<std::string, double>>& last_op_ms() const;
 
-    // For programs that run the recorded run() between commands of their own (step_program.h): the device range
-    // of graph input or output `name` (dtype: its dtype), the primary command buffer one run() submits, recorded
-    // for simultaneous use (null in eager mode; the first of its compute batches where ring copies have their own,
-    // so submit through submit_run()), and the executor's allocator (ranges taken from it live as long
-    // as the executor; they share its blocks instead of adding one). Defined in step_program.cpp.
+    // For programs that run the recorded run() between commands of their own (commands.h; models/step_program.h):
+    // the device range of graph input or output `name` (dtype: its dtype), the primary command buffer one run()
+    // submits, recorded for simultaneous use (null in eager mode; the first of its compute batches where ring copies
+    // have their own, so submit through submit_run()), and the executor's allocator (ranges taken from it live as
+    // long as the executor; they share its blocks instead of adding one).
     vk::BufferRange device_range(const std::string& name, DType* dtype = nullptr) const;
     VkCommandBuffer run_commands() const;
     // Submits one run with `before` and `after` (each may be VK_NULL_HANDLE) around it on the compute queue, fence
     // signalled at its end: one batch, or the compute and copy batches when ring copies have their own (see
-    // Counters::copy_queue). The device loop submits its steps through this.
+    // Counters::copy_queue). A caller's loop submits its iterations through this.
     void submit_run(VkCommandBuffer before, VkCommandBuffer after, VkFence fence);
     vk::Allocator& allocator();
 

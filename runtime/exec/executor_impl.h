@@ -1,7 +1,7 @@
 #pragma once
 // Internal to runtime/exec: the executor's state, shared by executor_plan.cpp (planning), dispatches.cpp (dispatches
-// and their descriptor sets), executor.cpp (recording, runs), block_weights.cpp (where each replayed block instance
-// finds its weights) and the other files of this folder.
+// and their descriptor sets), record.cpp (recording), executor.cpp (runs), block_weights.cpp (where each replayed block
+// instance finds its weights) and the other files of this folder.
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/exec/commands.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/regions.h"
 #include "runtime/exec/weight_stream.h"
@@ -48,13 +49,7 @@ struct Recorder {
     std::vector<Span> writes, reads;
     int barriers = 0;
     void barrier() {
-        VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-        mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        // Uniform reads: the selection slots of "_off" dispatches (written by vkCmdUpdateBuffer or select_advance).
-        mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_UNIFORM_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-        vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
+        full_barrier(cb);
         writes.clear();
         reads.clear();
         barriers++;
@@ -96,19 +91,6 @@ struct Part {
     std::vector<Sub> sub;
 };
 
-// A primary command buffer from `pool`, begun for reuse: submitted once per run, with runs in flight.
-inline VkCommandBuffer begin_reusable(vk::Context& ctx, VkCommandPool pool) {
-    VkCommandBuffer cb = VK_NULL_HANDLE;
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = pool;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    VK_CHECK(vkAllocateCommandBuffers(ctx.device(), &ai, &cb));
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
-    VK_CHECK(vkBeginCommandBuffer(cb, &bi));
-    return cb;
-}
 }  // namespace kiln::exec::detail
 
 namespace kiln::exec {
@@ -180,8 +162,7 @@ struct Executor::Impl {
     };
     std::vector<FileImport> imports;  // mmapped model files read in place (checked before every run)
     VkDescriptorPool pool = VK_NULL_HANDLE;
-    // Uniform texel buffer views of the texel shaders (linear_select.h: texel_shader), by buffer, offset, size and
-    // format.
+    // Uniform texel buffer views of the texel shaders (vk::texel_form_of), by buffer, offset, size and format.
     std::map<std::tuple<VkBuffer, VkDeviceSize, VkDeviceSize, VkFormat>, VkBufferView> texel_views;
     // The view of `br` as texels of a value of dtype dt, 4-vectors (rgba: linear_tex) or scalars (conv2d_tex; ggml
     // words); VK_NULL_HANDLE where the device cannot make it (offset alignment, element count).
@@ -224,8 +205,8 @@ struct Executor::Impl {
         VkDevice d = ctx.device();
         vkDeviceWaitIdle(d);
         free_run_commands();
-        if (sem_seg) vkDestroySemaphore(d, sem_seg, nullptr);
-        if (sem_copy) vkDestroySemaphore(d, sem_copy, nullptr);
+        if (batching.sem_seg) vkDestroySemaphore(d, batching.sem_seg, nullptr);
+        if (batching.sem_copy) vkDestroySemaphore(d, batching.sem_copy, nullptr);
         for (auto& s : secondaries)
             if (!s.empty()) vkFreeCommandBuffers(d, ctx.pool(), (uint32_t)s.size(), s.data());
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
@@ -292,17 +273,19 @@ struct Executor::Impl {
         long wait = -1;              // segment: copy index; copy: segment index; -1: none
         bool wait_prev_run = false;  // copy: waits for the previous run's last segment
     };
-    bool split = false;
-    vk::CopyQueue copy_queue = vk::CopyQueue::in_step;  // as recorded, with the queue and pool copies use
-    VkQueue copy_vkqueue = VK_NULL_HANDLE;
-    VkCommandPool copy_pool = VK_NULL_HANDLE;
-    std::vector<Batch> batches, pending_copies;
-    long seg_wait = -1;
-    long n_segments = 0, n_copies = 0;
-    std::vector<std::vector<long>> seg_of, copy_of;  // [kind][streamed index]: its replay's segment, its copy
-    VkSemaphore sem_seg = VK_NULL_HANDLE, sem_copy = VK_NULL_HANDLE;
-    uint64_t seg_value = 0, copy_value = 0;  // values signalled by the runs submitted so far
-    void begin_split();                      // at the start of record(): decides split, makes the semaphores
+    struct CopyBatches {
+        bool split = false;  // ring copies in batches of their own this recording (else in the one primary)
+        vk::CopyQueue queue = vk::CopyQueue::in_step;  // as recorded, with the queue and pool copies use
+        VkQueue vkqueue = VK_NULL_HANDLE;
+        VkCommandPool pool = VK_NULL_HANDLE;
+        std::vector<Batch> batches, pending;  // in submission order; copies recorded for the segment not yet cut
+        long seg_wait = -1;                   // the copy the segment being recorded waits for
+        long n_segments = 0, n_copies = 0;
+        std::vector<std::vector<long>> seg_of, copy_of;  // [kind][streamed index]: its replay's segment, its copy
+        VkSemaphore sem_seg = VK_NULL_HANDLE, sem_copy = VK_NULL_HANDLE;
+        uint64_t seg_value = 0, copy_value = 0;  // values signalled by the runs submitted so far
+    } batching;
+    void begin_split();  // at the start of record(): decides split, makes the semaphores
     void cut_segment(Recorder& rec, bool last = false);
     void record_copy_batch(size_t k, long x, const vk::BufferRange& dst);
     void free_run_commands();
@@ -314,9 +297,23 @@ struct Executor::Impl {
         auto it = node_parts.find(n);
         return it == node_parts.end() ? 1 : it->second.size();
     }
+    // dispatches.cpp: every active compute node's dispatch records (per row chunk; per variant in block kinds),
+    // and the program of the primary command buffer.
     void build_dispatches(const std::vector<int>& active);
+    int kind_of(const ir::Node& node) const;  // the block kind of node's region, or -1
+    void make_descriptor_pool(const std::vector<int>& active);
+    // One dispatch record of node n's part j (of block kind `kind`, or -1); `swap` exchanges the buffers of the
+    // kind's chain roots (parity 1 of a ping-pong); `window`: the weight window an off-selecting dispatch binds.
+    int make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window);
+    // record.cpp
     void record();
     void record_dispatch(Recorder& rec, const DispatchRec& d);
+    void make_fence_and_queries();
+    void allocate_command_buffers();
+    std::vector<std::vector<int>> record_templates();  // the secondaries; returns their barriers [kind][variant]
+    void record_replays(Recorder& rec, size_t k, const std::vector<std::vector<int>>& sec_barriers,
+                        uint32_t& next_query);   // every instance of kind k, into the primary
+    void record_carry(Recorder& rec, size_t k);  // chain outputs -> chain inputs between two replays
 };
 
 }  // namespace kiln::exec

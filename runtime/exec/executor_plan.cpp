@@ -1,6 +1,6 @@
 // The executor's plan: which nodes run, the residual chains updated in place, and where each weight and
 // activation lives (weights uploaded or read in place; activations packed by lifetime into one arena). Building
-// dispatches, dispatches.cpp; recording and running, executor.cpp; row chunks, row_split.cpp.
+// dispatches, dispatches.cpp; recording, record.cpp; running, executor.cpp; row chunks, row_split.cpp.
 #include <algorithm>
 #include <set>
 

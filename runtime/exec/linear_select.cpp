@@ -136,16 +136,6 @@ std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const i
     return "";
 }
 
-std::optional<TexelShader> texel_shader(const std::string& shader) {
-    auto starts = [&](const char* p) { return shader.rfind(p, 0) == 0; };
-    auto swap_prefix = [&](const char* from, const char* to) { return to + shader.substr(std::strlen(from)); };
-    if (starts("linear_tex")) return TexelShader{2, true, swap_prefix("linear_tex", "linear_vec4")};
-    if (starts("conv2d_tex")) return TexelShader{2, false, swap_prefix("conv2d_tex", "conv2d")};
-    if (shader == "attention_tex") return TexelShader{3, false, "attention"};
-    if (shader == "attention_vec4_tex") return TexelShader{3, true, "attention_vec4"};
-    return std::nullopt;
-}
-
 // DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
 // use, so kept small: larger shapes (1024 x 1152 x 1152, Flux's 4096 x 3072 x 3072) through
 // `kiln bench --kernels --shape` (minutes on a CPU device).
@@ -256,7 +246,9 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
 }
 
 std::string linear_table_path(vk::Context& ctx) {
-    std::string p = vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()));
+    const ContextOptions& o = ctx.settings().context;  // KILN_PIPELINE_CACHE=0: no table file either
+    std::string p =
+        o.pipeline_cache ? vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()), o.cache_dir) : "";
     if (p.empty()) return "";
     auto slash = p.rfind('/');
     vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
@@ -348,10 +340,35 @@ std::string describe_linear_table(vk::Context& ctx) {
     return path + " (loaded; `kiln bench --kernels` measures it again): " + picks;
 }
 
+namespace {
+std::mutex g_table_mutex;                     // held while measuring: a second executor waits for the first's table
+std::map<std::string, LinearTable> g_tables;  // by key line (device, driver, build) and file
+}  // namespace
+
+std::set<DType> known_linear_dtypes(vk::Context& ctx) {
+    std::lock_guard<std::mutex> l(g_table_mutex);
+    const std::string path = linear_table_path(ctx);
+    std::set<DType> out;
+    for (const auto& r : g_tables[key_line(ctx) + "\n" + path].rows) out.insert(r.dtype);
+    LinearTable f;
+    std::string status;
+    if (!path.empty() && read_linear_table(ctx, path, f, status))
+        for (const auto& r : f.rows) out.insert(r.dtype);
+    return out;
+}
+
+DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g) {
+    const std::set<DType> known = known_linear_dtypes(ctx);
+    if (known.count(DType::f32)) return DType::f32;
+    for (const ir::Node& n : g.nodes())
+        if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
+            return g.value(n.in[1]).dtype;
+    return known.empty() ? DType::f32 : *known.begin();
+}
+
 LinearTable linear_table(vk::Context& ctx, DType dt) {
-    static std::mutex mutex;  // held while measuring: a second executor waits for the first's table
-    static std::map<std::string, LinearTable> tables;  // by key line (device, driver, build) and file
-    std::lock_guard<std::mutex> l(mutex);
+    std::lock_guard<std::mutex> l(g_table_mutex);
+    auto& tables = g_tables;
     const std::string path = linear_table_path(ctx), key = key_line(ctx) + "\n" + path;
     auto has = [&](const LinearTable& t) {
         return std::any_of(t.rows.begin(), t.rows.end(), [&](const LinearTable::Row& r) { return r.dtype == dt; });
@@ -387,45 +404,36 @@ LinearTable linear_table(vk::Context& ctx, DType dt) {
 }
 
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
-    const char* e = std::getenv("KILN_LINEAR");
-    if (!t_override.empty() || (e && *e && std::strcmp(e, "auto") != 0)) return;
+    if (!t_override.empty() || ctx.settings().exec.linear != "auto") return;
     for (const ir::Node& n : g.nodes()) {
-        if (n.op == ir::Op::conv2d || n.op == ir::Op::attention)  // they follow the f32 table (choose_texel_op)
-            linear_table(ctx, DType::f32);
+        if (n.op == ir::Op::conv2d || n.op == ir::Op::attention)  // they follow one table (choose_texel_op)
+            linear_table(ctx, texel_table_dtype(ctx, g));
         else if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
             linear_table(ctx, g.value(n.in[1]).dtype);
     }
 }
 
-// conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured f32 linear
-// table picks "tex" at 256 rows (the device reads texel buffers faster than storage buffers), or as
-// KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says.
-void choose_texel_op(vk::Context& ctx, vk::Dispatch& d, const char* env) {
-    const char* e = std::getenv(env);
-    const std::string v = e && *e ? e : "auto";
+// conv2d (the VAE's convolutions) and attention: their texel-buffer shader where the device's measured linear table
+// (of texel_table_dtype) picks "tex" at 256 rows (the device reads texel buffers faster than storage buffers), or
+// as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says (ExecOptions::conv2d, attention: `v`, named `env`).
+void choose_texel_op(vk::Context& ctx, const ir::Graph& g, vk::Dispatch& d, const char* env, const std::string& v) {
     KILN_CHECK(v == "auto" || v == "buf" || v == "tex", env, "='", v, "' (auto, buf or tex)");
     if (v == "buf" || !ctx.info().texel_formats) return;
     if (v == "auto") {
-        const char* l = std::getenv("KILN_LINEAR");
-        const std::string forced = !t_override.empty() ? t_override : l && *l ? l : "auto";
-        const std::string pick = forced == "auto" ? linear_table(ctx, DType::f32).pick(DType::f32, 256) : forced;
+        const std::string forced = !t_override.empty() ? t_override : ctx.settings().exec.linear;
+        const DType dt = forced == "auto" ? texel_table_dtype(ctx, g) : DType::f32;
+        const std::string pick = forced == "auto" ? linear_table(ctx, dt).pick(dt, 256) : forced;
         if (pick != "tex") return;
     }
-    if (d.shader.rfind("conv2d", 0) == 0)
-        d.shader.replace(0, std::strlen("conv2d"), "conv2d_tex");
-    else if (d.shader == "attention" || d.shader == "attention_vec4")
-        d.shader += "_tex";
+    if (auto t = vk::texel_variant(d.shader)) d.shader = *t;
 }
 
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
-    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, d, "KILN_CONV2D");
-    if (n.op == ir::Op::attention) return choose_texel_op(ctx, d, "KILN_ATTENTION");
+    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, g, d, "KILN_CONV2D", ctx.settings().exec.conv2d);
+    if (n.op == ir::Op::attention) return choose_texel_op(ctx, g, d, "KILN_ATTENTION", ctx.settings().exec.attention);
     if (n.op != ir::Op::linear) return;
     std::string v = t_override;
-    if (v.empty()) {
-        const char* e = std::getenv("KILN_LINEAR");
-        v = e && *e ? e : "auto";
-    }
+    if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
     KILN_CHECK(
         v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) != linear_variants().end(),
@@ -451,7 +459,7 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
         }
     }
     if (v == "tex") {  // the register tile of lower_linear, x and W through texel buffers
-        if (tex_ok) d.shader.replace(0, std::strlen("linear_vec4"), "linear_tex");
+        if (tex_ok) d.shader = *vk::texel_variant(d.shader);  // tex_ok: K % 4 == 0, so the vec4 kernel
         return;
     }
     if (!smem_ok) return;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,16 +61,6 @@ const std::vector<LinearShape>& linear_table_shapes();
 // executor.)
 std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
 
-// A texel-buffer shader choose_linear may pick (linear_tex*, conv2d_tex*, attention_tex, attention_vec4_tex, with
-// any dtype or "_off"/"_ptr" suffix): its first `inputs` bindings are uniform texel buffers, viewed as 4-vectors
-// (rgba) or scalars, and `fallback` is the storage-buffer shader of the same tile and bindings. nullopt otherwise.
-struct TexelShader {
-    uint32_t inputs;
-    bool rgba;
-    std::string fallback;
-};
-std::optional<TexelShader> texel_shader(const std::string& shader);
-
 // The runs of one variant at one shape: run 0 warms up and the best later run counts (run 0 itself when reps is 0).
 // With early_exit, a variant more than 3x slower than the fastest so far (`fastest`, ms) in both the warm-up and the
 // first timed run stops there. One slow run is not enough: on a shared machine a single preemption made variants
@@ -105,15 +96,23 @@ std::string describe_linear_table(vk::Context& ctx);
 // process, device and dtype; then written to the file with the rows of other dtypes it holds).
 LinearTable linear_table(vk::Context& ctx, DType dt);
 
-// Loads or measures the table rows every linear of g will consult under KILN_LINEAR=auto, and the f32 rows its
-// conv2d and attention nodes follow (benchmarks: so the first-use measurement is not timed as pipeline compilation;
-// it had added 1.7 s to dit-tiny's cold eager compile on a new machine).
+// The weight dtypes the table of ctx's device holds (in this process or in its file), without measuring.
+std::set<DType> known_linear_dtypes(vk::Context& ctx);
+// The table whose pick at 256 rows decides conv2d's and attention's texel-buffer shaders in graph g (a speed
+// choice only: their texel and storage-buffer shaders are bitwise equal): f32 where the table already has it,
+// else the weight dtype of g's first linear that consults the table (measured for that linear anyway), else a dtype
+// the table holds, else f32. So a model whose linears are all f16 measures f16 only.
+DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g);
+
+// Loads or measures the table rows every linear of g will consult under KILN_LINEAR=auto, and the rows its conv2d
+// and attention nodes follow (texel_table_dtype) (benchmarks: so the first-use measurement is not timed as pipeline
+// compilation; it had added 1.7 s to dit-tiny's cold eager compile on a new machine).
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
-// table. conv2d and attention nodes take their texel-buffer shaders where the f32 table (or a forced
-// KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are left
-// alone.
+// table. conv2d and attention nodes take their texel-buffer shaders where the table of texel_table_dtype (or a
+// forced KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are
+// left alone.
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 
 // linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).

@@ -5,7 +5,9 @@
 // (weights, biases, operands broadcast over the rows), and a per-batch slice of operands indexed by batch only
 // (modulate's shift/scale, a [B, 1, C] gate). Its push constants and group counts come from lowering the same op on
 // the chunk's shapes ([1, .., 1, n, C]), so each output element is computed by the same arithmetic as unsplit.
+#include <functional>
 #include <numeric>
+#include <string>
 #include <variant>
 
 #include "runtime/core/error.h"
@@ -117,39 +119,12 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Graph& g, const ir::Node& node
     choose_linear(ctx, s, s.nodes().back(), d);
     return d;
 }
-}  // namespace
 
-std::vector<Part> Executor::Impl::parts(int n) const {
-    const ir::Node& node = g.nodes()[(size_t)n];
-    const std::vector<int> outs = ir::node_outputs(node);
-    const size_t nb = node.in.size() + outs.size();  // bindings: inputs, then the outputs
-    auto value_of = [&](size_t b) { return b < node.in.size() ? node.in[b] : outs[b - node.in.size()]; };
-    // The largest activation this dispatch binds; weights are placed (and checked) by plan_weights / block weights.
-    int big = -1;
-    for (size_t b = 0; b < nb; ++b) {
-        int v = value_of(b);
-        if (v >= 0 && g.value(v).role != ir::Role::weight && value_bytes(g.value(v)) > max_binding &&
-            (big < 0 || value_bytes(g.value(v)) > value_bytes(g.value(big))))
-            big = v;
-    }
-    if (big < 0) {
-        vk::Dispatch d = vk::lower(g, node);
-        choose_linear(ctx, g, node, d);
-        return {Part{std::move(d), std::vector<Sub>(nb)}};
-    }
-
+// How each binding of node (nb: inputs, then outputs) is indexed by the output's rows; fail(reason) when the node
+// is not row-wise.
+std::vector<Bind> binding_rows(const ir::Graph& g, const ir::Node& node, size_t nb,
+                               const std::function<void(const std::string&)>& fail) {
     const Shape& so = g.value(node.out).shape;
-    std::string why;
-    // ir::fuse reads slices in place only in nodes within the limit (FuseOptions::view_max_bytes).
-    KILN_CHECK(node.views.empty(), "internal: ", ir::op_name(node.op),
-               " reads a slice in place over the binding limit");
-    auto fail = [&](const std::string& reason) {
-        KILN_FAIL("op ", ir::op_name(node.op), " binds activation ", shape_str(g.value(big).shape), " (",
-                  value_bytes(g.value(big)), " bytes), over the binding limit of ", max_binding,
-                  " bytes (maxStorageBufferRange), and cannot be split into row chunks: ", reason,
-                  "; use a smaller batch or resolution");
-    };
-    // How each binding is indexed by the output's rows.
     std::vector<Bind> how(nb, Bind::whole);
     for (size_t b = node.in.size(); b < nb; ++b) how[b] = Bind::row;
     using ir::Op;
@@ -194,6 +169,41 @@ std::vector<Part> Executor::Impl::parts(int n) const {
                 "only linear (fused or not), matmul, elementwise ops, modulate, layer_norm (+ modulate), rms_norm, "
                 "softmax and concat/slice along the last axis split by rows");
     }
+    return how;
+}
+}  // namespace
+
+std::vector<Part> Executor::Impl::parts(int n) const {
+    const ir::Node& node = g.nodes()[(size_t)n];
+    const std::vector<int> outs = ir::node_outputs(node);
+    const size_t nb = node.in.size() + outs.size();  // bindings: inputs, then the outputs
+    auto value_of = [&](size_t b) { return b < node.in.size() ? node.in[b] : outs[b - node.in.size()]; };
+    // The largest activation this dispatch binds; weights are placed (and checked) by plan_weights / block weights.
+    int big = -1;
+    for (size_t b = 0; b < nb; ++b) {
+        int v = value_of(b);
+        if (v >= 0 && g.value(v).role != ir::Role::weight && value_bytes(g.value(v)) > max_binding &&
+            (big < 0 || value_bytes(g.value(v)) > value_bytes(g.value(big))))
+            big = v;
+    }
+    if (big < 0) {
+        vk::Dispatch d = vk::lower(g, node);
+        choose_linear(ctx, g, node, d);
+        return {Part{std::move(d), std::vector<Sub>(nb)}};
+    }
+
+    const Shape& so = g.value(node.out).shape;
+    std::string why;
+    // ir::fuse reads slices in place only in nodes within the limit (FuseOptions::view_max_bytes).
+    KILN_CHECK(node.views.empty(), "internal: ", ir::op_name(node.op),
+               " reads a slice in place over the binding limit");
+    auto fail = [&](const std::string& reason) {
+        KILN_FAIL("op ", ir::op_name(node.op), " binds activation ", shape_str(g.value(big).shape), " (",
+                  value_bytes(g.value(big)), " bytes), over the binding limit of ", max_binding,
+                  " bytes (maxStorageBufferRange), and cannot be split into row chunks: ", reason,
+                  "; use a smaller batch or resolution");
+    };
+    const std::vector<Bind> how = binding_rows(g, node, nb, fail);
     const int64_t R = lead(so);
     if (so.size() < 2 || R < 2) fail("it has a single row");
     bool per_batch = false;

@@ -286,14 +286,12 @@ void Executor::Impl::record_stream(Recorder& rec, size_t k, size_t i, bool after
     StreamKind& s = streams[k];
     if (!s.slots) return;
     const long n = (long)(blocks[k].weights.size() - s.resident);
-    if (i == 0 && !after_barrier)
-        s.issued = -1;  // a new run (the call after the barrier must not copy 0 again)  // a new run (the call after
-                        // the barrier must not copy 0 again)
+    if (i == 0 && !after_barrier) s.issued = -1;  // a new run (the call after the barrier must not copy 0 again)
     const long cur = (long)i - (long)s.resident;  // this replay's streamed index (< 0: resident)
     const long last = after_barrier ? std::min(cur + s.slots - 1, n - 1) : cur;
     for (long x = s.issued + 1; x <= last; ++x) {
         const vk::BufferRange& dst = s.ring[(size_t)x % (size_t)s.slots];
-        if (split)
+        if (batching.split)
             record_copy_batch(k, x, dst);
         else
             record_instance_copy(primary, k, s.resident + (size_t)x, dst);

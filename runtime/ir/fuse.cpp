@@ -1,165 +1,209 @@
 #include "runtime/ir/fuse.h"
 
 #include <map>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace kiln::ir {
 
-Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
+namespace {
+// One fusion pass per method, over a copy of the graph's nodes; a fused-away node is marked dead, and rebuild()
+// makes the graph of the live ones. values: the graph's values (read only; ids are kept).
+struct Fuser {
+    const std::vector<Value>& values;
+    const FuseOptions& opt;
+    std::vector<Node> nodes;
+    std::vector<bool> dead;
+    std::vector<int> readers;  // per value: node inputs, and graph outputs (readers that cannot be fused into)
     FuseStats st;
-    std::vector<Node> nodes = g.nodes_;
-    std::vector<bool> dead(nodes.size(), false);
-    // Readers of each value: node inputs, and graph outputs (which count as readers that cannot be fused into).
-    std::vector<int> readers(g.values_.size(), 0);
-    for (const Node& n : nodes)
-        for (int v : n.in)
-            if (v >= 0) readers[(size_t)v]++;
-    for (auto& [name, v] : g.outputs_) readers[(size_t)v] += 2;
+
+    Fuser(const std::vector<Value>& vals, const std::vector<Node>& ns,
+          const std::vector<std::pair<std::string, int>>& outputs, const FuseOptions& o)
+        : values(vals), opt(o), nodes(ns), dead(ns.size(), false), readers(vals.size(), 0) {
+        for (const Node& n : nodes)
+            for (int v : n.in)
+                if (v >= 0) readers[(size_t)v]++;
+        for (auto& [name, v] : outputs) readers[(size_t)v] += 2;
+    }
+
     // The node producing v, when v is that node's only reader's sole input from it and both lie in one region.
-    auto single_use_producer = [&](int v, const Node& reader) -> int {
-        const int p = g.values_[(size_t)v].producer;
+    int single_use_producer(int v, const Node& reader) const {
+        const int p = values[(size_t)v].producer;
         if (p < 0 || dead[(size_t)p] || readers[(size_t)v] != 1 || nodes[(size_t)p].region != reader.region) return -1;
         return p;
-    };
-
-    // linear -> gelu / silu: the linear writes the activation's output (and stays where it is).
-    for (size_t i = 0; i < nodes.size(); ++i) {
-        Node& n = nodes[i];
-        if (n.op != Op::gelu && n.op != Op::silu) continue;
-        const int p = single_use_producer(n.in[0], n);
-        if (p < 0 || nodes[(size_t)p].op != Op::linear) continue;
-        auto& a = std::get<LinearAttrs>(nodes[(size_t)p].attrs);
-        if (a.act != Act::none) continue;
-        a.act = n.op == Op::silu ? Act::silu : std::get<GeluAttrs>(n.attrs).tanh ? Act::gelu_tanh : Act::gelu;
-        nodes[(size_t)p].out = n.out;
-        dead[i] = true;
-        st.linear_act++;
     }
-    // layer_norm (no affine) -> modulate: one norm_modulate where the modulate was (shift and scale exist there).
-    for (size_t i = 0; i < nodes.size(); ++i) {
-        Node& n = nodes[i];
-        if (n.op != Op::modulate) continue;
-        const int p = single_use_producer(n.in[0], n);
-        if (p < 0) continue;
-        const Node& ln = nodes[(size_t)p];
-        if (ln.op != Op::layer_norm || ln.in[1] >= 0 || ln.in[2] >= 0) continue;
-        n = Node{Op::norm_modulate, {ln.in[0], n.in[1], n.in[2]}, n.out, {}, ln.attrs, n.region};
-        dead[(size_t)p] = true;
-        st.norm_modulate++;
+    uint64_t bytes(int v) const {
+        return v < 0 ? 0 : dtype_nbytes(values[(size_t)v].dtype, shape_numel(values[(size_t)v].shape));
     }
-    // add(mul(a, b), c) -> mul_add(a, b, c) where the add was (c may be either addend: f32 addition commutes).
-    for (size_t i = 0; i < nodes.size(); ++i) {
-        Node& n = nodes[i];
-        if (n.op != Op::add) continue;
-        for (size_t k = 0; k < 2; ++k) {
-            const int p = single_use_producer(n.in[k], n);
-            if (p < 0 || nodes[(size_t)p].op != Op::mul) continue;
-            const Node& m = nodes[(size_t)p];
-            n = Node{Op::mul_add, {m.in[0], m.in[1], n.in[1 - k]}, n.out, {}, NoAttrs{}, n.region};
-            dead[(size_t)p] = true;
-            st.mul_add++;
-            break;
-        }
-    }
-    // Slices along the last axis read in place: the reader takes the slice's source with an InputView.
-    auto bytes = [&](int v) {
-        return v < 0 ? 0 : dtype_nbytes(g.values_[(size_t)v].dtype, shape_numel(g.values_[(size_t)v].shape));
-    };
-    auto fits = [&](const Node& n) {
+    // Whether n's activations are within FuseOptions::view_max_bytes (no row chunks needed).
+    bool fits(const Node& n) const {
         if (!opt.view_max_bytes) return true;
         for (int v : n.in)
-            if (v >= 0 && g.values_[(size_t)v].role != Role::weight && bytes(v) > opt.view_max_bytes) return false;
+            if (v >= 0 && values[(size_t)v].role != Role::weight && bytes(v) > opt.view_max_bytes) return false;
         for (int v : node_outputs(n))
             if (bytes(v) > opt.view_max_bytes) return false;
         return true;
-    };
+    }
+
+    // linear -> gelu / silu: the linear writes the activation's output (and stays where it is).
+    void linear_act() {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            Node& n = nodes[i];
+            if (n.op != Op::gelu && n.op != Op::silu) continue;
+            const int p = single_use_producer(n.in[0], n);
+            if (p < 0 || nodes[(size_t)p].op != Op::linear) continue;
+            auto& a = std::get<LinearAttrs>(nodes[(size_t)p].attrs);
+            if (a.act != Act::none) continue;
+            a.act = n.op == Op::silu ? Act::silu : std::get<GeluAttrs>(n.attrs).tanh ? Act::gelu_tanh : Act::gelu;
+            nodes[(size_t)p].out = n.out;
+            dead[i] = true;
+            st.linear_act++;
+        }
+    }
+
+    // layer_norm (no affine) -> modulate: one norm_modulate where the modulate was (shift and scale exist there).
+    void norm_modulate() {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            Node& n = nodes[i];
+            if (n.op != Op::modulate) continue;
+            const int p = single_use_producer(n.in[0], n);
+            if (p < 0) continue;
+            const Node& ln = nodes[(size_t)p];
+            if (ln.op != Op::layer_norm || ln.in[1] >= 0 || ln.in[2] >= 0) continue;
+            n = Node{Op::norm_modulate, {ln.in[0], n.in[1], n.in[2]}, n.out, {}, ln.attrs, n.region};
+            dead[(size_t)p] = true;
+            st.norm_modulate++;
+        }
+    }
+
+    // add(mul(a, b), c) -> mul_add(a, b, c) where the add was (c may be either addend: f32 addition commutes).
+    void mul_add() {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            Node& n = nodes[i];
+            if (n.op != Op::add) continue;
+            for (size_t k = 0; k < 2; ++k) {
+                const int p = single_use_producer(n.in[k], n);
+                if (p < 0 || nodes[(size_t)p].op != Op::mul) continue;
+                const Node& m = nodes[(size_t)p];
+                n = Node{Op::mul_add, {m.in[0], m.in[1], n.in[1 - k]}, n.out, {}, NoAttrs{}, n.region};
+                dead[(size_t)p] = true;
+                st.mul_add++;
+                break;
+            }
+        }
+    }
+
     // rope(reshape(rms_norm(reshape(x, [B, S, H, D])), [B, S, H*D])) -> rms_norm_rope(x) where the rope was (a
     // per-head qk-norm, then the rotary embedding: Flux). Only where no row chunks are needed (fits).
-    for (size_t i = 0; i < nodes.size(); ++i) {
-        Node& n = nodes[i];
-        if (n.op != Op::rope || !n.views.empty()) continue;
-        const int r2 = single_use_producer(n.in[0], n);
-        if (r2 < 0 || nodes[(size_t)r2].op != Op::reshape) continue;
-        const int rn = single_use_producer(nodes[(size_t)r2].in[0], nodes[(size_t)r2]);
-        if (rn < 0 || nodes[(size_t)rn].op != Op::rms_norm || !nodes[(size_t)rn].views.empty()) continue;
-        const int r1 = single_use_producer(nodes[(size_t)rn].in[0], nodes[(size_t)rn]);
-        if (r1 < 0 || nodes[(size_t)r1].op != Op::reshape) continue;
-        const Node& rms = nodes[(size_t)rn];
-        const int x = nodes[(size_t)r1].in[0];
-        const Shape& so = g.values_[(size_t)n.out].shape;
-        if (g.values_[(size_t)x].shape != so ||
-            g.values_[(size_t)rms.out].shape.back() != 2 * g.values_[(size_t)n.in[1]].shape[1])
-            continue;
-        Node f{Op::rms_norm_rope, {x, rms.in[1], n.in[1], n.in[2]}, n.out, {}, rms.attrs, n.region};
-        if (!fits(f)) continue;
-        n = std::move(f);
-        dead[(size_t)r2] = dead[(size_t)rn] = dead[(size_t)r1] = true;
-        st.rms_norm_rope++;
-    }
-    for (size_t i = 0; i < nodes.size(); ++i) {
-        Node& n = nodes[i];
-        size_t first = 0, end = 0;
-        if (n.op == Op::add || n.op == Op::sub || n.op == Op::mul || n.op == Op::mul_add)
-            end = n.in.size();
-        else if (n.op == Op::modulate || n.op == Op::norm_modulate)
-            first = 1, end = 3;
-        if (dead[i] || !fits(n)) continue;
-        for (size_t k = first; k < end; ++k) {
-            const int v = n.in[k];
-            int p = single_use_producer(v, n), r = -1;
-            if (p >= 0 && nodes[(size_t)p].op == Op::reshape)
-                r = p, p = single_use_producer(nodes[(size_t)r].in[0], nodes[(size_t)r]);
-            if (p < 0 || nodes[(size_t)p].op != Op::slice) continue;
-            const Node& s = nodes[(size_t)p];
-            const Value& src = g.values_[(size_t)s.in[0]];
-            const auto& a = std::get<AxisAttrs>(s.attrs);
-            const Shape& vs = g.values_[(size_t)v].shape;
-            if (src.role == Role::weight || a.axis != (int)src.shape.size() - 1 || vs.empty() ||
-                vs.back() != a.length || input_view(n, k))
+    void rms_norm_rope() {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            Node& n = nodes[i];
+            if (n.op != Op::rope || !n.views.empty()) continue;
+            const int r2 = single_use_producer(n.in[0], n);
+            if (r2 < 0 || nodes[(size_t)r2].op != Op::reshape) continue;
+            const int rn = single_use_producer(nodes[(size_t)r2].in[0], nodes[(size_t)r2]);
+            if (rn < 0 || nodes[(size_t)rn].op != Op::rms_norm || !nodes[(size_t)rn].views.empty()) continue;
+            const int r1 = single_use_producer(nodes[(size_t)rn].in[0], nodes[(size_t)rn]);
+            if (r1 < 0 || nodes[(size_t)r1].op != Op::reshape) continue;
+            const Node& rms = nodes[(size_t)rn];
+            const int x = nodes[(size_t)r1].in[0];
+            const Shape& so = values[(size_t)n.out].shape;
+            if (values[(size_t)x].shape != so ||
+                values[(size_t)rms.out].shape.back() != 2 * values[(size_t)n.in[1]].shape[1])
                 continue;
-            Node trial = n;
-            trial.in[k] = s.in[0];
-            if (!fits(trial)) continue;
-            n.views.push_back(InputView{(int)k, a.start, src.shape.back(), vs});
-            n.in[k] = s.in[0];
-            dead[(size_t)p] = true;
-            if (r >= 0) dead[(size_t)r] = true;
-            st.views++;
+            Node f{Op::rms_norm_rope, {x, rms.in[1], n.in[1], n.in[2]}, n.out, {}, rms.attrs, n.region};
+            if (!fits(f)) continue;
+            n = std::move(f);
+            dead[(size_t)r2] = dead[(size_t)rn] = dead[(size_t)r1] = true;
+            st.rms_norm_rope++;
         }
     }
+
+    // Slices along the last axis read in place: the reader takes the slice's source with an InputView.
+    void slice_views() {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            Node& n = nodes[i];
+            size_t first = 0, end = 0;
+            if (n.op == Op::add || n.op == Op::sub || n.op == Op::mul || n.op == Op::mul_add)
+                end = n.in.size();
+            else if (n.op == Op::modulate || n.op == Op::norm_modulate)
+                first = 1, end = 3;
+            if (dead[i] || !fits(n)) continue;
+            for (size_t k = first; k < end; ++k) view_input(n, k);
+        }
+    }
+    // Input k of n read in place where it is a slice (possibly reshaped, same last dim) along the last axis.
+    void view_input(Node& n, size_t k) {
+        const int v = n.in[k];
+        int p = single_use_producer(v, n), r = -1;
+        if (p >= 0 && nodes[(size_t)p].op == Op::reshape)
+            r = p, p = single_use_producer(nodes[(size_t)r].in[0], nodes[(size_t)r]);
+        if (p < 0 || nodes[(size_t)p].op != Op::slice) return;
+        const Node& s = nodes[(size_t)p];
+        const Value& src = values[(size_t)s.in[0]];
+        const auto& a = std::get<AxisAttrs>(s.attrs);
+        const Shape& vs = values[(size_t)v].shape;
+        if (src.role == Role::weight || a.axis != (int)src.shape.size() - 1 || vs.empty() || vs.back() != a.length ||
+            input_view(n, k))
+            return;
+        Node trial = n;
+        trial.in[k] = s.in[0];
+        if (!fits(trial)) return;
+        n.views.push_back(InputView{(int)k, a.start, src.shape.back(), vs});
+        n.in[k] = s.in[0];
+        dead[(size_t)p] = true;
+        if (r >= 0) dead[(size_t)r] = true;
+        st.views++;
+    }
+
     // Linears of one x: grouped in order of appearance, up to kMultiLinear per group, at the first one's place
     // (x and every weight exist there; each output's readers come after its own linear, so after the group).
-    std::map<std::tuple<int, int, DType>, std::vector<size_t>> open;  // (x, region, weight dtype) -> members
-    std::vector<std::vector<size_t>> groups;
-    auto close = [&](std::vector<size_t>& m) {
-        if (m.size() >= 2) groups.push_back(m);
-        m.clear();
-    };
-    for (size_t i = 0; i < nodes.size(); ++i) {
-        const Node& n = nodes[i];
-        if (!opt.linear_multi || dead[i] || n.op != Op::linear) continue;
-        const Value& w = g.values_[(size_t)n.in[1]];
-        if (w.shape[1] % 4 != 0) continue;  // linear_multi has the 4-vector form only
-        auto& m = open[{n.in[0], n.region, w.dtype}];
-        m.push_back(i);
-        if (m.size() == (size_t)kMultiLinear) close(m);
-    }
-    for (auto& [key, m] : open) close(m);
-    for (auto& m : groups) {
-        Node f{Op::linear_multi, {nodes[m[0]].in[0]}, nodes[m[0]].out, {}, LinearMultiAttrs{}, nodes[m[0]].region};
-        auto& a = std::get<LinearMultiAttrs>(f.attrs);
-        for (size_t j = 0; j < (size_t)kMultiLinear; ++j) {
-            const bool has = j < m.size();
-            f.in.push_back(has ? nodes[m[j]].in[1] : -1);
-            f.in.push_back(has ? nodes[m[j]].in[2] : -1);
-            if (j > 0) f.extra_out.push_back(has ? nodes[m[j]].out : -1);
-            if (has) a.act[j] = std::get<LinearAttrs>(nodes[m[j]].attrs).act;
+    void linear_multi() {
+        std::map<std::tuple<int, int, DType>, std::vector<size_t>> open;  // (x, region, weight dtype) -> members
+        std::vector<std::vector<size_t>> groups;
+        auto close = [&](std::vector<size_t>& m) {
+            if (m.size() >= 2) groups.push_back(m);
+            m.clear();
+        };
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            const Node& n = nodes[i];
+            if (!opt.linear_multi || dead[i] || n.op != Op::linear) continue;
+            const Value& w = values[(size_t)n.in[1]];
+            if (w.shape[1] % 4 != 0) continue;  // linear_multi has the 4-vector form only
+            auto& m = open[{n.in[0], n.region, w.dtype}];
+            m.push_back(i);
+            if (m.size() == (size_t)kMultiLinear) close(m);
         }
-        for (size_t j = 1; j < m.size(); ++j) dead[m[j]] = true;
-        nodes[m[0]] = std::move(f);
-        st.linear_multi++;
-        st.linears_grouped += (int)m.size();
+        for (auto& [key, m] : open) close(m);
+        for (auto& m : groups) {
+            Node f{Op::linear_multi, {nodes[m[0]].in[0]}, nodes[m[0]].out, {}, LinearMultiAttrs{}, nodes[m[0]].region};
+            auto& a = std::get<LinearMultiAttrs>(f.attrs);
+            for (size_t j = 0; j < (size_t)kMultiLinear; ++j) {
+                const bool has = j < m.size();
+                f.in.push_back(has ? nodes[m[j]].in[1] : -1);
+                f.in.push_back(has ? nodes[m[j]].in[2] : -1);
+                if (j > 0) f.extra_out.push_back(has ? nodes[m[j]].out : -1);
+                if (has) a.act[j] = std::get<LinearAttrs>(nodes[m[j]].attrs).act;
+            }
+            for (size_t j = 1; j < m.size(); ++j) dead[m[j]] = true;
+            nodes[m[0]] = std::move(f);
+            st.linear_multi++;
+            st.linears_grouped += (int)m.size();
+        }
     }
+};
+}  // namespace
+
+Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
+    Fuser f(g.values_, g.nodes_, g.outputs_, opt);
+    f.linear_act();
+    f.norm_modulate();
+    f.mul_add();
+    f.rms_norm_rope();
+    f.slice_views();
+    f.linear_multi();
 
     // The new graph: same values, live nodes renumbered, regions remapped.
     Graph out;
@@ -167,19 +211,19 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
     out.outputs_ = g.outputs_;
     for (auto& v : out.values_)
         if (v.producer >= 0) v.producer = -1;  // set again below for every value a live node writes
-    std::vector<int> new_index(nodes.size() + 1, 0);
-    for (size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<int> new_index(f.nodes.size() + 1, 0);
+    for (size_t i = 0; i < f.nodes.size(); ++i) {
         new_index[i] = (int)out.nodes_.size();
-        if (dead[i]) continue;
-        for (int o : node_outputs(nodes[i]))
+        if (f.dead[i]) continue;
+        for (int o : node_outputs(f.nodes[i]))
             if (o >= 0) out.values_[(size_t)o].producer = (int)out.nodes_.size();
-        out.nodes_.push_back(std::move(nodes[i]));
+        out.nodes_.push_back(std::move(f.nodes[i]));
     }
-    new_index[nodes.size()] = (int)out.nodes_.size();
+    new_index[f.nodes.size()] = (int)out.nodes_.size();
     out.regions_ = g.regions_;
     for (auto& r : out.regions_) r.first = new_index[(size_t)r.first], r.end = new_index[(size_t)r.end];
-    st.nodes_removed = (int)(g.nodes_.size() - out.nodes_.size());
-    if (stats) *stats = st;
+    f.st.nodes_removed = (int)(g.nodes_.size() - out.nodes_.size());
+    if (stats) *stats = f.st;
     return out;
 }
 

@@ -72,12 +72,7 @@ VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT s
     return VK_FALSE;
 }
 
-bool env_on(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v && std::strcmp(v, "0") != 0;
-}
-
-VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
+VkInstance make_instance(bool validation, bool validation_sync, VkDebugUtilsMessengerEXT* messenger) {
     uint32_t n = 0;
     vkEnumerateInstanceExtensionProperties(nullptr, &n, nullptr);
     std::vector<VkExtensionProperties> exts(n);
@@ -107,14 +102,13 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
     }
     // With validation, synchronization validation too (missing barriers: hazards lavapipe's in-order execution
     // hides but a GPU would not), through VK_EXT_validation_features, which the layer provides.
-    // KILN_VALIDATION_SYNC=0 leaves it off.
+    // validation_sync false (KILN_VALIDATION_SYNC=0) leaves it off.
     VkValidationFeatureEnableEXT sync_enable = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
     VkValidationFeaturesEXT features{VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
     features.enabledValidationFeatureCount = 1;
     features.pEnabledValidationFeatures = &sync_enable;
     bool sync_validation = false;
     if (validation) {
-        const char* e = std::getenv("KILN_VALIDATION_SYNC");
         uint32_t n = 0;
         vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &n, nullptr);
         std::vector<VkExtensionProperties> lx(n);
@@ -122,7 +116,7 @@ VkInstance make_instance(bool validation, VkDebugUtilsMessengerEXT* messenger) {
         const bool has = std::any_of(lx.begin(), lx.end(), [](auto& p) {
             return std::strcmp(p.extensionName, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME) == 0;
         });
-        sync_validation = has && !(e && std::string(e) == "0");
+        sync_validation = has && validation_sync;
         if (sync_validation) enabled.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
     }
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
@@ -177,7 +171,7 @@ std::string Context::last_validation_message() {
 
 std::vector<DeviceInfo> list_devices() {
     VkDebugUtilsMessengerEXT m = VK_NULL_HANDLE;
-    VkInstance inst = make_instance(false, &m);
+    VkInstance inst = make_instance(false, false, &m);
     std::vector<DeviceInfo> out;
     auto pds = detail::physical_devices(inst);
     for (size_t i = 0; i < pds.size(); ++i) out.push_back(detail::query(pds[i], (int)i));
@@ -185,19 +179,36 @@ std::vector<DeviceInfo> list_devices() {
     return out;
 }
 
-Context::Context(int device, int validation, int pipeline_cache, const std::string& transfer_queue) {
-    if (const char* e = std::getenv("KILN_TEST_DEVICE_MEMORY_LIMIT"); e && *e)
-        faults_.memory_limit = std::strtoull(e, nullptr, 10);
-    if (const char* e = std::getenv("KILN_TEST_DEVICE_LOST_AFTER"); e && *e)
-        faults_.lose_device_after = std::strtoll(e, nullptr, 10);
-    instance_ = make_instance(validation < 0 ? env_on("KILN_VALIDATION") : validation != 0, &messenger_);
+const Settings& Context::settings() const {
+    if (!settings_.test.live) return settings_;
+    thread_local Settings live;  // tests only (TestHooks::live): read anew on every call
+    live = settings_.test.live();
+    return live;
+}
+
+// transfer_queue: "0", "1" or "split" (see CopyQueue); needs the device's info_.
+void Context::choose_copy_queue(const std::string& q) {
+    KILN_CHECK(q == "0" || q == "1" || q == "split", "KILN_TRANSFER_QUEUE=", q, ": expected 0, 1 or split");
+    if (q != "0" && info_.timeline_semaphore)
+        copy_queue_ = q == "split"                 ? CopyQueue::split
+                      : info_.transfer_family >= 0 ? CopyQueue::transfer
+                                                   : CopyQueue::in_step;
+    if (q != "0" && copy_queue_ == CopyQueue::in_step)
+        std::fprintf(stderr, "kiln: note: KILN_TRANSFER_QUEUE=%s: device '%s' has %s; ring copies stay in the step\n",
+                     q.c_str(), info_.name.c_str(),
+                     !info_.timeline_semaphore ? "no timelineSemaphore" : "no transfer-only queue family");
+}
+
+Context::Context(const Settings& settings) : settings_(settings) {
+    const ContextOptions& o = settings.context;
+    faults_.memory_limit = settings.test.device_memory_limit;
+    faults_.lose_device_after = settings.test.device_lost_after;
+    instance_ = make_instance(o.validation, o.validation_sync, &messenger_);
     auto pds = detail::physical_devices(instance_);
     KILN_CHECK(!pds.empty(),
                "no Vulkan device found (for a CPU device install Mesa's lavapipe: "
                "apt-get install mesa-vulkan-drivers)");
-    if (device < 0) {
-        if (const char* e = std::getenv("KILN_DEVICE"); e && *e) device = std::atoi(e);
-    }
+    const int device = o.device;
     int chosen = 0;
     if (device >= 0) {
         KILN_CHECK(device < (int)pds.size(), "device ", device, " does not exist (", pds.size(),
@@ -214,13 +225,13 @@ Context::Context(int device, int validation, int pipeline_cache, const std::stri
     phys_ = pds[(size_t)chosen];
     info_ = detail::query(phys_, chosen);
     // Test hook: a device with fewer storage buffers per stage than this one (KILN_TEST_MAX_STORAGE_BUFFERS).
-    if (const char* e = std::getenv("KILN_TEST_MAX_STORAGE_BUFFERS"); e && *e)
+    if (settings.test.max_storage_buffers)
         info_.max_storage_buffers_per_stage =
-            std::min(info_.max_storage_buffers_per_stage, (uint32_t)std::strtoul(e, nullptr, 10));
+            std::min(info_.max_storage_buffers_per_stage, settings.test.max_storage_buffers);
     // Test hook: a device whose texel buffers hold fewer elements (KILN_TEST_MAX_TEXEL_ELEMENTS): "tex" linears
     // whose views would exceed it run the storage-buffer shader.
-    if (const char* e = std::getenv("KILN_TEST_MAX_TEXEL_ELEMENTS"); e && *e)
-        info_.max_texel_elements = std::min(info_.max_texel_elements, (uint32_t)std::strtoul(e, nullptr, 10));
+    if (settings.test.max_texel_elements)
+        info_.max_texel_elements = std::min(info_.max_texel_elements, settings.test.max_texel_elements);
     info_.coopmat_nv_f16 = detail::query_coopmat_nv_f16(instance_, phys_, info_);
     KILN_CHECK(info_.fp16_storage, "device '", info_.name,
                "' lacks the Vulkan feature storageBuffer16BitAccess, "
@@ -241,20 +252,7 @@ Context::Context(int device, int validation, int pipeline_cache, const std::stri
         }
     KILN_CHECK(family_ != UINT32_MAX, "device '", info_.name, "' has no compute queue");
 
-    {
-        const char* e = std::getenv("KILN_TRANSFER_QUEUE");
-        const std::string q = !transfer_queue.empty() ? transfer_queue : e ? e : "0";
-        KILN_CHECK(q == "0" || q == "1" || q == "split", "KILN_TRANSFER_QUEUE=", q, ": expected 0, 1 or split");
-        if (q != "0" && info_.timeline_semaphore)
-            copy_queue_ = q == "split"                 ? CopyQueue::split
-                          : info_.transfer_family >= 0 ? CopyQueue::transfer
-                                                       : CopyQueue::in_step;
-        if (q != "0" && copy_queue_ == CopyQueue::in_step)
-            std::fprintf(stderr,
-                         "kiln: note: KILN_TRANSFER_QUEUE=%s: device '%s' has %s; ring copies stay in the step\n",
-                         q.c_str(), info_.name.c_str(),
-                         !info_.timeline_semaphore ? "no timelineSemaphore" : "no transfer-only queue family");
-    }
+    choose_copy_queue(o.transfer_queue);
     float prio = 1.f;
     VkDeviceQueueCreateInfo qcis[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
                                        {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
@@ -307,7 +305,7 @@ Context::Context(int device, int validation, int pipeline_cache, const std::stri
 
     // The pipeline cache of the last run on this device (see pipeline_cache.h).
     const PipelineCacheKey key = pipeline_cache_key(phys_);
-    cache_info_.path = pipeline_cache != 0 ? pipeline_cache_path(key) : "";
+    cache_info_.path = o.pipeline_cache && !o.skip_pipeline_cache_file ? pipeline_cache_path(key, o.cache_dir) : "";
     cache_info_.status = "disabled";
     if (!cache_info_.path.empty()) {
         bool warn = false;

@@ -1,7 +1,8 @@
 #pragma once
-// Vulkan instance + device: device choice (discrete > integrated > virtual > CPU, or --device N /
-// KILN_DEVICE), the features Kiln uses, and a compute queue. Validation layers when KILN_VALIDATION=1:
-// every validation error is counted and reported (tests fail on any).
+// Vulkan instance + device: device choice (discrete > integrated > virtual > CPU, or ContextOptions::device), the
+// features Kiln uses, and a compute queue. Validation layers when ContextOptions::validation: every validation error
+// is counted and reported (tests fail on any). A Context is made from a Settings (runtime/core/settings.h) and
+// carries it for the executors made on it; nothing here reads the environment.
 #include <vulkan/vulkan.h>
 
 #include <atomic>
@@ -9,6 +10,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "runtime/core/settings.h"
 
 namespace kiln::vk {
 
@@ -52,7 +55,7 @@ struct DeviceInfo {
 
 std::vector<DeviceInfo> list_devices();
 
-// Where streamed block weights are copied into their ring slots (KILN_TRANSFER_QUEUE, read when a Context is made):
+// Where streamed block weights are copied into their ring slots (ContextOptions::transfer_queue, KILN_TRANSFER_QUEUE):
 //  in_step ("0", the default): inside the step's one compute submission, each copy right after the barrier that
 //    frees its slot;
 //  split ("split"): on the compute queue, but each copy in its own batch, ordered by timeline semaphores exactly as
@@ -65,14 +68,18 @@ const char* copy_queue_name(CopyQueue q);
 
 class Context {
 public:
-    // device < 0: KILN_DEVICE if set, else the best device. validation < 0: KILN_VALIDATION decides; else 0/1.
-    // pipeline_cache: 0 = no pipeline cache file (see pipeline_cache.h); otherwise KILN_PIPELINE_CACHE decides.
-    // transfer_queue: "0", "1" or "split" (see CopyQueue); "" = KILN_TRANSFER_QUEUE decides.
-    explicit Context(int device = -1, int validation = -1, int pipeline_cache = -1,
-                     const std::string& transfer_queue = "");
+    // settings.context chooses the device, validation, the copy queue and the pipeline cache; settings.test's device
+    // limits and faults apply to this context. The rest is kept for what is made on it (settings()).
+    explicit Context(const Settings& settings);
     ~Context();
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
+
+    // The settings this context was made with (or, where a test set TestHooks::live, the live ones): executors,
+    // pipelines and the device loop read their options here.
+    const Settings& settings() const;
+    // New settings for what is made from now on (kiln bench: fusion per row); what construction made stays.
+    void set_settings(const Settings& s) { settings_ = s; }
 
     const DeviceInfo& info() const { return info_; }
     VkDevice device() const { return device_; }
@@ -127,10 +134,10 @@ public:
     void wait(VkFence fence);  // waits for the fence, then resets it
     bool lost() const { return lost_; }
 
-    // Test hooks (fault injection), read from the environment at construction and settable later.
+    // Test hooks (fault injection), from Settings::test at construction and settable later.
     // memory_limit: bytes of device memory this context's Allocators may hold (0: no limit); an allocation past it
-    // fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would (KILN_TEST_DEVICE_MEMORY_LIMIT). lose_device_after: submissions
-    // that succeed before the device is reported lost (-1: never; KILN_TEST_DEVICE_LOST_AFTER).
+    // fails as VK_ERROR_OUT_OF_DEVICE_MEMORY would (TestHooks::device_memory_limit). lose_device_after: submissions
+    // that succeed before the device is reported lost (-1: never; TestHooks::device_lost_after).
     struct Faults {
         std::atomic<uint64_t> memory_limit{0};
         std::atomic<int64_t> lose_device_after{-1};
@@ -150,6 +157,8 @@ public:
 
 private:
     void save_pipeline_cache();
+    void choose_copy_queue(const std::string& transfer_queue);
+    Settings settings_;
     VkInstance instance_ = VK_NULL_HANDLE;
     VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
     VkPhysicalDevice phys_ = VK_NULL_HANDLE;

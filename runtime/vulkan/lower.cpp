@@ -28,20 +28,6 @@ void modulate_rows(const ir::Node& n, int64_t C, uint32_t& sh_off, uint32_t& sh_
     row(2, sc_off, sc_stride);
 }
 
-std::string weight_suffix(DType t) {
-    switch (t) {
-        case DType::f32:
-            return "_f32";
-        case DType::f16:
-            return "_f16";
-        case DType::bf16:
-            return "_bf16";
-        default:
-            KILN_CHECK(dtype_is_quant(t), "weights must be f32, f16, bf16 or quantized, got ", dtype_name(t));
-            return std::string("_") + dtype_name(t);
-    }
-}
-
 Dispatch lower_reshape(const ir::Graph&, const ir::Node&) { KILN_FAIL("reshape is a view and has no dispatch"); }
 
 Dispatch lower(const ir::Graph& g, const ir::Node& n) {

@@ -10,11 +10,12 @@
 
 #include "runtime/ir/graph.h"
 #include "runtime/ir/params.h"
+#include "runtime/vulkan/shader_key.h"
 
 namespace kiln::vk {
 
 struct Dispatch {
-    std::string shader;  // "add", "linear_f16", ...
+    ShaderKey shader;  // {add}, {linear, vec4, f16}, ...
     std::vector<uint8_t> push;
     uint32_t groups[3] = {1, 1, 1};
     std::vector<uint32_t> spec;  // specialization constants, ids 0..n-1
@@ -32,8 +33,6 @@ void groups_1d(Dispatch& d, uint64_t n, uint32_t local = 256);
 // off 0, stride C, or the slice's start and its source's width where one is read as a slice (ir::InputView).
 void modulate_rows(const ir::Node& n, int64_t C, uint32_t& sh_off, uint32_t& sh_stride, uint32_t& sc_off,
                    uint32_t& sc_stride);
-// "_f32" / "_f16" / "_bf16" / "_q8_0" ... for a weight of dtype t.
-std::string weight_suffix(DType t);
 
 // One lowering per op (views excluded: reshape has no dispatch).
 #define KILN_X(name, kind) Dispatch lower_##name(const ir::Graph& g, const ir::Node& n);

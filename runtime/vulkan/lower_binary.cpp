@@ -41,7 +41,7 @@ Dispatch elementwise(const char* shader, const Shape& out, P& p, const std::vect
     for (size_t i = 0; i < out.size(); ++i) p.shape[i] = (params::uint)out[i];
     for (size_t i = 0; i < strides.size(); ++i) *offsets[i] = operand(g, n, i, out, strides[i]);
     Dispatch d;
-    d.shader = shader;
+    d.shader = ShaderKey(shader);
     d.set_push(p);
     groups_1d(d, p.n);
     return d;

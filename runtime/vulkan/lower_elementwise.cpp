@@ -15,7 +15,7 @@ Dispatch unary(const char* shader, const ir::Graph& g, const ir::Node& n, uint32
     p.alpha = alpha;
     p.beta = beta;
     Dispatch d;
-    d.shader = shader;
+    d.shader = ShaderKey(shader);
     d.set_push(p);
     groups_1d(d, p.n);
     return d;
@@ -37,7 +37,7 @@ Dispatch lower_modulate(const ir::Graph& g, const ir::Node& n) {
     params::ModulateParams p{(params::uint)s[0], (params::uint)s[1], (params::uint)s[2]};
     modulate_rows(n, s[2], p.sh_off, p.sh_stride, p.sc_off, p.sc_stride);
     Dispatch d;
-    d.shader = "modulate";
+    d.shader = ShaderKey("modulate");
     d.set_push(p);
     groups_1d(d, (uint64_t)shape_numel(s));
     return d;
@@ -49,7 +49,7 @@ Dispatch lower_rope(const ir::Graph& g, const ir::Node& n) {
     KILN_CHECK(shape_numel(s) < (1ll << 32), "rope: ", shape_str(s), " has >= 2^32 elements");
     params::RopeParams p{(params::uint)s[0], (params::uint)s[1], (params::uint)(s[2] / (2 * half)), (params::uint)half};
     Dispatch d;
-    d.shader = "rope";
+    d.shader = ShaderKey("rope");
     d.set_push(p);
     groups_1d(d, (uint64_t)shape_numel(s) / 2);  // one invocation per pair
     return d;

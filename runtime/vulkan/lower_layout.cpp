@@ -22,7 +22,7 @@ Dispatch lower_upsample_nearest2x(const ir::Graph& g, const ir::Node& n) {
     check_size("upsample_nearest2x", g.value(n.out).shape);
     params::UpsampleParams p{(params::uint)(s[0] * s[1]), (params::uint)s[2], (params::uint)s[3]};
     Dispatch d;
-    d.shader = "upsample_nearest2x";
+    d.shader = ShaderKey("upsample_nearest2x");
     d.set_push(p);
     groups_1d(d, (uint64_t)shape_numel(g.value(n.out).shape));
     return d;
@@ -42,7 +42,7 @@ Dispatch lower_permute(const ir::Graph& g, const ir::Node& n) {
         p.in_stride[d] = (params::uint)st[(size_t)perm[d]];
     }
     Dispatch d;
-    d.shader = "permute";
+    d.shader = ShaderKey("permute");
     d.set_push(p);
     groups_1d(d, p.n);
     return d;
@@ -57,7 +57,7 @@ Dispatch lower_concat(const ir::Graph& g, const ir::Node& n) {
     params::ConcatParams p{(params::uint)outer, (params::uint)(sa[(size_t)ax] * inner),
                            (params::uint)(sb[(size_t)ax] * inner)};
     Dispatch d;
-    d.shader = "concat";
+    d.shader = ShaderKey("concat");
     d.set_push(p);
     auto f16 = [&](int v) { return g.value(v).dtype == DType::f16 ? 1u : 0u; };  // ir::store_f16
     d.spec = {f16(n.in[0]), f16(n.in[1]), f16(n.out)};
@@ -74,7 +74,7 @@ Dispatch lower_slice(const ir::Graph& g, const ir::Node& n) {
     params::SliceParams p{(params::uint)outer, (params::uint)(s[(size_t)a.axis] * inner),
                           (params::uint)(a.start * inner), (params::uint)(a.length * inner)};
     Dispatch d;
-    d.shader = "slice";
+    d.shader = ShaderKey("slice");
     d.set_push(p);
     groups_1d(d, (uint64_t)p.outer * p.out_row);
     return d;

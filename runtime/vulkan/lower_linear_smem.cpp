@@ -24,7 +24,7 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
     params::LinearParams p;
     std::memcpy(&p, d.push.data(), sizeof p);
     const ir::Value& w = g.value(n.in[1]);
-    d.shader = "linear_smem" + weight_suffix(w.dtype);
+    d.shader = ShaderKey::weights("linear", "smem", w.dtype);
     d.spec = {t.tm, t.tn, d.spec.size() > 2 ? d.spec[2] : 0u};  // ACT from lower_linear: the fused activation
     d.groups[0] = (p.N + 16 * t.tn - 1) / (16 * t.tn);
     d.groups[1] = (p.M + 16 * t.tm - 1) / (16 * t.tm);
@@ -47,7 +47,7 @@ Dispatch lower_linear_coopmat(const ir::Graph& g, const ir::Node& n) {
     Dispatch d = lower_linear(g, n);
     params::LinearParams p;
     std::memcpy(&p, d.push.data(), sizeof p);
-    d.shader = "linear_coopmat_f16";
+    d.shader = ShaderKey("linear", "coopmat", "f16");
     d.spec = {};
     d.groups[0] = (p.N + 63) / 64;
     d.groups[1] = (p.M + 63) / 64;

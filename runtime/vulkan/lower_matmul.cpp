@@ -52,7 +52,7 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     Dispatch d;
     // K % 4 == 0: every row of x and W starts 16-byte aligned (bindings are 256-aligned), so the
     // 4-vector variant applies. Quantized weights (K a multiple of 32) have only that variant.
-    d.shader = (K % 4 == 0 ? "linear_vec4" : "linear") + weight_suffix(w.dtype);
+    d.shader = ShaderKey::weights("linear", K % 4 == 0 ? "vec4" : "", w.dtype);
     d.set_push(p);
     const LinTile t = linear_tile(M, N);
     const uint32_t rm = t.rm, ly = t.ly;
@@ -80,7 +80,7 @@ Dispatch lower_linear_multi(const ir::Graph& g, const ir::Node& n) {
     p.M = (params::uint)M;
     p.K = (params::uint)K;
     Dispatch d;
-    d.shader = "linear_multi" + weight_suffix(w0.dtype);
+    d.shader = ShaderKey::weights("linear", "multi", w0.dtype);
     const LinTile t = linear_tile(M, 1 << 20);  // rows as lower_linear; columns: 128-wide tiles (tile0)
     const uint32_t rm = t.rm, ly = t.ly;
     d.spec = {rm, ly};
@@ -122,7 +122,7 @@ Dispatch lower_matmul(const ir::Graph& g, const ir::Node& n) {
     Dispatch d;
     // K, N % 4 == 0: rows of a, b and y start 16-byte aligned; 4-vector variant with 64 x 128 tiles.
     bool vec4 = K % 4 == 0 && N % 4 == 0;
-    d.shader = vec4 ? "matmul_vec4" : "matmul";
+    d.shader = ShaderKey("matmul", vec4 ? "vec4" : "");
     d.set_push(p);
     d.groups[0] = vec4 ? (uint32_t)((N + 127) / 128) : tiles(N);
     d.groups[1] = tiles(M);
@@ -155,7 +155,7 @@ Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
     // D % 4 == 0: rows of q/k/v start 16-byte aligned, the 4-vector variant applies; the spec constant
     // is the head width in the shader's vector units.
     bool vec4 = D % 4 == 0;
-    d.shader = vec4 ? "attention_vec4" : "attention";
+    d.shader = ShaderKey("attention", vec4 ? "vec4" : "");
     d.set_push(p);
     // Query rows per invocation: the q and accumulator registers (2 QR D floats) stay within ~512.
     uint32_t qr = (uint32_t)std::clamp<int64_t>(256 / D, 1, 4);

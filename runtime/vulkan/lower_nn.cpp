@@ -16,7 +16,7 @@ Dispatch lower_embedding(const ir::Graph& g, const ir::Node& n) {
                ", ids ", shape_str(si), " too large");
     params::EmbeddingParams p{(params::uint)si[0], (params::uint)t.shape[1], (params::uint)t.shape[0]};
     Dispatch d;
-    d.shader = "embedding" + weight_suffix(t.dtype);
+    d.shader = ShaderKey::weights("embedding", "", t.dtype);
     d.set_push(p);
     groups_1d(d, (uint64_t)p.N * p.D);
     return d;
@@ -35,7 +35,7 @@ Dispatch lower_timestep_embedding(const ir::Graph& g, const ir::Node& n) {
     KILN_CHECK((float)p.half_dim != p.shift, "timestep_embedding: downscale_freq_shift ", p.shift,
                " equals half of dim ", a.dim, " (division by zero)");
     Dispatch d;
-    d.shader = "timestep_embedding";
+    d.shader = ShaderKey("timestep_embedding");
     d.set_push(p);
     groups_1d(d, (uint64_t)p.N * p.dim);
     return d;
@@ -67,7 +67,7 @@ Dispatch lower_conv2d(const ir::Graph& g, const ir::Node& n) {
     constexpr uint32_t kTO = 8, kTC = 8;  // conv2d.comp: output channels x columns per invocation
     uint64_t blocks = (uint64_t)p.B * p.HO * ((p.WO + kTC - 1) / kTC);  // invocations on x: (b, row, block)
     Dispatch d;
-    d.shader = "conv2d" + weight_suffix(w.dtype);
+    d.shader = ShaderKey::weights("conv2d", "", w.dtype);
     d.set_push(p);
     d.groups[0] = (uint32_t)((blocks + 63) / 64);
     d.groups[1] = (p.O + kTO - 1) / kTO;

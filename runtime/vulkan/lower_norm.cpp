@@ -20,7 +20,7 @@ Dispatch row(const char* shader, const ir::Graph& g, const ir::Node& n, float ep
     p.has_b = present(n, 2);
     p.eps = eps;
     Dispatch d;
-    d.shader = shader;
+    d.shader = ShaderKey(shader);
     d.set_push(p);
     groups_1d(d, (uint64_t)rows, 1);  // one workgroup per row
     return d;
@@ -47,7 +47,7 @@ Dispatch lower_rms_norm_rope(const ir::Graph& g, const ir::Node& n) {
     p.has_w = present(n, 1);
     p.eps = std::get<ir::NormAttrs>(n.attrs).eps;
     Dispatch d;
-    d.shader = "rms_norm_rope";
+    d.shader = ShaderKey("rms_norm_rope");
     d.set_push(p);
     groups_1d(d, (uint64_t)p.rows, 1);  // one workgroup per head row
     return d;
@@ -66,7 +66,7 @@ Dispatch lower_group_norm(const ir::Graph& g, const ir::Node& n) {
     p.has_b = present(n, 2);
     p.eps = a.eps;
     Dispatch d;
-    d.shader = "group_norm";
+    d.shader = ShaderKey("group_norm");
     d.set_push(p);
     groups_1d(d, (uint64_t)p.B * p.G, 1);  // one workgroup per (batch, group)
     return d;
@@ -82,7 +82,7 @@ Dispatch lower_norm_modulate(const ir::Graph& g, const ir::Node& n) {
                                  std::get<ir::NormAttrs>(n.attrs).eps};
     modulate_rows(n, s[2], p.sh_off, p.sh_stride, p.sc_off, p.sc_stride);
     Dispatch d;
-    d.shader = "norm_modulate";
+    d.shader = ShaderKey("norm_modulate");
     d.set_push(p);
     groups_1d(d, (uint64_t)p.rows, 1);  // one workgroup per row
     return d;

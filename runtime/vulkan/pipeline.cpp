@@ -130,15 +130,13 @@ void Kernels::create_pending() {
     if (pending_.empty()) return;
     auto t0 = std::chrono::steady_clock::now();
     std::vector<VkResult> results(pending_.size(), VK_SUCCESS);
-    // KILN_PIPELINE_THREADS: how many threads compile (default: one per core). vkCreateComputePipelines may be
-    // called from several threads at once; the pipeline cache synchronizes itself (it is not created with
-    // VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
+    // ContextOptions::pipeline_threads (KILN_PIPELINE_THREADS): how many threads compile (0: one per core).
+    // vkCreateComputePipelines may be called from several threads at once; the pipeline cache synchronizes itself
+    // (it is not created with VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
     size_t threads = std::max(1u, std::thread::hardware_concurrency());
-    if (const char* e = std::getenv("KILN_PIPELINE_THREADS"); e && *e) {
-        char* end = nullptr;
-        const unsigned long n = std::strtoul(e, &end, 10);
-        KILN_CHECK(*end == '\0' && n >= 1 && n <= 256, "KILN_PIPELINE_THREADS='", e, "' (a thread count, 1 to 256)");
-        threads = n;
+    if (const int n = ctx_.settings().context.pipeline_threads; n != 0) {
+        KILN_CHECK(n >= 1 && n <= 256, "KILN_PIPELINE_THREADS='", n, "' (a thread count, 1 to 256)");
+        threads = (size_t)n;
     }
     threads = std::min(threads, pending_.size());
     std::atomic<size_t> next{0};

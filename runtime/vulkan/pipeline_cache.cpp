@@ -60,17 +60,8 @@ PipelineCacheKey pipeline_cache_key(VkPhysicalDevice pd) {
     return k;
 }
 
-std::string pipeline_cache_path(const PipelineCacheKey& key) {
-    if (const char* e = std::getenv("KILN_PIPELINE_CACHE"); e && std::strcmp(e, "0") == 0) return "";
-    std::string dir;
-    if (const char* d = std::getenv("KILN_CACHE_DIR"); d && *d)
-        dir = d;
-    else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-        dir = std::string(x) + "/kiln";
-    else if (const char* h = std::getenv("HOME"); h && *h)
-        dir = std::string(h) + "/.cache/kiln";
-    else
-        return "";
+std::string pipeline_cache_path(const PipelineCacheKey& key, const std::string& dir) {
+    if (dir.empty()) return "";
     // One file per device: a driver update or a new Kiln build replaces it rather than adding one.
     char name[64];
     std::snprintf(name, sizeof name, "/pipelines-%04x-%04x.bin", key.vendor_id, key.device_id);

@@ -1,6 +1,6 @@
 #pragma once
-// The VkPipelineCache persisted between runs, one file per device in $KILN_CACHE_DIR, else
-// $XDG_CACHE_HOME/kiln, else ~/.cache/kiln (KILN_PIPELINE_CACHE=0 turns it off).
+// The VkPipelineCache persisted between runs, one file per device in ContextOptions::cache_dir ($KILN_CACHE_DIR,
+// else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; KILN_PIPELINE_CACHE=0 turns it off: runtime/core/settings.h).
 // File layout (little-endian): a 64-byte Kiln header, then the driver's cache data as
 // vkGetPipelineCacheData returned it (which starts with VkPipelineCacheHeaderVersionOne).
 // The Kiln header keys the data by vendor/device id, driver version, pipelineCacheUUID and a hash of
@@ -22,8 +22,8 @@ struct PipelineCacheKey {
 
 PipelineCacheKey pipeline_cache_key(VkPhysicalDevice pd);
 
-// The cache file of this key ("" when disabled or when no cache folder can be named).
-std::string pipeline_cache_path(const PipelineCacheKey& key);
+// The cache file of this key in folder `dir` ("" when dir is "": no cache folder).
+std::string pipeline_cache_path(const PipelineCacheKey& key, const std::string& dir);
 
 // The driver data stored at `path` for `key`; empty when there is none or it is unusable. `status`
 // says what happened ("loaded", "missing", "stale", "corrupt: ...", "foreign: ..."); `warn` is true

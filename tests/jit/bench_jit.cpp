@@ -15,7 +15,7 @@ using namespace kiln;
 
 namespace {
 vk::Context& bench_context() {
-    static vk::Context ctx;
+    static vk::Context ctx{test::settings()};
     return ctx;
 }
 

@@ -17,7 +17,7 @@ using namespace kiln;
 
 namespace {
 vk::Context& context() {
-    static vk::Context ctx;
+    static vk::Context ctx{test::settings()};
     return ctx;
 }
 
@@ -194,7 +194,7 @@ TEST_CASE("regional replays select each block's own weights on the device, with 
 }
 
 TEST_CASE("a second executor on one context creates no pipeline; run figures add up", "[jit][pipeline_cache]") {
-    vk::Context ctx;
+    vk::Context ctx{test::settings()};
     Toy toy(3, 2, 13, 32);
     auto in = inputs(2, 13, 32, 7);
     Tensor first;
@@ -361,7 +361,7 @@ TEST_CASE("weight-major block weights past the binding limit: one recording, no 
         CHECK(bitwise_equal(full, run_y(*reg, in)));
         // Nor with texel views of at most 2048 RGBA32F texels (32 KiB): the view limit is the device's.
         test::ScopedEnv texels("KILN_TEST_MAX_TEXEL_ELEMENTS", "2048");
-        vk::Context small;
+        vk::Context small{test::settings()};
         BindingLimit lim(16 * 1024 + 512);
         test::ScopedEnv lin("KILN_LINEAR", "tex");
         exec::Executor capped(small, toy.g, toy.gpu(), exec::Mode::regional);
@@ -508,7 +508,7 @@ TEST_CASE("a device with few storage buffers per stage: no linear_multi, and a c
     };
     auto [a0, a1, wide] = run(context());
     ::setenv("KILN_TEST_MAX_STORAGE_BUFFERS", "8", 1);
-    vk::Context small;
+    vk::Context small{test::settings()};
     ::unsetenv("KILN_TEST_MAX_STORAGE_BUFFERS");
     REQUIRE(small.info().max_storage_buffers_per_stage == 8);
     auto [b0, b1, narrow] = run(small);

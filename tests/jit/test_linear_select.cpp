@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "runtime/exec/executor.h"
 #include "runtime/exec/linear_select.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline_cache.h"
@@ -19,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 vk::Context& ctx() {
-    static vk::Context c;
+    static vk::Context c{test::settings()};
     return c;
 }
 
@@ -125,8 +128,9 @@ TEST_CASE("the linear table file round-trips and is keyed by device, driver and 
 TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline cache", "[linear_select]") {
     TempCacheDir tmp;
     const std::string path = exec::linear_table_path(ctx());
-    CHECK(fs::path(path).parent_path() ==
-          fs::path(vk::pipeline_cache_path(vk::pipeline_cache_key(ctx().physical()))).parent_path());
+    CHECK(fs::path(path).parent_path() == fs::path(vk::pipeline_cache_path(vk::pipeline_cache_key(ctx().physical()),
+                                                                           ctx().settings().context.cache_dir))
+                                              .parent_path());
     REQUIRE(!fs::exists(path));
     // f32 rows another process measured (made up here): kept, every one of them, when bf16 is added.
     exec::LinearTable other;
@@ -203,4 +207,27 @@ TEST_CASE("prepare_linear_table loads the f32 table a graph's attention follows,
     std::string status;
     REQUIRE(exec::read_linear_table(ctx(), path, back, status));
     CHECK(std::any_of(back.rows.begin(), back.rows.end(), [](const auto& r) { return r.dtype == DType::f32; }));
+}
+
+TEST_CASE("a graph whose linears are f16 measures only the f16 table, its attention following it", "[linear_select]") {
+    TempCacheDir tmp("f16-only-");  // a new cache: what planning needs is measured now, and written
+    const std::string path = exec::linear_table_path(ctx());
+    ir::Graph g;
+    ir::Val x = g.input("x", {1, 8, 16});
+    ir::Val q = g.linear(x, g.weight("wq", {16, 16}, DType::f16), {});
+    g.output(g.attention(q, x, x, 2), "y");
+    test::ScopedEnv linear("KILN_LINEAR", "auto");  // the table decides (a forced variant skips it)
+    CHECK(exec::texel_table_dtype(ctx(), g) == DType::f16);
+    const Tensor w = test::random_tensor({16, 16}, 3).astype(DType::f16);
+    exec::WeightBytesFn bytes = [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, w.bytes.data(), n); };
+    exec::Executor ex(ctx(), g, bytes, exec::Mode::full);  // lowering consults the table: the f16 rows only
+    CHECK(exec::known_linear_dtypes(ctx()) == std::set<DType>{DType::f16});
+    exec::LinearTable back;
+    std::string status;
+    REQUIRE(exec::read_linear_table(ctx(), path, back, status));
+    CHECK(std::all_of(back.rows.begin(), back.rows.end(), [](const auto& r) { return r.dtype == DType::f16; }));
+    // A table that has f32 rows decides as before: f32.
+    CHECK(exec::texel_table_dtype(ctx(), g) == DType::f16);
+    exec::linear_table(ctx(), DType::f32);
+    CHECK(exec::texel_table_dtype(ctx(), g) == DType::f32);
 }

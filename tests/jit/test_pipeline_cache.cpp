@@ -12,11 +12,19 @@
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/pipeline_cache.h"
+#include "tests/support/test_support.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
 
 namespace {
+// A context that neither reads nor writes the pipeline cache file (kiln bench --no-pipeline-cache).
+Settings no_cache_file() {
+    Settings s = test::settings();
+    s.context.skip_pipeline_cache_file = true;
+    return s;
+}
+
 // Points the cache at a fresh temporary XDG_CACHE_HOME for one test; restores the environment after.
 struct TempCacheHome {
     fs::path dir;
@@ -67,7 +75,7 @@ TEST_CASE("pipeline cache: the second run loads what the first saved", "[pipelin
     fs::create_directories(legacy.parent_path());
     write_all(legacy.string(), {'x'});
     {
-        vk::Context ctx;
+        vk::Context ctx{test::settings()};
         path = ctx.pipeline_cache_info().path;
         CHECK(path.rfind(home.dir.string() + "/kiln/pipelines-", 0) == 0);
         CHECK(ctx.pipeline_cache_info().status == "missing");
@@ -81,7 +89,7 @@ TEST_CASE("pipeline cache: the second run loads what the first saved", "[pipelin
     for (auto& e : fs::directory_iterator(home.dir / "kiln"))  // the temporary file was renamed
         CHECK(e.path().string().find(".tmp") == std::string::npos);
     {
-        vk::Context ctx;
+        vk::Context ctx{test::settings()};
         CHECK(ctx.pipeline_cache_info().status == "loaded");
         CHECK(ctx.pipeline_cache_info().loaded_bytes == file.size() - 64);
         warm = create_pipelines(ctx);
@@ -96,7 +104,7 @@ TEST_CASE("pipeline cache: corrupt, foreign and stale files are ignored and repl
     TempCacheHome home("bad");
     std::string path;
     {
-        vk::Context ctx;
+        vk::Context ctx{test::settings()};
         path = ctx.pipeline_cache_info().path;
         create_pipelines(ctx);
     }
@@ -104,7 +112,7 @@ TEST_CASE("pipeline cache: corrupt, foreign and stale files are ignored and repl
     REQUIRE(good.size() > 64);
     vk::PipelineCacheKey key;
     {
-        vk::Context ctx(-1, -1, 0);
+        vk::Context ctx{no_cache_file()};
         key = vk::pipeline_cache_key(ctx.physical());
     }
     const std::vector<char> driver_data(good.begin() + 64, good.end());
@@ -113,7 +121,7 @@ TEST_CASE("pipeline cache: corrupt, foreign and stale files are ignored and repl
         REQUIRE(vk::write_pipeline_cache(path, k, data, why));
     };
     auto status_of_next_run = [&] {
-        vk::Context ctx;
+        vk::Context ctx{test::settings()};
         std::string s = ctx.pipeline_cache_info().status;
         CHECK(ctx.pipeline_cache_info().loaded_bytes == 0);
         create_pipelines(ctx);  // runs normally on an empty cache
@@ -147,7 +155,8 @@ TEST_CASE("pipeline cache: corrupt, foreign and stale files are ignored and repl
         k.spirv_hash ^= 1;
         with(k, driver_data);
         CHECK(status_of_next_run() == "stale");
-        CHECK(vk::Context().pipeline_cache_info().status == "loaded");  // replaced by this build's cache
+        CHECK(vk::Context(test::settings()).pipeline_cache_info().status ==
+              "loaded");  // replaced by this build's cache
         return;
     }
     SECTION("stale: another driver version") {
@@ -155,13 +164,14 @@ TEST_CASE("pipeline cache: corrupt, foreign and stale files are ignored and repl
         k.driver_version ^= 1;
         with(k, driver_data);
         CHECK(status_of_next_run() == "stale");
-        CHECK(vk::Context().pipeline_cache_info().status == "loaded");
+        CHECK(vk::Context(test::settings()).pipeline_cache_info().status == "loaded");
         return;
     }
     const std::string s = status_of_next_run();
     INFO(s);
     CHECK((s.rfind("corrupt: ", 0) == 0 || s.rfind("foreign: ", 0) == 0));
-    CHECK(vk::Context().pipeline_cache_info().status == "loaded");  // rewritten, and loaded by the run after
+    CHECK(vk::Context(test::settings()).pipeline_cache_info().status ==
+          "loaded");  // rewritten, and loaded by the run after
 }
 
 TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails nothing", "[pipeline_cache]") {
@@ -170,7 +180,7 @@ TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails n
         write_all((home.dir / "file").string(), {'x'});
         ::setenv("XDG_CACHE_HOME", (home.dir / "file" / "sub").c_str(), 1);
         {
-            vk::Context ctx;
+            vk::Context ctx{test::settings()};
             CHECK(ctx.pipeline_cache_info().status == "missing");
             create_pipelines(ctx);
         }  // the save fails with a warning, not an exception
@@ -179,7 +189,7 @@ TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails n
     SECTION("KILN_PIPELINE_CACHE=0") {
         ::setenv("KILN_PIPELINE_CACHE", "0", 1);
         {
-            vk::Context ctx;
+            vk::Context ctx{test::settings()};
             CHECK(ctx.pipeline_cache_info().status == "disabled");
             CHECK(ctx.pipeline_cache_info().path.empty());
             create_pipelines(ctx);
@@ -188,14 +198,14 @@ TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails n
     }
     SECTION("Context(..., pipeline_cache = 0)") {
         {
-            vk::Context ctx(-1, -1, 0);
+            vk::Context ctx{no_cache_file()};
             CHECK(ctx.pipeline_cache_info().status == "disabled");
             create_pipelines(ctx);
         }
         CHECK(!fs::exists(home.dir / "kiln"));
     }
     SECTION("cold start through an empty cache, merged after") {
-        vk::Context ctx;
+        vk::Context ctx{test::settings()};
         ctx.set_cold_pipeline_cache(true);
         VkPipelineCache cold = ctx.pipeline_cache();
         create_pipelines(ctx);
@@ -204,7 +214,7 @@ TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails n
         create_pipelines(ctx);
     }
     SECTION("pipelines shared by the Kernels of one context, unless reuse is off or the start is cold") {
-        vk::Context ctx;
+        vk::Context ctx{test::settings()};
         VkPipeline p;
         {
             vk::Kernels a(ctx);
@@ -229,7 +239,7 @@ TEST_CASE("pipeline cache: an unwritable folder or KILN_PIPELINE_CACHE=0 fails n
 
 TEST_CASE("deferred pipelines: compiled together on several threads, none left half-made after an error",
           "[pipeline_cache]") {
-    vk::Context ctx;
+    vk::Context ctx{test::settings()};
     const std::vector<std::string> names = {"add", "mul", "silu", "gelu", "layer_norm", "select_advance"};
     {
         vk::Kernels k(ctx);

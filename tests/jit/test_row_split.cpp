@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "runtime/exec/executor.h"
-#include "runtime/exec/step_program.h"
 #include "runtime/vulkan/context.h"
 #include "tests/support/test_support.h"
 
@@ -14,7 +13,7 @@ using namespace kiln;
 
 namespace {
 vk::Context& context() {
-    static vk::Context ctx;
+    static vk::Context ctx{test::settings()};
     return ctx;
 }
 
@@ -139,45 +138,5 @@ TEST_CASE("an op that cannot be split names the op, the shape, the bytes and the
     CHECK_THROWS_WITH(exec::Executor(context(), h, none, exec::Mode::full),
                       Catch::Contains("op add binds activation [2, 64, 32] (16384 bytes)") &&
                           Catch::Contains("broadcasts over part of the rows"));
-    CHECK(vk::Context::validation_errors() == 0);
-}
-
-TEST_CASE("row chunks inside the device loop: the same latents", "[jit][split][loop]") {
-    // A toy transformer with guidance: hidden [2, 2048] (two 8 KiB rows) as [2, 64, 32] through linear and gelu, plus
-    // the hidden value: under a 10 KiB limit the linear and gelu go in chunks of 80 rows, the add in rows of 1.
-    ir::Graph g;
-    ir::Val h = g.input("hidden_states", {2, 2048});
-    g.input("timestep", {2});
-    ir::Val x = g.reshape(h, {2, 64, 32});
-    const Tensor w = test::random_tensor({32, 32}, 5, -0.3f, 0.3f), b = test::random_tensor({32}, 6);
-    x = g.gelu(g.linear(x, g.weight("w", {32, 32}), g.weight("b", {32})), true);
-    g.output(g.add(g.reshape(x, {2, 2048}), h), "sample");
-    exec::WeightBytesFn bytes = [&](const ir::Value& v, void* dst, size_t n) {
-        std::memcpy(dst, (v.name == "w" ? w : b).bytes.data(), n);
-    };
-    exec::StepLoopSpec spec;
-    spec.rows = 1, spec.row_lat = spec.row_out = 2048, spec.cfg = true, spec.guidance = 3.f;
-    std::vector<params::LoopStep> steps(3);
-    for (int i = 0; i < 3; ++i) {
-        auto& st = steps[(size_t)i];
-        st = {};
-        st.timestep = 1.f - 0.3f * (float)i, st.divisor = 1.f, st.prev_sample = 0.9f, st.prev_model = 0.1f;
-    }
-    const std::vector<float> x0 = [] {
-        Tensor t = test::random_tensor({2048}, 9);
-        return std::vector<float>(t.data<float>(), t.data<float>() + 2048);
-    }();
-    auto latents = [&](bool split) {
-        std::unique_ptr<BindingLimit> limit;
-        if (split) limit = std::make_unique<BindingLimit>(10 << 10);
-        exec::Executor ex(context(), g, bytes, exec::Mode::regional);
-        // linear, gelu and add split (linear + gelu are one op when fused)
-        CHECK(ex.counters().split_ops == (split ? 3 - ex.counters().nodes_fused : 0));
-        exec::StepProgram prog(context(), ex, spec, steps);
-        prog.run(x0);
-        return prog.latents();
-    };
-    const std::vector<float> plain = latents(false), split = latents(true);
-    CHECK(std::memcmp(plain.data(), split.data(), plain.size() * 4) == 0);
     CHECK(vk::Context::validation_errors() == 0);
 }

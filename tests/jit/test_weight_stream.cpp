@@ -12,7 +12,7 @@ using namespace kiln;
 
 namespace {
 vk::Context& context() {
-    static vk::Context ctx;
+    static vk::Context ctx{test::settings()};
     return ctx;
 }
 

@@ -13,7 +13,7 @@
 
 namespace kiln::test {
 inline vk::Context& context() {
-    static vk::Context ctx;
+    static vk::Context ctx{test::settings()};
     return ctx;
 }
 

@@ -1,4 +1,4 @@
-// The denoising loop on the device (runtime/exec/step_program.h) against the host loop: bitwise the same
+// The denoising loop on the device (models/step_program.h) against the host loop: bitwise the same
 // latents, per-step intermediates and images for every scheduler, on the DiT fixture and the text-to-image
 // fixtures. The device repeats the host's float operations in the same order (`precise`, no contraction) and
 // divides with correct rounding (shaders/loop.glsl), so there is no tolerance to state.

@@ -19,7 +19,7 @@
 namespace kiln::test {
 
 inline vk::Context& op_ctx() {
-    static vk::Context ctx;
+    static vk::Context ctx{test::settings()};
     return ctx;
 }
 

@@ -96,7 +96,7 @@ TEST_CASE("linear_coopmat matches the CPU reference where the device has coopera
         const ir::Node& n = g.nodes()[(size_t)g.value(g.outputs()[0].second).producer];
         const ir::Node& n32 = g.nodes()[(size_t)g.value(g.outputs()[1].second).producer];
         vk::Dispatch d = vk::lower_linear_coopmat(g, n);
-        CHECK(d.shader == "linear_coopmat_f16");
+        CHECK(d.shader.name() == "linear_coopmat_f16");
         CHECK((d.groups[0] == 3 && d.groups[1] == 2));
         for (const char* s : {"linear_coopmat_f16", "linear_coopmat_f16_ptr", "linear_coopmat_f16_off"})
             CHECK(vk::has_shader(s));

@@ -141,7 +141,7 @@ TEST_CASE("a linear whose texel view would exceed the device's limit runs the st
     };
     auto [wide, wide_tex] = run(test::op_ctx());
     ::setenv("KILN_TEST_MAX_TEXEL_ELEMENTS", "1000", 1);
-    vk::Context small;
+    vk::Context small{test::settings()};
     ::unsetenv("KILN_TEST_MAX_TEXEL_ELEMENTS");
     REQUIRE(small.info().max_texel_elements == 1000);
     auto [narrow, narrow_tex] = run(small);

@@ -7,6 +7,14 @@
 #include <random>
 
 namespace kiln::test {
+
+Settings settings() {
+    Settings s = settings_from_env();
+    s.test.live = &settings_from_env;
+    return s;
+}
+
+Settings fixed_settings() { return settings_from_env(); }
 std::string data_path(const std::string& rel) {
     const char* env = std::getenv("KILN_TEST_DATA");
     return std::string(env ? env : KILN_TEST_DATA) + "/" + rel;

@@ -5,12 +5,19 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/settings.h"
 #include "runtime/core/tensor.h"
 
 namespace kiln::test {
 std::string data_path(const std::string& rel);  // tests/data/<rel>
 std::vector<float> random_vec(size_t n, unsigned seed, float lo = -1.f, float hi = 1.f);
 Tensor random_tensor(const Shape& s, unsigned seed, float lo = -1.f, float hi = 1.f);
+
+// The settings of a test's vk::Context: the environment table (runtime/core/settings.h), with TestHooks::live set so
+// that a KILN_* variable set later (ScopedEnv) reaches the executors made on a Context the tests share.
+Settings settings();
+// The same, read once: later changes to the environment do not reach the Context.
+Settings fixed_settings();
 
 // Sets an environment variable (a KILN_* knob) for one scope, then unsets it.
 struct ScopedEnv {

@@ -1,30 +1,20 @@
-#include "runtime/exec/step_program.h"
+#include "models/step_program.h"
 
 #include <chrono>
+#include <cstring>
 #include <deque>
 
 #include "runtime/core/error.h"
-#include "runtime/exec/executor_impl.h"
+#include "runtime/exec/commands.h"
+#include "runtime/vulkan/lower.h"
+#include "runtime/vulkan/pipeline.h"
 
-namespace kiln::exec {
-
-vk::BufferRange Executor::device_range(const std::string& name, DType* dtype) const {
-    auto it = impl_->inputs.find(name);
-    int v = -1;
-    if (it != impl_->inputs.end()) {
-        v = it->second;
-    } else if (auto o = impl_->outputs.find(name); o != impl_->outputs.end()) {
-        v = o->second;
-    }
-    KILN_CHECK(v >= 0, "the graph has no input or output named '", name, "'");
-    if (dtype) *dtype = impl_->g.value(v).dtype;
-    return impl_->range[(size_t)impl_->r(v)];
-}
-
-VkCommandBuffer Executor::run_commands() const { return impl_->primary; }
-vk::Allocator& Executor::allocator() { return impl_->alloc; }
+namespace kiln::models {
 
 namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
 struct Bound {
     const vk::Kernel* kernel = nullptr;
     VkDescriptorSet set = VK_NULL_HANDLE;
@@ -34,7 +24,7 @@ struct Bound {
 
 struct StepProgram::Impl {
     vk::Context& ctx;
-    Executor& ex;
+    exec::Executor& ex;
     StepLoopSpec spec;
     uint32_t n_steps = 0, n = 0, batch = 0;
     vk::Allocator& alloc;  // the executor's: a few latent-sized ranges in its blocks, not a block of our own
@@ -48,7 +38,7 @@ struct StepProgram::Impl {
     StepLoopStats stats;
     double plan_ms = 0;
 
-    Impl(vk::Context& c, Executor& e) : ctx(c), ex(e), alloc(e.allocator()), kernels(c) {}
+    Impl(vk::Context& c, exec::Executor& e) : ctx(c), ex(e), alloc(e.allocator()), kernels(c) {}
     ~Impl() {
         VkDevice d = ctx.device();
         if (!pending.empty()) {
@@ -63,11 +53,11 @@ struct StepProgram::Impl {
         if (pool) vkDestroyDescriptorPool(d, pool, nullptr);
     }
 
-    Bound bind(const std::string& shader, const std::vector<vk::BufferRange>& bufs, const params::LoopParams* p,
+    Bound bind(const vk::ShaderKey& shader, const std::vector<vk::BufferRange>& bufs, const params::LoopParams* p,
                uint64_t threads) {
         Bound b;
-        b.kernel = &kernels.get(shader);
-        KILN_CHECK(b.kernel->bindings == bufs.size(), "internal: shader ", shader, " has ", b.kernel->bindings,
+        b.kernel = &kernels.get(shader.name());
+        KILN_CHECK(b.kernel->bindings == bufs.size(), "internal: shader ", shader.name(), " has ", b.kernel->bindings,
                    " bindings, ", bufs.size(), " given");
         VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         ai.descriptorPool = pool;
@@ -88,7 +78,7 @@ struct StepProgram::Impl {
         vkUpdateDescriptorSets(ctx.device(), (uint32_t)w.size(), w.data(), 0, nullptr);
         b.d.shader = shader;
         if (p) b.d.set_push(*p);
-        vk::groups_1d(b.d, threads, shader == "loop_advance" ? 1 : 256);
+        vk::groups_1d(b.d, threads, shader.op == "loop_advance" ? 1 : 256);
         return b;
     }
 
@@ -102,25 +92,22 @@ struct StepProgram::Impl {
     }
 
     // Every earlier command (this step's, the previous step's, the transformer's) before every later one.
-    static void barrier(VkCommandBuffer cb) {
-        Recorder r{cb};
-        r.barrier();
-    }
+    static void barrier(VkCommandBuffer cb) { exec::full_barrier(cb); }
 
-    VkCommandBuffer begin() { return detail::begin_reusable(ctx, ctx.pool()); }
+    VkCommandBuffer begin() { return exec::begin_reusable(ctx, ctx.pool()); }
 
     void wait_oldest(const std::function<void(int, int)>& progress, const std::function<void(int)>& observe) {
         auto [f, s] = pending.front();
-        auto tw = detail::Clock::now();
+        auto tw = Clock::now();
         ctx.wait(fences[f]);  // and resets it
-        stats.wait_ms += detail::ms_since(tw);
+        stats.wait_ms += ms_since(tw);
         pending.pop_front();
         if (observe) observe(s);
         if (progress) progress(s + 1, (int)n_steps);
     }
 };
 
-bool StepProgram::supported(const Executor& ex, const StepLoopSpec& spec, std::string* why) {
+bool StepProgram::supported(const exec::Executor& ex, const StepLoopSpec& spec, std::string* why) {
     auto fail = [&](const std::string& w) {
         if (why) *why = w;
         return false;
@@ -146,11 +133,11 @@ bool StepProgram::supported(const Executor& ex, const StepLoopSpec& spec, std::s
     return true;
 }
 
-StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spec,
+StepProgram::StepProgram(vk::Context& ctx, exec::Executor& ex, const StepLoopSpec& spec,
                          const std::vector<params::LoopStep>& steps, const std::vector<float>& noise)
     : impl_(std::make_unique<Impl>(ctx, ex)) {
     Impl& m = *impl_;
-    auto t0 = detail::Clock::now();
+    auto t0 = Clock::now();
     std::string why;
     KILN_CHECK(supported(ex, spec, &why), "device loop: ", why);
     KILN_CHECK(!steps.empty(), "device loop: no steps");
@@ -192,11 +179,12 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     if (dv == D::automatic) dv = ctx.info().int64 ? D::i64 : ctx.info().fp64 ? D::f64 : D::f32;
     KILN_CHECK(dv != D::i64 || ctx.info().int64, "device loop: integer division needs shaderInt64");
     KILN_CHECK(dv != D::f64 || ctx.info().fp64, "device loop: double division needs shaderFloat64");
-    const std::string div = dv == D::i64 ? "_i64" : dv == D::f64 ? "_f64" : "_f32";
-    m.prepare = m.bind("loop_prepare" + div, {m.table, m.state, m.x, m.hidden, m.timestep}, &p, std::max(m.n, m.batch));
-    m.step = m.bind("loop_step", {m.table, m.state, m.out, m.x, m.hist, m.noise}, &p, m.n);
-    m.advance = m.bind("loop_advance", {m.state}, nullptr, 1);
-    m.finalize = m.bind("loop_finalize" + div, {m.x, m.z}, &p, m.n);
+    const std::string div = dv == D::i64 ? "i64" : dv == D::f64 ? "f64" : "f32";
+    m.prepare = m.bind(vk::ShaderKey("loop_prepare", "", div), {m.table, m.state, m.x, m.hidden, m.timestep}, &p,
+                       std::max(m.n, m.batch));
+    m.step = m.bind(vk::ShaderKey("loop_step"), {m.table, m.state, m.out, m.x, m.hist, m.noise}, &p, m.n);
+    m.advance = m.bind(vk::ShaderKey("loop_advance"), {m.state}, nullptr, 1);
+    m.finalize = m.bind(vk::ShaderKey("loop_finalize", "", div), {m.x, m.z}, &p, m.n);
 
     m.pre = m.begin();
     Impl::barrier(m.pre);
@@ -213,7 +201,7 @@ StepProgram::StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spe
     VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     m.fences.resize((size_t)spec.in_flight);
     for (auto& f : m.fences) VK_CHECK(vkCreateFence(ctx.device(), &fci, nullptr, &f));
-    m.plan_ms = m.stats.plan_ms = detail::ms_since(t0);
+    m.plan_ms = m.stats.plan_ms = ms_since(t0);
 }
 
 StepProgram::~StepProgram() = default;
@@ -225,7 +213,7 @@ void StepProgram::run(const std::vector<float>& x, const std::function<void(int,
     Impl& m = *impl_;
     KILN_CHECK(x.size() == m.n, "device loop: latents have ", x.size(), " floats, expected ", m.n);
     KILN_CHECK(m.pending.empty(), "device loop: run() while steps are in flight");
-    auto t0 = detail::Clock::now();
+    auto t0 = Clock::now();
     m.stats = {};
     m.stats.plan_ms = m.plan_ms;
     m.alloc.upload(m.x, x.data(), (VkDeviceSize)m.n * 4);
@@ -239,7 +227,7 @@ void StepProgram::run(const std::vector<float>& x, const std::function<void(int,
     }
     while (!m.pending.empty()) m.wait_oldest(progress, observe);
     m.stats.steps = (int)m.n_steps;
-    m.stats.host_ms = detail::ms_since(t0) - m.stats.wait_ms;
+    m.stats.host_ms = ms_since(t0) - m.stats.wait_ms;
 }
 
 std::vector<float> StepProgram::latents(int mode, float a, float b) {
@@ -266,4 +254,4 @@ std::vector<float> StepProgram::latents(int mode, float a, float b) {
     return out;
 }
 
-}  // namespace kiln::exec
+}  // namespace kiln::models

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "models/step_params.h"
 #include "runtime/exec/executor.h"
-#include "runtime/exec/step_params.h"
 
-namespace kiln::exec {
+namespace kiln::models {
 
 struct StepLoopSpec {
     std::string hidden = "hidden_states", timestep = "timestep", output = "sample";  // executor input/output names
@@ -44,8 +44,8 @@ public:
     // the latents, the history ring: about 5 latent sizes) come from ex's allocator and live as long as ex.
     // noise: the steps' noise, rows * row_lat floats per step in step order, where a step has prev_noise != 0
     // (uploaded once: steps x latents of device memory); empty where none does.
-    StepProgram(vk::Context& ctx, Executor& ex, const StepLoopSpec& spec, const std::vector<params::LoopStep>& steps,
-                const std::vector<float>& noise = {});
+    StepProgram(vk::Context& ctx, exec::Executor& ex, const StepLoopSpec& spec,
+                const std::vector<params::LoopStep>& steps, const std::vector<float>& noise = {});
     ~StepProgram();  // waits for the steps still in flight; frees the command buffers, pipelines and descriptors
     StepProgram(const StepProgram&) = delete;
     StepProgram& operator=(const StepProgram&) = delete;
@@ -61,11 +61,11 @@ public:
     const StepLoopStats& stats() const;
 
     // Whether ex can be driven: not eager, f32 inputs and output of the sizes spec implies. why: the reason if not.
-    static bool supported(const Executor& ex, const StepLoopSpec& spec, std::string* why = nullptr);
+    static bool supported(const exec::Executor& ex, const StepLoopSpec& spec, std::string* why = nullptr);
 
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace kiln::exec
+}  // namespace kiln::models

@@ -1,14 +1,17 @@
-// exec::StepProgram, the denoising loop on the device, on a toy "transformer" (sample = hidden * t + hidden
+// models::StepProgram, the denoising loop on the device, on a toy "transformer" (sample = hidden * t + hidden
 // [, -hidden] + bias: rows differ, so guidance matters) at awkward sizes: every step's transformer inputs and
 // latents against the host's float arithmetic (sched::apply_step and the pipelines' guidance), bit for bit; the
-// same final latents with 1, 2 or 3 steps in flight; the final scaling; and the float-division variant's bound.
+// same final latents with 1, 2 or 3 steps in flight; the final scaling; the float-division variant's bound; and row
+// chunks (an activation over the binding limit) inside the loop.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 
+#include "models/step_program.h"
 #include "runtime/core/error.h"
-#include "runtime/exec/step_program.h"
 #include "runtime/vulkan/context.h"
 #include "tests/support/test_support.h"
 
@@ -16,9 +19,14 @@ using namespace kiln;
 
 namespace {
 vk::Context& context() {
-    static vk::Context ctx;
+    static vk::Context ctx{test::settings()};
     return ctx;
 }
+
+struct BindingLimit {  // KILN_MAX_BINDING_RANGE for one scope
+    explicit BindingLimit(size_t bytes) { setenv("KILN_MAX_BINDING_RANGE", std::to_string(bytes).c_str(), 1); }
+    ~BindingLimit() { unsetenv("KILN_MAX_BINDING_RANGE"); }
+};
 
 struct Case {
     int rows;
@@ -60,7 +68,7 @@ int64_t ulps(float a, float b) {
 }
 }  // namespace
 
-TEST_CASE("step program: the device loop is the host's arithmetic, bit for bit", "[jit][loop][vulkan]") {
+TEST_CASE("step program: the device loop is the host's arithmetic, bit for bit", "[models][loop][vulkan]") {
     const Case c = GENERATE(Case{1, 13, false, false, false, false}, Case{2, 127, true, true, true, true},
                             Case{3, 3, false, true, false, false}, Case{1, 300, true, true, false, true});
     CAPTURE(c.rows, c.row_lat, c.learned, c.cfg, c.cond_first, c.in_place);
@@ -78,17 +86,17 @@ TEST_CASE("step program: the device loop is the host's arithmetic, bit for bit",
     const Tensor bias_t = test::random_tensor({BB, row_out}, 7);
     exec::Executor ex(context(), g,
                       [&](const ir::Value&, void* dst, size_t n) { std::memcpy(dst, bias_t.bytes.data(), n); });
-    exec::StepLoopSpec spec;
+    models::StepLoopSpec spec;
     spec.rows = c.rows, spec.row_lat = c.row_lat, spec.row_out = row_out;
     spec.cfg = c.cfg, spec.cond_first = c.cond_first, spec.scale_in_place = c.in_place, spec.guidance = 4.5f;
-    REQUIRE(exec::StepProgram::supported(ex, spec));
+    REQUIRE(models::StepProgram::supported(ex, spec));
     const auto steps = table();
     const size_t n = (size_t)c.rows * c.row_lat;
     const std::vector<float> x_init = floats(test::random_tensor({(int64_t)n}, 3, -2.f, 2.f));
 
     // The host loop, step by step from the device's transformer output (read back in observe).
     std::vector<float> x = x_init, hist(3 * n, 0.f);
-    exec::StepProgram prog(context(), ex, spec, steps);
+    models::StepProgram prog(context(), ex, spec, steps);
     int observed = 0;
     prog.run(x_init, {}, [&](int i) {
         const auto& st = steps[(size_t)i];
@@ -136,7 +144,7 @@ TEST_CASE("step program: the device loop is the host's arithmetic, bit for bit",
     for (int depth : {1, 2, 3}) {
         CAPTURE(depth);
         spec.in_flight = depth;
-        exec::StepProgram q(context(), ex, spec, steps);
+        models::StepProgram q(context(), ex, spec, steps);
         std::vector<int> seen;
         q.run(x_init, [&](int step, int total) {
             CHECK(total == 5);
@@ -150,12 +158,12 @@ TEST_CASE("step program: the device loop is the host's arithmetic, bit for bit",
 
     // Each division variant: i64 and f64 exactly the host's quotient (every step divides but the first and the
     // last); f32 (devices with neither) within Vulkan's 2.5 ulp of OpFDiv, so at most 3 apart at the final scaling.
-    using D = exec::StepLoopSpec::Division;
+    using D = models::StepLoopSpec::Division;
     for (D dv : {D::i64, D::f64, D::f32}) {
         if ((dv == D::i64 && !context().info().int64) || (dv == D::f64 && !context().info().fp64)) continue;
         CAPTURE((int)dv);
         spec.division = dv;
-        exec::StepProgram f(context(), ex, spec, steps);
+        models::StepProgram f(context(), ex, spec, steps);
         f.run(x_init);
         const std::vector<float> xf = f.latents(), zf = f.latents(1, sf);
         if (dv != D::f32) {
@@ -171,30 +179,30 @@ TEST_CASE("step program: the device loop is the host's arithmetic, bit for bit",
     CHECK(vk::Context::validation_errors() == 0);
 }
 
-TEST_CASE("step program: what it refuses", "[jit][loop][bad][vulkan]") {
+TEST_CASE("step program: what it refuses", "[models][loop][bad][vulkan]") {
     ir::Graph g;
     ir::Val h = g.input("hidden_states", {2, 8});
     ir::Val t = g.input("timestep", {2});
     g.output(g.mul(h, g.reshape(t, {2, 1})), "sample");
     auto none = [](const ir::Value&, void*, size_t) {};
-    exec::StepLoopSpec spec;
+    models::StepLoopSpec spec;
     spec.rows = 2, spec.row_lat = 8, spec.row_out = 8;
     std::string why;
     exec::Executor eager(context(), g, none, exec::Mode::eager);
-    CHECK(!exec::StepProgram::supported(eager, spec, &why));
+    CHECK(!models::StepProgram::supported(eager, spec, &why));
     CHECK(why.find("eager") != std::string::npos);
     exec::Executor full(context(), g, none, exec::Mode::full);
-    CHECK(exec::StepProgram::supported(full, spec));
+    CHECK(models::StepProgram::supported(full, spec));
     spec.cfg = true;  // a guidance batch would be 4 rows
-    CHECK(!exec::StepProgram::supported(full, spec, &why));
+    CHECK(!models::StepProgram::supported(full, spec, &why));
     CHECK(why.find("hidden_states") != std::string::npos);
-    CHECK_THROWS_AS(exec::StepProgram(context(), full, spec, {params::LoopStep{}}), Error);
+    CHECK_THROWS_AS(models::StepProgram(context(), full, spec, {params::LoopStep{}}), Error);
     spec.cfg = false;
-    exec::StepProgram p(context(), full, spec, {params::LoopStep{}});
+    models::StepProgram p(context(), full, spec, {params::LoopStep{}});
     CHECK_THROWS_AS(p.run(std::vector<float>(3)), Error);  // 16 latents expected
 }
 
-TEST_CASE("step program: division variants on floats of every magnitude", "[jit][loop][vulkan]") {
+TEST_CASE("step program: division variants on floats of every magnitude", "[models][loop][vulkan]") {
     // An identity step (prev = 1 * x + 0 * m + 0 * 0), then loop_finalize's x / a against the host's x / a.
     const int64_t n = 1 << 16;
     ir::Graph g;
@@ -203,7 +211,7 @@ TEST_CASE("step program: division variants on floats of every magnitude", "[jit]
     g.output(g.mul(h, g.reshape(t, {1, 1})), "sample");
     exec::Executor ex(
         context(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
-    exec::StepLoopSpec spec;
+    models::StepLoopSpec spec;
     spec.rows = 1, spec.row_lat = (uint32_t)n, spec.row_out = (uint32_t)n;
     params::LoopStep id{};
     id.timestep = 1.0f, id.divisor = 1.0f, id.prev_sample = 1.0f;
@@ -217,11 +225,11 @@ TEST_CASE("step program: division variants on floats of every magnitude", "[jit]
         const uint32_t bits = sign | (e << 23) | mant;
         std::memcpy(&v, &bits, 4);
     }
-    using D = exec::StepLoopSpec::Division;
+    using D = models::StepLoopSpec::Division;
     for (D dv : {D::i64, D::f64, D::f32}) {
         if ((dv == D::i64 && !context().info().int64) || (dv == D::f64 && !context().info().fp64)) continue;
         spec.division = dv;
-        exec::StepProgram p(context(), ex, spec, {id});
+        models::StepProgram p(context(), ex, spec, {id});
         p.run(x);
         REQUIRE(same(p.latents(), x));
         for (float a : {3.0f, 0.7f, 1.37f, 0.18215f, 1.5305f, 1e-3f, 7.3e5f, -2.9f}) {
@@ -237,5 +245,45 @@ TEST_CASE("step program: division variants on floats of every magnitude", "[jit]
             CHECK(worst <= (dv == D::f32 ? 3 : 0));
         }
     }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("row chunks inside the device loop: the same latents", "[models][split][loop]") {
+    // A toy transformer with guidance: hidden [2, 2048] (two 8 KiB rows) as [2, 64, 32] through linear and gelu, plus
+    // the hidden value: under a 10 KiB limit the linear and gelu go in chunks of 80 rows, the add in rows of 1.
+    ir::Graph g;
+    ir::Val h = g.input("hidden_states", {2, 2048});
+    g.input("timestep", {2});
+    ir::Val x = g.reshape(h, {2, 64, 32});
+    const Tensor w = test::random_tensor({32, 32}, 5, -0.3f, 0.3f), b = test::random_tensor({32}, 6);
+    x = g.gelu(g.linear(x, g.weight("w", {32, 32}), g.weight("b", {32})), true);
+    g.output(g.add(g.reshape(x, {2, 2048}), h), "sample");
+    exec::WeightBytesFn bytes = [&](const ir::Value& v, void* dst, size_t n) {
+        std::memcpy(dst, (v.name == "w" ? w : b).bytes.data(), n);
+    };
+    models::StepLoopSpec spec;
+    spec.rows = 1, spec.row_lat = spec.row_out = 2048, spec.cfg = true, spec.guidance = 3.f;
+    std::vector<params::LoopStep> steps(3);
+    for (int i = 0; i < 3; ++i) {
+        auto& st = steps[(size_t)i];
+        st = {};
+        st.timestep = 1.f - 0.3f * (float)i, st.divisor = 1.f, st.prev_sample = 0.9f, st.prev_model = 0.1f;
+    }
+    const std::vector<float> x0 = [] {
+        Tensor t = test::random_tensor({2048}, 9);
+        return std::vector<float>(t.data<float>(), t.data<float>() + 2048);
+    }();
+    auto latents = [&](bool split) {
+        std::unique_ptr<BindingLimit> limit;
+        if (split) limit = std::make_unique<BindingLimit>(10 << 10);
+        exec::Executor ex(context(), g, bytes, exec::Mode::regional);
+        // linear, gelu and add split (linear + gelu are one op when fused)
+        CHECK(ex.counters().split_ops == (split ? 3 - ex.counters().nodes_fused : 0));
+        models::StepProgram prog(context(), ex, spec, steps);
+        prog.run(x0);
+        return prog.latents();
+    };
+    const std::vector<float> plain = latents(false), split = latents(true);
+    CHECK(std::memcmp(plain.data(), split.data(), plain.size() * 4) == 0);
     CHECK(vk::Context::validation_errors() == 0);
 }
