@@ -359,6 +359,11 @@ typedef struct kiln_generate_params {
      * config's, e.g. "{\"use_karras_sigmas\": true}" (NULL/"" = none). A field the scheduler does not read, or
      * invalid JSON: KILN_INVALID_ARGUMENT naming it. */
     const char* scheduler_config;
+    /* Appended (zero = off). 1: the denoising loop on the host (the transformer's output read back every step,
+     * guidance and the scheduler step on the CPU) instead of on the device; the same results, bitwise. By default the
+     * loop runs on the device where it can (stats->device_loop says whether it did; KILN_DEVICE_LOOP=0 in the
+     * environment also forces the host). */
+    int host_loop;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

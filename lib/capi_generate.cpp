@@ -86,8 +86,8 @@ DType noise_dtype(const char* s) {
     return DType::f32;
 }
 
-Request resolve(const kiln_model& m, const kiln_generate_params& p) {
-    Request r;
+// The ranges of the numbers every call checks, whatever the model.
+void check_ranges(const kiln_generate_params& p) {
     KILN_ARG(p.steps >= 0 && p.steps <= 1000, "steps is ", p.steps, " (1..1000, or 0 for the pipeline's)");
     KILN_ARG(p.guidance >= 0 && std::isfinite(p.guidance), "guidance is ", p.guidance,
              " (>= 1, 1 = off, or 0 for the pipeline's)");
@@ -98,108 +98,178 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
              " (it needs vae_tiling)");
     KILN_ARG(p.images_per_prompt >= 0 && p.images_per_prompt <= 1000, "images_per_prompt is ", p.images_per_prompt,
              " (1..1000, or 0 for one)");
-    const int per = std::max(1, p.images_per_prompt);
-    const bool keep = p.intermediates != nullptr;
-    const std::string scheduler = p.scheduler ? p.scheduler : "";
-    const DType noise = noise_dtype(p.noise_dtype);
-    const exec::Mode mode = jit_mode(raw_enum(p.jit_mode));
-    if (m.kind == KILN_MODEL_COMPONENT)
-        fail(KILN_UNSUPPORTED, m.src.path(),
-             " is not a pipeline Kiln generates with (components: ", m.components.size(), "); use kiln_forward");
-    check_scheduler(m.src, scheduler);
-    const nlohmann::json sched_overrides = scheduler_overrides(m.src, scheduler, p.scheduler_config);
+}
+
+// The fields of models::CommonOptions, as every pipeline takes them (scheduler_config: scheduler_overrides; the
+// latents, whose shape depends on the pipeline: read_latents; progress: run).
+models::CommonOptions common_options(const kiln_generate_params& p) {
+    models::CommonOptions c;
+    c.seed = p.seed;
+    c.scheduler = p.scheduler ? p.scheduler : "";
+    c.noise_dtype = noise_dtype(p.noise_dtype);
+    c.mode = jit_mode(raw_enum(p.jit_mode));
+    c.keep_intermediates = p.intermediates != nullptr;
+    c.tiled_vae = p.vae_tiling != 0;
+    c.vae_tile_size = p.vae_tile_size;
+    c.host_loop = p.host_loop != 0;
+    return c;
+}
+
+void check_true_cfg(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.true_cfg_scale >= 0 && std::isfinite(p.true_cfg_scale), "true_cfg_scale is ", p.true_cfg_scale,
              " (> 1 is on; 0 or 1 off)");
     KILN_ARG(p.true_cfg_scale == 0 || m.pipeline == "FluxPipeline", "true_cfg_scale applies to Flux (", m.pipeline,
              "'s guidance scale is guidance)");
-    if (m.kind == KILN_MODEL_CLASS_LABELS) {
-        r.dit = true;
-        KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt &&
-                     p.negative_prompt_count == 0 && p.prompt_2_count == 0 && p.prompt_3_count == 0 &&
-                     p.negative_prompt_2_count == 0 && p.negative_prompt_3_count == 0 && p.clip_skip == 0,
-                 m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
-        KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
-        KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
-                 " is a DiT model: custom sigmas and timesteps apply to the text pipelines (DiTPipeline takes none)");
-        KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(),
-                 " is a DiT model: skip-layer guidance applies to StableDiffusion3Pipeline");
-        KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
-                 " is a class-conditional DiT model: give class_labels and class_label_count");
-        KILN_ARG((p.width == 0 || p.width == m.default_width) && (p.height == 0 || p.height == m.default_height),
-                 m.src.path(), " draws ", m.default_width, "x", m.default_height, " images only, not ", p.width, "x",
-                 p.height);
-        std::set<int> ids;
-        for (auto& [id, name] : m.labels) ids.insert(id);
-        for (int i = 0; i < p.class_label_count; ++i)
-            KILN_ARG(ids.count(p.class_labels[i]), "class_labels[", i, "] = ", p.class_labels[i],
-                     " is not a class of this model (", m.labels.size(), " classes)");
-        r.g.labels.assign(p.class_labels, p.class_labels + p.class_label_count);
-        r.g.images_per_label = per;
-        if (p.steps) r.g.steps = p.steps;
-        if (p.guidance != 0) r.g.guidance = p.guidance;
-        r.g.seed = p.seed;
-        r.g.noise_dtype = noise;
-        r.g.scheduler = scheduler;
-        r.g.scheduler_config = sched_overrides;
-        r.g.mode = mode;
-        r.g.keep_intermediates = keep;
-        r.g.tiled_vae = p.vae_tiling != 0;
-        r.g.vae_tile_size = p.vae_tile_size;
-        r.count = (int)r.g.labels.size() * per;
-        r.width = m.default_width, r.height = m.default_height;
-        if (p.latents) {
-            const auto& tc = m.src.config("transformer");
-            const int64_t S = tc.value("sample_size", 0);
-            r.g.latents_init = read_latents(p, {r.count, tc.value("in_channels", 4), S, S});
-        }
-        return r;
+}
+
+// DiTPipeline: class labels, checked against the model's; its one size; nothing of the text pipelines.
+Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const models::CommonOptions& common) {
+    KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt && p.negative_prompt_count == 0 &&
+                 p.prompt_2_count == 0 && p.prompt_3_count == 0 && p.negative_prompt_2_count == 0 &&
+                 p.negative_prompt_3_count == 0 && p.clip_skip == 0,
+             m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
+    KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
+    KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
+             " is a DiT model: custom sigmas and timesteps apply to the text pipelines (DiTPipeline takes none)");
+    KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(),
+             " is a DiT model: skip-layer guidance applies to StableDiffusion3Pipeline");
+    KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
+             " is a class-conditional DiT model: give class_labels and class_label_count");
+    KILN_ARG((p.width == 0 || p.width == m.default_width) && (p.height == 0 || p.height == m.default_height),
+             m.src.path(), " draws ", m.default_width, "x", m.default_height, " images only, not ", p.width, "x",
+             p.height);
+    std::set<int> ids;
+    for (auto& [id, name] : m.labels) ids.insert(id);
+    for (int i = 0; i < p.class_label_count; ++i)
+        KILN_ARG(ids.count(p.class_labels[i]), "class_labels[", i, "] = ", p.class_labels[i],
+                 " is not a class of this model (", m.labels.size(), " classes)");
+    Request r;
+    r.dit = true;
+    static_cast<models::CommonOptions&>(r.g) = common;
+    r.g.labels.assign(p.class_labels, p.class_labels + p.class_label_count);
+    r.g.images_per_label = std::max(1, p.images_per_prompt);
+    if (p.steps) r.g.steps = p.steps;
+    if (p.guidance != 0) r.g.guidance = p.guidance;
+    r.count = (int)r.g.labels.size() * r.g.images_per_label;
+    r.width = m.default_width, r.height = m.default_height;
+    if (p.latents) {
+        const auto& tc = m.src.config("transformer");
+        const int64_t S = tc.value("sample_size", 0);
+        r.g.latents_init = read_latents(p, {r.count, tc.value("in_channels", 4), S, S});
     }
-    KILN_ARG(p.class_label_count == 0, m.src.path(), " is a text-to-image model (", m.pipeline,
-             "): class_labels do not apply (give prompts)");
-    KILN_ARG(p.prompt_count >= 0 && p.prompt_embeds_count >= 0, "prompt_count/prompt_embeds_count are negative");
-    KILN_ARG(!(p.prompt_count > 0 && p.prompt_embeds_count > 0), "give prompts or prompt_embeds, not both");
-    KILN_ARG((p.prompt_count > 0 && p.prompts) || (p.prompt_embeds_count > 0 && p.prompt_embeds), m.src.path(),
-             " is a text-to-image model (", m.pipeline, "): give prompts and prompt_count (or prompt_embeds)");
-    // The lists of texts besides the prompts: one for every prompt, or one per prompt (models::check_prompts).
-    auto text_list = [&](const char* const* v, int count, const char* name) {
-        KILN_ARG(count >= 0 && (count == 0 || v), name, " / its count (", count, ") do not describe a list");
-        std::vector<std::string> out;
-        for (int i = 0; i < count; ++i) {
-            KILN_ARG(v[i], name, "[", i, "] is NULL");
-            out.push_back(v[i]);
-        }
-        return out;
-    };
+    return r;
+}
+
+// A list of texts (negative_prompts, prompts_2, ...): count entries, none NULL.
+std::vector<std::string> text_list(const char* const* v, int count, const char* name) {
+    KILN_ARG(count >= 0 && (count == 0 || v), name, " / its count (", count, ") do not describe a list");
+    std::vector<std::string> out;
+    for (int i = 0; i < count; ++i) {
+        KILN_ARG(v[i], name, "[", i, "] is NULL");
+        out.push_back(v[i]);
+    }
+    return out;
+}
+
+// The texts besides the prompts: one for every prompt, or one per prompt (checked by models::check_prompts).
+models::PromptOptions prompt_texts(const kiln_generate_params& p) {
     KILN_ARG(!(p.negative_prompt && p.negative_prompt_count > 0), "give negative_prompt or negative_prompts, not both");
-    models::PromptOptions& po = r.texts;
+    models::PromptOptions po;
     po.negatives = text_list(p.negative_prompts, p.negative_prompt_count, "negative_prompts");
     if (p.negative_prompt) po.negatives = {p.negative_prompt};
     po.prompts_2 = text_list(p.prompts_2, p.prompt_2_count, "prompts_2");
     po.prompts_3 = text_list(p.prompts_3, p.prompt_3_count, "prompts_3");
     po.negatives_2 = text_list(p.negative_prompts_2, p.negative_prompt_2_count, "negative_prompts_2");
     po.negatives_3 = text_list(p.negative_prompts_3, p.negative_prompt_3_count, "negative_prompts_3");
+    return po;
+}
+
+// prompt_embeds: encode_prompt's outputs under diffusers' names, each name once; prompt_embeds [B, L, D] present.
+models::TextConditioning read_prompt_embeds(const kiln_generate_params& p, const models::PromptOptions& po) {
+    KILN_ARG(po.negatives.empty() && po.prompts_2.empty() && po.prompts_3.empty() && po.negatives_2.empty() &&
+                 po.negatives_3.empty() && p.max_sequence_length == 0 && p.clip_skip == 0,
+             "negative prompts, prompts_2, prompts_3, max_sequence_length and clip_skip apply to prompts; with "
+             "prompt_embeds "
+             "give negative_prompt_embeds");
+    std::map<std::string, Tensor> named;
+    for (int i = 0; i < p.prompt_embeds_count; ++i) {
+        Tensor t = read_tensor(p.prompt_embeds[i], i, "prompt_embeds");
+        const std::string name = p.prompt_embeds[i].name;
+        KILN_ARG(!named.count(name), "prompt_embeds[", i, "]: '", name, "' given twice");
+        named[name] = std::move(t);
+    }
+    models::TextConditioning text = models::TextConditioning::from(named);
+    KILN_ARG(text.named().size() == named.size(),
+             "prompt_embeds: a name is not one of prompt_embeds, "
+             "negative_prompt_embeds, pooled_prompt_embeds, negative_pooled_prompt_embeds, prompt_attention_mask, "
+             "negative_prompt_attention_mask");
+    const Tensor& pe = text.prompt_embeds;
+    KILN_ARG(!pe.bytes.empty() && pe.shape.size() == 3, "prompt_embeds: 'prompt_embeds' [B, L, D] is missing",
+             pe.shape.empty() ? "" : " (got " + shape_str(pe.shape) + ")");
+    return text;
+}
+
+// The text pipelines' schedule and guidance: steps, guidance, sigmas, timesteps, eta, skip-layer guidance, size.
+void text_schedule(const kiln_generate_params& p, models::T2IOptions& t) {
+    if (p.steps) t.steps = p.steps;
+    if (p.guidance != 0) t.guidance = p.guidance;
+    KILN_ARG(p.sigma_count >= 0 && (p.sigma_count == 0 || p.sigmas), "sigmas / sigma_count (", p.sigma_count,
+             ") do not describe a list");
+    t.sigmas.assign(p.sigmas, p.sigmas + p.sigma_count);
+    KILN_ARG(p.timestep_count >= 0 && (p.timestep_count == 0 || p.timesteps), "timesteps / timestep_count (",
+             p.timestep_count, ") do not describe a list");
+    t.timesteps.assign(p.timesteps, p.timesteps + p.timestep_count);
+    t.eta = p.eta;
+    KILN_ARG(p.skip_guidance_layer_count >= 0 && (p.skip_guidance_layer_count == 0 || p.skip_guidance_layers),
+             "skip_guidance_layers / skip_guidance_layer_count (", p.skip_guidance_layer_count,
+             ") do not describe a list");
+    t.skip_guidance_layers.assign(p.skip_guidance_layers, p.skip_guidance_layers + p.skip_guidance_layer_count);
+    if (p.skip_layer_guidance_scale != 0) t.skip_layer_guidance_scale = p.skip_layer_guidance_scale;
+    if (p.skip_layer_guidance_start != 0 || p.skip_layer_guidance_stop != 0) {
+        t.skip_layer_guidance_start = p.skip_layer_guidance_start;
+        t.skip_layer_guidance_stop = p.skip_layer_guidance_stop;
+    }
+    if (p.width) t.width = p.width;
+    if (p.height) t.height = p.height;
+    t.resolution_binning = p.no_resolution_binning == 0;
+}
+
+// prompt_embeds: the tensors this pipeline needs beyond prompt_embeds, checked before any work.
+void check_embeds_for(const kiln_model& m, const models::T2IPlan& plan, const models::TextConditioning& tx) {
+    const bool pixart = plan.pipeline != "FluxPipeline" && plan.pipeline != "StableDiffusion3Pipeline";
+    auto need = [&](const Tensor& t, const char* name, const char* why) {
+        KILN_ARG(!t.bytes.empty(), m.pipeline, " needs prompt_embeds '", name, "'", why);
+    };
+    if (pixart)
+        need(tx.prompt_attention_mask, "prompt_attention_mask", "");
+    else
+        need(tx.pooled_prompt_embeds, "pooled_prompt_embeds", "");
+    if (plan.cfg) {
+        need(tx.negative_prompt_embeds, "negative_prompt_embeds", " with guidance > 1 (or guidance 1)");
+        if (pixart)
+            need(tx.negative_prompt_attention_mask, "negative_prompt_attention_mask", " with guidance > 1");
+        else
+            need(tx.negative_pooled_prompt_embeds, "negative_pooled_prompt_embeds", " with guidance > 1");
+    }
+}
+
+// PixArt, SD3, Flux: prompts (or prompt_embeds) and the texts beside them, the schedule, planned by plan_t2i.
+Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const models::CommonOptions& common) {
+    KILN_ARG(p.class_label_count == 0, m.src.path(), " is a text-to-image model (", m.pipeline,
+             "): class_labels do not apply (give prompts)");
+    KILN_ARG(p.prompt_count >= 0 && p.prompt_embeds_count >= 0, "prompt_count/prompt_embeds_count are negative");
+    KILN_ARG(!(p.prompt_count > 0 && p.prompt_embeds_count > 0), "give prompts or prompt_embeds, not both");
+    KILN_ARG((p.prompt_count > 0 && p.prompts) || (p.prompt_embeds_count > 0 && p.prompt_embeds), m.src.path(),
+             " is a text-to-image model (", m.pipeline, "): give prompts and prompt_count (or prompt_embeds)");
+    Request r;
+    static_cast<models::CommonOptions&>(r.t) = common;
+    const int per = std::max(1, p.images_per_prompt);
+    r.t.images_per_prompt = per;
+    models::PromptOptions& po = r.texts;
+    po = prompt_texts(p);
     if (p.prompt_embeds_count > 0) {
-        KILN_ARG(po.negatives.empty() && po.prompts_2.empty() && po.prompts_3.empty() && po.negatives_2.empty() &&
-                     po.negatives_3.empty() && p.max_sequence_length == 0 && p.clip_skip == 0,
-                 "negative prompts, prompts_2, prompts_3, max_sequence_length and clip_skip apply to prompts; with "
-                 "prompt_embeds "
-                 "give negative_prompt_embeds");
-        std::map<std::string, Tensor> named;
-        for (int i = 0; i < p.prompt_embeds_count; ++i) {
-            Tensor t = read_tensor(p.prompt_embeds[i], i, "prompt_embeds");
-            const std::string name = p.prompt_embeds[i].name;
-            KILN_ARG(!named.count(name), "prompt_embeds[", i, "]: '", name, "' given twice");
-            named[name] = std::move(t);
-        }
-        r.t.text = models::TextConditioning::from(named);
-        KILN_ARG(r.t.text.named().size() == named.size(),
-                 "prompt_embeds: a name is not one of prompt_embeds, "
-                 "negative_prompt_embeds, pooled_prompt_embeds, negative_pooled_prompt_embeds, prompt_attention_mask, "
-                 "negative_prompt_attention_mask");
-        const Tensor& pe = r.t.text.prompt_embeds;
-        KILN_ARG(!pe.bytes.empty() && pe.shape.size() == 3, "prompt_embeds: 'prompt_embeds' [B, L, D] is missing",
-                 pe.shape.empty() ? "" : " (got " + shape_str(pe.shape) + ")");
-        r.count = (int)pe.shape[0] * per;
+        r.t.text = read_prompt_embeds(p, po);
+        r.count = (int)r.t.text.prompt_embeds.shape[0] * per;
     }
     for (int i = 0; i < p.prompt_count; ++i) {
         KILN_ARG(p.prompts[i], "prompts[", i, "] is NULL");
@@ -209,36 +279,7 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     if (!po.prompts.empty()) models::check_prompts(m.src, po);  // lengths, UTF-8, which texts apply
     KILN_ARG(p.max_sequence_length >= 0, "max_sequence_length is ", p.max_sequence_length);
     po.max_sequence_length = p.max_sequence_length;
-    if (p.steps) r.t.steps = p.steps;
-    if (p.guidance != 0) r.t.guidance = p.guidance;
-    KILN_ARG(p.sigma_count >= 0 && (p.sigma_count == 0 || p.sigmas), "sigmas / sigma_count (", p.sigma_count,
-             ") do not describe a list");
-    r.t.sigmas.assign(p.sigmas, p.sigmas + p.sigma_count);
-    KILN_ARG(p.timestep_count >= 0 && (p.timestep_count == 0 || p.timesteps), "timesteps / timestep_count (",
-             p.timestep_count, ") do not describe a list");
-    r.t.timesteps.assign(p.timesteps, p.timesteps + p.timestep_count);
-    r.t.eta = p.eta;
-    KILN_ARG(p.skip_guidance_layer_count >= 0 && (p.skip_guidance_layer_count == 0 || p.skip_guidance_layers),
-             "skip_guidance_layers / skip_guidance_layer_count (", p.skip_guidance_layer_count,
-             ") do not describe a list");
-    r.t.skip_guidance_layers.assign(p.skip_guidance_layers, p.skip_guidance_layers + p.skip_guidance_layer_count);
-    if (p.skip_layer_guidance_scale != 0) r.t.skip_layer_guidance_scale = p.skip_layer_guidance_scale;
-    if (p.skip_layer_guidance_start != 0 || p.skip_layer_guidance_stop != 0) {
-        r.t.skip_layer_guidance_start = p.skip_layer_guidance_start;
-        r.t.skip_layer_guidance_stop = p.skip_layer_guidance_stop;
-    }
-    if (p.width) r.t.width = p.width;
-    if (p.height) r.t.height = p.height;
-    r.t.seed = p.seed;
-    r.t.noise_dtype = noise;
-    r.t.scheduler = scheduler;
-    r.t.scheduler_config = sched_overrides;
-    r.t.mode = mode;
-    r.t.keep_intermediates = keep;
-    r.t.tiled_vae = p.vae_tiling != 0;
-    r.t.vae_tile_size = p.vae_tile_size;
-    r.t.resolution_binning = p.no_resolution_binning == 0;
-    r.t.images_per_prompt = per;
+    text_schedule(p, r.t);
     // Flux's true CFG runs only with negative conditioning, as diffusers' has_neg_prompt: negative_prompt (not
     // negative_prompt_2 alone, which only replaces T5's negative text) or both negative embeddings.
     const bool has_negative = !po.negatives.empty() || (!r.t.text.negative_prompt_embeds.bytes.empty() &&
@@ -247,28 +288,24 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     r.keep_encoders = p.keep_encoders != 0;
     r.plan = models::plan_t2i(m.src, r.t);
     if (!po.prompts.empty()) r.count = p.prompt_count * per;
-    if (po.prompts.empty()) {  // prompt_embeds: what this pipeline needs, checked before any work
-        const auto& tx = r.t.text;
-        const bool pixart = r.plan.pipeline != "FluxPipeline" && r.plan.pipeline != "StableDiffusion3Pipeline";
-        auto need = [&](const Tensor& t, const char* name, const char* why) {
-            KILN_ARG(!t.bytes.empty(), m.pipeline, " needs prompt_embeds '", name, "'", why);
-        };
-        if (pixart)
-            need(tx.prompt_attention_mask, "prompt_attention_mask", "");
-        else
-            need(tx.pooled_prompt_embeds, "pooled_prompt_embeds", "");
-        if (r.plan.cfg) {
-            need(tx.negative_prompt_embeds, "negative_prompt_embeds", " with guidance > 1 (or guidance 1)");
-            if (pixart)
-                need(tx.negative_prompt_attention_mask, "negative_prompt_attention_mask", " with guidance > 1");
-            else
-                need(tx.negative_pooled_prompt_embeds, "negative_pooled_prompt_embeds", " with guidance > 1");
-        }
-    }
+    if (po.prompts.empty()) check_embeds_for(m, r.plan, r.t.text);
     r.width = r.plan.width, r.height = r.plan.height;
     if (p.latents)
         r.t.latents_init = read_latents(p, {r.count, r.plan.latent_channels, r.plan.latent_h, r.plan.latent_w});
     return r;
+}
+
+// The one mapping from kiln_generate_params to the pipelines' options: every check before any heavy work.
+Request resolve(const kiln_model& m, const kiln_generate_params& p) {
+    check_ranges(p);
+    models::CommonOptions common = common_options(p);
+    if (m.kind == KILN_MODEL_COMPONENT)
+        fail(KILN_UNSUPPORTED, m.src.path(),
+             " is not a pipeline Kiln generates with (components: ", m.components.size(), "); use kiln_forward");
+    check_scheduler(m.src, common.scheduler);
+    common.scheduler_config = scheduler_overrides(m.src, common.scheduler, p.scheduler_config);
+    check_true_cfg(m, p);
+    return m.kind == KILN_MODEL_CLASS_LABELS ? resolve_labels(m, p, common) : resolve_text(m, p, common);
 }
 
 // What encoding the prompts measured (kiln_generate_stats' text fields).

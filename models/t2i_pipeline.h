@@ -32,7 +32,8 @@ struct TextConditioning {
     TextConditioning repeat_each(int n) const;
 };
 
-struct T2IOptions {
+// A text-to-image call: the text conditioning and what the four pipelines take beyond the common options.
+struct T2IOptions : CommonOptions {
     TextConditioning text;
     std::optional<int> steps;        // default: the pipeline's (PixArt 20, SD3 28, Flux 28)
     std::optional<double> guidance;  // default: the pipeline's (PixArt 4.5, SD3 7.0, Flux 3.5)
@@ -63,20 +64,7 @@ struct T2IOptions {
     // PixArt's use_resolution_binning (diffusers default true). Kiln implements binning only where it maps the
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
     bool resolution_binning = true;
-    uint64_t seed = 0;
-    DType noise_dtype = DType::f32;  // the dtype torch.randn draws the noise in (diffusers' torch_dtype): f32/f16/bf16
-    std::string scheduler;           // "" = the model's; else a scheduler class name or alias
-    // diffusers' from_config(scheduler.config, **kwargs): fields that replace the scheduler config's (e.g.
-    // {"use_karras_sigmas": true}); one the scheduler does not read is an error.
-    nlohmann::json scheduler_config = nlohmann::json::object();
-    exec::Mode mode = exec::Mode::regional;
-    int images_per_prompt = 1;           // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
-    std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)
-    bool keep_intermediates = false;     // the fixture names: step{i}_noise_pred, step{i}_latents, decoded, ...
-    bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile
-    int vae_tile_size = 0;               // tiled_vae: tile side in px (vae.tile_sample_min_size); 0 = sample_size
-    bool host_loop = false;              // as GenerateOptions::host_loop
-    std::function<void(int step, int total)> progress;
+    int images_per_prompt = 1;  // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
 };
 
 // The call as resolved from the model and the options, before any heavy work.

@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "apps/kiln/bench.h"
 #include "apps/kiln/commands.h"
 #include "apps/kiln/profile.h"
 #include "models/dit.h"
@@ -22,106 +23,6 @@
 namespace kiln::app {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// --stream: regional step time against the device budget, from all blocks resident down to the minimum working set
-// (two block slots per kind), and at --vram-budget when given, and the bytes streamed from host memory per step; each
-// output is compared bitwise with the all-resident one.
-nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
-                            const std::map<std::string, Tensor>& in, exec::BlockWeights bw, exec::Budget base,
-                            int warmup, int steps, const std::string& points) {
-    nlohmann::json out = nlohmann::json::array();
-    std::printf("\nstreaming (regional): step time against the budget\n%-12s %10s %9s %9s %6s %12s %10s %10s %9s %8s\n",
-                "budget", "budget_MiB", "resident", "streamed", "slots", "stream_MiB", "step_med", "upload_ms",
-                "used_MiB", "bitwise");
-    uint64_t minimum = 0, weights = 0;
-    std::map<std::string, Tensor> ref;
-    // --stream-budgets: a subset of all, 1/2, 1/4, min (two slots) and given (--vram-budget); "all" is always
-    // run first: it is the reference of the bitwise comparison and gives the minimum and the weight bytes.
-    std::vector<const char*> names = {"all"};
-    std::vector<std::string> want;
-    for (size_t a = 0; a <= points.size();) {
-        size_t b = points.find(',', a);
-        if (b == std::string::npos) b = points.size();
-        if (b > a) want.push_back(points.substr(a, b - a));
-        a = b + 1;
-    }
-    for (const std::string& w : want) {
-        KILN_CHECK(w == "all" || w == "1/2" || w == "1/4" || w == "min" || w == "given", "--stream-budgets: '", w,
-                   "' (all, 1/2, 1/4, min or given)");
-        KILN_CHECK(w != "given" || base.bytes, "--stream-budgets given needs --vram-budget");
-    }
-    auto wanted = [&](const char* n) { return want.empty() || std::find(want.begin(), want.end(), n) != want.end(); };
-    for (const char* n : {"1/2", "1/4"})
-        if (wanted(n)) names.push_back(n);
-    if (wanted("min")) names.push_back("2 blocks");
-    if (base.bytes && wanted("given")) names.push_back("given");  // --vram-budget
-    for (const char* name : names) {
-        exec::Budget bud = base;
-        const std::string n = name;
-        bud.bytes = n == "all"     ? uint64_t(1) << 60
-                    : n == "1/2"   ? minimum + weights / 2
-                    : n == "1/4"   ? minimum + weights / 4
-                    : n == "given" ? base.bytes
-                                   : minimum;
-        exec::Executor ex(ctx, g, b.weight_fn(), exec::Mode::regional, false, bw, bud);
-        const exec::Counters& c = ex.counters();
-        if (n == "all") minimum = c.budget_minimum_bytes, weights = c.block_weight_bytes;
-        for (auto& [k, t] : in) ex.set_input(k, t);
-        for (int i = 0; i < warmup; ++i) ex.run();
-        std::vector<double> wall;
-        for (int i = 0; i < steps; ++i) {
-            auto ts = Clock::now();
-            ex.run();
-            wall.push_back(ms_since(ts));
-        }
-        bool same = true;
-        for (auto& [name_out, v] : g.outputs()) {
-            Tensor t = ex.output(name_out);
-            if (n == "all") ref[name_out] = t;
-            same = same && t.bytes == ref[name_out].bytes;
-        }
-        const double mib = 1 << 20;
-        std::printf("%-12s %10.1f %9d %9d %6d %12.1f %10.1f %10.0f %9.1f %8s\n", name,
-                    n == "all" ? 0.0 : (double)c.budget_bytes / mib, c.blocks_resident, c.blocks_streamed, c.ring_slots,
-                    (double)c.streamed_bytes_per_run / mib, median(wall), c.upload_ms,
-                    (double)c.device_bytes_used / mib, same ? "yes" : "NO");
-        std::fflush(stdout);
-        out.push_back({{"budget", name},
-                       {"budget_bytes", n == "all" ? 0 : c.budget_bytes},
-                       {"blocks_resident", c.blocks_resident},
-                       {"blocks_streamed", c.blocks_streamed},
-                       {"ring_slots", c.ring_slots},
-                       {"streamed_bytes_per_step", c.streamed_bytes_per_run},
-                       {"host_weight_bytes", c.host_weight_bytes},
-                       {"device_bytes", c.device_bytes},
-                       {"device_bytes_used", c.device_bytes_used},
-                       {"in_place_bytes", c.in_place_bytes},
-                       {"copy_queue", c.copy_queue},
-                       {"compute_batches_per_step", c.compute_batches_per_run},
-                       {"copy_batches_per_step", c.copy_batches_per_run},
-                       {"bitwise_equal_to_all_resident", same},
-                       {"weight_upload_ms", c.upload_ms},
-                       {"step_ms", wall},
-                       {"step_ms_median", median(wall)},
-                       {"note", c.stream_note}});
-    }
-    return out;
-}
-
-// Process CPU time (every thread: on a CPU Vulkan device the device's workers too), in ms.
-double process_cpu_ms() {
-    timespec t{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 // When and where a run was measured, for results compared across machines: ISO 8601 UTC, and the host's CPU (the
 // device itself on lavapipe) and its hardware threads.
 std::string utc_now() {
@@ -141,431 +42,425 @@ nlohmann::json host_info() {
     return {{"cpu", cpu}, {"hardware_threads", std::thread::hardware_concurrency()}};
 }
 
-// --interleave N: one executor per mode, then N rounds of one step of each, the first mode of round r rotating
-// by r. Drift on a shared or throttling machine (other tenants, clocks, heat) then falls on every mode alike, and
-// the per-round ratio to the first mode compares steps taken seconds apart instead of minutes. Process CPU time
-// is reported with the wall time: on a CPU device it is the device's work, which another tenant slows less than
-// it slows the wall clock. Every mode's output is compared bitwise with the first mode's.
-nlohmann::json interleaved(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
-                           const std::map<std::string, Tensor>& in, const std::vector<exec::Mode>& modes,
-                           exec::BlockWeights bw, const exec::Budget& budget, int warmup, int rounds) {
-    const size_t n = modes.size();
-    std::vector<std::unique_ptr<exec::Executor>> ex;
-    for (exec::Mode mode : modes) {
-        ex.push_back(std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget));
-        for (auto& [k, t] : in) ex.back()->set_input(k, t);
-    }
-    for (int i = 0; i < warmup; ++i)
-        for (auto& e : ex) e->run();
-    std::vector<std::vector<double>> wall(n), cpu(n);
-    std::printf("\ninterleaved: %d rounds of one step per mode\n", rounds);
-    std::fflush(stdout);
-    for (int r = 0; r < rounds; ++r)
-        for (size_t j = 0; j < n; ++j) {
-            const size_t m = (j + (size_t)r) % n;
-            const double c0 = process_cpu_ms();
-            const auto t0 = Clock::now();
-            ex[m]->run();
-            wall[m].push_back(ms_since(t0));
-            cpu[m].push_back(process_cpu_ms() - c0);
-        }
-    std::printf("%-9s %10s %10s %10s %10s %20s %20s %8s\n", "mode", "wall_med", "wall_min", "cpu_med", "cpu_min",
-                "wall/first", "cpu/first", "bitwise");
-    nlohmann::json out = {{"rounds", rounds}, {"modes", nlohmann::json::array()}};
-    for (size_t m = 0; m < n; ++m) {
-        // Ratios per round, to the first mode's step of the same round; their median and range.
-        std::vector<double> rw, rc;
-        for (int r = 0; r < rounds; ++r) {
-            rw.push_back(wall[m][(size_t)r] / wall[0][(size_t)r]);
-            rc.push_back(cpu[m][(size_t)r] / cpu[0][(size_t)r]);
-        }
-        bool same = true;
-        for (auto& [name, v] : g.outputs()) same = same && ex[m]->output(name).bytes == ex[0]->output(name).bytes;
-        auto summary = [](const std::vector<double>& v) {  // "median (min-max)"
-            const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-            char buf[64];
-            std::snprintf(buf, sizeof buf, "%.3f (%.3f-%.3f)", median(v), *lo, *hi);
-            return std::string(buf);
-        };
-        std::printf("%-9s %10.1f %10.1f %10.1f %10.1f %20s %20s %8s\n", exec::mode_name(modes[m]), median(wall[m]),
-                    *std::min_element(wall[m].begin(), wall[m].end()), median(cpu[m]),
-                    *std::min_element(cpu[m].begin(), cpu[m].end()), summary(rw).c_str(), summary(rc).c_str(),
-                    same ? "yes" : "NO");
-        out["modes"].push_back({{"mode", exec::mode_name(modes[m])},
-                                {"dispatches_per_step", ex[m]->counters().dispatches_per_run},
-                                {"step_ms", wall[m]},
-                                {"cpu_ms", cpu[m]},
-                                {"step_ms_median", median(wall[m])},
-                                {"cpu_ms_median", median(cpu[m])},
-                                {"wall_ratio_to_first", rw},
-                                {"cpu_ratio_to_first", rc},
-                                {"wall_ratio_to_first_median", median(rw)},
-                                {"cpu_ratio_to_first_median", median(rc)},
-                                {"bitwise_equal_to_first", same}});
-    }
-    std::fflush(stdout);
-    return out;
-}
-}  // namespace
+struct BenchOpts {
+    std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
+    int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0, interleave = 0;
+    bool no_pipeline_cache = false, block_times = false;
+    bool kernels = false;  // --kernels: the linear selection table instead of a model
+    std::vector<std::string> kernel_shapes;
+    std::string kernel_dtypes = "f32,f16,bf16";
+    std::string vram_budget;  // streaming options (weight_stream.h)
+    bool stream = false, no_in_place = false;
+    std::string stream_budgets;
+    int slots = 0;
+};
 
-Run add_bench(CLI::App& app) {
-    struct Opts {
-        std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
-        int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0, interleave = 0;
-        bool no_pipeline_cache = false, block_times = false;
-        bool kernels = false;  // --kernels: the linear selection table instead of a model
-        std::vector<std::string> kernel_shapes;
-        std::string kernel_dtypes = "f32,f16,bf16";
-        std::string vram_budget;  // streaming options (weight_stream.h)
-        bool stream = false, no_in_place = false;
-        std::string stream_budgets;
-        int slots = 0;
-    };
-    auto o = std::make_shared<Opts>();
-    auto* m = app.add_option("--model", o->model, "Kiln model file or diffusers folder (its transformer is benched)");
-    app.add_option("--synthetic", o->synthetic,
+void add_bench_flags(CLI::App& app, BenchOpts& o) {
+    auto* m = app.add_option("--model", o.model, "Kiln model file or diffusers folder (its transformer is benched)");
+    app.add_option("--synthetic", o.synthetic,
                    "Real architecture, random weights in memory (e.g. dit-xl-2-256, "
                    "dit-xl-2-512, dit-tiny)")
         ->excludes(m);
-    app.add_option("--size", o->size, "Image size in pixels (latent = size / 8); default: the model's");
-    app.add_option("--blocks", o->blocks,
+    app.add_option("--size", o.size, "Image size in pixels (latent = size / 8); default: the model's");
+    app.add_option("--blocks", o.blocks,
                    "Synthetic only: keep at most N blocks of each kind (for machines that "
                    "cannot hold the whole model; per-block figures stay valid)");
-    app.add_option("--batch", o->batch, "Transformer batch (2 = one image with classifier-free guidance)")
+    app.add_option("--batch", o.batch, "Transformer batch (2 = one image with classifier-free guidance)")
         ->capture_default_str();
-    app.add_option("--steps", o->steps, "Timed steps (transformer forwards) per mode; 0: plan and record only")
+    app.add_option("--steps", o.steps, "Timed steps (transformer forwards) per mode; 0: plan and record only")
         ->capture_default_str()
         ->check(CLI::Range(0, 1000000));
-    app.add_option("--warmup", o->warmup, "Untimed steps before timing")
+    app.add_option("--warmup", o.warmup, "Untimed steps before timing")
         ->capture_default_str()
         ->check(CLI::Range(0, 1000000));
-    app.add_option("--mode", o->mode,
+    app.add_option("--mode", o.mode,
                    "eager | full | regional, or a comma-separated list of them (full,regional) | all | none (with "
                    "--stream: only the sweep)")
         ->capture_default_str();
-    app.add_option("--block-weights", o->block_weights,
+    app.add_option("--block-weights", o.block_weights,
                    "Regional: auto | offset (one bound range, per-replay offsets, no copies) | device (selected "
                    "through device addresses, no copies) | copy (copied per replay)")
         ->capture_default_str();
-    app.add_option("--block-layout", o->block_layout,
+    app.add_option("--block-layout", o.block_layout,
                    "Regional, offset selection: auto (weight-major where a kind's blocks exceed one binding but each "
                    "weight's instances fit what reads them, else block-major) | block (block-major: windows of whole "
                    "blocks, one recording each) | weight (weight-major wherever it fits); default: KILN_BLOCK_LAYOUT, "
                    "else auto")
         ->check(CLI::IsMember({"auto", "block", "weight"}));
-    app.add_option("--dtype", o->dtype,
+    app.add_option("--dtype", o.dtype,
                    "Synthetic weight dtype: f32 | f16 | bf16, or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q6_k "
                    "(linear matrices)")
         ->capture_default_str();
-    app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
+    app.add_option("--vram-budget", o.vram_budget, kVramBudgetHelp);
     add_f16_activations_flag(app);
     add_transfer_queue_option(app);
-    app.add_flag("--stream", o->stream,
+    app.add_flag("--stream", o.stream,
                  "Also run regional mode with the budget at all blocks resident, 1/2, 1/4 and the minimum (two block "
                  "slots), and at --vram-budget when given: step time, bytes streamed per step, bitwise equality");
-    app.add_option("--stream-budgets", o->stream_budgets,
+    app.add_option("--stream-budgets", o.stream_budgets,
                    "--stream: which budgets, comma-separated: all, 1/2, 1/4, min (two slots), given (--vram-budget); "
                    "default all of them. all always runs: it is the bitwise reference");
-    app.add_option("--slots", o->slots, "Ring slots per streamed block kind (default 2)");
-    app.add_flag("--no-in-place", o->no_in_place,
+    app.add_option("--slots", o.slots, "Ring slots per streamed block kind (default 2)");
+    app.add_flag("--no-in-place", o.no_in_place,
                  "Unified memory: stream block weights through the ring instead of reading them in host memory");
-    app.add_option("--fuse", o->fuse,
+    app.add_option("--fuse", o.fuse,
                    "on (full and regional run the fused graph, eager the graph as built; CPU devices leave q/k/v "
                    "apart) | off (nothing fused, as KILN_FUSE=0) | all (every fusion in every mode) | both (every "
                    "mode unfused, then with every fusion: rows '<mode>+f'); default: KILN_FUSE, else on");
-    app.add_option("--interleave", o->interleave,
+    app.add_option("--interleave", o.interleave,
                    "After the per-mode rows: N rounds of one step of each mode, alternating (one executor per mode "
                    "kept alive, fused as --fuse on/off/all says), with wall and process CPU time and each round's "
                    "ratio to the first mode. For a "
                    "shared or throttling machine, where minutes apart the same step differs more than the modes do")
         ->check(CLI::Range(0, 1000000));
-    app.add_option("--json", o->json, "Also write every figure to this JSON file");
-    app.add_flag("--block-times", o->block_times,
+    app.add_option("--json", o.json, "Also write every figure to this JSON file");
+    app.add_flag("--block-times", o.block_times,
                  "Regional: one extra step with timestamps around every replayed block (gpu_ms_per_block in the "
                  "JSON); the timed steps never carry them");
-    app.add_option("--device", o->device, "Vulkan device index");
-    app.add_flag("--no-pipeline-cache", o->no_pipeline_cache,
+    app.add_option("--device", o.device, "Vulkan device index");
+    app.add_flag("--no-pipeline-cache", o.no_pipeline_cache,
                  "Neither read nor write the pipeline cache file (as KILN_PIPELINE_CACHE=0)");
-    app.add_flag("--kernels", o->kernels,
+    app.add_flag("--kernels", o.kernels,
                  "Instead of a model: measure the linear variants (GFLOP/s per shape and weight dtype), print the "
                  "selection table and, at the default shapes, save it for this device");
-    app.add_option("--shape", o->kernel_shapes, "--kernels: a linear shape MxNxK (repeatable; default: the table's)");
-    app.add_option("--kernel-dtypes", o->kernel_dtypes, "--kernels: weight dtypes")->capture_default_str();
+    app.add_option("--shape", o.kernel_shapes, "--kernels: a linear shape MxNxK (repeatable; default: the table's)");
+    app.add_option("--kernel-dtypes", o.kernel_dtypes, "--kernels: weight dtypes")->capture_default_str();
     app.footer(
         "Examples:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json\n"
         "  kiln bench --synthetic dit-xl-2-256 --mode full,regional --steps 0 --interleave 8   (on a noisy machine)\n"
         "  kiln bench --kernels");
-    return [o] {
-        if (o->kernels)
-            return bench_kernels(o->device, o->no_pipeline_cache, o->kernel_shapes, o->kernel_dtypes,
-                                 std::max(o->steps, 1));
-        KILN_CHECK(!o->model.empty() || !o->synthetic.empty(), "give --model FILE or --synthetic ARCH");
-        std::unique_ptr<models::WeightStore> ws;
-        models::SyntheticArch arch;
-        if (!o->synthetic.empty()) {
-            const auto& archs = models::synthetic_archs();
-            auto it = archs.find(o->synthetic);
-            if (it == archs.end()) {
-                std::string names;
-                for (auto& [n, a] : archs) names += (names.empty() ? "" : ", ") + n;
-                KILN_FAIL("unknown --synthetic '", o->synthetic, "' (", names, ")");
-            }
-            arch = it->second;
-            if (o->blocks > 0)
-                for (const char* key : {"num_layers", "num_single_layers", "num_hidden_layers"})
-                    if (arch.config.contains(key)) arch.config[key] = std::min(arch.config[key].get<int>(), o->blocks);
-            ws = models::synthetic_store(parse_dtype(o->dtype, "--dtype"));
-        } else {
-            auto src = models::ModelSource::open(o->model);
-            arch = {src.class_of("transformer"), src.config("transformer"),
-                    src.config("transformer").value("sample_size", 32)};
-            ws = src.weights("transformer");
-        }
-        if (o->size > 0) arch.latent = o->size / 8;
-        const exec::BlockWeights bw = exec::parse_block_weights(o->block_weights);
-        std::vector<exec::Mode> modes;
-        if (o->mode == "all")
-            modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
-        else if (o->mode == "none")
-            KILN_CHECK(o->stream, "--mode none runs nothing without --stream");
-        else
-            for (size_t a = 0; a <= o->mode.size();) {  // one mode, or a comma-separated list
-                size_t e = o->mode.find(',', a);
-                if (e == std::string::npos) e = o->mode.size();
-                modes.push_back(exec::parse_mode(o->mode.substr(a, e - a)));
-                a = e + 1;
-            }
+}
 
-        KILN_CHECK(o->interleave == 0 || modes.size() >= 2,
-                   "--interleave compares modes: give two or more (--mode all, or a list such as full,regional)");
-        KILN_CHECK(o->fuse.empty() || o->fuse == "on" || o->fuse == "off" || o->fuse == "all" || o->fuse == "both",
-                   "--fuse '", o->fuse, "' (on, off, all or both)");
-        KILN_CHECK(o->interleave == 0 || o->fuse != "both",
-                   "--interleave runs one fusion setting: give --fuse on, off or all (both makes two rows per mode)");
-        // The KILN_FUSE value the executors read for --fuse on/off/all ("" leaves the environment as it is).
-        const std::string fuse_env_of_option = o->fuse == "on" ? "1" : o->fuse == "off" ? "0" : o->fuse;
-        Settings settings = cli_settings(o->device);
-        settings.context.skip_pipeline_cache_file = o->no_pipeline_cache;
-        if (!o->block_layout.empty()) settings.exec.block_layout = o->block_layout;
-        vk::Context ctx(settings);
-        // The executors of one row read its fusion from the context's settings ("" keeps the environment's).
-        auto set_fuse = [&](const std::string& fuse) {
-            Settings s = settings;
-            if (!fuse.empty()) s.exec.fuse = fuse;
-            ctx.set_settings(s);
-        };
-        ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
-        exec::Budget budget{o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget), o->slots, !o->no_in_place};
-        auto inputs = models::example_inputs(arch.cls, arch.config, o->batch, arch.latent, arch.latent);
-        const auto& pc = ctx.pipeline_cache_info();
-        nlohmann::json report = {
-            {"kiln_version", kiln_version()},
-            {"date_utc", utc_now()},
-            {"host", host_info()},
-            {"device", ctx.info().name},
-            {"driver", ctx.info().driver},
-            {"class", arch.cls},
-            {"arch", o->synthetic.empty() ? o->model : o->synthetic},
-            {"batch", o->batch},
-            {"config", arch.config},
-            {"latent", arch.latent},
-            {"pipeline_cache", {{"path", pc.path}, {"status", pc.status}, {"loaded_bytes", pc.loaded_bytes}}},
-            {"modes", nlohmann::json::array()}};
-        std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(),
-                    o->batch, arch.latent, arch.latent, ctx.info().name.c_str());
-        std::printf("pipeline cache: %s%s%s\n", pc.status.c_str(), pc.path.empty() ? "" : ", ", pc.path.c_str());
-        std::fflush(stdout);
-        // Fusion per row: the KILN_FUSE value the executor reads ("" leaves the environment as it is).
-        std::vector<std::pair<exec::Mode, std::string>> rows;
-        for (exec::Mode mode : modes) {
-            if (o->fuse == "both") {
-                rows.push_back({mode, "0"});
-                rows.push_back({mode, "all"});
-            } else {
-                rows.push_back({mode, fuse_env_of_option});
-            }
+// The transformer benched: a model file's, or a synthetic architecture (--blocks caps its block counts) with
+// random weights in ws.
+models::SyntheticArch bench_arch(const BenchOpts& o, std::unique_ptr<models::WeightStore>& ws) {
+    models::SyntheticArch arch;
+    if (!o.synthetic.empty()) {
+        const auto& archs = models::synthetic_archs();
+        auto it = archs.find(o.synthetic);
+        if (it == archs.end()) {
+            std::string names;
+            for (auto& [n, a] : archs) names += (names.empty() ? "" : ", ") + n;
+            KILN_FAIL("unknown --synthetic '", o.synthetic, "' (", names, ")");
         }
-        bool header = false;
-        for (auto& [mode, fuse_env] : rows) {
-            set_fuse(fuse_env);
-            ir::Graph g;
-            models::Builder b(g, *ws);
-            auto in = models::build_component(b, arch.cls, arch.config, inputs);
-            ir::Cost cost = ir::count_cost(g);
-            exec::prepare_linear_table(ctx, g);  // a first-use measurement is not compile time
-            const bool rss_reset = reset_peaks(ctx);
-            // Cold: pipelines through an empty cache, as on the first run on a machine; then warm: the same plan
-            // again, pipelines through the cache the cold one filled (as the next run finds it on disk).
-            // Compile = pipelines + planning + recording; weight upload is excluded from both.
-            ctx.set_cold_pipeline_cache(true);
-            auto t0 = Clock::now();
-            auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
-            double cold = ms_since(t0);
-            ctx.set_cold_pipeline_cache(false);
-            exec::Counters c = ex->counters();
-            const std::string label =
-                std::string(exec::mode_name(mode)) + (o->fuse == "both" && fuse_env != "0" ? "+f" : "");
-            ex.reset();
-            t0 = Clock::now();
-            // No per-block timestamps in the timed steps: on lavapipe 56 of them (two per replay) slowed a
-            // dit-tiny regional step by 5-15 ms. --block-times measures blocks in a separate run below.
-            ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
-            exec::Counters cw = ex->counters();
-            double warm = ms_since(t0) - cw.upload_ms;
-            for (auto& [name, t] : in) ex->set_input(name, t);
-            for (int i = 0; i < o->warmup; ++i) ex->run();
-            std::vector<StepFigures> steps;
-            std::map<std::string, double> per_op;
-            std::vector<double> block_ms;
-            for (int i = 0; i < o->steps; ++i) {
-                auto ts = Clock::now();
-                ex->run();
-                steps.push_back({ms_since(ts), ex->last_run()});
-                for (auto& [k, v] : ex->last_op_ms()) per_op[k] += v / o->steps;
-            }
-            // Recording again, with the driver and this plan warm: the cost of recording itself (median of 9: one
-            // recording is tens of microseconds, within a scheduler tick of a busy host).
-            std::vector<double> again;
-            for (int i = 0; i < 9; ++i) again.push_back(ex->record_again());
-            std::sort(again.begin(), again.end());
-            const double record_again_ms = again[again.size() / 2];
-            if (o->block_times && mode == exec::Mode::regional) {  // one more step, timing every replayed block
-                ex.reset();
-                ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw, budget);
-                for (auto& [name, t] : in) ex->set_input(name, t);
-                ex->run();
-                block_ms = ex->last_block_ms();
-            }
-            const MemoryPeaks peaks = read_peaks(ctx, rss_reset);
-            const StepFigures med = median_step(steps);
-            const nlohmann::json step_json = steps_json(steps);
-            const double gflops = med.wall_ms > 0 ? cost.flops / (med.wall_ms * 1e-3) * 1e-9 : 0;  // 0: no step timed
-            // Bytes moved per step: the graph's, plus block weights copied (read and written) where copied.
-            double bytes = cost.bytes + 2.0 * (double)c.weight_copy_bytes_per_run;
-            // The table: one row per mode, medians over the timed steps (every step in the JSON).
-            if (!header)
-                std::printf("%-9s %8s %8s %9s %9s %9s %9s %6s %6s %6s %8s %6s %9s %9s %8s %8s %8s %8s\n", "mode",
-                            "cold_ms", "warm_ms", "pipe_cold", "pipe_warm", "record_ms", "rec_again", "pipes", "disp",
-                            "submit", "barriers", "copies", "step_ms", "gpu_ms", "host_ms", "idle_ms", "GFLOP/s",
-                            "dev_MiB");
-            header = true;
-            std::printf(
-                "%-9s %8.0f %8.0f %9.1f %9.1f %9.3f %9.3f %6d %6d %6d %8d %6d %9.1f %9.1f %8.3f %8.2f %8.1f %8.0f\n",
-                label.c_str(), cold - c.upload_ms, warm, c.pipeline_ms, cw.pipeline_ms, c.record_ms, record_again_ms,
-                c.pipelines, med.run.dispatches, med.run.submissions, med.run.barriers, c.copies_per_run, med.wall_ms,
-                med.run.gpu_ms, med.run.host_ms, med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops,
-                (double)peaks.device_bytes / (1 << 20));
-            if (!c.stream_note.empty())
-                std::printf("          %s (%.1f MiB streamed per step; ring copies %s%s)\n", c.stream_note.c_str(),
-                            (double)c.streamed_bytes_per_run / (1 << 20), c.copy_queue.c_str(),
-                            c.copy_batches_per_run ? (", " + std::to_string(c.compute_batches_per_run) + " compute + " +
-                                                      std::to_string(c.copy_batches_per_run) + " copy batches")
-                                                         .c_str()
-                                                   : "");
-            if (!c.block_weights_note.empty())
-                std::printf(
-                    "          %s (%.1f MiB of weight copies per step); replays counted on the device for %d "
-                    "block kind(s): %d vkCmdExecuteCommands per step\n",
-                    c.block_weights_note.c_str(), (double)c.weight_copy_bytes_per_run / (1 << 20),
-                    c.kinds_counted_on_device, c.executes_per_run);
-            std::printf(
-                "          memory: weights %.1f MiB, activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
+        arch = it->second;
+        if (o.blocks > 0)
+            for (const char* key : {"num_layers", "num_single_layers", "num_hidden_layers"})
+                if (arch.config.contains(key)) arch.config[key] = std::min(arch.config[key].get<int>(), o.blocks);
+        ws = models::synthetic_store(parse_dtype(o.dtype, "--dtype"));
+    } else {
+        auto src = models::ModelSource::open(o.model);
+        arch = {src.class_of("transformer"), src.config("transformer"),
+                src.config("transformer").value("sample_size", 32)};
+        ws = src.weights("transformer");
+    }
+    if (o.size > 0) arch.latent = o.size / 8;
+    return arch;
+}
+
+// --mode: all, none (--stream only), or one mode or a comma-separated list; checked with --interleave and --fuse.
+std::vector<exec::Mode> bench_modes(const BenchOpts& o) {
+    std::vector<exec::Mode> modes;
+    if (o.mode == "all")
+        modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
+    else if (o.mode == "none")
+        KILN_CHECK(o.stream, "--mode none runs nothing without --stream");
+    else
+        for (size_t a = 0; a <= o.mode.size();) {  // one mode, or a comma-separated list
+            size_t e = o.mode.find(',', a);
+            if (e == std::string::npos) e = o.mode.size();
+            modes.push_back(exec::parse_mode(o.mode.substr(a, e - a)));
+            a = e + 1;
+        }
+    KILN_CHECK(o.interleave == 0 || modes.size() >= 2,
+               "--interleave compares modes: give two or more (--mode all, or a list such as full,regional)");
+    KILN_CHECK(o.fuse.empty() || o.fuse == "on" || o.fuse == "off" || o.fuse == "all" || o.fuse == "both", "--fuse '",
+               o.fuse, "' (on, off, all or both)");
+    KILN_CHECK(o.interleave == 0 || o.fuse != "both",
+               "--interleave runs one fusion setting: give --fuse on, off or all (both makes two rows per mode)");
+    return modes;
+}
+
+// One mode's row: compile cold and warm, the timed steps, recording again, block times, memory peaks.
+struct ModeRun {
+    std::string label;  // the mode, "+f" for the fused row of --fuse both
+    ir::Cost cost;
+    exec::Counters c, cw;  // the cold and the warm executor's
+    double cold = 0, warm = 0, record_again_ms = 0;
+    std::vector<double> again, block_ms;
+    std::vector<StepFigures> steps;
+    std::map<std::string, double> per_op;
+    MemoryPeaks peaks;
+};
+
+ModeRun measure_mode(vk::Context& ctx, models::WeightStore& ws, const models::SyntheticArch& arch,
+                     const std::map<std::string, Tensor>& inputs, exec::Mode mode, const std::string& label,
+                     const BenchOpts& o, exec::BlockWeights bw, const exec::Budget& budget) {
+    ModeRun m;
+    m.label = label;
+    ir::Graph g;
+    models::Builder b(g, ws);
+    auto in = models::build_component(b, arch.cls, arch.config, inputs);
+    m.cost = ir::count_cost(g);
+    exec::prepare_linear_table(ctx, g);  // a first-use measurement is not compile time
+    const bool rss_reset = reset_peaks(ctx);
+    // Cold: pipelines through an empty cache, as on the first run on a machine; then warm: the same plan
+    // again, pipelines through the cache the cold one filled (as the next run finds it on disk).
+    // Compile = pipelines + planning + recording; weight upload is excluded from both.
+    ctx.set_cold_pipeline_cache(true);
+    auto t0 = Clock::now();
+    auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
+    m.cold = ms_since(t0);
+    ctx.set_cold_pipeline_cache(false);
+    m.c = ex->counters();
+    ex.reset();
+    t0 = Clock::now();
+    // No per-block timestamps in the timed steps: on lavapipe 56 of them (two per replay) slowed a
+    // dit-tiny regional step by 5-15 ms. --block-times measures blocks in a separate run below.
+    ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
+    m.cw = ex->counters();
+    m.warm = ms_since(t0) - m.cw.upload_ms;
+    for (auto& [name, t] : in) ex->set_input(name, t);
+    for (int i = 0; i < o.warmup; ++i) ex->run();
+    for (int i = 0; i < o.steps; ++i) {
+        auto ts = Clock::now();
+        ex->run();
+        m.steps.push_back({ms_since(ts), ex->last_run()});
+        for (auto& [k, v] : ex->last_op_ms()) m.per_op[k] += v / o.steps;
+    }
+    // Recording again, with the driver and this plan warm: the cost of recording itself (median of 9: one
+    // recording is tens of microseconds, within a scheduler tick of a busy host).
+    for (int i = 0; i < 9; ++i) m.again.push_back(ex->record_again());
+    std::sort(m.again.begin(), m.again.end());
+    m.record_again_ms = m.again[m.again.size() / 2];
+    if (o.block_times && mode == exec::Mode::regional) {  // one more step, timing every replayed block
+        ex.reset();
+        ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw, budget);
+        for (auto& [name, t] : in) ex->set_input(name, t);
+        ex->run();
+        m.block_ms = ex->last_block_ms();
+    }
+    m.peaks = read_peaks(ctx, rss_reset);
+    return m;
+}
+
+// Bytes moved per step: the graph's, plus block weights copied (read and written) where copied.
+double bytes_per_step(const ModeRun& m) { return m.cost.bytes + 2.0 * (double)m.c.weight_copy_bytes_per_run; }
+double gflops(const ModeRun& m, const StepFigures& med) {
+    return med.wall_ms > 0 ? m.cost.flops / (med.wall_ms * 1e-3) * 1e-9 : 0;  // 0: no step timed
+}
+
+// The table: one row per mode, medians over the timed steps (every step in the JSON), and its notes.
+void print_mode(const ModeRun& m, bool header) {
+    const exec::Counters& c = m.c;
+    const StepFigures med = median_step(m.steps);
+    if (header)
+        std::printf("%-9s %8s %8s %9s %9s %9s %9s %6s %6s %6s %8s %6s %9s %9s %8s %8s %8s %8s\n", "mode", "cold_ms",
+                    "warm_ms", "pipe_cold", "pipe_warm", "record_ms", "rec_again", "pipes", "disp", "submit",
+                    "barriers", "copies", "step_ms", "gpu_ms", "host_ms", "idle_ms", "GFLOP/s", "dev_MiB");
+    std::printf("%-9s %8.0f %8.0f %9.1f %9.1f %9.3f %9.3f %6d %6d %6d %8d %6d %9.1f %9.1f %8.3f %8.2f %8.1f %8.0f\n",
+                m.label.c_str(), m.cold - c.upload_ms, m.warm, c.pipeline_ms, m.cw.pipeline_ms, c.record_ms,
+                m.record_again_ms, c.pipelines, med.run.dispatches, med.run.submissions, med.run.barriers,
+                c.copies_per_run, med.wall_ms, med.run.gpu_ms, med.run.host_ms,
+                med.run.idle_ms + std::max(0.0, med.run.idle_before_ms), gflops(m, med),
+                (double)m.peaks.device_bytes / (1 << 20));
+    if (!c.stream_note.empty())
+        std::printf("          %s (%.1f MiB streamed per step; ring copies %s%s)\n", c.stream_note.c_str(),
+                    (double)c.streamed_bytes_per_run / (1 << 20), c.copy_queue.c_str(),
+                    c.copy_batches_per_run ? (", " + std::to_string(c.compute_batches_per_run) + " compute + " +
+                                              std::to_string(c.copy_batches_per_run) + " copy batches")
+                                                 .c_str()
+                                           : "");
+    if (!c.block_weights_note.empty())
+        std::printf(
+            "          %s (%.1f MiB of weight copies per step); replays counted on the device for %d "
+            "block kind(s): %d vkCmdExecuteCommands per step\n",
+            c.block_weights_note.c_str(), (double)c.weight_copy_bytes_per_run / (1 << 20), c.kinds_counted_on_device,
+            c.executes_per_run);
+    std::printf("          memory: weights %.1f MiB, activations %.2f MiB planned (%.2f MiB unplanned); peak %s\n",
                 (double)c.weight_bytes / (1 << 20), (double)c.activation_bytes_planned / (1 << 20),
-                (double)c.activation_bytes_naive / (1 << 20), peaks_line(peaks).c_str());
-            if (c.f16_activations)
-                std::printf("          f16 activation storage: %d values (%.2f MiB less than f32)\n", c.f16_activations,
-                            (double)c.f16_activation_bytes_saved / (1 << 20));
-            if (c.split_ops)
-                std::printf(
-                    "          row chunks: %d ops bind an activation over one binding (%.2f MiB), recorded as %d "
-                    "chunk dispatches\n",
-                    c.split_ops, (double)c.binding_limit_bytes / (1 << 20), c.split_dispatches);
-            std::fflush(stdout);
-            nlohmann::json jm = {{"mode", exec::mode_name(mode)},
-                                 {"nodes_fused", c.nodes_fused},
-                                 {"f16_activations", c.f16_activations},
-                                 {"f16_activation_bytes_saved", c.f16_activation_bytes_saved},
-                                 {"cold_compile_ms", cold - c.upload_ms},
-                                 {"warm_compile_ms", warm},
-                                 {"weight_upload_ms", c.upload_ms},
-                                 {"pipeline_ms", c.pipeline_ms},
-                                 {"pipeline_cold_ms", c.pipeline_ms},
-                                 {"pipeline_warm_ms", cw.pipeline_ms},
-                                 {"plan_ms", c.plan_ms},
-                                 {"record_ms", c.record_ms},
-                                 {"record_warm_ms", cw.record_ms},
-                                 {"record_again_ms", record_again_ms},
-                                 {"record_again_runs_ms", again},
-                                 {"pipelines", c.pipelines},
-                                 {"pipelines_created", c.pipelines_created},
-                                 {"command_buffers_recorded", c.command_buffers_recorded},
-                                 {"dispatches_per_step", c.dispatches_per_run},
-                                 {"submissions_per_step", c.submissions_per_run},
-                                 {"barriers_per_step", c.barriers_per_run},
-                                 {"copies_per_step", c.copies_per_run},
-                                 {"weight_copy_bytes_per_step", c.weight_copy_bytes_per_run},
-                                 {"table_updates_per_step", c.table_updates_per_run},
-                                 {"executes_per_step", c.executes_per_run},
-                                 {"block_kinds_counted_on_device", c.kinds_counted_on_device},
-                                 {"block_weights", c.block_weights_note},
-                                 {"block_kinds_weight_major", c.block_kinds_weight_major},
-                                 {"activation_bytes_planned", c.activation_bytes_planned},
-                                 {"activation_bytes_naive", c.activation_bytes_naive},
-                                 {"split_ops", c.split_ops},
-                                 {"split_dispatches", c.split_dispatches},
-                                 {"binding_limit_bytes", c.binding_limit_bytes},
-                                 {"weight_bytes", c.weight_bytes},
-                                 {"device_bytes", c.device_bytes},
-                                 {"memory", peaks_json(peaks)},
-                                 {"steps", step_json},
-                                 {"step_ms", step_json["wall_ms"]},
-                                 {"step_ms_median", med.wall_ms},
-                                 {"gpu_ms", step_json["gpu_ms"]},
-                                 {"gpu_ms_median", med.run.gpu_ms},
-                                 {"host_ms", step_json["host_ms"]},
-                                 {"host_ms_median", med.run.host_ms},
-                                 {"flops_per_step", cost.flops},
-                                 {"bytes_per_step", bytes},
-                                 {"gflops_per_s", gflops},
-                                 {"gbytes_per_s", bytes / (med.wall_ms * 1e-3) * 1e-9},
-                                 {"gpu_ms_per_op_kind", per_op},
-                                 {"gpu_ms_per_block", block_ms},
-                                 {"gpu_ms_block_median", median(block_ms)},
-                                 {"streamed_bytes_per_step", c.streamed_bytes_per_run},
-                                 {"budget_bytes", c.budget_bytes},
-                                 {"blocks_streamed", c.blocks_streamed},
-                                 {"copy_queue", c.copy_queue},
-                                 {"copy_batches_per_step", c.copy_batches_per_run}};
-            report["modes"].push_back(jm);
-            set_fuse("");
-        }
-        if (o->interleave > 0) {  // with the rows' fusion
-            set_fuse(fuse_env_of_option);
-            ir::Graph g;
-            models::Builder b(g, *ws);
-            auto in = models::build_component(b, arch.cls, arch.config, inputs);
-            report["interleaved"] = interleaved(ctx, g, b, in, modes, bw, budget, o->warmup, o->interleave);
-            set_fuse("");
-        }
-        if (o->stream) {
-            ir::Graph g;
-            models::Builder b(g, *ws);
-            auto in = models::build_component(b, arch.cls, arch.config, inputs);
-            report["stream"] = stream_sweep(ctx, g, b, in, bw, budget, o->warmup, o->steps, o->stream_budgets);
-        }
-        if (!o->json.empty()) {  // never a partial file: a temporary name, then rename
-            const std::string tmp = o->json + ".tmp";
-            {
-                std::ofstream f(tmp);
-                KILN_CHECK(f.good(), tmp, ": cannot write");
-                f << report.dump(2) << "\n";
-                KILN_CHECK(f.flush().good(), tmp, ": cannot write");
-            }
-            std::error_code ec;
-            std::filesystem::rename(tmp, o->json, ec);
-            KILN_CHECK(!ec, "cannot rename ", tmp, " to ", o->json, ": ", ec.message());
-        }
+                (double)c.activation_bytes_naive / (1 << 20), peaks_line(m.peaks).c_str());
+    if (c.f16_activations)
+        std::printf("          f16 activation storage: %d values (%.2f MiB less than f32)\n", c.f16_activations,
+                    (double)c.f16_activation_bytes_saved / (1 << 20));
+    if (c.split_ops)
+        std::printf(
+            "          row chunks: %d ops bind an activation over one binding (%.2f MiB), recorded as %d "
+            "chunk dispatches\n",
+            c.split_ops, (double)c.binding_limit_bytes / (1 << 20), c.split_dispatches);
+    std::fflush(stdout);
+}
+
+nlohmann::json mode_json(const ModeRun& m, exec::Mode mode) {
+    const exec::Counters& c = m.c;
+    const StepFigures med = median_step(m.steps);
+    const nlohmann::json step_json = steps_json(m.steps);
+    const double bytes = bytes_per_step(m);
+    return {{"mode", exec::mode_name(mode)},
+            {"nodes_fused", c.nodes_fused},
+            {"f16_activations", c.f16_activations},
+            {"f16_activation_bytes_saved", c.f16_activation_bytes_saved},
+            {"cold_compile_ms", m.cold - c.upload_ms},
+            {"warm_compile_ms", m.warm},
+            {"weight_upload_ms", c.upload_ms},
+            {"pipeline_ms", c.pipeline_ms},
+            {"pipeline_cold_ms", c.pipeline_ms},
+            {"pipeline_warm_ms", m.cw.pipeline_ms},
+            {"plan_ms", c.plan_ms},
+            {"record_ms", c.record_ms},
+            {"record_warm_ms", m.cw.record_ms},
+            {"record_again_ms", m.record_again_ms},
+            {"record_again_runs_ms", m.again},
+            {"pipelines", c.pipelines},
+            {"pipelines_created", c.pipelines_created},
+            {"command_buffers_recorded", c.command_buffers_recorded},
+            {"dispatches_per_step", c.dispatches_per_run},
+            {"submissions_per_step", c.submissions_per_run},
+            {"barriers_per_step", c.barriers_per_run},
+            {"copies_per_step", c.copies_per_run},
+            {"weight_copy_bytes_per_step", c.weight_copy_bytes_per_run},
+            {"table_updates_per_step", c.table_updates_per_run},
+            {"executes_per_step", c.executes_per_run},
+            {"block_kinds_counted_on_device", c.kinds_counted_on_device},
+            {"block_weights", c.block_weights_note},
+            {"block_kinds_weight_major", c.block_kinds_weight_major},
+            {"activation_bytes_planned", c.activation_bytes_planned},
+            {"activation_bytes_naive", c.activation_bytes_naive},
+            {"split_ops", c.split_ops},
+            {"split_dispatches", c.split_dispatches},
+            {"binding_limit_bytes", c.binding_limit_bytes},
+            {"weight_bytes", c.weight_bytes},
+            {"device_bytes", c.device_bytes},
+            {"memory", peaks_json(m.peaks)},
+            {"steps", step_json},
+            {"step_ms", step_json["wall_ms"]},
+            {"step_ms_median", med.wall_ms},
+            {"gpu_ms", step_json["gpu_ms"]},
+            {"gpu_ms_median", med.run.gpu_ms},
+            {"host_ms", step_json["host_ms"]},
+            {"host_ms_median", med.run.host_ms},
+            {"flops_per_step", m.cost.flops},
+            {"bytes_per_step", bytes},
+            {"gflops_per_s", gflops(m, med)},
+            {"gbytes_per_s", bytes / (med.wall_ms * 1e-3) * 1e-9},
+            {"gpu_ms_per_op_kind", m.per_op},
+            {"gpu_ms_per_block", m.block_ms},
+            {"gpu_ms_block_median", median(m.block_ms)},
+            {"streamed_bytes_per_step", c.streamed_bytes_per_run},
+            {"budget_bytes", c.budget_bytes},
+            {"blocks_streamed", c.blocks_streamed},
+            {"copy_queue", c.copy_queue},
+            {"copy_batches_per_step", c.copy_batches_per_run}};
+}
+
+// What the run is, where and when: the report's head, also printed.
+nlohmann::json report_head(vk::Context& ctx, const BenchOpts& o, const models::SyntheticArch& arch) {
+    const auto& pc = ctx.pipeline_cache_info();
+    nlohmann::json report = {
+        {"kiln_version", kiln_version()},
+        {"date_utc", utc_now()},
+        {"host", host_info()},
+        {"device", ctx.info().name},
+        {"driver", ctx.info().driver},
+        {"class", arch.cls},
+        {"arch", o.synthetic.empty() ? o.model : o.synthetic},
+        {"batch", o.batch},
+        {"config", arch.config},
+        {"latent", arch.latent},
+        {"pipeline_cache", {{"path", pc.path}, {"status", pc.status}, {"loaded_bytes", pc.loaded_bytes}}},
+        {"modes", nlohmann::json::array()}};
+    std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(), o.batch,
+                arch.latent, arch.latent, ctx.info().name.c_str());
+    std::printf("pipeline cache: %s%s%s\n", pc.status.c_str(), pc.path.empty() ? "" : ", ", pc.path.c_str());
+    std::fflush(stdout);
+    return report;
+}
+
+// Never a partial file: a temporary name, then rename.
+void write_json(const std::string& path, const nlohmann::json& report) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp);
+        KILN_CHECK(f.good(), tmp, ": cannot write");
+        f << report.dump(2) << "\n";
+        KILN_CHECK(f.flush().good(), tmp, ": cannot write");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    KILN_CHECK(!ec, "cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+void run_bench(const BenchOpts& o) {
+    if (o.kernels)
+        return bench_kernels(o.device, o.no_pipeline_cache, o.kernel_shapes, o.kernel_dtypes, std::max(o.steps, 1));
+    KILN_CHECK(!o.model.empty() || !o.synthetic.empty(), "give --model FILE or --synthetic ARCH");
+    std::unique_ptr<models::WeightStore> ws;
+    const models::SyntheticArch arch = bench_arch(o, ws);
+    const exec::BlockWeights bw = exec::parse_block_weights(o.block_weights);
+    const std::vector<exec::Mode> modes = bench_modes(o);
+    // The KILN_FUSE value the executors read for --fuse on/off/all ("" leaves the environment as it is).
+    const std::string fuse_env_of_option = o.fuse == "on" ? "1" : o.fuse == "off" ? "0" : o.fuse;
+    Settings settings = cli_settings(o.device);
+    settings.context.skip_pipeline_cache_file = o.no_pipeline_cache;
+    if (!o.block_layout.empty()) settings.exec.block_layout = o.block_layout;
+    vk::Context ctx(settings);
+    // The executors of one row read its fusion from the context's settings ("" keeps the environment's).
+    auto set_fuse = [&](const std::string& fuse) {
+        Settings s = settings;
+        if (!fuse.empty()) s.exec.fuse = fuse;
+        ctx.set_settings(s);
     };
+    ctx.set_pipeline_reuse(false);  // every executor creates its pipelines, as a new process does
+    exec::Budget budget{o.vram_budget.empty() ? 0 : exec::parse_bytes(o.vram_budget), o.slots, !o.no_in_place};
+    auto inputs = models::example_inputs(arch.cls, arch.config, o.batch, arch.latent, arch.latent);
+    nlohmann::json report = report_head(ctx, o, arch);
+    // Fusion per row: the KILN_FUSE value the executor reads ("" leaves the environment as it is).
+    std::vector<std::pair<exec::Mode, std::string>> rows;
+    for (exec::Mode mode : modes) {
+        if (o.fuse == "both") {
+            rows.push_back({mode, "0"});
+            rows.push_back({mode, "all"});
+        } else {
+            rows.push_back({mode, fuse_env_of_option});
+        }
+    }
+    bool header = true;
+    for (auto& [mode, fuse_env] : rows) {
+        set_fuse(fuse_env);
+        const std::string label =
+            std::string(exec::mode_name(mode)) + (o.fuse == "both" && fuse_env != "0" ? "+f" : "");
+        const ModeRun m = measure_mode(ctx, *ws, arch, inputs, mode, label, o, bw, budget);
+        print_mode(m, header);
+        header = false;
+        report["modes"].push_back(mode_json(m, mode));
+        set_fuse("");
+    }
+    // The graph of the interleaved and streaming runs, built anew for each.
+    auto built = [&](auto&& fn) {
+        ir::Graph g;
+        models::Builder b(g, *ws);
+        auto in = models::build_component(b, arch.cls, arch.config, inputs);
+        return fn(g, b, in);
+    };
+    if (o.interleave > 0) {  // with the rows' fusion
+        set_fuse(fuse_env_of_option);
+        report["interleaved"] = built([&](const ir::Graph& g, const models::Builder& b, const auto& in) {
+            return interleaved(ctx, g, b, in, modes, bw, budget, o.warmup, o.interleave);
+        });
+        set_fuse("");
+    }
+    if (o.stream)
+        report["stream"] = built([&](const ir::Graph& g, const models::Builder& b, const auto& in) {
+            return stream_sweep(ctx, g, b, in, bw, budget, o.warmup, o.steps, o.stream_budgets);
+        });
+    if (!o.json.empty()) write_json(o.json, report);
+}
+}  // namespace
+
+Run add_bench(CLI::App& app) {
+    auto o = std::make_shared<BenchOpts>();
+    add_bench_flags(app, *o);
+    return [o] { run_bench(*o); };
 }
 
 }  // namespace kiln::app

@@ -18,13 +18,27 @@ kiln_jit_mode jit_mode(exec::Mode m) {
     return m == exec::Mode::eager ? KILN_JIT_EAGER : m == exec::Mode::full ? KILN_JIT_FULL : KILN_JIT_REGIONAL;
 }
 
-// The latents as the C API takes them (float32, owned by `store`).
-void set_latents(kiln_generate_params& p, const std::optional<Tensor>& init, Tensor& store) {
-    if (!init) return;
-    store = init->astype(DType::f32);
-    p.latents = store.data<float>();
-    p.latents_shape = store.shape.data();
-    p.latents_ndim = (int)store.shape.size();
+// The options every pipeline shares, as kiln_generate_params holds them (strings and latents owned by `store`).
+struct CommonStore {
+    std::string scheduler_config;
+    Tensor latents;
+};
+void set_common(kiln_generate_params& p, const models::CommonOptions& c, CommonStore& store) {
+    p.seed = c.seed;
+    p.noise_dtype = dtype_name(c.noise_dtype);
+    if (!c.scheduler.empty()) p.scheduler = c.scheduler.c_str();
+    store.scheduler_config = c.scheduler_config.empty() ? "" : c.scheduler_config.dump();
+    if (!store.scheduler_config.empty()) p.scheduler_config = store.scheduler_config.c_str();
+    p.jit_mode = jit_mode(c.mode);
+    if (c.latents_init) {  // float32, as the C API takes them
+        store.latents = c.latents_init->astype(DType::f32);
+        p.latents = store.latents.data<float>();
+        p.latents_shape = store.latents.shape.data();
+        p.latents_ndim = (int)store.latents.shape.size();
+    }
+    p.vae_tiling = c.tiled_vae;
+    p.vae_tile_size = c.vae_tile_size;
+    p.host_loop = c.host_loop;
 }
 
 // The two kiln_generate calls (size query, then into a buffer sized by it), with Ctrl-C as cancel and the
@@ -79,16 +93,8 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     KILN_CHECK(g.steps >= 1, "--steps is ", g.steps, " (at least 1)");
     p.steps = g.steps;
     p.guidance = g.guidance > 1 ? g.guidance : 1.0;  // <= 1 is no guidance; the C API's 0 means the default
-    p.seed = g.seed;
-    p.noise_dtype = dtype_name(g.noise_dtype);
-    if (!g.scheduler.empty()) p.scheduler = g.scheduler.c_str();
-    const std::string sched_config = g.scheduler_config.empty() ? "" : g.scheduler_config.dump();
-    if (!sched_config.empty()) p.scheduler_config = sched_config.c_str();
-    p.jit_mode = jit_mode(g.mode);
-    Tensor latents;
-    set_latents(p, g.latents_init, latents);
-    p.vae_tiling = g.tiled_vae;
-    p.vae_tile_size = g.vae_tile_size;
+    CommonStore store;
+    set_common(p, g, store);
     kiln_generate_stats stats = KILN_GENERATE_STATS_INIT;
     return run(m.get(), p, g.keep_intermediates, g.progress, stats);
 }
@@ -150,16 +156,8 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     p.skip_layer_guidance_scale = t.skip_layer_guidance_scale;
     p.skip_layer_guidance_start = t.skip_layer_guidance_start;
     p.skip_layer_guidance_stop = t.skip_layer_guidance_stop;
-    p.seed = t.seed;
-    p.noise_dtype = dtype_name(t.noise_dtype);
-    if (!t.scheduler.empty()) p.scheduler = t.scheduler.c_str();
-    const std::string sched_config = t.scheduler_config.empty() ? "" : t.scheduler_config.dump();
-    if (!sched_config.empty()) p.scheduler_config = sched_config.c_str();
-    p.jit_mode = jit_mode(t.mode);
-    Tensor latents;
-    set_latents(p, t.latents_init, latents);
-    p.vae_tiling = t.tiled_vae;
-    p.vae_tile_size = t.vae_tile_size;
+    CommonStore store;
+    set_common(p, t, store);
     return run(m, p, t.keep_intermediates, t.progress, stats);
 }
 
