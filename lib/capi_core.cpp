@@ -104,10 +104,10 @@ namespace {
 void describe(kiln_model& m) {
     const auto& src = m.src;
     for (auto& c : src.components()) m.components.push_back({c, src.class_of(c)});
-    const bool dit = src.has("transformer") && src.class_of("transformer") == "DiTTransformer2DModel";
-    if (dit) {
+    m.family = models::model_family(src);
+    if (m.family && m.family->id == models::FamilyId::dit) {
         m.kind = KILN_MODEL_CLASS_LABELS;
-        m.pipeline = "DiTPipeline";
+        m.pipeline = models::pipeline_for(*m.family).name;
         const auto& tc = src.config("transformer");
         const int sample = tc.value("sample_size", 0);
         int vsf = 1;
@@ -201,6 +201,8 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
                  " (0 = environment, 1 = on, -1 = off)");
         KILN_ARG(o.transfer_queue >= -1 && o.transfer_queue <= 2, "options->transfer_queue is ", o.transfer_queue,
                  " (0 = environment, -1 = in the step, 1 = transfer queue, 2 = split)");
+        KILN_ARG(o.f16_activations >= -1 && o.f16_activations <= 1, "options->f16_activations is ",
+                 o.f16_activations, " (0 = environment, 1 = on, -1 = off)");
         if (o.device >= 0) {
             const int n = (int)vk::list_devices().size();
             if (o.device >= n) fail(KILN_NOT_FOUND, "device ", o.device, " does not exist (", n, " Vulkan devices)");
@@ -217,6 +219,7 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
         if (o.validation != 0) settings.context.validation = o.validation == 1;
         if (o.transfer_queue != 0)
             settings.context.transfer_queue = o.transfer_queue == -1 ? "0" : o.transfer_queue == 1 ? "1" : "split";
+        if (o.f16_activations != 0) settings.exec.act_f16 = o.f16_activations == 1;
         auto dev = std::make_shared<Device>();
         dev->vk = std::make_unique<vk::Context>(settings);
         if (o.vram_budget_bytes) dev->vk->set_vram_budget(o.vram_budget_bytes);

@@ -124,8 +124,9 @@ KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* 
                  " (it needs vae_tiled)");
         const bool vae_options = p.vae_tiled || p.vae_sliced;
         if (vae_options) {
-            KILN_ARG(src.class_of(comp) == "AutoencoderKL",
-                     "vae_tiled and vae_sliced are for the VAE (AutoencoderKL), not ", src.class_of(comp));
+            const models::ComponentClass* c = models::find_component_class(src.class_of(comp));
+            KILN_ARG(c && c->kind == models::ComponentKind::vae, "vae_tiled and vae_sliced are for the VAE (",
+                     models::class_name(models::ComponentKind::vae), "), not ", src.class_of(comp));
             KILN_ARG(in.count("latents") || in.count("image"), "the VAE takes `latents` (decode) or `image` (encode)");
         }
         auto res = std::make_unique<kiln_result>();

@@ -118,11 +118,11 @@ models::CommonOptions common_options(const kiln_generate_params& p) {
 void check_true_cfg(const kiln_model& m, const kiln_generate_params& p) {
     KILN_ARG(p.true_cfg_scale >= 0 && std::isfinite(p.true_cfg_scale), "true_cfg_scale is ", p.true_cfg_scale,
              " (> 1 is on; 0 or 1 off)");
-    KILN_ARG(p.true_cfg_scale == 0 || m.pipeline == "FluxPipeline", "true_cfg_scale applies to Flux (", m.pipeline,
+    KILN_ARG(p.true_cfg_scale == 0 || (m.family && m.family->true_cfg), "true_cfg_scale applies to Flux (", m.pipeline,
              "'s guidance scale is guidance)");
 }
 
-// DiTPipeline: class labels, checked against the model's; its one size; nothing of the text pipelines.
+// DiT: class labels, checked against the model's; its one size; nothing of the text pipelines.
 Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const models::CommonOptions& common) {
     KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt && p.negative_prompt_count == 0 &&
                  p.prompt_2_count == 0 && p.prompt_3_count == 0 && p.negative_prompt_2_count == 0 &&
@@ -130,9 +130,11 @@ Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const
              m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
     KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
     KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
-             " is a DiT model: custom sigmas and timesteps apply to the text pipelines (DiTPipeline takes none)");
+             " is a DiT model: custom sigmas and timesteps apply to the text pipelines (",
+             models::pipeline_for(models::family(models::FamilyId::dit)).name, " takes none)");
     KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(),
-             " is a DiT model: skip-layer guidance applies to StableDiffusion3Pipeline");
+             " is a DiT model: skip-layer guidance applies to ",
+             models::pipeline_for(models::family_with(&models::Family::skip_layer_guidance)).name);
     KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
              " is a class-conditional DiT model: give class_labels and class_label_count");
     KILN_ARG((p.width == 0 || p.width == m.default_width) && (p.height == 0 || p.height == m.default_height),
@@ -236,7 +238,7 @@ void text_schedule(const kiln_generate_params& p, models::T2IOptions& t) {
 
 // prompt_embeds: the tensors this pipeline needs beyond prompt_embeds, checked before any work.
 void check_embeds_for(const kiln_model& m, const models::T2IPlan& plan, const models::TextConditioning& tx) {
-    const bool pixart = plan.pipeline != "FluxPipeline" && plan.pipeline != "StableDiffusion3Pipeline";
+    const bool pixart = plan.family->attention_mask;  // PixArt's transformer reads prompt_attention_mask
     auto need = [&](const Tensor& t, const char* name, const char* why) {
         KILN_ARG(!t.bytes.empty(), m.pipeline, " needs prompt_embeds '", name, "'", why);
     };

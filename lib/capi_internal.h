@@ -112,6 +112,7 @@ struct kiln_model {
     kiln::models::ModelSource src;
     kiln_model_kind kind = KILN_MODEL_COMPONENT;
     std::string pipeline;
+    const kiln::models::Family* family = nullptr;  // the registry family of its transformer (nullptr: a component)
     int default_width = 0, default_height = 0;
     std::vector<std::pair<std::string, std::string>> components;  // name, class
     std::vector<std::pair<int, std::string>> labels;              // id, name

@@ -1,5 +1,5 @@
 #pragma once
-// The generation options every pipeline shares (DiTPipeline and the text-to-image pipelines): the noise, the
+// The generation options every pipeline shares (DiT's and the text-to-image pipelines): the noise, the
 // scheduler, how the loop runs and decodes, progress. GenerateOptions and T2IOptions add their own on top.
 #include <cstdint>
 #include <functional>

@@ -1,4 +1,4 @@
-// kiln generate: DiTPipeline (class labels) or a text-to-image pipeline (PixArt, SD3, Flux) end to end, PNG out.
+// kiln generate: the DiT pipeline (class labels) or a text-to-image pipeline (PixArt, SD3, Flux) end to end, PNG out.
 #include <signal.h>
 #include <unistd.h>
 
@@ -134,7 +134,7 @@ void profile(vk::Context& ctx, const models::GenerateResult& r, bool rss_reset) 
                  peaks_line(read_peaks(ctx, rss_reset)).c_str());
 }
 
-// ---- DiTPipeline: class labels ----
+// ---- DiT: class labels ----
 
 std::string dit_settings(const GenerateFlags& o, const models::GenerateOptions& g) {
     return "labels=" + o.labels + (o.images > 1 ? " images=" + std::to_string(o.images) : "") +
@@ -367,15 +367,17 @@ void run_text(Session& s) {
     KILN_CHECK(!o.given("--class-labels"), s.model, " is a text-to-image model (",
                pipeline.empty() ? s.src.class_of("transformer") : pipeline,
                "): --class-labels does not apply (use --prompt-embeds)");
-    const bool flux = pipeline == "FluxPipeline";
+    const models::Family* family = models::model_family(s.src);
+    const bool flux = family && family->id == models::FamilyId::flux;
     models::T2IOptions t = text_options(s, flux);
     const auto plan = models::plan_t2i(s.src, t);  // defaults and size checks before any heavy work
     std::vector<std::vector<std::string>> jobs = text_jobs(s, plan);
     const models::PromptOptions texts = job_texts(s, jobs);
     if (flux && !plan.cfg && !(texts.negatives.empty() && texts.negatives_2.empty()))
         std::fprintf(stderr,
-                     "kiln: warning: FluxPipeline runs classifier-free guidance only with --true-cfg > 1 (diffusers' "
-                     "true_cfg_scale): --negative-prompt and --negative-prompt-2 are ignored\n");
+                     "kiln: warning: %s runs classifier-free guidance only with --true-cfg > 1 (diffusers' "
+                     "true_cfg_scale): --negative-prompt and --negative-prompt-2 are ignored\n",
+                     pipeline.c_str());
     if (!o.latents.empty()) t.latents_init = SafeTensors::open(o.latents).read("latents_init");
     if (!o.prompt_embeds.empty()) t.text = models::TextConditioning::read(SafeTensors::open(o.prompt_embeds));
     if (jobs.empty()) jobs.push_back({});  // one generation from --prompt-embeds
@@ -427,8 +429,8 @@ void run_generate(const GenerateFlags& o) {
     Session s{o, model,
               model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
                                                 : models::ModelSource::open(model)};
-    const bool dit = s.src.has("transformer") && s.src.class_of("transformer") == "DiTTransformer2DModel";
-    if (dit)
+    const models::Family* family = models::model_family(s.src);
+    if (family && family->id == models::FamilyId::dit)
         run_labels(s);
     else
         run_text(s);

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "include/kiln.h"
 #include "runtime/core/file_io.h"
@@ -26,17 +27,27 @@ inline constexpr const char* kVramBudgetHelp =
     "Device memory for one model's weights and activations (e.g. 4G, 512M; default: the device's memory heap). "
     "Block weights over it stay in host memory and stream into a ring of device slots (regional mode); a budget "
     "below the minimum working set (activations + two block slots) is raised to it with a warning";
-// --f16-activations, shared by generate, forward and bench: sets KILN_ACT_F16=1 for this process.
+// What the device flags shared by generate, forward and bench ask for, over the environment's settings: applied to
+// every context the CLI makes (open_context through the C API's options, cli_settings for its own vk::Context).
+struct DeviceFlags {
+    bool f16_activations = false;  // --f16-activations
+    std::string transfer_queue;    // --transfer-queue 0|1|split ("": the environment's)
+};
+inline DeviceFlags& device_flags() {
+    static DeviceFlags f;
+    return f;
+}
+// --f16-activations, shared by generate, forward and bench.
 inline void add_f16_activations_flag(CLI::App& app) {
     app.add_flag_callback(
-        "--f16-activations", [] { ::setenv("KILN_ACT_F16", "1", 1); },
+        "--f16-activations", [] { device_flags().f16_activations = true; },
         "Store activations that pass from one linear to the next (a transformer MLP's 4x-wide hidden) as f16, "
         "accumulating in f32: that buffer halves; outputs move by about 1e-4 relative (as KILN_ACT_F16=1)");
 }
-// --transfer-queue, shared by generate, forward and bench: sets KILN_TRANSFER_QUEUE for this process.
+// --transfer-queue, shared by generate, forward and bench.
 inline void add_transfer_queue_option(CLI::App& app) {
     app.add_option_function<std::string>(
-           "--transfer-queue", [](const std::string& v) { ::setenv("KILN_TRANSFER_QUEUE", v.c_str(), 1); },
+           "--transfer-queue", [](const std::string& v) { device_flags().transfer_queue = v; },
            "Where streamed block weights are copied into their ring slots: 0 = inside the step's compute "
            "submission (default); 1 = on the device's transfer-only queue (DMA engine) beside compute, in batches "
            "ordered by timeline semaphores (devices without one keep 0; not yet run on such a GPU); split = those "
@@ -68,8 +79,7 @@ void install_interrupt_handler();
 bool interrupted();
 // The built-in default model (the trained dit-digits pipeline that ships with Kiln), or KILN_DEFAULT_MODEL.
 std::string default_model();
-// The settings of a vk::Context the CLI makes itself (bench, devices, generate --profile/--host-loop): the environment
-// table (runtime/core/settings.h) read at this edge, after the flags that set variables (--f16-activations,
-// --transfer-queue); device >= 0 wins over KILN_DEVICE.
+// The settings of a vk::Context the CLI makes itself (bench, devices, generate --profile): the environment table
+// (runtime/core/settings.h) read at this edge, with device_flags() over it; device >= 0 wins over KILN_DEVICE.
 Settings cli_settings(int device = -1);
 }  // namespace kiln::app

@@ -64,6 +64,9 @@ ContextPtr open_context(int device, uint64_t vram_budget) {
     kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
     o.device = device;
     o.vram_budget_bytes = vram_budget;
+    if (device_flags().f16_activations) o.f16_activations = 1;
+    const std::string& q = device_flags().transfer_queue;
+    if (!q.empty()) o.transfer_queue = q == "0" ? -1 : q == "1" ? 1 : 2;
     kiln_context* c = nullptr;
     capi_check(kiln_context_create(&o, &c));
     return ContextPtr(c);

@@ -26,11 +26,11 @@ std::vector<int> parse_labels(const std::string& s, const nlohmann::json& model_
             out.push_back((int)v);
             continue;
         }
-        // A label name: look it up in model_index.json's id2label, as DiTPipeline.get_label_ids does.
+        // A label name: look it up in model_index.json's id2label, as diffusers' DiT pipeline's get_label_ids does.
         bool found = false;
         if (model_index.contains("id2label"))
             for (auto& [id, name] : model_index["id2label"].items()) {
-                // ImageNet labels list synonyms: "tench, Tinca tinca" (DiTPipeline splits them the same way).
+                // ImageNet labels list synonyms: "tench, Tinca tinca" (diffusers' DiT pipeline splits them the same way).
                 std::stringstream names(name.is_string() ? name.get<std::string>() : "");
                 std::string part;
                 while (!found && std::getline(names, part, ','))

@@ -18,6 +18,8 @@ std::string default_model() {
 Settings cli_settings(int device) {
     Settings s = settings_from_env();
     if (device >= 0) s.context.device = device;
+    if (device_flags().f16_activations) s.exec.act_f16 = true;
+    if (!device_flags().transfer_queue.empty()) s.context.transfer_queue = device_flags().transfer_queue;
     return s;
 }
 }  // namespace kiln::app

@@ -240,7 +240,7 @@ TEST_CASE("kiln generate --negative-prompt per prompt, --prompt-2, --prompt-3: e
         "--prompt 'a cat' --prompt 'a dog' --negative-prompt blurry --negative-prompt dark --prompt-2 'an owl' "
         "--prompt-3 'a red barn' --negative-prompt-3 'low quality'";
     auto a = run(lists, "a");
-    auto host = run(lists + " --host-loop", "host");  // the C++ pipeline instead of the C API
+    auto host = run(lists + " --host-loop", "host");  // the loop on the host instead of the device
     // The negative texts as prompts (no guidance): the same token rows.
     auto b = run("--prompt blurry --prompt dark --prompt-3 'low quality' --guidance 1", "b");
     auto ids = [](const SafeTensors& st, const std::string& name) {
@@ -260,7 +260,7 @@ TEST_CASE("kiln generate --negative-prompt per prompt, --prompt-2, --prompt-3: e
     CHECK(rows_equal(ids(a, "text_encoder_2_input_ids")));     // one --prompt-2 for both prompts
     CHECK(rows_equal(ids(a, "text_encoder_3_input_ids")));     // one --prompt-3
     CHECK(!rows_equal(ids(a, "text_encoder_input_ids")));      // CLIP-L: the two prompts
-    CHECK(ids(a, "image").bytes == ids(host, "image").bytes);  // C API and C++ pipeline: the same bits
+    CHECK(ids(a, "image").bytes == ids(host, "image").bytes);  // device loop and host loop: the same bits
     std::ifstream png(tmp / "a.png", std::ios::binary);
     const std::string file(std::istreambuf_iterator<char>(png), {});
     CHECK(file.find("negative=blurry | dark") != std::string::npos);  // the settings, in a tEXt chunk
@@ -281,12 +281,12 @@ TEST_CASE("kiln generate --images N: the prompts or labels repeated, each N time
     auto [dit_rep, dit_err] = image("--class-labels 1,7 --images 2", "dit_rep");
     auto [dit_list, dit_list_err] = image("--class-labels 1,1,7,7", "dit_list");
     CHECK(dit_rep.shape[0] == 4);
-    auto [dit_host, dit_host_err] = image("--class-labels 1,7 --images 2 --host-loop", "dit_host");  // C++ pipeline
+    auto [dit_host, dit_host_err] = image("--class-labels 1,7 --images 2 --host-loop", "dit_host");  // host loop
     CHECK(dit_rep.bytes == dit_list.bytes);
     CHECK(dit_host.bytes == dit_list.bytes);
     CHECK(dit_host_err.find("4 image(s)") != std::string::npos);
     CHECK(fs::exists(tmp / "dit_rep-3.png"));
-    // Prompts, through the C API and through the C++ pipeline (--host-loop): encoded once, two prompts.
+    // Prompts, on the device loop and on the host loop (--host-loop): encoded once, two prompts.
     const std::string sd3 = "--model " + fixture("sd3_pipeline");
     auto [rep, rep_err] = image(sd3 + " --prompt 'a cat' --prompt 'a dog' --images 2", "sd3_rep");
     auto [list, list_err] =

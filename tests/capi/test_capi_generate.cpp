@@ -391,3 +391,45 @@ TEST_CASE("C API: a budget streams the blocks; transfer_queue 2 puts ring copies
     CHECK(std::string(kiln_last_error()).find("transfer_queue") != std::string::npos);
     CHECK(c == nullptr);
 }
+
+TEST_CASE("C API: f16_activations option: 1 and -1 win over KILN_ACT_F16, 0 leaves it to the variable",
+          "[capi][vulkan]") {
+    // f16 activations round the linear-to-linear buffers (about 1e-4 relative), so the f32 image differs from the
+    // f32-activation one; the option must give exactly the variable's image, whatever the variable says.
+    auto gen = [](int f16_activations) {
+        kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
+        o.f16_activations = f16_activations;
+        kiln_context* c = nullptr;
+        REQUIRE(kiln_context_create(&o, &c) == KILN_OK);
+        Context ctx(c);
+        auto m = open_model(ctx.get(), digits_model());
+        int labels[1] = {5};
+        kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+        p.class_labels = labels;
+        p.class_label_count = 1;
+        p.steps = 2;
+        kiln_image img = KILN_IMAGE_INIT;
+        img.format = KILN_PIXELS_RGB_F32;
+        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+        std::vector<uint8_t> px(img.required_bytes);
+        img.data = px.data();
+        img.capacity = px.size();
+        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+        return px;
+    };
+    unsetenv("KILN_ACT_F16");
+    const auto f32 = gen(0), f16 = gen(1);
+    CHECK(f16 != f32);
+    CHECK(gen(-1) == f32);
+    setenv("KILN_ACT_F16", "1", 1);
+    CHECK(gen(0) == f16);
+    CHECK(gen(-1) == f32);
+    unsetenv("KILN_ACT_F16");
+
+    kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
+    o.f16_activations = 2;
+    kiln_context* c = nullptr;
+    CHECK(kiln_context_create(&o, &c) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("f16_activations") != std::string::npos);
+    CHECK(c == nullptr);
+}
