@@ -20,6 +20,28 @@ long diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
     for (size_t i = 0; i < a.size(); ++i) d += std::abs((int)a[i] - (int)b[i]);
     return d;
 }
+
+// The digits model's images of `labels` after `steps` steps on a context made with `o`, in `format`.
+std::vector<uint8_t> digits_on(const kiln_context_options& o, std::vector<int> labels, int steps, kiln_pixel_format format,
+                               kiln_generate_stats* st = nullptr) {
+    kiln_context* c = nullptr;
+    REQUIRE(kiln_context_create(&o, &c) == KILN_OK);
+    Context ctx(c);
+    auto m = open_model(ctx.get(), digits_model());
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.class_labels = labels.data();
+    p.class_label_count = (int)labels.size();
+    p.steps = steps;
+    p.stats = st;
+    kiln_image img = KILN_IMAGE_INIT;
+    img.format = format;
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    std::vector<uint8_t> px(img.required_bytes);
+    img.data = px.data();
+    img.capacity = px.size();
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    return px;
+}
 }  // namespace
 
 TEST_CASE("C API: devices and model info", "[capi]") {
@@ -347,24 +369,7 @@ TEST_CASE("C API: a budget streams the blocks; transfer_queue 2 puts ring copies
         kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
         o.vram_budget_bytes = budget;
         o.transfer_queue = transfer_queue;
-        kiln_context* c = nullptr;
-        REQUIRE(kiln_context_create(&o, &c) == KILN_OK);
-        Context ctx(c);
-        auto m = open_model(ctx.get(), digits_model());
-        int labels[2] = {3, 8};
-        kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
-        p.class_labels = labels;
-        p.class_label_count = 2;
-        p.steps = 3;
-        p.stats = st;
-        kiln_image img = KILN_IMAGE_INIT;
-        img.format = KILN_PIXELS_RGBA8;
-        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
-        std::vector<uint8_t> px(img.required_bytes);
-        img.data = px.data();
-        img.capacity = px.size();
-        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
-        return px;
+        return digits_on(o, {3, 8}, 3, KILN_PIXELS_RGBA8, st);
     };
     kiln_generate_stats all = KILN_GENERATE_STATS_INIT, in_step = KILN_GENERATE_STATS_INIT,
                         split = KILN_GENERATE_STATS_INIT;
@@ -399,23 +404,7 @@ TEST_CASE("C API: f16_activations option: 1 and -1 win over KILN_ACT_F16, 0 leav
     auto gen = [](int f16_activations) {
         kiln_context_options o = KILN_CONTEXT_OPTIONS_INIT;
         o.f16_activations = f16_activations;
-        kiln_context* c = nullptr;
-        REQUIRE(kiln_context_create(&o, &c) == KILN_OK);
-        Context ctx(c);
-        auto m = open_model(ctx.get(), digits_model());
-        int labels[1] = {5};
-        kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
-        p.class_labels = labels;
-        p.class_label_count = 1;
-        p.steps = 2;
-        kiln_image img = KILN_IMAGE_INIT;
-        img.format = KILN_PIXELS_RGB_F32;
-        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
-        std::vector<uint8_t> px(img.required_bytes);
-        img.data = px.data();
-        img.capacity = px.size();
-        REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
-        return px;
+        return digits_on(o, {5}, 2, KILN_PIXELS_RGB_F32);
     };
     unsetenv("KILN_ACT_F16");
     const auto f32 = gen(0), f16 = gen(1);

@@ -17,11 +17,6 @@ vk::Context& context() {
     return ctx;
 }
 
-struct BindingLimit {  // KILN_MAX_BINDING_RANGE for one scope
-    explicit BindingLimit(size_t bytes) { setenv("KILN_MAX_BINDING_RANGE", std::to_string(bytes).c_str(), 1); }
-    ~BindingLimit() { unsetenv("KILN_MAX_BINDING_RANGE"); }
-};
-
 // Every row-wise op on a [B, N, 4C] hidden value, in and out of repeated blocks. B = 2, N = 64, C = 16: the hidden
 // value is 32 KiB, the C-wide stream 8 KiB, each block's weights ~8.5 KiB.
 struct RowOps {
@@ -89,7 +84,7 @@ TEST_CASE("row-wise ops over the binding limit run in row chunks, bitwise equal 
     const Tensor ref = run_y(plain, in);
     // 12 KiB: the hidden value (32 KiB, 256 B rows) goes in chunks of 48 rows, cut at the batch boundary (64 rows)
     // where an operand is per batch (modulate, matmul); every block's weights (8.5 KiB) still fit one binding.
-    BindingLimit limit(12 << 10);
+    test::BindingLimit limit(12 << 10);
     for (auto bw : {exec::BlockWeights::offset, exec::BlockWeights::device, exec::BlockWeights::copy}) {
         if (mode != exec::Mode::regional && bw != exec::BlockWeights::offset) continue;
         exec::Executor split(context(), t.g, t.bytes(), mode, false, bw);
@@ -111,7 +106,7 @@ TEST_CASE("row chunks under a budget that streams block weights: bitwise equal",
     auto in = t.inputs();
     exec::Executor plain(context(), t.g, t.bytes(), exec::Mode::regional);
     const Tensor ref = run_y(plain, in);
-    BindingLimit limit(12 << 10);
+    test::BindingLimit limit(12 << 10);
     exec::Budget budget;
     budget.bytes = 1;  // raised to the minimum working set: two block slots
     budget.in_place = false;
@@ -126,7 +121,7 @@ TEST_CASE("an op that cannot be split names the op, the shape, the bytes and the
     ir::Graph g;
     ir::Val x = g.input("x", {2, 64, 32});              // 16 KiB
     g.output(g.scale(g.transpose(x, 1, 2), 2.f), "y");  // permute: not row-wise
-    BindingLimit limit(8192);
+    test::BindingLimit limit(8192);
     exec::WeightBytesFn none = [](const ir::Value&, void*, size_t) {};
     CHECK_THROWS_WITH(exec::Executor(context(), g, none, exec::Mode::full),
                       Catch::Contains("op permute binds activation [2, 64, 32] (16384 bytes)") &&

@@ -23,11 +23,6 @@ vk::Context& context() {
     return ctx;
 }
 
-struct BindingLimit {  // KILN_MAX_BINDING_RANGE for one scope
-    explicit BindingLimit(size_t bytes) { setenv("KILN_MAX_BINDING_RANGE", std::to_string(bytes).c_str(), 1); }
-    ~BindingLimit() { unsetenv("KILN_MAX_BINDING_RANGE"); }
-};
-
 struct Case {
     int rows;
     uint32_t row_lat;
@@ -274,8 +269,8 @@ TEST_CASE("row chunks inside the device loop: the same latents", "[models][split
         return std::vector<float>(t.data<float>(), t.data<float>() + 2048);
     }();
     auto latents = [&](bool split) {
-        std::unique_ptr<BindingLimit> limit;
-        if (split) limit = std::make_unique<BindingLimit>(10 << 10);
+        std::unique_ptr<test::BindingLimit> limit;
+        if (split) limit = std::make_unique<test::BindingLimit>(10 << 10);
         exec::Executor ex(context(), g, bytes, exec::Mode::regional);
         // linear, gelu and add split (linear + gelu are one op when fused)
         CHECK(ex.counters().split_ops == (split ? 3 - ex.counters().nodes_fused : 0));

@@ -28,6 +28,11 @@ struct ScopedEnv {
     ScopedEnv& operator=(const ScopedEnv&) = delete;
 };
 
+// KILN_MAX_BINDING_RANGE for one scope: ops whose buffers pass `bytes` run in row chunks.
+struct BindingLimit : ScopedEnv {
+    explicit BindingLimit(size_t bytes) : ScopedEnv("KILN_MAX_BINDING_RANGE", std::to_string(bytes)) {}
+};
+
 // A fresh folder under the system's temp folder (TAG_<pid>_<n>), removed with everything in it at scope exit.
 struct TempDir {
     std::filesystem::path path;
