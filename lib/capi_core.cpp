@@ -201,8 +201,8 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
                  " (0 = environment, 1 = on, -1 = off)");
         KILN_ARG(o.transfer_queue >= -1 && o.transfer_queue <= 2, "options->transfer_queue is ", o.transfer_queue,
                  " (0 = environment, -1 = in the step, 1 = transfer queue, 2 = split)");
-        KILN_ARG(o.f16_activations >= -1 && o.f16_activations <= 1, "options->f16_activations is ",
-                 o.f16_activations, " (0 = environment, 1 = on, -1 = off)");
+        KILN_ARG(o.f16_activations >= -1 && o.f16_activations <= 1, "options->f16_activations is ", o.f16_activations,
+                 " (0 = environment, 1 = on, -1 = off)");
         if (o.device >= 0) {
             const int n = (int)vk::list_devices().size();
             if (o.device >= n) fail(KILN_NOT_FOUND, "device ", o.device, " does not exist (", n, " Vulkan devices)");

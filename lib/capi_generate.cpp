@@ -132,8 +132,7 @@ Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const
     KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
              " is a DiT model: custom sigmas and timesteps apply to the text pipelines (",
              models::pipeline_for(models::family(models::FamilyId::dit)).name, " takes none)");
-    KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(),
-             " is a DiT model: skip-layer guidance applies to ",
+    KILN_ARG(p.skip_guidance_layer_count == 0, m.src.path(), " is a DiT model: skip-layer guidance applies to ",
              models::pipeline_for(models::family_with(&models::Family::skip_layer_guidance)).name);
     KILN_ARG(p.class_label_count > 0 && p.class_labels, m.src.path(),
              " is a class-conditional DiT model: give class_labels and class_label_count");

@@ -40,14 +40,20 @@ Tensor batch_vector(const Tensor& t, int64_t B, DType dt, const std::string& nam
 namespace {
 using Inputs = std::map<std::string, Tensor>;
 
-Inputs dit_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
-    Inputs in;
+// The latents a DiT, PixArt or SD3 transformer takes: hidden_states [B, C, H, W] with the config's C.
+const Tensor& need_latents(const Inputs& inputs, const std::string& cls, int in_channels) {
     const Tensor& x = need(inputs, "hidden_states", cls);
     KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
-    int64_t B = x.shape[0];
+    KILN_CHECK(x.shape[1] == in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
+               in_channels);
+    return x;
+}
+
+Inputs dit_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
     auto c = DiTConfig::from_json(config);
-    KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
-               c.in_channels);
+    const Tensor& x = need_latents(inputs, cls, c.in_channels);
+    const int64_t B = x.shape[0];
     build_dit(b, c, (int)B, (int)x.shape[2], (int)x.shape[3]);
     in["hidden_states"] = x.astype(DType::f32);
     in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
@@ -57,15 +63,12 @@ Inputs dit_inputs(Builder& b, const std::string& cls, const nlohmann::json& conf
 
 Inputs pixart_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
     Inputs in;
-    const Tensor& x = need(inputs, "hidden_states", cls);
+    auto c = PixArtConfig::from_json(config);
+    const Tensor& x = need_latents(inputs, cls, c.in_channels);
     const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
-    KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
     KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == x.shape[0], cls,
                ": encoder_hidden_states must be [B, L, C], got ", shape_str(ctx.shape));
     const int64_t B = x.shape[0], L = ctx.shape[1];
-    auto c = PixArtConfig::from_json(config);
-    KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
-               c.in_channels);
     // encoder_attention_mask: a 0/1 mask [B, L] becomes the bias (1 - mask) * -10000 [B, 1, L], as diffusers
     // does; a [B, 1, L] bias is taken as is.
     auto m = inputs.find("encoder_attention_mask");
@@ -98,16 +101,13 @@ Inputs pixart_inputs(Builder& b, const std::string& cls, const nlohmann::json& c
 Inputs sd3_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs,
                   const ComponentOptions& co) {
     Inputs in;
-    const Tensor& x = need(inputs, "hidden_states", cls);
+    auto c = SD3Config::from_json(config);
+    const Tensor& x = need_latents(inputs, cls, c.in_channels);
     const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
     const Tensor& pooled = need(inputs, "pooled_projections", cls);
-    KILN_CHECK(x.shape.size() == 4, cls, ": hidden_states must be [B, C, H, W], got ", shape_str(x.shape));
     const int64_t B = x.shape[0];
     KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B, cls, ": encoder_hidden_states must be [B, L, C], got ",
                shape_str(ctx.shape));
-    auto c = SD3Config::from_json(config);
-    KILN_CHECK(x.shape[1] == c.in_channels, cls, ": hidden_states has ", x.shape[1], " channels, config says ",
-               c.in_channels);
     KILN_CHECK(pooled.numel() == B * c.pooled_projection_dim, cls, ": pooled_projections must be [B, ",
                c.pooled_projection_dim, "], got ", shape_str(pooled.shape));
     build_sd3(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)ctx.shape[1], co.skip_layers);

@@ -505,9 +505,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     res.device_loop = !t.slg && use_device_loop(ctx.settings(), opt.host_loop) &&
                       (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(*t.x, ls);
     if (res.device_loop) {
-        z = denoise_on_device(
-            ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res,
-            [&](StepProgram& prog) { return f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf); });
+        z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
+            return f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf);
+        });
         if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
         x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res);

@@ -30,7 +30,8 @@ std::vector<int> parse_labels(const std::string& s, const nlohmann::json& model_
         bool found = false;
         if (model_index.contains("id2label"))
             for (auto& [id, name] : model_index["id2label"].items()) {
-                // ImageNet labels list synonyms: "tench, Tinca tinca" (diffusers' DiT pipeline splits them the same way).
+                // ImageNet labels list synonyms: "tench, Tinca tinca" (diffusers' DiT pipeline splits them the same
+                // way).
                 std::stringstream names(name.is_string() ? name.get<std::string>() : "");
                 std::string part;
                 while (!found && std::getline(names, part, ','))

@@ -53,87 +53,88 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 const std::vector<SettingInfo> kTable = {
     // The device and its context (vk::Context).
     {"KILN_DEVICE", "int", "best device", "Vulkan device index (see `kiln devices`); the CLI's --device wins",
-     false, [](Settings& s, const std::string& v) {
-         s.context.device = (int)integer("KILN_DEVICE", v, -1, kIntMax, "a device index, or -1 for the best"); }},
+     false, [](Settings& s, const char* n, const std::string& v) {
+         s.context.device = (int)integer(n, v, -1, kIntMax, "a device index, or -1 for the best"); }},
     {"KILN_VALIDATION", "bool", "0", "Vulkan validation layers on (any value but 0); every message is counted",
-     false, [](Settings& s, const std::string& v) { s.context.validation = on_unless_0(v); }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.context.validation = on_unless_0(v); }},
     {"KILN_VALIDATION_SYNC", "bool", "1", "with validation, synchronization validation too (0: off)",
-     false, [](Settings& s, const std::string& v) { s.context.validation_sync = on_unless_0(v); }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.context.validation_sync = on_unless_0(v); }},
     {"KILN_TRANSFER_QUEUE", "choice: 0|1|split", "0",
      "where streamed block weights are copied into ring slots: in the step, on a transfer queue, or in batches of "
-     "their own on the compute queue", false, [](Settings& s, const std::string& v) {
-         s.context.transfer_queue = choice("KILN_TRANSFER_QUEUE", v, {"0", "1", "split"}, "0, 1 or split"); }},
+     "their own on the compute queue", false, [](Settings& s, const char* n, const std::string& v) {
+         s.context.transfer_queue = choice(n, v, {"0", "1", "split"}, "0, 1 or split"); }},
     {"KILN_PIPELINE_CACHE", "bool", "1", "0: neither the pipeline cache nor the linear table is read or written",
-     false, [](Settings& s, const std::string& v) { s.context.pipeline_cache = on_unless_0(v); }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.context.pipeline_cache = on_unless_0(v); }},
     {"HOME", "path", "", "the cache folder is $HOME/.cache/kiln when neither variable below is set",
-     false, [](Settings& s, const std::string& v) { s.context.cache_dir = v + "/.cache/kiln"; }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.context.cache_dir = v + "/.cache/kiln"; }},
     {"XDG_CACHE_HOME", "path", "", "the cache folder is $XDG_CACHE_HOME/kiln unless KILN_CACHE_DIR is set",
-     false, [](Settings& s, const std::string& v) { s.context.cache_dir = v + "/kiln"; }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.context.cache_dir = v + "/kiln"; }},
     {"KILN_CACHE_DIR", "path", "$XDG_CACHE_HOME/kiln, else ~/.cache/kiln",
      "the folder of the pipeline cache and the linear table", false,
-     [](Settings& s, const std::string& v) { s.context.cache_dir = v; }},
+     [](Settings& s, const char* n, const std::string& v) { s.context.cache_dir = v; }},
     {"KILN_PIPELINE_THREADS", "int", "one per core", "threads that compile pipelines (1 to 256)",
-     false, [](Settings& s, const std::string& v) {
-         s.context.pipeline_threads = (int)integer("KILN_PIPELINE_THREADS", v, 1, 256, "a thread count, 1 to 256"); }},
+     false, [](Settings& s, const char* n, const std::string& v) {
+         s.context.pipeline_threads = (int)integer(n, v, 1, 256, "a thread count, 1 to 256"); }},
     // Executors (runtime/exec).
     {"KILN_FUSE", "choice: 0|1|all", "1",
      "graph fusion: 0 none, 1 in full and regional modes, all every fusion in every mode", false,
-     [](Settings& s, const std::string& v) { s.exec.fuse = choice("KILN_FUSE", v, {"0", "1", "all"}, "0, 1 or all"); }},
+     [](Settings& s, const char* n, const std::string& v) {
+         s.exec.fuse = choice(n, v, {"0", "1", "all"}, "0, 1 or all"); }},
     {"KILN_ACT_F16", "bool", "0", "1: activations passed from one linear to the next are stored as f16",
-     false, [](Settings& s, const std::string& v) { s.exec.act_f16 = zero_or_one("KILN_ACT_F16", v); }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.exec.act_f16 = zero_or_one(n, v); }},
     {"KILN_BLOCK_WEIGHTS", "choice: auto|offset|device|copy", "auto",
      "how regional mode gives each block instance its weights, where the caller asks for automatic", false,
-     [](Settings& s, const std::string& v) {
-         s.exec.block_weights = choice("KILN_BLOCK_WEIGHTS", v, {"auto", "offset", "device", "copy"},
+     [](Settings& s, const char* n, const std::string& v) {
+         s.exec.block_weights = choice(n, v, {"auto", "offset", "device", "copy"},
                                        "auto, offset, device or copy"); }},
     {"KILN_BLOCK_LAYOUT", "choice: auto|block|weight", "auto",
      "block weights in memory: block-major windows or weight-major ranges", false,
-     [](Settings& s, const std::string& v) {
-         s.exec.block_layout = choice("KILN_BLOCK_LAYOUT", v, {"auto", "block", "weight"}, "auto, block or weight"); }},
+     [](Settings& s, const char* n, const std::string& v) {
+         s.exec.block_layout = choice(n, v, {"auto", "block", "weight"}, "auto, block or weight"); }},
     {"KILN_STREAM_IN_PLACE", "choice: 0|1", "unified memory: on",
      "0: streamed weights are never read in place in host memory; 1: also block kinds that fit", false,
-     [](Settings& s, const std::string& v) { s.exec.stream_in_place = zero_or_one("KILN_STREAM_IN_PLACE", v); }},
+     [](Settings& s, const char* n, const std::string& v) { s.exec.stream_in_place = zero_or_one(n, v); }},
     {"KILN_SELECT_ADVANCE", "bool", "1", "0: regional replays are counted on the host, one execute per instance",
-     false, [](Settings& s, const std::string& v) { s.exec.select_advance = zero_or_one("KILN_SELECT_ADVANCE", v); }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.exec.select_advance = zero_or_one(n, v); }},
     {"KILN_LINEAR", "choice: auto|reg|smem|smem64|smem128|coopmat|tex", "auto",
      "the linear kernel: auto follows the device's measured table", false,
-     [](Settings& s, const std::string& v) {
-         s.exec.linear = choice("KILN_LINEAR", v, {"auto", "reg", "smem", "smem64", "smem128", "coopmat", "tex"},
+     [](Settings& s, const char* n, const std::string& v) {
+         s.exec.linear = choice(n, v, {"auto", "reg", "smem", "smem64", "smem128", "coopmat", "tex"},
                                 "auto, reg, smem, smem64, smem128, coopmat or tex"); }},
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
-     [](Settings& s, const std::string& v) {
-         s.exec.conv2d = choice("KILN_CONV2D", v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
+     [](Settings& s, const char* n, const std::string& v) {
+         s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
     {"KILN_ATTENTION", "choice: auto|buf|tex", "auto", "attention through storage or texel buffers", false,
-     [](Settings& s, const std::string& v) {
-         s.exec.attention = choice("KILN_ATTENTION", v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
+     [](Settings& s, const char* n, const std::string& v) {
+         s.exec.attention = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
     // Models and the CLI.
     {"KILN_DEVICE_LOOP", "bool", "1", "0: kiln generate runs its step loop on the host (as --host-loop)",
-     false, [](Settings& s, const std::string& v) { s.device_loop = on_unless_0(v); }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.device_loop = on_unless_0(v); }},
     {"KILN_DEFAULT_MODEL", "path", "the built-in dit-digits model", "the kiln CLI's model when --model is not given",
-     false, [](Settings& s, const std::string& v) { s.default_model = v; }},
+     false, [](Settings& s, const char* n, const std::string& v) { s.default_model = v; }},
     // Test hooks.
     {"KILN_MAX_BINDING_RANGE", "bytes", "the device's", "lowers maxStorageBufferRange as executors see it",
-     true, [](Settings& s, const std::string& v) { s.test.max_binding_range = count("KILN_MAX_BINDING_RANGE", v); }},
+     true, [](Settings& s, const char* n, const std::string& v) { s.test.max_binding_range = count(n, v); }},
     {"KILN_TEST_MAX_STORAGE_BUFFERS", "int", "the device's", "lowers maxPerStageDescriptorStorageBuffers",
-     true, [](Settings& s, const std::string& v) {
-         s.test.max_storage_buffers = (uint32_t)integer("KILN_TEST_MAX_STORAGE_BUFFERS", v, 0, UINT32_MAX,
+     true, [](Settings& s, const char* n, const std::string& v) {
+         s.test.max_storage_buffers = (uint32_t)integer(n, v, 0, UINT32_MAX,
                                                         "a whole number, 0 or more"); }},
     {"KILN_TEST_MAX_TEXEL_ELEMENTS", "int", "the device's", "lowers maxTexelBufferElements",
-     true, [](Settings& s, const std::string& v) {
-         s.test.max_texel_elements = (uint32_t)integer("KILN_TEST_MAX_TEXEL_ELEMENTS", v, 0, UINT32_MAX,
+     true, [](Settings& s, const char* n, const std::string& v) {
+         s.test.max_texel_elements = (uint32_t)integer(n, v, 0, UINT32_MAX,
                                                        "a whole number, 0 or more"); }},
     {"KILN_TEST_DEVICE_MEMORY_LIMIT", "bytes", "0 (none)",
      "device memory a context's allocators may hold; past it allocations fail as out of device memory",
-     true, [](Settings& s, const std::string& v) {
-         s.test.device_memory_limit = count("KILN_TEST_DEVICE_MEMORY_LIMIT", v); }},
+     true, [](Settings& s, const char* n, const std::string& v) {
+         s.test.device_memory_limit = count(n, v); }},
     {"KILN_TEST_DEVICE_LOST_AFTER", "int", "-1 (never)", "submissions that succeed before the device is lost",
-     true, [](Settings& s, const std::string& v) {
-         s.test.device_lost_after = integer("KILN_TEST_DEVICE_LOST_AFTER", v, -1,
+     true, [](Settings& s, const char* n, const std::string& v) {
+         s.test.device_lost_after = integer(n, v, -1,
                                             std::numeric_limits<int64_t>::max(), "a count, or -1 for never"); }},
     {"KILN_TEST_CONVERT_DELAY_MS", "int", "0", "kiln-convert pauses this long after each tensor",
-     true, [](Settings& s, const std::string& v) {
+     true, [](Settings& s, const char* n, const std::string& v) {
          s.test.convert_delay_ms =
-             (int)integer("KILN_TEST_CONVERT_DELAY_MS", v, 0, kIntMax, "milliseconds, 0 or more"); }},
+             (int)integer(n, v, 0, kIntMax, "milliseconds, 0 or more"); }},
 };
 // clang-format on
 
@@ -144,7 +145,7 @@ const std::vector<SettingInfo>& settings_table() { return kTable; }
 Settings settings_from(const std::function<const char*(const char* name)>& lookup) {
     Settings s;
     for (const SettingInfo& row : kTable)
-        if (const char* v = lookup(row.name); v && *v) row.apply(s, v);
+        if (const char* v = lookup(row.name); v && *v) row.apply(s, row.name, v);
     return s;
 }
 

@@ -73,7 +73,7 @@ struct SettingInfo {
     const char* default_value;
     const char* effect;
     bool test_only;
-    void (*apply)(Settings& s, const std::string& value);
+    void (*apply)(Settings& s, const char* name, const std::string& value);  // name: this row's, for errors
 };
 const std::vector<SettingInfo>& settings_table();
 

@@ -22,8 +22,8 @@ long diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
 }
 
 // The digits model's images of `labels` after `steps` steps on a context made with `o`, in `format`.
-std::vector<uint8_t> digits_on(const kiln_context_options& o, std::vector<int> labels, int steps, kiln_pixel_format format,
-                               kiln_generate_stats* st = nullptr) {
+std::vector<uint8_t> digits_on(const kiln_context_options& o, std::vector<int> labels, int steps,
+                               kiln_pixel_format format, kiln_generate_stats* st = nullptr) {
     kiln_context* c = nullptr;
     REQUIRE(kiln_context_create(&o, &c) == KILN_OK);
     Context ctx(c);
