@@ -1,0 +1,80 @@
+#pragma once
+// Weight files in the layouts people download, seen under diffusers' (and transformers') tensor names.
+//
+// A single file holds one or more components in another project's key layout: Black Forest Labs' Flux keys
+// (optionally under ComfyUI's "model.diffusion_model." prefix, sometimes twice), Stability's SD3/SD3.5 single
+// file (model.diffusion_model.*, first_stage_model.*, text_encoders.{clip_l,clip_g,t5xxl}.transformer.*), LDM-layout
+// VAEs (BFL's ae.safetensors), ComfyUI/Stability's separate CLIP-L, CLIP-G and T5 files, and city96's GGUF files
+// (general.architecture flux / sd3 with the original keys; T5 encoders in llama.cpp's names). The mappings follow
+// diffusers' single_file_utils.py converters; each diffusers tensor is one of:
+//   copy            a file tensor as it is (read in place from the mapping),
+//   rows            a row range [r0, r1) of a fused file tensor (Flux's qkv, linear1): contiguous bytes, also read
+//                   in place, quantized or not (rows are whole blocks),
+//   swapped halves  [scale; shift] from BFL/Stability's [shift; scale] (final_layer, SD3's last context block):
+//                   assembled on read,
+//   reshaped        the same bytes under another shape (LDM attention's 1x1 convs [C, C, 1, 1] -> [C, C]),
+//   computed        a tensor the file lacks but the model defines (SD3's CLIP-L identity text_projection).
+// Vulkan-free: kiln-convert links it.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/file_io.h"
+#include "runtime/core/tensor.h"
+
+namespace kiln::layouts {
+
+struct TensorInfo {
+    std::string name;  // diffusers/transformers name
+    DType dtype;       // as stored (a quantized or fp8 type included)
+    Shape shape;       // diffusers' shape
+};
+
+// Where a tensor's bytes (in its stored dtype, diffusers' shape, contiguous) lie in a mapped file; file null: they
+// do not lie anywhere as one run (assembled or computed on read).
+struct Mapped {
+    std::shared_ptr<const MappedFile> file;
+    uint64_t offset = 0;
+};
+
+// The tensors of one component under diffusers' names, whatever file and layout they come from.
+class TensorSet {
+public:
+    virtual ~TensorSet() = default;
+    virtual const std::vector<TensorInfo>& tensors() const = 0;  // sorted by name
+    virtual const TensorInfo* find(const std::string& name) const = 0;
+    virtual Tensor read(const std::string& name) const = 0;  // stored dtype, diffusers' shape
+    virtual Mapped view(const std::string& name) const { return {}; }
+    virtual std::string source() const = 0;  // "FILE (layout, component)" for messages
+};
+
+// One component found in a file.
+struct Detected {
+    std::string role;    // "transformer", "vae", "clip_l", "clip_g", "t5xxl"
+    std::string family;  // "flux" or "sd3" for a transformer (the registry's Family::name); "" otherwise
+    std::string layout;  // "bfl", "comfyui", "stability", "ldm", "transformers", "diffusers", "city96"
+    std::string prefix;  // the key prefix stripped ("model.diffusion_model.", "text_encoders.clip_l.transformer.")
+    size_t n_tensors = 0;
+};
+
+struct FileInfo {
+    std::string path;
+    std::string container;  // "safetensors" or "gguf"
+    std::string gguf_architecture;  // GGUF general.architecture; "" for safetensors
+    std::vector<Detected> components;
+    std::map<std::string, size_t> dtype_counts;  // stored dtype name -> tensors
+};
+
+// Reads a file's header and tells what it holds. Throws kiln::Error with one line naming the problem for a file
+// that is not a model: a LoRA (lora_A/lora_down/alpha keys), an optimizer state, a GGUF of an architecture Kiln
+// does not run, an unknown GGUF tensor type (named), or keys no layout explains. A Kiln model file (kiln.components)
+// is not a layout file: is_kiln_file() tells it apart first.
+FileInfo inspect(const std::string& path);
+bool is_kiln_file(const std::string& path);
+
+// The component `role` of the file (as inspect() detected it) under diffusers' names. A fused or missing tensor
+// is resolved here; missing tensors are the model builder's to report (it knows the config).
+std::unique_ptr<TensorSet> open_component(const std::string& path, const std::string& role);
+
+}  // namespace kiln::layouts
