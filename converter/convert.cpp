@@ -43,8 +43,10 @@
 #include <thread>
 
 #include "converter/arch.h"
+#include "converter/assemble.h"
 #include "converter/info.h"
 #include "converter/tokenizer_files.h"
+#include "models/layouts/layouts.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/quant.h"
@@ -52,7 +54,6 @@
 
 namespace kiln::converter {
 
-namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -75,6 +76,8 @@ json parse_json_object(const std::string& text, const std::string& where) {
     KILN_CHECK(j.is_object(), where, ": expected a JSON object");
     return j;
 }
+
+namespace {
 
 std::string class_name(const json& j, const std::string& where) {
     KILN_CHECK(j.contains("_class_name") && j["_class_name"].is_string(), where,
@@ -106,7 +109,7 @@ std::string name_list(const std::vector<std::string>& v, size_t max = 10) {
 
 struct Item {
     std::string rel;  // diffusers name (canonical), or name relative to its block
-    const SafeTensorInfo* src;
+    const layouts::TensorInfo* src;
     DType out;
 };
 
@@ -127,7 +130,7 @@ struct Component {
     bool scheduler = false;
     bool tokenizer = false;
     FileMap files;  // tokenizers: file name -> bytes
-    std::unique_ptr<SafeTensors> st;
+    std::unique_ptr<layouts::TensorSet> set;
     std::vector<Item> loose;
     std::vector<KindPlan> kinds;
     int64_t params = 0;
@@ -136,7 +139,7 @@ struct Component {
 // Output dtype of the tensor stored as `name` ("component.diffusers name"): the last --keep pattern that
 // matches it, else --dtype; floats with < 2 dims are f32; a quantized dtype applies to linear matrices
 // only (quant_storage()), other floats take f16; integers are kept.
-DType out_dtype(const SafeTensorInfo& t, const std::string& name, const Options& opt, const std::string& file) {
+DType out_dtype(const layouts::TensorInfo& t, const std::string& name, const Options& opt, const std::string& file) {
     switch (t.dtype) {
         case DType::f32:
         case DType::f16:
@@ -151,9 +154,11 @@ DType out_dtype(const SafeTensorInfo& t, const std::string& name, const Options&
         case DType::i64:
             return t.dtype;
         default:
+            // Already quantized (a city96 GGUF): kept as it is, since quantizing again would only lose.
+            if (dtype_is_quant(t.dtype)) return t.dtype;
             break;
     }
-    KILN_FAIL(file, ": tensor '", t.name, "' has dtype U8, which a Kiln model file cannot hold");
+    KILN_FAIL(file, ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", which a Kiln model file cannot hold");
 }
 
 // base: "diffusion_pytorch_model" (diffusers) or "model" (transformers); both name variants and shards alike.
@@ -175,35 +180,24 @@ fs::path find_weights(const fs::path& dir, const std::string& variant, const std
               hint);
 }
 
-// Loads and validates one model component: config, weights, expected names, block layouts.
-Component plan_model(const fs::path& dir, const std::string& comp_name, const std::string& expect_cls,
-                     const Options& opt, std::ostream* log) {
-    Component c;
-    c.name = comp_name;
-    const fs::path cfg_path = dir / "config.json";
-    KILN_CHECK(fs::exists(cfg_path), dir.string(), ": missing config.json");
-    c.config_text = read_text(cfg_path);
-    json cfg = parse_json_object(c.config_text, cfg_path.string());
-    c.cls = model_class(cfg, expect_cls, cfg_path.string());
-    KILN_CHECK(expect_cls.empty() || expect_cls == c.cls, cfg_path.string(), ": _class_name '", c.cls,
-               "' differs from model_index.json, which says '", expect_cls, "'");
-    ArchSpec spec = arch_spec(c.cls, cfg, cfg_path.string());
-    if (comp_name.empty()) c.name = spec.component;
-    const fs::path wpath = find_weights(dir, opt.variant, spec.weights_base);
-    c.st = std::make_unique<SafeTensors>(SafeTensors::open(wpath.string()));
-    const std::string file = wpath.string();
+}  // namespace
 
+std::map<std::string, const layouts::TensorInfo*> match_tensors(const layouts::TensorSet& set, const std::string& cls,
+                                                                const json& cfg, const std::string& cfg_where,
+                                                                std::ostream* log) {
+    ArchSpec spec = arch_spec(cls, cfg, cfg_where);
+    const std::string file = set.source();
     // Canonical name -> source tensor; compare with the expected set.
-    std::map<std::string, const SafeTensorInfo*> have;
+    std::map<std::string, const layouts::TensorInfo*> have;
     std::vector<std::string> ignored;
     std::set<std::string> names;
-    for (auto& t : c.st->tensors()) names.insert(t.name);
-    for (auto& t : c.st->tensors()) {
+    for (auto& t : set.tensors()) names.insert(t.name);
+    for (auto& t : set.tensors()) {
         bool ignore = false;
         for (auto& pre : spec.ignored) ignore |= t.name.compare(0, pre.size(), pre) == 0;
         for (auto& [alias, canon] : spec.aliases)  // tied weights saved under both names: keep the canonical
             if (t.name == alias && names.count(canon)) {
-                const SafeTensorInfo& o = c.st->at(canon);
+                const layouts::TensorInfo& o = *set.find(canon);
                 KILN_CHECK(o.shape == t.shape, file, ": tied tensors '", alias, "' ", shape_str(t.shape), " and '",
                            canon, "' ", shape_str(o.shape), " differ in shape");
                 ignore = true;
@@ -220,14 +214,14 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
         *log << "kiln-convert: note: " << file << ": dropping " << ignored.size()
              << " tensor(s) that transformers ignores: " << name_list(ignored, 3) << "\n";
     std::set<std::string> expected(spec.expected.begin(), spec.expected.end());
-    KILN_CHECK(expected.size() == spec.expected.size(), "internal: duplicate expected name for ", c.cls);
+    KILN_CHECK(expected.size() == spec.expected.size(), "internal: duplicate expected name for ", cls);
     std::vector<std::string> missing, unexpected;
     for (auto& n : expected)
         if (!have.count(n)) missing.push_back(n);
     for (auto& [n, t] : have)
         if (!expected.count(n)) unexpected.push_back(t->name);
     if (!missing.empty() || !unexpected.empty()) {
-        std::string msg = file + ": tensors do not match " + c.cls + " as " + cfg_path.string() + " configures it:";
+        std::string msg = file + ": tensors do not match " + cls + " as " + cfg_where + " configures it:";
         if (!missing.empty())
             msg += " missing tensor(s) [" + std::to_string(missing.size()) + "]: " + name_list(missing);
         if (!missing.empty() && !unexpected.empty()) msg += ";";
@@ -235,6 +229,17 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
             msg += " unexpected tensor(s) [" + std::to_string(unexpected.size()) + "]: " + name_list(unexpected);
         KILN_FAIL(msg);
     }
+    return have;
+}
+
+namespace {
+// Validates one model component's tensors (`set`) against its config: expected names, block layouts.
+// `cfg_where` names the config in messages.
+Component plan_tensors(Component c, const json& cfg, const std::string& cfg_where, const Options& opt,
+                       std::ostream* log) {
+    ArchSpec spec = arch_spec(c.cls, cfg, cfg_where);
+    const std::string file = c.set->source();
+    const std::map<std::string, const layouts::TensorInfo*> have = match_tensors(*c.set, c.cls, cfg, cfg_where, log);
 
     // Split into block tensors and the rest.
     std::set<std::string> in_block;
@@ -280,6 +285,24 @@ Component plan_model(const fs::path& dir, const std::string& comp_name, const st
         if (!in_block.count(n)) c.loose.push_back({n, t, out_dtype(*t, c.name + "." + n, opt, file)});
     }
     return c;
+}
+
+// Loads and validates one model component folder: config, weights, expected names, block layouts.
+Component plan_model(const fs::path& dir, const std::string& comp_name, const std::string& expect_cls,
+                     const Options& opt, std::ostream* log) {
+    Component c;
+    c.name = comp_name;
+    const fs::path cfg_path = dir / "config.json";
+    KILN_CHECK(fs::exists(cfg_path), dir.string(), ": missing config.json");
+    c.config_text = read_text(cfg_path);
+    json cfg = parse_json_object(c.config_text, cfg_path.string());
+    c.cls = model_class(cfg, expect_cls, cfg_path.string());
+    KILN_CHECK(expect_cls.empty() || expect_cls == c.cls, cfg_path.string(), ": _class_name '", c.cls,
+               "' differs from model_index.json, which says '", expect_cls, "'");
+    if (comp_name.empty()) c.name = arch_spec(c.cls, cfg, cfg_path.string()).component;
+    c.set = layouts::open_safetensors(
+        find_weights(dir, opt.variant, arch_spec(c.cls, cfg, cfg_path.string()).weights_base).string());
+    return plan_tensors(std::move(c), cfg, cfg_path.string(), opt, log);
 }
 
 // A tokenizer folder: its files are stored verbatim; the config is tokenizer_config.json ("{}" if absent).
@@ -450,18 +473,13 @@ std::vector<Component> plan_folder(const fs::path& dir, const std::string& src_d
 
 // One tensor of c into w's layout (converted to it.out when written); returns its offset.
 uint64_t add_tensor(GgufWriter& w, Component& c, const std::string& full, const Item& it, Summary& sum) {
-    const SafeTensorInfo* src = it.src;
-    const SafeTensors* st = c.st.get();
+    const layouts::TensorInfo* src = it.src;
+    const layouts::TensorSet* set = c.set.get();
     DType to = it.out;
     sum.tensors++;
-    return w.add_tensor(full, to, src->shape, [st, src, to](void* dst) {
-        if (src->dtype == to) {
-            st->read_bytes(*src, dst);
-            return;
-        }
-        std::vector<uint8_t> buf((size_t)src->nbytes);
-        st->read_bytes(*src, buf.data());
-        kiln::convert(buf.data(), src->dtype, dst, to, (size_t)shape_numel(src->shape));
+    return w.add_tensor(full, to, src->shape, [set, src, to](void* dst) {
+        const Tensor t = set->read(src->name);
+        kiln::convert(t.bytes.data(), t.dtype, dst, to, (size_t)t.numel());
     });
 }
 
@@ -513,18 +531,12 @@ void add_component(GgufWriter& w, Component& c, Summary& sum) {
 }
 }  // namespace
 
-Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::ostream* log = opt.quiet ? nullptr : (opt.log ? opt.log : &std::cerr);
-    const fs::path dir(src_dir);
-    KILN_CHECK(fs::is_directory(dir), src_dir, ": not a directory");
-    KILN_CHECK(!out_path.empty(), "no output path given");
-
-    GgufWriter w;
-    std::string name = fs::weakly_canonical(dir).filename().string();
-    std::vector<Component> comps = plan_folder(dir, src_dir, opt, log, w);
-
-    // Metadata, then the tensor layout (offsets come back from the writer, so block bases/strides are exact).
+namespace {
+// Writes the planned components as a Kiln file: metadata, then the tensor layout (offsets come back from the
+// writer, so block bases/strides are exact).
+Summary write_kiln_file(std::vector<Component>& comps, GgufWriter& w, const std::string& name,
+                        const std::string& out_path, const Options& opt, std::ostream* log,
+                        std::chrono::steady_clock::time_point t0) {
     w.set_string("general.architecture", "kiln");
     w.set_string("general.name", name);
     w.set_u32("kiln.format_version", 1);
@@ -556,6 +568,70 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
              << secs << " s\n";
     }
     return sum;
+}
+
+// One part of an assembly, planned as a component of the output file.
+Component plan_part(const Part& p, const Options& opt, std::ostream* log) {
+    switch (p.from) {
+        case Part::From::diffusers_dir:
+            return plan_model(p.path, p.name, p.cls, opt, log);
+        case Part::From::tokenizer_dir:
+            return plan_tokenizer(p.path, p.name, p.cls, log);
+        case Part::From::config_only: {
+            Component c;
+            c.name = p.name;
+            c.scheduler = true;
+            c.cls = p.cls;
+            c.config_text = p.config_text;
+            KILN_CHECK(is_supported_scheduler(c.cls), p.name, ": unsupported scheduler '", c.cls, "'");
+            return c;
+        }
+        case Part::From::layout_file:
+        case Part::From::kiln_file: {
+            Component c;
+            c.name = p.name;
+            c.cls = p.cls;
+            c.config_text = p.config_text;
+            c.set = p.from == Part::From::kiln_file ? layouts::open_kiln_component(p.path, p.role)
+                                                    : layouts::open_component(p.path, p.role);
+            const json cfg = parse_json_object(p.config_text, p.name + " config");
+            return plan_tensors(std::move(c), cfg, p.name + "'s config", opt, log);
+        }
+    }
+    KILN_FAIL("internal: part kind");
+}
+}  // namespace
+
+Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::ostream* log = opt.quiet ? nullptr : (opt.log ? opt.log : &std::cerr);
+    const fs::path dir(src_dir);
+    KILN_CHECK(fs::is_directory(dir), src_dir, ": not a directory");
+    KILN_CHECK(!out_path.empty(), "no output path given");
+    GgufWriter w;
+    std::string name = fs::weakly_canonical(dir).filename().string();
+    std::vector<Component> comps = plan_folder(dir, src_dir, opt, log, w);
+    return write_kiln_file(comps, w, name, out_path, opt, log, t0);
+}
+
+Summary convert_assembly(const Assembly& a, const std::string& out_path, const Options& opt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::ostream* log = opt.quiet ? nullptr : (opt.log ? opt.log : &std::cerr);
+    KILN_CHECK(!out_path.empty(), "no output path given");
+    GgufWriter w;
+    std::vector<Component> comps;
+    for (auto& p : a.parts) comps.push_back(plan_part(p, opt, log));
+    // The configs travel with the weights: the pipeline's model_index, with only the components present.
+    json mi = parse_json_object(a.model_index_text, "model_index");
+    for (auto it = mi.begin(); it != mi.end();) {
+        const bool component = !it.key().empty() && it.key()[0] != '_' && it.value().is_array();
+        it = component && !a.find(it.key()) ? mi.erase(it) : std::next(it);
+    }
+    w.set_string("kiln.pipeline.class", a.pipeline_class);
+    w.set_string("kiln.pipeline.model_index", mi.dump(2));
+    w.set_string("kiln.source.configs", a.configs_from);
+    const std::string name = fs::path(a.parts.front().path).stem().string();
+    return write_kiln_file(comps, w, name, out_path, opt, log, t0);
 }
 
 }  // namespace kiln::converter

@@ -2,10 +2,15 @@
 // diffusers folder -> one Kiln model file (GGUF v3). See runtime/core/gguf.h for the container and
 // docs in convert.cpp for the metadata keys the runtime reads.
 #include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <iosfwd>
 #include <string>
 #include <utility>
+#include <map>
 #include <vector>
+
+#include "models/layouts/layouts.h"
 
 #include "runtime/core/dtype.h"
 
@@ -40,8 +45,19 @@ struct Summary {
 // writing; on any error throws kiln::Error (naming file, tensor and problem) and leaves no output.
 Summary convert_folder(const std::string& src_dir, const std::string& out_path, const Options& opt = {});
 
+// Matches a component's tensors to the names its class and config imply (aliases and ignored buffers as
+// transformers treats them): canonical name -> tensor. Throws one line counting and naming the first missing and
+// unexpected tensors.
+std::map<std::string, const layouts::TensorInfo*> match_tensors(const layouts::TensorSet& set, const std::string& cls,
+                                                                const nlohmann::json& cfg,
+                                                                const std::string& cfg_where, std::ostream* log);
+
 // Python's json (diffusers' writer) emits NaN/Infinity/-Infinity, which JSON lacks; returns the text with
 // those tokens (outside strings) replaced by null, for parsing with nlohmann::json.
 std::string python_json_to_json(const std::string& text);
+// A whole file's bytes; throws kiln::Error naming it.
+std::string read_text(const std::filesystem::path& p);
+// A JSON object (Python's NaN/Infinity read as null); throws naming `where`.
+nlohmann::json parse_json_object(const std::string& text, const std::string& where);
 
 }  // namespace kiln::converter

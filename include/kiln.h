@@ -184,6 +184,30 @@ typedef struct kiln_model_info {
  * architecture with random weights: dit-xl-2-256, ...). Missing path -> KILN_NOT_FOUND, unreadable -> KILN_IO.
  * The weights are read from the file at each generate/forward; the model keeps the context alive. */
 KILN_API kiln_status kiln_model_open(kiln_context* ctx, const char* path, kiln_model** out);
+/* The files people download, one per component, as stable-diffusion.cpp's flags name them. Each path is a single
+ * file in its publisher's layout (Black Forest Labs' or ComfyUI's Flux keys, Stability's SD3/SD3.5 single file, an
+ * LDM-layout VAE, CLIP/T5 files with transformers' keys, city96's GGUF), a diffusers component folder or a Kiln
+ * file; NULL or "": not given. Configs, scheduler and tokenizers: from `config`, a diffusers pipeline folder (only its
+ * *.json and tokenizer files are read), else the published model the transformer's shapes identify (FLUX.1-dev/
+ * schnell, SD3 medium, SD3.5 medium/large), its tokenizers from `tokenizers` or the Hugging Face cache (HF_HOME).
+ * Appended in 0.2. */
+typedef struct kiln_model_files {
+    size_t struct_size;
+    const char* model;           /* a single file holding one or more components (Stability's SD3 file holds all) */
+    const char* diffusion_model; /* the transformer: flux1-dev.safetensors, flux1-dev-Q4_K_S.gguf, ... */
+    const char* vae;             /* ae.safetensors, ... */
+    const char* clip_l;
+    const char* clip_g;
+    const char* t5xxl;
+    const char* config;     /* a diffusers pipeline folder of the same model */
+    const char* tokenizers; /* a folder holding tokenizer/, tokenizer_2/, ... */
+} kiln_model_files;
+#define KILN_MODEL_FILES_INIT KILN_INIT_(kiln_model_files)
+
+/* Opens the pipeline those files make. A file of the wrong kind for its field, components of different models, a
+ * transformer of unknown size without `config`, or tokenizers not found: KILN_INVALID_ARGUMENT, with the message
+ * naming the file and what to do (kiln_last_error). */
+KILN_API kiln_status kiln_model_open_files(kiln_context* ctx, const kiln_model_files* files, kiln_model** out);
 KILN_API void kiln_model_destroy(kiln_model* model); /* NULL is fine */
 KILN_API kiln_status kiln_model_get_info(const kiln_model* model, kiln_model_info* info);
 /* Component i (0 .. component_count-1): "transformer", "vae", "scheduler", "text_encoder", ...; *name and *cls

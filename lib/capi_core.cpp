@@ -273,6 +273,38 @@ KILN_API kiln_status kiln_model_open(kiln_context* ctx, const char* path, kiln_m
     });
 }
 
+KILN_API kiln_status kiln_model_open_files(kiln_context* ctx, const kiln_model_files* files, kiln_model** out) {
+    return guarded(KILN_INVALID_ARGUMENT, [&] {
+        KILN_ARG(out, "out is NULL");
+        *out = nullptr;
+        KILN_ARG(ctx, "ctx is NULL");
+        const kiln_model_files f = read_struct(files, "files");
+        check_alive(*ctx->device);
+        auto str = [](const char* p) { return std::string(p ? p : ""); };
+        converter::ComponentFiles c;
+        c.model = str(f.model);
+        c.diffusion_model = str(f.diffusion_model);
+        c.vae = str(f.vae);
+        c.clip_l = str(f.clip_l);
+        c.clip_g = str(f.clip_g);
+        c.t5xxl = str(f.t5xxl);
+        c.config = str(f.config);
+        c.tokenizers = str(f.tokenizers);
+        c.hf_home = ctx->device->vk->settings().hf_home;
+        KILN_ARG(c.any(), "files names no file");
+        for (const std::string* p : {&c.model, &c.diffusion_model, &c.vae, &c.clip_l, &c.clip_g, &c.t5xxl, &c.config,
+                                     &c.tokenizers}) {
+            std::error_code ec;
+            if (!p->empty() && !std::filesystem::exists(*p, ec)) fail(KILN_NOT_FOUND, *p, ": no such file or folder");
+        }
+        // Reads file headers only: no device work, so no lock.
+        auto m = std::make_unique<kiln_model>(
+            kiln_model{ctx->device, models::ModelSource::assemble(converter::assemble(c))});
+        describe(*m);
+        *out = m.release();
+    });
+}
+
 KILN_API void kiln_model_destroy(kiln_model* model) {
     if (model && model->encoders) {  // resident text encoders hold device memory: free it under the context's lock
         std::lock_guard<std::mutex> lock(model->device->mutex);

@@ -6,6 +6,7 @@
 #include "converter/convert.h"
 #include "converter/tokenizer_files.h"
 #include "models/forward.h"
+#include "models/layouts/layouts.h"
 #include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
@@ -141,6 +142,34 @@ ModelSource ModelSource::open(const std::string& path) {
     return s;
 }
 
+ModelSource ModelSource::assemble(const converter::Assembly& a) {
+    ModelSource s;
+    s.path_ = a.parts.front().path;
+    for (auto& p : a.parts) {
+        json cfg = p.config_text.empty() ? json::object() : parse_py_json(p.config_text, p.name + " config");
+        KILN_CHECK(cfg.is_object(), p.name, " config is not a JSON object");
+        if (!cfg.contains("_class_name") || !cfg["_class_name"].is_string()) cfg["_class_name"] = p.cls;
+        s.components_.push_back(p.name);
+        s.configs_[p.name] = std::move(cfg);
+        s.parts_[p.name] = p;
+        const std::string first = p.from == converter::Part::From::config_only ? "" : p.path;
+        if (first.empty()) continue;
+        if (fs::is_directory(first)) {
+            for (auto& e : fs::directory_iterator(first))
+                if (e.is_regular_file()) s.stamps_.push_back({e.path().string(), FileStamp::of(e.path().string())});
+        } else {
+            s.stamps_.push_back({first, FileStamp::of(first)});
+        }
+    }
+    s.incomplete_ = a.incomplete();
+    s.model_index_ = parse_py_json(a.model_index_text, "model_index");
+    for (auto it = s.model_index_.begin(); it != s.model_index_.end();) {  // only the components present
+        const bool comp = !it.key().empty() && it.key()[0] != '_' && it.value().is_array();
+        it = comp && !s.configs_.count(it.key()) ? s.model_index_.erase(it) : std::next(it);
+    }
+    return s;
+}
+
 ModelSource ModelSource::synthetic(const std::string& arch, DType weight_dtype) {
     const auto& archs = synthetic_archs();
     auto it = archs.find(arch);
@@ -181,7 +210,7 @@ const json& ModelSource::config(const std::string& c) const {
             for (auto& x : components_) s += (s.empty() ? "" : ", ") + x;
             return s;
         }(),
-        ")");
+        ")", incomplete_.empty() ? "" : "; " + incomplete_);
     return it->second;
 }
 
@@ -200,6 +229,20 @@ std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
     config(c);
     check_unchanged();
     if (synthetic_) return synthetic_store(synthetic_dtype_, std::hash<std::string>{}(c));
+    if (auto it = parts_.find(c); it != parts_.end()) {
+        using From = converter::Part::From;
+        const converter::Part& p = it->second;
+        switch (p.from) {
+            case From::layout_file:
+                return set_store(layouts::open_component(p.path, p.role));
+            case From::kiln_file:
+                return open_kiln_component(p.path, p.role);
+            case From::diffusers_dir:
+                return open_diffusers_component(p.path);
+            default:
+                KILN_FAIL(path_, ": component '", c, "' has no weights");
+        }
+    }
     if (kiln_file_) return open_kiln_component(path_, c);
     return open_diffusers_component(dirs_.at(c));
 }
@@ -208,6 +251,7 @@ text::TokenizerFiles ModelSource::tokenizer_files(const std::string& c) const {
     KILN_CHECK(component_role(class_of(c)) == "tokenizer", path_, ": component '", c, "' is ", class_of(c),
                ", not a tokenizer");
     check_unchanged();
+    if (auto it = parts_.find(c); it != parts_.end()) return text::read_tokenizer_folder(it->second.path);
     if (kiln_file_) return converter::read_tokenizer_files(GgufFile::open(path_), c);
     return text::read_tokenizer_folder(dirs_.at(c));
 }

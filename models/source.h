@@ -1,12 +1,14 @@
 #pragma once
 // A model source: a Kiln model file (GGUF, from kiln-convert), a diffusers pipeline folder
-// (model_index.json + transformer/, vae/, scheduler/) or a diffusers component folder.
+// (model_index.json + transformer/, vae/, scheduler/), a diffusers component folder, or a pipeline assembled from
+// component files (single files in other projects' layouts, converter/assemble.h).
 // Gives each component's class, config and weights.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "converter/assemble.h"
 #include "models/registry/registry.h"
 #include "models/text/tokenizer.h"
 #include "models/weights.h"
@@ -19,6 +21,8 @@ public:
     static ModelSource open(const std::string& path);
     // A pipeline with a real architecture and random weights in memory ("dit-xl-2-256", "dit-xl-2-512"):
     // DiT transformer, Stable Diffusion's VAE, DPM-Solver++ scheduler. For timing without downloads.
+    // The pipeline of component files (converter/assemble.h): single files in other layouts, folders, Kiln files.
+    static ModelSource assemble(const converter::Assembly& a);
     static ModelSource synthetic(const std::string& arch, DType weight_dtype = DType::f16);
     const std::string& path() const { return path_; }
     const std::vector<std::string>& components() const { return components_; }
@@ -29,6 +33,8 @@ public:
     // The files of a tokenizer component (vocab.json, merges.txt, spiece.model, tokenizer_config.json, ...).
     text::TokenizerFiles tokenizer_files(const std::string& component) const;
     const nlohmann::json& model_index() const { return model_index_; }  // {} for a single component
+    // Assembled from component files: "" when it can generate, else what is missing and the flag that gives it.
+    const std::string& incomplete() const { return incomplete_; }
     // Throws kiln::Error (ErrorKind::io) naming the file when a file the weights or tokenizers are read from has
     // changed on disk (size, mtime or inode) since open(). weights() and tokenizer_files() call it first; a reader
     // that maps the file must call it before touching the mapping (a truncated mapping raises SIGBUS).
@@ -42,6 +48,8 @@ private:
     std::vector<std::string> components_;
     std::map<std::string, nlohmann::json> configs_;
     std::map<std::string, std::string> dirs_;  // diffusers: component -> folder
+    std::map<std::string, converter::Part> parts_;  // assembled: component -> where it comes from
+    std::string incomplete_;                         // assembled: what is missing (Assembly::incomplete)
     nlohmann::json model_index_;
     std::vector<std::pair<std::string, FileStamp>> stamps_;  // the files read after open()
 };

@@ -5,85 +5,39 @@
 #include <filesystem>
 #include <fstream>
 
+#include "models/layouts/layouts.h"
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/quant.h"
-#include "runtime/core/safetensors.h"
 
 namespace kiln::models {
 
 namespace fs = std::filesystem;
 
 namespace {
-// A diffusers component: one safetensors file or a sharded set. Reads go through pread (peak memory one tensor);
-// each shard is also mapped, on first view(), so that the executor can copy streamed weights straight from the
-// page cache or, on unified memory, read them in place: no host copy of the model, as with a Kiln file.
-class SafetensorsStore : public WeightStore {
+// Any TensorSet (a diffusers component's safetensors, or a single file in another layout, models/layouts) as a store.
+class SetStore : public WeightStore {
 public:
-    explicit SafetensorsStore(const std::string& path) : st_(SafeTensors::open(path)), path_(path) {
-        for (auto& t : st_.tensors()) meta_[t.name] = {t.shape, t.dtype};
-        maps_.resize(st_.files().size());
+    explicit SetStore(std::unique_ptr<layouts::TensorSet> set) : set_(std::move(set)) {
+        for (auto& t : set_->tensors()) meta_[t.name] = {t.shape, t.dtype};
     }
     const TensorMeta* find(const std::string& name) const override {
         auto it = meta_.find(name);
         return it == meta_.end() ? nullptr : &it->second;
     }
-    Tensor read(const std::string& name) const override { return st_.read(name); }
+    Tensor read(const std::string& name) const override { return set_->read(name); }
     exec::HostBytes view(const std::string& name) const override {
-        const SafeTensorInfo* t = st_.find(name);
-        if (!t) return {};
-        auto& m = maps_[(size_t)t->file];
-        if (!m) {
-            m = MappedFile::open(st_.files()[(size_t)t->file]);
-            // The header was parsed from the file opened first; a file replaced or cut since then is not it.
-            m->check();
-        }
-        if (t->offset + t->nbytes > m->size())
-            KILN_FAIL_AS(io, m->path(), ": changed on disk since it was opened; open the model again");
-        return {m, t->offset};
+        layouts::Mapped m = set_->view(name);
+        return {m.file, m.offset};
     }
-    std::string source() const override { return path_; }
+    std::string source() const override { return set_->source(); }
 
 private:
-    SafeTensors st_;
-    std::string path_;
-    std::map<std::string, TensorMeta> meta_;
-    mutable std::vector<std::shared_ptr<const MappedFile>> maps_;  // per shard, mapped on first view()
-};
-
-class GgufStore : public WeightStore {
-public:
-    // The file is mapped: tensors are read from the page cache (the pages dropped again once copied), and the
-    // executor may read them in place. Every read re-checks that the file was not changed or truncated.
-    GgufStore(const std::string& path, const std::string& comp)
-        : f_(GgufFile::open(path)), map_(MappedFile::open(path)), prefix_(comp + ".") {
-        KILN_CHECK(map_->size() == f_.file_size(), path, ": the model file changed while it was opened");
-        for (auto& t : f_.tensors())
-            if (t.name.rfind(prefix_, 0) == 0) meta_[t.name.substr(prefix_.size())] = {t.shape, t.dtype};
-    }
-    const TensorMeta* find(const std::string& name) const override {
-        auto it = meta_.find(name);
-        return it == meta_.end() ? nullptr : &it->second;
-    }
-    Tensor read(const std::string& name) const override {
-        const GgufTensor& t = f_.at(prefix_ + name);
-        Tensor out(t.dtype, t.shape);
-        map_->read(out.bytes.data(), t.nbytes, t.offset);
-        return out;
-    }
-    exec::HostBytes view(const std::string& name) const override {
-        const GgufTensor* t = f_.find(prefix_ + name);
-        return t ? exec::HostBytes{map_, t->offset} : exec::HostBytes{};
-    }
-    std::string source() const override { return f_.path() + " (" + prefix_.substr(0, prefix_.size() - 1) + ")"; }
-
-private:
-    GgufFile f_;
-    std::shared_ptr<const MappedFile> map_;
-    std::string prefix_;
+    std::unique_ptr<layouts::TensorSet> set_;
     std::map<std::string, TensorMeta> meta_;
 };
+
 }  // namespace
 
 namespace {
@@ -138,12 +92,16 @@ std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir) {
          {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.safetensors.index.json",
           "diffusion_pytorch_model.fp16.safetensors", "diffusion_pytorch_model.safetensors.index.fp16.json",
           "model.safetensors", "model.safetensors.index.json"})
-        if (fs::exists(d / name)) return std::make_unique<SafetensorsStore>((d / name).string());
+        if (fs::exists(d / name)) return set_store(layouts::open_safetensors((d / name).string()));
     KILN_FAIL(dir, ": no diffusion_pytorch_model*.safetensors found");
 }
 
+std::unique_ptr<WeightStore> set_store(std::unique_ptr<layouts::TensorSet> set) {
+    return std::make_unique<SetStore>(std::move(set));
+}
+
 std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component) {
-    return std::make_unique<GgufStore>(file, component);
+    return set_store(layouts::open_kiln_component(file, component));
 }
 
 const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) const {

@@ -10,6 +10,10 @@
 #include "runtime/exec/executor.h"
 #include "runtime/ir/graph.h"
 
+namespace kiln::layouts {
+class TensorSet;
+}
+
 namespace kiln::models {
 
 struct TensorMeta {
@@ -33,6 +37,8 @@ public:
 // Opens the weights of a diffusers component folder (diffusion_pytorch_model[.fp16].safetensors, single or
 // sharded) as a store. Configs are read by ModelSource.
 std::unique_ptr<WeightStore> open_diffusers_component(const std::string& dir);
+// Any TensorSet as a store: a single file in another project's layout under diffusers' names (models/layouts).
+std::unique_ptr<WeightStore> set_store(std::unique_ptr<layouts::TensorSet> set);
 // A component of a Kiln model file: tensors named "<component>.<diffusers name>".
 std::unique_ptr<WeightStore> open_kiln_component(const std::string& file, const std::string& component);
 

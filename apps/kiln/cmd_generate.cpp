@@ -70,7 +70,8 @@ std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_p
 // device's memory peaks) and so runs the C++ pipelines on a vk::Context (ctx), as `kiln bench` does.
 struct Session {
     const GenerateFlags& o;
-    std::string model;
+    ModelSpec spec;
+    std::string model;  // what the messages and the image's metadata name
     models::ModelSource src;
     ContextPtr api;
     std::unique_ptr<vk::Context> ctx;
@@ -389,7 +390,7 @@ void run_text(Session& s) {
                    " images do not fit one standard output (add --grid)");
     }
     s.open_device();
-    ModelPtr api_model = s.api ? open_model(s.api.get(), s.model) : nullptr;
+    ModelPtr api_model = s.api ? open_model(s.api.get(), s.spec) : nullptr;
     models::EncoderCache resident;  // --keep-encoders: encoders stay uploaded from one prompt to the next
     for (size_t job = 0; job < jobs.size(); ++job) {
         const auto& prompts = jobs[job];
@@ -414,6 +415,12 @@ void run_text(Session& s) {
     }
 }
 
+models::ModelSource open_source(const ModelSpec& spec) {
+    if (spec.model.rfind("synthetic:", 0) == 0) return models::ModelSource::synthetic(spec.model.substr(10));
+    if (!spec.assembled()) return models::ModelSource::open(spec.model);
+    return models::ModelSource::assemble(converter::assemble(component_files(spec)));
+}
+
 void run_generate(const GenerateFlags& o) {
     KILN_CHECK(o.vae_tile == 0 || o.vae_tiling, "--vae-tile-size needs --vae-tiling");
     if (o.out != "-") check_output_path(o.out, "-o");  // "-": standard output
@@ -425,10 +432,10 @@ void run_generate(const GenerateFlags& o) {
         std::fprintf(stderr, "kiln: warning: -o %s: '%s' is not .png, .jpg or .jpeg; writing PNG\n", o.out.c_str(),
                      ext.c_str());
     if (!o.dump.empty()) check_output_path(o.dump, "--dump");
-    const std::string model = o.model.empty() ? default_model() : o.model;
-    Session s{o, model,
-              model.rfind("synthetic:", 0) == 0 ? models::ModelSource::synthetic(model.substr(10))
-                                                : models::ModelSource::open(model)};
+    ModelSpec spec{o.model, o.parts};
+    if (spec.model.empty() && !spec.assembled()) spec.model = default_model();
+    Session s{o, spec, spec.display(), open_source(spec)};
+    KILN_CHECK(s.src.incomplete().empty(), s.model, ": ", s.src.incomplete());
     const models::Family* family = models::model_family(s.src);
     if (family && family->id == models::FamilyId::dit)
         run_labels(s);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "converter/assemble.h"
 #include "include/kiln.h"
 #include "runtime/core/file_io.h"
 #include "runtime/core/settings.h"
@@ -74,6 +75,23 @@ Tensor tensor_of(const kiln_tensor& t);
 // A context on device `device` (-1: KILN_DEVICE or the best; vram_budget 0: the device heap), and a model opened on it.
 ContextPtr open_context(int device, uint64_t vram_budget = 0);
 ModelPtr open_model(kiln_context* ctx, const std::string& path);
+// The component files that generate, forward and kiln-convert take besides --model, as stable-diffusion.cpp names
+// them (--clip_l etc. are accepted too).
+struct ComponentFlags {
+    std::string diffusion_model, vae, clip_l, clip_g, t5xxl, config, tokenizers;
+};
+void add_component_flags(CLI::App& app, ComponentFlags& f);
+// The model the flags name: `model` alone (a Kiln file, a diffusers folder, "synthetic:NAME") opens as it is; a single
+// file in another layout, or any component flag, assembles a pipeline (converter/assemble.h).
+struct ModelSpec {
+    std::string model;  // --model as given
+    ComponentFlags parts;
+    bool assembled() const;
+    std::string display() const;  // for messages and the image's metadata: the files given
+};
+ModelPtr open_model(kiln_context* ctx, const ModelSpec& spec);
+// What the assembly of an assembled spec takes (the Hugging Face cache from the environment's settings).
+converter::ComponentFiles component_files(const ModelSpec& spec);
 // Ctrl-C: generate's progress callbacks stop at the next step boundary once it has been pressed.
 void install_interrupt_handler();
 bool interrupted();

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "apps/kiln/commands.h"
+#include "models/layouts/layouts.h"
 #include "runtime/core/error.h"
 
 namespace kiln::app {
@@ -75,6 +76,78 @@ ContextPtr open_context(int device, uint64_t vram_budget) {
 ModelPtr open_model(kiln_context* ctx, const std::string& path) {
     kiln_model* m = nullptr;
     capi_check(kiln_model_open(ctx, path.c_str(), &m));
+    return ModelPtr(m);
+}
+
+void add_component_flags(CLI::App& app, ComponentFlags& f) {
+    const char* fmt = " (a single file in its publisher's layout, a diffusers folder or a Kiln file)";
+    app.add_option("--diffusion-model", f.diffusion_model,
+                   std::string("The transformer: flux1-dev.safetensors (BFL or ComfyUI keys), city96's "
+                               "flux1-dev-Q4_K_S.gguf, sd3.5_large.safetensors, ...") + fmt);
+    app.add_option("--vae", f.vae, std::string("The VAE: ae.safetensors (LDM layout), ...") + fmt);
+    app.add_option("--clip-l,--clip_l", f.clip_l, std::string("The CLIP-L text encoder: clip_l.safetensors") + fmt);
+    app.add_option("--clip-g,--clip_g", f.clip_g, std::string("SD3: the CLIP-G text encoder: clip_g.safetensors") + fmt);
+    app.add_option("--t5xxl", f.t5xxl, std::string("The T5 text encoder: t5xxl_fp16.safetensors, a T5 GGUF") + fmt);
+    app.add_option("--config", f.config,
+                   "With single files: a diffusers pipeline folder of the same model, for its configs, scheduler and "
+                   "tokenizers (no weights read from it). Default: the published configs of the model the shapes "
+                   "identify (FLUX.1-dev/schnell, SD3 medium, SD3.5 medium/large)");
+    app.add_option("--tokenizers", f.tokenizers,
+                   "With single files: a folder holding tokenizer/, tokenizer_2/, ... (default: the Hugging Face cache, "
+                   "HF_HOME)");
+}
+
+bool ModelSpec::assembled() const {
+    const ComponentFlags& p = parts;
+    if (!(p.diffusion_model.empty() && p.vae.empty() && p.clip_l.empty() && p.clip_g.empty() && p.t5xxl.empty() &&
+          p.config.empty()))
+        return true;
+    std::error_code ec;  // --model FILE that is neither a Kiln file nor a folder: a single file in another layout
+    return !model.empty() && std::filesystem::is_regular_file(model, ec) && !layouts::is_kiln_file(model);
+}
+
+std::string ModelSpec::display() const {
+    if (!assembled()) return model;
+    std::string s;
+    for (const std::string* f : {&model, &parts.diffusion_model, &parts.vae, &parts.clip_l, &parts.clip_g,
+                                 &parts.t5xxl})
+        if (!f->empty()) s += (s.empty() ? "" : " + ") + std::filesystem::path(*f).filename().string();
+    return s;
+}
+
+converter::ComponentFiles component_files(const ModelSpec& spec) {
+    converter::ComponentFiles f;
+    if (std::error_code ec; std::filesystem::is_regular_file(spec.model, ec) && !layouts::is_kiln_file(spec.model))
+        f.model = spec.model;
+    f.diffusion_model = spec.parts.diffusion_model;
+    f.vae = spec.parts.vae;
+    f.clip_l = spec.parts.clip_l;
+    f.clip_g = spec.parts.clip_g;
+    f.t5xxl = spec.parts.t5xxl;
+    f.config = spec.parts.config;
+    f.tokenizers = spec.parts.tokenizers;
+    f.hf_home = settings_from_env().hf_home;
+    KILN_CHECK(spec.model.empty() || !f.model.empty(), spec.model,
+               ": --model beside component files must be a single file (a folder or a Kiln file is a whole model: "
+               "give it alone)");
+    return f;
+}
+
+ModelPtr open_model(kiln_context* ctx, const ModelSpec& spec) {
+    if (!spec.assembled()) return open_model(ctx, spec.model);
+    const converter::ComponentFiles files = component_files(spec);
+    kiln_model_files f = KILN_MODEL_FILES_INIT;
+    auto c = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
+    f.model = c(files.model);
+    f.diffusion_model = c(files.diffusion_model);
+    f.vae = c(files.vae);
+    f.clip_l = c(files.clip_l);
+    f.clip_g = c(files.clip_g);
+    f.t5xxl = c(files.t5xxl);
+    f.config = c(files.config);
+    f.tokenizers = c(files.tokenizers);
+    kiln_model* m = nullptr;
+    capi_check(kiln_model_open_files(ctx, &f, &m));
     return ModelPtr(m);
 }
 

@@ -17,8 +17,9 @@ constexpr FlagScope kAny = FlagScope::any, kText = FlagScope::text, kSize = Flag
 // Rows: names, field, help, scope, show default, one per prompt, check, settings key.
 const std::vector<GenerateFlag> kFlags = {
     {"--model", &F::model,
-     "Kiln model file or diffusers pipeline folder: DiT (class labels), PixArt-alpha/Sigma, SD3 or Flux (text); "
-     "default: built-in dit-digits; synthetic:dit-xl-2-256 = real architecture, random weights"},
+     "Kiln model file, diffusers pipeline folder, or a single file as published (Stability's SD3/SD3.5 file, a Flux "
+     "file with --vae etc.): DiT (class labels), PixArt-alpha/Sigma, SD3 or Flux (text); default: built-in "
+     "dit-digits; synthetic:dit-xl-2-256 = real architecture, random weights"},
     {"--class-labels", &F::labels, "DiT: comma-separated class ids or label names, one image each (default 0)"},
     {"--prompt", &F::prompts,
      "Text models: the prompt (UTF-8); repeat for several images, batched as diffusers batches a list of prompts",
@@ -187,7 +188,10 @@ const std::vector<GenerateFlag>& generate_flags() { return kFlags; }
 
 void add_generate_flags(CLI::App& app, GenerateFlags& f) {
     f.options.clear();
-    for (const GenerateFlag& row : kFlags) f.options.push_back(add_flag_row(app, f, row));
+    for (const GenerateFlag& row : kFlags) {
+        f.options.push_back(add_flag_row(app, f, row));
+        if (f.options.size() == 1) add_component_flags(app, f.parts);  // beside --model, in --help too
+    }
 }
 
 bool GenerateFlags::given(const std::string& flag) const {

@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "apps/kiln/commands.h"
 #include "models/generate_options.h"
 #include "models/text_encode.h"
 
@@ -28,6 +29,7 @@ struct GenerateFlags {
     std::string noise_dtype = "f32";
     bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
          host_loop = false;
+    ComponentFlags parts;               // --diffusion-model, --vae, ... (registered beside --model)
     std::vector<CLI::Option*> options;  // one per row of generate_flags(), in its order (nullptr: not registered)
 
     bool given(const std::string& flag) const;  // the flag ("--steps") was on the command line

@@ -77,4 +77,10 @@ bool is_kiln_file(const std::string& path);
 // is resolved here; missing tensors are the model builder's to report (it knows the config).
 std::unique_ptr<TensorSet> open_component(const std::string& path, const std::string& role);
 
+// A safetensors file, or a sharded set through its *.safetensors.index.json, as it is (names and shapes unchanged):
+// a diffusers or transformers component's weights. Read in place from the mapping.
+std::unique_ptr<TensorSet> open_safetensors(const std::string& path);
+// Component `component` of a Kiln model file (tensors "<component>.<diffusers name>"), read in place from the mapping.
+std::unique_ptr<TensorSet> open_kiln_component(const std::string& path, const std::string& component);
+
 }  // namespace kiln::layouts

@@ -89,9 +89,9 @@ const std::vector<Family>& families() {
         sd3.pooled_projections = true;
         sd3.flow_matching = true, sd3.max_shift_default = 1.16;
         sd3.vae_shift = true;
-        sd3.encoders = {{"text_encoder", K::clip_text_projection, 1, 77},
-                        {"text_encoder_2", K::clip_text_projection, 2, 77},
-                        {"text_encoder_3", K::t5_encoder, 3, 0, true}};
+        sd3.encoders = {{"text_encoder", K::clip_text_projection, 1, 77, false, "clip_l"},
+                        {"text_encoder_2", K::clip_text_projection, 2, 77, false, "clip_g"},
+                        {"text_encoder_3", K::t5_encoder, 3, 0, true, "t5xxl"}};
         sd3.encoders_summary = "three text encoders (CLIP-L, CLIP-G, then T5 which reads prompt_3)";
         sd3.clip_skip = sd3.skip_layer_guidance = sd3.custom_sigmas = true;
 
@@ -110,7 +110,8 @@ const std::vector<Family>& families() {
         flux.timestep_fraction = true;
         flux.flow_matching = true, flux.max_shift_default = 1.15;
         flux.linspace_sigmas = flux.vae_shift = true;
-        flux.encoders = {{"text_encoder", K::clip_text, 1, 77}, {"text_encoder_2", K::t5_encoder, 2, 0}};
+        flux.encoders = {{"text_encoder", K::clip_text, 1, 77, false, "clip_l"},
+                         {"text_encoder_2", K::t5_encoder, 2, 0, false, "t5xxl"}};
         flux.encoders_summary = "two text encoders (CLIP, then T5 which reads prompt_2)";
         flux.true_cfg = flux.custom_sigmas = true;
         return f;
@@ -150,6 +151,12 @@ const Family& family_with(bool Family::*option) {
     for (const auto& f : families())
         if (f.*option) return f;
     KILN_FAIL("internal: no family takes that option");
+}
+
+const Family* file_family(std::string_view name) {
+    if (name == "flux") return &family(FamilyId::flux);
+    if (name == "sd3") return &family(FamilyId::sd3);
+    return nullptr;
 }
 
 }  // namespace kiln::models

@@ -57,6 +57,9 @@ struct TextEncoderUse {
     int prompt;             // the prompt list it reads: 1 prompt, 2 prompt_2, 3 prompt_3 (and their negatives)
     int max_tokens;         // 77 (CLIP); 0: the pipeline's max_sequence_length (T5)
     bool optional = false;  // SD3's T5: absent, its part of prompt_embeds is zeros
+    // Its name among single files and their flags (--clip-l, --clip-g, --t5xxl): "clip_l", "clip_g", "t5xxl"; "" for
+    // families that have none.
+    const char* file_role = "";
 };
 
 struct PipelineClass {
@@ -106,5 +109,7 @@ const Family* transformer_family(ComponentKind kind);
 const PipelineClass& pipeline_for(const Family& f, bool micro_conditions = false);
 // The first family where a call option applies (e.g. &Family::true_cfg), for messages that name it.
 const Family& family_with(bool Family::*option);
+// The family a single file's transformer names ("flux", "sd3": layouts::Detected::family), or nullptr.
+const Family* file_family(std::string_view name);
 
 }  // namespace kiln::models

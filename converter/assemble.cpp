@@ -1,0 +1,303 @@
+#include "converter/assemble.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "converter/tokenizer_files.h"
+#include "models/layouts/layouts.h"
+#include "models/layouts/published.h"
+#include "models/registry/registry.h"
+#include "runtime/core/error.h"
+#include "runtime/core/gguf.h"
+
+namespace kiln::converter {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using models::Family;
+
+bool ComponentFiles::any() const {
+    return !(model.empty() && diffusion_model.empty() && vae.empty() && clip_l.empty() && clip_g.empty() &&
+             t5xxl.empty() && config.empty());
+}
+
+const Part* Assembly::find(const std::string& name) const {
+    for (auto& p : parts)
+        if (p.name == name) return &p;
+    return nullptr;
+}
+
+namespace {
+
+// A file given for one role, and the flag that gave it.
+struct Given {
+    std::string flag, path, role;  // role: "transformer", "vae", "clip_l", "clip_g", "t5xxl"
+};
+
+const char* flag_of(const std::string& role) {
+    if (role == "transformer") return "--diffusion-model";
+    if (role == "vae") return "--vae";
+    if (role == "clip_l") return "--clip-l";
+    if (role == "clip_g") return "--clip-g";
+    return "--t5xxl";
+}
+
+std::string what_role(const std::string& role) {
+    if (role == "transformer") return "a diffusion transformer";
+    if (role == "vae") return "a VAE";
+    if (role == "clip_l") return "a CLIP-L text encoder";
+    if (role == "clip_g") return "a CLIP-G text encoder";
+    return "a T5 text encoder";
+}
+
+std::string held(const layouts::FileInfo& info) {
+    std::string s;
+    for (auto& d : info.components)
+        s += (s.empty() ? "" : ", ") + what_role(d.role) + (d.family.empty() ? "" : " (" + d.family + ")");
+    return s.empty() ? "nothing Kiln reads" : s;
+}
+
+// The layout role of `g` in its file, checked: the file must hold that role (CLIP-L and CLIP-G files are told
+// apart later, by the config's hidden size, so a CLIP file answers either).
+const layouts::Detected& detected_role(const layouts::FileInfo& info, const Given& g) {
+    auto is_clip = [](const std::string& r) { return r == "clip_l" || r == "clip_g"; };
+    for (auto& d : info.components)
+        if (d.role == g.role) return d;
+    for (auto& d : info.components)
+        if (is_clip(d.role) && is_clip(g.role)) return d;
+    KILN_FAIL(g.path, ": given as ", g.flag, " but holds ", held(info), ", not ", what_role(g.role));
+}
+
+// The files given, each with its role; a --model file gives every component it holds.
+std::vector<Given> given_files(const ComponentFiles& f, std::map<std::string, layouts::FileInfo>& infos) {
+    std::vector<Given> out;
+    if (!f.model.empty()) {
+        layouts::FileInfo info = layouts::inspect(f.model);
+        for (auto& d : info.components) out.push_back({"--model", f.model, d.role});
+        infos[f.model] = std::move(info);
+    }
+    const std::pair<const char*, const std::string*> flags[] = {
+        {"transformer", &f.diffusion_model}, {"vae", &f.vae}, {"clip_l", &f.clip_l},
+        {"clip_g", &f.clip_g},               {"t5xxl", &f.t5xxl}};
+    for (auto& [role, path] : flags) {
+        if (path->empty()) continue;
+        KILN_CHECK(fs::exists(*path), *path, ": no such file or folder (", flag_of(role), ")");
+        // A flag overrides what --model holds for the same role.
+        std::erase_if(out, [&](const Given& g) { return g.role == role; });
+        out.push_back({flag_of(role), *path, role});
+        if (!fs::is_directory(*path) && !layouts::is_kiln_file(*path) && !infos.count(*path))
+            infos[*path] = layouts::inspect(*path);
+    }
+    return out;
+}
+
+// Configs, scheduler and tokenizers of a diffusers pipeline folder (--config): component -> (class, text, folder).
+struct ConfigDir {
+    std::string dir, pipeline_class, model_index_text;
+    std::map<std::string, std::pair<std::string, std::string>> configs;  // component -> (class, config text)
+    std::map<std::string, std::string> tokenizers;                       // component -> folder
+};
+
+ConfigDir read_config_dir(const std::string& dir) {
+    ConfigDir c;
+    c.dir = dir;
+    const fs::path mi = fs::path(dir) / "model_index.json";
+    KILN_CHECK(fs::exists(mi), dir, ": --config needs a diffusers pipeline folder (model_index.json, the ",
+               "components' config.json and the tokenizer folders; weights are not read)");
+    c.model_index_text = read_text(mi);
+    json j = parse_json_object(c.model_index_text, mi.string());
+    KILN_CHECK(j.contains("_class_name") && j["_class_name"].is_string(), mi.string(), ": no _class_name");
+    c.pipeline_class = j["_class_name"].get<std::string>();
+    for (auto& [name, v] : j.items()) {
+        if (name.empty() || name[0] == '_' || !v.is_array() || v.size() != 2 || !v[1].is_string()) continue;
+        const std::string cls = v[1].get<std::string>();
+        const fs::path sub = fs::path(dir) / name;
+        if (is_supported_tokenizer(cls)) {
+            if (fs::is_directory(sub)) c.tokenizers[name] = sub.string();
+            continue;
+        }
+        for (const char* f : {"config.json", "scheduler_config.json"})
+            if (fs::exists(sub / f)) c.configs[name] = {cls, read_text(sub / f)};
+    }
+    return c;
+}
+
+// The component a role fills in the family's pipeline.
+std::string component_of(const Family& fam, const std::string& role) {
+    if (role == "transformer" || role == "vae") return role;
+    for (auto& e : fam.encoders)
+        if (role == e.file_role) return e.component;
+    KILN_FAIL(fam.name, " pipelines have no ", what_role(role), " (", flag_of(role), ")");
+}
+
+// The family of the transformer given.
+const Family& transformer_family(const Given& t, const std::map<std::string, layouts::FileInfo>& infos) {
+    auto it = infos.find(t.path);
+    if (it != infos.end()) {
+        const layouts::Detected& d = detected_role(it->second, t);
+        const Family* f = models::file_family(d.family);
+        KILN_CHECK(f, t.path, ": a transformer of family '", d.family, "', which Kiln does not run from single files");
+        return *f;
+    }
+    KILN_FAIL(t.path, ": ", t.flag, " takes a single file (", "a diffusers folder or Kiln file goes to --model)");
+}
+
+// Hidden size of a CLIP or T5 set from its token embedding, to tell CLIP-L from CLIP-G and catch encoders of another
+// model; -1 when the set has no such tensor.
+int64_t embedding_width(const layouts::TensorSet& s) {
+    for (const char* n : {"text_model.embeddings.token_embedding.weight", "shared.weight", "encoder.embed_tokens.weight"})
+        if (const layouts::TensorInfo* t = s.find(n); t && t->shape.size() == 2) return t->shape[1];
+    return -1;
+}
+
+int64_t config_width(const json& cfg) {
+    for (const char* k : {"hidden_size", "d_model"})
+        if (cfg.contains(k) && cfg[k].is_number_integer()) return cfg[k].get<int64_t>();
+    return -1;
+}
+
+// A text encoder file must have the width its config says: CLIP-G (1280 in SD3) given as CLIP-L (768) is caught here
+// with the flags named, not deep in the graph.
+void check_encoder_width(const Part& p, const Given& g) {
+    auto set = layouts::open_component(g.path, p.role);
+    const int64_t have = embedding_width(*set), want = config_width(parse_json_object(p.config_text, p.name));
+    KILN_CHECK(have < 0 || want < 0 || have == want, g.path, ": given as ", g.flag, " but its hidden size is ", have,
+               " where this model's ", p.name, " has ", want,
+               have == 1280 ? " (it looks like CLIP-G: pass it with --clip-g)"
+               : have == 768 ? " (it looks like CLIP-L: pass it with --clip-l)"
+                             : " (an encoder of another model)");
+}
+
+// The component of a Kiln file given for `g`: the one named like p, else the only one of p's role; its config too.
+void kiln_file_part(Part& p, const Given& g) {
+    GgufFile f = GgufFile::open(g.path);
+    const bool want_vae = g.role == "vae", want_transformer = g.role == "transformer";
+    std::string pick;
+    for (auto& c : f.get_string_array("kiln.components")) {
+        const models::ComponentClass* k = models::find_component_class(f.get_string("kiln." + c + ".class"));
+        if (!k) continue;
+        const bool ok = want_vae           ? k->role == models::Role::vae
+                        : want_transformer ? k->role == models::Role::transformer
+                                           : k->role == models::Role::text_encoder;
+        if (ok && (pick.empty() || c == p.name)) pick = c;
+    }
+    KILN_CHECK(!pick.empty(), g.path, ": given as ", g.flag, " but this Kiln file holds no ", what_role(g.role));
+    p.role = pick;
+    p.cls = f.get_string("kiln." + pick + ".class");
+    p.config_text = f.get_string("kiln." + pick + ".config");
+}
+
+}  // namespace
+
+Assembly assemble(const ComponentFiles& f) {
+    std::map<std::string, layouts::FileInfo> infos;
+    std::vector<Given> given = given_files(f, infos);
+    auto find_role = [&](const std::string& role) -> const Given* {
+        for (auto& g : given)
+            if (g.role == role) return &g;
+        return nullptr;
+    };
+    const Given* tg = find_role("transformer");
+    KILN_CHECK(tg, "no diffusion transformer: pass --diffusion-model FILE (or --model FILE holding one)");
+    const Family& fam = transformer_family(*tg, infos);
+    std::unique_ptr<layouts::TensorSet> tset = layouts::open_component(tg->path, "transformer");
+
+    Assembly a;
+    a.family = fam.name;
+    std::map<std::string, std::pair<std::string, std::string>> configs;  // component -> (class, text)
+    std::map<std::string, std::string> tokenizers;
+    if (!f.config.empty()) {
+        ConfigDir c = read_config_dir(f.config);
+        const Family* cf = models::find_pipeline_family(c.pipeline_class);
+        KILN_CHECK(cf == &fam, f.config, ": --config is a ", c.pipeline_class, " but ", tg->path, " holds a ",
+                   fam.name, " transformer");
+        a.configs_from = "--config " + f.config;
+        a.pipeline_class = c.pipeline_class;
+        a.model_index_text = c.model_index_text;
+        configs = std::move(c.configs);
+        tokenizers = std::move(c.tokenizers);
+        if (!f.tokenizers.empty()) {  // --tokenizers overrides the config folder's
+            ConfigDir t = read_config_dir(f.tokenizers);
+            for (auto& [k, v] : t.tokenizers) tokenizers[k] = v;
+        }
+    } else {
+        const layouts::Published* p = layouts::recognize(fam.name, *tset);
+        KILN_CHECK(p, tg->path, ": a ", fam.name, " transformer of a size Kiln has no published config for; pass ",
+                   "--config DIR, a diffusers pipeline folder of the same model (its *.json and tokenizer files ",
+                   "are read, never its weights)");
+        a.configs_from = "the published " + p->id + " (" + p->repo + ")";
+        a.pipeline_class = p->model_index.value("_class_name", "");
+        a.model_index_text = p->model_index.dump(2);
+        for (auto& [k, cfg] : p->configs) configs[k] = {cfg.value("_class_name", ""), cfg.dump(2)};
+        try {  // needed only to encode prompts: `kiln forward` of the transformer runs without them
+            tokenizers = layouts::find_tokenizers(*p, f.tokenizers, f.hf_home);
+        } catch (const Error& e) {
+            a.tokenizers_missing = e.what();
+        }
+    }
+
+    auto config_part = [&](const std::string& name) {
+        auto it = configs.find(name);
+        KILN_CHECK(it != configs.end(), a.configs_from, ": no config for component '", name, "'");
+        Part p;
+        p.name = name;
+        p.cls = it->second.first;
+        p.config_text = it->second.second;
+        return p;
+    };
+    auto add_given = [&](const Given& g) {
+        Part p = config_part(component_of(fam, g.role));
+        if (fs::is_directory(g.path)) {  // a component folder brings its own config
+            p.from = Part::From::diffusers_dir;
+            const fs::path cfg = fs::path(g.path) / "config.json";
+            KILN_CHECK(fs::exists(cfg), g.path, ": given as ", g.flag, " but has no config.json");
+            p.config_text = read_text(cfg);
+        } else if (layouts::is_kiln_file(g.path)) {  // so does a Kiln file
+            p.from = Part::From::kiln_file;
+            kiln_file_part(p, g);
+        } else {
+            p.from = Part::From::layout_file;
+            p.role = detected_role(infos.at(g.path), g).role;
+            if (g.role != "transformer" && g.role != "vae") check_encoder_width(p, g);
+            // Names only, before any weight is read: missing tensors are counted and named here.
+            match_tensors(*layouts::open_component(g.path, p.role), p.cls, parse_json_object(p.config_text, p.name),
+                          p.name + "'s config from " + a.configs_from, nullptr);
+        }
+        p.path = g.path;
+        a.parts.push_back(std::move(p));
+    };
+    add_given(*tg);
+    if (const Given* g = find_role("vae")) add_given(*g);
+    a.parts.push_back(config_part("scheduler"));
+    for (auto& e : fam.encoders)
+        if (const Given* g = find_role(e.file_role)) add_given(*g);
+    for (auto& [name, dir] : tokenizers) {
+        Part p;
+        p.name = name;
+        p.cls = tokenizer_class_of_dir(dir);
+        p.from = Part::From::tokenizer_dir;
+        p.path = dir;
+        a.parts.push_back(std::move(p));
+    }
+    for (auto& g : given)  // a role the family does not have (a CLIP-G beside Flux) is named, not ignored
+        if (g.role != "transformer" && g.role != "vae") component_of(fam, g.role);
+    return a;
+}
+
+std::string Assembly::incomplete() const {
+    const Family* fam = nullptr;
+    for (auto& f : models::families())
+        if (family == f.name) fam = &f;
+    KILN_CHECK(fam, "internal: assembly of unknown family ", family);
+    std::string missing;
+    auto need = [&](const std::string& name, const std::string& role) {
+        if (!find(name)) missing += (missing.empty() ? "" : ", ") + what_role(role) + " (" + flag_of(role) + ")";
+    };
+    need("vae", "vae");
+    for (auto& e : fam->encoders)
+        if (!e.optional) need(e.component, e.file_role);
+    if (!missing.empty()) return std::string(fam->name) + " also needs " + missing;
+    return tokenizers_missing;
+}
+
+}  // namespace kiln::converter
