@@ -47,7 +47,7 @@ int64_t count_blocks(const TensorSet& ts, const std::string& prefix) {
     return n;
 }
 
-// FluxTransformer2DModel: x_embedder [H, in], context_embedder [H, joint], the pooled text embedder [H, pooled],
+// Flux: x_embedder [H, in], context_embedder [H, joint], the pooled text embedder [H, pooled],
 // the guidance embedder only when guidance_embeds, L joint and S single blocks of width H = heads * head_dim with an
 // MLP of 4H, and proj_out [patch^2 * out, H].
 bool matches_flux(const json& c, const TensorSet& ts) {
@@ -69,7 +69,7 @@ bool matches_flux(const json& c, const TensorSet& ts) {
            has(ts, last_single + "proj_out.weight", {H, H + mlp}) && has(ts, "proj_out.weight", {p * p * out, H});
 }
 
-// SD3Transformer2DModel: the patch embedder [H, in, p, p] with a (M*M)-position table, context [H, joint] and
+// SD3: the patch embedder [H, in, p, p] with a (M*M)-position table, context [H, joint] and
 // pooled [H, pooled] embedders, L joint blocks (the last one context_pre_only: its context norm gives shift and
 // scale only, [2H, H]), attn2 and a 9H-wide norm1 exactly in the dual_attention_layers, qk norms [head_dim] exactly
 // when qk_norm is set, and proj_out [p^2 * out, H].
