@@ -11,10 +11,10 @@
 namespace kiln::layouts {
 
 struct Published {
-    std::string id;      // "flux-dev", "flux-schnell", "sd3-medium", "sd3.5-medium", "sd3.5-large"
-    std::string family;  // "flux" or "sd3"
-    std::string repo;    // the diffusers repository: "black-forest-labs/FLUX.1-dev", ...
-    nlohmann::json model_index;                    // model_index.json as published
+    std::string id;              // "flux-dev", "flux-schnell", "sd3-medium", "sd3.5-medium", "sd3.5-large"
+    std::string family;          // "flux" or "sd3"
+    std::string repo;            // the diffusers repository: "black-forest-labs/FLUX.1-dev", ...
+    nlohmann::json model_index;  // model_index.json as published
     std::map<std::string, nlohmann::json> configs;  // component -> config.json / scheduler_config.json, _class_name set
     std::vector<std::string> tokenizers;            // tokenizer components: "tokenizer", "tokenizer_2", ...
 };
@@ -24,8 +24,9 @@ const std::vector<Published>& published_models();
 const Published* recognize(const std::string& family, const TensorSet& transformer);
 
 // Tokenizer component -> folder for `p`: from `dir` (a pipeline folder with tokenizer*/ subfolders, or a folder
-// holding them directly), else the Hugging Face cache (hf_home/hub, or ~/.cache/huggingface/hub when hf_home is
-// empty: models--<org>--<name>/snapshots/*/tokenizer*). Throws one line naming the files to fetch and the repository.
+// holding them directly), else the Hugging Face cache (hf_home/hub, or when hf_home is empty Settings::hf_home from
+// the settings table: HF_HOME, else ~/.cache/huggingface; models--<org>--<name>/snapshots/*/tokenizer*, refs/main's
+// snapshot first). Throws one line naming the files to fetch and the repository.
 std::map<std::string, std::string> find_tokenizers(const Published& p, const std::string& dir,
                                                    const std::string& hf_home);
 

@@ -49,7 +49,8 @@ std::string choice(const char* name, const std::string& v, std::initializer_list
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 // clang-format off
-// The order matters once: HOME, then XDG_CACHE_HOME, then KILN_CACHE_DIR, each overriding the cache folder.
+// The order matters: HOME, then XDG_CACHE_HOME, then KILN_CACHE_DIR (HF_HOME), each overriding the cache folder
+// (the Hugging Face folder) the previous row set.
 const std::vector<SettingInfo> kTable = {
     // The device and its context (vk::Context).
     {"KILN_DEVICE", "int", "best device", "Vulkan device index (see `kiln devices`); the CLI's --device wins",
@@ -65,10 +66,16 @@ const std::vector<SettingInfo> kTable = {
          s.context.transfer_queue = choice(n, v, {"0", "1", "split"}, "0, 1 or split"); }},
     {"KILN_PIPELINE_CACHE", "bool", "1", "0: neither the pipeline cache nor the linear table is read or written",
      false, [](Settings& s, const char* n, const std::string& v) { s.context.pipeline_cache = on_unless_0(v); }},
-    {"HOME", "path", "", "the cache folder is $HOME/.cache/kiln when neither variable below is set",
-     false, [](Settings& s, const char* n, const std::string& v) { s.context.cache_dir = v + "/.cache/kiln"; }},
-    {"XDG_CACHE_HOME", "path", "", "the cache folder is $XDG_CACHE_HOME/kiln unless KILN_CACHE_DIR is set",
-     false, [](Settings& s, const char* n, const std::string& v) { s.context.cache_dir = v + "/kiln"; }},
+    {"HOME", "path", "",
+     "the cache folder is $HOME/.cache/kiln and the Hugging Face folder $HOME/.cache/huggingface when no variable "
+     "below sets them", false, [](Settings& s, const char* n, const std::string& v) {
+         s.context.cache_dir = v + "/.cache/kiln";
+         s.hf_home = v + "/.cache/huggingface"; }},
+    {"XDG_CACHE_HOME", "path", "",
+     "the cache folder is $XDG_CACHE_HOME/kiln unless KILN_CACHE_DIR is set, the Hugging Face folder "
+     "$XDG_CACHE_HOME/huggingface unless HF_HOME is", false, [](Settings& s, const char* n, const std::string& v) {
+         s.context.cache_dir = v + "/kiln";
+         s.hf_home = v + "/huggingface"; }},
     {"KILN_CACHE_DIR", "path", "$XDG_CACHE_HOME/kiln, else ~/.cache/kiln",
      "the folder of the pipeline cache and the linear table", false,
      [](Settings& s, const char* n, const std::string& v) { s.context.cache_dir = v; }},
@@ -112,6 +119,9 @@ const std::vector<SettingInfo> kTable = {
      false, [](Settings& s, const char* n, const std::string& v) { s.device_loop = on_unless_0(v); }},
     {"KILN_DEFAULT_MODEL", "path", "the built-in dit-digits model", "the kiln CLI's model when --model is not given",
      false, [](Settings& s, const char* n, const std::string& v) { s.default_model = v; }},
+    {"HF_HOME", "path", "$XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface",
+     "the Hugging Face folder: the published models' tokenizers are looked for in its hub/ cache", false,
+     [](Settings& s, const char* n, const std::string& v) { s.hf_home = v; }},
     // Test hooks.
     {"KILN_MAX_BINDING_RANGE", "bytes", "the device's", "lowers maxStorageBufferRange as executors see it",
      true, [](Settings& s, const char* n, const std::string& v) { s.test.max_binding_range = count(n, v); }},

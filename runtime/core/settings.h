@@ -62,6 +62,9 @@ struct Settings {
     ExecOptions exec;
     bool device_loop = true;    // KILN_DEVICE_LOOP: the pipelines' step loop on the device where supported (models/)
     std::string default_model;  // KILN_DEFAULT_MODEL: the kiln CLI's model when --model is not given ("": built-in)
+    // HF_HOME, else $XDG_CACHE_HOME/huggingface, else $HOME/.cache/huggingface (as huggingface_hub resolves it):
+    // where the published models' tokenizers are looked for (hub/models--<org>--<name>/snapshots/*). "": nowhere.
+    std::string hf_home;
     TestHooks test;
 };
 

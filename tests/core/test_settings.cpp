@@ -40,6 +40,7 @@ TEST_CASE("settings: unset variables leave the defaults", "[settings]") {
     CHECK(s.exec.attention == "auto");
     CHECK(s.device_loop);
     CHECK(s.default_model.empty());
+    CHECK(s.hf_home.empty());
     CHECK(s.test.device_memory_limit == 0);
     CHECK(s.test.device_lost_after == -1);
     CHECK(s.test.max_storage_buffers == 0);
@@ -114,6 +115,19 @@ TEST_CASE("settings: the cache folder is KILN_CACHE_DIR, else XDG_CACHE_HOME/kil
     CHECK(parse({{"KILN_CACHE_DIR", "/k"}}).context.cache_dir == "/k");
 }
 
+TEST_CASE("settings: the Hugging Face folder is HF_HOME, else XDG_CACHE_HOME/huggingface, else ~/.cache/...",
+          "[settings]") {
+    CHECK(parse({{"HOME", "/h"}}).hf_home == "/h/.cache/huggingface");
+    CHECK(parse({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/x"}}).hf_home == "/x/huggingface");
+    CHECK(parse({{"HOME", "/h"}, {"XDG_CACHE_HOME", "/x"}, {"HF_HOME", "/f"}}).hf_home == "/f");
+    CHECK(parse({{"HF_HOME", "/f"}}).hf_home == "/f");
+    // KILN_CACHE_DIR moves Kiln's cache only; HF_HOME moves the Hugging Face folder only.
+    const Settings s = parse({{"HOME", "/h"}, {"KILN_CACHE_DIR", "/k"}, {"HF_HOME", "/f"}});
+    CHECK(s.context.cache_dir == "/k");
+    CHECK(s.hf_home == "/f");
+    CHECK(parse({{"HOME", "/h"}, {"HF_HOME", "/f"}}).context.cache_dir == "/h/.cache/kiln");
+}
+
 TEST_CASE("settings: a bad value is one error line naming the variable and what it accepts", "[settings]") {
     const std::vector<std::tuple<std::string, std::string, std::string>> bad = {
         {"KILN_DEVICE", "gpu", "KILN_DEVICE='gpu' (a device index, or -1 for the best)"},
@@ -178,6 +192,7 @@ TEST_CASE("settings: the table names each variable once, documented, KILN_TEST_*
                           "KILN_ATTENTION",
                           "KILN_DEVICE_LOOP",
                           "KILN_DEFAULT_MODEL",
+                          "HF_HOME",
                           "KILN_MAX_BINDING_RANGE",
                           "KILN_TEST_MAX_STORAGE_BUFFERS",
                           "KILN_TEST_MAX_TEXEL_ELEMENTS",
