@@ -5,10 +5,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "apps/component_flags.h"
 #include "converter/convert.h"
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
@@ -39,12 +41,21 @@ int main(int argc, char** argv) {
         "  kiln-convert ~/hf/PixArt-XL-2-512x512/transformer -o pixart.kiln --dtype bf16\n"
         "  kiln-convert ~/hf/sd3-medium -o sd3.kiln --variant fp16\n"
         "  kiln-convert models/default/dit-digits -o digits-q4.kiln --dtype q4_k --keep '*.proj_out*=f16'\n"
-        "  kiln info dit-digits.kiln        # inspect the result\n",
+        "  kiln info dit-digits.kiln        # inspect the result\n\n"
+        "Single files as their publishers ship them (configs and tokenizers bundled, so the output stands alone):\n"
+        "  kiln-convert --diffusion-model flux1-dev-Q4_K_S.gguf --vae ae.safetensors --clip-l clip_l.safetensors \\\n"
+        "      --t5xxl t5xxl_fp16.safetensors -o flux-dev-q4.kiln\n"
+        "  kiln-convert sd3.5_medium.safetensors --clip-l clip_l.safetensors --clip-g clip_g.safetensors \\\n"
+        "      --t5xxl t5xxl_fp16.safetensors -o sd35m.kiln --dtype q8_0\n",
         "kiln-convert"};
     std::string src, out, dtype = "f16", variant;
     std::vector<std::string> keep;
     bool quiet = false;
-    app.add_option("SRC_DIR", src, "diffusers folder to convert")->required();
+    kiln::converter::ComponentFiles parts;
+    app.add_option("SRC", src,
+                   "diffusers folder to convert, or a single file as published (Stability's SD3/SD3.5 file, a Flux "
+                   "file: BFL, ComfyUI or city96 GGUF)");
+    kiln::app::add_component_flags(app, parts);
     app.add_option("-o,--output", out, "output model file (written atomically: OUT.tmp, then renamed)")->required();
     app.add_option("--dtype", dtype,
                    "storage of weights with >= 2 dims: f32, f16 (default) or bf16, or ggml's block-quantized "
@@ -80,7 +91,19 @@ int main(int argc, char** argv) {
         const std::string partial = out + ".tmp";  // GgufWriter writes here, then renames
         if (partial.size() < sizeof g_partial) std::memcpy(g_partial, partial.c_str(), partial.size() + 1);
         for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
-        kiln::converter::convert_folder(src, out, opt);
+        std::error_code ec;
+        const bool single = !src.empty() && std::filesystem::is_regular_file(src, ec);
+        if (parts.any() || single) {
+            KILN_CHECK(src.empty() || single, src, ": a folder converts alone; beside component files give a file");
+            parts.model = src;
+            parts.hf_home = kiln::settings_from_env().hf_home;
+            kiln::converter::Assembly a = kiln::converter::assemble(parts);
+            KILN_CHECK(a.tokenizers_missing.empty(), a.tokenizers_missing);
+            kiln::converter::convert_assembly(a, out, opt);
+        } else {
+            KILN_CHECK(!src.empty(), "nothing to convert: give SRC or component files (--diffusion-model, ...)");
+            kiln::converter::convert_folder(src, out, opt);
+        }
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln-convert: error: %s\n", e.what());
         return 1;

@@ -1,11 +1,14 @@
 #include "converter/info.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "converter/assemble.h"
 #include "converter/convert.h"
+#include "models/layouts/layouts.h"
 #include "converter/tokenizer_files.h"
 #include "models/registry/registry.h"
 #include "runtime/core/error.h"
@@ -116,7 +119,46 @@ void print_tokenizer(const GgufFile& f, const std::string& c, const json& cfg, s
 }
 }  // namespace
 
-void print_model_info(const std::string& path, std::ostream& os) {
+namespace {
+// A single file in another project's layout: what it holds, the published model its transformer is, and what a
+// generation still needs.
+void print_layout_info(const std::string& path, std::ostream& os, const std::string& hf_home) {
+    const layouts::FileInfo info = layouts::inspect(path);
+    size_t n = 0;
+    for (auto& [t, k] : info.dtype_counts) n += k;
+    os << path << ": " << info.container << " single file, " << human_bytes((double)std::filesystem::file_size(path))
+       << ", " << n << " tensors";
+    if (!info.gguf_architecture.empty()) os << ", GGUF architecture " << info.gguf_architecture;
+    os << "\n  types:";
+    for (auto& [t, k] : info.dtype_counts) os << " " << t << " " << k;
+    os << "\n";
+    for (auto& d : info.components) {
+        os << "  " << d.role << ": " << (d.family.empty() ? "" : d.family + ", ") << d.layout << " layout";
+        if (!d.prefix.empty()) os << ", keys under '" << d.prefix << "'";
+        os << ", " << d.n_tensors << " tensors\n";
+    }
+    converter::ComponentFiles files;
+    files.model = path;
+    files.hf_home = hf_home;
+    bool has_transformer = false;
+    for (auto& d : info.components) has_transformer |= d.role == "transformer";
+    if (!has_transformer) {
+        os << "  (no transformer: use it beside one, e.g. --vae / --clip-l / --t5xxl " << path << ")\n";
+        return;
+    }
+    try {  // the same checks as generate: configs, every tensor present, tokenizers
+        const converter::Assembly a = converter::assemble(files);
+        os << "  configs: " << a.configs_from << "\n";
+        const std::string missing = a.incomplete();
+        os << "  " << (missing.empty() ? std::string("complete: kiln generate --model ") + path : missing) << "\n";
+    } catch (const Error& e) {
+        os << "  cannot run as it is: " << e.what() << "\n";
+    }
+}
+}  // namespace
+
+void print_model_info(const std::string& path, std::ostream& os, const std::string& hf_home) {
+    if (!std::filesystem::is_directory(path) && !layouts::is_kiln_file(path)) return print_layout_info(path, os, hf_home);
     GgufFile f = GgufFile::open(path);
     KILN_CHECK(f.has("general.architecture") && f.get_string("general.architecture") == "kiln", path,
                ": not a Kiln model file (general.architecture is not 'kiln')");

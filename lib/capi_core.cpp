@@ -347,7 +347,7 @@ KILN_API kiln_status kiln_describe_model_file(const char* path, char* buf, size_
         std::error_code ec;
         if (!std::filesystem::exists(path, ec)) fail(KILN_NOT_FOUND, path, ": no such file");
         std::ostringstream os;
-        print_model_info(path, os);
+        print_model_info(path, os, settings_from_env().hf_home);
         const std::string text = os.str();
         *length = text.size();
         if (!buf) return;

@@ -67,7 +67,10 @@ Run add_devices(CLI::App& app) {
 
 Run add_info(CLI::App& app) {
     auto file = std::make_shared<std::string>();
-    app.add_option("file", *file, "Kiln model file (.kiln, from kiln-convert); default: the built-in dit-digits model");
+    app.add_option("file", *file,
+                   "Kiln model file (.kiln, from kiln-convert), or a single file as published (flux1-dev.safetensors, "
+                   "a city96 GGUF, sd3.5_large.safetensors, ae.safetensors, ...); default: the built-in dit-digits "
+                   "model");
     return [file] {
         if (file->empty()) *file = default_model();
         std::error_code ec;

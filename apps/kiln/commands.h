@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/component_flags.h"
 #include "converter/assemble.h"
 #include "include/kiln.h"
 #include "runtime/core/file_io.h"
@@ -75,12 +76,8 @@ Tensor tensor_of(const kiln_tensor& t);
 // A context on device `device` (-1: KILN_DEVICE or the best; vram_budget 0: the device heap), and a model opened on it.
 ContextPtr open_context(int device, uint64_t vram_budget = 0);
 ModelPtr open_model(kiln_context* ctx, const std::string& path);
-// The component files that generate, forward and kiln-convert take besides --model, as stable-diffusion.cpp names
-// them (--clip_l etc. are accepted too).
-struct ComponentFlags {
-    std::string diffusion_model, vae, clip_l, clip_g, t5xxl, config, tokenizers;
-};
-void add_component_flags(CLI::App& app, ComponentFlags& f);
+// The component files besides --model (apps/component_flags.h registers them; model and hf_home unused here).
+using ComponentFlags = converter::ComponentFiles;
 // The model the flags name: `model` alone (a Kiln file, a diffusers folder, "synthetic:NAME") opens as it is; a single
 // file in another layout, or any component flag, assembles a pipeline (converter/assemble.h).
 struct ModelSpec {
