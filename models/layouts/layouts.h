@@ -60,7 +60,7 @@ struct Detected {
 
 struct FileInfo {
     std::string path;
-    std::string container;  // "safetensors" or "gguf"
+    std::string container;          // "safetensors" or "gguf"
     std::string gguf_architecture;  // GGUF general.architecture; "" for safetensors
     std::vector<Detected> components;
     std::map<std::string, size_t> dtype_counts;  // stored dtype name -> tensors
@@ -75,6 +75,8 @@ bool is_kiln_file(const std::string& path);
 
 // The component `role` of the file (as inspect() detected it) under diffusers' names. A fused or missing tensor
 // is resolved here; missing tensors are the model builder's to report (it knows the config).
+// For role "clip_l" of a file that also holds an SD3 transformer (Stability's single file), a missing
+// text_projection.weight is presented as the identity (with_identity_projection).
 std::unique_ptr<TensorSet> open_component(const std::string& path, const std::string& role);
 
 // A safetensors file, or a sharded set through its *.safetensors.index.json, as it is (names and shapes unchanged):
@@ -82,5 +84,9 @@ std::unique_ptr<TensorSet> open_component(const std::string& path, const std::st
 std::unique_ptr<TensorSet> open_safetensors(const std::string& path);
 // Component `component` of a Kiln model file (tensors "<component>.<diffusers name>"), read in place from the mapping.
 std::unique_ptr<TensorSet> open_kiln_component(const std::string& path, const std::string& component);
+// SD3's CLIP-L: the set as it is when it has text_projection.weight, else with an identity [hidden, hidden] f32
+// text_projection.weight added (computed: view() gives {}). A separate clip_l file cannot tell SD3's CLIP-L from
+// Flux's (which has no projection), so the caller that knows the family (SD3's text_encoder) applies it.
+std::unique_ptr<TensorSet> with_identity_projection(std::unique_ptr<TensorSet> clip);
 
 }  // namespace kiln::layouts
