@@ -247,6 +247,7 @@ Assembly assemble(const ComponentFiles& f) {
     };
     auto add_given = [&](const Given& g) {
         Part p = config_part(component_of(fam, g.role));
+        p.path = g.path;
         if (fs::is_directory(g.path)) {  // a component folder brings its own config
             p.from = Part::From::diffusers_dir;
             const fs::path cfg = fs::path(g.path) / "config.json";
@@ -260,10 +261,9 @@ Assembly assemble(const ComponentFiles& f) {
             p.role = detected_role(infos.at(g.path), g).role;
             if (g.role != "transformer" && g.role != "vae") check_encoder_width(p, g);
             // Names only, before any weight is read: missing tensors are counted and named here.
-            match_tensors(*layouts::open_component(g.path, p.role), p.cls, parse_json_object(p.config_text, p.name),
+            match_tensors(*open_part(p), p.cls, parse_json_object(p.config_text, p.name),
                           p.name + "'s config from " + a.configs_from, nullptr);
         }
-        p.path = g.path;
         a.parts.push_back(std::move(p));
     };
     add_given(*tg);
@@ -282,6 +282,16 @@ Assembly assemble(const ComponentFiles& f) {
     for (auto& g : given)  // a role the family does not have (a CLIP-G beside Flux) is named, not ignored
         if (g.role != "transformer" && g.role != "vae") component_of(fam, g.role);
     return a;
+}
+
+std::unique_ptr<layouts::TensorSet> open_part(const Part& p) {
+    if (p.from == Part::From::kiln_file) return layouts::open_kiln_component(p.path, p.role);
+    KILN_CHECK(p.from == Part::From::layout_file, "internal: open_part of a part without a tensor file");
+    auto set = layouts::open_component(p.path, p.role);
+    const models::ComponentClass* k = models::find_component_class(p.cls);
+    if (p.role == "clip_l" && k && k->kind == models::ComponentKind::clip_text_projection)
+        return layouts::with_identity_projection(std::move(set));
+    return set;
 }
 
 std::string Assembly::incomplete() const {

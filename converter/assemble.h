@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "converter/convert.h"
+#include "models/layouts/layouts.h"
 
 namespace kiln::converter {
 
@@ -57,6 +58,10 @@ struct Assembly {
 // CLIP-L), no transformer, a transformer of unknown size without --config, tokenizers not found (naming what to
 // fetch). Components the family needs but no file gives are left out: incomplete() names them with their flags.
 Assembly assemble(const ComponentFiles& files);
+
+// The tensors of a layout_file or kiln_file part under diffusers' names. SD3's CLIP-L (a CLIPTextModelWithProjection
+// from a clip_l file) without text_projection.weight gets the identity, as diffusers' single-file loader does.
+std::unique_ptr<layouts::TensorSet> open_part(const Part& p);
 
 // kiln-convert of an assembly: one Kiln file with the configs and tokenizers bundled, so that it stands alone.
 Summary convert_assembly(const Assembly& a, const std::string& out_path, const Options& opt = {});

@@ -592,8 +592,7 @@ Component plan_part(const Part& p, const Options& opt, std::ostream* log) {
             c.name = p.name;
             c.cls = p.cls;
             c.config_text = p.config_text;
-            c.set = p.from == Part::From::kiln_file ? layouts::open_kiln_component(p.path, p.role)
-                                                    : layouts::open_component(p.path, p.role);
+            c.set = open_part(p);
             const json cfg = parse_json_object(p.config_text, p.name + " config");
             return plan_tensors(std::move(c), cfg, p.name + "'s config", opt, log);
         }

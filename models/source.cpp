@@ -234,9 +234,8 @@ std::unique_ptr<WeightStore> ModelSource::weights(const std::string& c) const {
         const converter::Part& p = it->second;
         switch (p.from) {
             case From::layout_file:
-                return set_store(layouts::open_component(p.path, p.role));
             case From::kiln_file:
-                return open_kiln_component(p.path, p.role);
+                return set_store(converter::open_part(p));
             case From::diffusers_dir:
                 return open_diffusers_component(p.path);
             default:
