@@ -69,7 +69,7 @@ std::string bucket_of(const std::string& k) {
     if (starts_with(k, "encoder.block.") || starts_with(k, "encoder.final_layer_norm.") ||
         starts_with(k, "encoder.embed_tokens.") || starts_with(k, "decoder.block.") ||
         starts_with(k, "decoder.final_layer_norm.") || starts_with(k, "decoder.embed_tokens.") || top == "shared" ||
-        top == "lm_head")
+        top == "lm_head" || top == "spiece_model")
         return "t5";
     if (top == "encoder" || top == "decoder" || top == "quant_conv" || top == "post_quant_conv") return "vae";
     if (top == "text_model" || top == "text_projection" || top == "logit_scale") return "clip";
@@ -149,6 +149,9 @@ std::vector<Group> detect(const Container& c, const std::string& role_hint) {
         } else if (starts_with(k, "text_encoders.")) {
             auto dot = k.find('.', 14);
             std::string role = k.substr(14, dot == std::string::npos ? 0 : dot - 14);
+            // ComfyUI checkpoints may also save CLIP's logit_scale and T5's tokenizer (spiece_model): not weights.
+            if (k == "text_encoders." + role + ".logit_scale" || k == "text_encoders." + role + ".spiece_model")
+                continue;
             prefix = "text_encoders." + role + ".transformer.";
             if ((role == "clip_l" || role == "clip_g" || role == "t5xxl") && starts_with(k, prefix)) bucket = role;
         } else {

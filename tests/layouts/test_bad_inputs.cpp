@@ -1,5 +1,5 @@
 // Files that are not models, or not models Kiln reads, fail at inspect()/open_component() with one line naming the
-// file and the problem; ComfyUI's doubled prefix reads like the single one.
+// file and the problem.
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "tests/layouts/layouts_test_util.h"
@@ -127,19 +127,4 @@ TEST_CASE("layouts: CLIP-L and CLIP-G told apart by hidden size", "[layouts][bad
     // The tiny fixtures are 32 wide: the caller's role, else the file name, decides.
     CHECK(layouts::inspect(single("sd3", "clip_g.safetensors")).components[0].role == "clip_g");
     CHECK(layouts::open_component(single("sd3", "clip_g.safetensors"), "clip_l")->tensors().size() == 53);
-}
-
-TEST_CASE("layouts: ComfyUI's doubled prefix", "[layouts][flux]") {
-    TempDir dir("kiln_layouts");
-    SafeTensors src = SafeTensors::open(single("flux", "flux1-tiny.safetensors"));
-    std::vector<std::pair<std::string, Tensor>> ts;
-    for (const auto& t : src.tensors())
-        ts.emplace_back("model.diffusion_model.model.diffusion_model." + t.name, src.read(t.name));
-    const std::string path = dir / "flux-doubled.safetensors";
-    write_safetensors(path, ts);
-    auto fi = layouts::inspect(path);
-    REQUIRE(fi.components.size() == 1);
-    CHECK(fi.components[0].layout == "comfyui");
-    CHECK(fi.components[0].prefix == "model.diffusion_model.model.diffusion_model.");
-    check_same(*layouts::open_component(path, "transformer"), folder("flux", "transformer"));
 }
