@@ -131,6 +131,7 @@ void check_gguf_architecture(const Container& c) {
 }  // namespace
 
 std::vector<Group> detect(const Container& c, const std::string& role_hint) {
+    KILN_CHECK(!c.kiln, c.path, " is a Kiln model file, not a single-file layout: open it as a model");
     reject_non_models(c);
     check_gguf_architecture(c);
     std::map<std::string, Group> groups;  // by bucket
@@ -190,7 +191,13 @@ std::vector<Group> detect(const Container& c, const std::string& role_hint) {
         }
         out.push_back(std::move(g));
     }
-    // A T5 GGUF holds llama.cpp names; the two T5 buckets never meet in one file.
+    // A GGUF's architecture and its tensors tell the same story (city96 files hold one component).
+    for (const Group& g : out) {
+        const bool t5_arch = c.arch == "t5" || c.arch == "t5encoder";
+        const bool fits = c.arch.empty() || (t5_arch ? g.det.role == "t5xxl" : g.det.family == c.arch);
+        KILN_CHECK(fits, c.path, ": GGUF architecture '", c.arch, "' but tensors of a ", g.det.family,
+                   g.det.family.empty() ? "" : " ", g.det.role, " ('", c.tensors[g.keys[0].second].name, "')");
+    }
     for (size_t a = 0; a < out.size(); ++a)
         for (size_t b = a + 1; b < out.size(); ++b)
             KILN_CHECK(out[a].det.role != out[b].det.role, c.path, ": holds two ", out[a].det.role,

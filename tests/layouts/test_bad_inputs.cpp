@@ -79,6 +79,8 @@ TEST_CASE("layouts: a GGUF of another architecture, and a Kiln file", "[layouts]
     }
     CHECK(layouts::is_kiln_file(kiln_file));
     CHECK_THAT(inspect_error(kiln_file), Catch::Contains("is a Kiln model file"));
+    CHECK_THAT(error_of([&] { layouts::open_component(kiln_file, "transformer"); }, kiln_file),
+               Catch::Contains("is a Kiln model file"));
     // Not a GGUF, not a file: neither is a Kiln file, and is_kiln_file does not throw.
     CHECK(!layouts::is_kiln_file(single("flux", "io.json")));
     CHECK(!layouts::is_kiln_file(dir / "absent.gguf"));

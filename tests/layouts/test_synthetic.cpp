@@ -200,3 +200,24 @@ TEST_CASE("layouts: ComfyUI's doubled prefix", "[layouts][flux]") {
     CHECK(fi.components[0].prefix == "model.diffusion_model.model.diffusion_model.");
     check_same(*layouts::open_component(path, "transformer"), folder("flux", "transformer"));
 }
+
+TEST_CASE("layouts: a sharded single file (safetensors index)", "[layouts][flux]") {
+    // Two shards and their index.json, as large BFL/diffusers uploads come: each tensor read from its own shard.
+    TempDir dir("kiln_layouts");
+    SafeTensors src = SafeTensors::open(single("flux", "flux1-tiny.safetensors"));
+    std::vector<std::pair<std::string, Tensor>> a, b;
+    nlohmann::json map;
+    for (size_t i = 0; i < src.tensors().size(); ++i) {
+        const std::string& n = src.tensors()[i].name;
+        (i % 2 ? b : a).emplace_back(n, src.read(n));
+        map[n] = i % 2 ? "flux-00002-of-00002.safetensors" : "flux-00001-of-00002.safetensors";
+    }
+    write_safetensors(dir / "flux-00001-of-00002.safetensors", a);
+    write_safetensors(dir / "flux-00002-of-00002.safetensors", b);
+    const std::string index = dir / "flux.safetensors.index.json";
+    std::ofstream(index) << nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}.dump();
+    auto fi = layouts::inspect(index);
+    REQUIRE(fi.components.size() == 1);
+    CHECK(fi.components[0].layout == "bfl");
+    check_same(*layouts::open_component(index, "transformer"), folder("flux", "transformer"));
+}
