@@ -106,7 +106,8 @@ TEST_CASE("layouts: keys a layout does not explain, a missing role, a bad fused 
     const std::string bad =
         with(dir / "bad_linear1.safetensors", {{"single_blocks.0.linear1.weight", zeros({96, 32})}});
     CHECK_THAT(error_of([&] { layouts::open_component(bad, "transformer"); }, bad),
-               Catch::Contains("fused tensor 'single_blocks.0.linear1.weight' of shape [96, 32] does not split"));
+               Catch::Contains("fused tensor 'single_blocks.0.linear1.weight' of shape [96, 32] does not split into "
+                               "rows 32 + 32 + 32 + rest (rest > 0)"));
 
     const std::string ae = single("flux", "ae.safetensors");
     CHECK_THAT(error_of([&] { layouts::open_component(ae, "transformer"); }, ae),
