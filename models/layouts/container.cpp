@@ -44,6 +44,7 @@ Container read_container(const std::string& path) {
         c.kind = "gguf";
         c.files = {path};
         if (g.has("general.architecture")) c.arch = g.get_string("general.architecture");
+        c.kiln = g.has("kiln.components");
         for (const auto& t : g.tensors())
             c.tensors.push_back({t.name, t.dtype, gguf_shape(g, t), t.offset, t.nbytes, 0});
         return c;

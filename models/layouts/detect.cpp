@@ -69,7 +69,7 @@ std::string bucket_of(const std::string& k) {
     if (starts_with(k, "encoder.block.") || starts_with(k, "encoder.final_layer_norm.") ||
         starts_with(k, "encoder.embed_tokens.") || starts_with(k, "decoder.block.") ||
         starts_with(k, "decoder.final_layer_norm.") || starts_with(k, "decoder.embed_tokens.") || top == "shared" ||
-        top == "lm_head")
+        top == "lm_head" || top == "spiece_model")
         return "t5";
     if (top == "encoder" || top == "decoder" || top == "quant_conv" || top == "post_quant_conv") return "vae";
     if (top == "text_model" || top == "text_projection" || top == "logit_scale") return "clip";
@@ -131,6 +131,7 @@ void check_gguf_architecture(const Container& c) {
 }  // namespace
 
 std::vector<Group> detect(const Container& c, const std::string& role_hint) {
+    KILN_CHECK(!c.kiln, c.path, " is a Kiln model file, not a single-file layout: open it as a model");
     reject_non_models(c);
     check_gguf_architecture(c);
     std::map<std::string, Group> groups;  // by bucket
@@ -149,6 +150,9 @@ std::vector<Group> detect(const Container& c, const std::string& role_hint) {
         } else if (starts_with(k, "text_encoders.")) {
             auto dot = k.find('.', 14);
             std::string role = k.substr(14, dot == std::string::npos ? 0 : dot - 14);
+            // ComfyUI checkpoints may also save CLIP's logit_scale and T5's tokenizer (spiece_model): not weights.
+            if (k == "text_encoders." + role + ".logit_scale" || k == "text_encoders." + role + ".spiece_model")
+                continue;
             prefix = "text_encoders." + role + ".transformer.";
             if ((role == "clip_l" || role == "clip_g" || role == "t5xxl") && starts_with(k, prefix)) bucket = role;
         } else {
@@ -187,7 +191,13 @@ std::vector<Group> detect(const Container& c, const std::string& role_hint) {
         }
         out.push_back(std::move(g));
     }
-    // A T5 GGUF holds llama.cpp names; the two T5 buckets never meet in one file.
+    // A GGUF's architecture and its tensors tell the same story (city96 files hold one component).
+    for (const Group& g : out) {
+        const bool t5_arch = c.arch == "t5" || c.arch == "t5encoder";
+        const bool fits = c.arch.empty() || (t5_arch ? g.det.role == "t5xxl" : g.det.family == c.arch);
+        KILN_CHECK(fits, c.path, ": GGUF architecture '", c.arch, "' but tensors of a ", g.det.family,
+                   g.det.family.empty() ? "" : " ", g.det.role, " ('", c.tensors[g.keys[0].second].name, "')");
+    }
     for (size_t a = 0; a < out.size(); ++a)
         for (size_t b = a + 1; b < out.size(); ++b)
             KILN_CHECK(out[a].det.role != out[b].det.role, c.path, ": holds two ", out[a].det.role,

@@ -1,4 +1,4 @@
-// The map helpers, and Flux: Black Forest Labs' keys -> diffusers' FluxTransformer2DModel
+// The map helpers, and Flux: Black Forest Labs' keys -> diffusers' Flux transformer
 // (diffusers single_file_utils.py convert_flux_transformer_checkpoint_to_diffusers).
 #include "models/layouts/layout_map.h"
 #include "runtime/core/error.h"
@@ -52,11 +52,16 @@ void MapOut::swap(size_t i, const std::string& name) {
 void MapOut::rows(size_t i, const std::vector<std::string>& names, std::vector<int64_t> sizes) {
     const Source& s = src(i);
     KILN_CHECK(!s.shape.empty(), c.path, ": fused tensor '", s.name, "' is a scalar");
-    int64_t total = 0;
-    for (int64_t n : sizes) total += n > 0 ? n : 0;
-    if (sizes.back() < 0) sizes.back() = s.shape[0] - total, total = s.shape[0];
-    KILN_CHECK(total == s.shape[0] && sizes.back() > 0, c.path, ": fused tensor '", s.name, "' of shape ",
-               shape_str(s.shape), " does not split into ", names.size(), " parts of ", total, " rows");
+    std::string parts;  // "32 + 32 + 32 + rest" for the message
+    int64_t fixed = 0;
+    for (int64_t n : sizes) {
+        parts += (parts.empty() ? "" : " + ") + (n < 0 ? std::string("rest") : std::to_string(n));
+        fixed += n > 0 ? n : 0;
+    }
+    const bool rest = sizes.back() < 0;
+    if (rest) sizes.back() = s.shape[0] - fixed;
+    KILN_CHECK(rest ? sizes.back() > 0 : fixed == s.shape[0], c.path, ": fused tensor '", s.name, "' of shape ",
+               shape_str(s.shape), " does not split into rows ", parts, rest ? " (rest > 0)" : "");
     int64_t r = 0;
     for (size_t k = 0; k < names.size(); ++k) {
         Shape shape = s.shape;

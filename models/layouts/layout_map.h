@@ -22,8 +22,9 @@ struct Source {
 // The header of a .safetensors (or a sharded set's index) or .gguf file; no tensor data is read.
 struct Container {
     std::string path;
-    std::string kind;  // "safetensors" or "gguf"
-    std::string arch;  // GGUF general.architecture, "" if none
+    std::string kind;   // "safetensors" or "gguf"
+    std::string arch;   // GGUF general.architecture, "" if none
+    bool kiln = false;  // a Kiln model file (GGUF with kiln.components)
     std::vector<std::string> files;
     std::vector<Source> tensors;
 };

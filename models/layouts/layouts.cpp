@@ -124,7 +124,6 @@ std::string roles_of(const std::vector<detail::Group>& groups) {
 }  // namespace
 
 FileInfo inspect(const std::string& path) {
-    KILN_CHECK(!is_kiln_file(path), path, " is a Kiln model file, not a single-file layout: open it as a model");
     detail::Container c = detail::read_container(path);
     FileInfo info;
     info.path = path;

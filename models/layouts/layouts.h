@@ -45,6 +45,9 @@ public:
     virtual const std::vector<TensorInfo>& tensors() const = 0;  // sorted by name
     virtual const TensorInfo* find(const std::string& name) const = 0;
     virtual Tensor read(const std::string& name) const = 0;  // stored dtype, diffusers' shape
+    // The tensor's bytes in place in the mapped file for copied, reshaped and row-range tensors (rows: the fused
+    // tensor's offset + r0 * row bytes, exact for quantized types too since rows are whole blocks); {} for
+    // assembled (swapped halves) and computed ones. Call file->check() before touching the mapping.
     virtual Mapped view(const std::string& name) const { return {}; }
     virtual std::string source() const = 0;  // "FILE (layout, component)" for messages
 };
@@ -52,7 +55,7 @@ public:
 // One component found in a file.
 struct Detected {
     std::string role;    // "transformer", "vae", "clip_l", "clip_g", "t5xxl"
-    std::string family;  // "flux" or "sd3" for a transformer (the registry's Family::name); "" otherwise
+    std::string family;  // "flux" or "sd3" for a transformer (the registry's FamilyId); "" otherwise
     std::string layout;  // "bfl", "comfyui", "stability", "ldm", "transformers", "diffusers", "city96"
     std::string prefix;  // the key prefix stripped ("model.diffusion_model.", "text_encoders.clip_l.transformer.")
     size_t n_tensors = 0;
@@ -66,15 +69,21 @@ struct FileInfo {
     std::map<std::string, size_t> dtype_counts;  // stored dtype name -> tensors
 };
 
-// Reads a file's header and tells what it holds. Throws kiln::Error with one line naming the problem for a file
-// that is not a model: a LoRA (lora_A/lora_down/alpha keys), an optimizer state, a GGUF of an architecture Kiln
-// does not run, an unknown GGUF tensor type (named), or keys no layout explains. A Kiln model file (kiln.components)
-// is not a layout file: is_kiln_file() tells it apart first.
+// Reads a file's header (never its data) and tells what it holds, with each component's diffusers tensor count.
+// Throws kiln::Error with one line naming the file and the problem for a file that is not a model: a LoRA
+// (lora_A/lora_B/lora_down/lora_up/.alpha keys), an optimizer state (state./param_groups/exp_avg), a GGUF of an
+// architecture Kiln does not run, an unknown GGUF tensor type (named), keys no layout explains (the first few
+// named), fused tensors that do not split. A Kiln model file (kiln.components) is not a layout file: is_kiln_file()
+// tells it apart first (it never throws).
+// CLIP-L vs CLIP-G: the token embedding's width decides (768 / 1280); other widths (tiny models) take the role
+// the caller names in open_component(), else "clip_g" in the file name, else CLIP-L.
 FileInfo inspect(const std::string& path);
 bool is_kiln_file(const std::string& path);
 
 // The component `role` of the file (as inspect() detected it) under diffusers' names. A fused or missing tensor
-// is resolved here; missing tensors are the model builder's to report (it knows the config).
+// is resolved here; missing tensors are the model builder's to report (it knows the config). T5's vocabulary is
+// presented as shared.weight (Kiln's name) whether the file calls it shared or encoder.embed_tokens; the tied copy
+// is left out. Throws as inspect() does, and naming the roles the file holds when it lacks `role`.
 // For role "clip_l" of a file that also holds an SD3 transformer (Stability's single file), a missing
 // text_projection.weight is presented as the identity (with_identity_projection).
 std::unique_ptr<TensorSet> open_component(const std::string& path, const std::string& role);

@@ -1,4 +1,4 @@
-// SD3 / SD3.5: Stability's MMDiT keys -> diffusers' SD3Transformer2DModel
+// SD3 / SD3.5: Stability's MMDiT keys -> diffusers' SD3 transformer
 // (diffusers single_file_utils.py convert_sd3_transformer_checkpoint_to_diffusers).
 #include "models/layouts/layout_map.h"
 #include "runtime/core/error.h"

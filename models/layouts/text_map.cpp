@@ -15,7 +15,10 @@ void map_t5(const Group& g, MapOut& out) {
             if (!has_shared) out.copy(i, "shared.weight");
         } else if (k == "shared.weight" || starts_with(k, "encoder.")) {
             out.copy(i, k);
-        } else if (!starts_with(k, "decoder.") && !starts_with(k, "lm_head.")) {  // T5EncoderModel ignores them
+        } else if (starts_with(k, "decoder.") || starts_with(k, "lm_head.") || k == "spiece_model") {
+            // The encoder-only T5 ignores the decoder and LM head; spiece_model is the tokenizer ComfyUI saves as a
+            // tensor.
+        } else {
             out.unexplained.push_back(out.src(i).name);
         }
     }

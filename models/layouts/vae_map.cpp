@@ -1,4 +1,4 @@
-// LDM-layout VAE (BFL's ae.safetensors, Stability's first_stage_model.*) -> diffusers' AutoencoderKL
+// LDM-layout VAE (BFL's ae.safetensors, Stability's first_stage_model.*) -> diffusers' VAE (autoencoder_kl.py)
 // (diffusers single_file_utils.py convert_ldm_vae_checkpoint).
 #include "models/layouts/layout_map.h"
 #include "runtime/core/error.h"

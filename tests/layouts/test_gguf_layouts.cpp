@@ -2,6 +2,7 @@
 // the quantization's bound of the diffusers weights; a T5 GGUF in llama.cpp's names.
 #include <cmath>
 
+#include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/quant.h"
 #include "tests/layouts/layouts_test_util.h"
@@ -152,4 +153,74 @@ TEST_CASE("layouts: T5 GGUF in llama.cpp names (t5encoder)", "[layouts][gguf]") 
     }
     CHECK(quantized == 2 * 48 * 96);  // the two wo
     CHECK(check_views(*set) == ref.tensors().size());
+}
+
+TEST_CASE("layouts: row ranges of K-quant and Q8_0 fused tensors are whole blocks", "[layouts][gguf]") {
+    // A Flux-shaped GGUF with 256-wide rows (real FLUX.1's blocks are 3072 wide): qkv [3 D, 256] in Q4_K / Q6_K /
+    // Q8_0, linear1 [3 D + 4 D, 256]. Each split part is the fused tensor's rows, byte for byte, and dequantizes to
+    // the same values as those rows of the whole (blocks never straddle a row).
+    const int64_t D = 8, C = 256;
+    for (DType dt : {DType::q4_k, DType::q6_k, DType::q8_0}) {
+        INFO(dtype_name(dt));
+        TempDir dir("kiln_layouts");
+        const std::string path = dir / "flux-kquant.gguf";
+        Tensor qkv = random_tensor({3 * D, C}, 1), l1 = random_tensor({7 * D, C}, 2), in = random_tensor({D, 64}, 3);
+        GgufWriter w;
+        w.set_string("general.architecture", "flux");
+        auto put = [&](const std::string& n, DType t, const Tensor& v) {
+            w.add_tensor(n, t, v.shape, [v, t](void* dst) {
+                if (dtype_is_quant(t))
+                    quantize(v.data<float>(), t, dst, (size_t)v.numel());
+                else
+                    std::memcpy(dst, v.bytes.data(), v.nbytes());
+            });
+        };
+        put("img_in.weight", DType::f32, in);
+        put("double_blocks.0.img_attn.qkv.weight", dt, qkv);
+        put("single_blocks.0.linear1.weight", dt, l1);
+        w.write(path);
+
+        auto set = layouts::open_component(path, "transformer");
+        CHECK(set->tensors().size() == 8);
+        GgufFile g = GgufFile::open(path);
+        for (const auto& [fused, parts] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+                 {"double_blocks.0.img_attn.qkv.weight",
+                  {"transformer_blocks.0.attn.to_q.weight", "transformer_blocks.0.attn.to_k.weight",
+                   "transformer_blocks.0.attn.to_v.weight"}},
+                 {"single_blocks.0.linear1.weight",
+                  {"single_transformer_blocks.0.attn.to_q.weight", "single_transformer_blocks.0.attn.to_k.weight",
+                   "single_transformer_blocks.0.attn.to_v.weight", "single_transformer_blocks.0.proj_mlp.weight"}}}) {
+            Tensor whole = g.read(fused);
+            std::vector<float> all = whole.to_f32();
+            size_t row = 0;
+            for (const auto& p : parts) {
+                INFO(p);
+                Tensor t = set->read(p);
+                CHECK(t.dtype == dt);
+                const size_t rows = (size_t)t.shape[0], rb = dtype_nbytes(dt, C);
+                CHECK(t.shape == Shape{(int64_t)rows, C});
+                CHECK(std::memcmp(t.bytes.data(), whole.bytes.data() + row * rb, t.nbytes()) == 0);
+                CHECK(t.to_f32() == std::vector<float>(all.begin() + row * C, all.begin() + (row + rows) * C));
+                row += rows;
+            }
+            CHECK(row == (size_t)whole.shape[0]);
+        }
+        CHECK(set->find("single_transformer_blocks.0.proj_mlp.weight")->shape == Shape{4 * D, C});
+        CHECK(check_views(*set) == 8);
+    }
+}
+
+TEST_CASE("layouts: a GGUF whose architecture does not match its tensors", "[layouts][gguf][bad]") {
+    TempDir dir("kiln_layouts");
+    const std::string path = dir / "mislabelled.gguf";
+    GgufWriter w;
+    w.set_string("general.architecture", "sd3");
+    w.add_tensor("img_in.weight", DType::f32, {4, 8}, [](void* d) { std::memset(d, 0, 128); });
+    w.write(path);
+    try {
+        layouts::inspect(path);
+        FAIL("no error");
+    } catch (const Error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("GGUF architecture 'sd3' but tensors of a flux transformer"));
+    }
 }
