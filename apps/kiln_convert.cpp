@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
     app.add_option("SRC", src,
                    "diffusers folder to convert, or a single file as published (Stability's SD3/SD3.5 file, a Flux "
                    "file: BFL, ComfyUI or city96 GGUF)");
+    std::string model;
+    app.add_option("--model", model, "the same as SRC (as kiln generate names it)");
     kiln::app::add_component_flags(app, parts);
     app.add_option("-o,--output", out, "output model file (written atomically: OUT.tmp, then renamed)")->required();
     app.add_option("--dtype", dtype,
@@ -91,6 +93,8 @@ int main(int argc, char** argv) {
         const std::string partial = out + ".tmp";  // GgufWriter writes here, then renames
         if (partial.size() < sizeof g_partial) std::memcpy(g_partial, partial.c_str(), partial.size() + 1);
         for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
+        KILN_CHECK(src.empty() || model.empty(), "give SRC or --model, not both");
+        if (src.empty()) src = model;
         std::error_code ec;
         const bool single = !src.empty() && std::filesystem::is_regular_file(src, ec);
         if (parts.any() || single) {
@@ -99,6 +103,8 @@ int main(int argc, char** argv) {
             parts.hf_home = kiln::settings_from_env().hf_home;
             kiln::converter::Assembly a = kiln::converter::assemble(parts);
             KILN_CHECK(a.tokenizers_missing.empty(), a.tokenizers_missing);
+            if (const std::string missing = a.incomplete(); !missing.empty() && !quiet)
+                std::fprintf(stderr, "kiln-convert: note: writing a partial pipeline: %s\n", missing.c_str());
             kiln::converter::convert_assembly(a, out, opt);
         } else {
             KILN_CHECK(!src.empty(), "nothing to convert: give SRC or component files (--diffusion-model, ...)");

@@ -225,7 +225,7 @@ TEST_CASE("Bad single-file inputs stop with one line and write nothing", "[apps]
         // components of different models: Flux's T5 (d_model 48) beside SD3 (64), a Flux config for SD3
         {"--model " + sd3_file("sd3-tiny.safetensors") + " --t5xxl " + flux_file("t5xxl.safetensors") +
              " --config " + fixture("sd3_pipeline"),
-         "hidden size 48"},
+         "hidden size is 48"},
         {"--model " + sd3_file("sd3-tiny.safetensors") + cfg, "--config is a FluxPipeline"},
         // a transformer Kiln has no published config for, and a pipeline without its T5
         {"--diffusion-model " + flux_file("flux1-tiny.safetensors") + kFluxRest, "pass --config DIR"},
@@ -240,10 +240,12 @@ TEST_CASE("Bad single-file inputs stop with one line and write nothing", "[apps]
     CHECK(r.err.find(expect) != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(!fs::exists(tmp / "out.png"));
-    // kiln-convert refuses the same, leaving no output.
-    r = run(tmp, "kiln-convert", args + " -o " + (tmp / "out.kiln"));
-    CHECK(r.rc != 0);
-    CHECK(r.err.find(expect) != std::string::npos);
+    // kiln-convert refuses the same, leaving no output; a pipeline without its T5 is a partial file it may write.
+    if (expect == "(--t5xxl)") return;
+    Result c = run(tmp, "kiln-convert", args + " -o " + (tmp / "out.kiln"));
+    INFO(c.err);
+    CHECK(c.rc != 0);
+    CHECK(c.err.find(expect) != std::string::npos);
     CHECK(!fs::exists(tmp / "out.kiln"));
     CHECK(!fs::exists(tmp / "out.kiln.tmp"));
 }
