@@ -294,11 +294,15 @@ uint32_t ggml_type_of(DType t) {
 
 // ggml's type ids (ggml.h enum ggml_type); ids 4, 5 and 31-33, 36-38 were removed from ggml and stay unnamed.
 const char* ggml_type_name(uint32_t g) {
+    // Ten ids a line.
+    // clang-format off
     static const char* const names[] = {
-        "F32",   "F16",    "Q4_0",  "Q4_1",  nullptr, nullptr,   "Q5_0",   "Q5_1",    "Q8_0",  "Q8_1",   "Q2_K",
-        "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",  "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
-        "IQ2_S", "IQ4_XS", "I8",    "I16",   "I32",   "I64",     "F64",    "IQ1_M",   "BF16",  nullptr,  nullptr,
-        nullptr, "TQ1_0",  "TQ2_0", nullptr, nullptr, nullptr,   "MXFP4",  "NVFP4",   "Q1_0",  "Q2_0"};
+        "F32",    "F16",   "Q4_0",   "Q4_1",   nullptr, nullptr, "Q5_0",    "Q5_1",   "Q8_0",    "Q8_1",   //  0
+        "Q2_K",   "Q3_K",  "Q4_K",   "Q5_K",   "Q6_K",  "Q8_K",  "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",  // 10
+        "IQ4_NL", "IQ3_S", "IQ2_S",  "IQ4_XS", "I8",    "I16",   "I32",     "I64",    "F64",     "IQ1_M",  // 20
+        "BF16",   nullptr, nullptr,  nullptr,  "TQ1_0", "TQ2_0", nullptr,   nullptr,  nullptr,   "MXFP4",  // 30
+        "NVFP4",  "Q1_0",  "Q2_0"};                                                                        // 40
+    // clang-format on
     const char* n = g < sizeof(names) / sizeof(names[0]) ? names[g] : nullptr;
     return n ? n : "unknown";
 }

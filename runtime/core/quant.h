@@ -36,8 +36,9 @@ void quantize(const float* src, DType t, void* dst, size_t n);
 // The storage a float tensor `name` of `shape` gets when `want` (quantized) is asked for. Only linear
 // layers' matrices are quantized: 2-D, named "*.weight", rows of whole blocks, and not an embedding table
 // (module name containing "embedding", or embed_tokens / shared / relative_attention_bias: gathered by
-// row, never a linear operand). K-quant rows that are not whole 256-blocks fall back as llama.cpp does:
-// q2_k / q3_k to q4_0, q4_k to q5_0, q5_k to q5_1, q6_k to q8_0; anything else is f16.
+// row, never a linear operand). K-quant rows that are not whole 256-blocks fall back as llama.cpp does
+// (q4_0 standing in for its IQ4_NL): q2_k / q3_k to q4_0, q4_k to q5_0, q5_k to q5_1, q6_k to q8_0;
+// anything else is f16.
 DType quant_storage(DType want, const std::string& name, const Shape& shape);
 // Dequantizes n values (a multiple of dtype_block(t)) of type t from src.
 void dequantize(const void* src, DType t, float* dst, size_t n);
