@@ -61,11 +61,13 @@ int main(int argc, char** argv) {
     app.add_option("-o,--output", out, "output model file (written atomically: OUT.tmp, then renamed)")->required();
     app.add_option("--dtype", dtype,
                    "storage of weights with >= 2 dims: f32, f16 (default) or bf16, or ggml's block-quantized "
-                   "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k, which apply to linear-layer matrices whose rows are "
-                   "whole blocks (32 values; 256 for q4_k/q6_k, else q5_0/q8_0), all other matrices (conv, embedding "
+                   "q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, which apply to linear-layer matrices "
+                   "whose rows are whole blocks (32 values; 256 for the k-quants, else q4_0/q5_0/q5_1/q8_0), all other "
+                   "matrices (conv, embedding "
                    "tables) then "
                    "being f16; 1-D tensors (biases, norms) are always f32 and integer tensors are kept")
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k"}));
+        ->check(CLI::IsMember(
+            {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}));
     app.add_option("--keep", keep,
                    "per-tensor recipe PATTERN=DTYPE (repeatable; the last match wins): tensors whose stored name "
                    "(e.g. transformer.proj_out.weight) matches the glob PATTERN take DTYPE instead of --dtype, "

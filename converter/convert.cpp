@@ -143,7 +143,9 @@ DType out_dtype(const layouts::TensorInfo& t, const std::string& name, const Opt
     switch (t.dtype) {
         case DType::f32:
         case DType::f16:
-        case DType::bf16: {
+        case DType::bf16:
+        case DType::f8_e4m3:  // fp8 sources (read only): stored as --dtype asks, f16 holding them exactly
+        case DType::f8_e5m2: {
             if (t.shape.size() < 2) return DType::f32;
             DType want = opt.dtype;
             for (auto& [pattern, dt] : opt.keep)

@@ -18,8 +18,9 @@ namespace kiln::converter {
 
 struct Options {
     // Storage of tensors with >= 2 dims; 1-D floats are f32, ints kept. Quantized types (q8_0 ... q6_k)
-    // apply to linear matrices whose rows are whole blocks (q4_k/q6_k rows that are not whole 256-blocks
-    // take q5_0/q8_0, as llama.cpp does); every other matrix (conv, embedding tables) is then f16.
+    // apply to linear matrices whose rows are whole blocks (k-quant rows that are not whole 256-blocks
+    // fall back as quant_storage() says, as llama.cpp does); every other matrix (conv, embedding tables) is
+    // then f16. fp8 sources (safetensors F8_E4M3 / F8_E5M2) are read like any float source.
     DType dtype = DType::f16;
     // (glob, dtype) recipe: a float tensor of >= 2 dims whose stored name ("transformer.proj_out.weight")
     // matches glob takes dtype instead (the last match wins); e.g. {"*.proj_out.weight", f16}.

@@ -112,11 +112,17 @@ const TensorMeta& Builder::meta(const std::string& name, const Shape& shape) con
     return *m;
 }
 
+namespace {
+bool is_f8(DType t) { return t == DType::f8_e4m3 || t == DType::f8_e5m2; }
+}  // namespace
+
 ir::Val Builder::matrix(const std::string& name, const Shape& shape) {
     DType t = meta(name, shape).dtype;
-    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t), ws_.source(), ": tensor '",
-               name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16 or quantized");
-    return g_.weight(name, shape, t);
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t) || is_f8(t), ws_.source(),
+               ": tensor '", name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16, fp8 or quantized");
+    // fp8 is upcast at load: both formats are subsets of f16, so the device reads the exact values as f16
+    // (weight_fn converts the stored bytes to the declared dtype).
+    return g_.weight(name, shape, is_f8(t) ? DType::f16 : t);
 }
 
 ir::Val Builder::vec(const std::string& name, const Shape& shape) {
@@ -138,8 +144,8 @@ ir::Val Builder::constant(const std::string& name, Tensor t) {
 Tensor Builder::gather_rows(const std::string& name, const Shape& shape, const Tensor& ids) const {
     KILN_CHECK(shape.size() == 2 && ids.dtype == DType::i32, "gather_rows '", name, "': needs [V, D] and i32 ids");
     const DType t = meta(name, shape).dtype;
-    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t), ws_.source(), ": tensor '",
-               name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16 or quantized");
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t) || is_f8(t), ws_.source(),
+               ": tensor '", name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16, fp8 or quantized");
     const Tensor table = ws_.read(name);
     KILN_CHECK(table.dtype == t && table.numel() == shape_numel(shape), ws_.source(), ": tensor '", name,
                "' read back with another dtype or size");

@@ -8,8 +8,9 @@
 // in general, 64 columns for N <= 64, 1-row tiles for small M (the adaLN / timestep MLPs with M = batch).
 // LINEAR_VEC4 (linear_vec4.comp, K % 4 == 0): x and W are read as 4-vectors along K, a quarter of the
 // load instructions (lavapipe issues one load per lane per instruction; on GPUs: 16-byte loads).
-// W_Q8_0 .. W_Q6_K (vec4 only; quantized rows are whole 32/256-value blocks): W is ggml blocks, read as
-// 16-bit words and dequantized 4 values at a time in registers (quant.glsl); no full-precision copy.
+// W_Q8_0 .. W_Q5_1 and the k-quants W_Q2_K .. W_Q6_K (vec4 only; quantized rows are whole 32/256-value blocks):
+// W is ggml blocks, read as 16-bit words and dequantized 4 values at a time in registers (quant.glsl); no
+// full-precision copy.
 #include "common.glsl"
 #include "activation.glsl"
 #define USE_LINEAR

@@ -17,7 +17,7 @@
 #define QWORD(k) uint(QW[QWBASE + (k)])  // 16-bit word k of the weight (linear_tex: a texel fetch)
 #endif
 #ifndef QK
-#if defined(W_Q4_K) || defined(W_Q6_K)
+#if defined(W_Q2_K) || defined(W_Q3_K) || defined(W_Q4_K) || defined(W_Q5_K) || defined(W_Q6_K)
 #define QK 256u
 #else
 #define QK 32u
@@ -32,8 +32,14 @@
 #define QBB 22u
 #elif defined(W_Q5_1)
 #define QBB 24u
+#elif defined(W_Q2_K)
+#define QBB 84u
+#elif defined(W_Q3_K)
+#define QBB 110u
 #elif defined(W_Q4_K)
 #define QBB 144u
+#elif defined(W_Q5_K)
+#define QBB 176u
 #else
 #define QBB 210u
 #endif
@@ -82,7 +88,7 @@ vec4 QN(dq4)(uint f) {
 #else
     y = vec4(q) * d + QN(qhalf)(blk + 2u);
 #endif
-#elif defined(W_Q4_K)
+#elif defined(W_Q4_K) || defined(W_Q5_K)
     uint s = i >> 5, S = blk + 4u, sc, mn;
     if (s < 4u) {
         sc = QN(qbyte)(S + s) & 63u;
@@ -93,8 +99,29 @@ vec4 QN(dq4)(uint f) {
     }
     precise float d1 = QN(qhalf)(blk) * float(sc);
     precise float m1 = QN(qhalf)(blk + 2u) * float(mn);
+#if defined(W_Q4_K)
     uvec4 b = QN(qbytes4)(blk + 16u + 32u * (s >> 1) + (i & 31u));
-    y = d1 * vec4((s & 1u) != 0u ? b >> 4 : b & 15u) - m1;
+    uvec4 q = (s & 1u) != 0u ? b >> 4 : b & 15u;
+#else  // the fifth bit: bit s of qh[l] (qh at 16, qs at 48)
+    uvec4 b = QN(qbytes4)(blk + 48u + 32u * (s >> 1) + (i & 31u));
+    uvec4 q = ((s & 1u) != 0u ? b >> 4 : b & 15u) | (((QN(qbytes4)(blk + 16u + (i & 31u)) >> s) & 1u) << 4);
+#endif
+    y = d1 * vec4(q) - m1;
+#elif defined(W_Q2_K)  // 4 values: one 16-value sub-block, bits 2c of qs[32 h + l .. + 3]
+    uint sc = QN(qbyte)(blk + (i >> 4));
+    precise float d1 = QN(qhalf)(blk + 80u) * float(sc & 15u);
+    precise float m1 = QN(qhalf)(blk + 82u) * float(sc >> 4);
+    uvec4 q = (QN(qbytes4)(blk + 16u + 32u * (i >> 7) + (i & 31u)) >> (2u * ((i >> 5) & 3u))) & 3u;
+    y = d1 * vec4(q) - m1;
+#elif defined(W_Q3_K)  // low 2 bits as q2_k (qs at 32), high bit 4h + c of hmask[l]; 6-bit scales less 32
+    uint s = i >> 4, h = i >> 7, c = (i >> 5) & 3u;
+    int sc = int(((QN(qbyte)(blk + 96u + (s & 7u)) >> (4u * (s >> 3))) & 15u) |
+                 (((QN(qbyte)(blk + 104u + (s & 3u)) >> (2u * (s >> 2))) & 3u) << 4)) -
+             32;
+    precise float d1 = QN(qhalf)(blk + 108u) * float(sc);
+    uvec4 lo = (QN(qbytes4)(blk + 32u + 32u * h + (i & 31u)) >> (2u * c)) & 3u;
+    uvec4 hb = (QN(qbytes4)(blk + (i & 31u)) >> (4u * h + c)) & 1u;
+    y = d1 * vec4(ivec4(lo + 4u * hb) - 4);
 #else  // W_Q6_K
     uint h = i >> 7, c = (i >> 5) & 3u, l = i & 31u;
     uvec4 lo = QN(qbytes4)(blk + 64u * h + l + 32u * (c & 1u));

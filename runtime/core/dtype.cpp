@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -9,11 +10,11 @@
 
 namespace kiln {
 
-bool dtype_is_quant(DType t) { return t >= DType::q8_0; }
+bool dtype_is_quant(DType t) { return t >= DType::q8_0 && t <= DType::q5_k; }
 
 int64_t dtype_block(DType t) {
     if (!dtype_is_quant(t)) return 1;
-    return t == DType::q4_k || t == DType::q6_k ? 256 : 32;
+    return t == DType::q8_0 || t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q5_1 ? 32 : 256;
 }
 
 size_t dtype_block_bytes(DType t) {
@@ -32,6 +33,12 @@ size_t dtype_block_bytes(DType t) {
             return 144;
         case DType::q6_k:
             return 210;
+        case DType::q2_k:
+            return 84;
+        case DType::q3_k:
+            return 110;
+        case DType::q5_k:
+            return 176;
         default:
             return dtype_size(t);
     }
@@ -56,6 +63,8 @@ size_t dtype_size(DType t) {
         case DType::i64:
             return 8;
         case DType::u8:
+        case DType::f8_e4m3:
+        case DType::f8_e5m2:
             return 1;
         default:
             KILN_FAIL("dtype_size: ", dtype_name(t), " is block-quantized (use dtype_nbytes)");
@@ -90,6 +99,16 @@ const char* dtype_name(DType t) {
             return "q4_k";
         case DType::q6_k:
             return "q6_k";
+        case DType::q2_k:
+            return "q2_k";
+        case DType::q3_k:
+            return "q3_k";
+        case DType::q5_k:
+            return "q5_k";
+        case DType::f8_e4m3:
+            return "f8_e4m3";
+        case DType::f8_e5m2:
+            return "f8_e5m2";
     }
     return "?";
 }
@@ -103,10 +122,14 @@ DType parse_dtype(std::string_view s, std::string_view what) {
     if (l == "i32" || l == "int32") return DType::i32;
     if (l == "i64" || l == "int64") return DType::i64;
     if (l == "u8" || l == "uint8") return DType::u8;
-    for (DType q : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k})
+    if (l == "f8_e4m3" || l == "float8_e4m3fn") return DType::f8_e4m3;
+    if (l == "f8_e5m2" || l == "float8_e5m2") return DType::f8_e5m2;
+    for (DType q : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k,
+                    DType::q4_k, DType::q5_k, DType::q6_k})
         if (l == dtype_name(q)) return q;
     KILN_FAIL(what, ": unsupported dtype '", s,
-              "' (supported: f32, f16, bf16, i32, i64, u8, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)");
+              "' (supported: f32, f16, bf16, i32, i64, u8, f8_e4m3, f8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, "
+              "q4_k, q5_k, q6_k)");
 }
 
 uint16_t f32_to_f16(float f) {
@@ -176,6 +199,21 @@ float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+// e4m3fn: s eeee mmm, bias 7. e = 0: subnormal m 2^-9; e = 15, m = 7: NaN (no infinities, so
+// S.1111.110 = 448 is the largest finite). Otherwise (1 + m/8) 2^(e-7). ldexp of a small integer is exact.
+float f8_e4m3_to_f32(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7)
+        v = std::numeric_limits<float>::quiet_NaN();
+    else
+        v = e == 0 ? std::ldexp((float)m, -9) : std::ldexp((float)(8 + m), e - 10);
+    return b & 0x80 ? -v : v;
+}
+
+// e5m2 has f16's sign and exponent and its top 2 mantissa bits: it is the high byte of an f16.
+float f8_e5m2_to_f32(uint8_t b) { return f16_to_f32((uint16_t)(b << 8)); }
+
 namespace {
 double load(const void* p, DType t, size_t i) {
     switch (t) {
@@ -191,6 +229,10 @@ double load(const void* p, DType t, size_t i) {
             return (double)((const int64_t*)p)[i];
         case DType::u8:
             return ((const uint8_t*)p)[i];
+        case DType::f8_e4m3:
+            return f8_e4m3_to_f32(((const uint8_t*)p)[i]);
+        case DType::f8_e5m2:
+            return f8_e5m2_to_f32(((const uint8_t*)p)[i]);
         default:
             KILN_FAIL("internal: load of ", dtype_name(t));
     }
@@ -226,6 +268,8 @@ void convert(const void* src, DType from, void* dst, DType to, size_t n) {
         std::memcpy(dst, src, dtype_nbytes(from, (int64_t)n));
         return;
     }
+    KILN_CHECK(to != DType::f8_e4m3 && to != DType::f8_e5m2, "convert: ", dtype_name(from), " -> ", dtype_name(to),
+               " is not supported (fp8 is a source type only; store f16)");
     if (dtype_is_quant(from) || dtype_is_quant(to)) {  // through f32; quantized -> quantized re-quantizes
         std::vector<float> tmp;
         const float* f = (const float*)src;

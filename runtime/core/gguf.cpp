@@ -117,6 +117,15 @@ bool dtype_of_ggml(uint32_t g, DType* out) {
         case 14:
             *out = DType::q6_k;
             return true;
+        case 10:
+            *out = DType::q2_k;
+            return true;
+        case 11:
+            *out = DType::q3_k;
+            return true;
+        case 13:
+            *out = DType::q5_k;
+            return true;
         case 30:
             *out = DType::bf16;
             return true;
@@ -266,43 +275,36 @@ uint32_t ggml_type_of(DType t) {
             return 12;
         case DType::q6_k:
             return 14;
+        case DType::q2_k:
+            return 10;
+        case DType::q3_k:
+            return 11;
+        case DType::q5_k:
+            return 13;
         case DType::u8:
+        case DType::f8_e4m3:
+        case DType::f8_e5m2:
             break;
     }
     KILN_FAIL(
         "GGUF: dtype ", dtype_name(t),
-        " has no GGUF tensor type (supported: f32, f16, bf16, i32, i64, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)");
+        " has no GGUF tensor type (supported: f32, f16, bf16, i32, i64, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, "
+        "q4_k, q5_k, q6_k)");
 }
 
+// ggml's type ids (ggml.h enum ggml_type); ids 4, 5 and 31-33, 36-38 were removed from ggml and stay unnamed.
 const char* ggml_type_name(uint32_t g) {
-    switch (g) {
-        case 0:
-            return "F32";
-        case 1:
-            return "F16";
-        case 2:
-            return "Q4_0";
-        case 3:
-            return "Q4_1";
-        case 6:
-            return "Q5_0";
-        case 7:
-            return "Q5_1";
-        case 8:
-            return "Q8_0";
-        case 12:
-            return "Q4_K";
-        case 14:
-            return "Q6_K";
-        case 26:
-            return "I32";
-        case 27:
-            return "I64";
-        case 30:
-            return "BF16";
-        default:
-            return "?";
-    }
+    // Ten ids a line.
+    // clang-format off
+    static const char* const names[] = {
+        "F32",    "F16",   "Q4_0",   "Q4_1",   nullptr, nullptr, "Q5_0",    "Q5_1",   "Q8_0",    "Q8_1",   //  0
+        "Q2_K",   "Q3_K",  "Q4_K",   "Q5_K",   "Q6_K",  "Q8_K",  "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",  // 10
+        "IQ4_NL", "IQ3_S", "IQ2_S",  "IQ4_XS", "I8",    "I16",   "I32",     "I64",    "F64",     "IQ1_M",  // 20
+        "BF16",   nullptr, nullptr,  nullptr,  "TQ1_0", "TQ2_0", nullptr,   nullptr,  nullptr,   "MXFP4",  // 30
+        "NVFP4",  "Q1_0",  "Q2_0"};                                                                        // 40
+    // clang-format on
+    const char* n = g < sizeof(names) / sizeof(names[0]) ? names[g] : nullptr;
+    return n ? n : "unknown";
 }
 
 // ---------------------------------------------------------------------------------------- reader
@@ -385,9 +387,9 @@ GgufFile GgufFile::open(const std::string& path) {
             t.shape[nd - 1 - d] = (int64_t)dim;  // GGUF is innermost first
         }
         uint32_t gt = c.get<uint32_t>(w + " type");
-        KILN_CHECK(dtype_of_ggml(gt, &t.dtype), path, ": ", w, " has unsupported ggml type ", gt, " (",
-                   ggml_type_name(gt),
-                   "; supported: F32, F16, BF16, I32, I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)");
+        KILN_CHECK(dtype_of_ggml(gt, &t.dtype), path, ": ", w, " has GGUF type ", gt, " (", ggml_type_name(gt),
+                   "), which Kiln does not read (supported: F32, F16, BF16, I32, I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                   "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
         uint64_t off = c.get<uint64_t>(w + " offset");
         KILN_CHECK(off % g.alignment_ == 0, path, ": ", w, " offset ", off, " is not a multiple of the alignment ",
                    g.alignment_);

@@ -9,7 +9,8 @@
 // 4 KiB per tensor; the fixtures stay well under 3 MB). The reader accepts any power-of-two
 // alignment >= 8 (default 32, as the GGUF spec says, when the key is absent).
 // Supported ggml types: F32=0, F16=1, I32=26, I64=27, BF16=30, and the block-quantized Q4_0=2, Q4_1=3,
-// Q5_0=6, Q5_1=7, Q8_0=8, Q4_K=12, Q6_K=14 (ggml's block layouts, runtime/core/quant.h; rows whole blocks).
+// Q5_0=6, Q5_1=7, Q8_0=8, Q2_K=10, Q3_K=11, Q4_K=12, Q5_K=13, Q6_K=14 (ggml's block layouts,
+// runtime/core/quant.h; rows whole blocks). Any other type fails at open, naming it (ggml_type_name).
 #include <cstdint>
 #include <functional>
 #include <map>

@@ -29,7 +29,10 @@ DType st_dtype(const std::string& s, const std::string& file, const std::string&
     if (s == "I32") return DType::i32;
     if (s == "I64") return DType::i64;
     if (s == "U8") return DType::u8;
-    KILN_FAIL(file, ": tensor '", name, "' has unsupported dtype '", s, "' (supported: F32, F16, BF16, I32, I64, U8)");
+    if (s == "F8_E4M3") return DType::f8_e4m3;  // torch.float8_e4m3fn
+    if (s == "F8_E5M2") return DType::f8_e5m2;
+    KILN_FAIL(file, ": tensor '", name, "' has unsupported dtype '", s,
+              "' (supported: F32, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2)");
 }
 
 const char* st_name(DType t) {
@@ -46,6 +49,10 @@ const char* st_name(DType t) {
             return "I64";
         case DType::u8:
             return "U8";
+        case DType::f8_e4m3:
+            return "F8_E4M3";
+        case DType::f8_e5m2:
+            return "F8_E5M2";
         default:
             KILN_FAIL("safetensors cannot hold ", dtype_name(t), " tensors");
     }

@@ -5,7 +5,7 @@
 //
 // Dtype rule: activations are f32. The "matrix" operand of linear/conv2d/embedding may be stored
 // f32, f16 or bf16 (one shader source, compiled per weight dtype); that of linear may also be one of
-// ggml's block-quantized types (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k; rows of whole blocks),
+// ggml's block-quantized types (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k; rows of whole blocks),
 // dequantized inside the shader. Every other operand is f32, except activations stored as f16 (ir::store_f16,
 // KILN_ACT_F16=1), which only linear and concat read.
 #define KILN_OPS(X)                                                                                    \

@@ -40,8 +40,8 @@ const std::vector<std::string>& shader_kernels() {
 }
 
 const std::vector<std::string>& shader_variants() {
-    static const std::vector<std::string> v = {"bf16", "f32",  "f16",  "f64",  "i64",  "q8_0",
-                                               "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k"};
+    static const std::vector<std::string> v = {"bf16", "f32",  "f16",  "f64",  "i64",  "q8_0", "q4_0", "q4_1",
+                                               "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
     return v;
 }
 

@@ -2,6 +2,7 @@
 // before anything is used, with a message naming the problem.
 #include <catch2/catch.hpp>
 
+#include "runtime/core/quant.h"
 #include "tests/converter/converter_test_util.h"
 
 using namespace kiln;
@@ -132,6 +133,50 @@ TEST_CASE("GGUF metadata of every type round-trips", "[gguf]") {
     for (auto& ti : g.tensors()) CHECK((ti.offset - g.data_offset()) % 4096 == 0);
 }
 
+// The k-quants city96's files carry besides Q4_K / Q6_K: ggml ids 10 (Q2_K, 84 bytes per 256 values),
+// 11 (Q3_K, 110) and 13 (Q5_K, 176). Written by Kiln's writer and by hand with the raw ids, both read back.
+TEST_CASE("GGUF holding Q2_K, Q3_K and Q5_K tensors reads back", "[gguf][quant]") {
+    TempDir tmp;
+    const std::pair<DType, uint32_t> types[] = {{DType::q2_k, 10}, {DType::q3_k, 11}, {DType::q5_k, 13}};
+    GgufWriter w;
+    std::map<std::string, Tensor> src;
+    for (auto [t, id] : types) {
+        CHECK(ggml_type_of(t) == id);
+        const std::string n = std::string("w.") + dtype_name(t);
+        src[n] = random_tensor({3, 512}, id).astype(t);
+        const Tensor& q = src[n];
+        w.add_tensor(n, t, q.shape, [&q](void* p) { std::memcpy(p, q.bytes.data(), q.nbytes()); });
+    }
+    w.write(tmp / "k.gguf");
+    GgufFile g = GgufFile::open(tmp / "k.gguf");
+    for (auto [t, id] : types) {
+        const std::string n = std::string("w.") + dtype_name(t);
+        CAPTURE(n);
+        CHECK(g.at(n).dtype == t);
+        CHECK(g.at(n).nbytes == 3 * 2 * dtype_block_bytes(t));
+        const Tensor r = g.read(n);
+        CHECK(r.shape == Shape{3, 512});
+        CHECK(r.bytes == src[n].bytes);
+        CHECK(rel_l2(r.to_f32(), random_tensor({3, 512}, id).to_f32()) < 0.4);  // q2_k: ~0.3 (test_quant)
+    }
+    for (auto [t, id] : types) {
+        CAPTURE(id);
+        const size_t bb = dtype_block_bytes(t);
+        Raw r;
+        r.header(1, 1).kv_u32("general.alignment", 32).info("x", {256, 2}, id, 0).pad(32);
+        std::vector<uint8_t> blocks(2 * bb);
+        std::vector<float> x(512);
+        for (size_t i = 0; i < 512; ++i) x[i] = (float)((int)(i % 7) - 3) * 0.25f;
+        quantize(x.data(), t, blocks.data(), 512);
+        r.b.append((const char*)blocks.data(), blocks.size());
+        spit(tmp / "raw.gguf", r.b);
+        GgufFile f = GgufFile::open(tmp / "raw.gguf");
+        CHECK(f.at("x").dtype == t);
+        const Tensor back = f.read("x");
+        CHECK(std::memcmp(back.bytes.data(), blocks.data(), blocks.size()) == 0);
+    }
+}
+
 TEST_CASE("GGUF writer refuses what GGUF cannot hold", "[gguf]") {
     GgufWriter w;
     w.add_tensor("a", DType::f32, {1}, nullptr);
@@ -185,10 +230,17 @@ TEST_CASE("defective GGUF files are rejected at open", "[gguf][malformed]") {
         f(r);
         return r.b;
     };
-    cases.push_back({"unsupported ggml type", "unsupported ggml type 9 (?", raw([](Raw& r) {
-                         r.header(1, 1).kv_u32("general.alignment", 32).info("q", {32}, 9, 0).pad(32).zeros(64);
+    cases.push_back(
+        {"unsupported ggml type", "tensor 'q' has GGUF type 9 (Q8_1), which Kiln does not read (supported: F32",
+         raw([](Raw& r) { r.header(1, 1).kv_u32("general.alignment", 32).info("q", {32}, 9, 0).pad(32).zeros(64); })});
+    // city96's tools can write the i-quants: IQ2_XXS is ggml type 16 (66 bytes per 256 values).
+    cases.push_back({"i-quant", "tensor 'blk.w' has GGUF type 16 (IQ2_XXS), which Kiln does not read", raw([](Raw& r) {
+                         r.header(1, 1).kv_u32("general.alignment", 32).info("blk.w", {256}, 16, 0).pad(32).zeros(66);
                      })});
-    cases.push_back({"unknown ggml type id", "unsupported ggml type 99", raw([](Raw& r) {
+    cases.push_back({"ternary quant", "GGUF type 35 (TQ2_0)", raw([](Raw& r) {
+                         r.header(1, 1).kv_u32("general.alignment", 32).info("q", {256}, 35, 0).pad(32).zeros(66);
+                     })});
+    cases.push_back({"unknown ggml type id", "GGUF type 99 (unknown)", raw([](Raw& r) {
                          r.header(1, 1).kv_u32("general.alignment", 32).info("q", {32}, 99, 0).pad(32).zeros(64);
                      })});
     // Quantized: rows must be whole blocks (Q4_0: 32 values, 18 bytes; Q4_K: 256 values, 144 bytes).

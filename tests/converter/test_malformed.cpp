@@ -77,10 +77,10 @@ const std::vector<Defect>& defects() {
              copy_dit(dir);
              write_raw_safetensors(dir + "/diffusion_pytorch_model.safetensors", "{\"a\": [1, 2", "");
          }},
-        {"unknown dtype", "unsupported dtype 'F8_E4M3'",
+        {"unknown dtype", "unsupported dtype 'C64'",
          [](const std::string& dir) {
              copy_dit(dir);
-             edit_weights(dir, [](json& h, std::string&) { h["proj_out_1.bias"]["dtype"] = "F8_E4M3"; });
+             edit_weights(dir, [](json& h, std::string&) { h["proj_out_1.bias"]["dtype"] = "C64"; });
          }},
         {"shape x dtype != span", "needs",
          [](const std::string& dir) {

@@ -18,7 +18,8 @@
 using namespace kiln;
 
 namespace {
-const DType kQuant[] = {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k};
+const DType kQuant[] = {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
+                        DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
 
 void put16(std::vector<uint8_t>& b, size_t at, float v) {
     uint16_t h = f32_to_f16(v);
@@ -68,9 +69,9 @@ double bound(const float* x, DType t) {
 }  // namespace
 
 TEST_CASE("quantized dtypes: names, block sizes, GGUF-compatible byte counts", "[core][quant]") {
-    const int64_t blocks[] = {32, 32, 32, 32, 32, 256, 256};
-    const size_t bytes[] = {34, 18, 20, 22, 24, 144, 210};
-    for (size_t i = 0; i < 7; ++i) {
+    const int64_t blocks[] = {32, 32, 32, 32, 32, 256, 256, 256, 256, 256};
+    const size_t bytes[] = {34, 18, 20, 22, 24, 84, 110, 144, 176, 210};  // ggml's sizeof(block_*)
+    for (size_t i = 0; i < 10; ++i) {
         DType t = kQuant[i];
         CHECK(dtype_is_quant(t));
         CHECK(parse_dtype(dtype_name(t)) == t);
@@ -81,8 +82,11 @@ TEST_CASE("quantized dtypes: names, block sizes, GGUF-compatible byte counts", "
         CHECK_THROWS_WITH(dtype_size(t), Catch::Contains("block-quantized"));
     }
     CHECK(!dtype_is_quant(DType::f16));
+    CHECK(!dtype_is_quant(DType::f8_e4m3));
+    CHECK(!dtype_is_quant(DType::f8_e5m2));
     CHECK(parse_dtype("Q4_K") == DType::q4_k);
-    CHECK_THROWS_WITH(parse_dtype("q3_k"), Catch::Contains("q6_k"));
+    CHECK(parse_dtype("Q3_K") == DType::q3_k);
+    CHECK_THROWS_WITH(parse_dtype("q7_k"), Catch::Contains("q6_k"));
 }
 
 TEST_CASE("hand-built ggml blocks decode as ggml's layout defines", "[core][quant]") {
@@ -161,6 +165,53 @@ TEST_CASE("hand-built ggml blocks decode as ggml's layout defines", "[core][quan
         CHECK(y[96] == 3.f * (9 + 48 - 32));  // scale[6]
         CHECK(y[1] == -2.f * -32);
     }
+    {  // q2_k: scales[16] (scale | min << 4), qs[64] at 16, d at 80, dmin at 82
+        std::vector<uint8_t> b(84, 0);
+        put16(b, 80, 0.5f);
+        put16(b, 82, 0.25f);
+        b[5] = 0x73;        // sub-block 5 (values 80..95): scale 3, min 7
+        b[16 + 16] = 0x30;  // value 80 = 128*0 + 32*2 + 16: bits 4-5 of qs[16] = 3
+        b[12] = 0x02;       // sub-block 12 (values 192..207): scale 2, min 0
+        b[16 + 40] = 0x10;  // value 200 = 128*1 + 32*2 + 8: bits 4-5 of qs[32 + 8] = 1
+        auto y = deq(b, DType::q2_k);
+        CHECK(y[80] == 0.5f * 3 * 3 - 0.25f * 7);
+        CHECK(y[81] == -0.25f * 7);
+        CHECK(y[200] == 0.5f * 2 * 1);
+        CHECK(y[0] == 0.f);
+    }
+    {  // q3_k: hmask[32], qs[64] at 32, scales[12] at 96, d at 108; all-zero scale bytes mean scale -32
+        std::vector<uint8_t> b(110, 0);
+        put16(b, 108, 1.f);
+        b[96 + 5] = 0x50;        // sub-block 13: low 4 bits 5 from the high nibble of scales[5]
+        b[96 + 9] = 0x80;        // ... top 2 bits 2 from bits 6-7 of scales[9]: 37 - 32 = 5
+        b[32 + 32 + 18] = 0x20;  // value 210 = 128*1 + 32*2 + 18: low bits 2 at bits 4-5 of qs[32 + 18]
+        b[18] = 0x40;            // ... high bit at bit 4*1 + 2 of hmask[18]: q = 2 + 4 - 4
+        b[96 + 6] = 0x0a;        // sub-block 6: low 4 bits 10 from the low nibble of scales[6]
+        b[96 + 10] = 0x0c;       // ... top 2 bits 3 from bits 2-3 of scales[10]: 58 - 32 = 26
+        auto y = deq(b, DType::q3_k);
+        CHECK(y[210] == 5.f * 2);
+        CHECK(y[211] == 5.f * -4);   // low 0, high 0
+        CHECK(y[100] == 26.f * -4);  // sub-block 6
+        CHECK(y[0] == -32.f * -4);   // sub-block 0: scale 0 - 32
+    }
+    {  // q5_k: d, dmin, scales[12] (as q4_k), qh[32] at 16, qs[128] at 48
+        std::vector<uint8_t> b(176, 0);
+        put16(b, 0, 1.f);
+        put16(b, 2, 1.f);
+        b[4 + 9] = 0x21;  // sub-block 5: scale 17, min 50 (as the q4_k case)
+        b[4 + 1] = 0x40;
+        b[4 + 5] = 0xc0;
+        b[4 + 0] = 3;  // sub-block 0: scale 3, min 1
+        b[4 + 4] = 1;
+        b[48 + 64] = 0x3a;  // value 160 (sub-block 5): high nibble of qs[64] = 3
+        b[16 + 0] = 0x21;   // qh[0]: bit 5 (value 160's fifth bit) and bit 0 (value 0's)
+        b[48 + 0] = 0x05;   // value 0: low nibble 5
+        auto y = deq(b, DType::q5_k);
+        CHECK(y[160] == 17 * (3 + 16) - 50.f);
+        CHECK(y[128] == 0.f);  // sub-block 4: scale 0, min 0
+        CHECK(y[0] == 3 * (5 + 16) - 1.f);
+        CHECK(y[32] == 0.f);  // sub-block 1: scale 0x40 & 63 = 0, min 0xc0 & 63 = 0
+    }
 }
 
 TEST_CASE("quantize -> dequantize stays within the format's step", "[core][quant]") {
@@ -191,29 +242,34 @@ TEST_CASE("quantize -> dequantize stays within the format's step", "[core][quant
         for (int64_t i = 0; i < B; ++i) amax = std::max(amax, (double)std::fabs(xb[i]));
         for (int64_t i = 0; i < B; ++i) {
             double lim;
-            if (t == DType::q4_k) {
-                // Sub-block s: step_s = range_s / 15 with 0 in the range; 6-bit codes of d = max step / 63
-                // (rounded up) and dmin = max offset / 63 (nearest): |err| <= (step_s + d) / 2 + dmin / 2.
+            if (t == DType::q2_k || t == DType::q4_k || t == DType::q5_k) {
+                // Sub-block s of n: step_s = range_s / L with 0 in the range (L = 3, 15, 31); codes of
+                // d = max step / S and dmin = max offset / S (S = 15 for q2_k's 4-bit, 63 for 6-bit scales;
+                // d rounded up, dmin nearest): |err| <= (step_s + d) / 2 + dmin / 2.
+                const int n = t == DType::q2_k ? 16 : 32;
+                const double L = t == DType::q2_k ? 3 : t == DType::q4_k ? 15 : 31, S = t == DType::q2_k ? 15 : 63;
                 double smax = 0, omax = 0, step = 0;
-                for (int s = 0; s < 8; ++s) {
-                    double lo = 0, hi = xb[32 * s];
-                    for (int l = 0; l < 32; ++l)
-                        lo = std::min(lo, (double)xb[32 * s + l]), hi = std::max(hi, (double)xb[32 * s + l]);
-                    smax = std::max(smax, (hi - lo) / 15), omax = std::max(omax, -lo);
-                    if (s == i / 32) step = (hi - lo) / 15;
+                for (int s = 0; s < 256 / n; ++s) {
+                    double lo = 0, hi = xb[n * s];
+                    for (int l = 0; l < n; ++l)
+                        lo = std::min(lo, (double)xb[n * s + l]), hi = std::max(hi, (double)xb[n * s + l]);
+                    smax = std::max(smax, (hi - lo) / L), omax = std::max(omax, -lo);
+                    if (s == i / n) step = (hi - lo) / L;
                 }
-                lim = 0.5 * (step + up(smax / 63)) + 0.5 * up(omax / 63) + amax * std::ldexp(1.0, -20);
-            } else if (t == DType::q6_k) {
-                // Sub-block of 16: s = amax_s / 32 as int8 multiples of d = max s / 127 (rounded away from
-                // 0), codes in [-32, 31]: |err| <= s + d (the far extreme may clamp from +32 to +31).
+                lim = 0.5 * (step + up(smax / S)) + 0.5 * up(omax / S) + amax * std::ldexp(1.0, -20);
+            } else if (t == DType::q6_k || t == DType::q3_k) {
+                // Sub-block of 16: s = amax_s / H as signed multiples of d = max s / S (rounded away from
+                // 0), codes in [-H, H - 1] (q6_k: H 32, int8 S 127; q3_k: H 4, 6-bit S 31):
+                // |err| <= s + d (the far extreme may clamp from +H to +H - 1).
+                const double H = t == DType::q6_k ? 32 : 4, S = t == DType::q6_k ? 127 : 31;
                 double smax = 0, s16 = 0;
                 for (int j = 0; j < 16; ++j) {
                     double a = 0;
                     for (int l = 0; l < 16; ++l) a = std::max(a, (double)std::fabs(xb[16 * j + l]));
-                    smax = std::max(smax, a / 32);
-                    if (j == i / 16) s16 = a / 32;
+                    smax = std::max(smax, a / H);
+                    if (j == i / 16) s16 = a / H;
                 }
-                lim = s16 + up(smax / 127) + amax * std::ldexp(1.0, -20);
+                lim = s16 + up(smax / S) + amax * std::ldexp(1.0, -20);
             } else {
                 lim = bound(xb, t);
             }
@@ -228,7 +284,16 @@ TEST_CASE("quantize -> dequantize stays within the format's step", "[core][quant
     // Typical error on U(-1, 1) (first super-block): about step / sqrt(12), i.e. relative L2 of a few %.
     std::vector<float> x0(x.begin(), x.begin() + 256), y0(y.begin(), y.begin() + 256);
     const double r = rel_l2(y0, x0);
-    CHECK(r < (t == DType::q8_0 ? 0.01 : t == DType::q6_k ? 0.03 : 0.12));
+    // Per 16-value sub-block of U(-1, 1) the range is about 2 * 15/17, rms(x) = 0.577: q2_k (3 steps) about
+    // 0.29, q3_k (amax / 4 steps) 0.125, q5_k (31 steps) 0.032.
+    INFO("relative L2 " << r);
+    const double rmax = t == DType::q8_0   ? 0.01
+                        : t == DType::q6_k ? 0.03
+                        : t == DType::q5_k ? 0.05
+                        : t == DType::q3_k ? 0.2
+                        : t == DType::q2_k ? 0.4
+                                           : 0.12;
+    CHECK(r < rmax);
 }
 
 TEST_CASE("convert() quantizes and dequantizes; bad sizes are refused", "[core][quant]") {

@@ -51,7 +51,8 @@ TEST_CASE("linear rejects bad shapes and dtypes", "[op:linear][bad]") {
 // exactly (bitwise but for the sign of zero, which the sum makes +0). With random x, only f32 accumulation
 // order differs from the f64 CPU reference, as above (quantized |w| <= 1 + one step: the same bounds hold).
 TEST_CASE("linear with quantized weights matches the CPU reference", "[op:linear][quant]") {
-    DType wt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k);
+    DType wt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k,
+                        DType::q4_k, DType::q5_k, DType::q6_k);
     const int64_t B = dtype_block(wt);
     auto [M, N, K] = GENERATE_COPY(std::make_tuple(1, 3, B), std::make_tuple(5, 13, 2 * B),
                                    std::make_tuple(70, 127, 3 * B), std::make_tuple(9, 130, B));

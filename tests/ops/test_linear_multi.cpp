@@ -47,7 +47,7 @@ TEST_CASE("linear_multi equals its linears, bitwise", "[op:linear_multi]") {
 }
 
 TEST_CASE("linear_multi built directly matches the CPU reference", "[op:linear_multi]") {
-    const DType wt = GENERATE(DType::f16, DType::q6_k);
+    const DType wt = GENERATE(DType::f16, DType::q2_k, DType::q3_k, DType::q5_k, DType::q6_k);
     const int64_t K = dtype_is_quant(wt) ? dtype_block(wt) : 128, M = 9;
     ir::Graph g;
     auto x = g.input("x", {M, K});

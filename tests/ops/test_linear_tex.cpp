@@ -104,7 +104,8 @@ TEST_CASE("linear through texel buffers dequantizes ggml blocks as the register 
         WARN("skipped: no uniform texel buffers of the needed formats on this device");
         return;
     }
-    DType wt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k);
+    DType wt = GENERATE(DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k,
+                        DType::q4_k, DType::q5_k, DType::q6_k);
     const int64_t B = dtype_block(wt);
     auto [M, N, K] =
         GENERATE_COPY(std::make_tuple(5, 13, 2 * B), std::make_tuple(70, 127, 3 * B), std::make_tuple(130, 65, B));
