@@ -221,7 +221,8 @@ Assembly assemble(const ComponentFiles& f) {
             for (auto& [k, v] : t.tokenizers) tokenizers[k] = v;
         }
     } else {
-        const layouts::Published* p = layouts::recognize(fam.name, *tset);
+        const layouts::Published* p =
+            layouts::recognize(detected_role(infos.at(tg->path), *tg).family, *tset);
         KILN_CHECK(p, tg->path, ": a ", fam.name, " transformer of a size Kiln has no published config for; pass ",
                    "--config DIR, a diffusers pipeline folder of the same model (its *.json and tokenizer files ",
                    "are read, never its weights)");

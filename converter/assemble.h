@@ -59,7 +59,7 @@ struct Assembly {
 // fetch). Components the family needs but no file gives are left out: incomplete() names them with their flags.
 Assembly assemble(const ComponentFiles& files);
 
-// The tensors of a layout_file or kiln_file part under diffusers' names. SD3's CLIP-L (a CLIPTextModelWithProjection
+// The tensors of a layout_file or kiln_file part under diffusers' names. SD3's CLIP-L (a text model with projection
 // from a clip_l file) without text_projection.weight gets the identity, as diffusers' single-file loader does.
 std::unique_ptr<layouts::TensorSet> open_part(const Part& p);
 

@@ -160,7 +160,9 @@ DType out_dtype(const layouts::TensorInfo& t, const std::string& name, const Opt
             if (dtype_is_quant(t.dtype)) return t.dtype;
             break;
     }
-    KILN_FAIL(file, ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", which a Kiln model file cannot hold");
+    std::string name_upper = dtype_name(t.dtype);  // as safetensors names it: U8
+    for (char& ch : name_upper) ch = (char)std::toupper((unsigned char)ch);
+    KILN_FAIL(file, ": tensor '", t.name, "' has dtype ", name_upper, ", which a Kiln model file cannot hold");
 }
 
 // base: "diffusion_pytorch_model" (diffusers) or "model" (transformers); both name variants and shards alike.

@@ -15,7 +15,12 @@ constexpr FlagScope kAny = FlagScope::any, kText = FlagScope::text, kSize = Flag
 #define KILN_PER_PROMPT ". Once for every prompt, or repeated: one per --prompt"
 
 // Rows: names, field, help, scope, show default, one per prompt, check, settings key.
-const std::vector<GenerateFlag> kFlags = {
+std::vector<GenerateFlag> flag_table();
+const std::vector<GenerateFlag> kFlags = flag_table();
+
+// The rows, with apps/component_flags.h's after --model.
+std::vector<GenerateFlag> flag_table() {
+    std::vector<GenerateFlag> rows = {
     {"--model", &F::model,
      "Kiln model file, diffusers pipeline folder, or a single file as published (Stability's SD3/SD3.5 file, a Flux "
      "file with --vae etc.): DiT (class labels), PixArt-alpha/Sigma, SD3 or Flux (text); default: built-in "
@@ -144,7 +149,12 @@ const std::vector<GenerateFlag> kFlags = {
      "Print per denoising step: wall, GPU, host and host CPU time of the transformer run, device idle (between "
      "submissions, and before the step: host work between steps), submissions, barriers; and peak device memory "
      "and host RSS"},
-};
+    };
+    std::vector<GenerateFlag> files;
+    for (const ComponentFlag& c : component_flags()) files.push_back({c.names, c.field, c.help});
+    rows.insert(rows.begin() + 1, files.begin(), files.end());  // beside --model, in --help too
+    return rows;
+}
 #undef KILN_PER_PROMPT
 
 // CLI11's first long name of a row: "--images" of "--images,--num-images-per-prompt", "--output" of "-o,--output".
@@ -163,6 +173,9 @@ struct AddRow {
     CLI::Option* operator()(bool F::*m) const { return app.add_flag(row.names, f.*m, row.help); }
     CLI::Option* operator()(std::vector<std::string> P::*m) const {
         return app.add_option(row.names, f.texts.*m, row.help);
+    }
+    CLI::Option* operator()(std::string ComponentFlags::*m) const {
+        return app.add_option(row.names, f.parts.*m, row.help);
     }
     CLI::Option* operator()(void (*add)(CLI::App&)) const {
         add(app);
@@ -188,10 +201,7 @@ const std::vector<GenerateFlag>& generate_flags() { return kFlags; }
 
 void add_generate_flags(CLI::App& app, GenerateFlags& f) {
     f.options.clear();
-    for (const GenerateFlag& row : kFlags) {
-        f.options.push_back(add_flag_row(app, f, row));
-        if (f.options.size() == 1) add_component_flags(app, f.parts);  // beside --model, in --help too
-    }
+    for (const GenerateFlag& row : kFlags) f.options.push_back(add_flag_row(app, f, row));
 }
 
 bool GenerateFlags::given(const std::string& flag) const {

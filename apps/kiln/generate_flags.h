@@ -29,7 +29,7 @@ struct GenerateFlags {
     std::string noise_dtype = "f32";
     bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
          host_loop = false;
-    ComponentFlags parts;               // --diffusion-model, --vae, ... (registered beside --model)
+    ComponentFlags parts;               // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
     std::vector<CLI::Option*> options;  // one per row of generate_flags(), in its order (nullptr: not registered)
 
     bool given(const std::string& flag) const;  // the flag ("--steps") was on the command line
@@ -48,7 +48,7 @@ enum class FlagCheck { none, non_negative, noise_dtype };
 struct GenerateFlag {
     const char* names;  // CLI11's: "--steps", "-o,--output", "--images,--num-images-per-prompt"
     std::variant<std::string GenerateFlags::*, int GenerateFlags::*, double GenerateFlags::*, uint64_t GenerateFlags::*,
-                 bool GenerateFlags::*, std::vector<std::string> GenerateFlags::*,
+                 bool GenerateFlags::*, std::vector<std::string> GenerateFlags::*, std::string ComponentFlags::*,
                  std::vector<std::string> models::PromptOptions::*, void (*)(CLI::App&)>
         target;
     const char* help;  // nullptr: the shared registration's help
