@@ -76,9 +76,11 @@ std::vector<Given> given_files(const ComponentFiles& f, std::map<std::string, la
         for (auto& d : info.components) out.push_back({"--model", f.model, d.role});
         infos[f.model] = std::move(info);
     }
-    const std::pair<const char*, const std::string*> flags[] = {
-        {"transformer", &f.diffusion_model}, {"vae", &f.vae}, {"clip_l", &f.clip_l},
-        {"clip_g", &f.clip_g},               {"t5xxl", &f.t5xxl}};
+    const std::pair<const char*, const std::string*> flags[] = {{"transformer", &f.diffusion_model},
+                                                                {"vae", &f.vae},
+                                                                {"clip_l", &f.clip_l},
+                                                                {"clip_g", &f.clip_g},
+                                                                {"t5xxl", &f.t5xxl}};
     for (auto& [role, path] : flags) {
         if (path->empty()) continue;
         KILN_CHECK(fs::exists(*path), *path, ": no such file or folder (", flag_of(role), ")");
@@ -96,6 +98,7 @@ struct ConfigDir {
     std::string dir, pipeline_class, model_index_text;
     std::map<std::string, std::pair<std::string, std::string>> configs;  // component -> (class, config text)
     std::map<std::string, std::string> tokenizers;                       // component -> folder
+    std::vector<std::string> tokenizers_absent;                          // listed, without a folder
 };
 
 ConfigDir read_config_dir(const std::string& dir) {
@@ -113,7 +116,10 @@ ConfigDir read_config_dir(const std::string& dir) {
         const std::string cls = v[1].get<std::string>();
         const fs::path sub = fs::path(dir) / name;
         if (is_supported_tokenizer(cls)) {
-            if (fs::is_directory(sub)) c.tokenizers[name] = sub.string();
+            if (fs::is_directory(sub))
+                c.tokenizers[name] = sub.string();
+            else
+                c.tokenizers_absent.push_back(name);
             continue;
         }
         for (const char* f : {"config.json", "scheduler_config.json"})
@@ -145,7 +151,8 @@ const Family& transformer_family(const Given& t, const std::map<std::string, lay
 // Hidden size of a CLIP or T5 set from its token embedding, to tell CLIP-L from CLIP-G and catch encoders of another
 // model; -1 when the set has no such tensor.
 int64_t embedding_width(const layouts::TensorSet& s) {
-    for (const char* n : {"text_model.embeddings.token_embedding.weight", "shared.weight", "encoder.embed_tokens.weight"})
+    for (const char* n :
+         {"text_model.embeddings.token_embedding.weight", "shared.weight", "encoder.embed_tokens.weight"})
         if (const layouts::TensorInfo* t = s.find(n); t && t->shape.size() == 2) return t->shape[1];
     return -1;
 }
@@ -163,7 +170,7 @@ void check_encoder_width(const Part& p, const Given& g) {
     const int64_t have = embedding_width(*set), want = config_width(parse_json_object(p.config_text, p.name));
     KILN_CHECK(have < 0 || want < 0 || have == want, g.path, ": given as ", g.flag, " but its hidden size is ", have,
                " where this model's ", p.name, " has ", want,
-               have == 1280 ? " (it looks like CLIP-G: pass it with --clip-g)"
+               have == 1280  ? " (it looks like CLIP-G: pass it with --clip-g)"
                : have == 768 ? " (it looks like CLIP-L: pass it with --clip-l)"
                              : " (an encoder of another model)");
 }
@@ -187,6 +194,62 @@ void kiln_file_part(Part& p, const Given& g) {
     p.config_text = f.get_string("kiln." + pick + ".config");
 }
 
+// Where the configs and tokenizers come from: component -> (class, config text), tokenizer -> folder.
+struct Sources {
+    std::map<std::string, std::pair<std::string, std::string>> configs;
+    std::map<std::string, std::string> tokenizers;
+};
+
+// --config DIR, with --tokenizers DIR (tokenizer/, tokenizer_2/, ...) overriding its tokenizers and filling those
+// it lacks.
+Sources from_config_dir(const ComponentFiles& f, const Family& fam, const std::string& transformer, Assembly& a) {
+    ConfigDir c = read_config_dir(f.config);
+    const Family* cf = models::find_pipeline_family(c.pipeline_class);
+    KILN_CHECK(cf == &fam, f.config, ": --config is a ", c.pipeline_class, " but ", transformer, " holds a ", fam.name,
+               " transformer");
+    a.configs_from = "--config " + f.config;
+    a.pipeline_class = c.pipeline_class;
+    a.model_index_text = c.model_index_text;
+    Sources s{std::move(c.configs), std::move(c.tokenizers)};
+    for (const std::string& k : c.tokenizers_absent) s.tokenizers[k] = "";
+    std::string absent;
+    for (auto it = s.tokenizers.begin(); it != s.tokenizers.end();) {
+        if (!f.tokenizers.empty() && fs::is_directory(fs::path(f.tokenizers) / it->first))
+            it->second = (fs::path(f.tokenizers) / it->first).string();
+        if (!it->second.empty()) {
+            ++it;
+            continue;
+        }
+        absent += (absent.empty() ? "" : ", ") + it->first + "/";
+        it = s.tokenizers.erase(it);
+    }
+    if (!absent.empty())
+        a.tokenizers_missing = "no tokenizer folder " + absent + " in " + f.config +
+                               (f.tokenizers.empty() ? "" : " or " + f.tokenizers) +
+                               ": pass --tokenizers DIR, a folder holding them";
+    return s;
+}
+
+// The published model the transformer's shapes identify; its tokenizers from --tokenizers or the HF cache.
+Sources from_published(const ComponentFiles& f, const std::string& family, const Family& fam,
+                       const layouts::TensorSet& transformer, Assembly& a) {
+    const layouts::Published* p = layouts::recognize(family, transformer);
+    KILN_CHECK(p, transformer.source(), ": a ", fam.name, " transformer of a size Kiln has no published config for; ",
+               "pass --config DIR, a diffusers pipeline folder of the same model (its *.json and tokenizer files are ",
+               "read, never its weights)");
+    a.configs_from = "the published " + p->id + " (" + p->repo + ")";
+    a.pipeline_class = p->model_index.value("_class_name", "");
+    a.model_index_text = p->model_index.dump(2);
+    Sources s;
+    for (auto& [k, cfg] : p->configs) s.configs[k] = {cfg.value("_class_name", ""), cfg.dump(2)};
+    try {  // needed only to encode prompts: `kiln forward` of the transformer runs without them
+        s.tokenizers = layouts::find_tokenizers(*p, f.tokenizers, f.hf_home);
+    } catch (const Error& e) {
+        a.tokenizers_missing = e.what();
+    }
+    return s;
+}
+
 }  // namespace
 
 Assembly assemble(const ComponentFiles& f) {
@@ -204,38 +267,10 @@ Assembly assemble(const ComponentFiles& f) {
 
     Assembly a;
     a.family = fam.name;
-    std::map<std::string, std::pair<std::string, std::string>> configs;  // component -> (class, text)
-    std::map<std::string, std::string> tokenizers;
-    if (!f.config.empty()) {
-        ConfigDir c = read_config_dir(f.config);
-        const Family* cf = models::find_pipeline_family(c.pipeline_class);
-        KILN_CHECK(cf == &fam, f.config, ": --config is a ", c.pipeline_class, " but ", tg->path, " holds a ",
-                   fam.name, " transformer");
-        a.configs_from = "--config " + f.config;
-        a.pipeline_class = c.pipeline_class;
-        a.model_index_text = c.model_index_text;
-        configs = std::move(c.configs);
-        tokenizers = std::move(c.tokenizers);
-        if (!f.tokenizers.empty()) {  // --tokenizers overrides the config folder's
-            ConfigDir t = read_config_dir(f.tokenizers);
-            for (auto& [k, v] : t.tokenizers) tokenizers[k] = v;
-        }
-    } else {
-        const layouts::Published* p =
-            layouts::recognize(detected_role(infos.at(tg->path), *tg).family, *tset);
-        KILN_CHECK(p, tg->path, ": a ", fam.name, " transformer of a size Kiln has no published config for; pass ",
-                   "--config DIR, a diffusers pipeline folder of the same model (its *.json and tokenizer files ",
-                   "are read, never its weights)");
-        a.configs_from = "the published " + p->id + " (" + p->repo + ")";
-        a.pipeline_class = p->model_index.value("_class_name", "");
-        a.model_index_text = p->model_index.dump(2);
-        for (auto& [k, cfg] : p->configs) configs[k] = {cfg.value("_class_name", ""), cfg.dump(2)};
-        try {  // needed only to encode prompts: `kiln forward` of the transformer runs without them
-            tokenizers = layouts::find_tokenizers(*p, f.tokenizers, f.hf_home);
-        } catch (const Error& e) {
-            a.tokenizers_missing = e.what();
-        }
-    }
+    Sources src = f.config.empty() ? from_published(f, detected_role(infos.at(tg->path), *tg).family, fam, *tset, a)
+                                   : from_config_dir(f, fam, tg->path, a);
+    auto& configs = src.configs;
+    auto& tokenizers = src.tokenizers;
 
     auto config_part = [&](const std::string& name) {
         auto it = configs.find(name);

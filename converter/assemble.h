@@ -45,7 +45,7 @@ struct Assembly {
     std::string configs_from;    // for messages and `kiln info`: "--config DIR" or "published FLUX.1-dev (repo)"
     std::string pipeline_class;  // model_index.json's _class_name
     std::string model_index_text;
-    std::vector<Part> parts;  // transformer, vae, scheduler, text encoders, tokenizers
+    std::vector<Part> parts;         // transformer, vae, scheduler, text encoders, tokenizers
     std::string tokenizers_missing;  // why the tokenizers were not found (they are needed only to encode prompts)
     const Part* find(const std::string& name) const;
     // "" when every component a generation needs is here; else one line naming what is missing and the flag (or

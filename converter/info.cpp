@@ -8,8 +8,8 @@
 
 #include "converter/assemble.h"
 #include "converter/convert.h"
-#include "models/layouts/layouts.h"
 #include "converter/tokenizer_files.h"
+#include "models/layouts/layouts.h"
 #include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
@@ -158,7 +158,8 @@ void print_layout_info(const std::string& path, std::ostream& os, const std::str
 }  // namespace
 
 void print_model_info(const std::string& path, std::ostream& os, const std::string& hf_home) {
-    if (!std::filesystem::is_directory(path) && !layouts::is_kiln_file(path)) return print_layout_info(path, os, hf_home);
+    if (!std::filesystem::is_directory(path) && !layouts::is_kiln_file(path))
+        return print_layout_info(path, os, hf_home);
     GgufFile f = GgufFile::open(path);
     KILN_CHECK(f.has("general.architecture") && f.get_string("general.architecture") == "kiln", path,
                ": not a Kiln model file (general.architecture is not 'kiln')");

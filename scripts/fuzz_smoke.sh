@@ -8,11 +8,18 @@ cd "$(dirname "$0")/.."
 secs=${1:-20}
 b=build/fuzz
 fail=0
-for t in converter/fuzz_safetensors converter/fuzz_gguf models/fuzz_t5_tokenizer models/fuzz_clip_tokenizer; do
+for t in converter/fuzz_safetensors converter/fuzz_gguf converter/fuzz_layouts models/fuzz_t5_tokenizer \
+         models/fuzz_clip_tokenizer; do
   name=${t#*/fuzz_}
   work=$(mktemp -d)  # new units go here, not into the committed corpus
   mkdir -p "$work/corpus" "$work/crash"
   seeds=(converter/fuzz/corpus/$name)
+  if [ "$name" = layouts ]; then  # real single files as seeds: Flux GGUF (Q8_0), BFL Flux, LDM VAE, CLIP, T5
+    seeds=(converter/fuzz/corpus/gguf converter/fuzz/corpus/safetensors)
+    for f in flux1-tiny-Q8_0.gguf flux1-tiny.safetensors ae.safetensors clip_l.safetensors t5xxl.safetensors; do
+      cp tests/data/fixtures/flux_pipeline_singlefile/$f "$work/corpus/"
+    done
+  fi
   [ "$name" = t5_tokenizer ] && cp tests/data/fixtures/tok_t5/spiece.model "$work/corpus/"  # a real model as seed
   if "$b/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
        -artifact_prefix="$work/crash/" "$work/corpus" "${seeds[@]}" >"$work/log" 2>&1; then

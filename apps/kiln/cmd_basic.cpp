@@ -123,17 +123,19 @@ Run add_forward(CLI::App& app) {
                    "VAE with --tiled: tile side in pixels (diffusers' tile_sample_min_size; default: the config's "
                    "sample_size)");
     app.add_flag("--sliced", o->sliced, "VAE: one batch element at a time, as diffusers' enable_slicing()");
-    app.footer("Examples:\n  kiln forward --model dit.kiln --inputs in.safetensors --output out.safetensors\n"
-               "  kiln forward --diffusion-model flux1-dev-Q8_0.gguf --vae ae.safetensors --clip-l clip_l.safetensors "
-               "--t5xxl t5xxl_fp16.safetensors --component transformer --inputs in.safetensors --output out.safetensors");
+    app.footer(
+        "Examples:\n  kiln forward --model dit.kiln --inputs in.safetensors --output out.safetensors\n"
+        "  kiln forward --diffusion-model flux1-dev-Q8_0.gguf --vae ae.safetensors --clip-l clip_l.safetensors "
+        "--t5xxl t5xxl_fp16.safetensors --component transformer --inputs in.safetensors --output out.safetensors");
     return [o] {
         check_output_path(o->output, "--output");
         KILN_CHECK(o->tile_size == 0 || o->tiled, "--tile-size needs --tiled");
         const exec::Mode mode = exec::parse_mode(o->mode);
         ContextPtr ctx = open_context(o->device, o->vram_budget.empty() ? 0 : exec::parse_bytes(o->vram_budget));
         const ModelSpec spec{o->model, o->parts};
-        KILN_CHECK(!spec.model.empty() || spec.assembled(), "--model or a component file (--diffusion-model, ...) "
-                                                            "is required");
+        KILN_CHECK(!spec.model.empty() || spec.assembled(),
+                   "--model or a component file (--diffusion-model, ...) "
+                   "is required");
         ModelPtr model = open_model(ctx.get(), spec);
         auto st = SafeTensors::open(o->inputs);
         std::vector<Tensor> in;  // the data the kiln_tensor views point into

@@ -91,8 +91,8 @@ bool ModelSpec::assembled() const {
 std::string ModelSpec::display() const {
     if (!assembled()) return model;
     std::string s;
-    for (const std::string* f : {&model, &parts.diffusion_model, &parts.vae, &parts.clip_l, &parts.clip_g,
-                                 &parts.t5xxl})
+    for (const std::string* f :
+         {&model, &parts.diffusion_model, &parts.vae, &parts.clip_l, &parts.clip_g, &parts.t5xxl})
         if (!f->empty()) s += (s.empty() ? "" : " + ") + std::filesystem::path(*f).filename().string();
     return s;
 }

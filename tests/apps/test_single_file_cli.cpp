@@ -96,9 +96,9 @@ TEST_CASE("Flux single files give the diffusers folder's outputs, bitwise", "[ap
 }
 
 TEST_CASE("city96 GGUF Flux gives diffusers' outputs with the dequantized weights", "[apps][single_file][vulkan]") {
-    const auto [file, expected] = GENERATE(table<std::string, std::string>(
-        {{"flux1-tiny-Q8_0.gguf", "expected_q8_0.safetensors"},
-         {"flux1-tiny-Q4_K_S.gguf", "expected_q4_k_s.safetensors"}}));
+    const auto [file, expected] =
+        GENERATE(table<std::string, std::string>({{"flux1-tiny-Q8_0.gguf", "expected_q8_0.safetensors"},
+                                                  {"flux1-tiny-Q4_K_S.gguf", "expected_q4_k_s.safetensors"}}));
     Tmp tmp("kiln_sf");
     const std::string dump = tmp / "dump.safetensors";
     Result r = run(tmp, "kiln",
@@ -129,7 +129,8 @@ TEST_CASE("Stability's SD3 single file, alone and with separate encoders", "[app
     Tmp tmp("kiln_sf");
     const std::string all = tmp / "all.safetensors", parts = tmp / "parts.safetensors";
     const std::string cfg = " --config " + fixture("sd3_pipeline");
-    Result r = run(tmp, "kiln", "generate --model " + sd3_file("sd3-tiny.safetensors") + cfg + call("sd3_pipeline", all));
+    Result r =
+        run(tmp, "kiln", "generate --model " + sd3_file("sd3-tiny.safetensors") + cfg + call("sd3_pipeline", all));
     INFO(r.err);
     REQUIRE(r.rc == 0);
     check_identical(all, folder_dump("sd3_pipeline"));
@@ -186,7 +187,8 @@ namespace {
 void drop_tensors(const std::string& src, const std::string& dst, size_t n) {
     auto st = SafeTensors::open(src);
     std::vector<std::pair<std::string, Tensor>> keep;
-    for (size_t i = n; i < st.tensors().size(); ++i) keep.push_back({st.tensors()[i].name, st.read(st.tensors()[i].name)});
+    for (size_t i = n; i < st.tensors().size(); ++i)
+        keep.push_back({st.tensors()[i].name, st.read(st.tensors()[i].name)});
     write_safetensors(dst, keep);
 }
 
@@ -201,7 +203,7 @@ void patch_bytes(const std::string& src, const std::string& dst, const std::stri
 
 TEST_CASE("Bad single-file inputs stop with one line and write nothing", "[apps][single_file]") {
     static Tmp tmp("kiln_sf_bad");  // static: GENERATE_COPY copies what the rows use
-    {  // a LoRA and an optimizer state, as people mistake them for models
+    {                               // a LoRA and an optimizer state, as people mistake them for models
         write_safetensors(tmp / "lora.safetensors",
                           {{"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight", Tensor(DType::f32, {4, 32})},
                            {"lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight", Tensor(DType::f32, {96, 4})},
@@ -223,8 +225,8 @@ TEST_CASE("Bad single-file inputs stop with one line and write nothing", "[apps]
              " --clip-l " + flux_file("clip_l.safetensors") + " --t5xxl " + flux_file("t5xxl.safetensors") + cfg,
          "given as --vae but holds a CLIP"},
         // components of different models: Flux's T5 (d_model 48) beside SD3 (64), a Flux config for SD3
-        {"--model " + sd3_file("sd3-tiny.safetensors") + " --t5xxl " + flux_file("t5xxl.safetensors") +
-             " --config " + fixture("sd3_pipeline"),
+        {"--model " + sd3_file("sd3-tiny.safetensors") + " --t5xxl " + flux_file("t5xxl.safetensors") + " --config " +
+             fixture("sd3_pipeline"),
          "hidden size is 48"},
         {"--model " + sd3_file("sd3-tiny.safetensors") + cfg, "--config is a FluxPipeline"},
         // a transformer Kiln has no published config for, and a pipeline without its T5
@@ -248,4 +250,28 @@ TEST_CASE("Bad single-file inputs stop with one line and write nothing", "[apps]
     CHECK(c.err.find(expect) != std::string::npos);
     CHECK(!fs::exists(tmp / "out.kiln"));
     CHECK(!fs::exists(tmp / "out.kiln.tmp"));
+}
+
+TEST_CASE("--config without tokenizers names them; --tokenizers gives them", "[apps][single_file][vulkan]") {
+    Tmp tmp("kiln_sf");
+    const fs::path cfg = fs::path(tmp.path) / "configs";  // the pipeline's JSON files only, as some people keep them
+    for (const char* c : {"transformer", "vae", "scheduler", "text_encoder", "text_encoder_2"}) {
+        fs::create_directories(cfg / c);
+        for (auto& e : fs::directory_iterator(fixture("flux_pipeline") + "/" + c))
+            if (e.path().extension() == ".json") fs::copy(e.path(), cfg / c / e.path().filename());
+    }
+    fs::copy(fixture("flux_pipeline") + "/model_index.json", cfg / "model_index.json");
+    const std::string files =
+        "--diffusion-model " + flux_file("flux1-tiny.safetensors") + kFluxRest + " --config " + cfg.string();
+    Result r = run(tmp, "kiln", "generate --prompt a " + files + " -o " + (tmp / "a.png"));
+    INFO(r.err);
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("no tokenizer folder tokenizer/, tokenizer_2/") != std::string::npos);
+    CHECK(!fs::exists(tmp / "a.png"));
+    const std::string dump = tmp / "dump.safetensors";
+    r = run(tmp, "kiln",
+            "generate " + files + " --tokenizers " + fixture("flux_pipeline") + call("flux_pipeline", dump));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    check_identical(dump, folder_dump("flux_pipeline"));
 }

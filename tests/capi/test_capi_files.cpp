@@ -41,8 +41,8 @@ Model open_files(kiln_context* ctx, const kiln_model_files& f) {
 TEST_CASE("C API: kiln_model_open_files gives the diffusers folder's image", "[capi][vulkan][single_file]") {
     auto ctx = make_context();
     const std::string flux = fx("flux_pipeline"), sf = fx("flux_pipeline_singlefile/");
-    const std::string dit = sf + "flux1-tiny.safetensors", vae = sf + "ae.safetensors", clip = sf + "clip_l.safetensors",
-                      t5 = sf + "t5xxl.safetensors";
+    const std::string dit = sf + "flux1-tiny.safetensors", vae = sf + "ae.safetensors",
+                      clip = sf + "clip_l.safetensors", t5 = sf + "t5xxl.safetensors";
     std::vector<float> ref, got;
     auto folder = open_model(ctx.get(), flux);
     INFO(kiln_last_error());
