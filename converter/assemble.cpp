@@ -85,7 +85,8 @@ std::vector<Given> given_files(const ComponentFiles& f, std::map<std::string, la
         if (path->empty()) continue;
         KILN_CHECK(fs::exists(*path), *path, ": no such file or folder (", flag_of(role), ")");
         // A flag overrides what --model holds for the same role.
-        std::erase_if(out, [&](const Given& g) { return g.role == role; });
+        const std::string r = role;  // (clang: a lambda does not capture a structured binding)
+        std::erase_if(out, [&](const Given& g) { return g.role == r; });
         out.push_back({flag_of(role), *path, role});
         if (!fs::is_directory(*path) && !layouts::is_kiln_file(*path) && !infos.count(*path))
             infos[*path] = layouts::inspect(*path);
