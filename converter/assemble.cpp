@@ -195,6 +195,17 @@ void kiln_file_part(Part& p, const Given& g) {
     p.config_text = f.get_string("kiln." + pick + ".config");
 }
 
+// A VAE or encoder taken from a file that also holds a transformer of another family (Stability's SD3 file given as
+// Flux's --vae): the shapes of SD3's and Flux's VAEs agree, so the file's own transformer is what tells them apart.
+void check_same_family(const layouts::FileInfo& info, const Given& g, const Family& fam) {
+    if (g.role == "transformer") return;
+    for (auto& d : info.components) {
+        const Family* other = d.role == "transformer" ? models::file_family(d.family) : nullptr;
+        KILN_CHECK(!other || other == &fam, g.path, ": given as ", g.flag, " but it is a ", other->name,
+                   " file (it holds a ", other->name, " transformer); this pipeline's transformer is ", fam.name);
+    }
+}
+
 // Where the configs and tokenizers come from: component -> (class, config text), tokenizer -> folder.
 struct Sources {
     std::map<std::string, std::pair<std::string, std::string>> configs;
@@ -296,6 +307,7 @@ Assembly assemble(const ComponentFiles& f) {
         } else {
             p.from = Part::From::layout_file;
             p.role = detected_role(infos.at(g.path), g).role;
+            check_same_family(infos.at(g.path), g, fam);
             if (g.role != "transformer" && g.role != "vae") check_encoder_width(p, g);
             // Names only, before any weight is read: missing tensors are counted and named here.
             match_tensors(*open_part(p), p.cls, parse_json_object(p.config_text, p.name),

@@ -224,7 +224,11 @@ TEST_CASE("Bad single-file inputs stop with one line and write nothing", "[apps]
         {"--diffusion-model " + flux_file("flux1-tiny.safetensors") + " --vae " + flux_file("clip_l.safetensors") +
              " --clip-l " + flux_file("clip_l.safetensors") + " --t5xxl " + flux_file("t5xxl.safetensors") + cfg,
          "given as --vae but holds a CLIP"},
-        // components of different models: Flux's T5 (d_model 48) beside SD3 (64), a Flux config for SD3
+        // components of different models: SD3's file (its VAE has Flux's shapes) as Flux's VAE, Flux's T5
+        // (d_model 48) beside SD3 (64), a Flux config for SD3
+        {"--diffusion-model " + flux_file("flux1-tiny.safetensors") + " --vae " + sd3_file("sd3-tiny.safetensors") +
+             " --clip-l " + flux_file("clip_l.safetensors") + " --t5xxl " + flux_file("t5xxl.safetensors") + cfg,
+         "given as --vae but it is a Stable Diffusion 3 file"},
         {"--model " + sd3_file("sd3-tiny.safetensors") + " --t5xxl " + flux_file("t5xxl.safetensors") + " --config " +
              fixture("sd3_pipeline"),
          "hidden size is 48"},
