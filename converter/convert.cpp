@@ -481,6 +481,7 @@ uint64_t add_tensor(GgufWriter& w, Component& c, const std::string& full, const 
     const layouts::TensorSet* set = c.set.get();
     DType to = it.out;
     sum.tensors++;
+    sum.stored[to]++;
     return w.add_tensor(full, to, src->shape, [set, src, to](void* dst) {
         const Tensor t = set->read(src->name);
         kiln::convert(t.bytes.data(), t.dtype, dst, to, (size_t)t.numel());
@@ -536,6 +537,16 @@ void add_component(GgufWriter& w, Component& c, Summary& sum) {
 }  // namespace
 
 namespace {
+// "q4_k 304, f16 10, f32 466": what the file stores, most tensors first.
+std::string stored_list(const std::map<DType, size_t>& stored) {
+    std::vector<std::pair<size_t, DType>> v;
+    for (auto& [t, n] : stored) v.push_back({n, t});
+    std::sort(v.rbegin(), v.rend());
+    std::string s;
+    for (auto& [n, t] : v) s += (s.empty() ? "" : ", ") + std::string(dtype_name(t)) + " " + std::to_string(n);
+    return s.empty() ? "no tensors" : s;
+}
+
 // Writes the planned components as a Kiln file: metadata, then the tensor layout (offsets come back from the
 // writer, so block bases/strides are exact).
 Summary write_kiln_file(std::vector<Component>& comps, GgufWriter& w, const std::string& name,
@@ -568,8 +579,8 @@ Summary write_kiln_file(std::vector<Component>& comps, GgufWriter& w, const std:
         char secs[32];
         std::snprintf(secs, sizeof secs, "%.2f", sum.seconds);
         *log << "kiln-convert: wrote " << out_path << ": " << cl << "; " << sum.tensors << " tensors, " << sum.params
-             << " parameters, " << human_bytes((double)sum.bytes) << " (" << dtype_name(opt.dtype) << " weights), "
-             << secs << " s\n";
+             << " parameters, " << human_bytes((double)sum.bytes) << " (" << stored_list(sum.stored) << "), " << secs
+             << " s\n";
     }
     return sum;
 }

@@ -3,15 +3,14 @@
 // docs in convert.cpp for the metadata keys the runtime reads.
 #include <cstdint>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <iosfwd>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
-#include <map>
 #include <vector>
 
 #include "models/layouts/layouts.h"
-
 #include "runtime/core/dtype.h"
 
 namespace kiln::converter {
@@ -39,6 +38,7 @@ struct Summary {
     int64_t params = 0;
     uint64_t bytes = 0;  // output file size
     double seconds = 0;
+    std::map<DType, size_t> stored;  // tensors per stored dtype
 };
 
 // Converts a diffusers pipeline folder (model_index.json), component folder (config.json +
@@ -50,8 +50,8 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
 // transformers treats them): canonical name -> tensor. Throws one line counting and naming the first missing and
 // unexpected tensors.
 std::map<std::string, const layouts::TensorInfo*> match_tensors(const layouts::TensorSet& set, const std::string& cls,
-                                                                const nlohmann::json& cfg,
-                                                                const std::string& cfg_where, std::ostream* log);
+                                                                const nlohmann::json& cfg, const std::string& cfg_where,
+                                                                std::ostream* log);
 
 // Python's json (diffusers' writer) emits NaN/Infinity/-Infinity, which JSON lacks; returns the text with
 // those tokens (outside strings) replaced by null, for parsing with nlohmann::json.
