@@ -4,6 +4,7 @@
 // ../flux_pipeline and ../sd3_pipeline); GGUF files what diffusers gives with the dequantized weights. Then
 // kiln-convert of the same files, `kiln info`, and the bad inputs, each one line with nothing written.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -278,4 +279,40 @@ TEST_CASE("--config without tokenizers names them; --tokenizers gives them", "[a
     INFO(r.err);
     REQUIRE(r.rc == 0);
     check_identical(dump, folder_dump("flux_pipeline"));
+}
+
+TEST_CASE("kiln forward takes the component flags: the transformer from a BFL file, as from the folder",
+          "[apps][single_file][vulkan]") {
+    // Step-0-shaped inputs (io.safetensors' latents and embeddings) through the transformer alone, from the folder and
+    // from the BFL file (the same weights): the same bytes.
+    Tmp tmp("kiln_sf");
+    auto io = SafeTensors::open(fixture("flux_pipeline") + "/io.safetensors");
+    const int64_t n = io.at("step0_latents").shape[1];
+    Tensor img_ids(DType::f32, {n, 3});
+    const int64_t side = (int64_t)std::lround(std::sqrt((double)n));
+    for (int64_t i = 0; i < n; ++i) {  // FluxPipeline._prepare_latent_image_ids: (0, row, column)
+        img_ids.data<float>()[i * 3 + 0] = 0;
+        img_ids.data<float>()[i * 3 + 1] = (float)(i / side);
+        img_ids.data<float>()[i * 3 + 2] = (float)(i % side);
+    }
+    Tensor t(DType::f32, {1}), g(DType::f32, {1});
+    t.data<float>()[0] = io.read("timesteps").data<float>()[0] / 1000.f;
+    g.data<float>()[0] = 3.5f;
+    write_safetensors(tmp / "in.safetensors", {{"hidden_states", io.read("step0_latents")},
+                                               {"encoder_hidden_states", io.read("prompt_embeds")},
+                                               {"pooled_projections", io.read("pooled_prompt_embeds")},
+                                               {"timestep", t},
+                                               {"guidance", g},
+                                               {"img_ids", img_ids},
+                                               {"txt_ids", io.read("text_ids")}});
+    const std::string common = " --component transformer --inputs " + (tmp / "in.safetensors") + " --output ";
+    Result r = run(tmp, "kiln", "forward --model " + fixture("flux_pipeline") + common + (tmp / "folder.safetensors"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    r = run(tmp, "kiln",
+            "forward --diffusion-model " + flux_file("flux1-tiny.safetensors") + " --config " +
+                fixture("flux_pipeline") + common + (tmp / "bfl.safetensors"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    check_identical(tmp / "bfl.safetensors", tmp / "folder.safetensors");
 }
