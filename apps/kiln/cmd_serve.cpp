@@ -231,6 +231,11 @@ void handle_generation(const ServeOptions& o, Worker& w, const httplib::Request&
         if (job->done) break;
         last = job->step;
         if (!job->cancel && peer_closed(req, fd)) job->cancel = true;  // the worker stops at the next step
+        if (job->cancel && !job->started && w.withdraw(job)) {
+            std::fprintf(stderr, "kiln serve: cancelled while queued (client closed)\n");
+            job->status = 499, job->done = true;
+            break;
+        }
     }
     res.status = job->status;
     res.set_content(job->body, "application/json");

@@ -80,13 +80,15 @@ Worker::Worker(kiln_model* model, ModelFacts facts, size_t max_queued)
     : model_(model), facts_(std::move(facts)), max_queued_(max_queued), thread_([this] { loop(); }) {}
 
 Worker::~Worker() {
+    std::deque<std::shared_ptr<Job>> left;
     {
         std::lock_guard<std::mutex> lock(m_);
         stopping_ = true;
-        for (auto& j : queue_) finish(*j, 503, error_body(503, "the server is shutting down", "server_error", ""));
-        queue_.clear();
+        left.swap(queue_);
     }
     cv_.notify_all();
+    // Outside m_: a handler holds its job's mutex while it takes m_ (withdraw), never the other way round.
+    for (auto& j : left) finish(*j, 503, error_body(503, "the server is shutting down", "server_error", ""));
     thread_.join();
 }
 
@@ -141,7 +143,10 @@ void Worker::loop() {
 
 void Worker::run(Job& job) {
     const ImageRequest& r = job.req;
-    if (job.cancel) return finish(job, 499, error_body(499, "the client closed the request", "cancelled", ""));
+    if (job.cancel) {
+        std::fprintf(stderr, "kiln serve: cancelled before it started (client closed)\n");
+        return finish(job, 499, error_body(499, "the client closed the request", "cancelled", "cancelled"));
+    }
     const char* prompt = r.prompt.c_str();
     kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
     if (facts_.info.kind == KILN_MODEL_CLASS_LABELS) {
@@ -164,6 +169,9 @@ void Worker::run(Job& job) {
     img.data = pixels.data(), img.capacity = pixels.size();
     const auto t0 = Clock::now();
     kiln_status s = kiln_generate(model_, &p, &img);
+    if (s == KILN_CANCELLED)
+        std::fprintf(stderr, "kiln serve: cancelled at step %d of %d (%s)\n", job.step, job.total,
+                     job.timed_out ? "deadline passed" : "client closed");
     if (s == KILN_CANCELLED && job.timed_out)
         return finish(job, 504, error_body(504, "the request passed its deadline (--timeout)", "timeout", "timeout"));
     if (s == KILN_CANCELLED)

@@ -22,13 +22,16 @@ struct Server {
     pid_t pid = -1;
     int port = 0;
     kiln::test::TempDir tmp{"kiln_serve"};
-    explicit Server(const std::vector<std::string>& args) {
+    // validation false: the child runs without the Vulkan validation layers (KILN_VALIDATION=0), whose own
+    // object tracking grows with every request (the soak measures the server's memory, not the layer's).
+    explicit Server(const std::vector<std::string>& args, bool validation = true) {
         int out[2];
         REQUIRE(pipe(out) == 0);
         const std::string err = tmp / "stderr.txt", bin = std::string(KILN_BUILD_DIR) + "/apps/kiln";
         pid = fork();
         if (pid == 0) {
             dup2(out[1], 1);
+            if (!validation) setenv("KILN_VALIDATION", "0", 1);
             FILE* e = std::fopen(err.c_str(), "w");
             if (e) dup2(fileno(e), 2);
             std::vector<std::string> a = {bin, "serve", "--port", "0"};
@@ -223,7 +226,9 @@ TEST_CASE("kiln serve: the text path (SD3 fixture pipeline)", "[serve]") {
 }
 
 TEST_CASE("kiln serve: 200 requests, memory flat (soak)", "[.soak]") {
-    Server s({});
+    // Measured on lavapipe (2026-11-24), 4-step digits requests: with the validation layers RSS climbs ~30 KiB a
+    // request (the layer's tracking); without, 114.3 -> 115.4 MiB over 400 requests.
+    Server s({}, false);
     auto one = [&](int i) { return image_of(s.post({{"prompt", std::to_string(i % 10)}, {"seed", i}, {"steps", 4}})); };
     for (int i = 0; i < 20; ++i) one(i);  // warm: pipelines, allocator pools
     const size_t warm = s.rss_kb();
@@ -231,7 +236,8 @@ TEST_CASE("kiln serve: 200 requests, memory flat (soak)", "[.soak]") {
     for (int i = 21; i < 200; ++i) one(i);
     const size_t end = s.rss_kb();
     CHECK(one(0) == first);
-    // Flat: 180 more requests may add allocator slack, not a per-request leak (16 KiB a request would be 2.9 MB).
+    // Flat: malloc arenas (one per handler thread) and lavapipe's pools settle in steps of pages to a MiB; 4 MiB over
+    // 180 requests still catches a leak of 23 KiB a request (one 32x32 RGBA image, its PNG and its base64).
     INFO("RSS after warm-up " << warm << " KiB, after 200 requests " << end << " KiB");
-    CHECK(end < warm + 2048);
+    CHECK(end < warm + 4096);
 }
