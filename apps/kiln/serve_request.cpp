@@ -69,8 +69,11 @@ bool read_field(const std::string& key, const json& v, const Limits& L, ImageReq
     };
     auto integer = [&](int& dst, int lo, int hi) {
         if (!v.is_number_integer()) return *err = bad(key, "'" + key + "' must be an integer", "invalid_type"), false;
-        if (v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t)hi
-                                   : (v.get<int64_t>() < lo || v.get<int64_t>() > hi))
+        // nlohmann stores a non-negative literal as unsigned: compare it as such (0 must still meet lo).
+        const bool in_range = v.is_number_unsigned()
+                                  ? v.get<uint64_t>() >= (uint64_t)lo && v.get<uint64_t>() <= (uint64_t)hi
+                                  : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+        if (!in_range)
             return *err = bad(key, "'" + key + "' must be in " + std::to_string(lo) + " .. " + std::to_string(hi),
                               "invalid_value"),
                    false;

@@ -129,6 +129,8 @@ TEST_CASE("kiln serve: errors answer with OpenAI's error object", "[serve]") {
     check_error(s.post({{"prompt", "3"}, {"colour", "red"}}, auth), 400, "unknown_parameter");
     check_error(s.post({{"n", 1}}, auth), 400, "missing_required_parameter");
     check_error(s.post({{"prompt", "3"}, {"n", 9}}, auth), 400, "invalid_value");
+    check_error(s.post({{"prompt", "3"}, {"n", 0}}, auth), 400, "invalid_value");  // found by fuzz_serve_request
+    check_error(s.post({{"prompt", "3"}, {"steps", -1}}, auth), 400, "invalid_value");
     check_error(s.post({{"prompt", "3"}, {"steps", 201}}, auth), 400, "invalid_value");
     check_error(s.post({{"prompt", "3"}, {"size", "4096x4096"}}, auth), 400, "invalid_value");
     check_error(s.post({{"prompt", "3"}, {"size", "32"}}, auth), 400, "invalid_value");
