@@ -25,7 +25,8 @@ port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$tmp/out")
 url=http://127.0.0.1:$port/v1/images/generations
 req() { curl -sf -o /dev/null -w '%{time_total}\n' "$url" -d "{\"prompt\":\"3\",\"seed\":$1}"; }
 req 0 >/dev/null  # the first request plans the pipelines
-for i in $(seq "$reqs"); do req "$i"; done | median | xargs printf 'kiln serve, 1 image: median latency %.3f s (%s requests)\n' "$reqs"
+lat=$(for i in $(seq "$reqs"); do req "$i"; done | median)
+printf 'kiln serve, 1 image: median latency %.3f s (%s requests)\n' "$lat" "$reqs"
 
 for clients in 1 4; do
   t0=$(now)
