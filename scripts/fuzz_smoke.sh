@@ -9,7 +9,7 @@ secs=${1:-20}
 b=build/fuzz
 fail=0
 for t in converter/fuzz_safetensors converter/fuzz_gguf converter/fuzz_layouts models/fuzz_t5_tokenizer \
-         models/fuzz_clip_tokenizer; do
+         models/fuzz_clip_tokenizer converter/fuzz_serve_request; do
   name=${t#*/fuzz_}
   work=$(mktemp -d)  # new units go here, not into the committed corpus
   mkdir -p "$work/corpus" "$work/crash"

@@ -24,6 +24,8 @@ Run add_bench(CLI::App& app);
 void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::string>& shapes,
                    const std::string& dtypes, int reps);
 Run add_tokenize(CLI::App& app);
+// kiln serve (cmd_serve.cpp): one resident model behind OpenAI's images API over HTTP.
+Run add_serve(CLI::App& app);
 // --vram-budget, shared by generate, forward and bench.
 inline constexpr const char* kVramBudgetHelp =
     "Device memory for one model's weights and activations (e.g. 4G, 512M; default: the device's memory heap). "

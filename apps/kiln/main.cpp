@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
     add("bench", "Benchmark a model or a synthetic architecture in eager/full/regional modes", kiln::app::add_bench);
     add("devices", "List Vulkan devices and the features Kiln uses", kiln::app::add_devices);
     add("info", "Describe a Kiln model file: components, config, parameters, dtypes, sizes", kiln::app::add_info);
+    add("serve", "Serve one resident model over HTTP with OpenAI's images API (POST /v1/images/generations)",
+        kiln::app::add_serve);
     add("tokenize", "Print the token ids a model's tokenizer gives a prompt (JSON)", kiln::app::add_tokenize);
     try {
         app.parse(argc, argv);

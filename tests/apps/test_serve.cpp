@@ -1,0 +1,251 @@
+// `kiln serve` run as the binary on a loopback port the OS picks (--port 0): the error answers (400, 401, 404, 413,
+// 429, 504), a client that goes away, server-sent events, 8 concurrent clients against their single-run twins, the
+// text path on the SD3 fixture, and (opt-in, [.soak]) 200 requests with the server's memory flat.
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/support/test_support.h"
+
+using json = nlohmann::json;
+
+namespace {
+// A `kiln serve --port 0 ARGS` child; its stderr goes to a file. Stopped with SIGTERM (then SIGKILL) at scope exit.
+struct Server {
+    pid_t pid = -1;
+    int port = 0;
+    kiln::test::TempDir tmp{"kiln_serve"};
+    // validation false: the child runs without the Vulkan validation layers (KILN_VALIDATION=0), whose own
+    // object tracking grows with every request (the soak measures the server's memory, not the layer's).
+    explicit Server(const std::vector<std::string>& args, bool validation = true) {
+        int out[2];
+        REQUIRE(pipe(out) == 0);
+        const std::string err = tmp / "stderr.txt", bin = std::string(KILN_BUILD_DIR) + "/apps/kiln";
+        pid = fork();
+        if (pid == 0) {
+            dup2(out[1], 1);
+            if (!validation) setenv("KILN_VALIDATION", "0", 1);
+            FILE* e = std::fopen(err.c_str(), "w");
+            if (e) dup2(fileno(e), 2);
+            std::vector<std::string> a = {bin, "serve", "--port", "0"};
+            a.insert(a.end(), args.begin(), args.end());
+            std::vector<char*> argv;
+            for (auto& s : a) argv.push_back(s.data());
+            argv.push_back(nullptr);
+            execv(bin.c_str(), argv.data());
+            _exit(127);
+        }
+        close(out[1]);
+        std::string line;  // "kiln serve: listening on http://127.0.0.1:PORT (...)"
+        char c;
+        while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
+        close(out[0]);
+        const size_t colon = line.rfind(':', line.find(" (model"));
+        INFO("kiln serve said: " << line << "\n" << log());
+        REQUIRE(colon != std::string::npos);
+        port = std::atoi(line.c_str() + colon + 1);
+        REQUIRE(port > 0);
+    }
+    ~Server() {
+        kill(pid, SIGTERM);
+        for (int i = 0; i < 100; ++i) {  // 10 s, then SIGKILL
+            if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+    }
+    std::string log() const {
+        std::ifstream f(tmp / "stderr.txt");
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    httplib::Client client(double read_timeout_s = 120) const {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout((time_t)read_timeout_s, (time_t)((read_timeout_s - (time_t)read_timeout_s) * 1e6));
+        return c;
+    }
+    httplib::Result post(const json& body, const httplib::Headers& h = {}) const {
+        return client().Post("/v1/images/generations", h, body.dump(), "application/json");
+    }
+    size_t rss_kb() const {
+        std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+        for (std::string l; std::getline(f, l);)
+            if (l.rfind("VmRSS:", 0) == 0) return std::stoul(l.substr(6));
+        return 0;
+    }
+};
+
+// The answer's error object: status, type and code checked, message non-empty.
+void check_error(const httplib::Result& r, int status, const std::string& code) {
+    REQUIRE(r);
+    INFO(r->body);
+    CHECK(r->status == status);
+    json j = json::parse(r->body);
+    REQUIRE(j.contains("error"));
+    CHECK(!j["error"]["message"].get<std::string>().empty());
+    CHECK(j["error"]["type"].is_string());
+    CHECK(j["error"].contains("param"));
+    CHECK(j["error"]["code"] == code);
+}
+
+std::string image_of(const httplib::Result& r) {
+    REQUIRE(r);
+    INFO(r->body.substr(0, 400));
+    REQUIRE(r->status == 200);
+    json j = json::parse(r->body);
+    REQUIRE(j["data"].size() == 1);
+    return j["data"][0]["b64_json"];
+}
+}  // namespace
+
+TEST_CASE("kiln serve: errors answer with OpenAI's error object", "[serve]") {
+    Server s({"--api-key", "sekret"});
+    const httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
+    // 401: no key, a wrong key; /health needs none.
+    check_error(s.post({{"prompt", "3"}}), 401, "invalid_api_key");
+    check_error(s.post({{"prompt", "3"}}, {{"Authorization", "Bearer wrong"}}), 401, "invalid_api_key");
+    auto health = s.client().Get("/health");
+    REQUIRE(health);
+    CHECK(health->status == 200);
+    // 404: an unknown route, a model that is not loaded.
+    check_error(s.client().Get("/v1/nothing", auth), 404, "unknown_route");
+    check_error(s.post({{"prompt", "3"}, {"model", "sd3"}}, auth), 404, "model_not_found");
+    // 400: malformed JSON, not an object, a wrong type, an unknown field, limits, a label the model lacks.
+    auto raw = [&](const std::string& body) {
+        return s.client().Post("/v1/images/generations", auth, body, "application/json");
+    };
+    check_error(raw("{\"prompt\": \"3\""), 400, "invalid_json");
+    check_error(raw("[1, 2]"), 400, "invalid_json");
+    check_error(raw(std::string(100, '[')), 400, "invalid_json");
+    check_error(s.post({{"prompt", 3}}, auth), 400, "invalid_type");
+    check_error(s.post({{"prompt", "3"}, {"n", "2"}}, auth), 400, "invalid_type");
+    check_error(s.post({{"prompt", "3"}, {"colour", "red"}}, auth), 400, "unknown_parameter");
+    check_error(s.post({{"n", 1}}, auth), 400, "missing_required_parameter");
+    check_error(s.post({{"prompt", "3"}, {"n", 9}}, auth), 400, "invalid_value");
+    check_error(s.post({{"prompt", "3"}, {"n", 0}}, auth), 400, "invalid_value");  // found by fuzz_serve_request
+    check_error(s.post({{"prompt", "3"}, {"steps", -1}}, auth), 400, "invalid_value");
+    check_error(s.post({{"prompt", "3"}, {"steps", 201}}, auth), 400, "invalid_value");
+    check_error(s.post({{"prompt", "3"}, {"size", "4096x4096"}}, auth), 400, "invalid_value");
+    check_error(s.post({{"prompt", "3"}, {"size", "32"}}, auth), 400, "invalid_value");
+    check_error(s.post({{"prompt", std::string(5000, 'a')}}, auth), 400, "too_long");
+    check_error(s.post({{"prompt", "3"}, {"response_format", "url"}}, auth), 400, "unsupported_value");
+    check_error(s.post({{"prompt", "zebra"}}, auth), 400, "unknown_class_label");
+    // The model refuses what it cannot make (DiT has one size): 400 with the C API's message, no crash.
+    check_error(s.post({{"prompt", "3"}, {"size", "64x48"}}, auth), 400, "KILN_INVALID_ARGUMENT");
+    // 413: a body over 64 KiB, refused before it is parsed.
+    check_error(raw("{\"prompt\": \"" + std::string(70000, 'a') + "\"}"), 413, "body_too_large");
+    // Still serving after all of that.
+    CHECK(image_of(s.post({{"prompt", "3"}, {"steps", 2}}, auth)).size() > 100);
+}
+
+TEST_CASE("kiln serve: a request past its deadline answers 504", "[serve]") {
+    // --timeout 1 ms: no device makes 8 images x 200 steps with CFG in that (the deadline is checked at each step
+    // boundary, and while the request waits).
+    Server s({"--timeout", "0.001"});
+    check_error(s.post({{"prompt", "3"}, {"steps", 200}, {"n", 8}}), 504, "timeout");
+    CHECK(s.log().find("deadline passed") != std::string::npos);
+}
+
+TEST_CASE("kiln serve: a full queue answers 429, a client that leaves cancels its work", "[serve]") {
+    Server s({"--queue", "1"});
+    // One runs, one waits, the rest find the queue full; 200 steps keep the first busy while all four arrive.
+    std::vector<std::thread> clients;
+    std::vector<int> status(4, 0);
+    for (int i = 0; i < 4; ++i)
+        clients.emplace_back([&, i] {
+            auto r = s.post({{"prompt", "1"}, {"steps", 200}, {"seed", i}});
+            status[i] = r ? r->status : -1;
+        });
+    for (auto& t : clients) t.join();
+    CHECK(std::count(status.begin(), status.end(), 429) >= 1);
+    CHECK(std::count(status.begin(), status.end(), 200) >= 1);
+    CHECK(std::count(status.begin(), status.end(), 200) + std::count(status.begin(), status.end(), 429) == 4);
+    // A client that gives up after 0.3 s: the server stops the job at the next step boundary and says so.
+    auto r =
+        s.client(0.3).Post("/v1/images/generations", json{{"prompt", "2"}, {"steps", 200}}.dump(), "application/json");
+    CHECK(!r);
+    bool cancelled = false;
+    for (int i = 0; i < 300 && !cancelled; ++i) {  // 30 s at most
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        cancelled = s.log().find("cancelled") != std::string::npos;
+    }
+    INFO(s.log());
+    CHECK(cancelled);
+}
+
+TEST_CASE("kiln serve: progress as server-sent events", "[serve]") {
+    Server s({});
+    auto r = s.post({{"prompt", "5"}, {"steps", 4}, {"stream", true}});
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    CHECK(r->get_header_value("Content-Type") == "text/event-stream");
+    const std::string& b = r->body;
+    INFO(b.substr(0, 600));
+    CHECK(b.find("event: progress\ndata: {\"step\":4,\"total\":4}\n\n") != std::string::npos);
+    const size_t done = b.find("event: done\ndata: ");
+    REQUIRE(done != std::string::npos);
+    json j = json::parse(b.substr(done + 18, b.find("\n\n", done) - done - 18));
+    // The streamed image is the plain answer's.
+    CHECK(j["data"][0]["b64_json"] == image_of(s.post({{"prompt", "5"}, {"steps", 4}})));
+}
+
+TEST_CASE("kiln serve: 8 clients, 32 requests, each image its single-run twin", "[serve]") {
+    Server s({"--queue", "32"});
+    auto body = [](int i) { return json{{"prompt", std::to_string(i % 10)}, {"seed", 100 + i}, {"steps", 8}}; };
+    std::vector<std::string> got(32);
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 8; ++c)
+        clients.emplace_back([&, c] {
+            for (int k = 0; k < 4; ++k) {
+                auto r = s.post(body(c * 4 + k));
+                if (r && r->status == 200) got[c * 4 + k] = json::parse(r->body)["data"][0]["b64_json"];
+            }
+        });
+    for (auto& t : clients) t.join();
+    for (int i = 0; i < 32; ++i) {
+        INFO("request " << i);
+        REQUIRE(!got[i].empty());
+        CHECK(got[i] == image_of(s.post(body(i))));  // the same request alone
+    }
+    CHECK(got[0] != got[10]);  // same label, other seed: not one cached image
+}
+
+TEST_CASE("kiln serve: the text path (SD3 fixture pipeline)", "[serve]") {
+    Server s({"--model", kiln::test::data_path("fixtures/sd3_pipeline")});
+    auto m = s.client().Get("/v1/models");
+    REQUIRE(m);
+    CHECK(json::parse(m->body)["data"][0]["kiln"]["kind"] == "text");
+    json req = {{"prompt", "a red cube"}, {"negative_prompt", "blurry"}, {"steps", 2}, {"seed", 3}, {"n", 2}};
+    auto r = s.post(req);
+    REQUIRE(r);
+    INFO(r->body.substr(0, 400));
+    REQUIRE(r->status == 200);
+    json j = json::parse(r->body);
+    REQUIRE(j["data"].size() == 2);
+    CHECK(j["data"][0]["b64_json"] != j["data"][1]["b64_json"]);  // each image from its own noise
+    CHECK(json::parse(s.post(req)->body)["data"] == j["data"]);   // resident encoders: the same answer again
+}
+
+TEST_CASE("kiln serve: 200 requests, memory flat (soak)", "[.soak]") {
+    // Measured on lavapipe (2026-11-24), 4-step digits requests: with the validation layers RSS climbs ~30 KiB a
+    // request (the layer's tracking); without, 114.3 -> 115.4 MiB over 400 requests.
+    Server s({}, false);
+    auto one = [&](int i) { return image_of(s.post({{"prompt", std::to_string(i % 10)}, {"seed", i}, {"steps", 4}})); };
+    for (int i = 0; i < 20; ++i) one(i);  // warm: pipelines, allocator pools
+    const size_t warm = s.rss_kb();
+    const std::string first = one(0);
+    for (int i = 21; i < 200; ++i) one(i);
+    const size_t end = s.rss_kb();
+    CHECK(one(0) == first);
+    // Flat: malloc arenas (one per handler thread) and lavapipe's pools settle in steps of pages to a MiB; 4 MiB over
+    // 180 requests still catches a leak of 23 KiB a request (one 32x32 RGBA image, its PNG and its base64).
+    INFO("RSS after warm-up " << warm << " KiB, after 200 requests " << end << " KiB");
+    CHECK(end < warm + 4096);
+}
