@@ -178,7 +178,8 @@ struct Transformers {
                const std::map<std::string, Tensor>& in, const TextConditioning& tx, const Shape& lat_shape) {
         const std::string cls = src.class_of("transformer");
         const auto& tcfg = src.config("transformer");
-        ws = src.weights("transformer");
+        ws = with_loras(src.weights("transformer"), p.family->name, opt.lora,
+                        [](const std::string& m) { std::fprintf(stderr, "kiln: %s\n", m.c_str()); });
         b = std::make_unique<Builder>(g, *ws);
         x = executor(ctx, opt, g, *b, build_component(*b, cls, tcfg, in));
         if (p.slg_steps.empty()) return;

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "models/layouts/layouts.h"
+#include "models/layouts/lora.h"
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
 #include "runtime/core/gguf.h"
@@ -176,6 +178,69 @@ exec::WeightBytesFn Builder::weight_fn() const {
         return ws->view(v.name);
     };
     return fn;
+}
+
+namespace {
+// A store with LoRAs merged into the weights they target, on read (the executor's upload and the CPU reference
+// both read through it).
+class LoraStore : public WeightStore {
+public:
+    LoraStore(std::unique_ptr<WeightStore> base, std::vector<layouts::LoraFile> files, const LoraOptions& opt)
+        : base_(std::move(base)), files_(std::move(files)) {
+        for (size_t f = 0; f < files_.size(); ++f)
+            for (const layouts::LoraModule& m : files_[f].modules) {
+                const std::string w = m.module + ".weight";
+                const TensorMeta* meta = base_->find(w);
+                KILN_CHECK(meta, files_[f].path, ": the model has no weight '", w, "'");
+                KILN_CHECK(meta->dtype == DType::f32 || meta->dtype == DType::f16 || meta->dtype == DType::bf16,
+                           files_[f].path, ": '", w, "' is stored as ", dtype_name(meta->dtype),
+                           "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
+                terms_[w].push_back({&m, opt.files[f].scale});
+            }
+    }
+    const TensorMeta* find(const std::string& name) const override { return base_->find(name); }
+    const TensorMeta* lookup(const std::string& name, const Shape& shape) const override {
+        return base_->lookup(name, shape);
+    }
+    Tensor read(const std::string& name) const override {
+        auto it = terms_.find(name);
+        return it == terms_.end() ? base_->read(name) : layouts::lora_merge(base_->read(name), it->second);
+    }
+    std::string source() const override { return base_->source(); }
+    exec::HostBytes view(const std::string& name) const override {
+        return terms_.count(name) ? exec::HostBytes{} : base_->view(name);
+    }
+
+private:
+    std::unique_ptr<WeightStore> base_;
+    std::vector<layouts::LoraFile> files_;
+    std::map<std::string, std::vector<std::pair<const layouts::LoraModule*, double>>> terms_;
+};
+}  // namespace
+
+std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, const std::string& family,
+                                        const LoraOptions& opt, const std::function<void(const std::string&)>& log) {
+    if (opt.files.empty()) return ws;
+    KILN_CHECK(opt.apply == "merge", "--lora-apply ", opt.apply,
+               ": only merge is implemented (the runtime side path is not yet)");
+    const WeightStore* base = ws.get();
+    auto target = [base](const std::string& name) -> std::optional<Shape> {
+        const TensorMeta* m = base->find(name);
+        return m ? std::optional<Shape>(m->shape) : std::nullopt;
+    };
+    std::vector<layouts::LoraFile> files;
+    for (const LoraRequest& r : opt.files) {
+        KILN_CHECK(std::isfinite(r.scale), "lora ", r.path, ": scale ", r.scale, " is not finite");
+        files.push_back(layouts::read_lora(r.path, family, target, opt.allow_unmatched));
+        const layouts::LoraFile& f = files.back();
+        if (log) {
+            log(f.summary());
+            if (!f.unmatched.empty())
+                log("warning: lora " + f.path + ": " + std::to_string(f.unmatched.size()) +
+                    " keys match no module and are not applied, e.g. " + f.unmatched[0]);
+        }
+    }
+    return std::make_unique<LoraStore>(std::move(ws), std::move(files), opt);
 }
 
 std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws,

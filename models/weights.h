@@ -1,10 +1,12 @@
 #pragma once
 // Weight stores: where a model's tensors come from (a Kiln model file component, or a diffusers
 // safetensors checkpoint directly), and the Builder that model code uses to declare weights.
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/core/tensor.h"
 #include "runtime/exec/executor.h"
@@ -74,6 +76,24 @@ private:
     const WeightStore& ws_;
     std::map<std::string, Tensor> consts_;
 };
+
+// LoRAs on a transformer (docs/lora.md): the files with the user's scales, how they are applied, and whether keys
+// that match no module are a warning (diffusers' behaviour) instead of an error.
+struct LoraRequest {
+    std::string path;
+    double scale = 1;  // diffusers' adapter weight x joint_attention_kwargs scale (x fuse_lora's lora_scale)
+};
+struct LoraOptions {
+    std::vector<LoraRequest> files;
+    bool allow_unmatched = false;
+    std::string apply = "merge";  // "merge": W + s (alpha/r) B A folded into f32/f16/bf16 weights as they are read
+};
+// The store whose weights the LoRAs target read merged (view() gives nothing for them: never in place); the others
+// as ws has them. `family`: the registry's name ("Flux"). Reports each file's summary through `log`. Throws for
+// anything read_lora refuses, a quantized or fp8 target (merge folds into f32/f16/bf16 only), an apply mode other
+// than merge.
+std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, const std::string& family,
+                                        const LoraOptions& opt, const std::function<void(const std::string&)>& log);
 
 // The CPU reference's view of the same weights (f32).
 std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws, const std::map<std::string, Tensor>& consts);
