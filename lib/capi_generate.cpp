@@ -304,6 +304,13 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
     r.keep_encoders = p.keep_encoders != 0;
     lora_options(p, r.t.lora);
     r.plan = models::plan_t2i(m.src, r.t);
+    if (!r.t.lora.files.empty()) {  // read and checked now: a bad LoRA stops the call before any heavy work
+        try {
+            r.t.lora.loaded = models::load_loras(*m.src.weights("transformer"), r.plan.family->name, r.t.lora);
+        } catch (const Error& e) {
+            fail(e.kind() == ErrorKind::io ? KILN_IO : KILN_INVALID_ARGUMENT, e.what());
+        }
+    }
     if (!po.prompts.empty()) r.count = p.prompt_count * per;
     if (po.prompts.empty()) check_embeds_for(m, r.plan, r.t.text);
     r.width = r.plan.width, r.height = r.plan.height;

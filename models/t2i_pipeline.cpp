@@ -178,8 +178,12 @@ struct Transformers {
                const std::map<std::string, Tensor>& in, const TextConditioning& tx, const Shape& lat_shape) {
         const std::string cls = src.class_of("transformer");
         const auto& tcfg = src.config("transformer");
-        ws = with_loras(src.weights("transformer"), p.family->name, opt.lora,
-                        [](const std::string& m) { std::fprintf(stderr, "kiln: %s\n", m.c_str()); });
+        ws = src.weights("transformer");
+        if (!opt.lora.files.empty()) {
+            auto set = opt.lora.loaded ? opt.lora.loaded : load_loras(*ws, p.family->name, opt.lora);
+            ws = with_loras(std::move(ws), set,
+                            [](const std::string& m) { std::fprintf(stderr, "kiln: %s\n", m.c_str()); });
+        }
         b = std::make_unique<Builder>(g, *ws);
         x = executor(ctx, opt, g, *b, build_component(*b, cls, tcfg, in));
         if (p.slg_steps.empty()) return;

@@ -180,67 +180,75 @@ exec::WeightBytesFn Builder::weight_fn() const {
     return fn;
 }
 
+struct LoraSet {
+    std::vector<layouts::LoraFile> files;
+    // weight name -> (module, user scale) of every file that targets it
+    std::map<std::string, std::vector<std::pair<const layouts::LoraModule*, double>>> terms;
+};
+
 namespace {
 // A store with LoRAs merged into the weights they target, on read (the executor's upload and the CPU reference
 // both read through it).
 class LoraStore : public WeightStore {
 public:
-    LoraStore(std::unique_ptr<WeightStore> base, std::vector<layouts::LoraFile> files, const LoraOptions& opt)
-        : base_(std::move(base)), files_(std::move(files)) {
-        for (size_t f = 0; f < files_.size(); ++f)
-            for (const layouts::LoraModule& m : files_[f].modules) {
-                const std::string w = m.module + ".weight";
-                const TensorMeta* meta = base_->find(w);
-                KILN_CHECK(meta, files_[f].path, ": the model has no weight '", w, "'");
-                KILN_CHECK(meta->dtype == DType::f32 || meta->dtype == DType::f16 || meta->dtype == DType::bf16,
-                           files_[f].path, ": '", w, "' is stored as ", dtype_name(meta->dtype),
-                           "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
-                terms_[w].push_back({&m, opt.files[f].scale});
-            }
-    }
+    LoraStore(std::unique_ptr<WeightStore> base, std::shared_ptr<const LoraSet> set)
+        : base_(std::move(base)), set_(std::move(set)) {}
     const TensorMeta* find(const std::string& name) const override { return base_->find(name); }
     const TensorMeta* lookup(const std::string& name, const Shape& shape) const override {
         return base_->lookup(name, shape);
     }
     Tensor read(const std::string& name) const override {
-        auto it = terms_.find(name);
-        return it == terms_.end() ? base_->read(name) : layouts::lora_merge(base_->read(name), it->second);
+        auto it = set_->terms.find(name);
+        return it == set_->terms.end() ? base_->read(name) : layouts::lora_merge(base_->read(name), it->second);
     }
     std::string source() const override { return base_->source(); }
     exec::HostBytes view(const std::string& name) const override {
-        return terms_.count(name) ? exec::HostBytes{} : base_->view(name);
+        return set_->terms.count(name) ? exec::HostBytes{} : base_->view(name);
     }
 
 private:
     std::unique_ptr<WeightStore> base_;
-    std::vector<layouts::LoraFile> files_;
-    std::map<std::string, std::vector<std::pair<const layouts::LoraModule*, double>>> terms_;
+    std::shared_ptr<const LoraSet> set_;
 };
 }  // namespace
 
-std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, const std::string& family,
-                                        const LoraOptions& opt, const std::function<void(const std::string&)>& log) {
-    if (opt.files.empty()) return ws;
+std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt) {
     KILN_CHECK(opt.apply == "merge", "--lora-apply ", opt.apply,
                ": only merge is implemented (the runtime side path is not yet)");
-    const WeightStore* base = ws.get();
-    auto target = [base](const std::string& name) -> std::optional<Shape> {
-        const TensorMeta* m = base->find(name);
+    auto target = [&ws](const std::string& name) -> std::optional<Shape> {
+        const TensorMeta* m = ws.find(name);
         return m ? std::optional<Shape>(m->shape) : std::nullopt;
     };
-    std::vector<layouts::LoraFile> files;
+    auto set = std::make_shared<LoraSet>();
     for (const LoraRequest& r : opt.files) {
         KILN_CHECK(std::isfinite(r.scale), "lora ", r.path, ": scale ", r.scale, " is not finite");
-        files.push_back(layouts::read_lora(r.path, family, target, opt.allow_unmatched));
-        const layouts::LoraFile& f = files.back();
-        if (log) {
-            log(f.summary());
-            if (!f.unmatched.empty())
-                log("warning: lora " + f.path + ": " + std::to_string(f.unmatched.size()) +
-                    " keys match no module and are not applied, e.g. " + f.unmatched[0]);
+        set->files.push_back(layouts::read_lora(r.path, family, target, opt.allow_unmatched));
+        const layouts::LoraFile& f = set->files.back();
+        for (const layouts::LoraModule& m : f.modules) {
+            const std::string w = m.module + ".weight";
+            const DType t = ws.find(w)->dtype;
+            KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, f.path, ": '", w, "' is stored as ",
+                       dtype_name(t), "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
         }
     }
-    return std::make_unique<LoraStore>(std::move(ws), std::move(files), opt);
+    // Pointers into files: filled once the vector no longer grows.
+    for (size_t i = 0; i < set->files.size(); ++i)
+        for (const layouts::LoraModule& m : set->files[i].modules)
+            set->terms[m.module + ".weight"].push_back({&m, opt.files[i].scale});
+    return set;
+}
+
+std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, std::shared_ptr<const LoraSet> set,
+                                        const std::function<void(const std::string&)>& log) {
+    if (!set || set->terms.empty()) return ws;
+    for (const layouts::LoraFile& f : set->files) {
+        if (!log) break;
+        log(f.summary());
+        if (!f.unmatched.empty())
+            log("warning: lora " + f.path + ": " + std::to_string(f.unmatched.size()) +
+                " keys match no module and are not applied, e.g. " + f.unmatched[0]);
+    }
+    return std::make_unique<LoraStore>(std::move(ws), std::move(set));
 }
 
 std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws,

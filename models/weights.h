@@ -83,17 +83,23 @@ struct LoraRequest {
     std::string path;
     double scale = 1;  // diffusers' adapter weight x joint_attention_kwargs scale (x fuse_lora's lora_scale)
 };
+struct LoraSet;  // the files as read (load_loras)
 struct LoraOptions {
     std::vector<LoraRequest> files;
     bool allow_unmatched = false;
     std::string apply = "merge";  // "merge": W + s (alpha/r) B A folded into f32/f16/bf16 weights as they are read
+    // Read ahead by load_loras (the C API checks them before any heavy work); null: read where the model loads.
+    std::shared_ptr<const LoraSet> loaded;
 };
-// The store whose weights the LoRAs target read merged (view() gives nothing for them: never in place); the others
-// as ws has them. `family`: the registry's name ("Flux"). Reports each file's summary through `log`. Throws for
-// anything read_lora refuses, a quantized or fp8 target (merge folds into f32/f16/bf16 only), an apply mode other
-// than merge.
-std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, const std::string& family,
-                                        const LoraOptions& opt, const std::function<void(const std::string&)>& log);
+// Reads and checks opt's LoRAs against the transformer's weights ws (`family`: the registry's name, "Flux").
+// Throws for anything read_lora refuses, a quantized or fp8 target
+// (merge folds into f32/f16/bf16 only), an apply mode other than merge.
+std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt);
+// The store whose weights the LoRAs target read merged (view() gives nothing for them: never read in place); the
+// others as ws has them. ws itself when there are none. Reports each file's summary (tensors matched, modules;
+// unmatched keys) through `log`.
+std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, std::shared_ptr<const LoraSet> set,
+                                        const std::function<void(const std::string&)>& log);
 
 // The CPU reference's view of the same weights (f32).
 std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws, const std::map<std::string, Tensor>& consts);

@@ -334,7 +334,7 @@ LoraFile read_lora(const std::string& path, const std::string& family, const Lor
     KILN_CHECK(!keys.empty(), path, ": holds no tensors (not a LoRA)");
     const Layout l = guess_layout(keys);
     f.layout = l.name;
-    KILN_CHECK(l.family.empty() || l.family == family, path, ": a ", l.family, " LoRA (", l.name,
+    KILN_CHECK(l.family.empty() || l.family == family, path, ": a LoRA for ", l.family, " (", l.name,
                " layout); the model is ", family);
     // Group the keys by module; a key of no module of the layout, or of no module the model has, is unmatched.
     std::map<std::string, Group> groups;
@@ -364,7 +364,9 @@ LoraFile read_lora(const std::string& path, const std::string& family, const Lor
     if (!f.unmatched.empty()) {
         const std::string msg = path + ": " + std::to_string(f.unmatched.size()) + " keys match no module of this " +
                                 family + " transformer (layout guessed: " + l.name +
-                                (l.family.empty() ? "" : ", " + l.family) + "): " + first_keys(f.unmatched);
+                                (l.family.empty() ? "" : ", " + l.family) +
+                                (l.family.empty() && family == "Flux" ? ", no Flux-only module: an SD3 LoRA?" : "") +
+                                "): " + first_keys(f.unmatched);
         KILN_CHECK(allow_unmatched, msg, "; --lora-allow-unmatched applies the rest");
     }
     const PeftConfig peft = l.name == "diffusers/PEFT" ? peft_config(st, path) : PeftConfig{};
