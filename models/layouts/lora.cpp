@@ -323,8 +323,9 @@ std::string LoraFile::summary() const {
     return s;
 }
 
-LoraFile read_lora(const std::string& path, const std::string& family, const LoraTargetFn& target,
+LoraFile read_lora(const std::string& path, const std::string& family_name, const LoraTargetFn& target,
                    bool allow_unmatched) {
+    const std::string family = family_name == "Stable Diffusion 3" ? "SD3" : family_name;  // the registry's name
     SafeTensors st = SafeTensors::open(path);
     LoraFile f;
     f.path = path;

@@ -39,7 +39,8 @@ struct LoraFile {
 // The model's weight `name` ("<module>.weight"): its shape [out, in], nullopt when the model has none.
 using LoraTargetFn = std::function<std::optional<Shape>(const std::string& name)>;
 
-// Reads a safetensors LoRA for a transformer of `family` (the registry's name: "Flux", "SD3"). Throws kiln::Error
+// Reads a safetensors LoRA for a transformer of `family` (the registry's name: "Flux", "Stable Diffusion 3" or
+// "SD3"). Throws kiln::Error
 // with one line naming the file (and the key) for: a truncated or malformed file, a LoRA of another family (named
 // as such), keys that match no module of the model (the first few named, with the layout guessed) unless
 // allow_unmatched, no key applying at all, A/B rank mismatch, a B or A whose shape does not fit the target, NaN/Inf.
