@@ -419,6 +419,54 @@ Tensor lora_merge(const Tensor& w, const std::vector<std::pair<const LoraModule*
     return w.dtype == DType::f32 ? f : f.astype(w.dtype);
 }
 
+namespace {
+class LoraMergedSet : public TensorSet {
+public:
+    LoraMergedSet(std::unique_ptr<TensorSet> set, std::vector<LoraFile> files,
+                  const std::vector<std::pair<std::string, double>>& loras)
+        : set_(std::move(set)), files_(std::move(files)) {
+        for (size_t i = 0; i < files_.size(); ++i)
+            for (const LoraModule& m : files_[i].modules) terms_[m.module + ".weight"].push_back({&m, loras[i].second});
+    }
+    const std::vector<TensorInfo>& tensors() const override { return set_->tensors(); }
+    const TensorInfo* find(const std::string& name) const override { return set_->find(name); }
+    Tensor read(const std::string& name) const override {
+        auto it = terms_.find(name);
+        return it == terms_.end() ? set_->read(name) : lora_merge(set_->read(name), it->second);
+    }
+    Mapped view(const std::string& name) const override { return terms_.count(name) ? Mapped{} : set_->view(name); }
+    std::string source() const override { return set_->source() + " + LoRA"; }
+
+private:
+    std::unique_ptr<TensorSet> set_;
+    std::vector<LoraFile> files_;
+    std::map<std::string, std::vector<std::pair<const LoraModule*, double>>> terms_;
+};
+}  // namespace
+
+std::unique_ptr<TensorSet> with_lora_merge(std::unique_ptr<TensorSet> set, const std::string& family,
+                                           const std::vector<std::pair<std::string, double>>& loras,
+                                           bool allow_unmatched, std::vector<std::string>* summaries) {
+    if (loras.empty()) return set;
+    const TensorSet* base = set.get();
+    auto target = [base](const std::string& name) -> std::optional<Shape> {
+        const TensorInfo* i = base->find(name);
+        return i ? std::optional<Shape>(i->shape) : std::nullopt;
+    };
+    std::vector<LoraFile> files;
+    for (const auto& [path, scale] : loras) {
+        KILN_CHECK(std::isfinite(scale), "lora ", path, ": scale ", scale, " is not finite");
+        files.push_back(read_lora(path, family, target, allow_unmatched));
+        for (const LoraModule& m : files.back().modules) {
+            const DType t = base->find(m.module + ".weight")->dtype;
+            KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, path, ": '", m.module,
+                       ".weight' is stored as ", dtype_name(t), "; LoRAs merge into f32, f16 or bf16 weights only");
+        }
+        if (summaries) summaries->push_back(files.back().summary());
+    }
+    return std::make_unique<LoraMergedSet>(std::move(set), std::move(files), loras);
+}
+
 std::pair<std::string, double> parse_lora_arg(const std::string& arg) {
     const size_t c = arg.rfind(':');
     if (c != std::string::npos && c + 1 < arg.size()) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "models/layouts/layouts.h"
 #include "runtime/core/tensor.h"
 
 namespace kiln::layouts {
@@ -50,6 +51,13 @@ LoraFile read_lora(const std::string& path, const std::string& family, const Lor
 // The merged weight: w (f32/f16/bf16) + sum_i scales[i] * B_i @ A_i, in w's dtype (accumulated in f64, rounded
 // once). terms: (module, user scale); the module's own scale is applied too.
 Tensor lora_merge(const Tensor& w, const std::vector<std::pair<const LoraModule*, double>>& terms);
+
+// `set` (a transformer of `family`) with LoRAs (path, user scale) merged into the tensors they target: read() gives
+// them merged in their stored dtype, view() nothing (never in place); the others unchanged. Throws as read_lora, and
+// for a quantized or fp8 target. Each file's summary goes to `summaries` when given. For kiln-convert --lora.
+std::unique_ptr<TensorSet> with_lora_merge(std::unique_ptr<TensorSet> set, const std::string& family,
+                                           const std::vector<std::pair<std::string, double>>& loras,
+                                           bool allow_unmatched, std::vector<std::string>* summaries);
 
 // Parses "FILE[:SCALE]" (SCALE a finite number; a ':' not followed by one stays in FILE).
 std::pair<std::string, double> parse_lora_arg(const std::string& arg);

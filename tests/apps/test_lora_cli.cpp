@@ -149,3 +149,46 @@ TEST_CASE("kiln generate --lora-allow-unmatched: a warning, the rest applied", "
     CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("image").to_f32(), ref.read("peft_s1/image").to_f32()) <=
           1e-4);
 }
+
+TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained without --lora", "[apps][lora][vulkan]") {
+    test::TempDir tmp("kiln_lora_conv");
+    auto convert = [&](const std::string& args) {
+        const std::string cmd =
+            std::string(KILN_BUILD_DIR) + "/apps/kiln-convert " + args + " 2>" + (tmp / "stderr.txt");
+        const int status = std::system(cmd.c_str());
+        Result r;
+        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        std::ifstream f(tmp / "stderr.txt");
+        r.err.assign(std::istreambuf_iterator<char>(f), {});
+        return r;
+    };
+    // (case, run): two LoRAs with adapter weights on Flux (kohya as trained), one on SD3.
+    for (auto [c, run_name] : {std::pair{"flux", "combo"}, std::pair{"flux", "kohya_s1"}, std::pair{"sd3", "combo"}}) {
+        const auto io = io_json(c);
+        const nlohmann::json* run = nullptr;
+        for (const auto& r : io["runs"])
+            if (r["name"] == run_name) run = &r;
+        REQUIRE(run);
+        const std::string out = tmp / (std::string(c) + ".kiln");
+        Result r =
+            convert(fixture(std::string(c) + "_pipeline") + " --dtype f32" + lora_args(c, io, *run) + " -o " + out);
+        INFO(c << " " << run_name << "\n" << r.err);
+        REQUIRE(r.rc == 0);
+        CHECK(r.err.find("tensors matched") != std::string::npos);
+        std::string args = base_args(c, io);  // the same call on the converted file, no --lora
+        args.replace(args.find("--model ") + 8, fixture(std::string(c) + "_pipeline").size(), out);
+        r = generate(tmp, args + " --dump " + (tmp / "d.safetensors") + " -o " + (tmp / "o.png"));
+        REQUIRE(r.rc == 0);
+        auto ref = SafeTensors::open(fixture(std::string(c) + "_lora") + "/io.safetensors");
+        const std::string at = std::string(run_name) + "_as_trained/image";
+        // f32 file: the same weights as --lora-apply merge, 1e-4 as there.
+        CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("image").to_f32(),
+                     ref.read(ref.find(at) ? at : std::string(run_name) + "/image").to_f32()) <= 1e-4);
+    }
+    // A LoRA that does not fit: one line, no file.
+    Result r = convert(fixture("flux_pipeline") + " --lora " + fixture("sd3_lora/lora_peft.safetensors") + " -o " +
+                       (tmp / "bad.kiln"));
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("match no module") != std::string::npos);
+    CHECK(!fs::exists(tmp / "bad.kiln"));
+}
