@@ -184,8 +184,13 @@ bool resolve_module(const Layout& l, const std::string& path, Group& g) {
         p = p.substr(0, at) + "." + p.substr(at + 11);
         if (!bfl_module(p, false, kXlabsDouble, kXlabsSingle, nullptr, base, t)) return false;
     } else {
-        if (!starts_with(path, "transformer.")) return false;  // text_encoder.*: not a transformer module
-        g.modules = {path.substr(12)};
+        // transformer.<module> as diffusers saves; bare module names and peft's base_model.model.<module> too.
+        // text_encoder*.: not a transformer module.
+        if (starts_with(path, "text_encoder") || starts_with(path, "unet.")) return false;
+        std::string m = path;
+        for (const char* pre : {"transformer.", "base_model.model."})
+            if (starts_with(m, pre)) m = m.substr(std::string(pre).size());
+        g.modules = {m};
         return true;
     }
     for (const std::string& part : t->parts) g.modules.push_back(base + part);
