@@ -329,6 +329,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     check_scheduler(m.src, common.scheduler);
     common.scheduler_config = scheduler_overrides(m.src, common.scheduler, p.scheduler_config);
     check_true_cfg(m, p);
+    KILN_ARG(m.kind != KILN_MODEL_CLASS_LABELS || p.lora_count == 0, m.src.path(),
+             " is a class-label model: loras apply to the text-to-image transformers");
     return m.kind == KILN_MODEL_CLASS_LABELS ? resolve_labels(m, p, common) : resolve_text(m, p, common);
 }
 

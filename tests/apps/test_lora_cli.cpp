@@ -185,6 +185,17 @@ TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained wi
         CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("image").to_f32(),
                      ref.read(ref.find(at) ? at : std::string(run_name) + "/image").to_f32()) <= 1e-4);
     }
+    // A quantized base with merge: refused with one line, no image (merge would requantize it).
+    Result q = convert(fixture("flux_pipeline") + " --dtype q8_0 -o " + (tmp / "q8.kiln"));
+    REQUIRE(q.rc == 0);
+    std::string qargs = base_args("flux", io_json("flux"));
+    qargs.replace(qargs.find("--model ") + 8, fixture("flux_pipeline").size(), tmp / "q8.kiln");
+    q = generate(tmp, qargs + " --lora " + fixture("flux_lora/lora_peft.safetensors") + " -o " + (tmp / "q.png"));
+    INFO(q.err);
+    CHECK(q.rc != 0);
+    CHECK(q.err.find("is stored as q8_0; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only") !=
+          std::string::npos);
+    CHECK(!fs::exists(tmp / "q.png"));
     // A LoRA that does not fit: one line, no file.
     Result r = convert(fixture("flux_pipeline") + " --lora " + fixture("sd3_lora/lora_peft.safetensors") + " -o " +
                        (tmp / "bad.kiln"));

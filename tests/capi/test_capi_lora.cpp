@@ -71,3 +71,19 @@ TEST_CASE("C API: loras reproduce the Flux LoRA runs; scales change between call
     q.lora_apply = 7;
     expect(q, KILN_INVALID_ARGUMENT, "lora_apply");
 }
+
+TEST_CASE("C API: loras on a class-label model are refused", "[capi][lora][vulkan]") {
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), digits_model());
+    const int labels[1] = {3};
+    const std::string peft = kiln::test::data_path("fixtures/flux_lora/lora_peft.safetensors");
+    const kiln_lora l[1] = {{peft.c_str(), 1.0}};
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.class_labels = labels;
+    p.class_label_count = 1;
+    p.loras = l;
+    p.lora_count = 1;
+    kiln_image img = KILN_IMAGE_INIT;
+    CHECK(kiln_generate(m.get(), &p, &img) == KILN_INVALID_ARGUMENT);
+    CHECK(std::string(kiln_last_error()).find("class-label model") != std::string::npos);
+}
