@@ -263,9 +263,9 @@ void lora_options(const kiln_generate_params& p, models::LoraOptions& l) {
         KILN_ARG(std::isfinite(p.loras[i].scale), "loras[", i, "].scale is ", p.loras[i].scale);
         l.files.push_back({p.loras[i].path, p.loras[i].scale});
     }
-    KILN_ARG(p.lora_apply == KILN_LORA_APPLY_DEFAULT || p.lora_apply == KILN_LORA_APPLY_MERGE, "lora_apply ",
+    KILN_ARG(p.lora_apply >= KILN_LORA_APPLY_DEFAULT && p.lora_apply <= KILN_LORA_APPLY_RUNTIME, "lora_apply ",
              p.lora_apply, " is not a kiln_lora_apply");
-    l.apply = "merge";
+    l.apply = p.lora_apply == KILN_LORA_APPLY_RUNTIME ? "runtime" : "merge";
     l.allow_unmatched = p.lora_allow_unmatched != 0;
 }
 

@@ -1,5 +1,7 @@
 #include "models/weights.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -184,7 +186,56 @@ struct LoraSet {
     std::vector<layouts::LoraFile> files;
     // weight name -> (module, user scale) of every file that targets it
     std::map<std::string, std::vector<std::pair<const layouts::LoraModule*, double>>> terms;
+    // The runtime path: per file, weight name -> module; per block-kind name ("transformer_blocks.*.attn.to_q"),
+    // each file's largest rank (0: the file does not target it).
+    std::vector<std::map<std::string, const layouts::LoraModule*>> by_file;
+    std::map<std::string, std::vector<int64_t>> kind_rank;
+    std::vector<double> scales;
+    bool runtime = false;  // LoraOptions::apply "runtime": Builder::lora_side, no merge
 };
+
+namespace {
+// "transformer_blocks.3.attn.to_out.0" -> "transformer_blocks.*.attn.to_out.0": the first numeric part is the
+// block instance (top-level modules have none).
+std::string kind_name(const std::string& module) {
+    size_t s = 0;
+    while ((s = module.find('.', s)) != std::string::npos) {
+        size_t e = s + 1;
+        while (e < module.size() && std::isdigit((unsigned char)module[e])) ++e;
+        if (e > s + 1 && (e == module.size() || module[e] == '.'))
+            return module.substr(0, s + 1) + "*" + module.substr(e);
+        s = e;
+    }
+    return module;
+}
+}  // namespace
+
+ir::Val Builder::lora_side(const std::string& name, ir::Val x, ir::Val y, int in, int out) {
+    if (!loras_) return y;
+    auto it = loras_->kind_rank.find(kind_name(name));
+    if (it == loras_->kind_rank.end()) return y;
+    int64_t R = 0;
+    for (int64_t r : it->second) R += r;
+    Tensor A(DType::f32, {R, in}), B(DType::f32, {out, R});
+    int64_t off = 0;
+    for (size_t f = 0; f < it->second.size(); ++f) {
+        auto m = loras_->by_file[f].find(name + ".weight");
+        if (m != loras_->by_file[f].end()) {
+            const layouts::LoraModule& lm = *m->second;
+            const int64_t r = lm.A.shape[0];
+            KILN_CHECK(lm.A.shape[1] == in && lm.B.shape[0] == out, "lora ", loras_->files[f].path, ": '", lm.module,
+                       "' does not fit the linear [", out, ", ", in, "]");
+            std::memcpy(A.data<float>() + off * in, lm.A.data<float>(), lm.A.nbytes());
+            const float s = (float)(loras_->scales[f] * lm.scale);
+            for (int64_t o = 0; o < out; ++o)
+                for (int64_t k = 0; k < r; ++k) B.data<float>()[o * R + off + k] = s * lm.B.data<float>()[o * r + k];
+        }
+        off += it->second[f];
+    }
+    ir::Val a = constant(name + ".lora_A", std::move(A));
+    ir::Val b = constant(name + ".lora_B", std::move(B));
+    return g_.add(y, g_.linear(g_.linear(x, a, ir::Val{}), b, ir::Val{}));  // y + B_cat (A_cat x)
+}
 
 namespace {
 // A store with LoRAs merged into the weights they target, on read (the executor's upload and the CPU reference
@@ -213,8 +264,7 @@ private:
 }  // namespace
 
 std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt) {
-    KILN_CHECK(opt.apply == "merge", "--lora-apply ", opt.apply,
-               ": only merge is implemented (the runtime side path is not yet)");
+    KILN_CHECK(opt.apply == "merge" || opt.apply == "runtime", "--lora-apply ", opt.apply, ": runtime or merge");
     auto target = [&ws](const std::string& name) -> std::optional<Shape> {
         const TensorMeta* m = ws.find(name);
         return m ? std::optional<Shape>(m->shape) : std::nullopt;
@@ -227,14 +277,26 @@ std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::stri
         for (const layouts::LoraModule& m : f.modules) {
             const std::string w = m.module + ".weight";
             const DType t = ws.find(w)->dtype;
-            KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, f.path, ": '", w, "' is stored as ",
-                       dtype_name(t), "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
+            KILN_CHECK(opt.apply == "runtime" || t == DType::f32 || t == DType::f16 || t == DType::bf16, f.path, ": '",
+                       w, "' is stored as ", dtype_name(t),
+                       "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
         }
     }
     // Pointers into files: filled once the vector no longer grows.
     for (size_t i = 0; i < set->files.size(); ++i)
         for (const layouts::LoraModule& m : set->files[i].modules)
             set->terms[m.module + ".weight"].push_back({&m, opt.files[i].scale});
+    set->runtime = opt.apply == "runtime";
+    set->by_file.resize(set->files.size());
+    for (size_t i = 0; i < set->files.size(); ++i) {
+        set->scales.push_back(opt.files[i].scale);
+        for (const layouts::LoraModule& m : set->files[i].modules) {
+            set->by_file[i][m.module + ".weight"] = &m;
+            auto& r = set->kind_rank[kind_name(m.module)];
+            r.resize(set->files.size(), 0);
+            r[i] = std::max(r[i], m.A.shape[0]);
+        }
+    }
     return set;
 }
 
@@ -248,6 +310,7 @@ std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, std::sh
             log("warning: lora " + f.path + ": " + std::to_string(f.unmatched.size()) +
                 " keys match no module and are not applied, e.g. " + f.unmatched[0]);
     }
+    if (set->runtime) return ws;  // the Builder adds the side paths (set_loras)
     return std::make_unique<LoraStore>(std::move(ws), std::move(set));
 }
 

@@ -67,6 +67,7 @@ std::string lora_args(const std::string& c, const nlohmann::json& io, const nloh
 
 TEST_CASE("kiln generate --lora: every public LoRA run as trained", "[apps][lora][vulkan]") {
     const std::string c = GENERATE(as<std::string>{}, "flux", "sd3");
+    const std::string apply = GENERATE(as<std::string>{}, "merge", "runtime");
     const auto io = io_json(c);
     auto ref = SafeTensors::open(fixture(c + "_lora") + "/io.safetensors");
     int runs = 0;
@@ -74,9 +75,9 @@ TEST_CASE("kiln generate --lora: every public LoRA run as trained", "[apps][lora
         const std::string name = run["name"];
         test::TempDir tmp("kiln_lora");
         const std::string dump = tmp / "dump.safetensors";
-        Result r = generate(tmp, base_args(c, io) + lora_args(c, io, run) + " --lora-apply merge --dump " + dump +
-                                     " -o " + (tmp / "out.png"));
-        INFO(c << " " << name << "\n" << r.err);
+        Result r = generate(tmp, base_args(c, io) + lora_args(c, io, run) + " --lora-apply " + apply + " --dump " +
+                                     dump + " -o " + (tmp / "out.png"));
+        INFO(c << " " << name << " " << apply << "\n" << r.err);
         REQUIRE(r.rc == 0);
         // Each LoRA's count is reported.
         for (size_t i = 0; i < run["loras"].size(); ++i) CHECK(r.err.find("tensors matched") != std::string::npos);
@@ -88,7 +89,7 @@ TEST_CASE("kiln generate --lora: every public LoRA run as trained", "[apps][lora
             REQUIRE(got.find(t));
             // f32 throughout as the pipeline fixtures (1e-4 relative L2, summation order): the merged weight
             // W + s B A differs from diffusers' W x + s B (A x) by one f32 rounding per element (~6e-8 relative),
-            // far inside it; the observed is ~6e-6, the pipeline's own.
+            // the runtime side path is diffusers' order; both far inside it (observed ~6e-6, the pipeline's own).
             CHECK(rel_l2(got.read(t).to_f32(), ref.read(key).to_f32()) <= 1e-4);
         }
         ++runs;
@@ -119,9 +120,8 @@ TEST_CASE("kiln generate --lora: bad LoRAs stop with one line and no image", "[a
     fs::resize_file(tmp / "cut.safetensors", 1000);
     expect_error(flux + " --lora " + (tmp / "cut.safetensors"), "cut.safetensors: header length");
     expect_error(flux + " --lora " + (tmp / "missing.safetensors"), "missing.safetensors");
-    // The runtime side path is not there yet: refused, not silently merged.
-    expect_error(flux + " --lora " + fixture("flux_lora/lora_peft.safetensors") + " --lora-apply runtime",
-                 "only merge");
+    expect_error(flux + " --lora " + fixture("flux_lora/lora_peft.safetensors") + " --lora-apply fold",
+                 "runtime or merge");
     // A DiT model takes no LoRA.
     expect_error("--model " + fixture("dit_pipeline_ddim") + " --lora " + fixture("flux_lora/lora_peft.safetensors"),
                  "--lora");
@@ -148,6 +148,21 @@ TEST_CASE("kiln generate --lora-allow-unmatched: a warning, the rest applied", "
     auto ref = SafeTensors::open(fixture("flux_lora/io.safetensors"));
     CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("image").to_f32(), ref.read("peft_s1/image").to_f32()) <=
           1e-4);
+}
+
+TEST_CASE("kiln generate --lora-apply runtime under a budget: streamed blocks carry their LoRA weights",
+          "[apps][lora][vulkan]") {
+    test::TempDir tmp("kiln_lora_stream");
+    const auto io = io_json("flux");
+    Result r = generate(tmp, base_args("flux", io) + " --lora " + fixture("flux_lora/lora_kohya.safetensors") +
+                                 " --lora-apply runtime --vram-budget 300000 --profile --dump " +
+                                 (tmp / "d.safetensors") + " -o " + (tmp / "o.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("streaming: 1 of 2 blocks") != std::string::npos);
+    auto ref = SafeTensors::open(fixture("flux_lora/io.safetensors"));
+    CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("final_latents_scaled").to_f32(),
+                 ref.read("kohya_s1_as_trained/final_latents_scaled").to_f32()) <= 1e-4);
 }
 
 TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained without --lora", "[apps][lora][vulkan]") {
@@ -196,6 +211,17 @@ TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained wi
     CHECK(q.err.find("is stored as q8_0; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only") !=
           std::string::npos);
     CHECK(!fs::exists(tmp / "q.png"));
+    // The runtime side path on that quantized base: the q8_0 weights stay as they are, the LoRA applies. q8_0
+    // alone moves the final latents 7e-3 (relative L2) from the f32 base's; the LoRA moves them 1e-1.
+    q = generate(tmp, qargs + " --lora " + fixture("flux_lora/lora_peft.safetensors") +
+                          " --lora-apply runtime --dump " + (tmp / "q.safetensors") + " -o " + (tmp / "q.png"));
+    REQUIRE(q.rc == 0);
+    {
+        auto ref = SafeTensors::open(fixture("flux_lora/io.safetensors"));
+        auto got = SafeTensors::open(tmp / "q.safetensors").read("final_latents_scaled").to_f32();
+        CHECK(rel_l2(got, ref.read("peft_s1/final_latents_scaled").to_f32()) <= 2e-2);
+        CHECK(rel_l2(got, ref.read("base/final_latents_scaled").to_f32()) >= 5e-2);
+    }
     // A LoRA that does not fit: one line, no file.
     Result r = convert(fixture("flux_pipeline") + " --lora " + fixture("sd3_lora/lora_peft.safetensors") + " -o " +
                        (tmp / "bad.kiln"));

@@ -27,8 +27,9 @@ TEST_CASE("C API: loras reproduce the Flux LoRA runs; scales change between call
     p.latents_ndim = (int)lat.shape.size();
     const std::string peft = ldir + "lora_peft.safetensors", peft_b = ldir + "lora_peft_b.safetensors",
                       kohya = ldir + "lora_kohya.safetensors";
-    auto image = [&](const std::vector<kiln_lora>& loras) {
+    auto image = [&](const std::vector<kiln_lora>& loras, int apply = KILN_LORA_APPLY_DEFAULT) {
         kiln_generate_params q = p;
+        q.lora_apply = apply;
         q.loras = loras.data();
         q.lora_count = (int)loras.size();
         kiln_image img = KILN_IMAGE_INIT;
@@ -43,6 +44,8 @@ TEST_CASE("C API: loras reproduce the Flux LoRA runs; scales change between call
     // f32 throughout, as the CLI's LoRA test: 1e-4 relative L2.
     CHECK(kiln::rel_l2(image({{peft.c_str(), 0.7}, {peft_b.c_str(), -0.4}}), ref.read("combo/image").to_f32()) <= 1e-4);
     CHECK(kiln::rel_l2(image({{kohya.c_str(), 1.0}}), ref.read("kohya_s1_as_trained/image").to_f32()) <= 1e-4);
+    CHECK(kiln::rel_l2(image({{peft.c_str(), 0.7}, {peft_b.c_str(), -0.4}}, KILN_LORA_APPLY_RUNTIME),
+                       ref.read("combo/image").to_f32()) <= 1e-4);
     // The same model, other scales: peft at 1 then at 0.6 (diffusers' joint_attention_kwargs scale).
     CHECK(kiln::rel_l2(image({{peft.c_str(), 1.0}}), ref.read("peft_s1/image").to_f32()) <= 1e-4);
     CHECK(kiln::rel_l2(image({{peft.c_str(), 0.6}}), ref.read("peft_jak/image").to_f32()) <= 1e-4);
