@@ -12,6 +12,7 @@
 
 #include "apps/component_flags.h"
 #include "converter/convert.h"
+#include "models/layouts/lora.h"
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
 #include "runtime/core/settings.h"
@@ -73,6 +74,13 @@ int main(int argc, char** argv) {
                    "(e.g. transformer.proj_out.weight) matches the glob PATTERN take DTYPE instead of --dtype, "
                    "e.g. --keep '*.proj_out.*=f16'");
     app.add_option("--variant", variant, "read *.VARIANT.safetensors weights, as diffusers' variant= (e.g. fp16)");
+    std::vector<std::string> loras;
+    bool lora_allow_unmatched = false;
+    app.add_option("--lora", loras,
+                   "bake a LoRA into the transformer, FILE[:SCALE] (repeatable; SCALE default 1): merged as trained, "
+                   "W + SCALE (alpha / rank) B A, into the f32/f16/bf16 weights before --dtype applies (docs/lora.md)");
+    app.add_flag("--lora-allow-unmatched", lora_allow_unmatched,
+                 "LoRA keys that match no module are a warning instead of an error");
     app.add_flag("-q,--quiet", quiet, "print nothing but errors");
     app.set_version_flag("--version", std::string("kiln-convert ") + KILN_VERSION_STRING);
     CLI11_PARSE(app, argc, argv);
@@ -89,6 +97,8 @@ int main(int argc, char** argv) {
             opt.keep.emplace_back(k.substr(0, eq), dt);
         }
         opt.quiet = quiet;
+        for (const std::string& l : loras) opt.loras.push_back(kiln::layouts::parse_lora_arg(l));
+        opt.lora_allow_unmatched = lora_allow_unmatched;
         // The environment, read at this edge (runtime/core/settings.h): the tests' pause after each tensor.
         opt.test_delay_ms = kiln::settings_from_env().test.convert_delay_ms;
         kiln::check_output_path(out, "-o");        // before any input is read

@@ -47,6 +47,7 @@
 #include "converter/info.h"
 #include "converter/tokenizer_files.h"
 #include "models/layouts/layouts.h"
+#include "models/layouts/lora.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/quant.h"
@@ -242,6 +243,15 @@ namespace {
 Component plan_tensors(Component c, const json& cfg, const std::string& cfg_where, const Options& opt,
                        std::ostream* log) {
     ArchSpec spec = arch_spec(c.cls, cfg, cfg_where);
+    if (!opt.loras.empty() && c.name == "transformer") {
+        const std::string family = c.cls.find("Flux") != std::string::npos  ? "Flux"
+                                   : c.cls.find("SD3") != std::string::npos ? "SD3"
+                                                                            : c.cls;
+        std::vector<std::string> summaries;
+        c.set = layouts::with_lora_merge(std::move(c.set), family, opt.loras, opt.lora_allow_unmatched, &summaries);
+        for (const std::string& m : summaries)
+            if (log) *log << "kiln-convert: " << m << " (merged)\n";
+    }
     const std::string file = c.set->source();
     const std::map<std::string, const layouts::TensorInfo*> have = match_tensors(*c.set, c.cls, cfg, cfg_where, log);
 

@@ -25,6 +25,10 @@ struct Options {
     // matches glob takes dtype instead (the last match wins); e.g. {"*.proj_out.weight", f16}.
     std::vector<std::pair<std::string, DType>> keep;
     std::string variant;          // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
+    // LoRAs (path, scale) merged into the transformer's f32/f16/bf16 weights before they are stored (kiln-convert
+    // --lora FILE[:SCALE]); keys matching no module are an error unless lora_allow_unmatched.
+    std::vector<std::pair<std::string, double>> loras;
+    bool lora_allow_unmatched = false;
     bool quiet = false;           // no notes, progress or summary
     std::ostream* log = nullptr;  // notes/progress/summary (std::cerr when null)
     // Test-only (TestHooks::convert_delay_ms, KILN_TEST_CONVERT_DELAY_MS): a pause after each tensor, to interrupt

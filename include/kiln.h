@@ -284,6 +284,19 @@ typedef struct kiln_generate_stats {
 } kiln_generate_stats;
 #define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
 
+/* A LoRA for kiln_generate_params.loras: a safetensors file (diffusers/PEFT, kohya, ComfyUI/BFL or XLabs layout) and
+ * its scale (diffusers' adapter weight x joint_attention_kwargs scale; 1 = as trained). */
+typedef struct kiln_lora {
+    const char* path;
+    double scale;
+} kiln_lora;
+
+typedef enum kiln_lora_apply {
+    KILN_LORA_APPLY_DEFAULT = 0, /* merge */
+    KILN_LORA_APPLY_MERGE = 1,   /* W + scale (alpha / rank) B A folded into f32/f16/bf16 weights at load */
+    KILN_LORA_APPLY_RUNTIME = 2  /* y = W x + sum scale (alpha / rank) B (A x) in the block graph; W untouched */
+} kiln_lora_apply;
+
 typedef struct kiln_generate_params {
     size_t struct_size;
     /* Text models: one image per prompt (UTF-8). Class-label models: one image per label. Give one or the other. */
@@ -392,6 +405,14 @@ typedef struct kiln_generate_params {
      * loop runs on the device where it can (stats->device_loop says whether it did; KILN_DEVICE_LOOP=0 in the
      * environment also forces the host). */
     int host_loop;
+    /* Appended in 0.2 (NULL/0 = none). SD3, Flux: LoRAs on the transformer, applied as trained (docs/lora.md); each
+     * file's matched tensor count goes to stderr. Keys that match no module of the model, a LoRA of another family,
+     * a rank or shape mismatch, NaN/Inf or a truncated file: KILN_INVALID_ARGUMENT naming the file, no image.
+     * lora_allow_unmatched 1: unmatched keys are a warning and the rest applies (as diffusers). */
+    const kiln_lora* loras;
+    int lora_count;
+    int lora_apply; /* a kiln_lora_apply */
+    int lora_allow_unmatched;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

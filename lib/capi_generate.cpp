@@ -254,6 +254,21 @@ void check_embeds_for(const kiln_model& m, const models::T2IPlan& plan, const mo
     }
 }
 
+// loras: the files and scales, checked for presence and finiteness here; read (and refused) at the transformer's load.
+void lora_options(const kiln_generate_params& p, models::LoraOptions& l) {
+    KILN_ARG(p.lora_count >= 0 && (p.lora_count == 0 || p.loras), "loras / lora_count (", p.lora_count,
+             ") do not describe a list");
+    for (int i = 0; i < p.lora_count; ++i) {
+        KILN_ARG(p.loras[i].path && *p.loras[i].path, "loras[", i, "].path is NULL or empty");
+        KILN_ARG(std::isfinite(p.loras[i].scale), "loras[", i, "].scale is ", p.loras[i].scale);
+        l.files.push_back({p.loras[i].path, p.loras[i].scale});
+    }
+    KILN_ARG(p.lora_apply >= KILN_LORA_APPLY_DEFAULT && p.lora_apply <= KILN_LORA_APPLY_RUNTIME, "lora_apply ",
+             p.lora_apply, " is not a kiln_lora_apply");
+    l.apply = p.lora_apply == KILN_LORA_APPLY_RUNTIME ? "runtime" : "merge";
+    l.allow_unmatched = p.lora_allow_unmatched != 0;
+}
+
 // PixArt, SD3, Flux: prompts (or prompt_embeds) and the texts beside them, the schedule, planned by plan_t2i.
 Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const models::CommonOptions& common) {
     KILN_ARG(p.class_label_count == 0, m.src.path(), " is a text-to-image model (", m.pipeline,
@@ -287,7 +302,15 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
                                                         !r.t.text.negative_pooled_prompt_embeds.bytes.empty());
     if (p.true_cfg_scale != 0 && has_negative) r.t.true_cfg_scale = p.true_cfg_scale;
     r.keep_encoders = p.keep_encoders != 0;
+    lora_options(p, r.t.lora);
     r.plan = models::plan_t2i(m.src, r.t);
+    if (!r.t.lora.files.empty()) {  // read and checked now: a bad LoRA stops the call before any heavy work
+        try {
+            r.t.lora.loaded = models::load_loras(*m.src.weights("transformer"), r.plan.family->name, r.t.lora);
+        } catch (const Error& e) {
+            fail(e.kind() == ErrorKind::io ? KILN_IO : KILN_INVALID_ARGUMENT, e.what());
+        }
+    }
     if (!po.prompts.empty()) r.count = p.prompt_count * per;
     if (po.prompts.empty()) check_embeds_for(m, r.plan, r.t.text);
     r.width = r.plan.width, r.height = r.plan.height;
@@ -306,6 +329,8 @@ Request resolve(const kiln_model& m, const kiln_generate_params& p) {
     check_scheduler(m.src, common.scheduler);
     common.scheduler_config = scheduler_overrides(m.src, common.scheduler, p.scheduler_config);
     check_true_cfg(m, p);
+    KILN_ARG(m.kind != KILN_MODEL_CLASS_LABELS || p.lora_count == 0, m.src.path(),
+             " is a class-label model: loras apply to the text-to-image transformers");
     return m.kind == KILN_MODEL_CLASS_LABELS ? resolve_labels(m, p, common) : resolve_text(m, p, common);
 }
 

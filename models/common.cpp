@@ -30,7 +30,7 @@ Tensor sincos_pos_embed_2d(int D, int h, int w, double base_size, double interp)
 ir::Val linear(Builder& b, const std::string& name, ir::Val x, int in, int out) {
     ir::Val w = b.matrix(name + ".weight", {out, in});
     ir::Val bias = b.opt_vec(name + ".bias", {out});
-    return b.g().linear(x, w, bias);
+    return b.lora_side(name, x, b.g().linear(x, w, bias), in, out);  // + B (A x) where a runtime LoRA targets it
 }
 
 ir::Val timestep_embedding_mlp(Builder& b, const std::string& name, ir::Val t_proj, int in, int dim) {

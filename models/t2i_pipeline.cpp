@@ -179,7 +179,14 @@ struct Transformers {
         const std::string cls = src.class_of("transformer");
         const auto& tcfg = src.config("transformer");
         ws = src.weights("transformer");
+        std::shared_ptr<const LoraSet> loras;
+        if (!opt.lora.files.empty()) {
+            loras = opt.lora.loaded ? opt.lora.loaded : load_loras(*ws, p.family->name, opt.lora);
+            ws = with_loras(std::move(ws), loras,
+                            [](const std::string& m) { std::fprintf(stderr, "kiln: %s\n", m.c_str()); });
+        }
         b = std::make_unique<Builder>(g, *ws);
+        if (opt.lora.apply == "runtime") b->set_loras(loras);
         x = executor(ctx, opt, g, *b, build_component(*b, cls, tcfg, in));
         if (p.slg_steps.empty()) return;
         const int64_t B = lat_shape[0];
@@ -190,6 +197,7 @@ struct Transformers {
         ComponentOptions co;
         co.skip_layers = opt.skip_guidance_layers;
         slg_b = std::make_unique<Builder>(slg_g, *ws);
+        if (opt.lora.apply == "runtime") slg_b->set_loras(loras);
         slg = executor(ctx, opt, slg_g, *slg_b, build_component(*slg_b, cls, tcfg, sin, co));
     }
     static std::unique_ptr<exec::Executor> executor(vk::Context& ctx, const T2IOptions& opt, ir::Graph& graph,

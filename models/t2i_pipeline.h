@@ -10,6 +10,7 @@
 #include "models/dit_pipeline.h"
 #include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
+#include "models/weights.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::models {
@@ -65,6 +66,7 @@ struct T2IOptions : CommonOptions {
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
     bool resolution_binning = true;
     int images_per_prompt = 1;  // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
+    LoraOptions lora;           // LoRAs on the transformer (SD3, Flux); each file's summary goes to stderr
 };
 
 // The call as resolved from the model and the options, before any heavy work.

@@ -1,11 +1,15 @@
 #include "models/weights.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "models/layouts/layouts.h"
+#include "models/layouts/lora.h"
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
 #include "runtime/core/gguf.h"
@@ -176,6 +180,138 @@ exec::WeightBytesFn Builder::weight_fn() const {
         return ws->view(v.name);
     };
     return fn;
+}
+
+struct LoraSet {
+    std::vector<layouts::LoraFile> files;
+    // weight name -> (module, user scale) of every file that targets it
+    std::map<std::string, std::vector<std::pair<const layouts::LoraModule*, double>>> terms;
+    // The runtime path: per file, weight name -> module; per block-kind name ("transformer_blocks.*.attn.to_q"),
+    // each file's largest rank (0: the file does not target it).
+    std::vector<std::map<std::string, const layouts::LoraModule*>> by_file;
+    std::map<std::string, std::vector<int64_t>> kind_rank;
+    std::vector<double> scales;
+    bool runtime = false;  // LoraOptions::apply "runtime": Builder::lora_side, no merge
+};
+
+namespace {
+// "transformer_blocks.3.attn.to_out.0" -> "transformer_blocks.*.attn.to_out.0": the first numeric part is the
+// block instance (top-level modules have none).
+std::string kind_name(const std::string& module) {
+    size_t s = 0;
+    while ((s = module.find('.', s)) != std::string::npos) {
+        size_t e = s + 1;
+        while (e < module.size() && std::isdigit((unsigned char)module[e])) ++e;
+        if (e > s + 1 && (e == module.size() || module[e] == '.'))
+            return module.substr(0, s + 1) + "*" + module.substr(e);
+        s = e;
+    }
+    return module;
+}
+}  // namespace
+
+ir::Val Builder::lora_side(const std::string& name, ir::Val x, ir::Val y, int in, int out) {
+    if (!loras_) return y;
+    auto it = loras_->kind_rank.find(kind_name(name));
+    if (it == loras_->kind_rank.end()) return y;
+    int64_t R = 0;
+    for (int64_t r : it->second) R += r;
+    Tensor A(DType::f32, {R, in}), B(DType::f32, {out, R});
+    int64_t off = 0;
+    for (size_t f = 0; f < it->second.size(); ++f) {
+        auto m = loras_->by_file[f].find(name + ".weight");
+        if (m != loras_->by_file[f].end()) {
+            const layouts::LoraModule& lm = *m->second;
+            const int64_t r = lm.A.shape[0];
+            KILN_CHECK(lm.A.shape[1] == in && lm.B.shape[0] == out, "lora ", loras_->files[f].path, ": '", lm.module,
+                       "' does not fit the linear [", out, ", ", in, "]");
+            std::memcpy(A.data<float>() + off * in, lm.A.data<float>(), lm.A.nbytes());
+            const float s = (float)(loras_->scales[f] * lm.scale);
+            for (int64_t o = 0; o < out; ++o)
+                for (int64_t k = 0; k < r; ++k) B.data<float>()[o * R + off + k] = s * lm.B.data<float>()[o * r + k];
+        }
+        off += it->second[f];
+    }
+    ir::Val a = constant(name + ".lora_A", std::move(A));
+    ir::Val b = constant(name + ".lora_B", std::move(B));
+    return g_.add(y, g_.linear(g_.linear(x, a, ir::Val{}), b, ir::Val{}));  // y + B_cat (A_cat x)
+}
+
+namespace {
+// A store with LoRAs merged into the weights they target, on read (the executor's upload and the CPU reference
+// both read through it).
+class LoraStore : public WeightStore {
+public:
+    LoraStore(std::unique_ptr<WeightStore> base, std::shared_ptr<const LoraSet> set)
+        : base_(std::move(base)), set_(std::move(set)) {}
+    const TensorMeta* find(const std::string& name) const override { return base_->find(name); }
+    const TensorMeta* lookup(const std::string& name, const Shape& shape) const override {
+        return base_->lookup(name, shape);
+    }
+    Tensor read(const std::string& name) const override {
+        auto it = set_->terms.find(name);
+        return it == set_->terms.end() ? base_->read(name) : layouts::lora_merge(base_->read(name), it->second);
+    }
+    std::string source() const override { return base_->source(); }
+    exec::HostBytes view(const std::string& name) const override {
+        return set_->terms.count(name) ? exec::HostBytes{} : base_->view(name);
+    }
+
+private:
+    std::unique_ptr<WeightStore> base_;
+    std::shared_ptr<const LoraSet> set_;
+};
+}  // namespace
+
+std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt) {
+    KILN_CHECK(opt.apply == "merge" || opt.apply == "runtime", "--lora-apply ", opt.apply, ": runtime or merge");
+    auto target = [&ws](const std::string& name) -> std::optional<Shape> {
+        const TensorMeta* m = ws.find(name);
+        return m ? std::optional<Shape>(m->shape) : std::nullopt;
+    };
+    auto set = std::make_shared<LoraSet>();
+    for (const LoraRequest& r : opt.files) {
+        KILN_CHECK(std::isfinite(r.scale), "lora ", r.path, ": scale ", r.scale, " is not finite");
+        set->files.push_back(layouts::read_lora(r.path, family, target, opt.allow_unmatched));
+        const layouts::LoraFile& f = set->files.back();
+        for (const layouts::LoraModule& m : f.modules) {
+            const std::string w = m.module + ".weight";
+            const DType t = ws.find(w)->dtype;
+            KILN_CHECK(opt.apply == "runtime" || t == DType::f32 || t == DType::f16 || t == DType::bf16, f.path, ": '",
+                       w, "' is stored as ", dtype_name(t),
+                       "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
+        }
+    }
+    // Pointers into files: filled once the vector no longer grows.
+    for (size_t i = 0; i < set->files.size(); ++i)
+        for (const layouts::LoraModule& m : set->files[i].modules)
+            set->terms[m.module + ".weight"].push_back({&m, opt.files[i].scale});
+    set->runtime = opt.apply == "runtime";
+    set->by_file.resize(set->files.size());
+    for (size_t i = 0; i < set->files.size(); ++i) {
+        set->scales.push_back(opt.files[i].scale);
+        for (const layouts::LoraModule& m : set->files[i].modules) {
+            set->by_file[i][m.module + ".weight"] = &m;
+            auto& r = set->kind_rank[kind_name(m.module)];
+            r.resize(set->files.size(), 0);
+            r[i] = std::max(r[i], m.A.shape[0]);
+        }
+    }
+    return set;
+}
+
+std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, std::shared_ptr<const LoraSet> set,
+                                        const std::function<void(const std::string&)>& log) {
+    if (!set || set->terms.empty()) return ws;
+    for (const layouts::LoraFile& f : set->files) {
+        if (!log) break;
+        log(f.summary());
+        if (!f.unmatched.empty())
+            log("warning: lora " + f.path + ": " + std::to_string(f.unmatched.size()) +
+                " keys match no module and are not applied, e.g. " + f.unmatched[0]);
+    }
+    if (set->runtime) return ws;  // the Builder adds the side paths (set_loras)
+    return std::make_unique<LoraStore>(std::move(ws), std::move(set));
 }
 
 std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws,

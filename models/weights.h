@@ -1,10 +1,12 @@
 #pragma once
 // Weight stores: where a model's tensors come from (a Kiln model file component, or a diffusers
 // safetensors checkpoint directly), and the Builder that model code uses to declare weights.
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/core/tensor.h"
 #include "runtime/exec/executor.h"
@@ -15,6 +17,8 @@ class TensorSet;
 }
 
 namespace kiln::models {
+
+struct LoraSet;  // LoRAs as read (load_loras)
 
 struct TensorMeta {
     Shape shape;
@@ -67,13 +71,46 @@ public:
     // says where a weight stored in the declared dtype lies in the mapped model file (read in place there).
     exec::WeightBytesFn weight_fn() const;
     const std::map<std::string, Tensor>& constants() const { return consts_; }
+    // The LoRA side path (LoraOptions::apply "runtime"), set before the model is built: lora_side() then adds
+    // B_cat (A_cat x) to the linear `name`'s output y wherever a LoRA targets that linear in any instance of its
+    // block kind. A_cat [R, in] stacks each file's A (zero-padded to the kind's largest rank, zero where an instance
+    // has none, so every instance has the same graph and the block is recorded once); B_cat [out, R] the B's times
+    // scale x alpha / r. Both are block weights (constants named "<name>.lora_A|B"), selected per instance.
+    void set_loras(std::shared_ptr<const LoraSet> set) { loras_ = std::move(set); }
+    ir::Val lora_side(const std::string& name, ir::Val x, ir::Val y, int in, int out);
 
 private:
     const TensorMeta& meta(const std::string& name, const Shape& shape) const;
     ir::Graph& g_;
     const WeightStore& ws_;
     std::map<std::string, Tensor> consts_;
+    std::shared_ptr<const LoraSet> loras_;
 };
+
+// LoRAs on a transformer (docs/lora.md): the files with the user's scales, how they are applied, and whether keys
+// that match no module are a warning (diffusers' behaviour) instead of an error.
+struct LoraRequest {
+    std::string path;
+    double scale = 1;  // diffusers' adapter weight x joint_attention_kwargs scale (x fuse_lora's lora_scale)
+};
+struct LoraOptions {
+    std::vector<LoraRequest> files;
+    bool allow_unmatched = false;
+    // "merge": W + s (alpha/r) B A folded into f32/f16/bf16 weights as they are read; "runtime": a low-rank side
+    // path beside each targeted linear (Builder::lora_side), the base weight untouched (quantized ones included).
+    std::string apply = "merge";
+    // Read ahead by load_loras (the C API checks them before any heavy work); null: read where the model loads.
+    std::shared_ptr<const LoraSet> loaded;
+};
+// Reads and checks opt's LoRAs against the transformer's weights ws (`family`: the registry's name, "Flux").
+// Throws for anything read_lora refuses, a quantized or fp8 target with merge (it folds into f32/f16/bf16 only), an
+// apply mode other than merge or runtime.
+std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt);
+// Merge: the store whose weights the LoRAs target read merged (view() gives nothing for them: never read in place);
+// the others as ws has them. ws itself when there are none, or for runtime LoRAs (Builder::set_loras). Reports each
+// file's summary (tensors matched, modules; unmatched keys) through `log`.
+std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, std::shared_ptr<const LoraSet> set,
+                                        const std::function<void(const std::string&)>& log);
 
 // The CPU reference's view of the same weights (f32).
 std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws, const std::map<std::string, Tensor>& consts);

@@ -19,6 +19,7 @@
 #include "apps/kiln/png.h"
 #include "apps/kiln/profile.h"
 #include "models/dit_pipeline.h"
+#include "models/layouts/lora.h"
 #include "models/t2i_pipeline.h"
 #include "models/text/tokenizer.h"
 #include "models/text_encode.h"
@@ -219,6 +220,12 @@ models::T2IOptions text_options(const Session& s, bool flux) {
     if (o.given("--height")) t.height = o.height;
     t.resolution_binning = !o.no_binning;
     t.images_per_prompt = o.images;
+    for (const std::string& a : o.loras) {
+        auto [path, scale] = layouts::parse_lora_arg(a);
+        t.lora.files.push_back({path, scale});
+    }
+    t.lora.apply = o.lora_apply;
+    t.lora.allow_unmatched = o.lora_allow_unmatched;
     return t;
 }
 

@@ -156,6 +156,14 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     p.skip_layer_guidance_scale = t.skip_layer_guidance_scale;
     p.skip_layer_guidance_start = t.skip_layer_guidance_start;
     p.skip_layer_guidance_stop = t.skip_layer_guidance_stop;
+    std::vector<kiln_lora> loras;
+    for (const models::LoraRequest& l : t.lora.files) loras.push_back({l.path.c_str(), l.scale});
+    p.loras = loras.empty() ? nullptr : loras.data();
+    p.lora_count = (int)loras.size();
+    KILN_CHECK(t.lora.apply == "merge" || t.lora.apply == "runtime", "--lora-apply ", t.lora.apply,
+               ": runtime or merge");
+    p.lora_apply = t.lora.apply == "runtime" ? KILN_LORA_APPLY_RUNTIME : KILN_LORA_APPLY_MERGE;
+    p.lora_allow_unmatched = t.lora.allow_unmatched;
     CommonStore store;
     set_common(p, t, store);
     return run(m, p, t.keep_intermediates, t.progress, stats);

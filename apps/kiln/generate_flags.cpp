@@ -105,6 +105,20 @@ std::vector<GenerateFlag> flag_table() {
          kText, true},
         {"--skip-layer-guidance-stop", &F::slg_stop, "Skip-layer guidance until the steps before this fraction of them",
          kText, true},
+        {"--lora", &F::loras,
+         "SD3, Flux: a LoRA, FILE[:SCALE] (repeatable; SCALE default 1 = diffusers' adapter weight x its "
+         "joint_attention_kwargs scale): diffusers/PEFT, kohya, ComfyUI/BFL or XLabs safetensors, applied as trained "
+         "(alpha / rank x B A per module; docs/lora.md). Each file's matched tensor count is printed",
+         kText},
+        {"--lora-apply", &F::lora_apply,
+         "How --lora is applied: merge (folded into the f32/f16/bf16 weights at load, as diffusers' fuse_lora) or "
+         "runtime (a low-rank side path beside each targeted linear, y = W x + s B (A x); the base weights untouched, "
+         "quantized ones included)",
+         kText, true},
+        {"--lora-allow-unmatched", &F::lora_allow_unmatched,
+         "LoRA keys that match no module of the model are a warning (applied: the rest, as diffusers) instead of an "
+         "error",
+         kText},
         {"--seed", &F::seed,
          "Seed of the initial noise: the noise diffusers draws with generator=torch.manual_seed(SEED) (PyTorch's CPU "
          "generator, float32), so the same seed gives diffusers' image",

@@ -29,6 +29,9 @@ struct GenerateFlags {
     std::string noise_dtype = "f32";
     bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
          host_loop = false;
+    std::vector<std::string> loras;  // --lora FILE[:SCALE]
+    std::string lora_apply = "merge";
+    bool lora_allow_unmatched = false;
     ComponentFlags parts;               // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
     std::vector<CLI::Option*> options;  // one per row of generate_flags(), in its order (nullptr: not registered)
 

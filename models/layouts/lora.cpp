@@ -1,0 +1,486 @@
+// LoRA files: the keys of each layout mapped to diffusers' modules, fused BFL targets split by B's rows, alphas
+// as trained (docs/lora.md). The BFL -> diffusers module map is the one of flux_map.cpp, for modules not tensors.
+#include "models/layouts/lora.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "runtime/core/error.h"
+#include "runtime/core/safetensors.h"
+
+namespace kiln::layouts {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// A BFL module and the diffusers modules its rows go to (one: a rename; several: a fused weight split by rows;
+// swap: BFL [shift; scale] rows -> diffusers [scale; shift]).
+struct BflTarget {
+    std::vector<std::string> parts;
+    bool swap = false;
+};
+
+// BFL module path within a double block / single block / the top level -> diffusers (models/layouts/flux_map.cpp).
+const std::map<std::string, BflTarget> kDouble = {
+    {"img_attn.qkv", {{"attn.to_q", "attn.to_k", "attn.to_v"}}},
+    {"txt_attn.qkv", {{"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}}},
+    {"img_attn.proj", {{"attn.to_out.0"}}},
+    {"txt_attn.proj", {{"attn.to_add_out"}}},
+    {"img_mlp.0", {{"ff.net.0.proj"}}},
+    {"img_mlp.2", {{"ff.net.2"}}},
+    {"txt_mlp.0", {{"ff_context.net.0.proj"}}},
+    {"txt_mlp.2", {{"ff_context.net.2"}}},
+    {"img_mod.lin", {{"norm1.linear"}}},
+    {"txt_mod.lin", {{"norm1_context.linear"}}},
+};
+const std::map<std::string, BflTarget> kSingle = {
+    {"linear1", {{"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}}},
+    {"linear2", {{"proj_out"}}},
+    {"modulation.lin", {{"norm.linear"}}},
+};
+const std::map<std::string, BflTarget> kTop = {
+    {"img_in", {{"x_embedder"}}},
+    {"txt_in", {{"context_embedder"}}},
+    {"time_in.in_layer", {{"time_text_embed.timestep_embedder.linear_1"}}},
+    {"time_in.out_layer", {{"time_text_embed.timestep_embedder.linear_2"}}},
+    {"vector_in.in_layer", {{"time_text_embed.text_embedder.linear_1"}}},
+    {"vector_in.out_layer", {{"time_text_embed.text_embedder.linear_2"}}},
+    {"guidance_in.in_layer", {{"time_text_embed.guidance_embedder.linear_1"}}},
+    {"guidance_in.out_layer", {{"time_text_embed.guidance_embedder.linear_2"}}},
+    {"final_layer.linear", {{"proj_out"}}},
+    {"final_layer.adaLN_modulation.1", {{"norm_out.linear"}, true}},
+};
+// XLabs processor LoRAs (x-flux): double blocks' image (1) and text (2) streams, single blocks' qkv part of linear1
+// and linear2.
+const std::map<std::string, BflTarget> kXlabsDouble = {
+    {"qkv_lora1", {{"attn.to_q", "attn.to_k", "attn.to_v"}}},
+    {"qkv_lora2", {{"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}}},
+    {"proj_lora1", {{"attn.to_out.0"}}},
+    {"proj_lora2", {{"attn.to_add_out"}}},
+};
+const std::map<std::string, BflTarget> kXlabsSingle = {
+    {"qkv_lora", {{"attn.to_q", "attn.to_k", "attn.to_v"}}},
+    {"proj_lora", {{"proj_out"}}},
+};
+
+// "double_blocks.3.img_attn.qkv" -> ("transformer_blocks.3.", "img_attn.qkv"); kohya's underscores are turned back
+// into BFL's dots by matching the table's names with '.' -> '_'.
+bool bfl_module(std::string path, bool underscores, const std::map<std::string, BflTarget>& dbl,
+                const std::map<std::string, BflTarget>& sgl, const std::map<std::string, BflTarget>* top,
+                std::string& base, const BflTarget*& t) {
+    const char sep = underscores ? '_' : '.';
+    auto lookup = [&](const std::map<std::string, BflTarget>& m, const std::string& rest) -> const BflTarget* {
+        for (const auto& [k, v] : m) {
+            std::string kk = k;
+            if (underscores)
+                for (char& c : kk)
+                    if (c == '.') c = '_';
+            if (kk == rest) return &v;
+        }
+        return nullptr;
+    };
+    for (auto [prefix, to, table] : {std::tuple{"double_blocks", "transformer_blocks.", &dbl},
+                                     std::tuple{"single_blocks", "single_transformer_blocks.", &sgl}}) {
+        const std::string p = std::string(prefix) + sep;
+        if (!starts_with(path, p)) continue;
+        size_t q = p.size();
+        while (q < path.size() && std::isdigit((unsigned char)path[q])) ++q;
+        if (q == p.size() || q >= path.size() || path[q] != sep) return false;
+        base = to + path.substr(p.size(), q - p.size()) + ".";
+        t = lookup(*table, path.substr(q + 1));
+        return t != nullptr;
+    }
+    if (!top) return false;
+    base = "";
+    t = lookup(*top, path);
+    return t != nullptr;
+}
+
+enum class Role { down, up, alpha };
+
+// One LoRA module of the file: its keys and the diffusers modules it goes to.
+struct Group {
+    std::string a_key, b_key, alpha_key;
+    std::vector<std::string> modules;
+    bool swap = false;
+};
+
+struct Layout {
+    std::string name;    // for LoraFile::layout
+    std::string family;  // the family it is written for ("" when the names do not say)
+};
+
+// Splits a key into its module path and role, strips the layout's prefix. False: not a LoRA key at all.
+bool split_key(const std::string& key, std::string& module, Role& role) {
+    static const std::pair<const char*, Role> kSuffixes[] = {
+        {".lora_A.weight", Role::down}, {".lora_B.weight", Role::up},           {".lora_down.weight", Role::down},
+        {".lora_up.weight", Role::up},  {".down.weight", Role::down},           {".up.weight", Role::up},
+        {".alpha", Role::alpha},        {".lora_A.default.weight", Role::down}, {".lora_B.default.weight", Role::up},
+    };
+    for (auto [suf, r] : kSuffixes)
+        if (ends_with(key, suf)) {
+            module = key.substr(0, key.size() - std::string(suf).size());
+            role = r;
+            return true;
+        }
+    return false;
+}
+
+Layout guess_layout(const std::vector<std::string>& keys) {
+    bool kohya = false, comfy_down = false, comfy_a = false, xlabs = false, unet = false, flux = false, sd3 = false;
+    for (const std::string& k : keys) {
+        if (starts_with(k, "lora_unet_")) {
+            kohya = true;
+            if (k.find("down_blocks") != std::string::npos || k.find("input_blocks") != std::string::npos ||
+                k.find("mid_block") != std::string::npos || k.find("middle_block") != std::string::npos)
+                unet = true;
+        }
+        if (k.find(".processor.") != std::string::npos) xlabs = true;
+        if (starts_with(k, "diffusion_model.") || k.find("double_blocks") != std::string::npos ||
+            k.find("single_blocks") != std::string::npos) {
+            if (k.find(".lora_down.") != std::string::npos || k.find(".lora_up.") != std::string::npos)
+                comfy_down = true;
+            if (k.find(".lora_A.") != std::string::npos || k.find(".lora_B.") != std::string::npos) comfy_a = true;
+        }
+        if (k.find("single_transformer_blocks.") != std::string::npos || k.find("x_embedder") != std::string::npos ||
+            k.find("guidance_embedder") != std::string::npos)
+            flux = true;
+        if (k.find("pos_embed") != std::string::npos || k.find(".attn2.") != std::string::npos) sd3 = true;
+    }
+    if (unet) return {"kohya", "SD/SDXL UNet"};
+    if (kohya) return {"kohya", "Flux"};
+    if (xlabs) return {"XLabs", "Flux"};
+    if (comfy_down) return {"ComfyUI", "Flux"};
+    if (comfy_a) return {"BFL lora_A", "Flux"};
+    return {"diffusers/PEFT", flux ? "Flux" : sd3 ? "SD3" : ""};
+}
+
+// The diffusers modules of a module path in the file's layout; false when no module of the layout has that name.
+bool resolve_module(const Layout& l, const std::string& path, Group& g) {
+    std::string base;
+    const BflTarget* t = nullptr;
+    if (l.name == "kohya") {
+        if (!starts_with(path, "lora_unet_")) return false;
+        if (!bfl_module(path.substr(10), true, kDouble, kSingle, &kTop, base, t)) return false;
+    } else if (l.name == "ComfyUI" || l.name == "BFL lora_A") {
+        std::string p = path;
+        for (const char* pre : {"model.diffusion_model.", "diffusion_model."})
+            if (starts_with(p, pre)) p = p.substr(std::string(pre).size());
+        if (!bfl_module(p, false, kDouble, kSingle, &kTop, base, t)) return false;
+    } else if (l.name == "XLabs") {
+        std::string p = starts_with(path, "diffusion_model.") ? path.substr(16) : path;
+        const size_t at = p.find(".processor.");
+        if (at == std::string::npos) return false;
+        p = p.substr(0, at) + "." + p.substr(at + 11);
+        if (!bfl_module(p, false, kXlabsDouble, kXlabsSingle, nullptr, base, t)) return false;
+    } else {
+        // transformer.<module> as diffusers saves; bare module names and peft's base_model.model.<module> too.
+        // text_encoder*.: not a transformer module.
+        if (starts_with(path, "text_encoder") || starts_with(path, "unet.")) return false;
+        std::string m = path;
+        for (const char* pre : {"transformer.", "base_model.model."})
+            if (starts_with(m, pre)) m = m.substr(std::string(pre).size());
+        g.modules = {m};
+        return true;
+    }
+    for (const std::string& part : t->parts) g.modules.push_back(base + part);
+    g.swap = t->swap;
+    return true;
+}
+
+// PEFT's per-module r / alpha from lora_adapter_metadata: rank_pattern / alpha_pattern keys match a module when
+// re.match(rf"(.*\.)?({key})$", module) (peft get_pattern_key); else r / lora_alpha.
+struct PeftConfig {
+    bool present = false, rslora = false;
+    double r = 0, alpha = 0;
+    std::vector<std::pair<std::string, double>> rank_pattern, alpha_pattern;
+
+    static double pattern(const std::vector<std::pair<std::string, double>>& p, const std::string& module, double d) {
+        for (const auto& [k, v] : p) {
+            const bool anchored = !k.empty() && k[0] == '^';
+            const std::regex re(anchored ? k.substr(1) + "$" : "(.*\\.)?(" + k + ")$");
+            if (std::regex_match(module, re)) return v;
+        }
+        return d;
+    }
+};
+
+PeftConfig peft_config(const SafeTensors& st, const std::string& path) {
+    PeftConfig c;
+    auto it = st.metadata().find("lora_adapter_metadata");
+    if (it == st.metadata().end()) return c;
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(it->second);
+    } catch (const nlohmann::json::exception& e) {
+        KILN_FAIL(path, ": lora_adapter_metadata is not JSON: ", e.what());
+    }
+    auto get = [&](const std::string& k) -> const nlohmann::json* {
+        for (const std::string& kk : {"transformer." + k, k})
+            if (j.contains(kk) && !j[kk].is_null()) return &j[kk];
+        return nullptr;
+    };
+    KILN_CHECK(j.is_object() && get("r") && get("r")->is_number(), path,
+               ": lora_adapter_metadata has no number 'r' (PEFT LoraConfig)");
+    c.present = true;
+    c.r = get("r")->get<double>();
+    c.alpha = get("lora_alpha") && get("lora_alpha")->is_number() ? get("lora_alpha")->get<double>() : c.r;
+    c.rslora = get("use_rslora") && get("use_rslora")->is_boolean() && get("use_rslora")->get<bool>();
+    KILN_CHECK(!(get("use_dora") && get("use_dora")->is_boolean() && get("use_dora")->get<bool>()), path,
+               ": a DoRA adapter (use_dora) is not supported");
+    for (auto [name, out] : {std::pair{"rank_pattern", &c.rank_pattern}, std::pair{"alpha_pattern", &c.alpha_pattern}})
+        if (const nlohmann::json* p = get(name); p && p->is_object())
+            for (auto& [k, v] : p->items())
+                if (v.is_number()) out->push_back({k, v.get<double>()});
+    return c;
+}
+
+void check_finite(const Tensor& t, const std::string& path, const std::string& key) {
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+        KILN_CHECK(std::isfinite(p[i]), path, ": tensor '", key, "' holds NaN or Inf");
+}
+
+Tensor read_f32(const SafeTensors& st, const std::string& key, const std::string& path) {
+    const SafeTensorInfo& info = st.at(key);
+    KILN_CHECK(info.dtype == DType::f32 || info.dtype == DType::f16 || info.dtype == DType::bf16, path, ": tensor '",
+               key, "' has dtype ", dtype_name(info.dtype), " (LoRA tensors are f32, f16 or bf16)");
+    Tensor t = st.read(key).astype(DType::f32);
+    check_finite(t, path, key);
+    return t;
+}
+
+std::string first_keys(const std::vector<std::string>& keys) {
+    std::string s;
+    for (size_t i = 0; i < keys.size() && i < 3; ++i) s += (i ? ", " : "") + keys[i];
+    if (keys.size() > 3) s += ", ... (" + std::to_string(keys.size()) + " in all)";
+    return s;
+}
+
+// One group's modules: A copied, B's rows split by the targets' out features (swapped halves for norm_out).
+void add_modules(LoraFile& f, const SafeTensors& st, const Group& g, bool has_alpha, double alpha,
+                 const PeftConfig* peft, const LoraTargetFn& target) {
+    const std::string& path = f.path;
+    Tensor A = read_f32(st, g.a_key, path), B = read_f32(st, g.b_key, path);
+    KILN_CHECK(A.shape.size() == 2 && B.shape.size() == 2, path, ": '", g.a_key, "' ", shape_str(A.shape), " and '",
+               g.b_key, "' ", shape_str(B.shape), " are not matrices");
+    const int64_t r = A.shape[0], in = A.shape[1];
+    KILN_CHECK(B.shape[1] == r, path, ": rank mismatch: '", g.a_key, "' has rank ", r, " ", shape_str(A.shape), ", '",
+               g.b_key, "' has ", B.shape[1], " ", shape_str(B.shape));
+    std::vector<Shape> shapes;
+    int64_t rows = 0;
+    for (const std::string& m : g.modules) {
+        std::optional<Shape> s = target(m + ".weight");
+        KILN_CHECK(s && s->size() == 2, path, ": the model has no weight '", m, ".weight' for '", g.b_key, "'");
+        KILN_CHECK((*s)[1] == in, path, ": '", g.a_key, "' ", shape_str(A.shape), " does not fit '", m, ".weight' ",
+                   shape_str(*s), " (", (*s)[1], " input features)");
+        shapes.push_back(*s);
+        rows += (*s)[0];
+    }
+    std::string parts;
+    for (size_t i = 0; i < g.modules.size(); ++i) parts += (i ? " + " : "") + std::to_string(shapes[i][0]);
+    KILN_CHECK(B.shape[0] == rows, path, ": '", g.b_key, "' ", shape_str(B.shape), " does not fit ",
+               g.modules.size() > 1 ? "the fused target's rows " : "the target's ", parts, " (",
+               g.modules.size() == 1 ? g.modules[0] + ".weight" : g.modules[0] + ", ...", ")");
+    if (g.swap) {  // BFL [shift; scale] -> diffusers [scale; shift]
+        Tensor s(DType::f32, B.shape);
+        const size_t half = (size_t)(B.shape[0] / 2 * r) * sizeof(float);
+        std::memcpy(s.bytes.data(), B.bytes.data() + half, half);
+        std::memcpy(s.bytes.data() + half, B.bytes.data(), half);
+        B = std::move(s);
+    }
+    int64_t r0 = 0;
+    for (size_t i = 0; i < g.modules.size(); ++i) {
+        LoraModule m;
+        m.module = g.modules[i];
+        m.key = g.a_key;
+        m.A = A;
+        m.B = Tensor(DType::f32, {shapes[i][0], r});
+        std::memcpy(m.B.bytes.data(), B.bytes.data() + (size_t)(r0 * r) * sizeof(float), m.B.nbytes());
+        r0 += shapes[i][0];
+        double a = has_alpha ? alpha : (double)r, rr = (double)r;
+        if (peft && peft->present) {
+            rr = PeftConfig::pattern(peft->rank_pattern, m.module, peft->r);
+            a = PeftConfig::pattern(peft->alpha_pattern, m.module, peft->alpha);
+            KILN_CHECK(rr == (double)r, path, ": '", g.a_key, "' has rank ", r, ", lora_adapter_metadata says ", rr);
+        }
+        m.scale = peft && peft->present && peft->rslora ? a / std::sqrt(rr) : a / rr;
+        f.modules.push_back(std::move(m));
+    }
+}
+
+}  // namespace
+
+std::string LoraFile::summary() const {
+    std::string s = "lora " + path + " (" + layout + "): " + std::to_string(matched) + " tensors matched, " +
+                    std::to_string(modules.size()) + " modules";
+    if (!unmatched.empty()) s += ", " + std::to_string(unmatched.size()) + " keys unmatched";
+    return s;
+}
+
+LoraFile read_lora(const std::string& path, const std::string& family_name, const LoraTargetFn& target,
+                   bool allow_unmatched) {
+    const std::string family = family_name == "Stable Diffusion 3" ? "SD3" : family_name;  // the registry's name
+    SafeTensors st = SafeTensors::open(path);
+    LoraFile f;
+    f.path = path;
+    std::vector<std::string> keys;
+    for (const auto& t : st.tensors()) keys.push_back(t.name);
+    f.tensors = keys.size();
+    KILN_CHECK(!keys.empty(), path, ": holds no tensors (not a LoRA)");
+    const Layout l = guess_layout(keys);
+    f.layout = l.name;
+    KILN_CHECK(l.family.empty() || l.family == family, path, ": a LoRA for ", l.family, " (", l.name,
+               " layout); the model is ", family);
+    // Group the keys by module; a key of no module of the layout, or of no module the model has, is unmatched.
+    std::map<std::string, Group> groups;
+    std::vector<std::string> order;
+    for (const std::string& k : keys) {
+        std::string module;
+        Role role;
+        Group probe;
+        if (!split_key(k, module, role) || !resolve_module(l, module, probe)) {
+            f.unmatched.push_back(k);
+            continue;
+        }
+        bool present = true;
+        for (const std::string& m : probe.modules) present = present && target(m + ".weight").has_value();
+        if (!present) {
+            f.unmatched.push_back(k);
+            continue;
+        }
+        auto [it, fresh] = groups.try_emplace(module, probe);
+        if (fresh) order.push_back(module);
+        std::string& slot = role == Role::down ? it->second.a_key
+                            : role == Role::up ? it->second.b_key
+                                               : it->second.alpha_key;
+        KILN_CHECK(slot.empty(), path, ": keys '", slot, "' and '", k, "' are the same LoRA tensor");
+        slot = k;
+    }
+    if (!f.unmatched.empty()) {
+        const std::string msg = path + ": " + std::to_string(f.unmatched.size()) + " keys match no module of this " +
+                                family + " transformer (layout guessed: " + l.name +
+                                (l.family.empty() ? "" : ", " + l.family) +
+                                (l.family.empty() && family == "Flux" ? ", no Flux-only module: an SD3 LoRA?" : "") +
+                                "): " + first_keys(f.unmatched);
+        KILN_CHECK(allow_unmatched, msg, "; --lora-allow-unmatched applies the rest");
+    }
+    const PeftConfig peft = l.name == "diffusers/PEFT" ? peft_config(st, path) : PeftConfig{};
+    for (const std::string& module : order) {
+        const Group& g = groups.at(module);
+        KILN_CHECK(!g.a_key.empty() && !g.b_key.empty(), path, ": module '", module, "' has ",
+                   g.a_key.empty() ? "no down (A)" : "no up (B)", " matrix");
+        bool has_alpha = false;
+        double alpha = 0;
+        if (!g.alpha_key.empty()) {
+            Tensor a = read_f32(st, g.alpha_key, path);
+            KILN_CHECK(a.numel() == 1, path, ": '", g.alpha_key, "' is not a scalar");
+            alpha = a.data<float>()[0];
+            has_alpha = true;
+        }
+        add_modules(f, st, g, has_alpha, alpha, &peft, target);
+        f.matched += 2 + (has_alpha ? 1 : 0);
+    }
+    KILN_CHECK(!f.modules.empty(), path, ": no LoRA tensor applies to this ", family,
+               " transformer (layout guessed: ", l.name, ")");
+    return f;
+}
+
+Tensor lora_merge(const Tensor& w, const std::vector<std::pair<const LoraModule*, double>>& terms) {
+    KILN_CHECK(w.dtype == DType::f32 || w.dtype == DType::f16 || w.dtype == DType::bf16, "lora merge: weight dtype ",
+               dtype_name(w.dtype), " (f32, f16 or bf16 only)");
+    KILN_CHECK(w.shape.size() == 2, "lora merge: weight of shape ", shape_str(w.shape), " is not a matrix");
+    const int64_t out = w.shape[0], in = w.shape[1];
+    std::vector<float> v = w.to_f32();
+    std::vector<double> acc(v.begin(), v.end());
+    for (auto [m, user] : terms) {
+        const int64_t r = m->A.shape[0];
+        KILN_CHECK(m->B.shape == Shape({out, r}) && m->A.shape == Shape({r, in}), "lora merge: '", m->module,
+                   "' does not fit the weight ", shape_str(w.shape));
+        const double s = user * m->scale;
+        const float* A = m->A.data<float>();
+        const float* B = m->B.data<float>();
+        for (int64_t o = 0; o < out; ++o)
+            for (int64_t k = 0; k < r; ++k) {
+                const double b = s * (double)B[o * r + k];
+                if (b == 0) continue;
+                const float* a = A + k * in;
+                double* row = acc.data() + o * in;
+                for (int64_t i = 0; i < in; ++i) row[i] += b * (double)a[i];
+            }
+    }
+    Tensor f(DType::f32, w.shape);
+    for (size_t i = 0; i < acc.size(); ++i) f.data<float>()[i] = (float)acc[i];
+    return w.dtype == DType::f32 ? f : f.astype(w.dtype);
+}
+
+namespace {
+class LoraMergedSet : public TensorSet {
+public:
+    LoraMergedSet(std::unique_ptr<TensorSet> set, std::vector<LoraFile> files,
+                  const std::vector<std::pair<std::string, double>>& loras)
+        : set_(std::move(set)), files_(std::move(files)) {
+        for (size_t i = 0; i < files_.size(); ++i)
+            for (const LoraModule& m : files_[i].modules) terms_[m.module + ".weight"].push_back({&m, loras[i].second});
+    }
+    const std::vector<TensorInfo>& tensors() const override { return set_->tensors(); }
+    const TensorInfo* find(const std::string& name) const override { return set_->find(name); }
+    Tensor read(const std::string& name) const override {
+        auto it = terms_.find(name);
+        return it == terms_.end() ? set_->read(name) : lora_merge(set_->read(name), it->second);
+    }
+    Mapped view(const std::string& name) const override { return terms_.count(name) ? Mapped{} : set_->view(name); }
+    std::string source() const override { return set_->source() + " + LoRA"; }
+
+private:
+    std::unique_ptr<TensorSet> set_;
+    std::vector<LoraFile> files_;
+    std::map<std::string, std::vector<std::pair<const LoraModule*, double>>> terms_;
+};
+}  // namespace
+
+std::unique_ptr<TensorSet> with_lora_merge(std::unique_ptr<TensorSet> set, const std::string& family,
+                                           const std::vector<std::pair<std::string, double>>& loras,
+                                           bool allow_unmatched, std::vector<std::string>* summaries) {
+    if (loras.empty()) return set;
+    const TensorSet* base = set.get();
+    auto target = [base](const std::string& name) -> std::optional<Shape> {
+        const TensorInfo* i = base->find(name);
+        return i ? std::optional<Shape>(i->shape) : std::nullopt;
+    };
+    std::vector<LoraFile> files;
+    for (const auto& [path, scale] : loras) {
+        KILN_CHECK(std::isfinite(scale), "lora ", path, ": scale ", scale, " is not finite");
+        files.push_back(read_lora(path, family, target, allow_unmatched));
+        for (const LoraModule& m : files.back().modules) {
+            const DType t = base->find(m.module + ".weight")->dtype;
+            KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, path, ": '", m.module,
+                       ".weight' is stored as ", dtype_name(t), "; LoRAs merge into f32, f16 or bf16 weights only");
+        }
+        if (summaries) summaries->push_back(files.back().summary());
+    }
+    return std::make_unique<LoraMergedSet>(std::move(set), std::move(files), loras);
+}
+
+std::pair<std::string, double> parse_lora_arg(const std::string& arg) {
+    const size_t c = arg.rfind(':');
+    if (c != std::string::npos && c + 1 < arg.size()) {
+        const std::string tail = arg.substr(c + 1);
+        char* end = nullptr;
+        const double s = std::strtod(tail.c_str(), &end);
+        if (end && *end == 0 && std::isfinite(s)) return {arg.substr(0, c), s};
+    }
+    return {arg, 1.0};
+}
+
+}  // namespace kiln::layouts

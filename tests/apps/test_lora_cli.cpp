@@ -1,0 +1,231 @@
+// `kiln generate --lora`: every public run of the flux_lora / sd3_lora fixtures through the CLI, compared with the
+// answer as trained (io.json's `<run>_as_trained` tensors where a run has them, diffusers' otherwise), and the bad
+// LoRAs that must stop with one line and no image.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/safetensors.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+struct Result {
+    int rc = -1;
+    std::string err;
+};
+
+Result generate(const test::TempDir& tmp, const std::string& args) {
+    const std::string err_file = tmp / "stderr.txt";
+    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream f(err_file);
+    r.err.assign(std::istreambuf_iterator<char>(f), {});
+    return r;
+}
+
+std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
+
+nlohmann::json io_json(const std::string& c) {
+    std::ifstream f(fixture(c + "_lora") + "/io.json");
+    return nlohmann::json::parse(f);
+}
+
+// The fixture call of case c ("flux", "sd3"): model, latents, prompt, steps, guidance, size.
+std::string base_args(const std::string& c, const nlohmann::json& io) {
+    const auto& s = io["call"]["scalars"];
+    const std::string m = fixture(c + "_pipeline");
+    std::string a = "--model " + m + " --latents " + m + "/io.safetensors";
+    for (auto& p : io["prompt"]) a += " --prompt '" + p.get<std::string>() + "'";
+    return a + " --steps " + std::to_string(s["num_inference_steps"].get<int>()) + " --guidance " +
+           std::to_string(s["guidance_scale"].get<double>()) + " --width " + std::to_string(s["width"].get<int>()) +
+           " --height " + std::to_string(s["height"].get<int>());
+}
+
+// --lora FILE:SCALE for each LoRA of a run: SCALE = set_adapters weight x joint_attention_kwargs scale x
+// fuse_lora's lora_scale (the ones the run does not call are 1).
+std::string lora_args(const std::string& c, const nlohmann::json& io, const nlohmann::json& run) {
+    std::string a;
+    for (size_t i = 0; i < run["loras"].size(); ++i) {
+        double s = 1;
+        if (!run["adapter_weights"].is_null()) s *= run["adapter_weights"][i].get<double>();
+        if (!run["joint_attention_kwargs_scale"].is_null()) s *= run["joint_attention_kwargs_scale"].get<double>();
+        if (!run["fuse_lora_scale"].is_null()) s *= run["fuse_lora_scale"].get<double>();
+        const std::string file = io["loras"][run["loras"][i].get<std::string>()]["file"];
+        a += " --lora " + fixture(c + "_lora/" + file) + ":" + std::to_string(s);
+    }
+    return a;
+}
+}  // namespace
+
+TEST_CASE("kiln generate --lora: every public LoRA run as trained", "[apps][lora][vulkan]") {
+    const std::string c = GENERATE(as<std::string>{}, "flux", "sd3");
+    const std::string apply = GENERATE(as<std::string>{}, "merge", "runtime");
+    const auto io = io_json(c);
+    auto ref = SafeTensors::open(fixture(c + "_lora") + "/io.safetensors");
+    int runs = 0;
+    for (const auto& run : io["runs"]) {
+        const std::string name = run["name"];
+        test::TempDir tmp("kiln_lora");
+        const std::string dump = tmp / "dump.safetensors";
+        Result r = generate(tmp, base_args(c, io) + lora_args(c, io, run) + " --lora-apply " + apply + " --dump " +
+                                     dump + " -o " + (tmp / "out.png"));
+        INFO(c << " " << name << " " << apply << "\n" << r.err);
+        REQUIRE(r.rc == 0);
+        // Each LoRA's count is reported.
+        for (size_t i = 0; i < run["loras"].size(); ++i) CHECK(r.err.find("tensors matched") != std::string::npos);
+        auto got = SafeTensors::open(dump);
+        for (const char* t : {"step0_transformer_out", "final_latents_scaled", "image"}) {
+            const std::string at = name + "_as_trained/" + t;
+            const std::string key = ref.find(at) ? at : name + "/" + t;
+            INFO(key);
+            REQUIRE(got.find(t));
+            // f32 throughout as the pipeline fixtures (1e-4 relative L2, summation order): the merged weight
+            // W + s B A differs from diffusers' W x + s B (A x) by one f32 rounding per element (~6e-8 relative),
+            // the runtime side path is diffusers' order; both far inside it (observed ~6e-6, the pipeline's own).
+            CHECK(rel_l2(got.read(t).to_f32(), ref.read(key).to_f32()) <= 1e-4);
+        }
+        ++runs;
+    }
+    CHECK(runs == (int)io["runs"].size());
+}
+
+TEST_CASE("kiln generate --lora: bad LoRAs stop with one line and no image", "[apps][lora]") {
+    test::TempDir tmp("kiln_lora_err");
+    const std::string png = tmp / "out.png";
+    const auto io = io_json("flux");
+    const std::string flux = base_args("flux", io);
+    auto expect_error = [&](const std::string& args, const std::string& needle) {
+        Result r = generate(tmp, args + " -o " + png);
+        INFO(args << "\n" << r.err);
+        CHECK(r.rc != 0);
+        CHECK(r.err.find("kiln: error:") != std::string::npos);
+        CHECK(r.err.find(needle) != std::string::npos);
+        CHECK(!fs::exists(png));
+    };
+    // An SD3 LoRA on Flux: keys of blocks the model lacks, the layout guessed.
+    expect_error(flux + " --lora " + fixture("sd3_lora/lora_peft.safetensors"), "an SD3 LoRA?");
+    // A Flux LoRA on SD3: named as such.
+    expect_error(base_args("sd3", io_json("sd3")) + " --lora " + fixture("flux_lora/lora_kohya.safetensors"),
+                 "a LoRA for Flux (kohya layout); the model is SD3");
+    // A truncated file.
+    fs::copy_file(fixture("flux_lora/lora_peft.safetensors"), tmp / "cut.safetensors");
+    fs::resize_file(tmp / "cut.safetensors", 1000);
+    expect_error(flux + " --lora " + (tmp / "cut.safetensors"), "cut.safetensors: header length");
+    expect_error(flux + " --lora " + (tmp / "missing.safetensors"), "missing.safetensors");
+    expect_error(flux + " --lora " + fixture("flux_lora/lora_peft.safetensors") + " --lora-apply fold",
+                 "runtime or merge");
+    // A DiT model takes no LoRA.
+    expect_error("--model " + fixture("dit_pipeline_ddim") + " --lora " + fixture("flux_lora/lora_peft.safetensors"),
+                 "--lora");
+}
+
+TEST_CASE("kiln generate --lora-allow-unmatched: a warning, the rest applied", "[apps][lora][vulkan]") {
+    test::TempDir tmp("kiln_lora_unm");
+    // The public peft file plus a key for a block the model lacks.
+    auto src = SafeTensors::open(fixture("flux_lora/lora_peft.safetensors"));
+    std::vector<std::pair<std::string, Tensor>> t;
+    for (const auto& i : src.tensors()) t.push_back({i.name, src.read(i.name)});
+    t.push_back({"transformer.transformer_blocks.9.attn.to_q.lora_A.weight", Tensor(DType::f32, {4, 32})});
+    write_safetensors(tmp / "extra.safetensors", t, src.metadata());
+    const auto io = io_json("flux");
+    const std::string args = base_args("flux", io) + " --lora " + (tmp / "extra.safetensors");
+    Result r = generate(tmp, args + " -o " + (tmp / "a.png"));
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("transformer_blocks.9.attn.to_q.lora_A.weight") != std::string::npos);
+    r = generate(tmp, args + " --lora-allow-unmatched --dump " + (tmp / "d.safetensors") + " -o " + (tmp / "b.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("26 tensors matched, 13 modules, 1 keys unmatched") != std::string::npos);
+    CHECK(r.err.find("warning: lora") != std::string::npos);
+    auto ref = SafeTensors::open(fixture("flux_lora/io.safetensors"));
+    CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("image").to_f32(), ref.read("peft_s1/image").to_f32()) <=
+          1e-4);
+}
+
+TEST_CASE("kiln generate --lora-apply runtime under a budget: streamed blocks carry their LoRA weights",
+          "[apps][lora][vulkan]") {
+    test::TempDir tmp("kiln_lora_stream");
+    const auto io = io_json("flux");
+    Result r = generate(tmp, base_args("flux", io) + " --lora " + fixture("flux_lora/lora_kohya.safetensors") +
+                                 " --lora-apply runtime --vram-budget 300000 --profile --dump " +
+                                 (tmp / "d.safetensors") + " -o " + (tmp / "o.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("streaming: 1 of 2 blocks") != std::string::npos);
+    auto ref = SafeTensors::open(fixture("flux_lora/io.safetensors"));
+    CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("final_latents_scaled").to_f32(),
+                 ref.read("kohya_s1_as_trained/final_latents_scaled").to_f32()) <= 1e-4);
+}
+
+TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained without --lora", "[apps][lora][vulkan]") {
+    test::TempDir tmp("kiln_lora_conv");
+    auto convert = [&](const std::string& args) {
+        const std::string cmd =
+            std::string(KILN_BUILD_DIR) + "/apps/kiln-convert " + args + " 2>" + (tmp / "stderr.txt");
+        const int status = std::system(cmd.c_str());
+        Result r;
+        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        std::ifstream f(tmp / "stderr.txt");
+        r.err.assign(std::istreambuf_iterator<char>(f), {});
+        return r;
+    };
+    // (case, run): two LoRAs with adapter weights on Flux (kohya as trained), one on SD3.
+    for (auto [c, run_name] : {std::pair{"flux", "combo"}, std::pair{"flux", "kohya_s1"}, std::pair{"sd3", "combo"}}) {
+        const auto io = io_json(c);
+        const nlohmann::json* run = nullptr;
+        for (const auto& r : io["runs"])
+            if (r["name"] == run_name) run = &r;
+        REQUIRE(run);
+        const std::string out = tmp / (std::string(c) + ".kiln");
+        Result r =
+            convert(fixture(std::string(c) + "_pipeline") + " --dtype f32" + lora_args(c, io, *run) + " -o " + out);
+        INFO(c << " " << run_name << "\n" << r.err);
+        REQUIRE(r.rc == 0);
+        CHECK(r.err.find("tensors matched") != std::string::npos);
+        std::string args = base_args(c, io);  // the same call on the converted file, no --lora
+        args.replace(args.find("--model ") + 8, fixture(std::string(c) + "_pipeline").size(), out);
+        r = generate(tmp, args + " --dump " + (tmp / "d.safetensors") + " -o " + (tmp / "o.png"));
+        REQUIRE(r.rc == 0);
+        auto ref = SafeTensors::open(fixture(std::string(c) + "_lora") + "/io.safetensors");
+        const std::string at = std::string(run_name) + "_as_trained/image";
+        // f32 file: the same weights as --lora-apply merge, 1e-4 as there.
+        CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("image").to_f32(),
+                     ref.read(ref.find(at) ? at : std::string(run_name) + "/image").to_f32()) <= 1e-4);
+    }
+    // A quantized base with merge: refused with one line, no image (merge would requantize it).
+    Result q = convert(fixture("flux_pipeline") + " --dtype q8_0 -o " + (tmp / "q8.kiln"));
+    REQUIRE(q.rc == 0);
+    std::string qargs = base_args("flux", io_json("flux"));
+    qargs.replace(qargs.find("--model ") + 8, fixture("flux_pipeline").size(), tmp / "q8.kiln");
+    q = generate(tmp, qargs + " --lora " + fixture("flux_lora/lora_peft.safetensors") + " -o " + (tmp / "q.png"));
+    INFO(q.err);
+    CHECK(q.rc != 0);
+    CHECK(q.err.find("is stored as q8_0; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only") !=
+          std::string::npos);
+    CHECK(!fs::exists(tmp / "q.png"));
+    // The runtime side path on that quantized base: the q8_0 weights stay as they are, the LoRA applies. q8_0
+    // alone moves the final latents 7e-3 (relative L2) from the f32 base's; the LoRA moves them 1e-1.
+    q = generate(tmp, qargs + " --lora " + fixture("flux_lora/lora_peft.safetensors") +
+                          " --lora-apply runtime --dump " + (tmp / "q.safetensors") + " -o " + (tmp / "q.png"));
+    REQUIRE(q.rc == 0);
+    {
+        auto ref = SafeTensors::open(fixture("flux_lora/io.safetensors"));
+        auto got = SafeTensors::open(tmp / "q.safetensors").read("final_latents_scaled").to_f32();
+        CHECK(rel_l2(got, ref.read("peft_s1/final_latents_scaled").to_f32()) <= 2e-2);
+        CHECK(rel_l2(got, ref.read("base/final_latents_scaled").to_f32()) >= 5e-2);
+    }
+    // A LoRA that does not fit: one line, no file.
+    Result r = convert(fixture("flux_pipeline") + " --lora " + fixture("sd3_lora/lora_peft.safetensors") + " -o " +
+                       (tmp / "bad.kiln"));
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("match no module") != std::string::npos);
+    CHECK(!fs::exists(tmp / "bad.kiln"));
+}
