@@ -13,6 +13,7 @@
 #include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
 #include "models/step_program.h"
+#include "models/t2i_images.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
@@ -235,7 +236,8 @@ struct Guide {
 // scheduler step. Returns the final latents (in the stepped layout: packed for Flux).
 std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std::vector<float> x, const Guide& guide,
                                    const T2IOptions& opt, const std::vector<std::vector<float>>& step_noise,
-                                   const std::function<float(int)>& timestep, GenerateResult& res) {
+                                   const std::function<float(int)>& timestep, GenerateResult& res,
+                                   const std::function<void(int, std::vector<float>&)>& after_step = {}) {
     const T2IPlan& p = guide.p;
     const int64_t B = guide.B;
     const int BB = guide.BB;
@@ -286,6 +288,7 @@ std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std
         if (!step_noise.empty() && opt.keep_intermediates)
             res.intermediates.push_back({si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
         x = sched.step(noise, i, x, step_noise.empty() ? nullptr : &step_noise[(size_t)i]);
+        if (after_step) after_step(i, x);  // inpainting's blend
         if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
         res.step_ms.push_back(ms_since(t_step));
         res.transformer_runs.push_back(t.x->last_run());
@@ -330,10 +333,10 @@ std::vector<float> denoise_on_device(vk::Context& ctx, Transformers& t, sched::S
 }
 
 // The schedule as the fixtures record it: timesteps, and sigmas where the scheduler has them.
-void keep_schedule(const sched::Scheduler& sched, GenerateResult& res) {
+void keep_schedule(const sched::Scheduler& sched, GenerateResult& res, const char* timesteps_name = "timesteps") {
     const auto& ts = sched.timesteps();
     res.intermediates.push_back(
-        {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+        {timesteps_name, Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
     const auto& sg = sched.sigmas();
     if (!sg.empty())
         res.intermediates.push_back(
@@ -437,27 +440,45 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const Shape nchw{B, C, h, w};
     // One generator, as diffusers' `generator`: the initial latents (unless given), then every step's noise where
     // the scheduler draws one (DDIM with eta > 0: randn_tensor(model_output.shape), in the pipeline's dtype).
+    // Images in: the image's VAE sample, then the noise (t2i_images.h), after the schedule that gives their sigma.
     TorchCpuGenerator gen(opt.seed);
     Tensor init(DType::f32, nchw);
-    if (opt.latents_init)
-        init = opt.latents_init->astype(DType::f32);
-    else
-        gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
-    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
-               " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     auto sched = make_t2i_scheduler(src, opt);
     if (p.eta > 0) sched->set_eta(p.eta);
+    VaeOptions vo;
+    vo.tiled = opt.tiled_vae;
+    vo.tile_sample_size = opt.vae_tile_size;
+    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
+    VaeRunner vx(&ctx, src, "vae", vo);
+    std::vector<std::pair<std::string, Tensor>> image_dump;
+    ImageLatents il;
+    if (p.img2img) {
+        set_schedule(*sched, src, opt, p);
+        if (opt.keep_intermediates) keep_schedule(*sched, res, "timesteps_all");
+        sched->set_begin_index(p.t_start);  // diffusers' get_timesteps: timesteps[t_start:], set_begin_index
+        il = prepare_image_latents(vx, opt, p, gen, B, (float)sched->sigmas()[0],
+                                   opt.keep_intermediates ? &image_dump : nullptr);
+        init = Tensor::from_f32(nchw, il.init);
+    } else if (opt.latents_init) {
+        init = opt.latents_init->astype(DType::f32);
+    } else {
+        gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
+    }
+    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
+               " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
     if (f.packed_2x2) {
         x = pack_2x2(x.data(), (int)B, C, h, w);
         lat_shape = {B, (h / 2) * (w / 2), 4 * C};
         flux_inputs(in, p, tx.prompt_embeds.shape[1], BB);
+        if (p.inpaint)  // the blend runs in the loop's layout
+            for (auto* v : {&il.image_latents, &il.noise, &il.mask}) *v = pack_2x2(v->data(), (int)B, C, h, w);
     }
 
     // ---- Timesteps; the steps' noise, drawn now in the order diffusers draws it (each step's after the previous
     // one's); the device loop holds all of it (steps x latents).
-    set_schedule(*sched, src, opt, p);
+    if (!p.img2img) set_schedule(*sched, src, opt, p);
     const auto step_noise = draw_step_noise(gen, *sched, (size_t)init.numel(), opt.noise_dtype);
     const double sigma0 = sched->init_noise_sigma();
     if (sigma0 != 1.0)
@@ -470,19 +491,26 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     in["timestep"] = Tensor(DType::f32, {BB});
     Transformers t;
     t.build(ctx, src, opt, p, in, tx, lat_shape);
-    VaeOptions vo;
-    vo.tiled = opt.tiled_vae;
-    vo.tile_sample_size = opt.vae_tile_size;
-    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
-    VaeRunner vx(&ctx, src, "vae", vo);
     vx.prepare_decode(nchw);
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = t.x->counters();
     if (opt.keep_intermediates) {
         for (auto& kv : tx.named()) res.intermediates.push_back(kv);
-        res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
+        if (p.img2img) {
+            res.intermediates.insert(res.intermediates.end(), image_dump.begin(), image_dump.end());
+            res.intermediates.push_back({"initial_latents", Tensor::from_f32(lat_shape, x)});
+            const float t0 = (float)sched->timesteps()[0];
+            res.intermediates.push_back({"latent_timestep", Tensor::from_f32({1}, {t0})});
+        } else {
+            res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
+        }
         if (f.packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
-        keep_schedule(*sched, res);
+        if (p.img2img)
+            res.intermediates.push_back({"timesteps", Tensor::from_f32({(int64_t)sched->timesteps().size()},
+                                                                       std::vector<float>(sched->timesteps().begin(),
+                                                                                          sched->timesteps().end()))});
+        else
+            keep_schedule(*sched, res);
     }
 
     // ---- Denoising loop; then the latents for the VAE: latents / scaling_factor (+ shift_factor).
@@ -502,7 +530,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     ls.guidance = (float)p.cfg_scale;
     const Guide guide{p, src.class_of("transformer"), B, BB, row_lat, lat_shape};
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
-    res.device_loop = !t.slg && use_device_loop(ctx.settings(), opt.host_loop) &&
+    // So does inpainting's blend after each step.
+    res.device_loop = !t.slg && !p.inpaint && use_device_loop(ctx.settings(), opt.host_loop) &&
                       (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(*t.x, ls);
     if (res.device_loop) {
         z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
@@ -510,7 +539,21 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         });
         if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
-        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res);
+        std::function<void(int, std::vector<float>&)> blend;
+        if (p.inpaint)
+            blend = [&](int i, std::vector<float>& lat) {
+                std::vector<float> proper;
+                if (opt.keep_intermediates)
+                    res.intermediates.push_back(
+                        {"step" + std::to_string(i) + "_prev_sample", Tensor::from_f32(lat_shape, lat)});
+                const float sigma = (float)sched->sigmas()[(size_t)i + 1];
+                blend_inpaint(lat, il.image_latents, il.noise, il.mask, sigma,
+                              opt.keep_intermediates ? &proper : nullptr);
+                if (opt.keep_intermediates && i + 1 < (int)ts.size())
+                    res.intermediates.push_back(
+                        {"step" + std::to_string(i) + "_init_latents_proper", Tensor::from_f32(lat_shape, proper)});
+            };
+        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend);
         z = f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
         for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }

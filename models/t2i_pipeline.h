@@ -8,6 +8,7 @@
 #include <string>
 
 #include "models/dit_pipeline.h"
+#include "models/image_input.h"
 #include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
 #include "runtime/core/safetensors.h"
@@ -65,6 +66,9 @@ struct T2IOptions : CommonOptions {
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
     bool resolution_binning = true;
     int images_per_prompt = 1;  // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
+    // Images in (SD3, Flux): --image, --mask, --strength, --noise (models/image_input.h). An image makes the call
+    // diffusers' img2img pipeline, an image and a mask its inpainting pipeline.
+    ImageInputs inputs;
 };
 
 // The call as resolved from the model and the options, before any heavy work.
@@ -82,6 +86,10 @@ struct T2IPlan {
     // Where the call differs from what was asked (a size rounded, binning not applied); generate_t2i prints them
     // once per generation (plan_t2i itself prints nothing: callers plan more than once).
     std::vector<std::string> warnings;
+    // Images in: the strength and the steps it skips (diffusers' get_timesteps: the loop runs steps - t_start).
+    bool img2img = false, inpaint = false;
+    double strength = 1;
+    int t_start = 0;
 };
 
 // The pipeline class of a text-to-image model: model_index.json's _class_name when it names a text-to-image

@@ -184,6 +184,47 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& 
     }
 }
 
+// Images in: which pipeline, the strength and its cut of the schedule; the image and mask sizes. All before any
+// model work.
+void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
+    const ImageInputs& in = opt.inputs;
+    if (!in.has_image() && !in.has_mask()) {
+        KILN_CHECK(!in.strength && in.noise.empty(), p.pipeline, ": strength and noise draws apply with an image");
+        return;
+    }
+    if (in.has_mask())
+        KILN_CHECK(f.inpaint_pipeline, p.pipeline, " cannot inpaint: diffusers has no inpainting pipeline for ", f.name,
+                   " (a mask applies to Stable Diffusion 3 and Flux)");
+    KILN_CHECK(f.img2img_pipeline, p.pipeline, ": diffusers has no image-to-image pipeline for ", f.name,
+               " (an image applies to Stable Diffusion 3 and Flux)");
+    KILN_CHECK(in.has_image(), p.pipeline, ": a mask needs the image it masks");
+    p.img2img = true;
+    p.inpaint = in.has_mask();
+    p.pipeline = p.inpaint ? f.inpaint_pipeline : f.img2img_pipeline;
+    p.strength = in.strength.value_or(f.default_strength);
+    KILN_CHECK(std::isfinite(p.strength) && p.strength > 0 && p.strength <= 1, "strength ", p.strength,
+               " is outside (0, 1]");
+    auto size = [](const Pixels& px, const Tensor& t) {
+        return t.bytes.empty() ? std::pair<int64_t, int64_t>(px.width, px.height)
+                               : std::pair<int64_t, int64_t>(t.shape.size() == 4 ? t.shape[3] : 0,
+                                                             t.shape.size() == 4 ? t.shape[2] : 0);
+    };
+    const auto [iw, ih] = size(in.image, in.image_tensor);
+    KILN_CHECK(iw > 0 && ih > 0, "the image has no pixels");
+    if (p.inpaint) {
+        const auto [mw, mh] = size(in.mask, in.mask_tensor);
+        KILN_CHECK(mw == iw && mh == ih, "the mask is ", mw, "x", mh, ", the image ", iw, "x", ih,
+                   " (they must be the same size)");
+    }
+    for (const auto& [name, t] : in.noise)
+        KILN_CHECK(name == "noise" || name == "image_vae_sample_noise" || name == "masked_image_vae_sample_noise",
+                   "noise: '", name, "' is not a draw of ", p.pipeline,
+                   " (noise, image_vae_sample_noise, masked_image_vae_sample_noise)");
+    p.t_start = strength_t_start(p.steps, p.strength);
+    KILN_CHECK(p.t_start < p.steps, p.pipeline, ": strength ", p.strength, " with ", p.steps,
+               " steps leaves no step (diffusers raises: the number of inference steps would be < 1)");
+}
+
 void plan_eta(const ModelSource& src, const T2IOptions& opt, const Family& f, T2IPlan& p) {
     KILN_CHECK(std::isfinite(opt.eta) && opt.eta >= 0, "eta is ", opt.eta,
                " (DDIM's eta: 0 is deterministic, 1 DDPM's variance)");
@@ -242,6 +283,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
                       p.latent_w, p.height, p.width);
     plan_guidance(opt, f, ts.layers, p);
     plan_eta(src, opt, f, p);
+    plan_images(opt, f, p);
     return p;
 }
 

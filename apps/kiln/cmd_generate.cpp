@@ -219,6 +219,7 @@ models::T2IOptions text_options(const Session& s, bool flux) {
     if (o.given("--height")) t.height = o.height;
     t.resolution_binning = !o.no_binning;
     t.images_per_prompt = o.images;
+    t.inputs = image_inputs(o);
     return t;
 }
 
@@ -293,7 +294,10 @@ std::string text_settings(const GenerateFlags& o, const models::T2IPlan& plan, c
                    " skip_layer_guidance_stop=" + std::to_string(o.slg_stop)) +
         (o.clip_skip ? " clip_skip=" + std::to_string(o.clip_skip) : "") +
         (o.prompt_embeds.empty() ? "" : " prompt_embeds=" + o.prompt_embeds) +
-        (o.latents.empty() ? "" : " latents=" + o.latents);
+        (o.latents.empty() ? "" : " latents=" + o.latents) +
+        (plan.img2img ? " strength=" + std::to_string(plan.strength) : "") +
+        (o.image.empty() ? "" : " image=" + o.image) + (o.mask.empty() ? "" : " mask=" + o.mask) +
+        (o.noise.empty() ? "" : " noise=" + o.noise);
     return settings;
 }
 

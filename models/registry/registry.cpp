@@ -94,6 +94,8 @@ const std::vector<Family>& families() {
                         {"text_encoder_3", K::t5_encoder, 3, 0, true, "t5xxl"}};
         sd3.encoders_summary = "three text encoders (CLIP-L, CLIP-G, then T5 which reads prompt_3)";
         sd3.clip_skip = sd3.skip_layer_guidance = sd3.custom_sigmas = true;
+        sd3.img2img_pipeline = "StableDiffusion3Img2ImgPipeline";
+        sd3.inpaint_pipeline = "StableDiffusion3InpaintPipeline";
 
         // pipeline_flux.py: CLIP pooled, T5 sequence; 2x2-packed latents; embedded guidance, true CFG.
         Family& flux = f[3];
@@ -113,6 +115,8 @@ const std::vector<Family>& families() {
         flux.encoders = {{"text_encoder", K::clip_text, 1, 77, false, "clip_l"},
                          {"text_encoder_2", K::t5_encoder, 2, 0, false, "t5xxl"}};
         flux.encoders_summary = "two text encoders (CLIP, then T5 which reads prompt_2)";
+        flux.img2img_pipeline = "FluxImg2ImgPipeline";
+        flux.inpaint_pipeline = "FluxInpaintPipeline";
         flux.true_cfg = flux.custom_sigmas = true;
         return f;
     }();

@@ -96,6 +96,12 @@ struct Family {
     bool clip_skip = false, skip_layer_guidance = false, eta = false, true_cfg = false;
     bool custom_timesteps = false, custom_sigmas = false, resolution_binning = false;
 
+    // Images in: the image-to-image and inpainting pipelines (nullptr: diffusers has none for the family), and
+    // their default strength.
+    const char* img2img_pipeline = nullptr;
+    const char* inpaint_pipeline = nullptr;
+    double default_strength = 0.6;
+
     bool text_to_image() const { return !encoders.empty(); }
 };
 
