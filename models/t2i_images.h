@@ -18,6 +18,9 @@ struct ImageLatents {
     std::vector<float> noise;          // the `noise` draw
     std::vector<float> init;           // scale_noise(image_latents, sigma, noise): the latents entering step 0
     std::vector<float> mask;           // inpainting: the mask at latent resolution (1 = repaint); else empty
+    // Flux Fill: per token, cat(packed masked-image latents [4 C], packed mask [4 f^2]): [B, S, cond_channels],
+    // the part of the transformer's input after the latents.
+    std::vector<float> cond;
 };
 
 // prepare_latents of the img2img / inpaint pipelines: preprocess, VAE encode, latent_dist.sample() with the

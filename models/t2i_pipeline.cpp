@@ -237,21 +237,33 @@ struct Guide {
 std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std::vector<float> x, const Guide& guide,
                                    const T2IOptions& opt, const std::vector<std::vector<float>>& step_noise,
                                    const std::function<float(int)>& timestep, GenerateResult& res,
-                                   const std::function<void(int, std::vector<float>&)>& after_step = {}) {
+                                   const std::function<void(int, std::vector<float>&)>& after_step = {},
+                                   const std::vector<float>& cond = {}) {
     const T2IPlan& p = guide.p;
     const int64_t B = guide.B;
     const int BB = guide.BB;
     const Shape& lat_shape = guide.lat_shape;
     Shape model_shape = lat_shape;
     model_shape[0] = BB;
+    // Flux Fill: every token's latents followed by its conditioning (pipeline_flux_fill.py: cat(latents,
+    // masked_image_latents, dim=2)).
+    const int64_t K = p.cond_channels, S = lat_shape[1], KL = lat_shape.back();
+    if (K) model_shape.back() += K;
     const size_t n_lat = x.size(), row_lat = guide.row_lat;
-    std::vector<float> noise(n_lat), model_in((size_t)BB * row_lat);
+    std::vector<float> noise(n_lat), model_in((size_t)BB * (row_lat + (size_t)(K * S)));
     double wait_ms = 0;
     const auto t_loop = Clock::now();
     const auto& ts = sched.timesteps();
     for (int i = 0; i < (int)ts.size(); ++i) {
         const auto t_step = Clock::now();
-        for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
+        if (K) {
+            for (int64_t tok = 0; tok < BB * S; ++tok) {  // BB == B: Fill has no classifier-free guidance
+                std::memcpy(&model_in[(size_t)(tok * (KL + K))], &x[(size_t)(tok * KL)], (size_t)KL * 4);
+                std::memcpy(&model_in[(size_t)(tok * (KL + K) + KL)], &cond[(size_t)(tok * K)], (size_t)K * 4);
+            }
+        } else {
+            for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
+        }
         sched.scale_model_input(model_in, i);
         t.x->set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
         t.x->set_input("timestep", Tensor::from_f32({BB}, std::vector<float>((size_t)BB, timestep(i))));
@@ -487,6 +499,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // ---- Transformer(s) for the guidance batch, built once; VAE decoder for the batch.
     Shape model_shape = lat_shape;
     model_shape[0] = BB;
+    if (p.fill) model_shape.back() += p.cond_channels;
     in["hidden_states"] = Tensor(DType::f32, model_shape);
     in["timestep"] = Tensor(DType::f32, {BB});
     Transformers t;
@@ -531,7 +544,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const Guide guide{p, src.class_of("transformer"), B, BB, row_lat, lat_shape};
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
     // So does inpainting's blend after each step.
-    res.device_loop = !t.slg && !p.inpaint && use_device_loop(ctx.settings(), opt.host_loop) &&
+    res.device_loop = !t.slg && !p.inpaint && !p.fill && use_device_loop(ctx.settings(), opt.host_loop) &&
                       (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(*t.x, ls);
     if (res.device_loop) {
         z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
@@ -553,7 +566,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                     res.intermediates.push_back(
                         {"step" + std::to_string(i) + "_init_latents_proper", Tensor::from_f32(lat_shape, proper)});
             };
-        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend);
+        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend, il.cond);
         z = f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
         for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }

@@ -88,6 +88,9 @@ struct T2IPlan {
     std::vector<std::string> warnings;
     // Images in: the strength and the steps it skips (diffusers' get_timesteps: the loop runs steps - t_start).
     bool img2img = false, inpaint = false;
+    // Flux Fill: the transformer reads cond_channels more per token (masked-image latents and the mask).
+    bool fill = false;
+    int cond_channels = 0;
     double strength = 1;
     int t_start = 0;
 };

@@ -33,7 +33,7 @@ int pixart_bin_side(int sample_size) {
 
 // What the plan reads from the transformer's config.
 struct TransformerShape {
-    int in_channels = 0, patch = 1, sample_size = 0, layers = 0;
+    int in_channels = 0, patch = 1, sample_size = 0, layers = 0, out_channels = 0;
 };
 
 TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg) {
@@ -48,7 +48,7 @@ TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg
         }
         case ComponentKind::flux: {
             const auto c = FluxConfig::from_json(cfg);
-            return {c.in_channels, c.patch, 0, c.layers};
+            return {c.in_channels, c.patch, 0, c.layers, c.out_channels};
         }
         default:
             KILN_FAIL("internal: ", class_name(kind), " is not a text-to-image transformer");
@@ -60,7 +60,18 @@ int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, Transforme
     const auto vc = VaeConfig::from_json(src.config("vae"));
     p.vae_scale_factor = vae_scale_factor(vc);
     ts = transformer_shape(f.transformer, src.config("transformer"));
-    if (f.packed_2x2) {
+    if (f.packed_2x2 && f.fill_pipeline && ts.out_channels && ts.in_channels > ts.out_channels) {
+        // Flux Fill: out_channels = 4 C; in_channels adds the packed masked-image latents (4 C) and the packed mask
+        // (4 f^2: the f x f pixels of each latent, for each of the 2x2 latents of a token).
+        p.fill = true;
+        p.latent_channels = ts.out_channels / 4;
+        p.token_patch = 2;
+        p.cond_channels = ts.in_channels - ts.out_channels;
+        const int expected = ts.out_channels + 4 * p.vae_scale_factor * p.vae_scale_factor;
+        KILN_CHECK(p.cond_channels == expected, f.fill_pipeline, ": in_channels ", ts.in_channels, " is not ",
+                   ts.out_channels, " + ", expected, " (latents, masked-image latents, mask of a ", p.vae_scale_factor,
+                   "x VAE)");
+    } else if (f.packed_2x2) {
         KILN_CHECK(ts.in_channels % 4 == 0, f.name, ": in_channels ", ts.in_channels, " is not 4 x latent channels");
         p.latent_channels = ts.in_channels / 4;
         p.token_patch = 2;
@@ -69,7 +80,7 @@ int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, Transforme
         p.token_patch = ts.patch;
     }
     multiple = p.vae_scale_factor * p.token_patch;
-    p.steps = f.steps, p.guidance = f.guidance;
+    p.steps = f.steps, p.guidance = p.fill ? f.fill_guidance : f.guidance;
     KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
                " latent channels, the transformer ", p.latent_channels);
     return f.default_sample_size ? f.default_sample_size : ts.sample_size;
@@ -188,6 +199,11 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& 
 // model work.
 void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
     const ImageInputs& in = opt.inputs;
+    if (p.fill) {
+        KILN_CHECK(in.has_image() && in.has_mask(), f.fill_pipeline, " (this transformer takes ", p.cond_channels,
+                   " conditioning channels) needs an image and a mask");
+        p.pipeline = f.fill_pipeline;
+    }
     if (!in.has_image() && !in.has_mask()) {
         KILN_CHECK(!in.strength && in.noise.empty(), p.pipeline, ": strength and noise draws apply with an image");
         return;
@@ -199,9 +215,9 @@ void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
                " (an image applies to Stable Diffusion 3 and Flux)");
     KILN_CHECK(in.has_image(), p.pipeline, ": a mask needs the image it masks");
     p.img2img = true;
-    p.inpaint = in.has_mask();
-    p.pipeline = p.inpaint ? f.inpaint_pipeline : f.img2img_pipeline;
-    p.strength = in.strength.value_or(f.default_strength);
+    p.inpaint = in.has_mask() && !p.fill;  // Fill conditions on the mask instead of blending
+    if (!p.fill) p.pipeline = p.inpaint ? f.inpaint_pipeline : f.img2img_pipeline;
+    p.strength = in.strength.value_or(p.fill ? f.fill_strength : f.default_strength);
     KILN_CHECK(std::isfinite(p.strength) && p.strength > 0 && p.strength <= 1, "strength ", p.strength,
                " is outside (0, 1]");
     auto size = [](const Pixels& px, const Tensor& t) {

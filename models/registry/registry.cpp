@@ -117,6 +117,7 @@ const std::vector<Family>& families() {
         flux.encoders_summary = "two text encoders (CLIP, then T5 which reads prompt_2)";
         flux.img2img_pipeline = "FluxImg2ImgPipeline";
         flux.inpaint_pipeline = "FluxInpaintPipeline";
+        flux.fill_pipeline = "FluxFillPipeline";
         flux.true_cfg = flux.custom_sigmas = true;
         return f;
     }();

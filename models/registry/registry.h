@@ -101,6 +101,10 @@ struct Family {
     const char* img2img_pipeline = nullptr;
     const char* inpaint_pipeline = nullptr;
     double default_strength = 0.6;
+    // Flux Fill (FLUX.1-Fill-dev): known by a transformer that takes more channels than it returns (the masked
+    // image's latents and the mask); its pipeline, and the defaults that differ.
+    const char* fill_pipeline = nullptr;
+    double fill_guidance = 30, fill_strength = 1;
 
     bool text_to_image() const { return !encoders.empty(); }
 };

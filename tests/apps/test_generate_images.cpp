@@ -82,9 +82,12 @@ constexpr double kTol = 1e-4;
 
 TEST_CASE("kiln generate --image-tensor --noise reproduces diffusers' img2img and inpainting step by step",
           "[apps][generate][images][vulkan]") {
-    const std::string name = GENERATE(as<std::string>{}, "sd3_img2img", "flux_img2img", "sd3_inpaint", "flux_inpaint");
-    const bool inpaint = name.find("inpaint") != std::string::npos;
-    const std::string model = fixture(name.rfind("sd3", 0) == 0 ? "sd3_pipeline" : "flux_pipeline");
+    const std::string name =
+        GENERATE(as<std::string>{}, "sd3_img2img", "flux_img2img", "sd3_inpaint", "flux_inpaint", "flux_fill");
+    const bool inpaint = name.find("inpaint") != std::string::npos || name == "flux_fill";
+    const std::string model = name == "flux_fill"
+                                  ? fixture(name)  // its own transformer and VAE
+                                  : fixture(name.rfind("sd3", 0) == 0 ? "sd3_pipeline" : "flux_pipeline");
     Tmp tmp("kiln_img");
     const std::string io_path = fixture(name) + "/io.safetensors";
     std::string args = "--model " + model + " --prompt-embeds " + io_path + " --image-tensor " + io_path + " --noise " +
@@ -110,8 +113,13 @@ TEST_CASE("kiln generate --image-tensor --noise reproduces diffusers' img2img an
         INFO(name << " dump lacks " << must);
         CHECK(dump.find(must));
     }
-    if (inpaint) CHECK(dump.find("step0_init_latents_proper"));
-    CHECK(compared >= (name == "sd3_inpaint" ? 12 : 15));
+    if (inpaint && name != "flux_fill") CHECK(dump.find("step0_init_latents_proper"));
+    if (name == "flux_fill") {  // the conditioning the pipeline builds
+        CHECK(dump.find("masked_image_latents"));
+        CHECK(dump.find("mask_latents"));
+        CHECK(r.err.find("FluxFillPipeline") != std::string::npos);
+    }
+    CHECK(compared >= (name == "sd3_inpaint" ? 12 : 14));
 
     if (name == "sd3_inpaint") {
         // Decoded right: latents / scaling_factor + shift_factor, then the VAE on the CPU reference executor.
@@ -131,16 +139,23 @@ TEST_CASE("kiln generate --image-tensor --noise reproduces diffusers' img2img an
 
 TEST_CASE("kiln generate --image FILE --mask FILE --prompt: the second runs from PNGs, through the C API",
           "[apps][generate][images][vulkan]") {
-    const std::string name = GENERATE(as<std::string>{}, "sd3_img2img", "flux_img2img", "sd3_inpaint", "flux_inpaint");
-    const bool sd3 = name.rfind("sd3", 0) == 0, inpaint = name.find("inpaint") != std::string::npos;
+    const std::string name =
+        GENERATE(as<std::string>{}, "sd3_img2img", "flux_img2img", "sd3_inpaint", "flux_inpaint", "flux_fill");
+    const bool sd3 = name.rfind("sd3", 0) == 0, fill = name == "flux_fill";
+    const bool inpaint = name.find("inpaint") != std::string::npos || fill;
     Tmp tmp("kiln_img");
     const auto run = run_of(name, 1);
     const std::string io_path = fixture(name) + "/run1.safetensors";
     auto io = SafeTensors::open(io_path);
     // Images of the call's size: no resize, so the PNG's pixels give diffusers' preprocessed tensor exactly.
-    std::string args = "--model " + fixture(sd3 ? "sd3_pipeline" : "flux_pipeline") + " --image " +
-                       write_png(tmp, "image.png", io.read("image_u8")) + " --noise " + io_path + call_flags(run) +
-                       " --prompt '" + run["prompt"][0].get<std::string>() + "'";
+    std::string args = "--model " +
+                       fixture(fill  ? name
+                               : sd3 ? "sd3_pipeline"
+                                     : "flux_pipeline") +
+                       " --image " + write_png(tmp, "image.png", io.read("image_u8")) + " --noise " + io_path +
+                       call_flags(run);
+    // Fill's folder has no text encoders (they are flux_pipeline's): diffusers' prompt_embeds
+    args += fill ? " --prompt-embeds " + io_path : " --prompt '" + run["prompt"][0].get<std::string>() + "'";
     if (run["call"].contains("negative_prompt") && run["call"]["negative_prompt"].is_string())
         args += " --negative-prompt '" + run["call"]["negative_prompt"].get<std::string>() + "'";
     if (inpaint) args += " --mask " + write_png(tmp, "mask.png", io.read("mask_u8"));
@@ -149,7 +164,7 @@ TEST_CASE("kiln generate --image FILE --mask FILE --prompt: the second runs from
     REQUIRE(r.rc == 0);
     auto dump = SafeTensors::open(tmp / "dump.safetensors");
     const int loop_steps = (int)run["derived"]["num_loop_steps"].get<int>();
-    std::vector<std::string> names = {"image_latents", "initial_latents"};
+    std::vector<std::string> names;
     for (int i = 0; i < loop_steps; ++i) names.push_back("step" + std::to_string(i) + "_latents");
     if (diffusers_decode(name, "image")) names.push_back("image");
     for (const auto& t : names) {
