@@ -407,6 +407,11 @@ typedef struct kiln_generate_params {
     const kiln_tensor* mask_tensor;
     const kiln_tensor* noise;
     int noise_count;
+    /* Flux Kontext (a model_index.json naming FluxKontextPipeline): image is the reference. max_area: diffusers'
+     * max_area, the output's area in pixels at the aspect of width / height (0 = 1024 * 1024). no_auto_resize: 1 =
+     * the reference at its own size (floored to 16 px) instead of the preferred resolution nearest its aspect. */
+    int64_t max_area;
+    int no_auto_resize;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -129,7 +129,8 @@ Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const
                  p.negative_prompt_3_count == 0 && p.clip_skip == 0,
              m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
     KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
-    KILN_ARG(!p.image && !p.mask && !p.image_tensor && !p.mask_tensor && p.strength == 0 && p.noise_count == 0,
+    KILN_ARG(!p.image && !p.mask && !p.image_tensor && !p.mask_tensor && p.strength == 0 && p.noise_count == 0 &&
+                 p.max_area == 0 && p.no_auto_resize == 0,
              m.src.path(), " is a DiT model: diffusers has no image-to-image pipeline for it (images apply to SD3 and ",
              "Flux)");
     KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
@@ -240,6 +241,9 @@ models::ImageInputs read_image_inputs(const kiln_generate_params& p) {
     KILN_ARG(p.strength == 0 || (std::isfinite(p.strength) && p.strength > 0 && p.strength <= 1), "strength ",
              p.strength, " is outside (0, 1] (0 = the pipeline's)");
     if (p.strength != 0) in.strength = p.strength;
+    KILN_ARG(p.max_area >= 0, "max_area is ", p.max_area, " (0 = the pipeline's)");
+    if (p.max_area) in.max_area = p.max_area;
+    in.auto_resize = p.no_auto_resize == 0;
     KILN_ARG(p.noise_count >= 0 && (p.noise_count == 0 || p.noise), "noise/noise_count do not describe the draws");
     for (int i = 0; i < p.noise_count; ++i) {
         Tensor t = read_tensor(p.noise[i], i, "noise");

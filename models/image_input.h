@@ -29,6 +29,10 @@ struct ImageInputs {
     // diffusers' draws by call site: noise, image_vae_sample_noise, masked_image_vae_sample_noise. Each one given
     // replaces that draw; the others come from the seed's generator in diffusers' order.
     std::map<std::string, Tensor> noise;
+    // Flux Kontext: diffusers' max_area (default 1024^2: the output's area, its aspect from width / height) and
+    // _auto_resize (the reference image resized to the preferred resolution nearest its aspect).
+    std::optional<int64_t> max_area;
+    bool auto_resize = true;
 
     bool has_image() const { return !image.empty() || !image_tensor.bytes.empty(); }
     bool has_mask() const { return !mask.empty() || !mask_tensor.bytes.empty(); }

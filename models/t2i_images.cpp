@@ -139,6 +139,36 @@ ImageLatents prepare_image_latents(VaeRunner& vae, const T2IOptions& opt, const 
     return r;
 }
 
+std::vector<float> kontext_reference(VaeRunner& vae, const T2IOptions& opt, const T2IPlan& p, int64_t B, Tensor& ids,
+                                     std::vector<std::pair<std::string, Tensor>>* keep) {
+    const int C = p.latent_channels, f = p.vae_scale_factor;
+    const int h = p.ref_height / f, w = p.ref_width / f;
+    const Tensor image = preprocess_image(opt.inputs, p.ref_width, p.ref_height);
+    if (keep) keep->push_back({"image_preprocessed", image});
+    auto enc = vae.encode(image);
+    const Tensor& mean = enc.at("latent_mean");
+    KILN_CHECK(mean.shape == (Shape{1, C, h, w}), "the VAE encoded the reference to ", shape_str(mean.shape),
+               ", expected ", shape_str({1, C, h, w}));
+    const float sf = (float)vae.config().scaling_factor, shift = (float)vae.config().shift_factor;
+    Tensor lat(DType::f32, mean.shape);
+    for (int64_t k = 0; k < lat.numel(); ++k) lat.data<float>()[k] = (mean.data<float>()[k] - shift) * sf;
+    const std::vector<float> packed = pack_latents_2x2(lat.data<float>(), 1, C, h, w);
+    const int S = (h / 2) * (w / 2);
+    if (keep) {
+        keep->push_back({"image_latents", lat});
+        keep->push_back({"image_latents_packed", Tensor::from_f32({1, S, 4 * C}, packed)});
+    }
+    ids = Tensor(DType::f32, {S, 3});
+    for (int i = 0; i < h / 2; ++i)
+        for (int j = 0; j < w / 2; ++j) {
+            float* id = ids.data<float>() + ((size_t)i * (w / 2) + j) * 3;
+            id[0] = 1.f, id[1] = (float)i, id[2] = (float)j;  // first id 1: the reference, not the output
+        }
+    std::vector<float> out;
+    for (int64_t b = 0; b < B; ++b) out.insert(out.end(), packed.begin(), packed.end());
+    return out;
+}
+
 void blend_inpaint(std::vector<float>& latents, const std::vector<float>& image_latents,
                    const std::vector<float>& noise, const std::vector<float>& mask, float sigma,
                    std::vector<float>* init_proper) {

@@ -30,6 +30,12 @@ struct ImageLatents {
 ImageLatents prepare_image_latents(VaeRunner& vae, const T2IOptions& opt, const T2IPlan& p, TorchCpuGenerator& gen,
                                    int64_t B, float sigma, std::vector<std::pair<std::string, Tensor>>* keep);
 
+// Flux Kontext's reference (pipeline_flux_kontext.py prepare_latents): the image preprocessed at ref_width x
+// ref_height, VAE-encoded with the mean (sample_mode "argmax"), (mean - shift) * scale, packed [S_img, 64] and
+// repeated for B rows: [B, S_img, 64]. ids: its rotary ids [S_img, 3], (1, row, col).
+std::vector<float> kontext_reference(VaeRunner& vae, const T2IOptions& opt, const T2IPlan& p, int64_t B, Tensor& ids,
+                                     std::vector<std::pair<std::string, Tensor>>* keep);
+
 // The inpainting blend after step i, in the loop's layout (Flux: packed): init_latents_proper =
 // sigma * noise + (1 - sigma) * image_latents with sigma the cut schedule's sigmas[i + 1] (0 after the last step:
 // the image latents), then latents = (1 - mask) * init_latents_proper + mask * latents.

@@ -238,7 +238,7 @@ std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std
                                    const T2IOptions& opt, const std::vector<std::vector<float>>& step_noise,
                                    const std::function<float(int)>& timestep, GenerateResult& res,
                                    const std::function<void(int, std::vector<float>&)>& after_step = {},
-                                   const std::vector<float>& cond = {}) {
+                                   const std::vector<float>& cond = {}, const std::vector<float>& ref = {}) {
     const T2IPlan& p = guide.p;
     const int64_t B = guide.B;
     const int BB = guide.BB;
@@ -250,7 +250,11 @@ std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std
     const int64_t K = p.cond_channels, S = lat_shape[1], KL = lat_shape.back();
     if (K) model_shape.back() += K;
     const size_t n_lat = x.size(), row_lat = guide.row_lat;
-    std::vector<float> noise(n_lat), model_in((size_t)BB * (row_lat + (size_t)(K * S)));
+    // Flux Kontext: the reference's tokens after every row's (cat(latents, image_latents, dim=1)); the output's
+    // first row_lat values per row are the prediction.
+    const size_t row_ref = ref.size() / (size_t)std::max<int64_t>(B, 1);
+    if (row_ref) model_shape[1] += (int64_t)row_ref / lat_shape.back();
+    std::vector<float> noise(n_lat), model_in((size_t)BB * (row_lat + (size_t)(K * S) + row_ref));
     double wait_ms = 0;
     const auto t_loop = Clock::now();
     const auto& ts = sched.timesteps();
@@ -261,6 +265,13 @@ std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std
                 std::memcpy(&model_in[(size_t)(tok * (KL + K))], &x[(size_t)(tok * KL)], (size_t)KL * 4);
                 std::memcpy(&model_in[(size_t)(tok * (KL + K) + KL)], &cond[(size_t)(tok * K)], (size_t)K * 4);
             }
+        } else if (row_ref) {
+            for (int64_t r = 0; r < BB; ++r) {
+                const int64_t b = r % B;
+                std::memcpy(&model_in[(size_t)r * (row_lat + row_ref)], &x[(size_t)b * row_lat], row_lat * 4);
+                std::memcpy(&model_in[(size_t)r * (row_lat + row_ref) + row_lat], &ref[(size_t)b * row_ref],
+                            row_ref * 4);
+            }
         } else {
             for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
         }
@@ -270,9 +281,15 @@ std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std
         auto t_run = Clock::now();
         t.x->run();
         wait_ms += ms_since(t_run) - t.x->last_host_ms();
-        const Tensor out = t.x->output("sample");
+        Tensor out = t.x->output("sample");
         const std::string si = "step" + std::to_string(i);
         if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
+        if (row_ref) {  // noise_pred = out[:, :seq_out]
+            Tensor cut(DType::f32, {BB, lat_shape[1], lat_shape[2]});
+            for (int64_t r = 0; r < BB; ++r)
+                std::memcpy(cut.data<float>() + r * row_lat, out.data<float>() + r * (row_lat + row_ref), row_lat * 4);
+            out = std::move(cut);
+        }
         guide(out, noise);
         if (t.slg && std::count(p.slg_steps.begin(), p.slg_steps.end(), i)) {
             // diffusers: transformer(latents, t, original_prompt_embeds, skip_layers) on the prompt rows, then
@@ -473,6 +490,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         init = Tensor::from_f32(nchw, il.init);
     } else if (opt.latents_init) {
         init = opt.latents_init->astype(DType::f32);
+    } else if (auto it = opt.inputs.noise.find("noise"); it != opt.inputs.noise.end()) {
+        init = it->second.astype(DType::f32);  // --noise: the draw by name
     } else {
         gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
     }
@@ -487,6 +506,16 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         if (p.inpaint)  // the blend runs in the loop's layout
             for (auto* v : {&il.image_latents, &il.noise, &il.mask}) *v = pack_2x2(v->data(), (int)B, C, h, w);
     }
+    std::vector<float> ref;  // Flux Kontext: the reference's tokens, joined to the sequence with their own ids
+    if (p.kontext && p.ref_width) {
+        Tensor ref_ids;
+        ref = kontext_reference(vx, opt, p, B, ref_ids, opt.keep_intermediates ? &image_dump : nullptr);
+        Tensor& img = in["img_ids"];
+        Tensor ids(DType::f32, {img.shape[0] + ref_ids.shape[0], 3});
+        std::memcpy(ids.bytes.data(), img.bytes.data(), img.nbytes());
+        std::memcpy(ids.bytes.data() + img.nbytes(), ref_ids.bytes.data(), ref_ids.nbytes());
+        img = std::move(ids);
+    }
 
     // ---- Timesteps; the steps' noise, drawn now in the order diffusers draws it (each step's after the previous
     // one's); the device loop holds all of it (steps x latents).
@@ -500,6 +529,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     Shape model_shape = lat_shape;
     model_shape[0] = BB;
     if (p.fill) model_shape.back() += p.cond_channels;
+    if (!ref.empty()) model_shape[1] += (int64_t)(ref.size() / (size_t)B) / model_shape[2];
     in["hidden_states"] = Tensor(DType::f32, model_shape);
     in["timestep"] = Tensor(DType::f32, {BB});
     Transformers t;
@@ -515,7 +545,12 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             const float t0 = (float)sched->timesteps()[0];
             res.intermediates.push_back({"latent_timestep", Tensor::from_f32({1}, {t0})});
         } else {
+            res.intermediates.insert(res.intermediates.end(), image_dump.begin(), image_dump.end());
             res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
+            if (p.kontext) {
+                res.intermediates.push_back({"img_ids", in["img_ids"]});
+                res.intermediates.push_back({"initial_latents", Tensor::from_f32(lat_shape, x)});
+            }
         }
         if (f.packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
         if (p.img2img)
@@ -544,7 +579,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const Guide guide{p, src.class_of("transformer"), B, BB, row_lat, lat_shape};
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
     // So does inpainting's blend after each step.
-    res.device_loop = !t.slg && !p.inpaint && !p.fill && use_device_loop(ctx.settings(), opt.host_loop) &&
+    res.device_loop = !t.slg && !p.inpaint && !p.fill && ref.empty() &&
+                      use_device_loop(ctx.settings(), opt.host_loop) &&
                       (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(*t.x, ls);
     if (res.device_loop) {
         z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
@@ -566,7 +602,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                     res.intermediates.push_back(
                         {"step" + std::to_string(i) + "_init_latents_proper", Tensor::from_f32(lat_shape, proper)});
             };
-        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend, il.cond);
+        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend, il.cond, ref);
         z = f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
         for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }

@@ -91,6 +91,10 @@ struct T2IPlan {
     // Flux Fill: the transformer reads cond_channels more per token (masked-image latents and the mask).
     bool fill = false;
     int cond_channels = 0;
+    // Flux Kontext: a reference image of ref_width x ref_height pixels whose tokens follow the latents' (0 x 0:
+    // none, plain text-to-image at Kontext's size).
+    bool kontext = false;
+    int ref_width = 0, ref_height = 0;
     double strength = 1;
     int t_start = 0;
 };

@@ -1,6 +1,7 @@
 // Text-to-image pipelines: the call as resolved from the model and the options (plan_t2i), before any heavy work.
 // What differs between the families comes from their registry descriptors (models/registry/registry.h).
 #include <cmath>
+#include <tuple>
 
 #include "models/flux.h"
 #include "models/pixart.h"
@@ -128,6 +129,20 @@ void plan_size(const T2IOptions& opt, const Family& f, int sample, int multiple,
     p.height = opt.height.value_or(sample * p.vae_scale_factor);
     p.width = opt.width.value_or(sample * p.vae_scale_factor);
     KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
+    if (p.kontext) {
+        // FluxKontextPipeline: only the aspect of height / width counts; the size is max_area's, each side
+        // round()ed (Python: half to even) and floored to the multiple.
+        const double area = (double)opt.inputs.max_area.value_or(1024 * 1024), ar = (double)p.width / p.height;
+        KILN_CHECK(area >= 1, "max_area ", area, " must be positive");
+        const int w = (int)std::nearbyint(std::sqrt(area * ar)) / multiple * multiple;
+        const int h = (int)std::nearbyint(std::sqrt(area / ar)) / multiple * multiple;
+        KILN_CHECK(w > 0 && h > 0, p.pipeline, ": max_area ", area, " gives no ", multiple, "-pixel multiple");
+        if (w != p.width || h != p.height)
+            p.warnings.push_back(p.pipeline + ": generating at " + std::to_string(w) + "x" + std::to_string(h) +
+                                 " (max_area " + std::to_string((int64_t)area) + " at the aspect of " +
+                                 std::to_string(p.width) + "x" + std::to_string(p.height) + "), as diffusers does");
+        p.width = w, p.height = h;
+    }
     if (f.round_size_down && (p.height % multiple || p.width % multiple)) {
         // diffusers' Flux pipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
         // other pipelines raise.
@@ -199,6 +214,32 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& 
 // model work.
 void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
     const ImageInputs& in = opt.inputs;
+    KILN_CHECK((!in.max_area && in.auto_resize) || p.kontext, p.pipeline,
+               ": max_area and auto_resize apply to Flux Kontext (a model_index.json naming FluxKontextPipeline)");
+    if (p.kontext) {
+        KILN_CHECK(!in.has_mask(), p.pipeline, " cannot inpaint: it edits the whole image (no mask)");
+        KILN_CHECK(!in.strength, p.pipeline, ": strength does not apply (the reference image is not noised)");
+        if (!in.has_image()) return;
+        // The reference: its size floored to the multiple, or with auto_resize the preferred resolution nearest its
+        // aspect (min of (|aspect - w/h|, w, h)), floored. A preprocessed tensor is taken at its size.
+        const int m = 2 * p.vae_scale_factor;
+        const bool tensor = !in.image_tensor.bytes.empty();
+        KILN_CHECK(!tensor || in.image_tensor.shape.size() == 4, "image tensor: expected [1, 3, H, W], got ",
+                   shape_str(in.image_tensor.shape));
+        int iw = tensor ? (int)in.image_tensor.shape[3] : in.image.width / m * m;
+        int ih = tensor ? (int)in.image_tensor.shape[2] : in.image.height / m * m;
+        KILN_CHECK(iw > 0 && ih > 0, p.pipeline, ": the reference image is smaller than ", m, "x", m);
+        if (in.auto_resize && !tensor) {
+            const double ar = (double)iw / ih;
+            std::tuple<double, int, int> best{1e300, 0, 0};
+            for (auto [w, h] : f.kontext_resolutions) best = std::min(best, {std::abs(ar - (double)w / h), w, h});
+            iw = std::get<1>(best), ih = std::get<2>(best);
+        }
+        p.ref_width = iw / m * m, p.ref_height = ih / m * m;
+        KILN_CHECK(!tensor || (p.ref_width == iw && p.ref_height == ih), p.pipeline, ": the image tensor is ", iw, "x",
+                   ih, ", not a multiple of ", m);
+        return;
+    }
     if (p.fill) {
         KILN_CHECK(in.has_image() && in.has_mask(), f.fill_pipeline, " (this transformer takes ", p.cond_channels,
                    " conditioning channels) needs an image and a mask");
@@ -289,6 +330,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     TransformerShape ts;
     int multiple = 0;
     const int sample = plan_latents(src, f, p, ts, multiple);
+    p.kontext = f.kontext_pipeline && p.pipeline == f.kontext_pipeline;
     if (opt.steps) p.steps = *opt.steps;
     plan_custom_schedule(src, opt, f, p);
     if (opt.guidance) p.guidance = *opt.guidance;

@@ -188,6 +188,8 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     p.noise = draws.empty() ? nullptr : draws.data();
     p.noise_count = (int)draws.size();
     if (in.strength) p.strength = *in.strength;
+    if (in.max_area) p.max_area = *in.max_area;
+    p.no_auto_resize = !in.auto_resize;
     CommonStore store;
     set_common(p, t, store);
     return run(m, p, t.keep_intermediates, t.progress, stats);

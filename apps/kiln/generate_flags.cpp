@@ -147,6 +147,14 @@ std::vector<GenerateFlag> flag_table() {
      "safetensors with diffusers' random draws by name: noise, image_vae_sample_noise, "
      "masked_image_vae_sample_noise (float32); each one present replaces that draw of --seed's generator",
      kText},
+    {"--max-area", &F::max_area,
+     "Flux Kontext: diffusers' max_area, the output's area in pixels at the aspect of --width / --height (default "
+     "1048576 = 1024^2)",
+     kText},
+    {"--no-auto-resize", &F::no_auto_resize,
+     "Flux Kontext: the reference image at its own size (diffusers' _auto_resize=False) instead of the preferred "
+     "resolution nearest its aspect",
+     kText},
     {"--host-loop", &F::host_loop,
      "Run the denoising loop on the host (read back every step; guidance and scheduler on the CPU) instead of on "
      "the device; same result. Also KILN_DEVICE_LOOP=0"},
@@ -270,6 +278,8 @@ models::ImageInputs image_inputs(const GenerateFlags& f) {
     if (!f.image_tensor.empty()) in.image_tensor = tensor(f.image_tensor, "image_preprocessed", "--image-tensor");
     if (!f.mask_tensor.empty()) in.mask_tensor = tensor(f.mask_tensor, "mask_preprocessed", "--mask-tensor");
     if (f.given("--strength")) in.strength = f.strength;
+    if (f.given("--max-area")) in.max_area = (int64_t)f.max_area;
+    in.auto_resize = !f.no_auto_resize;
     if (!f.noise.empty()) {
         const auto st = SafeTensors::open(f.noise);
         for (const char* name : {"noise", "image_vae_sample_noise", "masked_image_vae_sample_noise"})

@@ -33,6 +33,8 @@ struct GenerateFlags {
     // Images in (appended in 0.2): --image, --image-tensor, --mask, --mask-tensor, --strength, --noise.
     std::string image, image_tensor, mask, mask_tensor, noise;
     double strength = 0.6;
+    uint64_t max_area = 0;
+    bool no_auto_resize = false;
     ComponentFlags parts;               // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
     std::vector<CLI::Option*> options;  // one per row of generate_flags(), in its order (nullptr: not registered)
 

@@ -101,7 +101,7 @@ const std::vector<Family>& families() {
         Family& flux = f[3];
         flux.id = FamilyId::flux;
         flux.name = "Flux";
-        flux.pipelines = {{"FluxPipeline", 512}};
+        flux.pipelines = {{"FluxPipeline", 512}, {"FluxKontextPipeline", 512}};
         flux.schnell_max_sequence_length = 256;  // FLUX.1-schnell (no guidance embedding) was trained with 256
         flux.transformer = K::flux;
         flux.steps = 28, flux.guidance = 3.5;
@@ -118,6 +118,10 @@ const std::vector<Family>& families() {
         flux.img2img_pipeline = "FluxImg2ImgPipeline";
         flux.inpaint_pipeline = "FluxInpaintPipeline";
         flux.fill_pipeline = "FluxFillPipeline";
+        flux.kontext_pipeline = "FluxKontextPipeline";
+        flux.kontext_resolutions = {{672, 1568}, {688, 1504}, {720, 1456},  {752, 1392}, {800, 1328}, {832, 1248},
+                                    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880}, {1248, 832},
+                                    {1328, 800}, {1392, 752}, {1456, 720},  {1504, 688}, {1568, 672}};
         flux.true_cfg = flux.custom_sigmas = true;
         return f;
     }();

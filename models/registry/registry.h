@@ -5,6 +5,7 @@
 // registry.cpp spells class names. Pure C++ (no Vulkan): the converter links it too.
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kiln::models {
@@ -105,6 +106,10 @@ struct Family {
     // image's latents and the mask); its pipeline, and the defaults that differ.
     const char* fill_pipeline = nullptr;
     double fill_guidance = 30, fill_strength = 1;
+    // Flux Kontext (FLUX.1-Kontext-dev): known by its pipeline class in model_index.json (one of `pipelines`); the
+    // reference image's preferred sizes (w, h), pipeline_flux_kontext.py's PREFERRED_KONTEXT_RESOLUTIONS.
+    const char* kontext_pipeline = nullptr;
+    std::vector<std::pair<int, int>> kontext_resolutions;
 
     bool text_to_image() const { return !encoders.empty(); }
 };
