@@ -372,6 +372,32 @@ void keep_schedule(const sched::Scheduler& sched, GenerateResult& res, const cha
             {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
 }
 
+// The call's inputs under the fixtures' names: the text conditioning, the image's tensors (image_dump), the
+// latents entering step 0 (img2img, Kontext: packed initial_latents; else the noise latents_init), ids and schedule.
+void keep_inputs(GenerateResult& res, const T2IPlan& p, const TextConditioning& tx, std::map<std::string, Tensor>& in,
+                 const sched::Scheduler& sched, std::vector<std::pair<std::string, Tensor>> image_dump,
+                 const Tensor& init, const Tensor& initial_latents) {
+    for (auto& kv : tx.named()) res.intermediates.push_back(kv);
+    res.intermediates.insert(res.intermediates.end(), image_dump.begin(), image_dump.end());
+    const auto& ts = sched.timesteps();
+    if (p.img2img) {
+        res.intermediates.push_back({"initial_latents", initial_latents});
+        res.intermediates.push_back({"latent_timestep", Tensor::from_f32({1}, {(float)ts[0]})});
+    } else {
+        res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
+        if (p.kontext) {
+            res.intermediates.push_back({"img_ids", in["img_ids"]});
+            res.intermediates.push_back({"initial_latents", initial_latents});
+        }
+    }
+    if (p.family->packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
+    if (p.img2img)  // the loop's (after the strength's cut); timesteps_all and sigmas were kept before it
+        res.intermediates.push_back(
+            {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+    else
+        keep_schedule(sched, res);
+}
+
 // VAE decode, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC.
 void decode_images(VaeRunner& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res) {
     auto t_dec = Clock::now();
@@ -537,29 +563,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     vx.prepare_decode(nchw);
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = t.x->counters();
-    if (opt.keep_intermediates) {
-        for (auto& kv : tx.named()) res.intermediates.push_back(kv);
-        if (p.img2img) {
-            res.intermediates.insert(res.intermediates.end(), image_dump.begin(), image_dump.end());
-            res.intermediates.push_back({"initial_latents", Tensor::from_f32(lat_shape, x)});
-            const float t0 = (float)sched->timesteps()[0];
-            res.intermediates.push_back({"latent_timestep", Tensor::from_f32({1}, {t0})});
-        } else {
-            res.intermediates.insert(res.intermediates.end(), image_dump.begin(), image_dump.end());
-            res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
-            if (p.kontext) {
-                res.intermediates.push_back({"img_ids", in["img_ids"]});
-                res.intermediates.push_back({"initial_latents", Tensor::from_f32(lat_shape, x)});
-            }
-        }
-        if (f.packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
-        if (p.img2img)
-            res.intermediates.push_back({"timesteps", Tensor::from_f32({(int64_t)sched->timesteps().size()},
-                                                                       std::vector<float>(sched->timesteps().begin(),
-                                                                                          sched->timesteps().end()))});
-        else
-            keep_schedule(*sched, res);
-    }
+    if (opt.keep_intermediates)
+        keep_inputs(res, p, tx, in, *sched, std::move(image_dump), init, Tensor::from_f32(lat_shape, x));
 
     // ---- Denoising loop; then the latents for the VAE: latents / scaling_factor (+ shift_factor).
     const auto& ts = sched->timesteps();

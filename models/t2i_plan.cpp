@@ -244,6 +244,7 @@ void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
         KILN_CHECK(in.has_image() && in.has_mask(), f.fill_pipeline, " (this transformer takes ", p.cond_channels,
                    " conditioning channels) needs an image and a mask");
         p.pipeline = f.fill_pipeline;
+        KILN_CHECK(!p.cfg, p.pipeline, " has no true_cfg_scale (its guidance is embedded: --guidance)");
     }
     if (!in.has_image() && !in.has_mask()) {
         KILN_CHECK(!in.strength && in.noise.empty(), p.pipeline, ": strength and noise draws apply with an image");
