@@ -297,7 +297,9 @@ std::string text_settings(const GenerateFlags& o, const models::T2IPlan& plan, c
         (o.latents.empty() ? "" : " latents=" + o.latents) +
         (plan.img2img ? " strength=" + std::to_string(plan.strength) : "") +
         (o.image.empty() ? "" : " image=" + o.image) + (o.mask.empty() ? "" : " mask=" + o.mask) +
-        (o.noise.empty() ? "" : " noise=" + o.noise);
+        (o.noise.empty() ? "" : " noise=" + o.noise) +
+        (plan.kontext && o.max_area ? " max_area=" + std::to_string(o.max_area) : "") +
+        (plan.kontext && o.no_auto_resize ? " auto_resize=false" : "");
     return settings;
 }
 
