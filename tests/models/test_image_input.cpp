@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "models/image_input.h"
+#include "models/t2i_pipeline.h"
+#include "tests/support/test_support.h"
 
 using namespace kiln;
 using namespace kiln::models;
@@ -59,4 +61,54 @@ TEST_CASE("preprocess_image and preprocess_mask: diffusers' [-1, 1] and binarise
     CHECK(preprocess_image(tin, 1, 1).data<float>()[1] == 0.f);
     tin.image_tensor = Tensor::from_f32({1, 3, 1, 1}, {-0.5f, 0.5f, 1.f});
     CHECK(preprocess_image(tin, 1, 1).data<float>()[0] == -0.5f);
+}
+
+TEST_CASE("plan_t2i with images: pipelines, strength's cut, Fill's channels, Kontext's sizes", "[models][images]") {
+    auto fixture = [](const char* name) { return ModelSource::open(test::data_path(std::string("fixtures/") + name)); };
+    Pixels px;
+    px.width = 48, px.height = 40;
+    px.rgba.assign((size_t)48 * 40 * 4, 100);
+    {
+        T2IOptions o;
+        o.inputs.image = px;
+        o.steps = 28, o.width = 64, o.height = 64;
+        const T2IPlan p = plan_t2i(fixture("sd3_pipeline"), o);
+        CHECK(p.pipeline == "StableDiffusion3Img2ImgPipeline");
+        CHECK(p.strength == 0.6);  // diffusers' default
+        CHECK(p.t_start == 11);
+        o.inputs.mask = px;
+        CHECK(plan_t2i(fixture("sd3_pipeline"), o).pipeline == "StableDiffusion3InpaintPipeline");
+    }
+    {
+        T2IOptions o;
+        o.inputs.image = px, o.inputs.mask = px;
+        o.width = 48, o.height = 48;
+        const T2IPlan p = plan_t2i(fixture("flux_fill"), o);
+        CHECK(p.pipeline == "FluxFillPipeline");
+        CHECK((p.fill && !p.inpaint));
+        CHECK(p.latent_channels == 16);
+        CHECK(p.cond_channels == 64 + 4 * 8 * 8);  // masked-image latents + the mask of an 8x VAE
+        CHECK(p.guidance == 30);
+        CHECK(p.strength == 1);
+        o.inputs.mask = {};
+        CHECK_THROWS_WITH(plan_t2i(fixture("flux_fill"), o), Catch::Contains("needs an image and a mask"));
+    }
+    {
+        // Kontext (VAE factor 2 here: sizes in multiples of 4): the default 256x256 request at max_area 4096 is
+        // 64x64; the 48x40 reference (aspect 1.2) goes to the preferred (1104, 944) (aspect 1.169), or stays 48x40.
+        T2IOptions o;
+        o.inputs.image = px;
+        o.inputs.max_area = 4096;
+        T2IPlan p = plan_t2i(fixture("flux_kontext"), o);
+        CHECK(p.pipeline == "FluxKontextPipeline");
+        CHECK((p.width == 64 && p.height == 64));
+        CHECK((p.ref_width == 1104 && p.ref_height == 944));
+        o.inputs.auto_resize = false;
+        o.width = 40, o.height = 24, o.inputs.max_area = 960;
+        p = plan_t2i(fixture("flux_kontext"), o);
+        CHECK((p.width == 40 && p.height == 24));
+        CHECK((p.ref_width == 48 && p.ref_height == 40));
+        o.inputs.mask = px;
+        CHECK_THROWS_WITH(plan_t2i(fixture("flux_kontext"), o), Catch::Contains("cannot inpaint"));
+    }
 }
