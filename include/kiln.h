@@ -413,6 +413,26 @@ typedef struct kiln_generate_params {
     int lora_count;
     int lora_apply; /* a kiln_lora_apply */
     int lora_allow_unmatched;
+    /* Appended in 0.2: images in (SD3, Flux; NULL/0 = text-to-image). image: the picture to start from, RGBA8
+     * (alpha ignored; data, width, height read), resized to the call's width x height (Lanczos) and VAE-encoded:
+     * diffusers' img2img pipeline. mask: with image, the same size, RGBA8 read as PIL's convert("L"), >= 128 after
+     * the resize = repaint: the inpainting pipeline. strength: in (0, 1], 0 = the pipeline's (0.6); the loop runs
+     * the last int(steps * strength) steps, from the image noised to that step's sigma. image_tensor /
+     * mask_tensor: diffusers' preprocessed tensors (float32 [1, 3, H, W] in [-1, 1] / [1, 1, H, W]) instead of
+     * pixels, for exact runs. noise: random draws by diffusers' call site ("noise", "image_vae_sample_noise",
+     * "masked_image_vae_sample_noise"), float32, replacing those the seed's generator would make. */
+    const struct kiln_image* image; /* see kiln_image below */
+    const struct kiln_image* mask;
+    double strength;
+    const kiln_tensor* image_tensor;
+    const kiln_tensor* mask_tensor;
+    const kiln_tensor* noise;
+    int noise_count;
+    /* Flux Kontext (a model_index.json naming FluxKontextPipeline): image is the reference. max_area: diffusers'
+     * max_area, the output's area in pixels at the aspect of width / height (0 = 1024 * 1024). no_auto_resize: 1 =
+     * the reference at its own size (floored to 16 px) instead of the preferred resolution nearest its aspect. */
+    int64_t max_area;
+    int no_auto_resize;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -129,6 +129,10 @@ Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const
                  p.negative_prompt_3_count == 0 && p.clip_skip == 0,
              m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
     KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
+    KILN_ARG(!p.image && !p.mask && !p.image_tensor && !p.mask_tensor && p.strength == 0 && p.noise_count == 0 &&
+                 p.max_area == 0 && p.no_auto_resize == 0,
+             m.src.path(), " is a DiT model: diffusers has no image-to-image pipeline for it (images apply to SD3 and ",
+             "Flux)");
     KILN_ARG(p.sigma_count == 0 && p.timestep_count == 0, m.src.path(),
              " is a DiT model: custom sigmas and timesteps apply to the text pipelines (",
              models::pipeline_for(models::family(models::FamilyId::dit)).name, " takes none)");
@@ -208,6 +212,45 @@ models::TextConditioning read_prompt_embeds(const kiln_generate_params& p, const
     KILN_ARG(!pe.bytes.empty() && pe.shape.size() == 3, "prompt_embeds: 'prompt_embeds' [B, L, D] is missing",
              pe.shape.empty() ? "" : " (got " + shape_str(pe.shape) + ")");
     return text;
+}
+
+// Images in: pixels (RGBA8) or preprocessed tensors, the strength, the named draws. The pipeline's checks (which
+// models take them, sizes, strength range) are plan_t2i's.
+models::Pixels read_pixels(const kiln_image* im, const char* what) {
+    models::Pixels px;
+    if (!im) return px;
+    const kiln_image img = read_struct(im, what);
+    KILN_ARG(raw_enum(img.format) == KILN_PIXELS_RGBA8, what, "->format must be KILN_PIXELS_RGBA8");
+    KILN_ARG(img.width > 0 && img.height > 0 && img.width <= 65536 && img.height <= 65536, what, " is ", img.width, "x",
+             img.height);
+    KILN_ARG(img.data, what, "->data is NULL");
+    px.width = img.width, px.height = img.height;
+    const auto* d = static_cast<const uint8_t*>(img.data);
+    px.rgba.assign(d, d + (size_t)img.width * img.height * 4);
+    return px;
+}
+
+models::ImageInputs read_image_inputs(const kiln_generate_params& p) {
+    models::ImageInputs in;
+    in.image = read_pixels(p.image, "image");
+    in.mask = read_pixels(p.mask, "mask");
+    KILN_ARG(!(p.image && p.image_tensor) && !(p.mask && p.mask_tensor),
+             "give the image (and the mask) as pixels or as a tensor, not both");
+    if (p.image_tensor) in.image_tensor = read_tensor(*p.image_tensor, 0, "image_tensor");
+    if (p.mask_tensor) in.mask_tensor = read_tensor(*p.mask_tensor, 0, "mask_tensor");
+    KILN_ARG(p.strength == 0 || (std::isfinite(p.strength) && p.strength > 0 && p.strength <= 1), "strength ",
+             p.strength, " is outside (0, 1] (0 = the pipeline's)");
+    if (p.strength != 0) in.strength = p.strength;
+    KILN_ARG(p.max_area >= 0, "max_area is ", p.max_area, " (0 = the pipeline's)");
+    if (p.max_area) in.max_area = p.max_area;
+    in.auto_resize = p.no_auto_resize == 0;
+    KILN_ARG(p.noise_count >= 0 && (p.noise_count == 0 || p.noise), "noise/noise_count do not describe the draws");
+    for (int i = 0; i < p.noise_count; ++i) {
+        Tensor t = read_tensor(p.noise[i], i, "noise");
+        KILN_ARG(!in.noise.count(p.noise[i].name), "noise[", i, "]: '", p.noise[i].name, "' given twice");
+        in.noise[p.noise[i].name] = std::move(t);
+    }
+    return in;
 }
 
 // The text pipelines' schedule and guidance: steps, guidance, sigmas, timesteps, eta, skip-layer guidance, size.
@@ -303,6 +346,7 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
     if (p.true_cfg_scale != 0 && has_negative) r.t.true_cfg_scale = p.true_cfg_scale;
     r.keep_encoders = p.keep_encoders != 0;
     lora_options(p, r.t.lora);
+    r.t.inputs = read_image_inputs(p);
     r.plan = models::plan_t2i(m.src, r.t);
     if (!r.t.lora.files.empty()) {  // read and checked now: a bad LoRA stops the call before any heavy work
         try {

@@ -13,6 +13,7 @@
 #include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
 #include "models/step_program.h"
+#include "models/t2i_images.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
@@ -243,30 +244,60 @@ struct Guide {
 // scheduler step. Returns the final latents (in the stepped layout: packed for Flux).
 std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std::vector<float> x, const Guide& guide,
                                    const T2IOptions& opt, const std::vector<std::vector<float>>& step_noise,
-                                   const std::function<float(int)>& timestep, GenerateResult& res) {
+                                   const std::function<float(int)>& timestep, GenerateResult& res,
+                                   const std::function<void(int, std::vector<float>&)>& after_step = {},
+                                   const std::vector<float>& cond = {}, const std::vector<float>& ref = {}) {
     const T2IPlan& p = guide.p;
     const int64_t B = guide.B;
     const int BB = guide.BB;
     const Shape& lat_shape = guide.lat_shape;
     Shape model_shape = lat_shape;
     model_shape[0] = BB;
+    // Flux Fill: every token's latents followed by its conditioning (pipeline_flux_fill.py: cat(latents,
+    // masked_image_latents, dim=2)).
+    const int64_t K = p.cond_channels, S = lat_shape[1], KL = lat_shape.back();
+    if (K) model_shape.back() += K;
     const size_t n_lat = x.size(), row_lat = guide.row_lat;
-    std::vector<float> noise(n_lat), model_in((size_t)BB * row_lat);
+    // Flux Kontext: the reference's tokens after every row's (cat(latents, image_latents, dim=1)); the output's
+    // first row_lat values per row are the prediction.
+    const size_t row_ref = ref.size() / (size_t)std::max<int64_t>(B, 1);
+    if (row_ref) model_shape[1] += (int64_t)row_ref / lat_shape.back();
+    std::vector<float> noise(n_lat), model_in((size_t)BB * (row_lat + (size_t)(K * S) + row_ref));
     double wait_ms = 0;
     const auto t_loop = Clock::now();
     const auto& ts = sched.timesteps();
     for (int i = 0; i < (int)ts.size(); ++i) {
         const auto t_step = Clock::now();
-        for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
+        if (K) {
+            for (int64_t tok = 0; tok < BB * S; ++tok) {  // BB == B: Fill has no classifier-free guidance
+                std::memcpy(&model_in[(size_t)(tok * (KL + K))], &x[(size_t)(tok * KL)], (size_t)KL * 4);
+                std::memcpy(&model_in[(size_t)(tok * (KL + K) + KL)], &cond[(size_t)(tok * K)], (size_t)K * 4);
+            }
+        } else if (row_ref) {
+            for (int64_t r = 0; r < BB; ++r) {
+                const int64_t b = r % B;
+                std::memcpy(&model_in[(size_t)r * (row_lat + row_ref)], &x[(size_t)b * row_lat], row_lat * 4);
+                std::memcpy(&model_in[(size_t)r * (row_lat + row_ref) + row_lat], &ref[(size_t)b * row_ref],
+                            row_ref * 4);
+            }
+        } else {
+            for (int r = 0; r < BB / B; ++r) std::memcpy(model_in.data() + r * n_lat, x.data(), n_lat * 4);
+        }
         sched.scale_model_input(model_in, i);
         t.x->set_input("hidden_states", Tensor::from_f32(model_shape, model_in));
         t.x->set_input("timestep", Tensor::from_f32({BB}, std::vector<float>((size_t)BB, timestep(i))));
         auto t_run = Clock::now();
         t.x->run();
         wait_ms += ms_since(t_run) - t.x->last_host_ms();
-        const Tensor out = t.x->output("sample");
+        Tensor out = t.x->output("sample");
         const std::string si = "step" + std::to_string(i);
         if (opt.keep_intermediates) res.intermediates.push_back({si + "_transformer_out", out});
+        if (row_ref) {  // noise_pred = out[:, :seq_out]
+            Tensor cut(DType::f32, {BB, lat_shape[1], lat_shape[2]});
+            for (int64_t r = 0; r < BB; ++r)
+                std::memcpy(cut.data<float>() + r * row_lat, out.data<float>() + r * (row_lat + row_ref), row_lat * 4);
+            out = std::move(cut);
+        }
         guide(out, noise);
         if (t.slg && std::count(p.slg_steps.begin(), p.slg_steps.end(), i)) {
             // diffusers: transformer(latents, t, original_prompt_embeds, skip_layers) on the prompt rows, then
@@ -294,6 +325,7 @@ std::vector<float> denoise_on_host(Transformers& t, sched::Scheduler& sched, std
         if (!step_noise.empty() && opt.keep_intermediates)
             res.intermediates.push_back({si + "_variance_noise", Tensor::from_f32(lat_shape, step_noise[(size_t)i])});
         x = sched.step(noise, i, x, step_noise.empty() ? nullptr : &step_noise[(size_t)i]);
+        if (after_step) after_step(i, x);  // inpainting's blend
         if (opt.keep_intermediates) res.intermediates.push_back({si + "_latents", Tensor::from_f32(lat_shape, x)});
         res.step_ms.push_back(ms_since(t_step));
         res.transformer_runs.push_back(t.x->last_run());
@@ -338,14 +370,40 @@ std::vector<float> denoise_on_device(vk::Context& ctx, Transformers& t, sched::S
 }
 
 // The schedule as the fixtures record it: timesteps, and sigmas where the scheduler has them.
-void keep_schedule(const sched::Scheduler& sched, GenerateResult& res) {
+void keep_schedule(const sched::Scheduler& sched, GenerateResult& res, const char* timesteps_name = "timesteps") {
     const auto& ts = sched.timesteps();
     res.intermediates.push_back(
-        {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+        {timesteps_name, Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
     const auto& sg = sched.sigmas();
     if (!sg.empty())
         res.intermediates.push_back(
             {"sigmas", Tensor::from_f32({(int64_t)sg.size()}, std::vector<float>(sg.begin(), sg.end()))});
+}
+
+// The call's inputs under the fixtures' names: the text conditioning, the image's tensors (image_dump), the
+// latents entering step 0 (img2img, Kontext: packed initial_latents; else the noise latents_init), ids and schedule.
+void keep_inputs(GenerateResult& res, const T2IPlan& p, const TextConditioning& tx, std::map<std::string, Tensor>& in,
+                 const sched::Scheduler& sched, std::vector<std::pair<std::string, Tensor>> image_dump,
+                 const Tensor& init, const Tensor& initial_latents) {
+    for (auto& kv : tx.named()) res.intermediates.push_back(kv);
+    res.intermediates.insert(res.intermediates.end(), image_dump.begin(), image_dump.end());
+    const auto& ts = sched.timesteps();
+    if (p.img2img) {
+        res.intermediates.push_back({"initial_latents", initial_latents});
+        res.intermediates.push_back({"latent_timestep", Tensor::from_f32({1}, {(float)ts[0]})});
+    } else {
+        res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
+        if (p.kontext) {
+            res.intermediates.push_back({"img_ids", in["img_ids"]});
+            res.intermediates.push_back({"initial_latents", initial_latents});
+        }
+    }
+    if (p.family->packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
+    if (p.img2img)  // the loop's (after the strength's cut); timesteps_all and sigmas were kept before it
+        res.intermediates.push_back(
+            {"timesteps", Tensor::from_f32({(int64_t)ts.size()}, std::vector<float>(ts.begin(), ts.end()))});
+    else
+        keep_schedule(sched, res);
 }
 
 // VAE decode, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC.
@@ -445,27 +503,57 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const Shape nchw{B, C, h, w};
     // One generator, as diffusers' `generator`: the initial latents (unless given), then every step's noise where
     // the scheduler draws one (DDIM with eta > 0: randn_tensor(model_output.shape), in the pipeline's dtype).
+    // Images in: the image's VAE sample, then the noise (t2i_images.h), after the schedule that gives their sigma.
     TorchCpuGenerator gen(opt.seed);
     Tensor init(DType::f32, nchw);
-    if (opt.latents_init)
-        init = opt.latents_init->astype(DType::f32);
-    else
-        gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
-    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
-               " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     auto sched = make_t2i_scheduler(src, opt);
     if (p.eta > 0) sched->set_eta(p.eta);
+    VaeOptions vo;
+    vo.tiled = opt.tiled_vae;
+    vo.tile_sample_size = opt.vae_tile_size;
+    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
+    VaeRunner vx(&ctx, src, "vae", vo);
+    std::vector<std::pair<std::string, Tensor>> image_dump;
+    ImageLatents il;
+    if (p.img2img) {
+        set_schedule(*sched, src, opt, p);
+        if (opt.keep_intermediates) keep_schedule(*sched, res, "timesteps_all");
+        sched->set_begin_index(p.t_start);  // diffusers' get_timesteps: timesteps[t_start:], set_begin_index
+        il = prepare_image_latents(vx, opt, p, gen, B, (float)sched->sigmas()[0],
+                                   opt.keep_intermediates ? &image_dump : nullptr);
+        init = Tensor::from_f32(nchw, il.init);
+    } else if (opt.latents_init) {
+        init = opt.latents_init->astype(DType::f32);
+    } else if (auto it = opt.inputs.noise.find("noise"); it != opt.inputs.noise.end()) {
+        init = it->second.astype(DType::f32);  // --noise: the draw by name
+    } else {
+        gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
+    }
+    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
+               " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
     if (f.packed_2x2) {
         x = pack_2x2(x.data(), (int)B, C, h, w);
         lat_shape = {B, (h / 2) * (w / 2), 4 * C};
         flux_inputs(in, p, tx.prompt_embeds.shape[1], BB);
+        if (p.inpaint)  // the blend runs in the loop's layout
+            for (auto* v : {&il.image_latents, &il.noise, &il.mask}) *v = pack_2x2(v->data(), (int)B, C, h, w);
+    }
+    std::vector<float> ref;  // Flux Kontext: the reference's tokens, joined to the sequence with their own ids
+    if (p.kontext && p.ref_width) {
+        Tensor ref_ids;
+        ref = kontext_reference(vx, opt, p, B, ref_ids, opt.keep_intermediates ? &image_dump : nullptr);
+        Tensor& img = in["img_ids"];
+        Tensor ids(DType::f32, {img.shape[0] + ref_ids.shape[0], 3});
+        std::memcpy(ids.bytes.data(), img.bytes.data(), img.nbytes());
+        std::memcpy(ids.bytes.data() + img.nbytes(), ref_ids.bytes.data(), ref_ids.nbytes());
+        img = std::move(ids);
     }
 
     // ---- Timesteps; the steps' noise, drawn now in the order diffusers draws it (each step's after the previous
     // one's); the device loop holds all of it (steps x latents).
-    set_schedule(*sched, src, opt, p);
+    if (!p.img2img) set_schedule(*sched, src, opt, p);
     const auto step_noise = draw_step_noise(gen, *sched, (size_t)init.numel(), opt.noise_dtype);
     const double sigma0 = sched->init_noise_sigma();
     if (sigma0 != 1.0)
@@ -474,24 +562,17 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // ---- Transformer(s) for the guidance batch, built once; VAE decoder for the batch.
     Shape model_shape = lat_shape;
     model_shape[0] = BB;
+    if (p.fill) model_shape.back() += p.cond_channels;
+    if (!ref.empty()) model_shape[1] += (int64_t)(ref.size() / (size_t)B) / model_shape[2];
     in["hidden_states"] = Tensor(DType::f32, model_shape);
     in["timestep"] = Tensor(DType::f32, {BB});
     Transformers t;
     t.build(ctx, src, opt, p, in, tx, lat_shape);
-    VaeOptions vo;
-    vo.tiled = opt.tiled_vae;
-    vo.tile_sample_size = opt.vae_tile_size;
-    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
-    VaeRunner vx(&ctx, src, "vae", vo);
     vx.prepare_decode(nchw);
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = t.x->counters();
-    if (opt.keep_intermediates) {
-        for (auto& kv : tx.named()) res.intermediates.push_back(kv);
-        res.intermediates.push_back({"latents_init", init});  // the seeded noise (or the given one), NCHW
-        if (f.packed_2x2) res.intermediates.push_back({"text_ids", in["txt_ids"]});
-        keep_schedule(*sched, res);
-    }
+    if (opt.keep_intermediates)
+        keep_inputs(res, p, tx, in, *sched, std::move(image_dump), init, Tensor::from_f32(lat_shape, x));
 
     // ---- Denoising loop; then the latents for the VAE: latents / scaling_factor (+ shift_factor).
     const auto& ts = sched->timesteps();
@@ -510,7 +591,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     ls.guidance = (float)p.cfg_scale;
     const Guide guide{p, src.class_of("transformer"), B, BB, row_lat, lat_shape};
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.
-    res.device_loop = !t.slg && use_device_loop(ctx.settings(), opt.host_loop) &&
+    // So does inpainting's blend after each step.
+    res.device_loop = !t.slg && !p.inpaint && !p.fill && ref.empty() &&
+                      use_device_loop(ctx.settings(), opt.host_loop) &&
                       (ls.row_out == row_lat || ls.row_out == 2 * row_lat) && StepProgram::supported(*t.x, ls);
     if (res.device_loop) {
         z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
@@ -518,7 +601,21 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         });
         if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
-        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res);
+        std::function<void(int, std::vector<float>&)> blend;
+        if (p.inpaint)
+            blend = [&](int i, std::vector<float>& lat) {
+                std::vector<float> proper;
+                if (opt.keep_intermediates)
+                    res.intermediates.push_back(
+                        {"step" + std::to_string(i) + "_prev_sample", Tensor::from_f32(lat_shape, lat)});
+                const float sigma = (float)sched->sigmas()[(size_t)i + 1];
+                blend_inpaint(lat, il.image_latents, il.noise, il.mask, sigma,
+                              opt.keep_intermediates ? &proper : nullptr);
+                if (opt.keep_intermediates && i + 1 < (int)ts.size())
+                    res.intermediates.push_back(
+                        {"step" + std::to_string(i) + "_init_latents_proper", Tensor::from_f32(lat_shape, proper)});
+            };
+        x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend, il.cond, ref);
         z = f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
         for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "models/dit_pipeline.h"
+#include "models/image_input.h"
 #include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
 #include "models/weights.h"
@@ -67,6 +68,9 @@ struct T2IOptions : CommonOptions {
     bool resolution_binning = true;
     int images_per_prompt = 1;  // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
     LoraOptions lora;           // LoRAs on the transformer (SD3, Flux); each file's summary goes to stderr
+    // Images in (SD3, Flux): --image, --mask, --strength, --noise (models/image_input.h). An image makes the call
+    // diffusers' img2img pipeline, an image and a mask its inpainting pipeline.
+    ImageInputs inputs;
 };
 
 // The call as resolved from the model and the options, before any heavy work.
@@ -84,6 +88,17 @@ struct T2IPlan {
     // Where the call differs from what was asked (a size rounded, binning not applied); generate_t2i prints them
     // once per generation (plan_t2i itself prints nothing: callers plan more than once).
     std::vector<std::string> warnings;
+    // Images in: the strength and the steps it skips (diffusers' get_timesteps: the loop runs steps - t_start).
+    bool img2img = false, inpaint = false;
+    // Flux Fill: the transformer reads cond_channels more per token (masked-image latents and the mask).
+    bool fill = false;
+    int cond_channels = 0;
+    // Flux Kontext: a reference image of ref_width x ref_height pixels whose tokens follow the latents' (0 x 0:
+    // none, plain text-to-image at Kontext's size).
+    bool kontext = false;
+    int ref_width = 0, ref_height = 0;
+    double strength = 1;
+    int t_start = 0;
 };
 
 // The pipeline class of a text-to-image model: model_index.json's _class_name when it names a text-to-image

@@ -1,6 +1,7 @@
 // Text-to-image pipelines: the call as resolved from the model and the options (plan_t2i), before any heavy work.
 // What differs between the families comes from their registry descriptors (models/registry/registry.h).
 #include <cmath>
+#include <tuple>
 
 #include "models/flux.h"
 #include "models/pixart.h"
@@ -33,7 +34,7 @@ int pixart_bin_side(int sample_size) {
 
 // What the plan reads from the transformer's config.
 struct TransformerShape {
-    int in_channels = 0, patch = 1, sample_size = 0, layers = 0;
+    int in_channels = 0, patch = 1, sample_size = 0, layers = 0, out_channels = 0;
 };
 
 TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg) {
@@ -48,7 +49,7 @@ TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg
         }
         case ComponentKind::flux: {
             const auto c = FluxConfig::from_json(cfg);
-            return {c.in_channels, c.patch, 0, c.layers};
+            return {c.in_channels, c.patch, 0, c.layers, c.out_channels};
         }
         default:
             KILN_FAIL("internal: ", class_name(kind), " is not a text-to-image transformer");
@@ -60,7 +61,18 @@ int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, Transforme
     const auto vc = VaeConfig::from_json(src.config("vae"));
     p.vae_scale_factor = vae_scale_factor(vc);
     ts = transformer_shape(f.transformer, src.config("transformer"));
-    if (f.packed_2x2) {
+    if (f.packed_2x2 && f.fill_pipeline && ts.out_channels && ts.in_channels > ts.out_channels) {
+        // Flux Fill: out_channels = 4 C; in_channels adds the packed masked-image latents (4 C) and the packed mask
+        // (4 f^2: the f x f pixels of each latent, for each of the 2x2 latents of a token).
+        p.fill = true;
+        p.latent_channels = ts.out_channels / 4;
+        p.token_patch = 2;
+        p.cond_channels = ts.in_channels - ts.out_channels;
+        const int expected = ts.out_channels + 4 * p.vae_scale_factor * p.vae_scale_factor;
+        KILN_CHECK(p.cond_channels == expected, f.fill_pipeline, ": in_channels ", ts.in_channels, " is not ",
+                   ts.out_channels, " + ", expected, " (latents, masked-image latents, mask of a ", p.vae_scale_factor,
+                   "x VAE)");
+    } else if (f.packed_2x2) {
         KILN_CHECK(ts.in_channels % 4 == 0, f.name, ": in_channels ", ts.in_channels, " is not 4 x latent channels");
         p.latent_channels = ts.in_channels / 4;
         p.token_patch = 2;
@@ -69,7 +81,7 @@ int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, Transforme
         p.token_patch = ts.patch;
     }
     multiple = p.vae_scale_factor * p.token_patch;
-    p.steps = f.steps, p.guidance = f.guidance;
+    p.steps = f.steps, p.guidance = p.fill ? f.fill_guidance : f.guidance;
     KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
                " latent channels, the transformer ", p.latent_channels);
     return f.default_sample_size ? f.default_sample_size : ts.sample_size;
@@ -117,6 +129,20 @@ void plan_size(const T2IOptions& opt, const Family& f, int sample, int multiple,
     p.height = opt.height.value_or(sample * p.vae_scale_factor);
     p.width = opt.width.value_or(sample * p.vae_scale_factor);
     KILN_CHECK(p.height > 0 && p.width > 0, "image size ", p.width, "x", p.height, " must be positive");
+    if (p.kontext) {
+        // FluxKontextPipeline: only the aspect of height / width counts; the size is max_area's, each side
+        // round()ed (Python: half to even) and floored to the multiple.
+        const double area = (double)opt.inputs.max_area.value_or(1024 * 1024), ar = (double)p.width / p.height;
+        KILN_CHECK(area >= 1, "max_area ", area, " must be positive");
+        const int w = (int)std::nearbyint(std::sqrt(area * ar)) / multiple * multiple;
+        const int h = (int)std::nearbyint(std::sqrt(area / ar)) / multiple * multiple;
+        KILN_CHECK(w > 0 && h > 0, p.pipeline, ": max_area ", area, " gives no ", multiple, "-pixel multiple");
+        if (w != p.width || h != p.height)
+            p.warnings.push_back(p.pipeline + ": generating at " + std::to_string(w) + "x" + std::to_string(h) +
+                                 " (max_area " + std::to_string((int64_t)area) + " at the aspect of " +
+                                 std::to_string(p.width) + "x" + std::to_string(p.height) + "), as diffusers does");
+        p.width = w, p.height = h;
+    }
     if (f.round_size_down && (p.height % multiple || p.width % multiple)) {
         // diffusers' Flux pipeline warns and generates at the multiples below (prepare_latents' 2 * (h // 16)); the
         // other pipelines raise.
@@ -184,6 +210,79 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& 
     }
 }
 
+// Images in: which pipeline, the strength and its cut of the schedule; the image and mask sizes. All before any
+// model work.
+void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
+    const ImageInputs& in = opt.inputs;
+    KILN_CHECK((!in.max_area && in.auto_resize) || p.kontext, p.pipeline,
+               ": max_area and auto_resize apply to Flux Kontext (a model_index.json naming FluxKontextPipeline)");
+    if (p.kontext) {
+        KILN_CHECK(!in.has_mask(), p.pipeline, " cannot inpaint: it edits the whole image (no mask)");
+        KILN_CHECK(!in.strength, p.pipeline, ": strength does not apply (the reference image is not noised)");
+        if (!in.has_image()) return;
+        // The reference: its size floored to the multiple, or with auto_resize the preferred resolution nearest its
+        // aspect (min of (|aspect - w/h|, w, h)), floored. A preprocessed tensor is taken at its size.
+        const int m = 2 * p.vae_scale_factor;
+        const bool tensor = !in.image_tensor.bytes.empty();
+        KILN_CHECK(!tensor || in.image_tensor.shape.size() == 4, "image tensor: expected [1, 3, H, W], got ",
+                   shape_str(in.image_tensor.shape));
+        int iw = tensor ? (int)in.image_tensor.shape[3] : in.image.width / m * m;
+        int ih = tensor ? (int)in.image_tensor.shape[2] : in.image.height / m * m;
+        KILN_CHECK(iw > 0 && ih > 0, p.pipeline, ": the reference image is smaller than ", m, "x", m);
+        if (in.auto_resize && !tensor) {
+            const double ar = (double)iw / ih;
+            std::tuple<double, int, int> best{1e300, 0, 0};
+            for (auto [w, h] : f.kontext_resolutions) best = std::min(best, {std::abs(ar - (double)w / h), w, h});
+            iw = std::get<1>(best), ih = std::get<2>(best);
+        }
+        p.ref_width = iw / m * m, p.ref_height = ih / m * m;
+        KILN_CHECK(!tensor || (p.ref_width == iw && p.ref_height == ih), p.pipeline, ": the image tensor is ", iw, "x",
+                   ih, ", not a multiple of ", m);
+        return;
+    }
+    if (p.fill) {
+        KILN_CHECK(in.has_image() && in.has_mask(), f.fill_pipeline, " (this transformer takes ", p.cond_channels,
+                   " conditioning channels) needs an image and a mask");
+        p.pipeline = f.fill_pipeline;
+        KILN_CHECK(!p.cfg, p.pipeline, " has no true_cfg_scale (its guidance is embedded: --guidance)");
+    }
+    if (!in.has_image() && !in.has_mask()) {
+        KILN_CHECK(!in.strength && in.noise.empty(), p.pipeline, ": strength and noise draws apply with an image");
+        return;
+    }
+    if (in.has_mask())
+        KILN_CHECK(f.inpaint_pipeline, p.pipeline, " cannot inpaint: diffusers has no inpainting pipeline for ", f.name,
+                   " (a mask applies to Stable Diffusion 3 and Flux)");
+    KILN_CHECK(f.img2img_pipeline, p.pipeline, ": diffusers has no image-to-image pipeline for ", f.name,
+               " (an image applies to Stable Diffusion 3 and Flux)");
+    KILN_CHECK(in.has_image(), p.pipeline, ": a mask needs the image it masks");
+    p.img2img = true;
+    p.inpaint = in.has_mask() && !p.fill;  // Fill conditions on the mask instead of blending
+    if (!p.fill) p.pipeline = p.inpaint ? f.inpaint_pipeline : f.img2img_pipeline;
+    p.strength = in.strength.value_or(p.fill ? f.fill_strength : f.default_strength);
+    KILN_CHECK(std::isfinite(p.strength) && p.strength > 0 && p.strength <= 1, "strength ", p.strength,
+               " is outside (0, 1]");
+    auto size = [](const Pixels& px, const Tensor& t) {
+        return t.bytes.empty() ? std::pair<int64_t, int64_t>(px.width, px.height)
+                               : std::pair<int64_t, int64_t>(t.shape.size() == 4 ? t.shape[3] : 0,
+                                                             t.shape.size() == 4 ? t.shape[2] : 0);
+    };
+    const auto [iw, ih] = size(in.image, in.image_tensor);
+    KILN_CHECK(iw > 0 && ih > 0, "the image has no pixels");
+    if (p.inpaint) {
+        const auto [mw, mh] = size(in.mask, in.mask_tensor);
+        KILN_CHECK(mw == iw && mh == ih, "the mask is ", mw, "x", mh, ", the image ", iw, "x", ih,
+                   " (they must be the same size)");
+    }
+    for (const auto& [name, t] : in.noise)
+        KILN_CHECK(name == "noise" || name == "image_vae_sample_noise" || name == "masked_image_vae_sample_noise",
+                   "noise: '", name, "' is not a draw of ", p.pipeline,
+                   " (noise, image_vae_sample_noise, masked_image_vae_sample_noise)");
+    p.t_start = strength_t_start(p.steps, p.strength);
+    KILN_CHECK(p.t_start < p.steps, p.pipeline, ": strength ", p.strength, " with ", p.steps,
+               " steps leaves no step (diffusers raises: the number of inference steps would be < 1)");
+}
+
 void plan_eta(const ModelSource& src, const T2IOptions& opt, const Family& f, T2IPlan& p) {
     KILN_CHECK(std::isfinite(opt.eta) && opt.eta >= 0, "eta is ", opt.eta,
                " (DDIM's eta: 0 is deterministic, 1 DDPM's variance)");
@@ -232,6 +331,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     TransformerShape ts;
     int multiple = 0;
     const int sample = plan_latents(src, f, p, ts, multiple);
+    p.kontext = f.kontext_pipeline && p.pipeline == f.kontext_pipeline;
     if (opt.steps) p.steps = *opt.steps;
     plan_custom_schedule(src, opt, f, p);
     if (opt.guidance) p.guidance = *opt.guidance;
@@ -242,6 +342,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
                       p.latent_w, p.height, p.width);
     plan_guidance(opt, f, ts.layers, p);
     plan_eta(src, opt, f, p);
+    plan_images(opt, f, p);
     return p;
 }
 

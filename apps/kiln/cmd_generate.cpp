@@ -226,6 +226,7 @@ models::T2IOptions text_options(const Session& s, bool flux) {
     }
     t.lora.apply = o.lora_apply;
     t.lora.allow_unmatched = o.lora_allow_unmatched;
+    t.inputs = image_inputs(o);
     return t;
 }
 
@@ -300,7 +301,12 @@ std::string text_settings(const GenerateFlags& o, const models::T2IPlan& plan, c
                    " skip_layer_guidance_stop=" + std::to_string(o.slg_stop)) +
         (o.clip_skip ? " clip_skip=" + std::to_string(o.clip_skip) : "") +
         (o.prompt_embeds.empty() ? "" : " prompt_embeds=" + o.prompt_embeds) +
-        (o.latents.empty() ? "" : " latents=" + o.latents);
+        (o.latents.empty() ? "" : " latents=" + o.latents) +
+        (plan.img2img ? " strength=" + std::to_string(plan.strength) : "") +
+        (o.image.empty() ? "" : " image=" + o.image) + (o.mask.empty() ? "" : " mask=" + o.mask) +
+        (o.noise.empty() ? "" : " noise=" + o.noise) +
+        (plan.kontext && o.max_area ? " max_area=" + std::to_string(o.max_area) : "") +
+        (plan.kontext && o.no_auto_resize ? " auto_resize=false" : "");
     return settings;
 }
 

@@ -164,6 +164,40 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
                ": runtime or merge");
     p.lora_apply = t.lora.apply == "runtime" ? KILN_LORA_APPLY_RUNTIME : KILN_LORA_APPLY_MERGE;
     p.lora_allow_unmatched = t.lora.allow_unmatched;
+    // Images in: pixels as RGBA8 kiln_images, tensors and draws as views (t outlives the call).
+    const models::ImageInputs& in = t.inputs;
+    kiln_image image = KILN_IMAGE_INIT, mask = KILN_IMAGE_INIT;
+    auto pixels = [](const models::Pixels& px, kiln_image& im) {
+        im.format = KILN_PIXELS_RGBA8;
+        im.data = const_cast<uint8_t*>(px.rgba.data());
+        im.capacity = px.rgba.size();
+        im.width = px.width, im.height = px.height, im.count = 1;
+        return &im;
+    };
+    if (!in.image.empty()) p.image = pixels(in.image, image);
+    if (!in.mask.empty()) p.mask = pixels(in.mask, mask);
+    std::vector<std::vector<int64_t>> in_shapes;
+    in_shapes.reserve(2 + in.noise.size());
+    auto view = [&](const char* name, const Tensor& tensor) {
+        in_shapes.emplace_back(tensor.shape.begin(), tensor.shape.end());
+        kiln_tensor v;
+        v.name = name;
+        v.dtype = c_dtype(tensor.dtype);
+        v.ndim = (int)tensor.shape.size();
+        v.shape = in_shapes.back().data();
+        v.data = tensor.bytes.data();
+        return v;
+    };
+    kiln_tensor image_tensor, mask_tensor;
+    if (!in.image_tensor.bytes.empty()) p.image_tensor = &(image_tensor = view("image_tensor", in.image_tensor));
+    if (!in.mask_tensor.bytes.empty()) p.mask_tensor = &(mask_tensor = view("mask_tensor", in.mask_tensor));
+    std::vector<kiln_tensor> draws;
+    for (auto& [name, tensor] : in.noise) draws.push_back(view(name.c_str(), tensor));
+    p.noise = draws.empty() ? nullptr : draws.data();
+    p.noise_count = (int)draws.size();
+    if (in.strength) p.strength = *in.strength;
+    if (in.max_area) p.max_area = *in.max_area;
+    p.no_auto_resize = !in.auto_resize;
     CommonStore store;
     set_common(p, t, store);
     return run(m, p, t.keep_intermediates, t.progress, stats);

@@ -2,8 +2,12 @@
 // `kiln generate --help` lists them.
 #include "apps/kiln/generate_flags.h"
 
+#include <algorithm>
+
 #include "apps/kiln/commands.h"
 #include "apps/kiln/generate_args.h"
+#include "apps/kiln/png.h"
+#include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::app {
@@ -17,6 +21,43 @@ constexpr FlagScope kAny = FlagScope::any, kText = FlagScope::text, kSize = Flag
 // Rows: names, field, help, scope, show default, one per prompt, check, settings key.
 std::vector<GenerateFlag> flag_table();
 const std::vector<GenerateFlag> kFlags = flag_table();
+
+// Images in (docs/images-in.md): img2img, inpainting, Flux Fill and Kontext.
+std::vector<GenerateFlag> image_rows() {
+    return {
+    {"--image", &F::image,
+     "SD3, Flux: start from this PNG or JPEG (diffusers' img2img pipelines): resized to --width x --height "
+     "(default: the model's, as diffusers) with a Lanczos-3 filter, VAE-encoded, noised to the strength's first "
+     "step",
+     kText},
+    {"--image-tensor", &F::image_tensor,
+     "Instead of --image: safetensors with diffusers' preprocessed image 'image_preprocessed' [1, 3, H, W] in [-1, "
+     "1] (exact runs; resized with nearest neighbours if its size differs)",
+     kText},
+    {"--mask", &F::mask,
+     "SD3, Flux, with --image: inpaint (diffusers' inpaint pipelines). A PNG or JPEG the image's size, read as "
+     "grayscale; >= 128 after the resize is repainted, the rest blended back after each step",
+     kText},
+    {"--mask-tensor", &F::mask_tensor,
+     "Instead of --mask: safetensors with diffusers' 'mask_preprocessed' [1, 1, H, W] (1 = repaint)", kText},
+    {"--strength", &F::strength,
+     "With --image: how far the image is noised, in (0, 1]; the loop runs the last int(steps * strength) steps "
+     "(default: the pipeline's, 0.6)",
+     kText},
+    {"--noise", &F::noise,
+     "safetensors with diffusers' random draws by name: noise, image_vae_sample_noise, "
+     "masked_image_vae_sample_noise (float32); each one present replaces that draw of --seed's generator",
+     kText},
+    {"--max-area", &F::max_area,
+     "Flux Kontext: diffusers' max_area, the output's area in pixels at the aspect of --width / --height (default "
+     "1048576 = 1024^2)",
+     kText},
+    {"--no-auto-resize", &F::no_auto_resize,
+     "Flux Kontext: the reference image at its own size (diffusers' _auto_resize=False) instead of the preferred "
+     "resolution nearest its aspect",
+     kText},
+    };
+}
 
 // The rows, with apps/component_flags.h's after --model.
 std::vector<GenerateFlag> flag_table() {
@@ -168,6 +209,10 @@ std::vector<GenerateFlag> flag_table() {
          "submissions, and before the step: host work between steps), submissions, barriers; and peak device memory "
          "and host RSS"},
     };
+    const std::vector<GenerateFlag> images = image_rows();  // before --host-loop
+    rows.insert(std::find_if(rows.begin(), rows.end(),
+                             [](const GenerateFlag& r) { return std::string(r.names) == "--host-loop"; }),
+                images.begin(), images.end());
     std::vector<GenerateFlag> files;
     for (const ComponentFlag& c : component_flags()) files.push_back({c.names, c.field, c.help});
     rows.insert(rows.begin() + 1, files.begin(), files.end());  // beside --model, in --help too
@@ -247,6 +292,32 @@ models::CommonOptions common_options(const GenerateFlags& f) {
     c.tiled_vae = f.vae_tiling;
     c.vae_tile_size = f.vae_tile;
     return c;
+}
+
+models::ImageInputs image_inputs(const GenerateFlags& f) {
+    models::ImageInputs in;
+    KILN_CHECK(f.image.empty() || f.image_tensor.empty(), "give --image or --image-tensor, not both");
+    KILN_CHECK(f.mask.empty() || f.mask_tensor.empty(), "give --mask or --mask-tensor, not both");
+    if (!f.image.empty()) in.image = read_image(f.image);
+    if (!f.mask.empty()) in.mask = read_image(f.mask);
+    auto tensor = [](const std::string& path, const char* name, const char* flag) {
+        const auto st = SafeTensors::open(path);
+        KILN_CHECK(st.find(name), flag, " ", path, ": no tensor '", name, "'");
+        return st.read(name);
+    };
+    if (!f.image_tensor.empty()) in.image_tensor = tensor(f.image_tensor, "image_preprocessed", "--image-tensor");
+    if (!f.mask_tensor.empty()) in.mask_tensor = tensor(f.mask_tensor, "mask_preprocessed", "--mask-tensor");
+    if (f.given("--strength")) in.strength = f.strength;
+    if (f.given("--max-area")) in.max_area = (int64_t)f.max_area;
+    in.auto_resize = !f.no_auto_resize;
+    if (!f.noise.empty()) {
+        const auto st = SafeTensors::open(f.noise);
+        for (const char* name : {"noise", "image_vae_sample_noise", "masked_image_vae_sample_noise"})
+            if (st.find(name)) in.noise[name] = st.read(name);
+        KILN_CHECK(!in.noise.empty(), "--noise ", f.noise,
+                   ": none of noise, image_vae_sample_noise, masked_image_vae_sample_noise");
+    }
+    return in;
 }
 
 }  // namespace kiln::app

@@ -10,6 +10,7 @@
 
 #include "apps/kiln/commands.h"
 #include "models/generate_options.h"
+#include "models/image_input.h"
 #include "models/text_encode.h"
 
 namespace kiln::app {
@@ -32,6 +33,11 @@ struct GenerateFlags {
     std::vector<std::string> loras;  // --lora FILE[:SCALE]
     std::string lora_apply = "merge";
     bool lora_allow_unmatched = false;
+    // Images in (appended in 0.2): --image, --image-tensor, --mask, --mask-tensor, --strength, --noise.
+    std::string image, image_tensor, mask, mask_tensor, noise;
+    double strength = 0.6;
+    uint64_t max_area = 0;
+    bool no_auto_resize = false;
     ComponentFlags parts;               // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
     std::vector<CLI::Option*> options;  // one per row of generate_flags(), in its order (nullptr: not registered)
 
@@ -69,5 +75,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f);
 // The options every pipeline shares, from the flags: seed, noise dtype, scheduler and its config, JIT mode,
 // intermediates (--dump), loop, VAE tiling. Not the latents (read once the model's checks have passed) nor progress.
 models::CommonOptions common_options(const GenerateFlags& f);
+// The images in from the flags: the files read (a missing, unreadable or truncated one: kiln::Error), the
+// tensors and the named draws.
+models::ImageInputs image_inputs(const GenerateFlags& f);
 
 }  // namespace kiln::app

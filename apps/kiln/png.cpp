@@ -15,6 +15,9 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"  // the static writers Kiln does not call
 #include <stb_image_write.h>
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC  // the tests define their own copy
+#include <stb_image.h>
 #pragma GCC diagnostic pop
 
 namespace kiln::app {
@@ -150,6 +153,23 @@ Tensor make_grid(const Tensor& images, int cols) {
                         images.data<float>()[(((size_t)b * h + y) * w + x) * c + k];
     }
     return g;
+}
+
+models::Pixels read_image(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    KILN_CHECK(f.good(), path, ": cannot open the image");
+    const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    KILN_CHECK(!bytes.empty(), path, ": the image file is empty");
+    int w = 0, h = 0, c = 0;
+    // 4 channels out: grayscale repeated to R, G, B; alpha kept (and ignored later); 16-bit PNG samples >> 8.
+    stbi_uc* px =
+        stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), (int)bytes.size(), &w, &h, &c, 4);
+    KILN_CHECK(px, path, ": not a readable PNG or JPEG image (", stbi_failure_reason(), ")");
+    models::Pixels out;
+    out.width = w, out.height = h;
+    out.rgba.assign(px, px + (size_t)w * h * 4);
+    stbi_image_free(px);
+    return out;
 }
 
 }  // namespace kiln::app

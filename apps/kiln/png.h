@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/image_input.h"
 #include "runtime/core/tensor.h"
 
 namespace kiln::app {
@@ -19,4 +20,7 @@ void write_image(const std::string& path, const float* image, int h, int w, int 
                  const std::vector<std::pair<std::string, std::string>>& text, int jpeg_quality = 95);
 // Lays out B images [B, H, W, C] side by side (cols per row) with a 1-px grey separator.
 Tensor make_grid(const Tensor& images, int cols);
+// Reads a PNG or JPEG (stb_image; alpha, grayscale and 16-bit PNGs included) as 8-bit RGBA. A missing, empty,
+// unreadable or truncated file: kiln::Error naming it.
+models::Pixels read_image(const std::string& path);
 }  // namespace kiln::app

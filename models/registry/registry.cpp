@@ -94,12 +94,14 @@ const std::vector<Family>& families() {
                         {"text_encoder_3", K::t5_encoder, 3, 0, true, "t5xxl"}};
         sd3.encoders_summary = "three text encoders (CLIP-L, CLIP-G, then T5 which reads prompt_3)";
         sd3.clip_skip = sd3.skip_layer_guidance = sd3.custom_sigmas = true;
+        sd3.img2img_pipeline = "StableDiffusion3Img2ImgPipeline";
+        sd3.inpaint_pipeline = "StableDiffusion3InpaintPipeline";
 
         // pipeline_flux.py: CLIP pooled, T5 sequence; 2x2-packed latents; embedded guidance, true CFG.
         Family& flux = f[3];
         flux.id = FamilyId::flux;
         flux.name = "Flux";
-        flux.pipelines = {{"FluxPipeline", 512}};
+        flux.pipelines = {{"FluxPipeline", 512}, {"FluxKontextPipeline", 512}};
         flux.schnell_max_sequence_length = 256;  // FLUX.1-schnell (no guidance embedding) was trained with 256
         flux.transformer = K::flux;
         flux.steps = 28, flux.guidance = 3.5;
@@ -113,6 +115,13 @@ const std::vector<Family>& families() {
         flux.encoders = {{"text_encoder", K::clip_text, 1, 77, false, "clip_l"},
                          {"text_encoder_2", K::t5_encoder, 2, 0, false, "t5xxl"}};
         flux.encoders_summary = "two text encoders (CLIP, then T5 which reads prompt_2)";
+        flux.img2img_pipeline = "FluxImg2ImgPipeline";
+        flux.inpaint_pipeline = "FluxInpaintPipeline";
+        flux.fill_pipeline = "FluxFillPipeline";
+        flux.kontext_pipeline = "FluxKontextPipeline";
+        flux.kontext_resolutions = {{672, 1568}, {688, 1504}, {720, 1456},  {752, 1392}, {800, 1328}, {832, 1248},
+                                    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880}, {1248, 832},
+                                    {1328, 800}, {1392, 752}, {1456, 720},  {1504, 688}, {1568, 672}};
         flux.true_cfg = flux.custom_sigmas = true;
         return f;
     }();

@@ -5,6 +5,7 @@
 // registry.cpp spells class names. Pure C++ (no Vulkan): the converter links it too.
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kiln::models {
@@ -95,6 +96,20 @@ struct Family {
     // The call options that apply.
     bool clip_skip = false, skip_layer_guidance = false, eta = false, true_cfg = false;
     bool custom_timesteps = false, custom_sigmas = false, resolution_binning = false;
+
+    // Images in: the image-to-image and inpainting pipelines (nullptr: diffusers has none for the family), and
+    // their default strength.
+    const char* img2img_pipeline = nullptr;
+    const char* inpaint_pipeline = nullptr;
+    double default_strength = 0.6;
+    // Flux Fill (FLUX.1-Fill-dev): known by a transformer that takes more channels than it returns (the masked
+    // image's latents and the mask); its pipeline, and the defaults that differ.
+    const char* fill_pipeline = nullptr;
+    double fill_guidance = 30, fill_strength = 1;
+    // Flux Kontext (FLUX.1-Kontext-dev): known by its pipeline class in model_index.json (one of `pipelines`); the
+    // reference image's preferred sizes (w, h), pipeline_flux_kontext.py's PREFERRED_KONTEXT_RESOLUTIONS.
+    const char* kontext_pipeline = nullptr;
+    std::vector<std::pair<int, int>> kontext_resolutions;
 
     bool text_to_image() const { return !encoders.empty(); }
 };

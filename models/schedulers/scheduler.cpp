@@ -80,6 +80,15 @@ void Scheduler::scale_model_input(std::vector<float>& x, int step_index) const {
     for (float& v : x) v = v / d;
 }
 
+void Scheduler::set_begin_index(int n) {
+    KILN_CHECK(n >= 0 && n < (int)timesteps_.size(), name_, ": begin index ", n, " of ", timesteps_.size(), " steps");
+    KILN_CHECK(sigmas_.size() == timesteps_.size() + 1, name_,
+               ": set_begin_index needs a sigma per step and a final one");
+    timesteps_.erase(timesteps_.begin(), timesteps_.begin() + n);
+    sigmas_.erase(sigmas_.begin(), sigmas_.begin() + n);
+    last_step_ = -1;
+}
+
 void Scheduler::check_step_index(int step_index) {
     KILN_CHECK(!timesteps_.empty(), name_, ": step before set_timesteps");
     KILN_CHECK(step_index >= 0 && step_index < (int)timesteps_.size(), name_, ": step index ", step_index,

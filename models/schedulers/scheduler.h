@@ -61,6 +61,10 @@ public:
     // either, but nothing else is a denoising schedule (a repeated timestep divides by zero in DPM-Solver).
     virtual void set_custom_timesteps(const std::vector<double>& timesteps);
 
+    // diffusers' set_begin_index(n) for the image-to-image pipelines, which loop over timesteps[n:] and step from
+    // sigmas[n]: drops the first n timesteps and sigmas, so step i is diffusers' step n + i. Flow matching only.
+    void set_begin_index(int n);
+
     const std::vector<double>& timesteps() const { return timesteps_; }  // diffusers' scheduler.timesteps, as float64
     const std::vector<double>& sigmas() const { return sigmas_; }        // float32 values; empty for DDIM
     int num_inference_steps() const { return (int)timesteps_.size(); }
