@@ -26,6 +26,7 @@ struct ServeOptions {
     double timeout_s = 600;
     bool allow_remote = false;
     Limits limits;
+    int step_delay_ms = 0;  // TestHooks::serve_step_delay_ms, read at start
 };
 
 std::atomic<bool> g_stop{false};
@@ -197,6 +198,7 @@ json models_json(const ModelFacts& f) {
 
 void handle_generation(const ServeOptions& o, Worker& w, const httplib::Request& req, httplib::Response& res) {
     auto job = std::make_shared<Job>();
+    job->step_delay_ms = o.step_delay_ms;
     ApiError e;
     if (!parse_image_request(req.body, o.limits, &job->req, &e)) return send_error(res, e);
     const ModelFacts& f = w.facts();
@@ -324,7 +326,10 @@ Run add_serve(CLI::App& app) {
         "Endpoints: POST /v1/images/generations (OpenAI's images API; Kiln's seed, steps, guidance_scale, "
         "negative_prompt, scheduler, stream), GET /v1/models, GET /health. See docs/serve.md.\n"
         "Example: kiln serve --port 8080 &  curl -s localhost:8080/v1/images/generations -d '{\"prompt\":\"7\"}'");
-    return [o] { run_serve(*o); };
+    return [o] {
+        o->step_delay_ms = settings_from_env().test.serve_step_delay_ms;  // the environment, read at this edge
+        run_serve(*o);
+    };
 }
 
 }  // namespace kiln::app

@@ -59,6 +59,26 @@ std::vector<GenerateFlag> image_rows() {
     };
 }
 
+// LoRAs (docs/lora.md).
+std::vector<GenerateFlag> lora_rows() {
+    return {
+        {"--lora", &F::loras,
+         "SD3, Flux: a LoRA, FILE[:SCALE] (repeatable; SCALE default 1 = diffusers' adapter weight x its "
+         "joint_attention_kwargs scale): diffusers/PEFT, kohya, ComfyUI/BFL or XLabs safetensors, applied as trained "
+         "(alpha / rank x B A per module; docs/lora.md). Each file's matched tensor count is printed",
+         kText},
+        {"--lora-apply", &F::lora_apply,
+         "How --lora is applied: merge (folded into the f32/f16/bf16 weights at load, as diffusers' fuse_lora) or "
+         "runtime (a low-rank side path beside each targeted linear, y = W x + s B (A x); the base weights untouched, "
+         "quantized ones included)",
+         kText, true},
+        {"--lora-allow-unmatched", &F::lora_allow_unmatched,
+         "LoRA keys that match no module of the model are a warning (applied: the rest, as diffusers) instead of an "
+         "error",
+         kText},
+    };
+}
+
 // The rows, with apps/component_flags.h's after --model.
 std::vector<GenerateFlag> flag_table() {
     std::vector<GenerateFlag> rows = {
@@ -146,20 +166,6 @@ std::vector<GenerateFlag> flag_table() {
          kText, true},
         {"--skip-layer-guidance-stop", &F::slg_stop, "Skip-layer guidance until the steps before this fraction of them",
          kText, true},
-        {"--lora", &F::loras,
-         "SD3, Flux: a LoRA, FILE[:SCALE] (repeatable; SCALE default 1 = diffusers' adapter weight x its "
-         "joint_attention_kwargs scale): diffusers/PEFT, kohya, ComfyUI/BFL or XLabs safetensors, applied as trained "
-         "(alpha / rank x B A per module; docs/lora.md). Each file's matched tensor count is printed",
-         kText},
-        {"--lora-apply", &F::lora_apply,
-         "How --lora is applied: merge (folded into the f32/f16/bf16 weights at load, as diffusers' fuse_lora) or "
-         "runtime (a low-rank side path beside each targeted linear, y = W x + s B (A x); the base weights untouched, "
-         "quantized ones included)",
-         kText, true},
-        {"--lora-allow-unmatched", &F::lora_allow_unmatched,
-         "LoRA keys that match no module of the model are a warning (applied: the rest, as diffusers) instead of an "
-         "error",
-         kText},
         {"--seed", &F::seed,
          "Seed of the initial noise: the noise diffusers draws with generator=torch.manual_seed(SEED) (PyTorch's CPU "
          "generator, float32), so the same seed gives diffusers' image",
@@ -209,6 +215,10 @@ std::vector<GenerateFlag> flag_table() {
          "submissions, and before the step: host work between steps), submissions, barriers; and peak device memory "
          "and host RSS"},
     };
+    const std::vector<GenerateFlag> loras = lora_rows();  // before --seed
+    rows.insert(std::find_if(rows.begin(), rows.end(),
+                             [](const GenerateFlag& r) { return std::string(r.names) == "--seed"; }),
+                loras.begin(), loras.end());
     const std::vector<GenerateFlag> images = image_rows();  // before --host-loop
     rows.insert(std::find_if(rows.begin(), rows.end(),
                              [](const GenerateFlag& r) { return std::string(r.names) == "--host-loop"; }),

@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"  // the static writers the server does not call
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #include <stb_image_write.h>
+#include <thread>
 #pragma GCC diagnostic pop
 
 namespace kiln::app::serve {
@@ -57,6 +58,7 @@ std::string error_body(int status, const std::string& message, const std::string
 // Step 0 comes before the first step, then 1 .. total. Non-zero stops kiln_generate at the next step boundary.
 int on_progress(int step, int total, void* user) {
     Job& job = *static_cast<Job*>(user);
+    if (job.step_delay_ms > 0 && step > 0) std::this_thread::sleep_for(std::chrono::milliseconds(job.step_delay_ms));
     bool late = Clock::now() > job.deadline;
     {
         std::lock_guard<std::mutex> lock(job.m);

@@ -32,6 +32,7 @@ struct Job {
     int label = -1;  // class-label models: the id the prompt named
     Clock::time_point deadline;
     std::atomic<bool> cancel{false};  // the client went away: the progress callback stops the work
+    int step_delay_ms = 0;            // TestHooks::serve_step_delay_ms: a pause after each step (tests)
     std::mutex m;
     std::condition_variable cv;
     bool started = false, done = false, timed_out = false;

@@ -145,6 +145,10 @@ const std::vector<SettingInfo> kTable = {
      true, [](Settings& s, const char* n, const std::string& v) {
          s.test.convert_delay_ms =
              (int)integer(n, v, 0, kIntMax, "milliseconds, 0 or more"); }},
+    {"KILN_TEST_SERVE_STEP_DELAY_MS", "int", "0", "kiln serve's jobs pause this long after each step",
+     true, [](Settings& s, const char* n, const std::string& v) {
+         s.test.serve_step_delay_ms =
+             (int)integer(n, v, 0, kIntMax, "milliseconds, 0 or more"); }},
 };
 // clang-format on
 

@@ -51,6 +51,7 @@ struct TestHooks {
     uint32_t max_texel_elements = 0;   // KILN_TEST_MAX_TEXEL_ELEMENTS: lowers maxTexelBufferElements
     uint64_t max_binding_range = 0;    // KILN_MAX_BINDING_RANGE: lowers maxStorageBufferRange for executors
     int convert_delay_ms = 0;          // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
+    int serve_step_delay_ms = 0;       // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
     // When set, Context::settings() answers live() instead of the settings the Context was made with (what the
     // Context made at construction stays). tests/support sets it to settings_from_env, so that a test may change a
     // KILN_* variable around one executor while sharing a Context. The library, the CLI and the converter never do.

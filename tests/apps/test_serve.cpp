@@ -24,7 +24,8 @@ struct Server {
     kiln::test::TempDir tmp{"kiln_serve"};
     // validation false: the child runs without the Vulkan validation layers (KILN_VALIDATION=0), whose own
     // object tracking grows with every request (the soak measures the server's memory, not the layer's).
-    explicit Server(const std::vector<std::string>& args, bool validation = true) {
+    // step_delay_ms: KILN_TEST_SERVE_STEP_DELAY_MS, a pause after each step that keeps a job busy on any device.
+    explicit Server(const std::vector<std::string>& args, bool validation = true, int step_delay_ms = 0) {
         int out[2];
         REQUIRE(pipe(out) == 0);
         const std::string err = tmp / "stderr.txt", bin = std::string(KILN_BUILD_DIR) + "/apps/kiln";
@@ -32,6 +33,7 @@ struct Server {
         if (pid == 0) {
             dup2(out[1], 1);
             if (!validation) setenv("KILN_VALIDATION", "0", 1);
+            if (step_delay_ms > 0) setenv("KILN_TEST_SERVE_STEP_DELAY_MS", std::to_string(step_delay_ms).c_str(), 1);
             FILE* e = std::fopen(err.c_str(), "w");
             if (e) dup2(fileno(e), 2);
             std::vector<std::string> a = {bin, "serve", "--port", "0"};
@@ -154,13 +156,14 @@ TEST_CASE("kiln serve: a request past its deadline answers 504", "[serve]") {
 }
 
 TEST_CASE("kiln serve: a full queue answers 429, a client that leaves cancels its work", "[serve]") {
-    Server s({"--queue", "1"});
-    // One runs, one waits, the rest find the queue full; 200 steps keep the first busy while all four arrive.
+    // 50 ms after each step (a test hook): a 20-step job takes at least 1 s on any device, however fast.
+    Server s({"--queue", "1"}, true, 50);
+    // One runs, one waits, the rest find the queue full: the first is busy while all four arrive.
     std::vector<std::thread> clients;
     std::vector<int> status(4, 0);
     for (int i = 0; i < 4; ++i)
         clients.emplace_back([&, i] {
-            auto r = s.post({{"prompt", "1"}, {"steps", 200}, {"seed", i}});
+            auto r = s.post({{"prompt", "1"}, {"steps", 20}, {"seed", i}});
             status[i] = r ? r->status : -1;
         });
     for (auto& t : clients) t.join();
@@ -169,7 +172,7 @@ TEST_CASE("kiln serve: a full queue answers 429, a client that leaves cancels it
     CHECK(std::count(status.begin(), status.end(), 200) + std::count(status.begin(), status.end(), 429) == 4);
     // A client that gives up after 0.3 s: the server stops the job at the next step boundary and says so.
     auto r =
-        s.client(0.3).Post("/v1/images/generations", json{{"prompt", "2"}, {"steps", 200}}.dump(), "application/json");
+        s.client(0.3).Post("/v1/images/generations", json{{"prompt", "2"}, {"steps", 20}}.dump(), "application/json");
     CHECK(!r);
     bool cancelled = false;
     for (int i = 0; i < 300 && !cancelled; ++i) {  // 30 s at most
