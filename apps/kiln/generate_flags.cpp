@@ -25,37 +25,37 @@ const std::vector<GenerateFlag> kFlags = flag_table();
 // Images in (docs/images-in.md): img2img, inpainting, Flux Fill and Kontext.
 std::vector<GenerateFlag> image_rows() {
     return {
-    {"--image", &F::image,
-     "SD3, Flux: start from this PNG or JPEG (diffusers' img2img pipelines): resized to --width x --height "
-     "(default: the model's, as diffusers) with a Lanczos-3 filter, VAE-encoded, noised to the strength's first "
-     "step",
-     kText},
-    {"--image-tensor", &F::image_tensor,
-     "Instead of --image: safetensors with diffusers' preprocessed image 'image_preprocessed' [1, 3, H, W] in [-1, "
-     "1] (exact runs; resized with nearest neighbours if its size differs)",
-     kText},
-    {"--mask", &F::mask,
-     "SD3, Flux, with --image: inpaint (diffusers' inpaint pipelines). A PNG or JPEG the image's size, read as "
-     "grayscale; >= 128 after the resize is repainted, the rest blended back after each step",
-     kText},
-    {"--mask-tensor", &F::mask_tensor,
-     "Instead of --mask: safetensors with diffusers' 'mask_preprocessed' [1, 1, H, W] (1 = repaint)", kText},
-    {"--strength", &F::strength,
-     "With --image: how far the image is noised, in (0, 1]; the loop runs the last int(steps * strength) steps "
-     "(default: the pipeline's, 0.6)",
-     kText},
-    {"--noise", &F::noise,
-     "safetensors with diffusers' random draws by name: noise, image_vae_sample_noise, "
-     "masked_image_vae_sample_noise (float32); each one present replaces that draw of --seed's generator",
-     kText},
-    {"--max-area", &F::max_area,
-     "Flux Kontext: diffusers' max_area, the output's area in pixels at the aspect of --width / --height (default "
-     "1048576 = 1024^2)",
-     kText},
-    {"--no-auto-resize", &F::no_auto_resize,
-     "Flux Kontext: the reference image at its own size (diffusers' _auto_resize=False) instead of the preferred "
-     "resolution nearest its aspect",
-     kText},
+        {"--image", &F::image,
+         "SD3, Flux: start from this PNG or JPEG (diffusers' img2img pipelines): resized to --width x --height "
+         "(default: the model's, as diffusers) with a Lanczos-3 filter, VAE-encoded, noised to the strength's first "
+         "step",
+         kText},
+        {"--image-tensor", &F::image_tensor,
+         "Instead of --image: safetensors with diffusers' preprocessed image 'image_preprocessed' [1, 3, H, W] in [-1, "
+         "1] (exact runs; resized with nearest neighbours if its size differs)",
+         kText},
+        {"--mask", &F::mask,
+         "SD3, Flux, with --image: inpaint (diffusers' inpaint pipelines). A PNG or JPEG the image's size, read as "
+         "grayscale; >= 128 after the resize is repainted, the rest blended back after each step",
+         kText},
+        {"--mask-tensor", &F::mask_tensor,
+         "Instead of --mask: safetensors with diffusers' 'mask_preprocessed' [1, 1, H, W] (1 = repaint)", kText},
+        {"--strength", &F::strength,
+         "With --image: how far the image is noised, in (0, 1]; the loop runs the last int(steps * strength) steps "
+         "(default: the pipeline's, 0.6)",
+         kText},
+        {"--noise", &F::noise,
+         "safetensors with diffusers' random draws by name: noise, image_vae_sample_noise, "
+         "masked_image_vae_sample_noise (float32); each one present replaces that draw of --seed's generator",
+         kText},
+        {"--max-area", &F::max_area,
+         "Flux Kontext: diffusers' max_area, the output's area in pixels at the aspect of --width / --height (default "
+         "1048576 = 1024^2)",
+         kText},
+        {"--no-auto-resize", &F::no_auto_resize,
+         "Flux Kontext: the reference image at its own size (diffusers' _auto_resize=False) instead of the preferred "
+         "resolution nearest its aspect",
+         kText},
     };
 }
 
@@ -216,9 +216,9 @@ std::vector<GenerateFlag> flag_table() {
          "and host RSS"},
     };
     const std::vector<GenerateFlag> loras = lora_rows();  // before --seed
-    rows.insert(std::find_if(rows.begin(), rows.end(),
-                             [](const GenerateFlag& r) { return std::string(r.names) == "--seed"; }),
-                loras.begin(), loras.end());
+    rows.insert(
+        std::find_if(rows.begin(), rows.end(), [](const GenerateFlag& r) { return std::string(r.names) == "--seed"; }),
+        loras.begin(), loras.end());
     const std::vector<GenerateFlag> images = image_rows();  // before --host-loop
     rows.insert(std::find_if(rows.begin(), rows.end(),
                              [](const GenerateFlag& r) { return std::string(r.names) == "--host-loop"; }),

@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"  // the static writers the server does not call
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #include <stb_image_write.h>
+
 #include <thread>
 #pragma GCC diagnostic pop
 
