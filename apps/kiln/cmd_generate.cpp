@@ -472,6 +472,13 @@ Run add_generate(CLI::App& app) {
         "  kiln generate --model pixart-sigma.kiln --prompt-file prompts.txt --keep-encoders -o out.png\n"
         "  kiln generate --model pixart-sigma.kiln --prompt \"a fox\" --scheduler dpm++2m-sde-karras --seed 7\n"
         "  kiln generate --model pixart-sigma.kiln --prompt \"a fox\" --scheduler ddim --eta 1 --steps 50\n"
+        "  kiln generate --diffusion-model flux1-dev-Q4_K_S.gguf --vae ae.safetensors --clip-l clip_l.safetensors "
+        "--t5xxl t5xxl_fp16.safetensors --prompt \"a castle\"\n"
+        "  kiln generate --model sd3.5_medium.safetensors --clip-l clip_l.safetensors --clip-g clip_g.safetensors "
+        "--t5xxl t5xxl_fp16.safetensors --prompt \"a cat\"\n"
+        "  kiln generate --model flux-dev.kiln --prompt \"the castle at night\" --image castle.png --strength 0.6\n"
+        "  kiln generate --model sd3-medium.kiln --prompt \"a tabby cat\" --image cat.png --mask mask.png\n"
+        "  kiln generate --model flux-dev.kiln --prompt \"a castle\" --lora watercolor.safetensors:0.8\n"
         "  kiln generate --model sd3-folder --prompt-embeds embeds.safetensors --width 1024 --height 768");
     return [o] { run_generate(*o); };
 }
