@@ -330,6 +330,13 @@ Assembly assemble(const ComponentFiles& f) {
     }
     for (auto& g : given)  // a role the family does not have (a CLIP-G beside Flux) is named, not ignored
         if (g.role != "transformer" && g.role != "vae") component_of(fam, g.role);
+    // model_index.json as the parts make it: the components no file gave are left out.
+    json mi = parse_json_object(a.model_index_text, "model_index");
+    for (auto it = mi.begin(); it != mi.end();) {
+        const bool component = !it.key().empty() && it.key()[0] != '_' && it.value().is_array();
+        it = component && !a.find(it.key()) ? mi.erase(it) : std::next(it);
+    }
+    a.model_index_text = mi.dump(2);
     return a;
 }
 

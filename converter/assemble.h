@@ -41,10 +41,10 @@ struct Part {
 };
 
 struct Assembly {
-    std::string family;          // the registry Family::name of the transformer
-    std::string configs_from;    // for messages and `kiln info`: "--config DIR" or "published FLUX.1-dev (repo)"
-    std::string pipeline_class;  // model_index.json's _class_name
-    std::string model_index_text;
+    std::string family;              // the registry Family::name of the transformer
+    std::string configs_from;        // for messages and `kiln info`: "--config DIR" or "published FLUX.1-dev (repo)"
+    std::string pipeline_class;      // model_index.json's _class_name
+    std::string model_index_text;    // listing only the components of `parts`
     std::vector<Part> parts;         // transformer, vae, scheduler, text encoders, tokenizers
     std::string tokenizers_missing;  // why the tokenizers were not found (they are needed only to encode prompts)
     const Part* find(const std::string& name) const;

@@ -58,26 +58,6 @@ namespace kiln::converter {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string read_text(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    KILN_CHECK(f.good(), p.string(), ": cannot open");
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    KILN_CHECK(!f.bad(), p.string(), ": read failed");
-    return ss.str();
-}
-
-json parse_json_object(const std::string& text, const std::string& where) {
-    json j;
-    try {
-        j = json::parse(python_json_to_json(text));
-    } catch (const std::exception& e) {
-        KILN_FAIL(where, ": invalid JSON: ", e.what());
-    }
-    KILN_CHECK(j.is_object(), where, ": expected a JSON object");
-    return j;
-}
-
 namespace {
 
 std::string class_name(const json& j, const std::string& where) {
@@ -377,39 +357,6 @@ struct Progress {
 
 }  // namespace
 
-// Python's json (which diffusers uses) writes NaN, Infinity and -Infinity (e.g. DPMSolver's
-// lambda_min_clipped); standard JSON has no such tokens. For validation they are read as null; the
-// stored config text stays verbatim.
-std::string python_json_to_json(const std::string& s) {
-    std::string out;
-    out.reserve(s.size());
-    bool in_str = false;
-    for (size_t i = 0; i < s.size(); ++i) {
-        char ch = s[i];
-        if (in_str) {
-            out += ch;
-            if (ch == '\\' && i + 1 < s.size())
-                out += s[++i];
-            else if (ch == '"')
-                in_str = false;
-            continue;
-        }
-        if (ch == '"') in_str = true;
-        bool replaced = false;
-        for (const char* tok : {"-Infinity", "Infinity", "NaN"}) {
-            size_t n = std::char_traits<char>::length(tok);
-            if (s.compare(i, n, tok) == 0) {
-                out += "null";
-                i += n - 1;
-                replaced = true;
-                break;
-            }
-        }
-        if (!replaced) out += ch;
-    }
-    return out;
-}
-
 namespace {
 // A pipeline folder: model_index.json's components (transformer, vae, scheduler, then text encoders and tokenizers)
 // planned and validated; the pipeline metadata goes to w.
@@ -645,14 +592,9 @@ Summary convert_assembly(const Assembly& a, const std::string& out_path, const O
     GgufWriter w;
     std::vector<Component> comps;
     for (auto& p : a.parts) comps.push_back(plan_part(p, opt, log));
-    // The configs travel with the weights: the pipeline's model_index, with only the components present.
-    json mi = parse_json_object(a.model_index_text, "model_index");
-    for (auto it = mi.begin(); it != mi.end();) {
-        const bool component = !it.key().empty() && it.key()[0] != '_' && it.value().is_array();
-        it = component && !a.find(it.key()) ? mi.erase(it) : std::next(it);
-    }
+    // The configs travel with the weights.
     w.set_string("kiln.pipeline.class", a.pipeline_class);
-    w.set_string("kiln.pipeline.model_index", mi.dump(2));
+    w.set_string("kiln.pipeline.model_index", a.model_index_text);
     w.set_string("kiln.source.configs", a.configs_from);
     const std::string name = fs::path(a.parts.front().path).stem().string();
     return write_kiln_file(comps, w, name, out_path, opt, log, t0);

@@ -24,7 +24,7 @@ struct Options {
     // (glob, dtype) recipe: a float tensor of >= 2 dims whose stored name ("transformer.proj_out.weight")
     // matches glob takes dtype instead (the last match wins); e.g. {"*.proj_out.weight", f16}.
     std::vector<std::pair<std::string, DType>> keep;
-    std::string variant;          // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
+    std::string variant;  // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
     // LoRAs (path, scale) merged into the transformer's f32/f16/bf16 weights before they are stored (kiln-convert
     // --lora FILE[:SCALE]); keys matching no module are an error unless lora_allow_unmatched.
     std::vector<std::pair<std::string, double>> loras;

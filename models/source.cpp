@@ -163,10 +163,6 @@ ModelSource ModelSource::assemble(const converter::Assembly& a) {
     }
     s.incomplete_ = a.incomplete();
     s.model_index_ = parse_py_json(a.model_index_text, "model_index");
-    for (auto it = s.model_index_.begin(); it != s.model_index_.end();) {  // only the components present
-        const bool comp = !it.key().empty() && it.key()[0] != '_' && it.value().is_array();
-        it = comp && !s.configs_.count(it.key()) ? s.model_index_.erase(it) : std::next(it);
-    }
     return s;
 }
 

@@ -47,9 +47,9 @@ private:
     DType synthetic_dtype_ = DType::f16;
     std::vector<std::string> components_;
     std::map<std::string, nlohmann::json> configs_;
-    std::map<std::string, std::string> dirs_;  // diffusers: component -> folder
+    std::map<std::string, std::string> dirs_;       // diffusers: component -> folder
     std::map<std::string, converter::Part> parts_;  // assembled: component -> where it comes from
-    std::string incomplete_;                         // assembled: what is missing (Assembly::incomplete)
+    std::string incomplete_;                        // assembled: what is missing (Assembly::incomplete)
     nlohmann::json model_index_;
     std::vector<std::pair<std::string, FileStamp>> stamps_;  // the files read after open()
 };

@@ -88,7 +88,8 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
                    "else auto")
         ->check(CLI::IsMember({"auto", "block", "weight"}));
     app.add_option("--dtype", o.dtype,
-                   "Synthetic weight dtype: f32 | f16 | bf16, or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k | q5_k | q6_k "
+                   "Synthetic weight dtype: f32 | f16 | bf16, or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k "
+                   "| q5_k | q6_k "
                    "(linear matrices)")
         ->capture_default_str();
     app.add_option("--vram-budget", o.vram_budget, kVramBudgetHelp);

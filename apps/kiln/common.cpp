@@ -79,14 +79,15 @@ ModelPtr open_model(kiln_context* ctx, const std::string& path) {
     return ModelPtr(m);
 }
 
-bool ModelSpec::assembled() const {
-    const ComponentFlags& p = parts;
-    if (!(p.diffusion_model.empty() && p.vae.empty() && p.clip_l.empty() && p.clip_g.empty() && p.t5xxl.empty() &&
-          p.config.empty()))
-        return true;
-    std::error_code ec;  // --model FILE that is neither a Kiln file nor a folder: a single file in another layout
-    return !model.empty() && std::filesystem::is_regular_file(model, ec) && !layouts::is_kiln_file(model);
+namespace {
+// --model FILE that is neither a Kiln file nor a folder: a single file in another layout.
+bool is_layout_file(const std::string& path) {
+    std::error_code ec;
+    return !path.empty() && std::filesystem::is_regular_file(path, ec) && !layouts::is_kiln_file(path);
 }
+}  // namespace
+
+bool ModelSpec::assembled() const { return parts.any() || is_layout_file(model); }
 
 std::string ModelSpec::display() const {
     if (!assembled()) return model;
@@ -98,16 +99,8 @@ std::string ModelSpec::display() const {
 }
 
 converter::ComponentFiles component_files(const ModelSpec& spec) {
-    converter::ComponentFiles f;
-    if (std::error_code ec; std::filesystem::is_regular_file(spec.model, ec) && !layouts::is_kiln_file(spec.model))
-        f.model = spec.model;
-    f.diffusion_model = spec.parts.diffusion_model;
-    f.vae = spec.parts.vae;
-    f.clip_l = spec.parts.clip_l;
-    f.clip_g = spec.parts.clip_g;
-    f.t5xxl = spec.parts.t5xxl;
-    f.config = spec.parts.config;
-    f.tokenizers = spec.parts.tokenizers;
+    converter::ComponentFiles f = spec.parts;
+    f.model = is_layout_file(spec.model) ? spec.model : "";
     f.hf_home = settings_from_env().hf_home;
     KILN_CHECK(spec.model.empty() || !f.model.empty(), spec.model,
                ": --model beside component files must be a single file (a folder or a Kiln file is a whole model: "

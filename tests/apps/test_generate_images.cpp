@@ -19,6 +19,7 @@
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -27,21 +28,9 @@ namespace fs = std::filesystem;
 namespace {
 using Tmp = test::TempDir;
 
-struct Result {
-    int rc = -1;
-    std::string err;
-};
+using Result = test::CliResult;
 
-Result generate(const Tmp& tmp, const std::string& args) {
-    const std::string err_file = tmp / "stderr.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream f(err_file);
-    r.err.assign(std::istreambuf_iterator<char>(f), {});
-    return r;
-}
+Result generate(const Tmp& tmp, const std::string& args) { return test::run_cli(tmp, "kiln", "generate " + args); }
 
 std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
 

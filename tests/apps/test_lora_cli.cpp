@@ -9,26 +9,17 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
 
 namespace {
-struct Result {
-    int rc = -1;
-    std::string err;
-};
+using Result = test::CliResult;
 
 Result generate(const test::TempDir& tmp, const std::string& args) {
-    const std::string err_file = tmp / "stderr.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream f(err_file);
-    r.err.assign(std::istreambuf_iterator<char>(f), {});
-    return r;
+    return test::run_cli(tmp, "kiln", "generate " + args);
 }
 
 std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
@@ -167,16 +158,7 @@ TEST_CASE("kiln generate --lora-apply runtime under a budget: streamed blocks ca
 
 TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained without --lora", "[apps][lora][vulkan]") {
     test::TempDir tmp("kiln_lora_conv");
-    auto convert = [&](const std::string& args) {
-        const std::string cmd =
-            std::string(KILN_BUILD_DIR) + "/apps/kiln-convert " + args + " 2>" + (tmp / "stderr.txt");
-        const int status = std::system(cmd.c_str());
-        Result r;
-        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        std::ifstream f(tmp / "stderr.txt");
-        r.err.assign(std::istreambuf_iterator<char>(f), {});
-        return r;
-    };
+    auto convert = [&](const std::string& args) { return test::run_cli(tmp, "kiln-convert", args); };
     // (case, run): two LoRAs with adapter weights on Flux (kohya as trained), one on SD3.
     for (auto [c, run_name] : {std::pair{"flux", "combo"}, std::pair{"flux", "kohya_s1"}, std::pair{"sd3", "combo"}}) {
         const auto io = io_json(c);

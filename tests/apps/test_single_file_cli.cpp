@@ -12,6 +12,7 @@
 
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -20,21 +21,11 @@ namespace fs = std::filesystem;
 namespace {
 using Tmp = test::TempDir;
 
-struct Result {
-    int rc = -1;
-    std::string err;
-};
+using Result = test::CliResult;
 
-// Runs BINARY ARGS (kiln or kiln-convert) through /bin/sh; stdout and stderr captured together.
+// BINARY ARGS, stdout and stderr captured together (kiln info prints to stdout).
 Result run(const Tmp& tmp, const std::string& binary, const std::string& args) {
-    const std::string out = tmp / "output.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/" + binary + " " + args + " >" + out + " 2>&1";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream f(out);
-    r.err.assign(std::istreambuf_iterator<char>(f), {});
-    return r;
+    return test::run_cli(tmp, binary, args, true);
 }
 
 std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
