@@ -54,6 +54,9 @@ void sub(const ir::Graph& g, const ir::Node& n, Vals& v) {
 void mul(const ir::Graph& g, const ir::Node& n, Vals& v) {
     binary(g, n, v, [](float a, float b) { return a * b; });
 }
+void div(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    binary(g, n, v, [](float a, float b) { return a / b; });
+}
 
 void mul_add(const ir::Graph& g, const ir::Node& n, Vals& v) {
     const Shape& out = g.value(n.out).shape;
@@ -101,6 +104,18 @@ void silu(const ir::Graph& g, const ir::Node& n, Vals& v) {
     const auto& x = v[(size_t)n.in[0]];
     auto& y = v[(size_t)n.out];
     for (size_t i = 0; i < y.size(); ++i) y[i] = activate(ir::Act::silu, x[i]);
+}
+
+void relu(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    const auto& x = v[(size_t)n.in[0]];
+    auto& y = v[(size_t)n.out];
+    for (size_t i = 0; i < y.size(); ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+void tanh(const ir::Graph& g, const ir::Node& n, Vals& v) {
+    const auto& x = v[(size_t)n.in[0]];
+    auto& y = v[(size_t)n.out];
+    for (size_t i = 0; i < y.size(); ++i) y[i] = (float)std::tanh((double)x[i]);
 }
 
 void gelu(const ir::Graph& g, const ir::Node& n, Vals& v) {

@@ -249,7 +249,9 @@ void rms_norm_rope(const ir::Graph& g, const ir::Node& n, Vals& v) {
 void conv2d(const ir::Graph& g, const ir::Node& n, Vals& v) {
     auto a = std::get<ir::Conv2dAttrs>(n.attrs);
     const Shape &sx = g.value(n.in[0]).shape, &sw = g.value(n.in[1]).shape, &so = g.value(n.out).shape;
-    int64_t B = sx[0], C = sx[1], H = sx[2], W = sx[3], O = sw[0], KH = sw[2], KW = sw[3], HO = so[2], WO = so[3];
+    // Grouped: output channel o reads the input channels of its group, c0 + [0, Cg), weight [O, Cg, kh, kw].
+    int64_t B = sx[0], H = sx[2], W = sx[3], O = sw[0], KH = sw[2], KW = sw[3], HO = so[2], WO = so[3];
+    int64_t Cx = sx[1], C = sw[1], Og = O / a.groups;
     const auto &x = v[(size_t)n.in[0]], &w = v[(size_t)n.in[1]];
     auto* bias = opt(n, 2, v);
     auto& y = v[(size_t)n.out];
@@ -258,6 +260,7 @@ void conv2d(const ir::Graph& g, const ir::Node& n, Vals& v) {
             for (int64_t i = 0; i < HO; ++i)
                 for (int64_t j = 0; j < WO; ++j) {
                     double acc = bias ? (*bias)[(size_t)o] : 0.0;
+                    const int64_t c0 = (o / Og) * C;
                     for (int64_t c = 0; c < C; ++c)
                         for (int64_t ky = 0; ky < KH; ++ky) {
                             int64_t yy = i * a.stride_h - a.pad_h + ky;
@@ -265,7 +268,7 @@ void conv2d(const ir::Graph& g, const ir::Node& n, Vals& v) {
                             for (int64_t kx = 0; kx < KW; ++kx) {
                                 int64_t xx = j * a.stride_w - a.pad_w + kx;
                                 if (xx < 0 || xx >= W) continue;
-                                acc += (double)x[(size_t)(((b * C + c) * H + yy) * W + xx)] *
+                                acc += (double)x[(size_t)(((b * Cx + c0 + c) * H + yy) * W + xx)] *
                                        w[(size_t)(((o * C + c) * KH + ky) * KW + kx)];
                             }
                         }

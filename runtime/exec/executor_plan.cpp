@@ -78,7 +78,7 @@ bool Executor::Impl::can_update_in_place(const ir::Region& t, int x, int y) cons
             last_read = std::max(last_read, n);
             if (n == def)
                 same_index &= (node.op == ir::Op::add || node.op == ir::Op::sub || node.op == ir::Op::mul ||
-                               node.op == ir::Op::mul_add) &&
+                               node.op == ir::Op::div || node.op == ir::Op::mul_add) &&
                               node.views.empty() && g.value(v).shape == g.value(node.out).shape;
         }
     }

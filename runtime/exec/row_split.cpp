@@ -51,6 +51,9 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Graph& g, const ir::Node& node
         case Op::mul:
             s.mul(in[0], in[1]);
             break;
+        case Op::div:
+            s.div(in[0], in[1]);
+            break;
         case Op::mul_add:
             s.mul_add(in[0], in[1], in[2]);
             break;
@@ -61,6 +64,12 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Graph& g, const ir::Node& node
         }
         case Op::silu:
             s.silu(in[0]);
+            break;
+        case Op::relu:
+            s.relu(in[0]);
+            break;
+        case Op::tanh:
+            s.tanh(in[0]);
             break;
         case Op::gelu:
             s.gelu(in[0], std::get<ir::GeluAttrs>(node.attrs).tanh);
@@ -136,6 +145,8 @@ std::vector<Bind> binding_rows(const ir::Graph& g, const ir::Node& node, size_t 
         case Op::softmax:
         case Op::scale:
         case Op::silu:
+        case Op::relu:
+        case Op::tanh:
         case Op::gelu:
             how[0] = Bind::row;
             break;  // weights, biases: whole
@@ -151,6 +162,7 @@ std::vector<Bind> binding_rows(const ir::Graph& g, const ir::Node& node, size_t 
         case Op::add:
         case Op::sub:
         case Op::mul:
+        case Op::div:
         case Op::mul_add:
             for (size_t b = 0; b < node.in.size(); ++b)
                 if (!classify_broadcast(g.value(node.in[b]).shape, so, how[b]))

@@ -49,6 +49,7 @@ struct TimestepAttrs {
 };
 struct Conv2dAttrs {
     int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+    int groups = 1;  // torch's groups: C and O split into `groups` blocks, weight [O, C / groups, kh, kw]
     bool operator==(const Conv2dAttrs&) const = default;
 };
 struct PermuteAttrs {

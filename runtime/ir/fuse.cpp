@@ -126,7 +126,7 @@ struct Fuser {
         for (size_t i = 0; i < nodes.size(); ++i) {
             Node& n = nodes[i];
             size_t first = 0, end = 0;
-            if (n.op == Op::add || n.op == Op::sub || n.op == Op::mul || n.op == Op::mul_add)
+            if (n.op == Op::add || n.op == Op::sub || n.op == Op::mul || n.op == Op::div || n.op == Op::mul_add)
                 end = n.in.size();
             else if (n.op == Op::modulate || n.op == Op::norm_modulate)
                 first = 1, end = 3;

@@ -97,6 +97,7 @@ Val Graph::mul_add(Val a, Val b, Val c) {
 }
 Val Graph::sub(Val a, Val b) { return binary(Op::sub, a, b); }
 Val Graph::mul(Val a, Val b) { return binary(Op::mul, a, b); }
+Val Graph::div(Val a, Val b) { return binary(Op::div, a, b); }
 
 Val Graph::scale(Val x, float alpha, float beta) {
     check_f32(Op::scale, x, "x");
@@ -105,6 +106,14 @@ Val Graph::scale(Val x, float alpha, float beta) {
 Val Graph::silu(Val x) {
     check_f32(Op::silu, x, "x");
     return add_node(Op::silu, {x.id}, shape(x));
+}
+Val Graph::relu(Val x) {
+    check_f32(Op::relu, x, "x");
+    return add_node(Op::relu, {x.id}, shape(x));
+}
+Val Graph::tanh(Val x) {
+    check_f32(Op::tanh, x, "x");
+    return add_node(Op::tanh, {x.id}, shape(x));
 }
 Val Graph::gelu(Val x, bool tanh_approx) {
     check_f32(Op::gelu, x, "x");
@@ -316,8 +325,10 @@ Val Graph::conv2d(Val x, Val w, Val b, const Conv2dAttrs& a) {
     const Shape &sx = shape(x), &sw = shape(w);
     KILN_CHECK(!dtype_is_quant(value(w).dtype), "conv2d: weight '", value(w).name, "' is ", dtype_name(value(w).dtype),
                "; quantized weights are linear operands only");
-    KILN_CHECK(sx.size() == 4 && sw.size() == 4 && sx[1] == sw[1], "conv2d: x ", shape_str(sx), " and weight '",
-               value(w).name, "' ", shape_str(sw), " do not match ([B, C, H, W] and [O, C, kh, kw])");
+    KILN_CHECK(a.groups >= 1, "conv2d: groups must be >= 1, got ", a.groups);
+    KILN_CHECK(sx.size() == 4 && sw.size() == 4 && sx[1] == sw[1] * a.groups && sw[0] % a.groups == 0, "conv2d: x ",
+               shape_str(sx), " and weight '", value(w).name, "' ", shape_str(sw), " do not match with groups ",
+               a.groups, " ([B, C, H, W] and [O, C / groups, kh, kw], O a multiple of groups)");
     KILN_CHECK(a.stride_h > 0 && a.stride_w > 0 && a.pad_h >= 0 && a.pad_w >= 0, "conv2d: bad stride/padding ",
                a.stride_h, "x", a.stride_w, " / ", a.pad_h, "x", a.pad_w);
     if (b) {

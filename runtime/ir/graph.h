@@ -80,8 +80,11 @@ public:
     Val add(Val a, Val b);
     Val sub(Val a, Val b);
     Val mul(Val a, Val b);
+    Val div(Val a, Val b);                            // a / b, IEEE division (b = 0 gives inf/nan as in torch)
     Val scale(Val x, float alpha, float beta = 0.f);  // alpha*x + beta
     Val silu(Val x);
+    Val relu(Val x);
+    Val tanh(Val x);
     Val gelu(Val x, bool tanh_approx);
     Val softmax(Val x);  // last dim
     // Norms; weight/bias may be Val{} (absent).
@@ -98,7 +101,7 @@ public:
     Val rope(Val x, Val cos, Val sin);
     Val embedding(Val table, Val ids);                      // table [V, D], ids i32 [N] -> [N, D]
     Val timestep_embedding(Val t, const TimestepAttrs& a);  // t f32 [N] -> [N, dim]
-    Val conv2d(Val x, Val w, Val b, const Conv2dAttrs& a);  // x [B,C,H,W], w [O,C,kh,kw]
+    Val conv2d(Val x, Val w, Val b, const Conv2dAttrs& a);  // x [B,C,H,W], w [O,C/groups,kh,kw]
     Val upsample_nearest2x(Val x);
     Val permute(Val x, const std::vector<int>& perm);
     Val transpose(Val x, int a, int b);

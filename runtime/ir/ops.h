@@ -12,8 +12,11 @@
     X(add, compute)                /* a + b, numpy broadcasting */                                     \
     X(sub, compute)                /* a - b, numpy broadcasting */                                     \
     X(mul, compute)                /* a * b, numpy broadcasting */                                     \
+    X(div, compute)                /* a / b, numpy broadcasting */                                     \
     X(scale, compute)              /* alpha * x + beta */                                              \
     X(silu, compute)               /* x * sigmoid(x) */                                                \
+    X(relu, compute)               /* max(x, 0) */                                                     \
+    X(tanh, compute)               /* tanh(x) */                                                       \
     X(gelu, compute)               /* exact erf, or tanh approximation */                              \
     X(softmax, compute)            /* over the last dim */                                             \
     X(layer_norm, compute)         /* last dim; optional weight, bias */                               \
@@ -26,7 +29,7 @@
     X(rope, compute)               /* x [B, S, H*D] pairs rotated by cos/sin [S, D/2] */               \
     X(embedding, compute)          /* table [V, D] rows by i32 ids [N] */                              \
     X(timestep_embedding, compute) /* diffusers get_timestep_embedding */                              \
-    X(conv2d, compute)             /* NCHW, any kernel / stride / padding */                           \
+    X(conv2d, compute)             /* NCHW, any kernel / stride / padding / groups */                  \
     X(upsample_nearest2x, compute) /* [B, C, H, W] -> [B, C, 2H, 2W] */                                \
     X(permute, compute)            /* generic axis permutation, rank <= 6 */                           \
     X(concat, compute)             /* two inputs along one axis */                                     \

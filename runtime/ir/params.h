@@ -143,7 +143,7 @@ KILN_PARAMS(TimestepParams) {
 // conv2d NCHW: x [B, C, H, W], w [O, C, KH, KW] -> y [B, O, HO, WO].
 #if defined(__cplusplus) || defined(USE_CONV2D)
 KILN_PARAMS(Conv2dParams) {
-    uint B, C, H, W, O, KH, KW, HO, WO, stride_h, stride_w, pad_h, pad_w, has_bias;
+    uint B, C, H, W, O, KH, KW, HO, WO, stride_h, stride_w, pad_h, pad_w, has_bias, groups;
 } KILN_PARAMS_END(Conv2dParams)
 #endif
 

@@ -1,4 +1,4 @@
-// Lowering of add/sub/mul and the fused mul_add: broadcasting strides into BinaryParams / MulAddParams. An operand
+// Lowering of add/sub/mul/div and the fused mul_add: broadcasting strides into BinaryParams / MulAddParams. An operand
 // read as a slice (ir::InputView) gets its source's row stride and the slice's start as offset.
 #include "runtime/core/error.h"
 #include "runtime/vulkan/lower.h"
@@ -54,6 +54,7 @@ Dispatch binary(const char* shader, const ir::Graph& g, const ir::Node& n) {
 
 Dispatch lower_add(const ir::Graph& g, const ir::Node& n) { return binary("add", g, n); }
 Dispatch lower_sub(const ir::Graph& g, const ir::Node& n) { return binary("sub", g, n); }
+Dispatch lower_div(const ir::Graph& g, const ir::Node& n) { return binary("div", g, n); }
 Dispatch lower_mul(const ir::Graph& g, const ir::Node& n) { return binary("mul", g, n); }
 
 Dispatch lower_mul_add(const ir::Graph& g, const ir::Node& n) {

@@ -1,4 +1,4 @@
-// Lowering of the elementwise ops: scale, silu, gelu (UnaryParams), modulate and rope.
+// Lowering of the elementwise ops: scale, silu, relu, tanh, gelu (UnaryParams), modulate and rope.
 #include <variant>
 
 #include "runtime/core/error.h"
@@ -27,6 +27,8 @@ Dispatch lower_scale(const ir::Graph& g, const ir::Node& n) {
     return unary("scale", g, n, 0, a.alpha, a.beta);
 }
 Dispatch lower_silu(const ir::Graph& g, const ir::Node& n) { return unary("silu", g, n, 0, 1.f, 0.f); }
+Dispatch lower_relu(const ir::Graph& g, const ir::Node& n) { return unary("relu", g, n, 0, 1.f, 0.f); }
+Dispatch lower_tanh(const ir::Graph& g, const ir::Node& n) { return unary("tanh", g, n, 0, 1.f, 0.f); }
 Dispatch lower_gelu(const ir::Graph& g, const ir::Node& n) {
     return unary("gelu", g, n, std::get<ir::GeluAttrs>(n.attrs).tanh ? 1u : 0u, 1.f, 0.f);
 }

@@ -64,6 +64,14 @@ Dispatch lower_conv2d(const ir::Graph& g, const ir::Node& n) {
     p.pad_h = (params::uint)a.pad_h;
     p.pad_w = (params::uint)a.pad_w;
     p.has_bias = n.in[2] >= 0;
+    p.groups = (params::uint)a.groups;
+    if (a.groups > 1) {  // conv2d_grouped.comp: one output per invocation
+        Dispatch d;
+        d.shader = ShaderKey::weights("conv2d_grouped", "", w.dtype);
+        d.set_push(p);
+        groups_1d(d, (uint64_t)shape_numel(so), 64);
+        return d;
+    }
     constexpr uint32_t kTO = 8, kTC = 8;  // conv2d.comp: output channels x columns per invocation
     uint64_t blocks = (uint64_t)p.B * p.HO * ((p.WO + kTC - 1) / kTC);  // invocations on x: (b, row, block)
     Dispatch d;
