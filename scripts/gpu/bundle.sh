@@ -3,7 +3,7 @@
 # has no Vulkan loader, no build dependencies and no network. Writes .gpu/ (git-ignored through .git/info/exclude):
 #   .gpu/gl/*.deb        the Vulkan loader and GL libraries, as the device README lists them (unpacked into /)
 #   .gpu/deps/*.deb      ICU 72 (kiln links it) and the Khronos validation layer (unpacked into /opt/kiln-deps)
-#   .gpu/build.tar.xz    build/release's kiln, the Vulkan test executables and the built-in model
+#   .gpu/build.tar.xz    build/release's kiln, kiln-convert and the Vulkan test executables, stripped
 #   .gpu/built_in        the source tree the binaries were built in (their test-data paths are absolute)
 #   .gpu/peer.tar.xz     with --diffusers DIR: ../shared/gpu-peer/bench_torch.py and DIR (diffusers' src/diffusers)
 # Then, in one `run` call with carry [".gpu"]:  bash scripts/gpu/suite.sh tests   (see suite.sh for the modes).
@@ -27,11 +27,16 @@ apt-get $o update -qq
 (cd .gpu/gl && apt-get $o download -qq libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 (cd .gpu/deps && apt-get $o download -qq libicu72 vulkan-validationlayers)
 # Only what runs there: no soak or C API test (that one installs Kiln and builds the examples with CMake).
-files=(build/release/apps/kiln build/release/dit-digits.kiln)
+# kiln-convert rather than build/release/dit-digits.kiln: suite.sh remakes the built-in model there (6 MiB saved).
+files=(build/release/apps/kiln build/release/apps/kiln-convert)
 for t in core ir converter schedulers text ops jit models apps; do
   [ -x "build/release/tests/test_$t" ] && files+=("build/release/tests/test_$t")
 done
-tar -cJf .gpu/build.tar.xz "${files[@]}"
+# Symbols stripped (the release build has no debug info; its symbol tables are half the archive's size).
+rm -rf /tmp/kiln-gpu-strip && mkdir -p /tmp/kiln-gpu-strip
+for f in "${files[@]}"; do mkdir -p "/tmp/kiln-gpu-strip/$(dirname "$f")" && cp "$f" "/tmp/kiln-gpu-strip/$f"; done
+for f in "${files[@]}"; do strip "/tmp/kiln-gpu-strip/$f"; done
+tar -cJf .gpu/build.tar.xz -C /tmp/kiln-gpu-strip "${files[@]}"
 pwd > .gpu/built_in
 if [ -n "$diffusers" ]; then
   [ -f "$diffusers/__init__.py" ] || { echo "--diffusers: $diffusers is not diffusers' src/diffusers" >&2; exit 1; }

@@ -36,6 +36,8 @@ if [ "$built" != "$root" ] && [ ! -e "$built" ]; then
   ln -s "$root" "$built"
 fi
 tar -xJf .gpu/build.tar.xz
+# The built-in model, made as apps/CMakeLists.txt makes it (bundle.sh ships kiln-convert instead of the file).
+build/release/apps/kiln-convert models/default/dit-digits -o build/release/dit-digits.kiln --dtype f16 --quiet
 kiln="$root/build/release/apps/kiln"
 export KILN_TEST_DATA="$root/tests/data" KILN_CACHE_DIR=/tmp/kiln-cache
 
