@@ -217,41 +217,7 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
     m.algorithm_ = static_cast<Algorithm>(model_type);
     KILN_CHECK(!m.pieces_.empty(), what, ": no pieces");
 
-    std::vector<bool> byte_found(256, false);
-    m.min_score_ = FLT_MAX;
-    m.max_score_ = FLT_MIN;  // as sentencepiece: the max starts at the smallest positive float
-    for (size_t i = 0; i < m.pieces_.size(); ++i) {
-        const Piece& p = m.pieces_[i];
-        KILN_CHECK(p.type >= kNormal && p.type <= kByte, what, ": piece ", i, " has unknown type ", p.type);
-        KILN_CHECK(!p.piece.empty(), what, ": piece ", i, " is empty");
-        const bool in_trie = p.type == kNormal || p.type == kUserDefined || p.type == kUnused;
-        auto& table = in_trie ? m.vocab_ : m.reserved_;
-        KILN_CHECK(!m.vocab_.count(p.piece) && !m.reserved_.count(p.piece), what, ": piece '", p.piece,
-                   "' is defined twice");
-        table.emplace(p.piece, static_cast<int32_t>(i));
-        if (in_trie) m.max_piece_bytes_ = std::max(m.max_piece_bytes_, p.piece.size());
-        if (p.type == kUnknown) {
-            KILN_CHECK(m.unk_id_ < 0, what, ": more than one unknown piece");
-            m.unk_id_ = static_cast<int32_t>(i);
-        }
-        if (p.type == kUserDefined) {
-            m.user_defined_.push_back(p.piece);
-            m.max_user_defined_bytes_ = std::max(m.max_user_defined_bytes_, p.piece.size());
-        }
-        if (p.type == kNormal) {
-            m.min_score_ = std::min(m.min_score_, p.score);
-            m.max_score_ = std::max(m.max_score_, p.score);
-        }
-        if (p.type == kByte) {  // as sentencepiece's InitializePieces
-            KILN_CHECK(m.byte_fallback_, what, ": byte piece '", p.piece, "' although byte_fallback is off");
-            const int b = piece_to_byte(p.piece);
-            KILN_CHECK(b >= 0, what, ": byte piece '", p.piece, "' is not <0xXX>");
-            byte_found[static_cast<size_t>(b)] = true;
-        }
-    }
-    KILN_CHECK(m.unk_id_ >= 0, what, ": no unknown piece (<unk>) defined");
-    KILN_CHECK(!m.byte_fallback_ || std::find(byte_found.begin(), byte_found.end(), false) == byte_found.end(), what,
-               ": byte_fallback is on but not all 256 <0xXX> pieces are defined");
+    m.index_pieces(what);
 
     // precompiled_charsmap = u32 trie size (little-endian) | darts-clone units | NUL-separated replacements.
     if (!charsmap.empty()) {
@@ -265,6 +231,46 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
         m.charsmap_normalized_ = std::string(charsmap.substr(4 + trie_bytes));
     }
     return m;
+}
+
+// sentencepiece's InitializePieces: the piece -> id tables, the unknown piece, user-defined symbols, the score range
+// of normal pieces, and the 256 byte pieces byte_fallback needs.
+void SentencePieceModel::index_pieces(const std::string& what) {
+    std::vector<bool> byte_found(256, false);
+    min_score_ = FLT_MAX;
+    max_score_ = FLT_MIN;  // as sentencepiece: the max starts at the smallest positive float
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+        const Piece& p = pieces_[i];
+        KILN_CHECK(p.type >= kNormal && p.type <= kByte, what, ": piece ", i, " has unknown type ", p.type);
+        KILN_CHECK(!p.piece.empty(), what, ": piece ", i, " is empty");
+        const bool in_trie = p.type == kNormal || p.type == kUserDefined || p.type == kUnused;
+        auto& table = in_trie ? vocab_ : reserved_;
+        KILN_CHECK(!vocab_.count(p.piece) && !reserved_.count(p.piece), what, ": piece '", p.piece,
+                   "' is defined twice");
+        table.emplace(p.piece, static_cast<int32_t>(i));
+        if (in_trie) max_piece_bytes_ = std::max(max_piece_bytes_, p.piece.size());
+        if (p.type == kUnknown) {
+            KILN_CHECK(unk_id_ < 0, what, ": more than one unknown piece");
+            unk_id_ = static_cast<int32_t>(i);
+        }
+        if (p.type == kUserDefined) {
+            user_defined_.push_back(p.piece);
+            max_user_defined_bytes_ = std::max(max_user_defined_bytes_, p.piece.size());
+        }
+        if (p.type == kNormal) {
+            min_score_ = std::min(min_score_, p.score);
+            max_score_ = std::max(max_score_, p.score);
+        }
+        if (p.type == kByte) {
+            KILN_CHECK(byte_fallback_, what, ": byte piece '", p.piece, "' although byte_fallback is off");
+            const int b = piece_to_byte(p.piece);
+            KILN_CHECK(b >= 0, what, ": byte piece '", p.piece, "' is not <0xXX>");
+            byte_found[static_cast<size_t>(b)] = true;
+        }
+    }
+    KILN_CHECK(unk_id_ >= 0, what, ": no unknown piece (<unk>) defined");
+    KILN_CHECK(!byte_fallback_ || std::find(byte_found.begin(), byte_found.end(), false) == byte_found.end(), what,
+               ": byte_fallback is on but not all 256 <0xXX> pieces are defined");
 }
 
 size_t SentencePieceModel::user_defined_prefix(std::string_view in) const {

@@ -47,6 +47,7 @@ public:
     const Piece& piece(size_t id) const { return pieces_[id]; }
 
 private:
+    void index_pieces(const std::string& what);
     using Segments = std::vector<std::pair<std::string_view, int32_t>>;  // (normalised piece, id)
     Segments unigram_segment(std::string_view norm) const;
     Segments bpe_segment(std::string_view norm) const;
