@@ -256,6 +256,7 @@ void SentencePieceModel::index_pieces(const std::string& what) {
         if (p.type == kUserDefined) {
             user_defined_.push_back(p.piece);
             max_user_defined_bytes_ = std::max(max_user_defined_bytes_, p.piece.size());
+            user_defined_first_[static_cast<uint8_t>(p.piece[0])] = true;
         }
         if (p.type == kNormal) {
             min_score_ = std::min(min_score_, p.score);
@@ -274,6 +275,7 @@ void SentencePieceModel::index_pieces(const std::string& what) {
 }
 
 size_t SentencePieceModel::user_defined_prefix(std::string_view in) const {
+    if (in.empty() || !user_defined_first_[static_cast<uint8_t>(in[0])]) return 0;  // most positions
     for (size_t n = std::min(in.size(), max_user_defined_bytes_); n > 0; --n) {
         auto it = vocab_.find(std::string(in.substr(0, n)));
         if (it != vocab_.end() && pieces_[it->second].type == kUserDefined) return n;

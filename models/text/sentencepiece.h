@@ -3,6 +3,7 @@
 // sentencepiece's normaliser (precompiled charsmap, extra-whitespace removal, dummy prefix, "▁"), then the
 // segmentation of its model_type -- unigram: the Viterbi of EncodeOptimized; BPE: bpe_model.cc's merge loop --
 // and byte fallback, giving what EncodeAsPieces gives (sentencepiece 0.1.97).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -62,6 +63,7 @@ private:
     std::vector<std::string> user_defined_;
     size_t max_piece_bytes_ = 0;
     size_t max_user_defined_bytes_ = 0;
+    std::array<bool, 256> user_defined_first_{};  // first bytes of the user-defined symbols
     int32_t unk_id_ = -1;
     Algorithm algorithm_ = Algorithm::unigram;
     float min_score_ = 0.f, max_score_ = 0.f;
