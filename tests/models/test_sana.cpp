@@ -12,6 +12,7 @@
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
+#include "runtime/exec/regions.h"
 #include "tests/models/model_harness.h"
 #include "tests/support/test_support.h"
 
@@ -96,7 +97,33 @@ TEST_CASE("Sana-Sprint matches diffusers on Vulkan in every JIT mode", "[models]
     test::check_vulkan_parity("sana_sprint_transformer", kInputs, kF16Bound);
 }
 
-TEST_CASE("Sana-Sprint quantized: Vulkan matches the CPU oracle, accuracy against f32", "[models][sana][quant]") {
+TEST_CASE("Sana: block weights by offset, and f16 activation storage", "[models][sana][vulkan][f16act]") {
+    // check_vulkan_parity replays blocks with copied or device-addressed weights; automatic picks offsets where a kind
+    // fits one binding. f16 activations (KILN_ACT_F16=1) round what linears read to f16: the same size of error as
+    // f16 weights, so the f16 bound applies (test_act_f16.cpp).
+    const std::string fx = GENERATE("sana_transformer", "sana_sprint_transformer");
+    CAPTURE(fx);
+    auto io = SafeTensors::open(test::data_path("fixtures/" + fx + "/io.safetensors"));
+    const auto ref = io.read("sample").to_f32();
+    auto src = models::ModelSource::open(test::convert_fixture(fx, DType::f32));
+    const auto in = test::fixture_inputs(io, kInputs);
+    ::setenv("KILN_BLOCK_WEIGHTS", "offset", 1);
+    ::setenv("KILN_STREAM_IN_PLACE", "0", 1);
+    auto plain = models::forward_component(&test::context(), src, "transformer", in, exec::Mode::regional);
+    ::setenv("KILN_ACT_F16", "1", 1);
+    auto half = models::forward_component(&test::context(), src, "transformer", in, exec::Mode::regional);
+    ::unsetenv("KILN_ACT_F16");
+    ::unsetenv("KILN_BLOCK_WEIGHTS");
+    ::unsetenv("KILN_STREAM_IN_PLACE");
+    const double e32 = rel_l2(plain["sample"].to_f32(), ref), e16 = rel_l2(half["sample"].to_f32(), ref);
+    INFO("relative L2 against diffusers: f32 activations " << e32 << ", f16 activations " << e16);
+    CHECK(e32 <= 1e-4);
+    CHECK(e16 <= kF16Bound);
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("Sana-Sprint quantized: Vulkan matches the CPU oracle, accuracy against f32",
+          "[models][sana][vulkan][quant]") {
     // D = 32: every linear but caption_projection.linear_1 (K = 48, not whole 32-blocks) takes q8_0 / q4_0 blocks:
     // 8 attention linears per block, 5 time-embedding linears, caption linear_2, proj_out = 23; the GLUMBConv and
     // patch convolutions stay f16. Bounds as test_quantized.cpp derives them: 2% (q8_0), 30% (q4_0) relative L2.
@@ -161,6 +188,9 @@ TEST_CASE("Sana synthetic archs build at 1024 px and declare exactly the convert
     CHECK(in.at("encoder_hidden_states").shape == (Shape{1, 300, 2304}));
     CHECK(in.count("guidance") == (name == "sana-sprint-0.6b-1024" ? 1u : 0u));
     CHECK((int)g.regions().size() == arch.config.at("num_layers").get<int>());
+    auto kinds = exec::analyze_regions(g);  // every block replays the first one's recording
+    REQUIRE(kinds.size() == 1);
+    CHECK(kinds[0].regions.size() == g.regions().size());
     CHECK(g.shape(ir::Val{g.outputs().at(0).second}) == (Shape{1, 32, 32, 32}));
     std::set<std::string> declared, expected;
     int64_t params = 0;
