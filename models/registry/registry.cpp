@@ -15,6 +15,7 @@ const std::vector<ComponentClass>& component_classes() {
         {"SD3Transformer2DModel", K::sd3, Role::transformer},
         {"FluxTransformer2DModel", K::flux, Role::transformer},
         {"AutoencoderKL", K::vae, Role::vae},
+        {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
         {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},
         {"T5EncoderModel", K::t5_encoder, Role::text_encoder},  // transformers modeling_t5.py
