@@ -12,7 +12,9 @@ namespace kiln::models {
 DcAeTiling DcAeTiling::from(const DcAeConfig& c, int tile_sample_size, int tile_sample_stride) {
     DcAeTiling t;
     t.ratio = c.compression();
-    if (tile_sample_size > 0) t.sample = tile_sample_size, t.stride = tile_sample_size - 64;
+    // A tile size alone keeps diffusers' stride / tile of 448 / 512, on multiples of r (at least one r).
+    if (tile_sample_size > 0)
+        t.sample = tile_sample_size, t.stride = std::max(t.ratio, tile_sample_size * 7 / 8 / t.ratio * t.ratio);
     if (tile_sample_stride > 0) t.stride = tile_sample_stride;
     // diffusers mixes pixel and latent units (stride // r beside stride px): off multiples of r its tiles would
     // overlap or leave gaps, so Kiln asks for multiples.
@@ -126,6 +128,15 @@ Tensor DcAeRunner::encode(const Tensor& image) {
                cfg_.in_channels, ", H, W], got ", shape_str(image.shape));
     Tensor x = image.astype(DType::f32);
     return run_sliced(x, opt_.sliced, [&](const Tensor& s) { return run_one(false, s); }).at("latent");
+}
+
+void DcAeRunner::prepare_decode(const Shape& latents) {
+    KILN_CHECK(latents.size() == 4, "DC-AE decode: latents must be [B, C, h, w], got ", shape_str(latents));
+    Shape s = latents;
+    if (opt_.sliced) s[0] = 1;
+    if (opt_.tiled && (s[2] > tiling_.latent() || s[3] > tiling_.latent()))
+        s[2] = std::min<int64_t>(s[2], tiling_.latent()), s[3] = std::min<int64_t>(s[3], tiling_.latent());
+    plan(true, s);
 }
 
 exec::Counters DcAeRunner::plan_decode(const Shape& latents) {

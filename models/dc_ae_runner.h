@@ -20,7 +20,8 @@ namespace kiln::models {
 // result is cropped to H / r x W / r.
 struct DcAeTiling {
     int sample = 512, stride = 448, ratio = 32;
-    // tile_sample_size / tile_sample_stride as VaeOptions gives them (0: the defaults above).
+    // tile_sample_size / tile_sample_stride as VaeOptions gives them (0: the defaults above; a size alone: stride
+    // 7/8 of it, as 448 / 512, down to a multiple of r, at least r).
     static DcAeTiling from(const DcAeConfig& c, int tile_sample_size = 0, int tile_sample_stride = 0);
     int latent() const { return sample / ratio; }
     int latent_stride() const { return stride / ratio; }
@@ -40,6 +41,8 @@ public:
     Tensor decode(const Tensor& latents);
     // image [B, in, H, W] in [-1, 1] -> latent [B, L, H / r, W / r] (deterministic; not scaled).
     Tensor encode(const Tensor& image);
+    // Plans (without running) the executor decode(latents of this shape) starts with; for planning up front.
+    void prepare_decode(const Shape& latents);
     // Plans every executor decode(latents of this shape) would use, runs nothing; returns peak_counters().
     exec::Counters plan_decode(const Shape& latents);
 

@@ -21,8 +21,8 @@ struct VaeOptions {
     bool sliced = false;       // diffusers enable_slicing()
     int tile_sample_size = 0;  // tile_sample_min_size in pixels; 0 = the config's sample_size
     exec::Mode mode = exec::Mode::full;
-    // AutoencoderDC only: tile_sample_stride in px; 0 = diffusers' 448 with the default 512 px tile, else the tile
-    // size less diffusers' default overlap of 64 px.
+    // AutoencoderDC only: tile_sample_stride in px; 0 = diffusers' 448 with the default 512 px tile, else 7/8 of
+    // the tile (diffusers' 448 / 512) down to a multiple of the compression (dc_ae_runner.h).
     int tile_sample_stride = 0;
 };
 

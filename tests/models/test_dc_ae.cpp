@@ -159,7 +159,9 @@ TEST_CASE("DC-AE config: what Kiln does not implement is one line", "[dc_ae]") {
     auto t = models::DcAeTiling::from(c);
     CHECK((t.sample == 512 && t.stride == 448 && t.latent() == 16 && t.latent_stride() == 14));
     CHECK((t.decode_blend() == 64 && t.encode_blend() == 2));
-    CHECK(models::DcAeTiling::from(c, 256).stride == 192);  // diffusers' default 64 px overlap kept
+    CHECK(models::DcAeTiling::from(c, 256).stride == 224);  // diffusers' 448 / 512 kept
+    CHECK(models::DcAeTiling::from(c, 128).stride == 96);   // 112 down to a multiple of 32
+    CHECK(models::DcAeTiling::from(c, 32).stride == 32);    // one latent: no overlap
     CHECK_THROWS_AS(models::DcAeTiling::from(c, 100), kiln::Error);
     CHECK_THROWS_AS(models::DcAeTiling::from(c, 64, 96), kiln::Error);
 }
@@ -334,4 +336,25 @@ TEST_CASE("DC-AE Sana architecture: graph and converter name the same tensors", 
     auto spec = converter::arch_spec(arch.cls, arch.config, "config.json");
     CHECK(used == std::set<std::string>(spec.expected.begin(), spec.expected.end()));
     CHECK(spec.blocks.size() == 12);
+}
+
+// Memory for the edge: Sana's DC-AE decoding 1024 x 1024 px (32 x 32 latents), with diffusers' 512 px tiles (and
+// smaller) and without. Plans only. Run by name: "[.dc_ae_memory]".
+TEST_CASE("DC-AE decode memory at 1024 px, tiled and not", "[.dc_ae_memory]") {
+    const auto& arch = models::synthetic_archs().at("dc-ae-f32c32-sana-1.1");
+    for (int tile : {512, 256, 0}) {
+        models::VaeOptions opt;
+        opt.tiled = tile > 0;
+        opt.tile_sample_size = tile;
+        models::DcAeRunner vae(&test::context(), models::synthetic_store(DType::f16), arch.config, opt);
+        try {
+            auto c = vae.plan_decode({1, 32, 32, 32});
+            const double mib = 1 << 20;
+            std::printf("tile %4d px: activations %.1f MiB planned (%.1f naive), weights %.1f MiB, device %.1f MiB\n",
+                        tile, c.activation_bytes_planned / mib, c.activation_bytes_naive / mib, c.weight_bytes / mib,
+                        c.device_bytes / mib);
+        } catch (const kiln::Error& e) {  // e.g. lavapipe's maxMemoryAllocationSize (the plan's size is in the text)
+            std::printf("tile %4d px: not planned on this device: %s\n", tile, e.what());
+        }
+    }
 }
