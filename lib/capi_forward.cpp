@@ -2,6 +2,7 @@
 #include <set>
 
 #include "lib/capi_internal.h"
+#include "models/dc_ae_runner.h"
 #include "models/forward.h"
 #include "models/vae_runner.h"
 
@@ -125,15 +126,19 @@ KILN_API kiln_status kiln_forward(kiln_model* model, const kiln_forward_params* 
         const bool vae_options = p.vae_tiled || p.vae_sliced;
         if (vae_options) {
             const models::ComponentClass* c = models::find_component_class(src.class_of(comp));
-            KILN_ARG(c && c->kind == models::ComponentKind::vae, "vae_tiled and vae_sliced are for the VAE (",
-                     models::class_name(models::ComponentKind::vae), "), not ", src.class_of(comp));
+            KILN_ARG(c && c->role == models::Role::vae, "vae_tiled and vae_sliced are for the VAE (",
+                     models::class_list({models::Role::vae}), "), not ", src.class_of(comp));
             KILN_ARG(in.count("latents") || in.count("image"), "the VAE takes `latents` (decode) or `image` (encode)");
         }
         auto res = std::make_unique<kiln_result>();
         std::lock_guard<std::mutex> lock(model->device->mutex);
         vk::Context* ctx = p.cpu_reference ? nullptr : model->device->vk.get();
         std::map<std::string, Tensor> outs;
-        if (vae_options) {
+        if (vae_options && models::find_component_class(src.class_of(comp))->kind == models::ComponentKind::dc_ae) {
+            models::DcAeRunner vae(ctx, src, comp, {p.vae_tiled != 0, p.vae_sliced != 0, p.vae_tile_size, mode});
+            if (in.count("latents")) outs["decoded"] = vae.decode(in.at("latents"));
+            if (in.count("image")) outs["latent"] = vae.encode(in.at("image"));
+        } else if (vae_options) {
             models::VaeRunner vae(ctx, src, comp, {p.vae_tiled != 0, p.vae_sliced != 0, p.vae_tile_size, mode});
             if (in.count("latents")) outs["decoded"] = vae.decode(in.at("latents"));
             if (in.count("image"))
