@@ -292,7 +292,7 @@ typedef struct kiln_lora {
 } kiln_lora;
 
 typedef enum kiln_lora_apply {
-    KILN_LORA_APPLY_DEFAULT = 0, /* merge */
+    KILN_LORA_APPLY_DEFAULT = 0, /* runtime */
     KILN_LORA_APPLY_MERGE = 1,   /* W + scale (alpha / rank) B A folded into f32/f16/bf16 weights at load */
     KILN_LORA_APPLY_RUNTIME = 2  /* y = W x + sum scale (alpha / rank) B (A x) in the block graph; W untouched */
 } kiln_lora_apply;

@@ -308,7 +308,7 @@ void lora_options(const kiln_generate_params& p, models::LoraOptions& l) {
     }
     KILN_ARG(p.lora_apply >= KILN_LORA_APPLY_DEFAULT && p.lora_apply <= KILN_LORA_APPLY_RUNTIME, "lora_apply ",
              p.lora_apply, " is not a kiln_lora_apply");
-    l.apply = p.lora_apply == KILN_LORA_APPLY_RUNTIME ? "runtime" : "merge";
+    l.apply = p.lora_apply == KILN_LORA_APPLY_MERGE ? "merge" : "runtime";
     l.allow_unmatched = p.lora_allow_unmatched != 0;
 }
 
