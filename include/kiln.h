@@ -281,6 +281,9 @@ typedef struct kiln_generate_stats {
     int blocks_streamed;              /* transformer block instances kept in host memory */
     uint64_t streamed_bytes_per_step; /* copied from host memory into device slots per step */
     int copy_batches_per_step;        /* ring copies in batches of their own (transfer_queue 1 or 2), else 0 */
+    /* Appended in 0.2: 1 when keep_transformer found the transformer resident (nothing planned, recorded or
+     * uploaded; plan_ms is the VAE's and the inputs'). */
+    int transformer_reused;
 } kiln_generate_stats;
 #define KILN_GENERATE_STATS_INIT KILN_INIT_(kiln_generate_stats)
 
@@ -292,7 +295,7 @@ typedef struct kiln_lora {
 } kiln_lora;
 
 typedef enum kiln_lora_apply {
-    KILN_LORA_APPLY_DEFAULT = 0, /* merge */
+    KILN_LORA_APPLY_DEFAULT = 0, /* runtime */
     KILN_LORA_APPLY_MERGE = 1,   /* W + scale (alpha / rank) B A folded into f32/f16/bf16 weights at load */
     KILN_LORA_APPLY_RUNTIME = 2  /* y = W x + sum scale (alpha / rank) B (A x) in the block graph; W untouched */
 } kiln_lora_apply;
@@ -433,6 +436,12 @@ typedef struct kiln_generate_params {
      * the reference at its own size (floored to 16 px) instead of the preferred resolution nearest its aspect. */
     int64_t max_area;
     int no_auto_resize;
+    /* Appended in 0.2 (zero = off). Text models: 1 keeps the transformer planned, recorded and uploaded in the model
+     * after this call; the next call with the same shapes (prompt count, size, sequence lengths), jit_mode, skip
+     * layers and LoRA files reuses it and writes only its inputs: with lora_apply runtime, other LoRA scales cost a
+     * few floats (see kiln_model_set_lora_scales). Another call replaces it; 0 frees it. It holds its device memory
+     * between calls. */
+    int keep_transformer;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 
@@ -455,6 +464,14 @@ typedef struct kiln_image {
 /* Generates images. With out->data NULL, checks params and fills width/height/count/required_bytes without
  * generating (cheap); then call again with a buffer of at least required_bytes. */
 KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_generate_params* params, kiln_image* out);
+
+/* Changes the scales of the LoRAs of the transformer kept resident by keep_transformer (lora_apply runtime): one
+ * per kiln_lora of the call that built it, in order. Written to the device now; nothing is planned, recorded or
+ * uploaded again. They replace the kiln_lora.scale values of later calls that reuse the resident transformer, until
+ * a call replaces it. KILN_INVALID_ARGUMENT with one line when no transformer is resident, it has no LoRAs, its
+ * LoRAs were merged (lora_apply merge: their scales are baked into the weights), count differs from its LoRA count,
+ * or a scale is not finite. */
+KILN_API kiln_status kiln_model_set_lora_scales(kiln_model* model, const double* scales, int count);
 
 /* ---- Forward: one component on named inputs (`kiln forward`) -------------------------------------------------- */
 

@@ -306,8 +306,9 @@ KILN_API kiln_status kiln_model_open_files(kiln_context* ctx, const kiln_model_f
 }
 
 KILN_API void kiln_model_destroy(kiln_model* model) {
-    if (model && model->encoders) {  // resident text encoders hold device memory: free it under the context's lock
-        std::lock_guard<std::mutex> lock(model->device->mutex);
+    if (model && (model->encoders || model->transformer)) {      // resident encoders and transformer hold device
+        std::lock_guard<std::mutex> lock(model->device->mutex);  // memory: freed under the context's lock
+        model->transformer.reset();
         model->encoders.reset();
     }
     delete model;

@@ -36,6 +36,7 @@ struct Request {
     models::T2IPlan plan;
     models::PromptOptions texts;  // prompts empty: t.text came as prompt_embeds
     bool keep_encoders = false;
+    bool keep_transformer = false;
     int width = 0, height = 0, count = 0;
 };
 
@@ -308,7 +309,7 @@ void lora_options(const kiln_generate_params& p, models::LoraOptions& l) {
     }
     KILN_ARG(p.lora_apply >= KILN_LORA_APPLY_DEFAULT && p.lora_apply <= KILN_LORA_APPLY_RUNTIME, "lora_apply ",
              p.lora_apply, " is not a kiln_lora_apply");
-    l.apply = p.lora_apply == KILN_LORA_APPLY_RUNTIME ? "runtime" : "merge";
+    l.apply = p.lora_apply == KILN_LORA_APPLY_MERGE ? "merge" : "runtime";
     l.allow_unmatched = p.lora_allow_unmatched != 0;
 }
 
@@ -345,6 +346,7 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
                                                         !r.t.text.negative_pooled_prompt_embeds.bytes.empty());
     if (p.true_cfg_scale != 0 && has_negative) r.t.true_cfg_scale = p.true_cfg_scale;
     r.keep_encoders = p.keep_encoders != 0;
+    r.keep_transformer = p.keep_transformer != 0;
     lora_options(p, r.t.lora);
     r.t.inputs = read_image_inputs(p);
     r.plan = models::plan_t2i(m.src, r.t);
@@ -397,6 +399,9 @@ models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const ki
     }
     progress(0, r.plan.steps);
     if (!r.keep_encoders) m.encoders.reset();
+    if (!r.keep_transformer) m.transformer.reset();
+    if (r.keep_transformer && !m.transformer) m.transformer = std::make_unique<models::TransformerCache>();
+    r.t.keep_transformer = m.transformer.get();
     if (r.texts.prompts.empty()) {  // prompt_embeds
         r.t.progress = progress;
         return models::generate_t2i(ctx, m.src, r.t);
@@ -508,9 +513,22 @@ extern "C" KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_gene
             stats->blocks_streamed = tc.blocks_streamed;
             stats->streamed_bytes_per_step = tc.streamed_bytes_per_run;
             stats->copy_batches_per_step = tc.copy_batches_per_run;
+            stats->transformer_reused = res.transformer_reused;
             write_struct(p.stats, *stats);
         }
         write_pixels(im, img);
         if (inter) *p.intermediates = inter.release();
+    });
+}
+
+extern "C" KILN_API kiln_status kiln_model_set_lora_scales(kiln_model* model, const double* scales, int count) {
+    return guarded(KILN_INVALID_ARGUMENT, [&] {
+        KILN_ARG(model, "model is NULL");
+        check_alive(*model->device);
+        KILN_ARG(count >= 0 && (count == 0 || scales), "scales / count (", count, ") do not describe a list");
+        std::lock_guard<std::mutex> lock(model->device->mutex);
+        KILN_ARG(model->transformer && model->transformer->resident(), model->src.path(),
+                 ": no resident transformer (generate with keep_transformer 1 first)");
+        model->transformer->set_lora_scales(std::vector<double>(scales, scales + count));
     });
 }

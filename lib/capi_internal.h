@@ -10,6 +10,7 @@
 
 #include "include/kiln.h"
 #include "models/source.h"
+#include "models/t2i_pipeline.h"
 #include "models/text_encode.h"
 #include "runtime/core/error.h"
 #include "runtime/exec/executor.h"
@@ -119,6 +120,8 @@ struct kiln_model {
     // kiln_generate_params.keep_encoders: text encoders resident between calls (under device->mutex; declared
     // after device so it is destroyed first).
     std::unique_ptr<kiln::models::EncoderCache> encoders;
+    // kiln_generate_params.keep_transformer: the text-to-image transformer resident between calls (likewise).
+    std::unique_ptr<kiln::models::TransformerCache> transformer;
 };
 
 struct kiln_result {

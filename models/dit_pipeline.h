@@ -26,6 +26,7 @@ struct GenerateResult {
     double denoise_host_ms = 0;  // of denoise_ms, the time the host was busy (not waiting for the device)
     double loop_plan_ms = 0;     // of denoise_host_ms, planning and recording the device loop
     exec::Counters transformer_counters;
+    bool transformer_reused = false;  // a TransformerCache's resident transformer ran (nothing planned or recorded)
     // Per denoising step: wall time (transformer and scheduler) and the transformer run's figures.
     std::vector<double> step_ms;
     std::vector<exec::RunStats> transformer_runs;

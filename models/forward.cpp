@@ -272,31 +272,41 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
                cls, ": clip_skip applies to CLIP text models");
     KILN_CHECK(co.skip_layers.empty() || kind == ComponentKind::sd3, cls, ": skip_layers applies to ",
                class_name(ComponentKind::sd3));
+    std::map<std::string, Tensor> in;
     switch (kind) {
         case ComponentKind::dit:
-            return dit_inputs(b, cls, config, inputs);
+            in = dit_inputs(b, cls, config, inputs);
+            break;
         case ComponentKind::pixart:
-            return pixart_inputs(b, cls, config, inputs);
+            in = pixart_inputs(b, cls, config, inputs);
+            break;
         case ComponentKind::sd3:
-            return sd3_inputs(b, cls, config, inputs, co);
+            in = sd3_inputs(b, cls, config, inputs, co);
+            break;
         case ComponentKind::flux:
-            return flux_inputs(b, cls, config, inputs);
+            in = flux_inputs(b, cls, config, inputs);
+            break;
         case ComponentKind::sana:
-            return sana_inputs(b, cls, config, inputs);
+            in = sana_inputs(b, cls, config, inputs);
+            break;
         case ComponentKind::vae:
-            return vae_inputs(b, cls, config, inputs);
+            in = vae_inputs(b, cls, config, inputs);
+            break;
         case ComponentKind::dc_ae:
-            return dc_ae_inputs(b, cls, config, inputs);
+            in = dc_ae_inputs(b, cls, config, inputs);
+            break;
         case ComponentKind::clip_text:
         case ComponentKind::clip_text_projection:
         case ComponentKind::t5_encoder:
         case ComponentKind::gemma2:
-            return text_encoder_inputs(b, kind, cls, config, inputs, co);
+            in = text_encoder_inputs(b, kind, cls, config, inputs, co);
+            break;
         case ComponentKind::clip_tokenizer:
         case ComponentKind::t5_tokenizer:
-            break;  // refused by forward_kind
+            KILN_FAIL("internal: no forward for class '", cls, "'");  // refused by forward_kind
     }
-    KILN_FAIL("internal: no forward for class '", cls, "'");
+    for (auto& [name, t] : b.lora_scale_values()) in[name] = t;  // the runtime LoRAs' scales (Builder::lora_side)
+    return in;
 }
 
 std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohmann::json& cfg, int B, int h, int w) {

@@ -14,6 +14,7 @@
 #include "models/schedulers/scheduler.h"
 #include "models/step_program.h"
 #include "models/t2i_images.h"
+#include "models/t2i_transformers.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
@@ -164,53 +165,6 @@ void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOpti
         sched.set_timesteps(p.steps);
     }
 }
-
-// The transformer for the guidance batch, built once; with SD3's skip-layer guidance a second one on the prompt
-// rows (diffusers' original_prompt_embeds and original_pooled_prompt_embeds) with the skipped blocks left out of
-// its graph. Its weights are the same file's (shared where the executor maps them in place; uploaded again where
-// it copies them). The conditioning inputs are set; hidden_states and timestep are set per step.
-struct Transformers {
-    std::unique_ptr<WeightStore> ws;
-    ir::Graph g, slg_g;
-    std::unique_ptr<Builder> b, slg_b;
-    std::unique_ptr<exec::Executor> x, slg;
-
-    void build(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt, const T2IPlan& p,
-               const std::map<std::string, Tensor>& in, const TextConditioning& tx, const Shape& lat_shape) {
-        const std::string cls = src.class_of("transformer");
-        const auto& tcfg = src.config("transformer");
-        ws = src.weights("transformer");
-        std::shared_ptr<const LoraSet> loras;
-        if (!opt.lora.files.empty()) {
-            loras = opt.lora.loaded ? opt.lora.loaded : load_loras(*ws, p.family->name, opt.lora);
-            ws = with_loras(std::move(ws), loras,
-                            [](const std::string& m) { std::fprintf(stderr, "kiln: %s\n", m.c_str()); });
-        }
-        b = std::make_unique<Builder>(g, *ws);
-        if (opt.lora.apply == "runtime") b->set_loras(loras);
-        x = executor(ctx, opt, g, *b, build_component(*b, cls, tcfg, in));
-        if (p.slg_steps.empty()) return;
-        const int64_t B = lat_shape[0];
-        std::map<std::string, Tensor> sin{{"hidden_states", Tensor(DType::f32, lat_shape)},
-                                          {"timestep", Tensor(DType::f32, {B})},
-                                          {"encoder_hidden_states", tx.prompt_embeds},
-                                          {"pooled_projections", tx.pooled_prompt_embeds}};
-        ComponentOptions co;
-        co.skip_layers = opt.skip_guidance_layers;
-        slg_b = std::make_unique<Builder>(slg_g, *ws);
-        if (opt.lora.apply == "runtime") slg_b->set_loras(loras);
-        slg = executor(ctx, opt, slg_g, *slg_b, build_component(*slg_b, cls, tcfg, sin, co));
-    }
-    static std::unique_ptr<exec::Executor> executor(vk::Context& ctx, const T2IOptions& opt, ir::Graph& graph,
-                                                    Builder& builder, const std::map<std::string, Tensor>& graph_in) {
-        const exec::Mode mode =
-            opt.mode == exec::Mode::regional && graph.regions().size() < 2 ? exec::Mode::full : opt.mode;
-        auto e = std::make_unique<exec::Executor>(ctx, graph, builder.weight_fn(), mode);
-        for (auto& [name, t] : graph_in)
-            if (name != "hidden_states" && name != "timestep") e->set_input(name, t);
-        return e;
-    }
-};
 
 // Guidance on the host: the noise prediction (B rows of row_lat) from the transformer output (BB rows).
 // Learned sigma (PixArt, out_channels = 2C): the scheduler sees the first C channels of each row.
@@ -566,8 +520,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     if (!ref.empty()) model_shape[1] += (int64_t)(ref.size() / (size_t)B) / model_shape[2];
     in["hidden_states"] = Tensor(DType::f32, model_shape);
     in["timestep"] = Tensor(DType::f32, {BB});
-    Transformers t;
-    t.build(ctx, src, opt, p, in, tx, lat_shape);
+    auto fresh = std::make_unique<Transformers>();
+    fresh->graphs(src, opt, p, in, tx, lat_shape);
+    Transformers& t = resident_transformers(ctx, opt.keep_transformer, fresh, opt, res.transformer_reused);
     vx.prepare_decode(nchw);
     res.plan_ms = ms_since(t_plan);
     res.transformer_counters = t.x->counters();

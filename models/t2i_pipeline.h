@@ -34,6 +34,32 @@ struct TextConditioning {
     TextConditioning repeat_each(int n) const;
 };
 
+struct Transformers;
+struct T2IOptions;
+// Keeps the transformer of generate_t2i planned, recorded and uploaded between calls (the C API's keep_transformer):
+// a call with the same graphs (input shapes, mode, skip layers, LoRA files and how they apply) reuses it and writes
+// only its inputs, runtime LoRA scales included; another call replaces it. Not thread-safe; one per model.
+class TransformerCache {
+public:
+    TransformerCache();
+    ~TransformerCache();
+    TransformerCache(const TransformerCache&) = delete;
+    TransformerCache& operator=(const TransformerCache&) = delete;
+    bool resident() const;
+    void clear();  // frees it
+    // New scales for the resident transformer's runtime LoRAs (one per file, in order), written to the device now
+    // (nothing recorded or uploaded again); they replace the scales of later calls that reuse it, until it is
+    // replaced. Throws with one line when none is resident, it has no LoRAs, they were merged (their scales are
+    // baked into the weights), the count differs, or a scale is not finite.
+    void set_lora_scales(const std::vector<double>& scales);
+    struct Entry;
+
+private:
+    friend Transformers& resident_transformers(vk::Context&, TransformerCache*, std::unique_ptr<Transformers>&,
+                                               const T2IOptions&, bool&);
+    std::unique_ptr<Entry> entry_;
+};
+
 // A text-to-image call: the text conditioning and what the four pipelines take beyond the common options.
 struct T2IOptions : CommonOptions {
     TextConditioning text;
@@ -68,6 +94,7 @@ struct T2IOptions : CommonOptions {
     bool resolution_binning = true;
     int images_per_prompt = 1;  // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
     LoraOptions lora;           // LoRAs on the transformer (SD3, Flux); each file's summary goes to stderr
+    TransformerCache* keep_transformer = nullptr;  // keep the transformer resident here; nullptr: freed on return
     // Images in (SD3, Flux): --image, --mask, --strength, --noise (models/image_input.h). An image makes the call
     // diffusers' img2img pipeline, an image and a mask its inpainting pipeline.
     ImageInputs inputs;

@@ -230,11 +230,14 @@ ir::Val Builder::lora_side(const std::string& name, ir::Val x, ir::Val y, int in
     if (!loras_) return y;
     auto it = loras_->kind_rank.find(kind_name(name));
     if (it == loras_->kind_rank.end()) return y;
+    const std::vector<int64_t>& ranks = it->second;  // each file's rank in this kind (0: not targeted)
     int64_t R = 0;
-    for (int64_t r : it->second) R += r;
+    for (int64_t r : ranks) R += r;
+    // B_cat holds alpha / r x B only: the user's scales are device data (lora_scale_input), so changing them writes
+    // a few floats and re-records and re-uploads nothing.
     Tensor A(DType::f32, {R, in}), B(DType::f32, {out, R});
     int64_t off = 0;
-    for (size_t f = 0; f < it->second.size(); ++f) {
+    for (size_t f = 0; f < ranks.size(); ++f) {
         auto m = loras_->by_file[f].find(name + ".weight");
         if (m != loras_->by_file[f].end()) {
             const layouts::LoraModule& lm = *m->second;
@@ -242,15 +245,46 @@ ir::Val Builder::lora_side(const std::string& name, ir::Val x, ir::Val y, int in
             KILN_CHECK(lm.A.shape[1] == in && lm.B.shape[0] == out, "lora ", loras_->files[f].path, ": '", lm.module,
                        "' does not fit the linear [", out, ", ", in, "]");
             std::memcpy(A.data<float>() + off * in, lm.A.data<float>(), lm.A.nbytes());
-            const float s = (float)(loras_->scales[f] * lm.scale);
+            const float s = (float)lm.scale;
             for (int64_t o = 0; o < out; ++o)
                 for (int64_t k = 0; k < r; ++k) B.data<float>()[o * R + off + k] = s * lm.B.data<float>()[o * r + k];
         }
-        off += it->second[f];
+        off += ranks[f];
     }
     ir::Val a = constant(name + ".lora_A", std::move(A));
     ir::Val b = constant(name + ".lora_B", std::move(B));
-    return g_.add(y, g_.linear(g_.linear(x, a, ir::Val{}), b, ir::Val{}));  // y + B_cat (A_cat x)
+    ir::Val h = g_.mul(g_.linear(x, a, ir::Val{}), lora_scale_input(ranks));  // (A_cat x) * s_cat  [.., R]
+    return g_.add(y, g_.linear(h, b, ir::Val{}));                             // y + B_cat (s_cat * A_cat x)
+}
+
+// One graph input per rank pattern (each file's rank in a kind): s_cat [R], file f's scale over its r_f columns.
+// Inputs are not block weights: every instance reads the same buffer, so the block still has one graph.
+ir::Val Builder::lora_scale_input(const std::vector<int64_t>& ranks) {
+    std::string name = "lora_scales";
+    int64_t R = 0;
+    for (int64_t r : ranks) name += "." + std::to_string(r), R += r;
+    auto it = lora_inputs_.find(name);
+    if (it != lora_inputs_.end()) return it->second.val;
+    ir::Val v = g_.input(name, {R});
+    lora_inputs_[name] = {v, ranks};
+    return v;
+}
+
+std::map<std::string, Tensor> Builder::lora_scale_values(const std::vector<double>& scales) const {
+    std::map<std::string, Tensor> out;
+    if (lora_inputs_.empty()) return out;
+    KILN_CHECK(scales.size() == loras_->files.size(), "lora scales: ", scales.size(), " given for ",
+               loras_->files.size(), " LoRA files");
+    for (const auto& [name, in] : lora_inputs_) {
+        std::vector<float> v;
+        for (size_t f = 0; f < in.ranks.size(); ++f) v.insert(v.end(), (size_t)in.ranks[f], (float)scales[f]);
+        out[name] = Tensor::from_f32({(int64_t)v.size()}, v);
+    }
+    return out;
+}
+
+std::map<std::string, Tensor> Builder::lora_scale_values() const {
+    return loras_ ? lora_scale_values(loras_->scales) : std::map<std::string, Tensor>{};
 }
 
 namespace {

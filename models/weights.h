@@ -74,12 +74,19 @@ public:
     exec::WeightBytesFn weight_fn() const;
     const std::map<std::string, Tensor>& constants() const { return consts_; }
     // The LoRA side path (LoraOptions::apply "runtime"), set before the model is built: lora_side() then adds
-    // B_cat (A_cat x) to the linear `name`'s output y wherever a LoRA targets that linear in any instance of its
-    // block kind. A_cat [R, in] stacks each file's A (zero-padded to the kind's largest rank, zero where an instance
-    // has none, so every instance has the same graph and the block is recorded once); B_cat [out, R] the B's times
-    // scale x alpha / r. Both are block weights (constants named "<name>.lora_A|B"), selected per instance.
+    // B_cat (s_cat * (A_cat x)) to the linear `name`'s output y wherever a LoRA targets that linear in any instance
+    // of its block kind. A_cat [R, in] stacks each file's A (zero-padded to the kind's largest rank, zero where an
+    // instance has none, so every instance has the same graph and the block is recorded once); B_cat [out, R] the
+    // B's times alpha / r. Both are block weights (constants named "<name>.lora_A|B"), selected per instance. s_cat
+    // [R] (each file's user scale over its columns) is a graph input "lora_scales.<r_1>.<r_2>..." (one per rank
+    // pattern): lora_scale_values() gives them, and the caller sets them with the other inputs; changing them later
+    // (Executor::set_input) re-records nothing.
     void set_loras(std::shared_ptr<const LoraSet> set) { loras_ = std::move(set); }
     ir::Val lora_side(const std::string& name, ir::Val x, ir::Val y, int in, int out);
+    // The scale inputs the graph has, for the user scales of each file in order (count checked), or for the
+    // LoraSet's own; empty without runtime LoRAs.
+    std::map<std::string, Tensor> lora_scale_values(const std::vector<double>& scales) const;
+    std::map<std::string, Tensor> lora_scale_values() const;
 
 private:
     const TensorMeta& meta(const std::string& name, const Shape& shape) const;
@@ -87,6 +94,12 @@ private:
     const WeightStore& ws_;
     std::map<std::string, Tensor> consts_;
     std::shared_ptr<const LoraSet> loras_;
+    struct LoraInput {
+        ir::Val val;
+        std::vector<int64_t> ranks;
+    };
+    std::map<std::string, LoraInput> lora_inputs_;
+    ir::Val lora_scale_input(const std::vector<int64_t>& ranks);
 };
 
 // LoRAs on a transformer (docs/lora.md): the files with the user's scales, how they are applied, and whether keys
@@ -98,9 +111,10 @@ struct LoraRequest {
 struct LoraOptions {
     std::vector<LoraRequest> files;
     bool allow_unmatched = false;
-    // "merge": W + s (alpha/r) B A folded into f32/f16/bf16 weights as they are read; "runtime": a low-rank side
-    // path beside each targeted linear (Builder::lora_side), the base weight untouched (quantized ones included).
-    std::string apply = "merge";
+    // "runtime" (the default): a low-rank side path beside each targeted linear (Builder::lora_side), the base weight
+    // untouched (quantized ones included), the scales device data; "merge": W + s (alpha/r) B A folded into
+    // f32/f16/bf16 weights as they are read.
+    std::string apply = "runtime";
     // Read ahead by load_loras (the C API checks them before any heavy work); null: read where the model loads.
     std::shared_ptr<const LoraSet> loaded;
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/forward.h"
 #include "models/weights.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/graph.h"
@@ -32,5 +33,12 @@ nlohmann::json stream_sweep(vk::Context& ctx, const ir::Graph& g, const models::
 nlohmann::json interleaved(vk::Context& ctx, const ir::Graph& g, const models::Builder& b,
                            const std::map<std::string, Tensor>& in, const std::vector<exec::Mode>& modes,
                            exec::BlockWeights bw, const exec::Budget& budget, int warmup, int rounds);
+
+// --lora-ranks: per rank, a LoRA on the transformer's block linears (bench_lora.cpp): its load time, the weight
+// bytes it adds to the plan, and the regional step time with the runtime side path against none; printed, and
+// returned as the report's "lora".
+nlohmann::json lora_rows(vk::Context& ctx, const models::WeightStore& ws, const models::SyntheticArch& arch,
+                         const std::map<std::string, Tensor>& inputs, const std::vector<int>& ranks,
+                         exec::BlockWeights bw, const exec::Budget& budget, int warmup, int steps);
 
 }  // namespace kiln::app

@@ -53,6 +53,7 @@ struct BenchOpts {
     bool stream = false, no_in_place = false;
     std::string stream_budgets;
     int slots = 0;
+    std::vector<int> lora_ranks;
 };
 
 void add_bench_flags(CLI::App& app, BenchOpts& o) {
@@ -114,6 +115,11 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
                    "ratio to the first mode. For a "
                    "shared or throttling machine, where minutes apart the same step differs more than the modes do")
         ->check(CLI::Range(0, 1000000));
+    app.add_option("--lora-ranks", o.lora_ranks,
+                   "SD3, Flux: after the mode rows, a LoRA of each rank (comma-separated) on every block linear but "
+                   "the modulation: its load time, the weight bytes it adds, and the regional step with the runtime "
+                   "side path against none (--mode none: only these rows)")
+        ->delimiter(',');
     app.add_option("--json", o.json, "Also write every figure to this JSON file");
     app.add_flag("--block-times", o.block_times,
                  "Regional: one extra step with timestamps around every replayed block (gpu_ms_per_block in the "
@@ -165,7 +171,7 @@ std::vector<exec::Mode> bench_modes(const BenchOpts& o) {
     if (o.mode == "all")
         modes = {exec::Mode::eager, exec::Mode::full, exec::Mode::regional};
     else if (o.mode == "none")
-        KILN_CHECK(o.stream, "--mode none runs nothing without --stream");
+        KILN_CHECK(o.stream || !o.lora_ranks.empty(), "--mode none runs nothing without --stream or --lora-ranks");
     else
         for (size_t a = 0; a <= o.mode.size();) {  // one mode, or a comma-separated list
             size_t e = o.mode.find(',', a);
@@ -454,6 +460,8 @@ void run_bench(const BenchOpts& o) {
         report["stream"] = built([&](const ir::Graph& g, const models::Builder& b, const auto& in) {
             return stream_sweep(ctx, g, b, in, bw, budget, o.warmup, o.steps, o.stream_budgets);
         });
+    if (!o.lora_ranks.empty())
+        report["lora"] = lora_rows(ctx, *ws, arch, inputs, o.lora_ranks, bw, budget, o.warmup, o.steps);
     if (!o.json.empty()) write_json(o.json, report);
 }
 }  // namespace

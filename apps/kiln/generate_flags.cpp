@@ -68,9 +68,9 @@ std::vector<GenerateFlag> lora_rows() {
          "(alpha / rank x B A per module; docs/lora.md). Each file's matched tensor count is printed",
          kText},
         {"--lora-apply", &F::lora_apply,
-         "How --lora is applied: merge (folded into the f32/f16/bf16 weights at load, as diffusers' fuse_lora) or "
-         "runtime (a low-rank side path beside each targeted linear, y = W x + s B (A x); the base weights untouched, "
-         "quantized ones included)",
+         "How --lora is applied: runtime (the default: a low-rank side path beside each targeted linear, y = W x + "
+         "s B (A x), s device data; the base weights untouched, quantized ones included) or merge (folded into the "
+         "f32/f16/bf16 weights at load, as diffusers' fuse_lora; no per-step cost)",
          kText, true},
         {"--lora-allow-unmatched", &F::lora_allow_unmatched,
          "LoRA keys that match no module of the model are a warning (applied: the rest, as diffusers) instead of an "

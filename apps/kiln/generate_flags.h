@@ -31,7 +31,7 @@ struct GenerateFlags {
     bool grid = false, no_binning = false, keep_encoders = false, vae_tiling = false, profile = false,
          host_loop = false;
     std::vector<std::string> loras;  // --lora FILE[:SCALE]
-    std::string lora_apply = "merge";
+    std::string lora_apply = "runtime";
     bool lora_allow_unmatched = false;
     // Images in (appended in 0.2): --image, --image-tensor, --mask, --mask-tensor, --strength, --noise.
     std::string image, image_tensor, mask, mask_tensor, noise;

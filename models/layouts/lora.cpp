@@ -260,6 +260,14 @@ Tensor read_f32(const SafeTensors& st, const std::string& key, const std::string
     return t;
 }
 
+// A key of a text encoder's LoRA: kohya lora_te_ / lora_te1_ / lora_te2_ / lora_te3_, diffusers text_encoder.* /
+// text_encoder_2.* (peft's "te" prefixes as diffusers' lora_state_dict names them).
+bool is_text_encoder_key(const std::string& k) {
+    return starts_with(k, "lora_te_") || starts_with(k, "lora_te1_") || starts_with(k, "lora_te2_") ||
+           starts_with(k, "lora_te3_") || starts_with(k, "text_encoder.") || starts_with(k, "text_encoder_2.") ||
+           starts_with(k, "text_encoder_3.");
+}
+
 std::string first_keys(const std::vector<std::string>& keys) {
     std::string s;
     for (size_t i = 0; i < keys.size() && i < 3; ++i) s += (i ? ", " : "") + keys[i];
@@ -325,6 +333,7 @@ std::string LoraFile::summary() const {
     std::string s = "lora " + path + " (" + layout + "): " + std::to_string(matched) + " tensors matched, " +
                     std::to_string(modules.size()) + " modules";
     if (!unmatched.empty()) s += ", " + std::to_string(unmatched.size()) + " keys unmatched";
+    if (text_encoder_keys) s += " (" + std::to_string(text_encoder_keys) + " of them text-encoder keys, not applied)";
     return s;
 }
 
@@ -367,13 +376,22 @@ LoraFile read_lora(const std::string& path, const std::string& family_name, cons
         KILN_CHECK(slot.empty(), path, ": keys '", slot, "' and '", k, "' are the same LoRA tensor");
         slot = k;
     }
-    if (!f.unmatched.empty()) {
-        const std::string msg = path + ": " + std::to_string(f.unmatched.size()) + " keys match no module of this " +
-                                family + " transformer (layout guessed: " + l.name +
-                                (l.family.empty() ? "" : ", " + l.family) +
+    // Text-encoder keys (kohya lora_te_/lora_te1_/lora_te2_, diffusers text_encoder.*/text_encoder_2.*) are named
+    // as such: Kiln applies LoRAs to the transformer only, not yet to CLIP / T5.
+    std::vector<std::string> te, other;
+    for (const std::string& k : f.unmatched) (is_text_encoder_key(k) ? te : other).push_back(k);
+    f.text_encoder_keys = te.size();
+    if (!other.empty()) {
+        const std::string msg = path + ": " + std::to_string(other.size()) + " keys match no module of this " + family +
+                                " transformer (layout guessed: " + l.name + (l.family.empty() ? "" : ", " + l.family) +
                                 (l.family.empty() && family == "Flux" ? ", no Flux-only module: an SD3 LoRA?" : "") +
-                                "): " + first_keys(f.unmatched);
+                                "): " + first_keys(other) +
+                                (te.empty() ? "" : "; and " + std::to_string(te.size()) + " text-encoder keys");
         KILN_CHECK(allow_unmatched, msg, "; --lora-allow-unmatched applies the rest");
+    } else if (!te.empty()) {
+        KILN_CHECK(allow_unmatched, path, ": ", te.size(), " text-encoder keys (", first_keys(te),
+                   "): Kiln applies LoRAs to the transformer only, not yet to the text encoders; "
+                   "--lora-allow-unmatched applies the rest");
     }
     const PeftConfig peft = l.name == "diffusers/PEFT" ? peft_config(st, path) : PeftConfig{};
     for (const std::string& module : order) {

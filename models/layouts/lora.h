@@ -33,6 +33,7 @@ struct LoraFile {
     size_t matched = 0;  // of those, applied (A, B and alpha keys)
     std::vector<LoraModule> modules;
     std::vector<std::string> unmatched;  // keys that match no module (allowed: --lora-allow-unmatched)
+    size_t text_encoder_keys = 0;        // of those, text-encoder keys (lora_te*_, text_encoder*.): not applied yet
     // "lora FILE (kohya): 21 tensors matched, 9 modules" (+ ", N keys unmatched").
     std::string summary() const;
 };

@@ -187,7 +187,8 @@ TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained wi
     REQUIRE(q.rc == 0);
     std::string qargs = base_args("flux", io_json("flux"));
     qargs.replace(qargs.find("--model ") + 8, fixture("flux_pipeline").size(), tmp / "q8.kiln");
-    q = generate(tmp, qargs + " --lora " + fixture("flux_lora/lora_peft.safetensors") + " -o " + (tmp / "q.png"));
+    q = generate(tmp, qargs + " --lora " + fixture("flux_lora/lora_peft.safetensors") + " --lora-apply merge -o " +
+                          (tmp / "q.png"));
     INFO(q.err);
     CHECK(q.rc != 0);
     CHECK(q.err.find("is stored as q8_0; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only") !=

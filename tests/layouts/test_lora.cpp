@@ -120,6 +120,31 @@ TEST_CASE("LoRA errors: one line naming the file and the problem", "[layouts][lo
         CHECK(f.unmatched.size() == 2);
         CHECK(f.summary().find("2 tensors matched, 1 modules, 2 keys unmatched") != std::string::npos);
     }
+    SECTION("text-encoder keys are named as such: Kiln does not apply them yet") {
+        const std::string te = "lora_te1_text_model_encoder_layers_0_mlp_fc1.";
+        const std::string p =
+            write("te.safetensors",
+                  {{q + "lora_A.weight", filled({2, 32}, .1f)},
+                   {q + "lora_B.weight", filled({32, 2}, .1f)},
+                   {te + "lora_down.weight", filled({2, 8}, .1f)},
+                   {te + "lora_up.weight", filled({8, 2}, .1f)},
+                   {"text_encoder.text_model.encoder.layers.0.mlp.fc1.lora_A.weight", filled({2, 8}, .1f)}});
+        const std::string e = read_error(p, "flux");
+        CHECK(e.find(p + ": 3 text-encoder keys (" + te + "lora_down.weight") != std::string::npos);
+        CHECK(e.find("Kiln applies LoRAs to the transformer only, not yet to the text encoders") != std::string::npos);
+        const auto f = layouts::read_lora(p, "Flux", targets("flux"), true);
+        CHECK(f.modules.size() == 1);
+        CHECK(f.text_encoder_keys == 3);
+        CHECK(f.summary().find("3 keys unmatched (3 of them text-encoder keys, not applied)") != std::string::npos);
+        // With other unmatched keys too, both are counted.
+        const std::string p2 = write("te2.safetensors", {{q + "lora_A.weight", filled({2, 32}, .1f)},
+                                                         {q + "lora_B.weight", filled({32, 2}, .1f)},
+                                                         {te + "lora_down.weight", filled({2, 8}, .1f)},
+                                                         {"transformer.nope.lora_A.weight", filled({2, 8}, .1f)}});
+        const std::string e2 = read_error(p2, "flux");
+        CHECK(e2.find("1 keys match no module") != std::string::npos);
+        CHECK(e2.find("transformer.nope.lora_A.weight; and 1 text-encoder keys") != std::string::npos);
+    }
     SECTION("a LoRA for another family is named as such") {
         const std::string e = read_error(lora_dir("flux") + "lora_kohya.safetensors", "sd3");
         CHECK(e.find("a LoRA for Flux (kohya layout); the model is SD3") != std::string::npos);
