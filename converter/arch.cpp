@@ -269,6 +269,52 @@ ArchSpec flux(const Config& c) {
     return s;
 }
 
+// SanaTransformer2DModel (sana_transformer.py): the linears are quantizable; GLUMBConv's convolutions and the patch
+// embedding are 4-D conv weights (kept f16/f32 by the converter).
+ArchSpec sana(const Config& c) {
+    ArchSpec s{"transformer", {}, {}, {}};
+    Names n{s.expected, ""};
+    KILN_CHECK(!c.has("interpolation_scale"), c.where,
+               ": Sana interpolation_scale (sin-cos positions of the 2K/4K models) is not supported (null only)");
+    for (const char* k : {"num_cross_attention_heads", "cross_attention_head_dim", "cross_attention_dim"})
+        KILN_CHECK(!c.j.contains(k) || c.has(k), c.where, ": Sana ", k, " null (no cross-attention) is not supported");
+    std::string qk = c.string("qk_norm", "");
+    KILN_CHECK(qk.empty() || qk == "rms_norm_across_heads", c.where, ": Sana qk_norm '", qk,
+               "' is not supported (supported: null, rms_norm_across_heads)");
+    const bool bias = c.boolean("attention_bias", false), affine = c.boolean("norm_elementwise_affine", false);
+    int64_t layers = c.positive("num_layers", 20);
+    n.lin("patch_embed.proj");
+    if (c.boolean("guidance_embeds", false)) {  // SanaCombinedTimestepGuidanceEmbeddings
+        n.timestep_embedding("time_embed.timestep_embedder");
+        n.timestep_embedding("time_embed.guidance_embedder");
+    } else {  // AdaLayerNormSingle
+        n.timestep_embedding("time_embed.emb.timestep_embedder");
+    }
+    n.lin("time_embed.linear");
+    n.lin("caption_projection.linear_1");
+    n.lin("caption_projection.linear_2");
+    n.w("caption_norm");
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub("transformer_blocks." + std::to_string(i));
+        b.self_attention("attn1", bias);
+        b.self_attention("attn2", true);
+        for (const char* a : {"attn1", "attn2"})
+            if (!qk.empty()) {  // RMSNorm over all heads: weight only
+                b.w(std::string(a) + ".norm_q");
+                b.w(std::string(a) + ".norm_k");
+            }
+        b.layer_norm("norm2", affine);  // norm1 never has parameters
+        b.lin("ff.conv_inverted");
+        b.lin("ff.conv_depth");
+        b.w("ff.conv_point");
+        b.raw("scale_shift_table");
+    }
+    n.raw("scale_shift_table");
+    n.lin("proj_out");
+    s.blocks.push_back({"transformer_blocks", layers, std::vector<int>((size_t)layers, 0)});
+    return s;
+}
+
 // ResnetBlock2D without time embedding (VAE).
 void resnet(const Names& n, int64_t in, int64_t out) {
     n.lin("norm1");
@@ -439,6 +485,8 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
             return sd3(c);
         case models::ComponentKind::flux:
             return flux(c);
+        case models::ComponentKind::sana:
+            return sana(c);
         case models::ComponentKind::vae:
             return autoencoder_kl(c);
         case models::ComponentKind::clip_text:

@@ -8,6 +8,7 @@
 #include "models/flux.h"
 #include "models/pixart.h"
 #include "models/registry/registry.h"
+#include "models/sana.h"
 #include "models/sd3.h"
 #include "models/t5_encoder.h"
 #include "models/vae.h"
@@ -49,6 +50,18 @@ const Tensor& need_latents(const Inputs& inputs, const std::string& cls, int in_
     return x;
 }
 
+// encoder_attention_mask: a 0/1 mask [B, L] becomes the bias (1 - mask) * -10000 [B, 1, L], as diffusers' PixArt
+// and Sana transformers make it; a [B, 1, L] bias is taken as is.
+Tensor text_mask_bias(const Tensor& m, int64_t B, int64_t L, const std::string& cls) {
+    Tensor mk = m.astype(DType::f32);
+    KILN_CHECK(mk.numel() == B * L && (mk.shape.size() == 2 || mk.shape.size() == 3), cls,
+               ": encoder_attention_mask must be [B, L] or [B, 1, L], got ", shape_str(mk.shape));
+    if (mk.shape.size() == 2)
+        for (int64_t i = 0; i < mk.numel(); ++i) mk.data<float>()[i] = (1.f - mk.data<float>()[i]) * -10000.f;
+    mk.shape = {B, 1, L};
+    return mk;
+}
+
 Inputs dit_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
     Inputs in;
     auto c = DiTConfig::from_json(config);
@@ -69,19 +82,9 @@ Inputs pixart_inputs(Builder& b, const std::string& cls, const nlohmann::json& c
     KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == x.shape[0], cls,
                ": encoder_hidden_states must be [B, L, C], got ", shape_str(ctx.shape));
     const int64_t B = x.shape[0], L = ctx.shape[1];
-    // encoder_attention_mask: a 0/1 mask [B, L] becomes the bias (1 - mask) * -10000 [B, 1, L], as diffusers
-    // does; a [B, 1, L] bias is taken as is.
     auto m = inputs.find("encoder_attention_mask");
     bool mask = m != inputs.end() && c.cross_attention_dim;
-    if (mask) {
-        Tensor mk = m->second.astype(DType::f32);
-        KILN_CHECK(mk.numel() == B * L && (mk.shape.size() == 2 || mk.shape.size() == 3), cls,
-                   ": encoder_attention_mask must be [B, L] or [B, 1, L], got ", shape_str(mk.shape));
-        if (mk.shape.size() == 2)
-            for (int64_t i = 0; i < mk.numel(); ++i) mk.data<float>()[i] = (1.f - mk.data<float>()[i]) * -10000.f;
-        mk.shape = {B, 1, L};
-        in["encoder_attention_mask"] = mk;
-    }
+    if (mask) in["encoder_attention_mask"] = text_mask_bias(m->second, B, L, cls);
     build_pixart(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)L, mask);
     in["hidden_states"] = x.astype(DType::f32);
     if (c.cross_attention_dim) in["encoder_hidden_states"] = ctx.astype(DType::f32);
@@ -95,6 +98,30 @@ Inputs pixart_inputs(Builder& b, const std::string& cls, const nlohmann::json& c
         in["resolution"] = r;
         in["aspect_ratio"] = a;
     }
+    return in;
+}
+
+// hidden_states [B, C, H, W], encoder_hidden_states [B, L, caption_channels], timestep, optional
+// encoder_attention_mask, and guidance exactly when the config has guidance_embeds (Sana-Sprint).
+Inputs sana_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    auto c = SanaConfig::from_json(config);
+    const Tensor& x = need_latents(inputs, cls, c.in_channels);
+    const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+    const int64_t B = x.shape[0], L = ctx.shape.size() == 3 ? ctx.shape[1] : 0;
+    KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B && ctx.shape[2] == c.caption_channels, cls,
+               ": encoder_hidden_states must be [", B, ", L, ", c.caption_channels, "], got ", shape_str(ctx.shape));
+    auto m = inputs.find("encoder_attention_mask");
+    if (m != inputs.end()) in["encoder_attention_mask"] = text_mask_bias(m->second, B, L, cls);
+    KILN_CHECK(!c.guidance_embeds || inputs.count("guidance"), cls,
+               ": missing input 'guidance' (the config has guidance_embeds)");
+    KILN_CHECK(c.guidance_embeds || !inputs.count("guidance"), cls,
+               ": input 'guidance' given but the config has no guidance_embeds");
+    build_sana(b, c, (int)B, (int)x.shape[2], (int)x.shape[3], (int)L, m != inputs.end());
+    in["hidden_states"] = x.astype(DType::f32);
+    in["encoder_hidden_states"] = ctx.astype(DType::f32);
+    in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+    if (c.guidance_embeds) in["guidance"] = batch_vector(inputs.at("guidance"), B, DType::f32, "guidance");
     return in;
 }
 
@@ -224,6 +251,8 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
             return sd3_inputs(b, cls, config, inputs, co);
         case ComponentKind::flux:
             return flux_inputs(b, cls, config, inputs);
+        case ComponentKind::sana:
+            return sana_inputs(b, cls, config, inputs);
         case ComponentKind::vae:
             return vae_inputs(b, cls, config, inputs);
         case ComponentKind::clip_text:
@@ -306,6 +335,22 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         if (c.guidance_embeds) in["guidance"] = gs;
         in["img_ids"] = img;
         in["txt_ids"] = txt;
+        return in;
+    }
+    if (kind == ComponentKind::sana) {
+        // As SanaPipeline: 300 Gemma tokens (max_sequence_length) of which 120 are unmasked, timestep 500; Sana-Sprint
+        // also takes guidance = guidance_scale 4.5 x guidance_embeds_scale.
+        auto c = SanaConfig::from_json(cfg);
+        const int L = 300;
+        in["hidden_states"] = ramp({B, c.in_channels, h, w});
+        in["encoder_hidden_states"] = ramp({B, L, c.caption_channels});
+        Tensor t(DType::f32, {B}), gs(DType::f32, {B}), mask(DType::f32, {B, L});
+        for (int b = 0; b < B; ++b)
+            t.data<float>()[b] = 500.f, gs.data<float>()[b] = (float)(4.5 * c.guidance_embeds_scale);
+        for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = i % L < 120 ? 1.f : 0.f;
+        in["timestep"] = t;
+        in["encoder_attention_mask"] = mask;
+        if (c.guidance_embeds) in["guidance"] = gs;
         return in;
     }
     if (role_of(kind) == Role::text_encoder) {
@@ -396,6 +441,30 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                                                    {"guidance_embeds", true},
                                                    {"axes_dims_rope", {16, 56, 56}}},
                                                   128);
+    // Efficient-Large-Model/Sana_600M_1024px_diffusers, Sana_1600M_1024px_diffusers and
+    // SANA_Sprint_0.6B_1024px_diffusers transformer configs, as diffusers' scripts/convert_sana_to_diffusers.py writes
+    // them (SanaMS_600M_P1_D28, SanaMS_1600M_P1_D20, SanaSprint_600M_P1_D28 at 1024 px): latent 32 (DC-AE f32) -> 1024
+    // tokens.
+    auto sana = [](int heads, int layers, int cross_heads, int cross_hd, bool sprint) {
+        nlohmann::json j = {{"in_channels", 32},
+                            {"out_channels", 32},
+                            {"num_attention_heads", heads},
+                            {"attention_head_dim", 32},
+                            {"num_layers", layers},
+                            {"num_cross_attention_heads", cross_heads},
+                            {"cross_attention_head_dim", cross_hd},
+                            {"cross_attention_dim", heads * 32},
+                            {"caption_channels", 2304},
+                            {"mlp_ratio", 2.5},
+                            {"attention_bias", false},
+                            {"sample_size", 32},
+                            {"patch_size", 1},
+                            {"norm_elementwise_affine", false},
+                            {"norm_eps", 1e-6},
+                            {"interpolation_scale", nullptr}};
+        if (sprint) j["qk_norm"] = "rms_norm_across_heads", j["guidance_embeds"] = true;
+        return synthetic(ComponentKind::sana, j, 32);
+    };
     // Text encoders: openai/clip-vit-large-patch14's text model (SD3 text_encoder, Flux's CLIP), the OpenCLIP
     // bigG text model as SD3's text_encoder_2, and google/t5-v1_1-xxl's encoder (SD3 / Flux T5).
     auto clip = [](int hidden, int ff, int heads, int layers, const char* act) {
@@ -427,6 +496,9 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
         {"pixart-sigma-1024", pixart_sigma_1024},
         {"sd3-medium-1024", sd3_medium_1024},
         {"flux-dev-1024", flux_dev_1024},
+        {"sana-600m-1024", sana(36, 28, 16, 72, false)},
+        {"sana-1600m-1024", sana(70, 20, 20, 112, false)},
+        {"sana-sprint-0.6b-1024", sana(36, 28, 16, 72, true)},
         {"clip-l", clip(768, 3072, 12, 12, "quick_gelu")},
         {"clip-g", clip(1280, 5120, 20, 32, "gelu")},
         {"t5-xxl", t5_xxl},

@@ -14,6 +14,7 @@ const std::vector<ComponentClass>& component_classes() {
         {"PixArtTransformer2DModel", K::pixart, Role::transformer},
         {"SD3Transformer2DModel", K::sd3, Role::transformer},
         {"FluxTransformer2DModel", K::flux, Role::transformer},
+        {"SanaTransformer2DModel", K::sana, Role::transformer},  // diffusers sana_transformer.py
         {"AutoencoderKL", K::vae, Role::vae},
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
         {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},

@@ -18,6 +18,7 @@ enum class ComponentKind {
     pixart,
     sd3,
     flux,                  // transformers
+    sana,                  // SanaTransformer2DModel (Sana, Sana-Sprint)
     vae,                   // the KL autoencoder
     clip_text,             // CLIP text model: pooler_output
     clip_text_projection,  // CLIP text model with the text_projection: text_embeds
