@@ -450,6 +450,27 @@ ArchSpec t5_encoder(const Config& c) {
     return s;
 }
 
+// transformers' Gemma2Model (modeling_gemma2.py): every decoder layer has the same tensors. embed_tokens is a
+// vocabulary table (kept f16 by quant_storage, gathered on the host at run time).
+ArchSpec gemma2(const Config& c) {
+    ArchSpec s{"text_encoder", {}, {}, {}};
+    Names n{s.expected, ""};
+    int64_t layers = c.positive("num_hidden_layers", 26);
+    n.w("embed_tokens");
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub("layers." + std::to_string(i));
+        for (const char* p :
+             {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+            b.w(p);  // Gemma2RMSNorm: applied as (1 + weight)
+        for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"}) b.w(std::string("self_attn.") + p);
+        for (const char* p : {"gate_proj", "up_proj", "down_proj"}) b.w(std::string("mlp.") + p);
+    }
+    n.w("norm");
+    s.blocks.push_back({"layers", layers, std::vector<int>((size_t)layers, 0)});
+    s.weights_base = "model";
+    return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_model_classes() {
@@ -495,6 +516,8 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
             return clip_text(c, true);
         case models::ComponentKind::t5_encoder:
             return t5_encoder(c);
+        case models::ComponentKind::gemma2:
+            return gemma2(c);
         case models::ComponentKind::clip_tokenizer:
         case models::ComponentKind::t5_tokenizer:
             break;  // tokenizers have no weights; an unknown class lands here too

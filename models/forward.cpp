@@ -6,6 +6,7 @@
 #include "models/clip_text.h"
 #include "models/dit.h"
 #include "models/flux.h"
+#include "models/gemma2.h"
 #include "models/pixart.h"
 #include "models/registry/registry.h"
 #include "models/sana.h"
@@ -220,6 +221,11 @@ Inputs text_encoder_inputs(Builder& b, ComponentKind kind, const std::string& cl
                                       : "encoder.embed_tokens.weight";
         return embed(t5_encoder_inputs(c, ids, mask), table, c.vocab_size, c.d_model);
     }
+    if (kind == ComponentKind::gemma2) {
+        auto c = Gemma2Config::from_json(config);
+        build_gemma2_encoder(b, c, B, S);
+        return embed(gemma2_encoder_inputs(c, ids, mask), "embed_tokens.weight", c.vocab_size, c.hidden_size);
+    }
     auto c = CLIPTextConfig::from_json(config, kind == ComponentKind::clip_text_projection);
     build_clip_text(b, c, B, S, mask != nullptr, co.clip_skip);
     return embed(clip_text_inputs(c, ids, mask), "text_model.embeddings.token_embedding.weight", c.vocab_size,
@@ -258,6 +264,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         case ComponentKind::clip_text:
         case ComponentKind::clip_text_projection:
         case ComponentKind::t5_encoder:
+        case ComponentKind::gemma2:
             return text_encoder_inputs(b, kind, cls, config, inputs, co);
         case ComponentKind::clip_tokenizer:
         case ComponentKind::t5_tokenizer:
@@ -351,6 +358,21 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["timestep"] = t;
         in["encoder_attention_mask"] = mask;
         if (c.guidance_embeds) in["guidance"] = gs;
+        return in;
+    }
+    if (kind == ComponentKind::gemma2) {
+        // Sana's prompt part: max_sequence_length 300 tokens, <bos> (2), S/3 prompt tokens, then <pad> (0) with
+        // attention_mask 0 (right padding, as SanaPipeline pads).
+        const int S = 300, V = cfg.value("vocab_size", 256000);
+        Tensor ids(DType::i64, {B, S}), mask(DType::i64, {B, S});
+        for (int b = 0; b < B; ++b)
+            for (int s = 0; s < S; ++s) {
+                const bool valid = s <= S / 3;
+                ids.data<int64_t>()[(int64_t)b * S + s] = s == 0 ? 2 : valid ? 3 + (s * 7919 + b * 13) % (V - 4) : 0;
+                mask.data<int64_t>()[(int64_t)b * S + s] = valid;
+            }
+        in["input_ids"] = ids;
+        in["attention_mask"] = mask;
         return in;
     }
     if (role_of(kind) == Role::text_encoder) {
@@ -489,6 +511,21 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                                                                        {"relative_attention_max_distance", 128},
                                                                        {"layer_norm_epsilon", 1e-6},
                                                                        {"feed_forward_proj", "gated-gelu"}});
+    // google/gemma-2-2b-it as Sana's text_encoder/config.json (Gemma2Model).
+    const SyntheticArch gemma2_2b = synthetic(ComponentKind::gemma2, {{"vocab_size", 256000},
+                                                                      {"hidden_size", 2304},
+                                                                      {"intermediate_size", 9216},
+                                                                      {"num_hidden_layers", 26},
+                                                                      {"num_attention_heads", 8},
+                                                                      {"num_key_value_heads", 4},
+                                                                      {"head_dim", 256},
+                                                                      {"query_pre_attn_scalar", 256},
+                                                                      {"sliding_window", 4096},
+                                                                      {"attn_logit_softcapping", 50.0},
+                                                                      {"final_logit_softcapping", 30.0},
+                                                                      {"rms_norm_eps", 1e-6},
+                                                                      {"rope_theta", 10000.0},
+                                                                      {"hidden_activation", "gelu_pytorch_tanh"}});
     static const std::map<std::string, SyntheticArch> archs = {
         {"dit-xl-2-256", dit(16, 72, 28, 32)},
         {"dit-xl-2-512", dit(16, 72, 28, 64)},
@@ -502,6 +539,7 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
         {"clip-l", clip(768, 3072, 12, 12, "quick_gelu")},
         {"clip-g", clip(1280, 5120, 20, 32, "gelu")},
         {"t5-xxl", t5_xxl},
+        {"gemma2-2b", gemma2_2b},
     };
     return archs;
 }

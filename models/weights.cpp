@@ -150,16 +150,27 @@ Tensor Builder::gather_rows(const std::string& name, const Shape& shape, const T
     const DType t = meta(name, shape).dtype;
     KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t) || is_f8(t), ws_.source(),
                ": tensor '", name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16, fp8 or quantized");
-    const Tensor table = ws_.read(name);
-    KILN_CHECK(table.dtype == t && table.numel() == shape_numel(shape), ws_.source(), ": tensor '", name,
-               "' read back with another dtype or size");
     const int64_t V = shape[0], D = shape[1], N = ids.numel();
     const size_t row = dtype_nbytes(t, D);  // quantized: rows are whole blocks
+    // A mapped table is read row by row in place (Gemma-2's is 1.2 GB at bf16); otherwise it is read whole.
+    const exec::HostBytes mapped = ws_.view(name);
+    Tensor table;
+    if (!mapped.file) {
+        table = ws_.read(name);
+        KILN_CHECK(table.dtype == t && table.numel() == shape_numel(shape), ws_.source(), ": tensor '", name,
+                   "' read back with another dtype or size");
+    }
+    std::vector<uint8_t> buf(mapped.file ? row : 0);
     Tensor out(DType::f32, {N, D});
     for (int64_t i = 0; i < N; ++i) {
         const int64_t id = ids.data<int32_t>()[i];
         KILN_CHECK(id >= 0 && id < V, "token id ", id, " is out of range of '", name, "' (", V, " rows)");
-        convert(table.bytes.data() + (size_t)id * row, t, out.data<float>() + i * D, DType::f32, (size_t)D);
+        const uint8_t* src = table.bytes.data() + (size_t)id * row;
+        if (mapped.file) {
+            mapped.file->read(buf.data(), row, mapped.offset + (uint64_t)id * row);
+            src = buf.data();
+        }
+        convert(src, t, out.data<float>() + i * D, DType::f32, (size_t)D);
     }
     return out;
 }

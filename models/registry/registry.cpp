@@ -19,6 +19,7 @@ const std::vector<ComponentClass>& component_classes() {
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
         {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},
         {"T5EncoderModel", K::t5_encoder, Role::text_encoder},  // transformers modeling_t5.py
+        {"Gemma2Model", K::gemma2, Role::text_encoder},         // transformers modeling_gemma2.py
         // Fast tokenizers load from the same files (Kiln reads the slow tokenizers' files and runs them).
         {"CLIPTokenizer", K::clip_tokenizer, Role::tokenizer},
         {"CLIPTokenizerFast", K::clip_tokenizer, Role::tokenizer},

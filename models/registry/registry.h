@@ -23,6 +23,7 @@ enum class ComponentKind {
     clip_text,             // CLIP text model: pooler_output
     clip_text_projection,  // CLIP text model with the text_projection: text_embeds
     t5_encoder,
+    gemma2,  // Gemma2Model: last_hidden_state (Sana's text encoder)
     clip_tokenizer,
     t5_tokenizer,
 };
