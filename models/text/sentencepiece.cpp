@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cstdio>
 #include <cstring>
+#include <queue>
 
 #include "runtime/core/error.h"
 
@@ -106,12 +107,42 @@ size_t valid_char_len(std::string_view s) {
 constexpr std::string_view kSpaceSymbol = "\xe2\x96\x81";  // U+2581
 constexpr float kUnkPenalty = 10.0f;
 
+const char* algorithm_name(int model_type) {
+    switch (model_type) {
+        case 1:
+            return "unigram";
+        case 2:
+            return "BPE";
+        case 3:
+            return "word";
+        case 4:
+            return "char";
+        default:
+            return "unknown";
+    }
+}
+
+// sentencepiece's PieceToByte: "<0xXX>" (upper-case hex) -> XX, else -1.
+int piece_to_byte(const std::string& p) {
+    if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return -1;
+    int v = 0;
+    for (size_t k = 3; k < 5; ++k) {
+        const char c = p[k];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
 }  // namespace
 
-SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std::string& where) {
-    const std::string what = where + " spiece.model";
+SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std::string& where, Algorithm expect,
+                                             std::string_view file) {
+    const std::string what = where + " " + std::string(file);
     SentencePieceModel m;
     int model_type = 1;  // UNIGRAM
+    bool has_trainer_spec = false, has_normalizer_spec = false;
     std::string_view charsmap;
     ProtoReader top(bytes, what);
     while (!top.done()) {
@@ -138,6 +169,7 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
             m.pieces_.push_back(std::move(p));
         } else if (field == 2) {  // TrainerSpec
             top.expect(wire, 2, field);
+            has_trainer_spec = true;
             ProtoReader r(top.bytes(), what);
             while (!r.done()) {
                 auto [f, w] = r.tag();
@@ -153,6 +185,7 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
             }
         } else if (field == 3) {  // NormalizerSpec
             top.expect(wire, 2, field);
+            has_normalizer_spec = true;
             ProtoReader r(top.bytes(), what);
             while (!r.done()) {
                 auto [f, w] = r.tag();
@@ -171,10 +204,20 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
             top.skip(wire);
         }
     }
-    KILN_CHECK(model_type == 1, what, ": model_type ", model_type,
-               " is not a unigram model (only unigram is supported)");
+    // Every trained model has both specs; a BPE file without them is cut short (the defaults would silently
+    // mean a unigram model with a dummy prefix). Unigram files keep the lenient reading they always had.
+    if (expect == Algorithm::bpe) {
+        KILN_CHECK(has_trainer_spec, what, ": no trainer_spec (truncated file?)");
+        KILN_CHECK(has_normalizer_spec, what, ": no normalizer_spec (truncated file?)");
+    }
+    KILN_CHECK(model_type == 1 || model_type == 2, what, ": model_type ", model_type, " (", algorithm_name(model_type),
+               ") is not supported (only unigram and BPE are)");
+    KILN_CHECK(model_type == static_cast<int>(expect), what, ": a SentencePiece ", algorithm_name(model_type),
+               " model where a ", algorithm_name(static_cast<int>(expect)), " model is expected");
+    m.algorithm_ = static_cast<Algorithm>(model_type);
     KILN_CHECK(!m.pieces_.empty(), what, ": no pieces");
 
+    std::vector<bool> byte_found(256, false);
     m.min_score_ = FLT_MAX;
     m.max_score_ = FLT_MIN;  // as sentencepiece: the max starts at the smallest positive float
     for (size_t i = 0; i < m.pieces_.size(); ++i) {
@@ -199,8 +242,16 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
             m.min_score_ = std::min(m.min_score_, p.score);
             m.max_score_ = std::max(m.max_score_, p.score);
         }
+        if (p.type == kByte) {  // as sentencepiece's InitializePieces
+            KILN_CHECK(m.byte_fallback_, what, ": byte piece '", p.piece, "' although byte_fallback is off");
+            const int b = piece_to_byte(p.piece);
+            KILN_CHECK(b >= 0, what, ": byte piece '", p.piece, "' is not <0xXX>");
+            byte_found[static_cast<size_t>(b)] = true;
+        }
     }
     KILN_CHECK(m.unk_id_ >= 0, what, ": no unknown piece (<unk>) defined");
+    KILN_CHECK(!m.byte_fallback_ || std::find(byte_found.begin(), byte_found.end(), false) == byte_found.end(), what,
+               ": byte_fallback is on but not all 256 <0xXX> pieces are defined");
 
     // precompiled_charsmap = u32 trie size (little-endian) | darts-clone units | NUL-separated replacements.
     if (!charsmap.empty()) {
@@ -216,12 +267,17 @@ SentencePieceModel SentencePieceModel::parse(const std::string& bytes, const std
     return m;
 }
 
-std::pair<std::string_view, size_t> SentencePieceModel::normalize_prefix(std::string_view in) const {
-    // User-defined symbols pass through unnormalised (longest match).
+size_t SentencePieceModel::user_defined_prefix(std::string_view in) const {
     for (size_t n = std::min(in.size(), max_user_defined_bytes_); n > 0; --n) {
         auto it = vocab_.find(std::string(in.substr(0, n)));
-        if (it != vocab_.end() && pieces_[it->second].type == kUserDefined) return {in.substr(0, n), n};
+        if (it != vocab_.end() && pieces_[it->second].type == kUserDefined) return n;
     }
+    return 0;
+}
+
+std::pair<std::string_view, size_t> SentencePieceModel::normalize_prefix(std::string_view in) const {
+    // User-defined symbols pass through unnormalised (longest match).
+    if (const size_t n = user_defined_prefix(in); n > 0) return {in.substr(0, n), n};
     // darts-clone commonPrefixSearch, keeping the longest match.
     size_t longest = 0;
     uint32_t value = 0;
@@ -299,11 +355,8 @@ int32_t SentencePieceModel::piece_to_id(std::string_view piece) const {
     return unk_id_;
 }
 
-std::vector<SentencePieceModel::Encoded> SentencePieceModel::encode(std::string_view text) const {
-    const std::string norm = normalize(text);
+SentencePieceModel::Segments SentencePieceModel::unigram_segment(std::string_view norm) const {
     const size_t size = norm.size();
-    std::vector<Encoded> out;
-    if (size == 0) return out;
 
     // Viterbi over byte positions as EncodeOptimized: a piece candidate is computed in double (the user-defined
     // score `length * max_score - 0.1` is a double expression), compared with the stored float and stored as
@@ -350,14 +403,96 @@ std::vector<SentencePieceModel::Encoded> SentencePieceModel::encode(std::string_
         }
         start += mblen;
     }
-    std::vector<std::pair<std::string_view, int32_t>> path;
+    Segments path;
     for (size_t end = size; end > 0;) {
         const Node& n = best[end];
         const auto s = static_cast<size_t>(n.start);
-        path.emplace_back(std::string_view(norm).substr(s, end - s), n.id);
+        path.emplace_back(norm.substr(s, end - s), n.id);
         end = s;
     }
     std::reverse(path.begin(), path.end());
+    return path;
+}
+
+SentencePieceModel::Segments SentencePieceModel::bpe_segment(std::string_view norm) const {
+    // bpe_model.cc: the text starts as characters (a user-defined symbol is one frozen symbol, never merged); the
+    // adjacent pair whose concatenation is a piece with the highest score is merged, the leftmost among equal
+    // scores, until no pair is a piece. Stale agenda entries are recognised by their size: a symbol only grows.
+    struct Symbol {
+        int prev, next;
+        bool freeze;
+        std::string_view piece;
+    };
+    struct Pair {
+        int left, right;
+        float score;
+        size_t size;
+    };
+    auto pops_later = [](const Pair& a, const Pair& b) {
+        return a.score < b.score || (a.score == b.score && a.left > b.left);
+    };
+    std::priority_queue<Pair, std::vector<Pair>, decltype(pops_later)> agenda(pops_later);
+    std::vector<Symbol> symbols;
+    // An unused piece may be merged through and is split back afterwards: merged piece -> its last two halves.
+    std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>> rev_merge;
+
+    auto joined = [&](int l, int r) {
+        return std::string_view(symbols[l].piece.data(), symbols[l].piece.size() + symbols[r].piece.size());
+    };
+    auto maybe_add = [&](int l, int r) {
+        if (l < 0 || r < 0 || symbols[l].freeze || symbols[r].freeze) return;
+        const std::string_view piece = joined(l, r);
+        auto it = vocab_.find(std::string(piece));
+        if (it == vocab_.end()) return;
+        const Piece& p = pieces_[it->second];
+        agenda.push({l, r, p.score, piece.size()});
+        if (p.type == kUnused) rev_merge[piece] = {symbols[l].piece, symbols[r].piece};
+    };
+
+    for (std::string_view rest = norm; !rest.empty();) {
+        size_t n = user_defined_prefix(rest);
+        const bool freeze = n > 0;
+        if (!freeze) n = std::min(rest.size(), one_char_len(static_cast<uint8_t>(rest[0])));
+        const int index = static_cast<int>(symbols.size());
+        symbols.push_back({index - 1, n < rest.size() ? index + 1 : -1, freeze, rest.substr(0, n)});
+        rest.remove_prefix(n);
+    }
+    for (size_t i = 1; i < symbols.size(); ++i) maybe_add(static_cast<int>(i - 1), static_cast<int>(i));
+
+    while (!agenda.empty()) {
+        const Pair top = agenda.top();
+        agenda.pop();
+        Symbol& l = symbols[top.left];
+        Symbol& r = symbols[top.right];
+        if (l.piece.empty() || r.piece.empty() || l.piece.size() + r.piece.size() != top.size) continue;
+        l.piece = joined(top.left, top.right);
+        l.next = r.next;
+        if (r.next >= 0) symbols[r.next].prev = top.left;
+        r.piece = {};
+        maybe_add(l.prev, top.left);
+        maybe_add(top.left, l.next);
+    }
+
+    Segments path;
+    auto resegment = [&](auto& self, std::string_view w) -> void {
+        const int32_t id = piece_to_id(w);
+        auto it = pieces_[id].type == kUnused ? rev_merge.find(w) : rev_merge.end();
+        if (it == rev_merge.end()) {
+            path.emplace_back(w, id);
+            return;
+        }
+        self(self, it->second.first);
+        self(self, it->second.second);
+    };
+    for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) resegment(resegment, symbols[i].piece);
+    return path;
+}
+
+std::vector<SentencePieceModel::Encoded> SentencePieceModel::encode(std::string_view text) const {
+    const std::string norm = normalize(text);
+    std::vector<Encoded> out;
+    if (norm.empty()) return out;
+    const Segments path = algorithm_ == Algorithm::bpe ? bpe_segment(norm) : unigram_segment(norm);
 
     // As PopulateSentencePieceText: unknown pieces become bytes with byte_fallback, else runs merge into one.
     bool prev_unk = false;

@@ -1,7 +1,8 @@
 #pragma once
-// A SentencePiece unigram model read from spiece.model (its ModelProto parsed here, bounds-checked):
-// sentencepiece's normaliser (precompiled charsmap, extra-whitespace removal, dummy prefix, "▁") and
-// the Viterbi segmentation of its EncodeOptimized, giving what EncodeAsPieces gives.
+// A SentencePiece model read from spiece.model / tokenizer.model (its ModelProto parsed here, bounds-checked):
+// sentencepiece's normaliser (precompiled charsmap, extra-whitespace removal, dummy prefix, "▁"), then the
+// segmentation of its model_type -- unigram: the Viterbi of EncodeOptimized; BPE: bpe_model.cc's merge loop --
+// and byte fallback, giving what EncodeAsPieces gives (sentencepiece 0.1.97).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,13 +20,17 @@ public:
         float score = 0.f;
         int type = kNormal;
     };
+    // TrainerSpec.model_type: the segmentation algorithm (WORD and CHAR are not supported).
+    enum class Algorithm { unigram = 1, bpe = 2 };
     struct Encoded {
         std::string piece;  // the vocabulary piece, or the surface text of a (merged) unknown run
         int32_t id = 0;
     };
 
-    // Parses a serialized ModelProto; kiln::Error naming `where` on malformed input or non-unigram models.
-    static SentencePieceModel parse(const std::string& bytes, const std::string& where);
+    // Parses a serialized ModelProto; kiln::Error naming `where` and `file` on malformed input or when the
+    // model_type is not `expect` (a T5 spiece.model must be unigram, a Gemma tokenizer.model BPE).
+    static SentencePieceModel parse(const std::string& bytes, const std::string& where,
+                                    Algorithm expect = Algorithm::unigram, std::string_view file = "spiece.model");
 
     // sentencepiece's Encode(text) as (piece, id) pairs; consecutive unknown pieces merged into one.
     std::vector<Encoded> encode(std::string_view text) const;
@@ -36,10 +41,17 @@ public:
 
     void set_add_dummy_prefix(bool on) { add_dummy_prefix_ = on; }
     int32_t unk_id() const { return unk_id_; }
+    Algorithm algorithm() const { return algorithm_; }
+    bool byte_fallback() const { return byte_fallback_; }
     size_t size() const { return pieces_.size(); }
     const Piece& piece(size_t id) const { return pieces_[id]; }
 
 private:
+    using Segments = std::vector<std::pair<std::string_view, int32_t>>;  // (normalised piece, id)
+    Segments unigram_segment(std::string_view norm) const;
+    Segments bpe_segment(std::string_view norm) const;
+    // Bytes of the longest user-defined symbol at the start of `in`, 0 if none (sentencepiece's PrefixMatcher).
+    size_t user_defined_prefix(std::string_view in) const;
     // Longest charsmap rule (or user-defined symbol) at the start of `in`: (replacement, bytes consumed).
     std::pair<std::string_view, size_t> normalize_prefix(std::string_view in) const;
 
@@ -50,6 +62,7 @@ private:
     size_t max_piece_bytes_ = 0;
     size_t max_user_defined_bytes_ = 0;
     int32_t unk_id_ = -1;
+    Algorithm algorithm_ = Algorithm::unigram;
     float min_score_ = 0.f, max_score_ = 0.f;
     bool byte_fallback_ = false;
     bool treat_whitespace_as_suffix_ = false;

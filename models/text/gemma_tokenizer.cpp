@@ -1,0 +1,282 @@
+// transformers 4.47 GemmaTokenizer (slow): PreTrainedTokenizer.tokenize (added tokens split out with a trie, their
+// strip rules applied to the neighbours), sp_model.encode(chunk, out_type=str) for the rest, ids through the added
+// tokens then sentencepiece's PieceToId, build_inputs_with_special_tokens = [<bos>] + ids + [<eos>] by the flags.
+#include "models/text/gemma_tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.h"
+
+namespace kiln::text {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+json parse_json(const TokenizerFiles& files, const std::string& name, const std::string& where) {
+    auto it = files.find(name);
+    if (it == files.end()) return json::object();
+    json j = json::parse(it->second, nullptr, false);
+    KILN_CHECK(!j.is_discarded() && j.is_object(), where, " ", name, ": not a JSON object");
+    return j;
+}
+
+// A token entry is a string or an AddedToken dict {"content": ...}.
+std::string token_content(const json& j, const std::string& what) {
+    if (j.is_string()) return j.get<std::string>();
+    KILN_CHECK(j.is_object() && j.contains("content") && j["content"].is_string(), what,
+               ": expected a string or {\"content\": ...}");
+    return j["content"].get<std::string>();
+}
+
+bool flag(const json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_boolean() && j[key].get<bool>();
+}
+
+// Python's str.isspace() for one code point.
+bool is_py_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The code point of the (valid) UTF-8 character at s[i] and its length.
+size_t decode_at(const std::string& s, size_t i, uint32_t* cp) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    uint32_t v = len == 1 ? c : c & (0x7F >> len);
+    for (size_t k = 1; k < len && i + k < s.size(); ++k) v = (v << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    *cp = v;
+    return len;
+}
+
+// Python's str.lstrip() / str.rstrip() (Unicode whitespace).
+std::string py_lstrip(const std::string& s) {
+    size_t i = 0;
+    for (uint32_t cp; i < s.size();) {
+        const size_t n = decode_at(s, i, &cp);
+        if (!is_py_space(cp)) break;
+        i += n;
+    }
+    return s.substr(i);
+}
+
+std::string py_rstrip(const std::string& s) {
+    size_t keep = 0;  // end of the last non-space character
+    for (size_t i = 0; i < s.size();) {
+        uint32_t cp;
+        i += decode_at(s, i, &cp);
+        if (!is_py_space(cp)) keep = i;
+    }
+    return s.substr(0, keep);
+}
+
+// The added tokens of PreTrainedTokenizer: tokenizer_config.json's added_tokens_decoder (else the older
+// added_tokens.json), then every special token not among them (transformers adds them as special AddedTokens,
+// with the vocabulary's id, or the next free id for a content the vocabulary lacks).
+std::unordered_map<std::string, GemmaTokenizer::AddedToken> read_added_tokens(
+    const TokenizerFiles& files, const json& config, const json& special_map, std::vector<std::string> specials,
+    const SentencePieceModel& sp, const std::string& where) {
+    const std::string cfg_what = where + " tokenizer_config.json";
+    std::unordered_map<std::string, GemmaTokenizer::AddedToken> added;
+    auto next_id = static_cast<int32_t>(sp.size());
+    auto add = [&](const std::string& content, GemmaTokenizer::AddedToken t) {
+        KILN_CHECK(!content.empty(), where, ": empty added token");
+        KILN_CHECK(t.id >= 0, where, ": added token '", content, "' has a negative id");
+        added[content] = t;
+        next_id = std::max(next_id, t.id + 1);
+    };
+    if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
+        for (const auto& [key, t] : config["added_tokens_decoder"].items()) {
+            GemmaTokenizer::AddedToken a;
+            size_t used = 0;
+            try {
+                a.id = std::stoi(key, &used);
+            } catch (const std::exception&) {
+            }
+            KILN_CHECK(used > 0 && used == key.size(), cfg_what, ": added_tokens_decoder key '", key, "' is not an id");
+            a.lstrip = flag(t, "lstrip");
+            a.rstrip = flag(t, "rstrip");
+            a.single_word = flag(t, "single_word");
+            add(token_content(t, cfg_what + " added_tokens_decoder " + key), a);
+        }
+    } else {
+        const json added_json = parse_json(files, "added_tokens.json", where);
+        for (const auto& [content, id] : added_json.items()) {
+            KILN_CHECK(id.is_number_integer(), where, " added_tokens.json: id of '", content, "' is not an integer");
+            add(content, {id.get<int32_t>()});
+        }
+    }
+    for (const json* src : {&special_map, &config}) {
+        if (src->contains("additional_special_tokens") && (*src)["additional_special_tokens"].is_array())
+            for (const json& t : (*src)["additional_special_tokens"])
+                specials.push_back(token_content(t, where + " additional_special_tokens"));
+    }
+    for (const std::string& s : specials) {
+        if (s.empty() || added.count(s)) continue;
+        const int32_t id = sp.piece_to_id(s);
+        add(s, {sp.piece(static_cast<size_t>(id)).piece == s ? id : next_id});
+    }
+    return added;
+}
+
+}  // namespace
+
+GemmaTokenizer::GemmaTokenizer(const TokenizerFiles& files, const std::string& where) {
+    auto model = files.find("tokenizer.model");
+    KILN_CHECK(model != files.end(), where, ": tokenizer.model missing (GemmaTokenizer needs it)");
+    KILN_CHECK(!model->second.empty(), where, " tokenizer.model: empty file");
+    sp_ = SentencePieceModel::parse(model->second, where, SentencePieceModel::Algorithm::bpe, "tokenizer.model");
+
+    const json config = parse_json(files, "tokenizer_config.json", where);
+    const json special_map = parse_json(files, "special_tokens_map.json", where);
+    const std::string cfg_what = where + " tokenizer_config.json";
+    auto config_bool = [&](const char* key, bool fallback) {
+        if (!config.contains(key) || config[key].is_null()) return fallback;
+        KILN_CHECK(config[key].is_boolean(), cfg_what, ": ", key, " is not a boolean");
+        return config[key].get<bool>();
+    };
+    add_bos_ = config_bool("add_bos_token", true);
+    add_eos_ = config_bool("add_eos_token", false);
+    if (config.contains("model_max_length") && config["model_max_length"].is_number()) {
+        const double m = config["model_max_length"].get<double>();
+        model_max_length_ = (m > 1e6 || m < 0) ? 0 : static_cast<int>(m);  // transformers' "unset" is 1e30
+    }
+
+    // special_tokens_map.json overrides tokenizer_config.json, which overrides GemmaTokenizer's defaults; an
+    // explicit null in the config means no such token.
+    auto special = [&](const char* key, const char* fallback) {
+        if (special_map.contains(key) && !special_map[key].is_null())
+            return token_content(special_map[key], where + " special_tokens_map.json " + key);
+        if (config.contains(key))
+            return config[key].is_null() ? std::string() : token_content(config[key], cfg_what + " " + key);
+        return std::string(fallback);
+    };
+    bos_ = special("bos_token", "<bos>");
+    eos_ = special("eos_token", "<eos>");
+    pad_ = special("pad_token", "<pad>");
+    unk_ = special("unk_token", "<unk>");
+    added_ = read_added_tokens(files, config, special_map, {bos_, eos_, unk_, pad_}, sp_, where);
+    for (const auto& [content, t] : added_) max_added_bytes_ = std::max(max_added_bytes_, content.size());
+
+    auto id_of = [&](const std::string& t) { return t.empty() ? -1 : token_id(t); };
+    bos_id_ = id_of(bos_);
+    eos_id_ = id_of(eos_);
+    pad_id_ = id_of(pad_);
+    KILN_CHECK(!add_bos_ || bos_id_ >= 0, cfg_what, ": add_bos_token is set but there is no bos_token");
+    KILN_CHECK(!add_eos_ || eos_id_ >= 0, cfg_what, ": add_eos_token is set but there is no eos_token");
+}
+
+int32_t GemmaTokenizer::token_id(const std::string& token) const {
+    auto it = added_.find(token);
+    return it != added_.end() ? it->second.id : sp_.piece_to_id(token);
+}
+
+// transformers' Trie.split: the text cut around added tokens, the leftmost match first, the longest among those.
+std::vector<std::string> GemmaTokenizer::split_added(const std::string& text) const {
+    std::vector<std::string> out;
+    size_t begin = 0;
+    for (size_t i = 0; i < text.size();) {
+        size_t match = 0;
+        for (size_t n = std::min(max_added_bytes_, text.size() - i); n > 0 && match == 0; --n)
+            if (added_.count(text.substr(i, n))) match = n;
+        if (match == 0) {
+            ++i;
+            continue;
+        }
+        if (i > begin) out.push_back(text.substr(begin, i - begin));
+        out.push_back(text.substr(i, match));
+        i += match;
+        begin = i;
+    }
+    if (begin < text.size()) out.push_back(text.substr(begin));
+    return out;
+}
+
+std::vector<std::string> GemmaTokenizer::tokenize(const std::string& utf8) const {
+    check_utf8(utf8, class_name() + " prompt");
+    std::vector<std::string> parts = split_added(utf8);
+    for (size_t i = 0; i < parts.size(); ++i) {
+        auto it = added_.find(parts[i]);
+        if (it == added_.end()) continue;
+        const AddedToken& t = it->second;
+        const bool has_left = i > 0 && !parts[i - 1].empty();
+        const bool has_right = i + 1 < parts.size() && !parts[i + 1].empty();
+        if (t.rstrip && has_right) parts[i + 1] = py_lstrip(parts[i + 1]);
+        if (t.lstrip && has_left) parts[i - 1] = py_rstrip(parts[i - 1]);
+        if (t.single_word && has_left && parts[i - 1].back() != ' ') {
+            parts[i - 1] += parts[i];
+            parts[i].clear();
+        } else if (t.single_word && has_right && parts[i + 1][0] != ' ') {
+            parts[i] += parts[i + 1];
+            parts[i + 1].clear();
+        }
+    }
+    std::vector<std::string> tokens;
+    for (const std::string& p : parts) {
+        if (p.empty()) continue;
+        if (added_.count(p)) {
+            tokens.push_back(p);
+            continue;
+        }
+        for (auto& e : sp_.encode(p)) tokens.push_back(std::move(e.piece));
+    }
+    return tokens;
+}
+
+std::vector<int32_t> GemmaTokenizer::encode_ids(const std::string& utf8, bool add_special_tokens) const {
+    std::vector<int32_t> ids;
+    if (add_special_tokens && add_bos_) ids.push_back(bos_id_);
+    for (const std::string& t : tokenize(utf8)) ids.push_back(token_id(t));
+    if (add_special_tokens && add_eos_) ids.push_back(eos_id_);
+    return ids;
+}
+
+Tokens GemmaTokenizer::encode(const std::string& utf8, int max_length, bool pad) const {
+    std::vector<int32_t> ids = encode_ids(utf8, false);
+    const size_t n_special = (add_bos_ ? 1 : 0) + (add_eos_ ? 1 : 0);
+    Tokens out;
+    out.untruncated = ids.size() + n_special;
+    if (max_length > 0 && out.untruncated > static_cast<size_t>(max_length)) {
+        // truncate_sequences (longest_first, one sequence, right side) leaves room for the special tokens and
+        // removes nothing when that would take every id.
+        const size_t remove = out.untruncated - static_cast<size_t>(max_length);
+        if (ids.size() > remove) ids.resize(ids.size() - remove);
+    }
+    if (add_bos_) out.ids.push_back(bos_id_);
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    if (add_eos_) out.ids.push_back(eos_id_);
+    out.mask.assign(out.ids.size(), 1);
+    if (max_length > 0 && pad && out.ids.size() < static_cast<size_t>(max_length)) {
+        KILN_CHECK(pad_id_ >= 0, class_name(), ": padding to ", max_length, " asked but there is no pad_token");
+        out.ids.resize(static_cast<size_t>(max_length), pad_id_);  // padding_side "right"
+        out.mask.resize(static_cast<size_t>(max_length), 0);
+    }
+    return out;
+}
+
+TokenizerFiles GemmaTokenizer::read_folder(const std::string& dir) {
+    KILN_CHECK(fs::is_directory(dir), dir, ": not a tokenizer folder");
+    TokenizerFiles files;
+    for (const char* name :
+         {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"}) {
+        const fs::path p = fs::path(dir) / name;
+        if (!fs::exists(p)) continue;
+        std::ifstream f(p, std::ios::binary);
+        KILN_CHECK(f.good(), p.string(), ": cannot open");
+        files[name] = std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    return files;
+}
+
+std::unique_ptr<GemmaTokenizer> GemmaTokenizer::from_folder(const std::string& dir) {
+    return std::make_unique<GemmaTokenizer>(read_folder(dir), dir);
+}
+
+std::unique_ptr<Tokenizer> load_gemma_tokenizer(const TokenizerFiles& files, const std::string& where) {
+    return std::make_unique<GemmaTokenizer>(files, where);
+}
+
+}  // namespace kiln::text
