@@ -384,6 +384,105 @@ ArchSpec autoencoder_kl(const Config& c) {
     return s;
 }
 
+// AutoencoderDC (autoencoder_dc.py). Each stage is a block kind "<side>.<down|up>_blocks.<i>": its ResBlocks or
+// EfficientViTBlocks (variant 0) and its DCDownBlock2d after them / DCUpBlock2d before them (variant 1).
+struct DcAeStage {
+    int64_t channels = 0, layers = 0;
+    bool vit = false, batch_norm = false;
+    size_t scales = 0;
+};
+
+std::vector<DcAeStage> dc_ae_stages(const Config& c, const std::string& side, const std::vector<int64_t>& def_layers) {
+    auto key = [&](const char* k) { return side + "_" + k; };
+    auto ch = c.ints(key("block_out_channels").c_str());
+    if (ch.empty()) ch = {128, 256, 512, 512, 1024, 1024};
+    auto layers = c.ints(key("layers_per_block").c_str());
+    if (layers.empty()) layers = def_layers;
+    std::vector<std::string> types =
+        c.has(key("block_types").c_str()) && c.j[key("block_types")].is_array()
+            ? c.strings(key("block_types").c_str())
+            : std::vector<std::string>(ch.size(), c.string(key("block_types").c_str(), "ResBlock"));
+    std::vector<size_t> scales = {0, 0, 0, 1, 1, 1};
+    if (c.has(key("qkv_multiscales").c_str())) {
+        scales.clear();
+        for (auto& m : c.j[key("qkv_multiscales")]) scales.push_back(m.is_array() ? m.size() : 0);
+    }
+    KILN_CHECK(layers.size() == ch.size() && types.size() == ch.size() && scales.size() == ch.size(), c.where, ": ",
+               side, " block_out_channels, layers_per_block, block_types and qkv_multiscales differ in length");
+    std::vector<DcAeStage> s(ch.size());
+    for (size_t i = 0; i < ch.size(); ++i) {
+        KILN_CHECK(types[i] == "ResBlock" || types[i] == "EfficientViTBlock", c.where, ": ", side, " block type '",
+                   types[i], "' is not supported (ResBlock, EfficientViTBlock)");
+        s[i] = {ch[i], layers[i], types[i] == "EfficientViTBlock", false, scales[i]};
+    }
+    return s;
+}
+
+void dc_ae_norm(const Names& n, const std::string& p, bool batch_norm) {
+    n.lin(p);
+    if (!batch_norm) return;
+    n.raw(p + ".running_mean");
+    n.raw(p + ".running_var");
+    n.raw(p + ".num_batches_tracked");
+}
+
+void dc_ae_block(const Names& n, const DcAeStage& s) {
+    if (!s.vit) {  // ResBlock
+        n.lin("conv1");
+        n.w("conv2");
+        dc_ae_norm(n, "norm", s.batch_norm);
+        return;
+    }
+    for (const char* p : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out"}) n.w(p);
+    for (size_t k = 0; k < s.scales; ++k) {
+        n.w("attn.to_qkv_multiscale." + std::to_string(k) + ".proj_in");
+        n.w("attn.to_qkv_multiscale." + std::to_string(k) + ".proj_out");
+    }
+    dc_ae_norm(n, "attn.norm_out", s.batch_norm);
+    n.lin("conv_out.conv_inverted");
+    n.lin("conv_out.conv_depth");
+    n.w("conv_out.conv_point");
+    n.lin("conv_out.norm");
+}
+
+ArchSpec autoencoder_dc(const Config& c) {
+    ArchSpec s{"vae", {}, {}, {}};
+    Names n{s.expected, ""};
+    auto enc = dc_ae_stages(c, "encoder", {2, 2, 2, 3, 3, 3}), dec = dc_ae_stages(c, "decoder", {3, 3, 3, 3, 3, 3});
+    KILN_CHECK(enc.size() == dec.size() && !enc.empty(), c.where, ": encoder and decoder stage counts differ");
+    const bool norm_list = c.has("decoder_norm_types") && c.j["decoder_norm_types"].is_array();
+    std::vector<std::string> norms =
+        norm_list ? c.strings("decoder_norm_types")
+                  : std::vector<std::string>(dec.size(), c.string("decoder_norm_types", "rms_norm"));
+    KILN_CHECK(norms.size() == dec.size(), c.where, ": decoder_norm_types has ", norms.size(), " entries");
+    for (size_t i = 0; i < dec.size(); ++i) dec[i].batch_norm = norms[i] == "batch_norm";
+    const size_t nb = enc.size();
+    auto stage = [&](const std::string& kind, const DcAeStage& st, bool sampler, bool sampler_first) {
+        const int64_t count = st.layers + (sampler ? 1 : 0);
+        BlockKind k{kind, count, {}};
+        for (int64_t j = 0; j < count; ++j) {
+            const bool is_sampler = sampler && (sampler_first ? j == 0 : j == count - 1);
+            Names b = n.sub(kind + "." + std::to_string(j));
+            if (is_sampler)
+                b.lin("conv");
+            else
+                dc_ae_block(b, st);
+            k.variant.push_back(is_sampler ? 1 : 0);
+        }
+        if (count > 0) s.blocks.push_back(std::move(k));
+    };
+    n.lin(enc[0].layers > 0 ? "encoder.conv_in" : "encoder.conv_in.conv");
+    for (size_t i = 0; i < nb; ++i)
+        stage("encoder.down_blocks." + std::to_string(i), enc[i], i + 1 < nb && enc[i].layers > 0, false);
+    n.lin("encoder.conv_out");
+    n.lin("decoder.conv_in");
+    for (size_t i = 0; i < nb; ++i)
+        stage("decoder.up_blocks." + std::to_string(i), dec[i], i + 1 < nb && dec[i].layers > 0, true);
+    n.lin("decoder.norm_out");
+    n.lin(dec[0].layers > 0 ? "decoder.conv_out" : "decoder.conv_out.conv");
+    return s;
+}
+
 // transformers' CLIP text model, with or without the text projection (modeling_clip.py).
 ArchSpec clip_text(const Config& c, bool projection) {
     ArchSpec s{"text_encoder", {}, {}, {}};
@@ -510,6 +609,8 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
             return sana(c);
         case models::ComponentKind::vae:
             return autoencoder_kl(c);
+        case models::ComponentKind::dc_ae:
+            return autoencoder_dc(c);
         case models::ComponentKind::clip_text:
             return clip_text(c, false);
         case models::ComponentKind::clip_text_projection:

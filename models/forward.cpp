@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "models/clip_text.h"
+#include "models/dc_ae.h"
 #include "models/dit.h"
 #include "models/flux.h"
 #include "models/gemma2.h"
@@ -197,6 +198,29 @@ Inputs vae_inputs(Builder& b, const std::string& cls, const nlohmann::json& conf
     return in;
 }
 
+// AutoencoderDC: latents -> decoded; image -> latent (deterministic); both when both are given (one graph).
+Inputs dc_ae_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    auto c = DcAeConfig::from_json(config);
+    KILN_CHECK(inputs.count("latents") || inputs.count("image"), cls,
+               ": give 'latents' (to decode) and/or 'image' (to encode)");
+    if (inputs.count("latents")) {
+        const Tensor& z = inputs.at("latents");
+        KILN_CHECK(z.shape.size() == 4 && z.shape[1] == c.latent_channels, cls, ": latents must be [B, ",
+                   c.latent_channels, ", h, w], got ", shape_str(z.shape));
+        build_dc_ae_decoder(b, c, (int)z.shape[0], (int)z.shape[2], (int)z.shape[3]);
+        in["latents"] = z.astype(DType::f32);
+    }
+    if (inputs.count("image")) {
+        const Tensor& x = inputs.at("image");
+        KILN_CHECK(x.shape.size() == 4 && x.shape[1] == c.in_channels, cls, ": image must be [B, ", c.in_channels,
+                   ", H, W], got ", shape_str(x.shape));
+        build_dc_ae_encoder(b, c, (int)x.shape[0], (int)x.shape[2], (int)x.shape[3]);
+        in["image"] = x.astype(DType::f32);
+    }
+    return in;
+}
+
 // input_ids [B, S] (integer), optional attention_mask [B, S] (1 = keep); host-side ids, masks, EOS positions and
 // T5 position buckets become graph inputs.
 Inputs text_encoder_inputs(Builder& b, ComponentKind kind, const std::string& cls, const nlohmann::json& config,
@@ -261,6 +285,8 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
             return sana_inputs(b, cls, config, inputs);
         case ComponentKind::vae:
             return vae_inputs(b, cls, config, inputs);
+        case ComponentKind::dc_ae:
+            return dc_ae_inputs(b, cls, config, inputs);
         case ComponentKind::clip_text:
         case ComponentKind::clip_text_projection:
         case ComponentKind::t5_encoder:
@@ -373,6 +399,10 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
             }
         in["input_ids"] = ids;
         in["attention_mask"] = mask;
+        return in;
+    }
+    if (kind == ComponentKind::dc_ae) {  // a decode of h x w latents, as a pipeline's last call
+        in["latents"] = ramp({B, cfg.value("latent_channels", 32), h, w});
         return in;
     }
     if (role_of(kind) == Role::text_encoder) {
@@ -526,6 +556,30 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                                                                       {"rms_norm_eps", 1e-6},
                                                                       {"rope_theta", 10000.0},
                                                                       {"hidden_activation", "gelu_pytorch_tanh"}});
+    // mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers (as diffusers' convert_dcae_to_diffusers.py writes
+    // dc-ae-f32c32-sana-1.0; 1.1 has the same architecture): decoding 32 x 32 latents = 1024 px.
+    const std::vector<std::string> dc_ae_types = {"ResBlock",          "ResBlock",          "ResBlock",
+                                                  "EfficientViTBlock", "EfficientViTBlock", "EfficientViTBlock"};
+    using J = nlohmann::json;
+    const J scales = J::array({J::array(), J::array(), J::array(), J::array({5}), J::array({5}), J::array({5})});
+    const SyntheticArch dc_ae_sana = synthetic(ComponentKind::dc_ae,
+                                               {{"in_channels", 3},
+                                                {"latent_channels", 32},
+                                                {"attention_head_dim", 32},
+                                                {"encoder_block_types", dc_ae_types},
+                                                {"decoder_block_types", dc_ae_types},
+                                                {"encoder_block_out_channels", {128, 256, 512, 512, 1024, 1024}},
+                                                {"decoder_block_out_channels", {128, 256, 512, 512, 1024, 1024}},
+                                                {"encoder_layers_per_block", {2, 2, 2, 3, 3, 3}},
+                                                {"decoder_layers_per_block", {3, 3, 3, 3, 3, 3}},
+                                                {"encoder_qkv_multiscales", scales},
+                                                {"decoder_qkv_multiscales", scales},
+                                                {"downsample_block_type", "conv"},
+                                                {"upsample_block_type", "interpolate"},
+                                                {"decoder_norm_types", "rms_norm"},
+                                                {"decoder_act_fns", "silu"},
+                                                {"scaling_factor", 0.41407}},
+                                               32);
     static const std::map<std::string, SyntheticArch> archs = {
         {"dit-xl-2-256", dit(16, 72, 28, 32)},
         {"dit-xl-2-512", dit(16, 72, 28, 64)},
@@ -540,6 +594,7 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
         {"clip-g", clip(1280, 5120, 20, 32, "gelu")},
         {"t5-xxl", t5_xxl},
         {"gemma2-2b", gemma2_2b},
+        {"dc-ae-f32c32-sana-1.1", dc_ae_sana},
     };
     return archs;
 }

@@ -18,9 +18,7 @@ VaeTiling VaeTiling::from(const VaeConfig& c, int tile_sample_size) {
     return t;
 }
 
-namespace {
-// x[b0:b0+nb, :, i:i+h, j:j+w] of an f32 [B, C, H, W] tensor.
-Tensor crop(const Tensor& x, int64_t b0, int64_t nb, int64_t i, int64_t j, int64_t h, int64_t w) {
+Tensor crop_nchw(const Tensor& x, int64_t b0, int64_t nb, int64_t i, int64_t j, int64_t h, int64_t w) {
     const int64_t C = x.shape[1], H = x.shape[2], W = x.shape[3];
     Tensor t(DType::f32, {nb, C, h, w});
     for (int64_t bc = 0; bc < nb * C; ++bc)
@@ -30,6 +28,7 @@ Tensor crop(const Tensor& x, int64_t b0, int64_t nb, int64_t i, int64_t j, int64
     return t;
 }
 
+namespace {
 // blend_v: b[:, :, y, :] = a[:, :, -e + y, :] * (1 - y / e) + b[:, :, y, :] * (y / e), e = min(a_h, b_h, extent).
 // The weights are Python floats (doubles) that torch applies to f32 tensors as f32.
 void blend_v(const Tensor& a, Tensor& b, int64_t extent) {
@@ -63,8 +62,8 @@ std::vector<int64_t> starts(int64_t n, int stride) {
     for (int64_t i = 0; i < n; i += stride) s.push_back(i);
     return s;
 }
+}  // namespace
 
-// Distinct tile shapes (h, w) of the tile loop over an H x W input, largest first.
 std::vector<std::pair<int64_t, int64_t>> tile_shapes(int64_t H, int64_t W, int tile, int stride) {
     std::vector<std::pair<int64_t, int64_t>> s;
     for (int64_t i : starts(H, stride))
@@ -75,6 +74,7 @@ std::vector<std::pair<int64_t, int64_t>> tile_shapes(int64_t H, int64_t W, int t
     return s;
 }
 
+namespace {
 Tensor concat_batch(const std::vector<Tensor>& parts) {
     Shape s = parts[0].shape;
     s[0] = 0;
@@ -102,7 +102,7 @@ std::map<std::string, Tensor> run_tiles(const Tensor& x, int tile, int stride, i
         for (size_t r = 0; r < is.size(); ++r)
             for (size_t c = 0; c < js.size(); ++c)
                 if (std::min<int64_t>(tile, H - is[r]) == th && std::min<int64_t>(tile, W - js[c]) == tw)
-                    rows[r][c] = fn(crop(x, 0, B, is[r], js[c], th, tw));
+                    rows[r][c] = fn(crop_nchw(x, 0, B, is[r], js[c], th, tw));
     std::map<std::string, Tensor> out;
     for (auto& [name, t0] : rows[0][0]) {
         // In place and in order, as diffusers mutates rows[i][j]: the neighbours are already blended.
@@ -212,33 +212,31 @@ std::map<std::string, Tensor> VaeRunner::run_one(bool decode, const Tensor& x) {
     return forward(decode, x);
 }
 
-namespace {
-// Slices along the batch (use_slicing and B > 1), else one call; outputs concatenated along the batch.
-std::map<std::string, Tensor> sliced(const Tensor& x, bool slice,
-                                     const std::function<std::map<std::string, Tensor>(const Tensor&)>& fn) {
+std::map<std::string, Tensor> run_sliced(const Tensor& x, bool slice,
+                                         const std::function<std::map<std::string, Tensor>(const Tensor&)>& fn) {
     const int64_t B = x.shape[0];
     if (!slice || B == 1) return fn(x);
     std::map<std::string, std::vector<Tensor>> parts;
     for (int64_t b = 0; b < B; ++b)
-        for (auto& [name, t] : fn(crop(x, b, 1, 0, 0, x.shape[2], x.shape[3]))) parts[name].push_back(std::move(t));
+        for (auto& [name, t] : fn(crop_nchw(x, b, 1, 0, 0, x.shape[2], x.shape[3])))
+            parts[name].push_back(std::move(t));
     std::map<std::string, Tensor> out;
     for (auto& [name, p] : parts) out[name] = concat_batch(p);
     return out;
 }
-}  // namespace
 
 Tensor VaeRunner::decode(const Tensor& latents) {
     KILN_CHECK(latents.shape.size() == 4 && latents.shape[1] == cfg_.latent_channels,
                "VAE decode: latents must be [B, ", cfg_.latent_channels, ", h, w], got ", shape_str(latents.shape));
     Tensor z = latents.astype(DType::f32);
-    return sliced(z, opt_.sliced, [&](const Tensor& s) { return run_one(true, s); }).at("decoded");
+    return run_sliced(z, opt_.sliced, [&](const Tensor& s) { return run_one(true, s); }).at("decoded");
 }
 
 std::map<std::string, Tensor> VaeRunner::encode(const Tensor& image) {
     KILN_CHECK(image.shape.size() == 4 && image.shape[1] == cfg_.in_channels, "VAE encode: image must be [B, ",
                cfg_.in_channels, ", H, W], got ", shape_str(image.shape));
     Tensor x = image.astype(DType::f32);
-    auto out = sliced(x, opt_.sliced, [&](const Tensor& s) { return run_one(false, s); });
+    auto out = run_sliced(x, opt_.sliced, [&](const Tensor& s) { return run_one(false, s); });
     // DiagonalGaussianDistribution on the (blended) moments: logvar clamped to [-30, 20].
     Tensor lv = out.at("latent_logvar_raw");
     for (int64_t i = 0; i < lv.numel(); ++i) lv.data<float>()[i] = std::clamp(lv.data<float>()[i], -30.f, 20.f);

@@ -21,6 +21,9 @@ struct VaeOptions {
     bool sliced = false;       // diffusers enable_slicing()
     int tile_sample_size = 0;  // tile_sample_min_size in pixels; 0 = the config's sample_size
     exec::Mode mode = exec::Mode::full;
+    // AutoencoderDC only: tile_sample_stride in px; 0 = diffusers' 448 with the default 512 px tile, else the tile
+    // size less diffusers' default overlap of 64 px.
+    int tile_sample_stride = 0;
 };
 
 // diffusers' autoencoder_kl.py __init__: tile_sample_min_size = sample_size (Kiln takes the first entry of a list,
@@ -45,6 +48,13 @@ struct VaeTiling {
 using TileFn = std::function<std::map<std::string, Tensor>(const Tensor& tile)>;
 std::map<std::string, Tensor> run_tiles(const Tensor& x, int tile, int stride, int blend, int row_limit,
                                         const TileFn& fn);
+
+// Shared with the DC-AE runner (dc_ae_runner.h). x[b0:b0+nb, :, i:i+h, j:j+w] of an f32 [B, C, H, W] tensor.
+Tensor crop_nchw(const Tensor& x, int64_t b0, int64_t nb, int64_t i, int64_t j, int64_t h, int64_t w);
+// Distinct tile shapes (h, w) of the tile loop over an H x W input, largest first.
+std::vector<std::pair<int64_t, int64_t>> tile_shapes(int64_t H, int64_t W, int tile, int stride);
+// Slices along the batch (use_slicing and B > 1), else one call; outputs concatenated along the batch.
+std::map<std::string, Tensor> run_sliced(const Tensor& x, bool slice, const TileFn& fn);
 
 class VaeRunner {
 public:

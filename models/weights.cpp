@@ -145,6 +145,11 @@ ir::Val Builder::constant(const std::string& name, Tensor t) {
     return g_.weight(name, s, DType::f32);
 }
 
+Tensor Builder::read_f32(const std::string& name, const Shape& shape) const {
+    meta(name, shape);
+    return ws_.read(name).astype(DType::f32);
+}
+
 Tensor Builder::gather_rows(const std::string& name, const Shape& shape, const Tensor& ids) const {
     KILN_CHECK(shape.size() == 2 && ids.dtype == DType::i32, "gather_rows '", name, "': needs [V, D] and i32 ids");
     const DType t = meta(name, shape).dtype;

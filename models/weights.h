@@ -62,6 +62,8 @@ public:
     ir::Val opt_vec(const std::string& name, const Shape& shape);  // Val{} if absent
     bool has(const std::string& name) const { return ws_.find(name) != nullptr; }
     ir::Val constant(const std::string& name, Tensor t);  // f32 host tensor
+    // The tensor `name` (of `shape`) read on the host as f32: small tensors folded at build time (BatchNorm2d).
+    Tensor read_f32(const std::string& name, const Shape& shape) const;
     // Rows `ids` (i32 [N]) of the matrix `name` [V, D], gathered on the host as f32 [N, D] with exactly the values
     // the device would read from the stored dtype. For vocabulary tables: they stay off the device (T5-XXL's is
     // 263 MB at f16, more than many devices bind at once) and only N rows are ever read.

@@ -16,6 +16,7 @@ const std::vector<ComponentClass>& component_classes() {
         {"FluxTransformer2DModel", K::flux, Role::transformer},
         {"SanaTransformer2DModel", K::sana, Role::transformer},  // diffusers sana_transformer.py
         {"AutoencoderKL", K::vae, Role::vae},
+        {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
         {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},
         {"T5EncoderModel", K::t5_encoder, Role::text_encoder},  // transformers modeling_t5.py

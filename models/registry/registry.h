@@ -20,6 +20,7 @@ enum class ComponentKind {
     flux,                  // transformers
     sana,                  // SanaTransformer2DModel (Sana, Sana-Sprint)
     vae,                   // the KL autoencoder
+    dc_ae,                 // the deep-compression autoencoder (Sana's VAE)
     clip_text,             // CLIP text model: pooler_output
     clip_text_projection,  // CLIP text model with the text_projection: text_embeds
     t5_encoder,
