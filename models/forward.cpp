@@ -294,6 +294,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
             return text_encoder_inputs(b, kind, cls, config, inputs, co);
         case ComponentKind::clip_tokenizer:
         case ComponentKind::t5_tokenizer:
+        case ComponentKind::gemma_tokenizer:
             break;  // refused by forward_kind
     }
     KILN_FAIL("internal: no forward for class '", cls, "'");
