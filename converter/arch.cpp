@@ -584,7 +584,7 @@ const std::vector<std::string>& supported_model_classes() {
 
 const std::vector<std::string>& supported_scheduler_classes() {
     static const std::vector<std::string> v = {"DDIMScheduler", "DPMSolverMultistepScheduler", "EulerDiscreteScheduler",
-                                               "FlowMatchEulerDiscreteScheduler"};
+                                               "FlowMatchEulerDiscreteScheduler", "SCMScheduler"};
     return v;
 }
 
@@ -621,6 +621,7 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
             return gemma2(c);
         case models::ComponentKind::clip_tokenizer:
         case models::ComponentKind::t5_tokenizer:
+        case models::ComponentKind::gemma_tokenizer:
             break;  // tokenizers have no weights; an unknown class lands here too
     }
     std::string list;

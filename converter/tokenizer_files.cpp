@@ -42,18 +42,19 @@ bool is_kind(const std::string& cls, models::ComponentKind kind) {
 }
 bool is_clip(const std::string& cls) { return is_kind(cls, models::ComponentKind::clip_tokenizer); }
 bool is_t5(const std::string& cls) { return is_kind(cls, models::ComponentKind::t5_tokenizer); }
+bool is_gemma(const std::string& cls) { return is_kind(cls, models::ComponentKind::gemma_tokenizer); }
 
 const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }  // namespace
 
 const std::vector<std::string>& tokenizer_file_names() {
     static const std::vector<std::string> v = {
-        "vocab.json",       "merges.txt", "spiece.model", "tokenizer_config.json", "special_tokens_map.json",
-        "added_tokens.json"};
+        "vocab.json",        "merges.txt",     "spiece.model", "tokenizer_config.json", "special_tokens_map.json",
+        "added_tokens.json", "tokenizer.model"};
     return v;
 }
 
-bool is_supported_tokenizer(const std::string& cls) { return is_clip(cls) || is_t5(cls); }
+bool is_supported_tokenizer(const std::string& cls) { return is_clip(cls) || is_t5(cls) || is_gemma(cls); }
 
 std::string tokenizer_class_of_dir(const std::string& dir) {
     const fs::path d(dir), cfg = d / "tokenizer_config.json";
@@ -89,6 +90,9 @@ FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::
         KILN_CHECK(files.count("vocab.json") && files.count("merges.txt"), dir, ": ", cls,
                    " needs vocab.json and merges.txt; missing ",
                    files.count("vocab.json") ? "merges.txt" : "vocab.json", fast_hint);
+    } else if (is_gemma(cls)) {
+        KILN_CHECK(files.count("tokenizer.model") && !files["tokenizer.model"].empty(), dir, ": ", cls,
+                   " needs tokenizer.model, which is missing or empty", fast_hint);
     } else {
         KILN_CHECK(files.count("spiece.model"), dir, ": ", cls, " needs spiece.model, which is missing", fast_hint);
         KILN_CHECK(!files["spiece.model"].empty(), (d / "spiece.model").string(), ": empty file");

@@ -22,8 +22,8 @@ using FileMap = std::map<std::string, std::string>;  // file name -> bytes
 const std::vector<std::string>& tokenizer_file_names();
 
 // Reads and validates a tokenizer folder for class `cls` (a CLIP tokenizer: vocab.json + merges.txt;
-// a T5 tokenizer: spiece.model); every *.json must be a JSON object. Throws kiln::Error naming the
-// folder/file and problem. `skipped` receives other files in the folder that are not stored.
+// a T5 tokenizer: spiece.model; a Gemma tokenizer: tokenizer.model); every *.json must be a JSON object. Throws
+// kiln::Error naming the folder/file and problem. `skipped` receives other files in the folder that are not stored.
 FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::vector<std::string>* skipped);
 
 // The tokenizer class a folder implies: tokenizer_config.json's tokenizer_class, else from its files.

@@ -423,7 +423,8 @@ typedef struct kiln_generate_params {
      * the last int(steps * strength) steps, from the image noised to that step's sigma. image_tensor /
      * mask_tensor: diffusers' preprocessed tensors (float32 [1, 3, H, W] in [-1, 1] / [1, 1, H, W]) instead of
      * pixels, for exact runs. noise: random draws by diffusers' call site ("noise", "image_vae_sample_noise",
-     * "masked_image_vae_sample_noise"), float32, replacing those the seed's generator would make. */
+     * "masked_image_vae_sample_noise"; Sana-Sprint's per-step "scm_noise_step{i}", with or without an image),
+     * float32, replacing those the seed's generator would make. */
     const struct kiln_image* image; /* see kiln_image below */
     const struct kiln_image* mask;
     double strength;

@@ -38,7 +38,21 @@ std::string component_role(const std::string& cls) {
 const Family* model_family(const ModelSource& src) {
     if (!src.has("transformer")) return nullptr;
     const ComponentClass* c = find_component_class(src.class_of("transformer"));
-    return c ? transformer_family(c->kind) : nullptr;
+    const Family* f = c ? transformer_family(c->kind) : nullptr;
+    if (!f) return nullptr;
+    // Families sharing a transformer class (Sana, Sana-Sprint): model_index.json's pipeline class, else the one
+    // whose guidance is a transformer input when the config has a guidance embedding.
+    const auto& mi = src.model_index();
+    if (mi.is_object() && mi.contains("_class_name") && mi["_class_name"].is_string())
+        if (const Family* p = find_pipeline_family(mi["_class_name"].get<std::string>());
+            p && p->transformer == c->kind)
+            return p;
+    const auto& tc = src.config("transformer");
+    const bool guidance =
+        tc.contains("guidance_embeds") && tc["guidance_embeds"].is_boolean() && tc["guidance_embeds"].get<bool>();
+    for (const auto& g : families())
+        if (g.transformer == c->kind && g.complex_human_instruction && g.scaled_guidance_input == guidance) return &g;
+    return f;
 }
 
 namespace {

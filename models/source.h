@@ -59,8 +59,8 @@ private:
 // (refused where they are built); "" otherwise.
 std::string component_role(const std::string& class_name);
 
-// The registry family of src's transformer (DiT, PixArt, SD3, Flux); nullptr without a transformer or for a class no
-// family runs.
+// The registry family of src's transformer (DiT, PixArt, SD3, Flux, Sana, Sana-Sprint; model_index.json's pipeline
+// class where families share the transformer class); nullptr without a transformer or for a class no family runs.
 const Family* model_family(const ModelSource& src);
 
 }  // namespace kiln::models

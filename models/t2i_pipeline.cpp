@@ -11,8 +11,10 @@
 #include "models/forward.h"
 #include "models/pixart.h"
 #include "models/registry/registry.h"
+#include "models/sana_pipeline.h"
 #include "models/schedulers/scheduler.h"
 #include "models/step_program.h"
+#include "models/t2i_decoder.h"
 #include "models/t2i_images.h"
 #include "models/t2i_transformers.h"
 #include "models/vae.h"
@@ -361,7 +363,7 @@ void keep_inputs(GenerateResult& res, const T2IPlan& p, const TextConditioning& 
 }
 
 // VAE decode, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC.
-void decode_images(VaeRunner& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res) {
+void decode_images(LatentDecoder& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res) {
     auto t_dec = Clock::now();
     if (keep) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(nchw, z)});
     Tensor dec = vx.decode(Tensor::from_f32(nchw, z));  // [B, 3, H, W]
@@ -442,7 +444,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const TextConditioning repeated =
         opt.images_per_prompt > 1 ? opt.text.repeat_each(opt.images_per_prompt) : TextConditioning{};
     const TextConditioning& tx = opt.images_per_prompt > 1 ? repeated : opt.text;
-    const auto vc = VaeConfig::from_json(src.config("vae"));
+    const LatentSpace vc = latent_space(src);
 
     // ---- Conditioning: the guidance batch cat([negative, prompt]) when cfg.
     KILN_CHECK(present(tx.prompt_embeds), p.pipeline, ": prompt_embeds missing (text encoders not wired yet)");
@@ -451,6 +453,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const int64_t B = tx.prompt_embeds.shape[0];
     const int BB = (int)(p.cfg ? 2 * B : B);
     std::map<std::string, Tensor> in = conditioning_inputs(src, p, tx, B, BB);
+    if (f.scaled_guidance_input) in["guidance"] = sana_guidance_input(src, p.guidance, BB);
 
     // ---- Latents: [B, C, h, w] noise * init_noise_sigma; Flux packs them 2x2 into [B, S, 4C].
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
@@ -466,14 +469,14 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     vo.tiled = opt.tiled_vae;
     vo.tile_sample_size = opt.vae_tile_size;
     vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
-    VaeRunner vx(&ctx, src, "vae", vo);
+    LatentDecoder vx(&ctx, src, vo);
     std::vector<std::pair<std::string, Tensor>> image_dump;
     ImageLatents il;
     if (p.img2img) {
         set_schedule(*sched, src, opt, p);
         if (opt.keep_intermediates) keep_schedule(*sched, res, "timesteps_all");
         sched->set_begin_index(p.t_start);  // diffusers' get_timesteps: timesteps[t_start:], set_begin_index
-        il = prepare_image_latents(vx, opt, p, gen, B, (float)sched->sigmas()[0],
+        il = prepare_image_latents(vx.kl(), opt, p, gen, B, (float)sched->sigmas()[0],
                                    opt.keep_intermediates ? &image_dump : nullptr);
         init = Tensor::from_f32(nchw, il.init);
     } else if (opt.latents_init) {
@@ -497,7 +500,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     std::vector<float> ref;  // Flux Kontext: the reference's tokens, joined to the sequence with their own ids
     if (p.kontext && p.ref_width) {
         Tensor ref_ids;
-        ref = kontext_reference(vx, opt, p, B, ref_ids, opt.keep_intermediates ? &image_dump : nullptr);
+        ref = kontext_reference(vx.kl(), opt, p, B, ref_ids, opt.keep_intermediates ? &image_dump : nullptr);
         Tensor& img = in["img_ids"];
         Tensor ids(DType::f32, {img.shape[0] + ref_ids.shape[0], 3});
         std::memcpy(ids.bytes.data(), img.bytes.data(), img.nbytes());
@@ -508,7 +511,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // ---- Timesteps; the steps' noise, drawn now in the order diffusers draws it (each step's after the previous
     // one's); the device loop holds all of it (steps x latents).
     if (!p.img2img) set_schedule(*sched, src, opt, p);
-    const auto step_noise = draw_step_noise(gen, *sched, (size_t)init.numel(), opt.noise_dtype);
+    auto step_noise = draw_step_noise(gen, *sched, (size_t)init.numel(), opt.noise_dtype);
+    given_step_noise(step_noise, opt.inputs.noise, nchw);  // --noise: scm_noise_step{i} by name
     const double sigma0 = sched->init_noise_sigma();
     if (sigma0 != 1.0)
         for (float& v : x) v = v * (float)sigma0;
@@ -532,11 +536,15 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // ---- Denoising loop; then the latents for the VAE: latents / scaling_factor (+ shift_factor).
     const auto& ts = sched->timesteps();
     const size_t n_lat = x.size(), row_lat = n_lat / (size_t)B;
-    // PixArt: the scheduler's (integer) timestep; SD3: t = sigma * 1000; Flux: t / 1000 (float32, as torch).
+    // PixArt: the scheduler's (integer) timestep; SD3: t = sigma * 1000; Flux: t / 1000 (float32, as torch); Sana:
+    // t * timestep_scale; Sana-Sprint: the SCM scheduler's trigflow timestep.
+    const float t_scale = f.timestep_scale ? (float)src.config("transformer").value("timestep_scale", 1.0) : 1.f;
     const std::function<float(int)> timestep = [&](int i) {
-        return f.timestep_fraction ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i];
+        if (auto u = sched->transformer_timestep(i)) return *u;
+        return f.timestep_fraction ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i] * t_scale;
     };
-    const float sf = (float)vc.scaling_factor, shift = (float)vc.shift_factor;
+    // Sana-Sprint decodes x0 / sigma_data / scaling_factor (final_latents_divisor: sigma_data).
+    const float sf = (float)(vc.scaling_factor * sched->final_latents_divisor()), shift = (float)vc.shift_factor;
     std::vector<float> z;
     StepLoopSpec ls;
     ls.rows = (int)B;

@@ -6,30 +6,21 @@
 #include "models/flux.h"
 #include "models/pixart.h"
 #include "models/registry/registry.h"
+#include "models/sana.h"
 #include "models/sd3.h"
+#include "models/t2i_decoder.h"
 #include "models/t2i_pipeline.h"
-#include "models/vae.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
 
 namespace {
-int vae_scale_factor(const VaeConfig& vc) { return 1 << ((int)vc.block_out.size() - 1); }
-
-// Side of the aspect-ratio-1 entry of PixArt's ASPECT_RATIO_{256,512,1024,2048}_BIN, by transformer sample_size.
-int pixart_bin_side(int sample_size) {
-    switch (sample_size) {
-        case 32:
-            return 256;
-        case 64:
-            return 512;
-        case 128:
-            return 1024;
-        case 256:
-            return 2048;
-        default:
-            return 0;
-    }
+// Side of the aspect-ratio-1 entry of the family's ASPECT_RATIO_*_BIN for the transformer's sample_size (PixArt
+// 32 -> 256 px ... 256 -> 2048 px; Sana 16 -> 512 px ... 128 -> 4096 px); 0 where the family has no table.
+int bin_side(const Family& f, int sample_size, int vae_scale_factor) {
+    for (int s : f.bin_sample_sizes)
+        if (s == sample_size) return s * vae_scale_factor;
+    return 0;
 }
 
 // What the plan reads from the transformer's config.
@@ -51,6 +42,10 @@ TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg
             const auto c = FluxConfig::from_json(cfg);
             return {c.in_channels, c.patch, 0, c.layers, c.out_channels};
         }
+        case ComponentKind::sana: {
+            const auto c = SanaConfig::from_json(cfg);
+            return {c.in_channels, c.patch, c.sample_size, c.layers, c.out_channels};
+        }
         default:
             KILN_FAIL("internal: ", class_name(kind), " is not a text-to-image transformer");
     }
@@ -58,8 +53,8 @@ TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg
 
 // The family's defaults, the latent layout and the size multiple; returns the default sample size (latent side).
 int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, TransformerShape& ts, int& multiple) {
-    const auto vc = VaeConfig::from_json(src.config("vae"));
-    p.vae_scale_factor = vae_scale_factor(vc);
+    const LatentSpace vc = latent_space(src);  // AutoencoderKL or AutoencoderDC
+    p.vae_scale_factor = vc.scale_factor;
     ts = transformer_shape(f.transformer, src.config("transformer"));
     if (f.packed_2x2 && f.fill_pipeline && ts.out_channels && ts.in_channels > ts.out_channels) {
         // Flux Fill: out_channels = 4 C; in_channels adds the packed masked-image latents (4 C) and the packed mask
@@ -82,7 +77,7 @@ int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, Transforme
     }
     multiple = p.vae_scale_factor * p.token_patch;
     p.steps = f.steps, p.guidance = p.fill ? f.fill_guidance : f.guidance;
-    KILN_CHECK(vc.latent_channels == p.latent_channels, src.path(), ": the VAE has ", vc.latent_channels,
+    KILN_CHECK(vc.channels == p.latent_channels, src.path(), ": the VAE has ", vc.channels,
                " latent channels, the transformer ", p.latent_channels);
     return f.default_sample_size ? f.default_sample_size : ts.sample_size;
 }
@@ -163,7 +158,7 @@ void plan_size(const T2IOptions& opt, const Family& f, int sample, int multiple,
         // Its tables exist for sample_size 32, 64, 128 and 256 only (other sizes raise "Invalid sample size" there,
         // so such models are run without binning). At the square bin side binning is the identity; elsewhere Kiln
         // generates at the requested size and says so.
-        const int side = pixart_bin_side(sample);
+        const int side = bin_side(f, sample, p.vae_scale_factor);
         if (side && (p.height != side || p.width != side))
             p.warnings.push_back(p.pipeline + ": diffusers' resolution binning would generate at the nearest " +
                                  "aspect-ratio bin and resize to " + std::to_string(p.width) + "x" +
@@ -247,7 +242,9 @@ void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
         KILN_CHECK(!p.cfg, p.pipeline, " has no true_cfg_scale (its guidance is embedded: --guidance)");
     }
     if (!in.has_image() && !in.has_mask()) {
-        KILN_CHECK(!in.strength && in.noise.empty(), p.pipeline, ": strength and noise draws apply with an image");
+        bool image_draws = false;  // the per-step draws (scm_noise_step{i}) are the scheduler's, not the image's
+        for (const auto& [name, t] : in.noise) image_draws |= name.rfind("scm_noise_step", 0) != 0;
+        KILN_CHECK(!in.strength && !image_draws, p.pipeline, ": strength and noise draws apply with an image");
         return;
     }
     if (in.has_mask())
@@ -323,7 +320,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     p.pipeline = t2i_pipeline_class(src);
     KILN_CHECK(!p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
                src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
-               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux");
+               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux, Sana, Sana-Sprint");
     p.family = find_pipeline_family(p.pipeline);
     const Family& f = *p.family;
     KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(), ": a ", p.pipeline,

@@ -11,6 +11,7 @@
 
 #include "models/forward.h"
 #include "models/registry/registry.h"
+#include "models/sana_pipeline.h"
 #include "models/t2i_pipeline.h"
 #include "models/text/tokenizer.h"
 #include "runtime/core/error.h"
@@ -399,6 +400,33 @@ void encode_flux(PromptRun& r, const Family& f) {
         r.res.tensors[pre(neg) + "prompt_embeds"] = need(t5[n], "last_hidden_state", te.component);
     }
 }
+
+// Sana, Sana-Sprint: Gemma-2 on the instruction + prompt, then <bos> and the last max_sequence_length - 1 positions
+// of the states and the mask (models/sana_pipeline.h); the negative prompts without instruction or selection.
+void encode_sana(PromptRun& r, const Family& f) {
+    const TextEncoderUse& e = f.encoders[0];
+    const std::string enc = e.component, comp = tokenizer_of(enc);
+    KILN_CHECK(r.src.has(comp), r.src.path(), ": this model has no '", comp,
+               "' (tokenizer files) for its text encoder; give --prompt-embeds FILE instead");
+    auto t0 = Clock::now();
+    auto tok = text::load_tokenizer(r.src.tokenizer_files(comp), r.src.path() + " (" + comp + ")");
+    r.tok_ms += ms_since(t0);
+    const std::string instruction = r.opt.complex_human_instruction.value_or(sana_default_instruction());
+    auto warn_fn = [&](const std::string& m) { warn(r.opt, m); };
+    for (int neg = 0; neg < r.passes; ++neg) {
+        auto t1 = Clock::now();
+        const SanaTokens t =
+            sana_tokenize(*tok, neg ? r.neg[1] : r.pos[1], r.t5_tokens, neg ? "" : instruction, warn_fn);
+        r.tok_ms += ms_since(t1);
+        r.keep(enc + (neg ? "_negative" : "") + "_input_ids", t.ids);
+        r.keep(enc + (neg ? "_negative" : "") + "_attention_mask", t.mask);
+        auto out = r.run(e, {TokenBatch{t.ids, t.mask}}, true);
+        const Tensor& h = need(out[0], "last_hidden_state", enc);
+        r.keep(enc + (neg ? "_negative" : "") + "_last_hidden_state", h);
+        r.res.tensors[pre(neg) + "prompt_embeds"] = neg ? h : sana_select(h, r.t5_tokens);
+        r.res.tensors[pre(neg) + "prompt_attention_mask"] = neg ? t.mask : sana_select(t.mask, r.t5_tokens);
+    }
+}
 }  // namespace
 
 EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt) {
@@ -431,6 +459,10 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
             break;
         case FamilyId::flux:
             encode_flux(r, *f);
+            break;
+        case FamilyId::sana:
+        case FamilyId::sana_sprint:
+            encode_sana(r, *f);
             break;
         case FamilyId::dit:
             break;  // not text-to-image: refused above

@@ -5,6 +5,7 @@
 //   SD3/SD3.5:  CLIP-L and CLIP-G penultimate states concatenated on features, zero-padded to the T5 width,
 //               then T5 along the sequence; pooled = cat(CLIP-L, CLIP-G text_embeds). T5 absent -> zeros.
 //   Flux.1:     CLIP pooler_output (pooled), T5 last_hidden_state (no mask; 512 dev, 256 schnell).
+//   Sana:       Gemma-2 last_hidden_state of instruction + prompt, <bos> + the last 299 positions, with the mask.
 // Each encoder runs as a JIT graph whose layers are replayed; its device memory is freed when it returns,
 // before the transformer is loaded, unless the caller keeps an EncoderCache.
 #include <functional>
@@ -50,7 +51,10 @@ struct PromptOptions {
     std::vector<std::string> negatives;
     std::vector<std::string> prompts_2, prompts_3, negatives_2, negatives_3;
     bool cfg = true;  // negative embeddings are needed: T2IPlan::cfg (guidance > 1; Flux: true_cfg_scale > 1)
-    int max_sequence_length = 0;  // T5 tokens; 0: the pipeline's default
+    int max_sequence_length = 0;  // T5 (Sana: Gemma-2) tokens; 0: the pipeline's default
+    // Sana, Sana-Sprint: diffusers' complex_human_instruction, its lines joined by "\n" and prepended to each
+    // prompt; nullopt: the pipeline's default (sana_default_instruction()); "": none.
+    std::optional<std::string> complex_human_instruction;
     // SD3: diffusers' clip_skip. The prompts' CLIP embeddings are hidden_states[-(clip_skip + 2)] of CLIP-L and
     // CLIP-G instead of [-2]; the negative prompts keep [-2] (diffusers encodes them with clip_skip None).
     int clip_skip = 0;

@@ -46,7 +46,8 @@ std::vector<GenerateFlag> image_rows() {
          kText},
         {"--noise", &F::noise,
          "safetensors with diffusers' random draws by name: noise, image_vae_sample_noise, "
-         "masked_image_vae_sample_noise (float32); each one present replaces that draw of --seed's generator",
+         "masked_image_vae_sample_noise, scm_noise_step{i} (Sana-Sprint's step i) (float32); each one present "
+         "replaces that draw of --seed's generator",
          kText},
         {"--max-area", &F::max_area,
          "Flux Kontext: diffusers' max_area, the output's area in pixels at the aspect of --width / --height (default "
@@ -324,8 +325,11 @@ models::ImageInputs image_inputs(const GenerateFlags& f) {
         const auto st = SafeTensors::open(f.noise);
         for (const char* name : {"noise", "image_vae_sample_noise", "masked_image_vae_sample_noise"})
             if (st.find(name)) in.noise[name] = st.read(name);
+        for (int i = 0; i < 1000; ++i)  // Sana-Sprint's SCMScheduler: every step's noise
+            if (const std::string name = "scm_noise_step" + std::to_string(i); st.find(name))
+                in.noise[name] = st.read(name);
         KILN_CHECK(!in.noise.empty(), "--noise ", f.noise,
-                   ": none of noise, image_vae_sample_noise, masked_image_vae_sample_noise");
+                   ": none of noise, image_vae_sample_noise, masked_image_vae_sample_noise, scm_noise_step{i}");
     }
     return in;
 }

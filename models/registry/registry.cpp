@@ -26,6 +26,8 @@ const std::vector<ComponentClass>& component_classes() {
         {"CLIPTokenizerFast", K::clip_tokenizer, Role::tokenizer},
         {"T5Tokenizer", K::t5_tokenizer, Role::tokenizer},
         {"T5TokenizerFast", K::t5_tokenizer, Role::tokenizer},
+        {"GemmaTokenizer", K::gemma_tokenizer, Role::tokenizer},  // transformers tokenization_gemma.py
+        {"GemmaTokenizerFast", K::gemma_tokenizer, Role::tokenizer},
     };
     return v;
 }
@@ -60,7 +62,7 @@ std::string class_list(const std::vector<Role>& roles) {
 
 const std::vector<Family>& families() {
     static const std::vector<Family> v = [] {
-        std::vector<Family> f(4);
+        std::vector<Family> f(6);
         // diffusers pipeline_dit.py: class labels, guidance against the null class 1000.
         Family& dit = f[0];
         dit.id = FamilyId::dit;
@@ -81,6 +83,7 @@ const std::vector<Family>& families() {
         pixart.encoders = {{"text_encoder", K::t5_encoder, 1, 0}};
         pixart.encoders_summary = "one text encoder (T5)";
         pixart.eta = pixart.custom_timesteps = pixart.custom_sigmas = pixart.resolution_binning = true;
+        pixart.bin_sample_sizes = {32, 64, 128, 256};  // ASPECT_RATIO_{256,512,1024,2048}_BIN
 
         // pipeline_stable_diffusion_3.py: CLIP-L, CLIP-G and (optional) T5; pooled CLIP embeddings.
         Family& sd3 = f[2];
@@ -126,6 +129,41 @@ const std::vector<Family>& families() {
                                     {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880}, {1248, 832},
                                     {1328, 800}, {1392, 752}, {1456, 720},  {1504, 688}, {1568, 672}};
         flux.true_cfg = flux.custom_sigmas = true;
+
+        // pipeline_sana.py: Gemma-2 (last hidden state, with the complex_human_instruction), its mask to the
+        // transformer, classifier-free guidance against the negative prompt (no instruction), flow DPM-Solver++.
+        // use_resolution_binning (diffusers' default True) is handled as PixArt's: the identity at the square bin
+        // side, else a warning and the requested size.
+        Family& sana = f[4];
+        sana.id = FamilyId::sana;
+        sana.name = "Sana";
+        sana.pipelines = {{"SanaPipeline", 300}};
+        sana.transformer = K::sana;
+        sana.steps = 20, sana.guidance = 4.5;
+        sana.attention_mask = true;
+        sana.complex_human_instruction = true;
+        sana.encoders = {{"text_encoder", K::gemma2, 1, 0}};
+        sana.encoders_summary = "one text encoder (Gemma-2)";
+        sana.timestep_scale = true;
+        sana.resolution_binning = true;
+        sana.bin_sample_sizes = {16, 32, 64, 128};  // ASPECT_RATIO_{512,1024,2048,4096}_BIN
+
+        // pipeline_sana_sprint.py: Sana's prompt path without a negative prompt; SCMScheduler (trigflow), 2 steps
+        // (max_timesteps 1.5708, intermediate_timesteps 1.3: scheduler config fields in Kiln); guidance embedded.
+        Family& sprint = f[5];
+        sprint.id = FamilyId::sana_sprint;
+        sprint.name = "Sana-Sprint";
+        sprint.pipelines = {{"SanaSprintPipeline", 300}};
+        sprint.transformer = K::sana;
+        sprint.steps = 2, sprint.guidance = 4.5;
+        sprint.conditioning = Conditioning::embedded;
+        sprint.attention_mask = true;
+        sprint.complex_human_instruction = true;
+        sprint.scaled_guidance_input = true;
+        sprint.encoders = sana.encoders;
+        sprint.encoders_summary = sana.encoders_summary;
+        sprint.resolution_binning = true;
+        sprint.bin_sample_sizes = sana.bin_sample_sizes;
         return f;
     }();
     return v;

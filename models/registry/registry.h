@@ -27,6 +27,7 @@ enum class ComponentKind {
     gemma2,  // Gemma2Model: last_hidden_state (Sana's text encoder)
     clip_tokenizer,
     t5_tokenizer,
+    gemma_tokenizer,  // SentencePiece BPE with byte fallback (models/text/gemma_tokenizer.h)
 };
 
 struct ComponentClass {
@@ -45,13 +46,14 @@ Role role_of(ComponentKind kind);
 // "A, B, C": the classes of the given roles (every role when empty), for messages.
 std::string class_list(const std::vector<Role>& roles = {});
 
-enum class FamilyId { dit, pixart, sd3, flux };
+enum class FamilyId { dit, pixart, sd3, flux, sana, sana_sprint };
 
 // How the guidance scale reaches the model.
 enum class Conditioning {
     class_labels,  // DiT: class labels, classifier-free guidance against the null class
     cfg,           // PixArt, SD3: classifier-free guidance with the negative prompt, scale = guidance
-    embedded,      // Flux: guidance is a transformer input; classifier-free guidance only via true_cfg_scale
+    embedded,      // Flux, Sana-Sprint: guidance is a transformer input; Flux: classifier-free guidance only via
+                   // true_cfg_scale
 };
 
 // A text encoder of a family, as its pipeline's encode_prompt runs it.
@@ -90,15 +92,25 @@ struct Family {
     bool attention_mask = false;      // prompt_attention_mask goes to the transformer (PixArt)
     bool pooled_projections = false;  // pooled_prompt_embeds goes to the transformer (SD3, Flux)
     bool timestep_fraction = false;   // the transformer takes t / 1000 (Flux)
+    bool timestep_scale = false;      // the transformer takes t * its config's timestep_scale (Sana)
     bool flow_matching = false;       // flow-matching sigmas in [0, 1]; dynamic shift's max_shift default below
     double max_shift_default = 0;
     bool linspace_sigmas = false;  // the pipeline passes sigmas linspace(1, 1/N, N) (Flux; others: the scheduler's)
     bool vae_shift = false;        // latents / scaling_factor + shift_factor for the VAE (PixArt: no shift)
+    // Sana: the prompt goes to the text encoder after the complex_human_instruction (default_instruction's lines,
+    // joined by "\n"), and the embeddings are those of <bos> + the last max_sequence_length - 1 positions
+    // (models/sana_pipeline.h).
+    bool complex_human_instruction = false;
+    // Sana-Sprint: the embedded guidance reaches the transformer as guidance * its config's guidance_embeds_scale.
+    bool scaled_guidance_input = false;
     std::vector<TextEncoderUse> encoders;  // in encode_prompt's order; empty: class-conditional
     const char* encoders_summary = "";     // for messages: "one text encoder (T5)"
     // The call options that apply.
     bool clip_skip = false, skip_layer_guidance = false, eta = false, true_cfg = false;
     bool custom_timesteps = false, custom_sigmas = false, resolution_binning = false;
+    // use_resolution_binning's aspect-ratio tables exist for these transformer sample sizes (the square bin's side
+    // is sample_size * vae_scale_factor).
+    std::vector<int> bin_sample_sizes;
 
     // Images in: the image-to-image and inpainting pipelines (nullptr: diffusers has none for the family), and
     // their default strength.

@@ -186,6 +186,12 @@ const nlohmann::json* Config::find(const std::string& key) const {
 
 bool Config::has(const std::string& key) const { return find(key) != nullptr; }
 
+bool Config::has_null(const std::string& key) const {
+    (void)find(key);  // recorded as read
+    auto it = j_.find(key);
+    return it != j_.end() && it->is_null();
+}
+
 std::string Config::value_str(const std::string& key) const {
     auto it = j_.find(key);
     return it == j_.end() ? std::string("<absent>") : it->dump();

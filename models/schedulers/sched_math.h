@@ -57,7 +57,8 @@ public:
     Config(const nlohmann::json& j, std::string cls);
     const std::string& cls() const { return cls_; }
 
-    bool has(const std::string& key) const;  // present and not null
+    bool has(const std::string& key) const;       // present and not null
+    bool has_null(const std::string& key) const;  // present and null (None given explicitly)
     bool boolean(const std::string& key, bool def) const;
     int64_t integer(const std::string& key, int64_t def) const;
     double number(const std::string& key, double def) const;         // accepts "Infinity", "-Infinity", "NaN"

@@ -135,6 +135,7 @@ const Entry kEntries[] = {
     {"EulerDiscreteScheduler", detail::make_euler},
     {"EulerAncestralDiscreteScheduler", detail::make_euler_ancestral},
     {"FlowMatchEulerDiscreteScheduler", detail::make_flow_match_euler},
+    {"SCMScheduler", detail::make_scm},
 };
 const std::pair<const char*, const char*> kAliases[] = {
     {"ddim", "DDIMScheduler"},

@@ -1,6 +1,7 @@
 #pragma once
 // Ports of diffusers 0.38's DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler,
-// EulerAncestralDiscreteScheduler and FlowMatchEulerDiscreteScheduler, built from a scheduler_config.json. Schedules
+// EulerAncestralDiscreteScheduler, FlowMatchEulerDiscreteScheduler and SCMScheduler (whose step takes Sana-Sprint's
+// raw transformer output: scm.cpp), built from a scheduler_config.json. Schedules
 // are computed with numpy's float64 and torch's float32 behaviour so that timesteps and sigmas equal diffusers' own.
 //
 // Every step is a linear combination of a few buffers with coefficients computed on the CPU (StepCoefficients), so
@@ -68,7 +69,12 @@ public:
     const std::vector<double>& timesteps() const { return timesteps_; }  // diffusers' scheduler.timesteps, as float64
     const std::vector<double>& sigmas() const { return sigmas_; }        // float32 values; empty for DDIM
     int num_inference_steps() const { return (int)timesteps_.size(); }
-    virtual double init_noise_sigma() const { return 1.0; }
+    virtual double init_noise_sigma() const { return 1.0; }  // SCMScheduler: sigma_data (Sana-Sprint's scaling)
+    // The transformer's timestep at a step where it is not the scheduler's timestep (SCMScheduler: the trigflow
+    // sin(s) / (cos(s) + sin(s)), float32); nullopt: the pipeline's usual mapping of timesteps().
+    virtual std::optional<float> transformer_timestep(int step_index) const { return std::nullopt; }
+    // The final latents are divided by this before the VAE's scaling (SCMScheduler: sigma_data).
+    virtual double final_latents_divisor() const { return 1.0; }
 
     // scale_model_input(x, timesteps()[step_index]) in place: x / model_input_divisor(step_index).
     void scale_model_input(std::vector<float>& x, int step_index) const;
@@ -96,7 +102,7 @@ public:
     // always float32 (DPM-Solver's SDE variants).
     virtual bool step_noise_f32() const { return false; }
 
-    int order() const { return 1; }                    // diffusers' class attribute `order` (1 for all five)
+    int order() const { return 1; }                    // diffusers' class attribute `order` (1 for all six)
     const std::string& name() const { return name_; }  // diffusers' class name
     int64_t num_train_timesteps() const { return num_train_timesteps_; }
 

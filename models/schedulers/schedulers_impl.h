@@ -11,4 +11,5 @@ std::unique_ptr<Scheduler> make_dpm_solver(const Config& c);
 std::unique_ptr<Scheduler> make_euler(const Config& c);
 std::unique_ptr<Scheduler> make_euler_ancestral(const Config& c);
 std::unique_ptr<Scheduler> make_flow_match_euler(const Config& c);
+std::unique_ptr<Scheduler> make_scm(const Config& c);
 }  // namespace kiln::sched::detail

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "models/text/clip_tokenizer.h"
+#include "models/text/gemma_tokenizer.h"
 #include "models/text/t5_tokenizer.h"
 #include "runtime/core/error.h"
 
@@ -14,12 +15,14 @@ namespace fs = std::filesystem;
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where) {
     if (files.count("vocab.json") && files.count("merges.txt")) return load_clip_tokenizer(files, where);
     if (files.count("spiece.model")) return load_t5_tokenizer(files, where);
-    KILN_FAIL(where, ": no tokenizer files (need vocab.json + merges.txt for CLIP, or spiece.model for T5)");
+    if (files.count("tokenizer.model")) return load_gemma_tokenizer(files, where);
+    KILN_FAIL(where, ": no tokenizer files (need vocab.json + merges.txt for CLIP, spiece.model for T5, or ",
+              "tokenizer.model for Gemma)");
 }
 
 TokenizerFiles read_tokenizer_folder(const std::string& dir) {
     TokenizerFiles files;
-    for (const char* name : {"vocab.json", "merges.txt", "spiece.model", "tokenizer_config.json",
+    for (const char* name : {"vocab.json", "merges.txt", "spiece.model", "tokenizer.model", "tokenizer_config.json",
                              "special_tokens_map.json", "added_tokens.json"}) {
         fs::path p = fs::path(dir) / name;
         if (!fs::exists(p)) continue;

@@ -37,7 +37,7 @@ public:
 };
 
 // Loads the tokenizer the files describe: CLIP's when vocab.json + merges.txt are present, T5's when
-// spiece.model is. `where` names the source in error messages.
+// spiece.model is, Gemma's when tokenizer.model is. `where` names the source in error messages.
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where);
 // Reads the tokenizer files of a folder on disk (the ones listed above that exist).
 TokenizerFiles read_tokenizer_folder(const std::string& dir);
