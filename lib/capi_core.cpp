@@ -40,6 +40,8 @@ kiln_status status_of_current_exception(kiln_status fallback) {
         return set_error(e.status, e.what());
     } catch (const Cancelled&) {
         return set_error(KILN_CANCELLED, "cancelled by the progress callback");
+    } catch (const vk::Unavailable& e) {  // no Vulkan loader, or no device
+        return set_error(KILN_NOT_FOUND, e.what());
     } catch (const Error& e) {
         kiln_status s = fallback;
         switch (e.kind()) {
@@ -173,8 +175,8 @@ KILN_API kiln_status kiln_device_count(int* count) {
         KILN_ARG(count, "count is NULL");
         *count = 0;
         try {
-            *count = (int)vk::list_devices().size();
-        } catch (const Error&) {  // no Vulkan driver (vkCreateInstance fails): no devices
+            *count = (int)vk::list_devices(settings_from_env().context).size();
+        } catch (const Error&) {  // no Vulkan loader or driver: no devices (kiln_device_get_info says why)
         }
     });
 }
@@ -182,7 +184,7 @@ KILN_API kiln_status kiln_device_count(int* count) {
 KILN_API kiln_status kiln_device_get_info(int index, kiln_device_info* info) {
     return guarded(KILN_INTERNAL, [&] {
         auto v = read_struct(info, "info");
-        auto devs = vk::list_devices();
+        auto devs = vk::list_devices(settings_from_env().context);
         if (index < 0 || index >= (int)devs.size())
             fail(KILN_NOT_FOUND, "device ", index, " does not exist (", devs.size(), " Vulkan devices)");
         fill_device_info(devs[(size_t)index], v);
@@ -203,10 +205,6 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
                  " (0 = environment, -1 = in the step, 1 = transfer queue, 2 = split)");
         KILN_ARG(o.f16_activations >= -1 && o.f16_activations <= 1, "options->f16_activations is ", o.f16_activations,
                  " (0 = environment, 1 = on, -1 = off)");
-        if (o.device >= 0) {
-            const int n = (int)vk::list_devices().size();
-            if (o.device >= n) fail(KILN_NOT_FOUND, "device ", o.device, " does not exist (", n, " Vulkan devices)");
-        }
         // The environment is read here, once per context, from the one table (runtime/core/settings.h); the
         // options given win over it.
         Settings settings;
@@ -214,6 +212,10 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
             settings = settings_from_env();
         } catch (const Error& e) {
             fail(KILN_INVALID_ARGUMENT, e.what());
+        }
+        if (o.device >= 0) {
+            const int n = (int)vk::list_devices(settings.context).size();
+            if (o.device >= n) fail(KILN_NOT_FOUND, "device ", o.device, " does not exist (", n, " Vulkan devices)");
         }
         if (o.device >= 0) settings.context.device = o.device;
         if (o.validation != 0) settings.context.validation = o.validation == 1;

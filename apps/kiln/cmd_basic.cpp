@@ -16,6 +16,10 @@ Run add_devices(CLI::App& app) {
     return [] {
         int n = 0;
         capi_check(kiln_device_count(&n));
+        if (n == 0) {  // the reason, in one line: no Vulkan loader, or no device
+            kiln_device_info d = KILN_DEVICE_INFO_INIT;
+            capi_check(kiln_device_get_info(0, &d));
+        }
         KILN_CHECK(n > 0, "no Vulkan devices (install a driver, or Mesa's lavapipe: mesa-vulkan-drivers)");
         for (int i = 0; i < n; ++i) {
             kiln_device_info d = KILN_DEVICE_INFO_INIT;

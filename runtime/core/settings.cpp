@@ -88,6 +88,9 @@ const std::vector<SettingInfo> kTable = {
     {"KILN_PIPELINE_THREADS", "int", "one per core", "threads that compile pipelines (1 to 256)",
      false, [](Settings& s, const char* n, const std::string& v) {
          s.context.pipeline_threads = (int)integer(n, v, 1, 256, "a thread count, 1 to 256"); }},
+    {"KILN_VULKAN_LOADER", "path", "the platform's (libvulkan.so.1, vulkan-1.dll, libvulkan.1.dylib)",
+     "the Vulkan loader library, loaded at run time by the first context or device list that finds one", false,
+     [](Settings& s, const char* n, const std::string& v) { s.context.vulkan_loader = v; }},
     // Executors (runtime/exec).
     {"KILN_FUSE", "choice: 0|1|all", "1",
      "graph fusion: 0 none, 1 in full and regional modes, all every fusion in every mode", false,

@@ -27,6 +27,9 @@ struct ContextOptions {
     // table live ("": nowhere, nothing persisted).
     std::string cache_dir;
     int pipeline_threads = 0;  // KILN_PIPELINE_THREADS: threads compiling pipelines, 1 to 256; 0: one per core
+    // KILN_VULKAN_LOADER: the Vulkan loader library to load ("": the platform's, e.g. libvulkan.so.1). Read by the
+    // first context or device list of the process that finds a loader (runtime/vulkan/loader.h).
+    std::string vulkan_loader;
 };
 
 // Read by each executor when it is made (runtime/exec/executor.h).

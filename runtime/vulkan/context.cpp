@@ -72,7 +72,17 @@ VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT s
     return VK_FALSE;
 }
 
-VkInstance make_instance(bool validation, bool validation_sync, VkDebugUtilsMessengerEXT* messenger) {
+// No driver, or none with a device: vk::Unavailable, one line for every entry point (CLI, C API).
+[[noreturn]] void no_device(const char* why) {
+    throw Unavailable(::kiln::detail::concat("no Vulkan device (", why,
+                                             "; install your GPU's Vulkan driver, or Mesa's lavapipe for a CPU device: "
+                                             "apt-get install mesa-vulkan-drivers)"));
+}
+
+// Opens the loader (loader.h) first: every vk* below is a pointer it fills.
+VkInstance make_instance(const ContextOptions& o, bool validation, bool validation_sync,
+                         VkDebugUtilsMessengerEXT* messenger) {
+    open_loader(o.vulkan_loader);
     uint32_t n = 0;
     vkEnumerateInstanceExtensionProperties(nullptr, &n, nullptr);
     std::vector<VkExtensionProperties> exts(n);
@@ -82,6 +92,8 @@ VkInstance make_instance(bool validation, bool validation_sync, VkDebugUtilsMess
     };
     std::vector<const char*> enabled, layers;
     VkInstanceCreateFlags flags = 0;
+    // MoltenVK (macOS, iOS) is a portability implementation: the loader lists its devices only to an instance that
+    // enables VK_KHR_portability_enumeration and sets this flag.
     if (has_ext(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
         enabled.push_back(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME);
         flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
@@ -133,10 +145,9 @@ VkInstance make_instance(bool validation, bool validation_sync, VkDebugUtilsMess
     if (sync_validation) ci.pNext = &features;
     VkInstance inst = VK_NULL_HANDLE;
     VkResult r = vkCreateInstance(&ci, nullptr, &inst);
-    KILN_CHECK(r != VK_ERROR_INCOMPATIBLE_DRIVER,
-               "no Vulkan 1.2 driver found (install your GPU's Vulkan driver, "
-               "or Mesa's lavapipe: apt-get install mesa-vulkan-drivers)");
+    if (r == VK_ERROR_INCOMPATIBLE_DRIVER) no_device("the Vulkan loader found no Vulkan 1.2 driver");
     VK_CHECK(r);
+    load_instance(inst);
     if (validation) {
         VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
         mi.messageSeverity =
@@ -169,12 +180,18 @@ std::string Context::last_validation_message() {
     return g_last_msg;
 }
 
-std::vector<DeviceInfo> list_devices() {
+std::vector<DeviceInfo> list_devices(const ContextOptions& o) {
     VkDebugUtilsMessengerEXT m = VK_NULL_HANDLE;
-    VkInstance inst = make_instance(false, false, &m);
+    VkInstance inst = make_instance(o, false, false, &m);
     std::vector<DeviceInfo> out;
-    auto pds = detail::physical_devices(inst);
-    for (size_t i = 0; i < pds.size(); ++i) out.push_back(detail::query(pds[i], (int)i));
+    try {
+        auto pds = detail::physical_devices(inst);
+        if (pds.empty()) no_device("the Vulkan drivers list none");
+        for (size_t i = 0; i < pds.size(); ++i) out.push_back(detail::query(pds[i], (int)i));
+    } catch (...) {
+        vkDestroyInstance(inst, nullptr);
+        throw;
+    }
     vkDestroyInstance(inst, nullptr);
     return out;
 }
@@ -199,15 +216,23 @@ void Context::choose_copy_queue(const std::string& q) {
                      !info_.timeline_semaphore ? "no timelineSemaphore" : "no transfer-only queue family");
 }
 
+// A constructor that throws runs no destructor: what init() made is destroyed here (a C API caller may retry).
 Context::Context(const Settings& settings) : settings_(settings) {
+    try {
+        init(settings);
+    } catch (...) {
+        destroy();
+        throw;
+    }
+}
+
+void Context::init(const Settings& settings) {
     const ContextOptions& o = settings.context;
     faults_.memory_limit = settings.test.device_memory_limit;
     faults_.lose_device_after = settings.test.device_lost_after;
-    instance_ = make_instance(o.validation, o.validation_sync, &messenger_);
+    instance_ = make_instance(o, o.validation, o.validation_sync, &messenger_);
     auto pds = detail::physical_devices(instance_);
-    KILN_CHECK(!pds.empty(),
-               "no Vulkan device found (for a CPU device install Mesa's lavapipe: "
-               "apt-get install mesa-vulkan-drivers)");
+    if (pds.empty()) no_device("the Vulkan drivers list none");
     const int device = o.device;
     int chosen = 0;
     if (device >= 0) {
@@ -284,6 +309,9 @@ Context::Context(const Settings& settings) : settings_(settings) {
     if (info_.memory_budget) dev_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     if (info_.host_import) dev_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
     if (info_.coopmat_nv_f16) dev_exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    // The spec requires enabling VK_KHR_portability_subset where the device offers it (MoltenVK). Kiln's compute
+    // shaders use none of what it restricts (triangle fans, image view swizzles, events, ...).
+    if (info_.portability_subset) dev_exts.push_back("VK_KHR_portability_subset");
     dci.enabledExtensionCount = (uint32_t)dev_exts.size();
     dci.ppEnabledExtensionNames = dev_exts.data();
     VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));
@@ -383,7 +411,9 @@ void Context::save_pipeline_cache() {
     }
 }
 
-Context::~Context() {
+Context::~Context() { destroy(); }
+
+void Context::destroy() noexcept {
     if (device_) {
         vkDeviceWaitIdle(device_);
         pipelines_.reset();

@@ -3,8 +3,6 @@
 // features Kiln uses, and a compute queue. Validation layers when ContextOptions::validation: every validation error
 // is counted and reported (tests fail on any). A Context is made from a Settings (runtime/core/settings.h) and
 // carries it for the executors made on it; nothing here reads the environment.
-#include <vulkan/vulkan.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "runtime/core/settings.h"
+#include "runtime/vulkan/loader.h"
 
 namespace kiln::vk {
 
@@ -36,6 +35,7 @@ struct DeviceInfo {
     bool host_import = false;         // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
     uint64_t host_import_align = 0;   // minImportedHostPointerAlignment
     bool memory_budget = false;       // VK_EXT_memory_budget: the driver reports each heap's usage
+    bool portability_subset = false;  // VK_KHR_portability_subset (MoltenVK): must be enabled where offered
     bool timeline_semaphore = false;  // Vulkan 1.2 timelineSemaphore (streamed copies in their own batches)
     int transfer_family = -1;         // a queue family for transfers only (a DMA engine), or -1
     uint32_t subgroup_size = 0;
@@ -53,7 +53,9 @@ struct DeviceInfo {
     float timestamp_period_ns = 0;
 };
 
-std::vector<DeviceInfo> list_devices();
+// The devices of the loader `o.vulkan_loader` names (see loader.h). Throws vk::Unavailable when there is no loader or
+// no device.
+std::vector<DeviceInfo> list_devices(const ContextOptions& o = {});
 
 // Where streamed block weights are copied into their ring slots (ContextOptions::transfer_queue, KILN_TRANSFER_QUEUE):
 //  in_step ("0", the default): inside the step's one compute submission, each copy right after the barrier that
@@ -156,6 +158,8 @@ public:
     static std::string last_validation_message();
 
 private:
+    void init(const Settings& settings);
+    void destroy() noexcept;  // what the handles hold, in reverse order; null handles skipped
     void save_pipeline_cache();
     void choose_copy_queue(const std::string& transfer_queue);
     Settings settings_;

@@ -102,6 +102,8 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
             d.cooperative_matrix = true;
         else if (!std::strcmp(e.extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
             d.host_import = true;
+        else if (!std::strcmp(e.extensionName, "VK_KHR_portability_subset"))  // vulkan_beta.h names it
+            d.portability_subset = true;
     if (d.host_import) {
         VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{
             VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};

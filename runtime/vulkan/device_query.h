@@ -1,11 +1,10 @@
 #pragma once
 // What Kiln reads off a physical device before it creates one: properties, limits, features, queue families
 // and memory heaps (DeviceInfo), and the device kind's rank for the default choice. Internal to runtime/vulkan.
-#include <vulkan/vulkan.h>
-
 #include <vector>
 
 #include "runtime/vulkan/context.h"
+#include "runtime/vulkan/loader.h"
 
 namespace kiln::vk::detail {
 

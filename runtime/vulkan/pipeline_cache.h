@@ -6,11 +6,11 @@
 // The Kiln header keys the data by vendor/device id, driver version, pipelineCacheUUID and a hash of
 // the SPIR-V built into this binary; a file with another key is stale and replaced without a word,
 // a damaged or foreign one is ignored with a warning. Nothing here throws.
-#include <vulkan/vulkan.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "runtime/vulkan/loader.h"
 
 namespace kiln::vk {
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs Kiln from BUILD into TMP/prefix, then builds apps/examples against the installed package three ways
 # (find_package with libkiln.so, find_package with libkiln.a, pkg-config with cc) and runs each on MODEL, writing
-# TMP/digits-{shared,static,pc}.ppm. Also checks that libkiln.so exports kiln_* only.
+# TMP/digits-{shared,static,pc}.ppm. Also checks that libkiln.so exports kiln_* only and that nothing links libvulkan.
 #   usage: install_check.sh BUILD SOURCE MODEL TMP
 set -eu
 build=$1 src=$2 model=$3 tmp=$4
@@ -25,6 +25,10 @@ for kind in shared static; do
   "$tmp/build-$kind/digits" "$model" "$tmp/digits-$kind.ppm" 7
 done
 if ldd "$tmp/build-static/digits" | grep -q libkiln; then echo "static digits links libkiln.so"; exit 1; fi
+# The Vulkan loader is opened at run time (runtime/vulkan/loader.h): neither the library nor an app links it.
+for f in "$libdir/libkiln.so" "$tmp/build-static/digits" "$tmp/build-shared/digits"; do
+  if readelf -d "$f" | grep NEEDED | grep -q libvulkan; then echo "$f links libvulkan"; exit 1; fi
+done
 
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 want=$(sed -n 's/^project(kiln VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
