@@ -13,44 +13,8 @@ namespace {
 
 using U32 = std::u32string;
 
-U32 decode_utf8(const std::string& s) {  // s is valid UTF-8 (checked by the caller)
-    U32 out;
-    out.reserve(s.size());
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    for (size_t i = 0; i < s.size();) {
-        unsigned c = p[i];
-        int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-        char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-        for (int k = 1; k < len && i + (size_t)k < s.size(); ++k) cp = (cp << 6) | (p[i + (size_t)k] & 0x3F);
-        out.push_back(cp);
-        i += (size_t)len;
-    }
-    return out;
-}
-
-void append_utf8(std::string& out, char32_t c) {
-    if (c < 0x80) {
-        out += (char)c;
-    } else if (c < 0x800) {
-        out += (char)(0xC0 | (c >> 6));
-        out += (char)(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        out += (char)(0xE0 | (c >> 12));
-        out += (char)(0x80 | ((c >> 6) & 0x3F));
-        out += (char)(0x80 | (c & 0x3F));
-    } else {
-        out += (char)(0xF0 | (c >> 18));
-        out += (char)(0x80 | ((c >> 12) & 0x3F));
-        out += (char)(0x80 | ((c >> 6) & 0x3F));
-        out += (char)(0x80 | (c & 0x3F));
-    }
-}
-
-std::string encode_utf8(const char32_t* b, const char32_t* e) {
-    std::string out;
-    for (; b != e; ++b) append_utf8(out, *b);
-    return out;
-}
+using unicode::decode_utf8;
+using unicode::encode_utf8;
 
 // Python's str.isspace(): bidirectional class WS, B or S, or category Zs. A fixed set.
 bool py_isspace(char32_t c) {

@@ -10,6 +10,12 @@ namespace kiln::text::unicode {
 // Whether this build has the full Unicode data (ICU). Without it, the functions below accept ASCII only.
 bool available();
 
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(const std::string& s);
+// UTF-8 (valid: the callers check) to code points, and back.
+std::u32string decode_utf8(const std::string& utf8);
+std::string encode_utf8(const char32_t* b, const char32_t* e);
+
 bool is_control(char32_t c);          // general category C* (Cc, Cf, Cs, Co, Cn)
 bool is_space_separator(char32_t c);  // Zs
 bool is_letter(char32_t c);           // L*

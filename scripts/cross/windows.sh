@@ -2,7 +2,8 @@
 # Windows x86-64 in one command: configure with the "windows" preset (mingw-w64), build, run the test executables
 # under wine and try kiln.exe (devices, then generate of the built-in digits model). Prints one PASS/FAIL line per
 # step and exits non-zero if a test executable failed. Needs: apt-get install mingw-w64 wine64 wine glslang-tools
-# nlohmann-json3-dev catch2 libcli11-dev libstb-dev libvulkan-dev (and, for kiln.exe under wine, a Vulkan driver
+# nlohmann-json3-dev catch2 libcli11-dev libstb-dev libvulkan-dev libvulkan-volk-dev (and, for kiln.exe under wine,
+# an X server for wine's display driver, through which winevulkan reaches the host's Vulkan, and a Vulkan driver
 # on the host: mesa-vulkan-drivers' lavapipe).
 # Environment: JOBS (build jobs, default 2), GLSLANG (a glslangValidator to use), KILN_WIN_TESTS (the test
 # folders to run, default "core ir converter layouts text schedulers"), WINEPREFIX (default build/windows/wine).
