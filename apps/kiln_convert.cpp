@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
         "  kiln-convert sd3.5_medium.safetensors --clip-l clip_l.safetensors --clip-g clip_g.safetensors \\\n"
         "      --t5xxl t5xxl_fp16.safetensors -o sd35m.kiln --dtype q8_0\n",
         "kiln-convert"};
+    // CLI11 reads "/x" as an option on Windows by default; Kiln's flags are the same everywhere, and "/path" stays a
+    // path.
+    app.allow_windows_style_options(false);
     std::string src, out, dtype = "f16", variant;
     std::vector<std::string> keep;
     bool quiet = false;
@@ -104,7 +107,13 @@ int main(int argc, char** argv) {
         kiln::check_output_path(out, "-o");        // before any input is read
         const std::string partial = out + ".tmp";  // GgufWriter writes here, then renames
         if (partial.size() < sizeof g_partial) std::memcpy(g_partial, partial.c_str(), partial.size() + 1);
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
+        for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_signal);
+#ifdef SIGHUP  // POSIX only: Windows sends SIGINT (Ctrl+C) or SIGBREAK
+        std::signal(SIGHUP, on_signal);
+#endif
+#ifdef SIGBREAK
+        std::signal(SIGBREAK, on_signal);
+#endif
         KILN_CHECK(src.empty() || model.empty(), "give SRC or --model, not both");
         if (src.empty()) src = model;
         std::error_code ec;

@@ -25,9 +25,6 @@
 // each block's tensors sorted by their name relative to the block. Names are "C." + diffusers name.
 #include "converter/convert.h"
 
-#include <fnmatch.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,6 +47,7 @@
 #include "models/layouts/lora.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
+#include "runtime/core/platform.h"
 #include "runtime/core/quant.h"
 #include "runtime/core/safetensors.h"
 
@@ -130,7 +128,7 @@ DType out_dtype(const layouts::TensorInfo& t, const std::string& name, const Opt
             if (t.shape.size() < 2) return DType::f32;
             DType want = opt.dtype;
             for (auto& [pattern, dt] : opt.keep)
-                if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) want = dt;
+                if (platform::glob_match(pattern, name)) want = dt;
             return dtype_is_quant(want) ? quant_storage(want, name, t.shape) : want;
         }
         case DType::i32:
@@ -519,7 +517,7 @@ Summary write_kiln_file(std::vector<Component>& comps, GgufWriter& w, const std:
     sum.components = names;
     for (auto& c : comps) add_component(w, c, sum);
 
-    Progress prog{log, log && ::isatty(STDERR_FILENO) && log == &std::cerr};
+    Progress prog{log, log && platform::is_terminal(stderr) && log == &std::cerr};
     uint64_t written = 0;
     const int delay_ms = opt.test_delay_ms;  // tests: a pause after each tensor (Options::test_delay_ms)
     w.on_tensor = [&](size_t done, size_t total) {

@@ -1,7 +1,5 @@
 #include "models/dit_pipeline.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "models/vae.h"
 #include "models/vae_runner.h"
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/core/torch_rng.h"
 
 namespace kiln::models {
@@ -39,7 +38,7 @@ void check_host_memory(const std::string& what, int64_t images, int latent_chann
     const double latents = (double)images * latent_channels * latent_h * latent_w * 4;
     const double pixels = (double)images * 3 * height * width * 4;
     const double need = 6 * latents + 3 * pixels;
-    const double host = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    const double host = (double)platform::physical_memory();  // 0: unknown, no check
     auto gib = [](double b) {
         char s[32];
         std::snprintf(s, sizeof s, "%.1f GiB", b / (1024.0 * 1024 * 1024));

@@ -1,9 +1,5 @@
 #include "models/text_encode.h"
 
-#include <unicode/locid.h>
-#include <unicode/uchar.h>
-#include <unicode/unistr.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +10,7 @@
 #include "models/sana_pipeline.h"
 #include "models/t2i_pipeline.h"
 #include "models/text/tokenizer.h"
+#include "models/text/unicode.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
@@ -198,16 +195,15 @@ std::string tokenizer_of(const std::string& encoder) {  // text_encoder_2 -> tok
 }  // namespace
 
 std::string python_lower_strip(const std::string& utf8) {
-    icu::UnicodeString u = icu::UnicodeString::fromUTF8(utf8);
-    u.toLower(icu::Locale::getRoot());
+    if (!text::unicode::valid_utf8(utf8)) return utf8;  // the tokenizer then names the bad bytes
+    const std::u32string d = text::unicode::decode_utf8(utf8);
+    const std::u32string u = text::unicode::lower(d.data(), d.data() + d.size());
     // str.strip(): Python's whitespace (Unicode White_Space plus the separators \x1c-\x1f).
-    auto space = [](UChar32 c) { return u_isUWhiteSpace(c) || (c >= 0x1c && c <= 0x1f); };
-    int32_t s = 0, e = u.length();
-    while (s < e && space(u.char32At(s))) s = u.moveIndex32(s, 1);
-    while (e > s && space(u.char32At(u.moveIndex32(e, -1)))) e = u.moveIndex32(e, -1);
-    std::string out;
-    u.tempSubStringBetween(s, e).toUTF8String(out);
-    return out;
+    auto space = [](char32_t c) { return text::unicode::is_white_space(c) || (c >= 0x1c && c <= 0x1f); };
+    size_t s = 0, e = u.size();
+    while (s < e && space(u[s])) ++s;
+    while (e > s && space(u[e - 1])) --e;
+    return text::unicode::encode_utf8(u.data() + s, u.data() + e);
 }
 
 namespace {

@@ -6,16 +6,13 @@
 
 #include "apps/kiln/bench.h"
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 
 namespace kiln::app {
 
 namespace {
 // Process CPU time (every thread: on a CPU Vulkan device the device's workers too), in ms.
-double process_cpu_ms() {
-    timespec t{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
+double process_cpu_ms() { return platform::process_cpu_ms(); }
 
 }  // namespace
 

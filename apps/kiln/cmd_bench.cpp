@@ -17,6 +17,7 @@
 #include "models/dit.h"
 #include "models/forward.h"
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/exec/linear_select.h"
 #include "runtime/ir/cost.h"
 
@@ -27,18 +28,13 @@ namespace {
 // device itself on lavapipe) and its hardware threads.
 std::string utc_now() {
     const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
+    const std::tm tm = platform::utc_time(t);
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
     return buf;
 }
 nlohmann::json host_info() {
-    std::string cpu;
-    std::ifstream f("/proc/cpuinfo");
-    for (std::string line; cpu.empty() && std::getline(f, line);)
-        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
-            cpu = line.substr(line.find(':') + 2);
+    const std::string cpu = platform::cpu_name();
     return {{"cpu", cpu}, {"hardware_threads", std::thread::hardware_concurrency()}};
 }
 

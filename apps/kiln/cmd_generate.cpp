@@ -1,6 +1,5 @@
 // kiln generate: the DiT pipeline (class labels) or a text-to-image pipeline (PixArt, SD3, Flux) end to end, PNG out.
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +23,7 @@
 #include "models/text/tokenizer.h"
 #include "models/text_encode.h"
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::app {
@@ -47,7 +47,7 @@ namespace {
 std::string noise_setting(DType dt) { return dt == DType::f32 ? "" : std::string(" noise_dtype=") + dtype_name(dt); }
 
 std::function<void(int, int)> progress_printer(std::chrono::steady_clock::time_point& t0) {
-    const bool tty = isatty(2);
+    const bool tty = platform::is_terminal(stderr);
     install_interrupt_handler();
     return [&t0, tty](int i, int n) {
         if (interrupted()) {

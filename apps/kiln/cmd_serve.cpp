@@ -1,9 +1,11 @@
 // `kiln serve`: one resident model behind OpenAI's images API (cpp-httplib). Routes, auth and the wait for a job;
 // the queue and the generation are serve_worker.cpp's, the request parser serve_request.cpp's.
-#include <arpa/inet.h>
 #include <httplib.h>
+#ifdef __linux__  // peer_closed(): the sockets behind /proc/self/fd
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#endif
 
 #include <csignal>
 #include <cstdio>
@@ -54,7 +56,8 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 // Whether the client of `req` closed its connection. cpp-httplib 0.11 shows a handler no socket, so this finds it
 // among the process's descriptors by the connection's (local port, peer address, peer port), then peeks: recv()
-// returning 0 is the peer's FIN. -1 is cached as "not found" (the answer is then "open").
+// returning 0 is the peer's FIN. -1 is cached as "not found" (the answer is then "open"). Elsewhere than Linux the
+// answer is always "open": a job whose client left runs to its end (or its --timeout), and its reply is dropped.
 bool peer_closed(const httplib::Request& req, int& fd) {
 #ifdef __linux__
     if (fd == -2) {

@@ -1,6 +1,4 @@
 // What the subcommands share: the C API handles and conversions.
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 

@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
         "kiln: diffusion transformers (DiT, PixArt, SD3, Flux) on any GPU through Vulkan compute.\n"
         "Try: kiln generate --class-labels 0,1,2,3 --grid --upscale 4 -o digits.png\n"
         "     kiln generate --model sd3.kiln --prompt \"a photo of a cat\" -o cat.png"};
+    // CLI11 reads "/x" as an option on Windows by default; Kiln's flags are the same everywhere, and "/path" stays a
+    // path.
+    app.allow_windows_style_options(false);
     app.set_version_flag("--version", std::string("kiln ") + kiln_version());
     app.require_subcommand(1);
     std::vector<std::pair<CLI::App*, kiln::app::Run>> cmds;

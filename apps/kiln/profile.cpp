@@ -1,11 +1,10 @@
 #include "apps/kiln/profile.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <fstream>
 #include <string>
 
+#include "runtime/core/platform.h"
 #include "runtime/vulkan/memory.h"
 
 namespace kiln::app {
@@ -46,9 +45,7 @@ uint64_t vm_hwm_bytes() {
     std::string line;
     while (std::getline(f, line))
         if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // "VmHWM:  1234 kB"
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    return (uint64_t)ru.ru_maxrss * 1024;
+    return platform::peak_rss();  // elsewhere than Linux: the process's peak since it started
 }
 
 double mib(uint64_t b) { return (double)b / (1 << 20); }

@@ -1,12 +1,10 @@
 // The tensor listing of a .safetensors or .gguf file (headers only), and the test for a Kiln model file.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstring>
 
 #include "models/layouts/layout_map.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
+#include "runtime/core/platform.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::layouts::detail {
@@ -14,11 +12,11 @@ namespace kiln::layouts::detail {
 namespace {
 
 bool has_gguf_magic(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = platform::open_read(path);
     if (fd < 0) return false;
     uint32_t magic = 0;
-    bool ok = ::pread(fd, &magic, 4, 0) == 4 && magic == kGgufMagic;
-    ::close(fd);
+    bool ok = platform::pread(fd, &magic, 4, 0) == 4 && magic == kGgufMagic;
+    platform::close_file(fd);
     return ok;
 }
 

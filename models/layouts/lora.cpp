@@ -12,6 +12,7 @@
 #include <set>
 
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::layouts {
@@ -494,9 +495,8 @@ std::pair<std::string, double> parse_lora_arg(const std::string& arg) {
     const size_t c = arg.rfind(':');
     if (c != std::string::npos && c + 1 < arg.size()) {
         const std::string tail = arg.substr(c + 1);
-        char* end = nullptr;
-        const double s = std::strtod(tail.c_str(), &end);
-        if (end && *end == 0 && std::isfinite(s)) return {arg.substr(0, c), s};
+        double s = 0;  // in the C locale, whatever locale the app set
+        if (platform::parse_double(tail, &s) && std::isfinite(s)) return {arg.substr(0, c), s};
     }
     return {arg, 1.0};
 }

@@ -1,13 +1,10 @@
 // transformers' BasicTokenizer (the no-ftfy path of the CLIP tokenizer) and CLIP's pre-tokenizer regex, on code points,
-// with ICU for the Unicode data (categories, NFC, full lower-casing). The order of the steps is transformers':
-// _clean_text, _tokenize_chinese_chars, NFC, whitespace split, str.lower per word, " ".join, regex.findall.
+// with the Unicode data (categories, NFC, full lower-casing) from models/text/unicode.h. The order of the steps is
+// transformers': _clean_text, _tokenize_chinese_chars, NFC, whitespace split, str.lower per word, " ".join,
+// regex.findall.
 #include "models/text/clip_pretokenize.h"
 
-#include <unicode/locid.h>
-#include <unicode/normalizer2.h>
-#include <unicode/uchar.h>
-#include <unicode/unistr.h>
-
+#include "models/text/unicode.h"
 #include "runtime/core/error.h"
 
 namespace kiln::text::clip {
@@ -16,46 +13,8 @@ namespace {
 
 using U32 = std::u32string;
 
-U32 decode_utf8(const std::string& s) {  // s is valid UTF-8 (checked by the caller)
-    U32 out;
-    out.reserve(s.size());
-    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    for (size_t i = 0; i < s.size();) {
-        unsigned c = p[i];
-        int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-        char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-        for (int k = 1; k < len && i + (size_t)k < s.size(); ++k) cp = (cp << 6) | (p[i + (size_t)k] & 0x3F);
-        out.push_back(cp);
-        i += (size_t)len;
-    }
-    return out;
-}
-
-void append_utf8(std::string& out, char32_t c) {
-    if (c < 0x80) {
-        out += (char)c;
-    } else if (c < 0x800) {
-        out += (char)(0xC0 | (c >> 6));
-        out += (char)(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        out += (char)(0xE0 | (c >> 12));
-        out += (char)(0x80 | ((c >> 6) & 0x3F));
-        out += (char)(0x80 | (c & 0x3F));
-    } else {
-        out += (char)(0xF0 | (c >> 18));
-        out += (char)(0x80 | ((c >> 12) & 0x3F));
-        out += (char)(0x80 | ((c >> 6) & 0x3F));
-        out += (char)(0x80 | (c & 0x3F));
-    }
-}
-
-std::string encode_utf8(const char32_t* b, const char32_t* e) {
-    std::string out;
-    for (; b != e; ++b) append_utf8(out, *b);
-    return out;
-}
-
-uint32_t gc_mask(char32_t c) { return U_GET_GC_MASK((UChar32)c); }
+using unicode::decode_utf8;
+using unicode::encode_utf8;
 
 // Python's str.isspace(): bidirectional class WS, B or S, or category Zs. A fixed set.
 bool py_isspace(char32_t c) {
@@ -77,8 +36,8 @@ U32 clean(const U32& in) {
     out.reserve(in.size());
     for (char32_t c : in) {
         bool tnr = c == '\t' || c == '\n' || c == '\r';
-        if (c == 0 || c == 0xFFFD || (!tnr && (gc_mask(c) & U_GC_C_MASK))) continue;
-        if (tnr || c == ' ' || (gc_mask(c) & U_GC_ZS_MASK)) {
+        if (c == 0 || c == 0xFFFD || (!tnr && unicode::is_control(c))) continue;
+        if (tnr || c == ' ' || unicode::is_space_separator(c)) {
             out.push_back(' ');
         } else if (is_cjk(c)) {
             out.push_back(' ');
@@ -91,39 +50,13 @@ U32 clean(const U32& in) {
     return out;
 }
 
-icu::UnicodeString to_icu(const char32_t* b, const char32_t* e) {
-    return icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(b), (int32_t)(e - b));
-}
-
-U32 from_icu(const icu::UnicodeString& s) {
-    U32 out;
-    for (int32_t i = 0; i < s.length();) {
-        UChar32 c = s.char32At(i);
-        out.push_back((char32_t)c);
-        i += U16_LENGTH(c);
-    }
-    return out;
-}
-
-U32 nfc(const U32& s) {
-    UErrorCode err = U_ZERO_ERROR;
-    const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
-    KILN_CHECK(U_SUCCESS(err), "ICU: cannot load the NFC normalizer data (", u_errorName(err), ")");
-    icu::UnicodeString out = n->normalize(to_icu(s.data(), s.data() + s.size()), err);
-    KILN_CHECK(U_SUCCESS(err), "ICU: NFC normalization failed (", u_errorName(err), ")");
-    return from_icu(out);
-}
-
-// Python's str.lower(): full Unicode mappings, language-independent (root locale), with Final_Sigma.
-U32 lower(const char32_t* b, const char32_t* e) {
-    icu::UnicodeString s = to_icu(b, e);
-    s.toLower(icu::Locale::getRoot());
-    return from_icu(s);
-}
+using unicode::fold;
+using unicode::is_letter;
+using unicode::is_number;
+using unicode::lower;
+using unicode::nfc;
 
 // The regex runs with IGNORECASE: literals compare by simple case folding (the `regex` module's default).
-char32_t fold(char32_t c) { return (char32_t)u_foldCase((UChar32)c, U_FOLD_CASE_DEFAULT); }
-
 // Length (in code points) of the literal `lit` matched case-insensitively at s[i], or 0.
 size_t match_literal(const U32& s, size_t i, const char* lit) {
     size_t n = 0;
@@ -132,9 +65,7 @@ size_t match_literal(const U32& s, size_t i, const char* lit) {
     return n;
 }
 
-bool is_letter(char32_t c) { return gc_mask(c) & U_GC_L_MASK; }
-bool is_number(char32_t c) { return gc_mask(c) & U_GC_N_MASK; }
-bool is_regex_space(char32_t c) { return u_isUWhiteSpace((UChar32)c) || (c >= 0x09 && c <= 0x0D); }
+bool is_regex_space(char32_t c) { return unicode::is_white_space(c) || (c >= 0x09 && c <= 0x0D); }
 
 // Length of the regex match at s[i] (alternatives tried in order, as the regex engine does), or 0 for none.
 size_t match_at(const U32& s, size_t i) {

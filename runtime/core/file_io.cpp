@@ -1,32 +1,30 @@
 #include "runtime/core/file_io.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 
 namespace kiln {
 
 void check_output_path(const std::string& out, const char* flag) {
     namespace fs = std::filesystem;
-    fs::path dir = fs::path(out).parent_path();
+    const fs::path p = platform::utf8_path(out);
+    fs::path dir = p.parent_path();
     if (dir.empty()) dir = ".";
+    const std::string dir_name = platform::utf8_string(dir);
     std::error_code ec;
-    KILN_CHECK(fs::exists(dir, ec), flag, " ", out, ": folder '", dir.string(), "' does not exist");
-    KILN_CHECK(fs::is_directory(dir, ec), flag, " ", out, ": '", dir.string(), "' is not a folder");
-    KILN_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", out, ": folder '", dir.string(), "' is not writable");
-    KILN_CHECK(!fs::is_directory(out, ec), flag, " ", out, " is a folder (give a file name)");
+    KILN_CHECK(fs::exists(dir, ec), flag, " ", out, ": folder '", dir_name, "' does not exist");
+    KILN_CHECK(fs::is_directory(dir, ec), flag, " ", out, ": '", dir_name, "' is not a folder");
+    KILN_CHECK(platform::writable_dir(dir), flag, " ", out, ": folder '", dir_name, "' is not writable");
+    KILN_CHECK(!fs::is_directory(p, ec), flag, " ", out, " is a folder (give a file name)");
 }
 void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& file) {
     auto* p = static_cast<uint8_t*>(dst);
     while (n) {
-        ssize_t r = ::pread(fd, p, n, (off_t)off);
+        const int64_t r = platform::pread(fd, p, n, off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
             KILN_FAIL_AS(io, file, ": read failed at offset ", off, (r == 0 ? " (unexpected end of file)" : ""));
@@ -36,46 +34,37 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& f
     }
 }
 
-namespace {
-int64_t mtime_ns(const struct stat& sb) { return (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec; }
-uint64_t page_size() { return (uint64_t)::sysconf(_SC_PAGESIZE); }
-}  // namespace
-
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
     std::shared_ptr<MappedFile> m(new MappedFile);
     m->path_ = path;
-    m->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    m->fd_ = platform::open_read(path);
     KILN_CHECK(m->fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
-    struct stat sb {};
-    KILN_CHECK(::fstat(m->fd_, &sb) == 0, path, ": cannot stat");
-    m->size_ = (uint64_t)sb.st_size;
-    m->mtime_ns_ = mtime_ns(sb);
-    m->ino_ = sb.st_ino;
-    const uint64_t ps = page_size();
-    m->map_size_ = (m->size_ + ps - 1) / ps * ps;
-    if (m->map_size_) {
-        void* p = ::mmap(nullptr, m->map_size_, PROT_READ, MAP_SHARED, m->fd_, 0);
-        KILN_CHECK(p != MAP_FAILED, path, ": cannot map: ", std::strerror(errno));
-        m->data_ = static_cast<const uint8_t*>(p);
+    platform::FileInfo fi;
+    KILN_CHECK(platform::file_info(m->fd_, &fi), path, ": cannot stat");
+    m->size_ = fi.size;
+    m->mtime_ns_ = fi.mtime_ns;
+    m->ino_ = fi.ino;
+    if (m->size_) {
+        m->data_ = platform::map_read(m->fd_, m->size_);
+        KILN_CHECK(m->data_, path, ": cannot map: ", std::strerror(errno));
     }
     return m;
 }
 
 MappedFile::~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), map_size_);
-    if (fd_ >= 0) ::close(fd_);
+    if (data_) platform::unmap(data_, size_);
+    if (fd_ >= 0) platform::close_file(fd_);
 }
 
 void MappedFile::check() const {
     // Truncating the mapped inode is what makes touching the mapping fatal; replacing the file at `path`
     // (a new inode) leaves the mapping valid but stale. Both are reported.
-    struct stat fd_sb {};
-    struct stat path_sb {};
-    if (::fstat(fd_, &fd_sb) != 0) KILN_FAIL_AS(io, path_, ": cannot stat the model file while in use");
-    if ((uint64_t)fd_sb.st_size != size_ || mtime_ns(fd_sb) != mtime_ns_)
-        KILN_FAIL_AS(io, path_, ": the model file changed on disk while in use (", size_, " -> ",
-                     (uint64_t)fd_sb.st_size, " bytes); reopen it");
-    if (::stat(path_.c_str(), &path_sb) != 0 || path_sb.st_ino != ino_)
+    platform::FileInfo fd_fi, path_fi;
+    if (!platform::file_info(fd_, &fd_fi)) KILN_FAIL_AS(io, path_, ": cannot stat the model file while in use");
+    if (fd_fi.size != size_ || fd_fi.mtime_ns != mtime_ns_)
+        KILN_FAIL_AS(io, path_, ": the model file changed on disk while in use (", size_, " -> ", fd_fi.size,
+                     " bytes); reopen it");
+    if (!platform::file_info(path_, &path_fi) || path_fi.ino != ino_)
         KILN_FAIL_AS(io, path_, ": the model file was replaced or removed while in use; reopen it");
 }
 
@@ -84,18 +73,17 @@ void MappedFile::read(void* dst, uint64_t n, uint64_t off) const {
                size_, " bytes)");
     check();
     std::memcpy(dst, data_ + off, n);
-    const uint64_t ps = page_size(), first = off / ps * ps, last = (off + n) / ps * ps;
-    if (last > first) ::madvise(const_cast<uint8_t*>(data_) + first, last - first, MADV_DONTNEED);
+    platform::drop_pages(data_ + off, n);
 }
 
 namespace {
 bool stat_stamp(const std::string& path, FileStamp* s) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return false;
-    s->size = (uint64_t)st.st_size;
-    s->dev = (uint64_t)st.st_dev;
-    s->ino = (uint64_t)st.st_ino;
-    s->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    platform::FileInfo fi;
+    if (!platform::file_info(path, &fi)) return false;
+    s->size = fi.size;
+    s->dev = fi.dev;
+    s->ino = fi.ino;
+    s->mtime_ns = fi.mtime_ns;
     return true;
 }
 }  // namespace

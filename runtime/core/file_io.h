@@ -1,8 +1,6 @@
 #pragma once
 // Positioned reads shared by the safetensors and GGUF readers, read-only file mappings, and the stamp that tells
 // a reader its file changed.
-#include <sys/types.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,8 +16,9 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& f
 
 // A whole file mapped read-only and shared with the page cache: its bytes are never copied into anonymous memory,
 // and pages are read on first touch. Touching a page beyond the end of a file truncated after mapping raises
-// SIGBUS, so users call check() before they read (or let the device read) the mapping: it throws kiln::Error when
-// the file's size, modification time or inode changed since it was mapped.
+// SIGBUS on POSIX (Windows refuses to truncate a mapped file), so users call check() before they read (or let the
+// device read) the mapping: it throws kiln::Error when the file's size, modification time or inode changed since it was
+// mapped.
 class MappedFile {
 public:
     static std::shared_ptr<const MappedFile> open(const std::string& path);
@@ -39,9 +38,9 @@ private:
     std::string path_;
     int fd_ = -1;
     const uint8_t* data_ = nullptr;
-    uint64_t size_ = 0, map_size_ = 0;
+    uint64_t size_ = 0;
     int64_t mtime_ns_ = 0;
-    ino_t ino_ = 0;
+    uint64_t ino_ = 0;
 };
 
 // What a file was when a reader opened it: size, modification time and identity (device, inode). A reader that

@@ -1,9 +1,5 @@
 #include "runtime/core/gguf.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -12,6 +8,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
+#include "runtime/core/platform.h"
 
 namespace kiln {
 
@@ -323,18 +320,18 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
     return *this;
 }
 GgufFile::~GgufFile() {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) platform::close_file(fd_);
 }
 
 GgufFile GgufFile::open(const std::string& path) {
     GgufFile g;
     g.path_ = path;
-    g.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    g.fd_ = platform::open_read(path);
     KILN_CHECK(g.fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
-    struct stat sb {};
-    KILN_CHECK(::fstat(g.fd_, &sb) == 0, path, ": cannot stat");
-    KILN_CHECK(S_ISREG(sb.st_mode), path, ": not a regular file");
-    g.file_size_ = (uint64_t)sb.st_size;
+    platform::FileInfo fi;
+    KILN_CHECK(platform::file_info(g.fd_, &fi), path, ": cannot stat");
+    KILN_CHECK(fi.regular, path, ": not a regular file");
+    g.file_size_ = fi.size;
     Cursor c(g.fd_, g.file_size_, g.path_);
     KILN_CHECK(g.file_size_ >= 24, path, ": truncated (", g.file_size_, " bytes; a GGUF header has at least 24)");
     uint32_t magic = c.get<uint32_t>("magic");

@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
+#include "runtime/core/platform.h"
 
 namespace kiln {
 
@@ -21,7 +22,7 @@ namespace {
 class Out {
 public:
     explicit Out(const std::string& path) : path_(path) {
-        f_ = std::fopen(path.c_str(), "wb");
+        f_ = platform::fopen(path, "wb");
         KILN_CHECK(f_, path, ": cannot open for writing: ", std::strerror(errno));
     }
     ~Out() {
@@ -45,7 +46,7 @@ public:
     }
     void close() {
         int r1 = std::fflush(f_);
-        int r2 = ::fsync(::fileno(f_));
+        int r2 = platform::sync_file(f_);
         int r3 = std::fclose(f_);
         f_ = nullptr;
         KILN_CHECK(r1 == 0 && r2 == 0 && r3 == 0, path_, ": write failed on close: ", std::strerror(errno));
@@ -223,9 +224,7 @@ void GgufWriter::write(const std::string& path) {
             if (on_tensor) on_tensor(k + 1, tensors_.size());
         }
         o.close();
-        std::error_code ec;
-        std::filesystem::rename(tmp, path, ec);
-        KILN_CHECK(!ec, path, ": cannot rename temporary file: ", ec.message());
+        KILN_CHECK(platform::rename_replace(tmp, path), path, ": cannot rename temporary file: ", std::strerror(errno));
     } catch (...) {
         std::error_code ec;
         std::filesystem::remove(tmp, ec);

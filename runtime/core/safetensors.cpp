@@ -1,9 +1,5 @@
 #include "runtime/core/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -14,6 +10,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/file_io.h"
+#include "runtime/core/platform.h"
 
 namespace kiln {
 
@@ -70,7 +67,7 @@ SafeTensors& SafeTensors::operator=(SafeTensors&& o) noexcept {
     return *this;
 }
 SafeTensors::~SafeTensors() {
-    for (int fd : fds_) ::close(fd);
+    for (int fd : fds_) platform::close_file(fd);
 }
 
 SafeTensors SafeTensors::open(const std::string& path) {
@@ -110,15 +107,15 @@ SafeTensors SafeTensors::open(const std::string& path) {
 }
 
 void SafeTensors::add_file(const std::string& path, const std::vector<std::string>* expected) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = platform::open_read(path);
     KILN_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
     fds_.push_back(fd);
     paths_.push_back(path);
     int file_idx = (int)paths_.size() - 1;
-    struct stat sb {};
-    KILN_CHECK(::fstat(fd, &sb) == 0, path, ": cannot stat");
-    KILN_CHECK(S_ISREG(sb.st_mode), path, ": not a regular file");
-    uint64_t fsize = (uint64_t)sb.st_size;
+    platform::FileInfo fi;
+    KILN_CHECK(platform::file_info(fd, &fi), path, ": cannot stat");
+    KILN_CHECK(fi.regular, path, ": not a regular file");
+    uint64_t fsize = fi.size;
     KILN_CHECK(fsize >= 8, path, ": truncated (", fsize,
                " bytes; a safetensors file starts with an 8-byte header length)");
     uint64_t hlen = 0;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 
 namespace kiln {
 
@@ -49,7 +50,8 @@ std::string choice(const char* name, const std::string& v, std::initializer_list
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 // clang-format off
-// The order matters: HOME, then XDG_CACHE_HOME, then KILN_CACHE_DIR (HF_HOME), each overriding the cache folder
+// The order matters: USERPROFILE (Windows' home folder; huggingface_hub's os.path.expanduser("~") reads it
+// there), then HOME, then XDG_CACHE_HOME, then KILN_CACHE_DIR (HF_HOME), each overriding the cache folder
 // (the Hugging Face folder) the previous row set.
 const std::vector<SettingInfo> kTable = {
     // The device and its context (vk::Context).
@@ -66,6 +68,10 @@ const std::vector<SettingInfo> kTable = {
          s.context.transfer_queue = choice(n, v, {"0", "1", "split"}, "0, 1 or split"); }},
     {"KILN_PIPELINE_CACHE", "bool", "1", "0: neither the pipeline cache nor the linear table is read or written",
      false, [](Settings& s, const char* n, const std::string& v) { s.context.pipeline_cache = on_unless_0(v); }},
+    {"USERPROFILE", "path", "",
+     "Windows: as HOME, when HOME is not set", false, [](Settings& s, const char* n, const std::string& v) {
+         s.context.cache_dir = v + "/.cache/kiln";
+         s.hf_home = v + "/.cache/huggingface"; }},
     {"HOME", "path", "",
      "the cache folder is $HOME/.cache/kiln and the Hugging Face folder $HOME/.cache/huggingface when no variable "
      "below sets them", false, [](Settings& s, const char* n, const std::string& v) {
@@ -167,7 +173,14 @@ Settings settings_from(const std::function<const char*(const char* name)>& looku
 }
 
 Settings settings_from_env() {
-    return settings_from([](const char* name) { return std::getenv(name); });
+    // platform::env: on Windows the wide environment as UTF-8 (a path with any characters reads back whole).
+    std::string held;
+    return settings_from([&](const char* name) -> const char* {
+        const auto v = platform::env(name);
+        if (!v) return nullptr;
+        held = *v;
+        return held.c_str();
+    });
 }
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/exec/executor_impl.h"
 #include "runtime/ir/fuse.h"
 
@@ -120,11 +121,7 @@ void Executor::set_input(const std::string& name, const Tensor& t) {
 }
 
 namespace {
-double thread_cpu_ms() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+double thread_cpu_ms() { return platform::thread_cpu_ms(); }
 }  // namespace
 
 void Executor::run() {

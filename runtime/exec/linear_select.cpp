@@ -1,7 +1,5 @@
 #include "runtime/exec/linear_select.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -19,6 +17,7 @@
 #include <sstream>
 
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/linear_smem.h"
@@ -261,7 +260,7 @@ std::string linear_table_path(vk::Context& ctx) {
 bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    std::string tmp = path + ".tmp" + std::to_string(platform::process_id());
     {
         std::ofstream f(tmp);
         if (!f) return why = "cannot write " + tmp, false;

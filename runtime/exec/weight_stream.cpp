@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -13,13 +14,11 @@
 namespace kiln::exec {
 
 uint64_t parse_bytes(const std::string& s) {
-    size_t used = 0;
+    // from_chars: the C locale's decimal point whatever locale the app set (std::stod follows the app's).
     double v = 0;
-    try {
-        v = std::stod(s, &used);
-    } catch (const std::exception&) {
-        KILN_FAIL("invalid byte count '", s, "' (e.g. 4G, 512M, 1073741824)");
-    }
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc()) KILN_FAIL("invalid byte count '", s, "' (e.g. 4G, 512M, 1073741824)");
+    const size_t used = (size_t)(end - s.data());
     std::string suffix = s.substr(used);
     if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
     if (suffix.size() == 2 && (suffix[1] == 'i' || suffix[1] == 'I')) suffix.pop_back();  // GiB, MiB

@@ -146,6 +146,9 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
     VkInstance inst = VK_NULL_HANDLE;
     VkResult r = vkCreateInstance(&ci, nullptr, &inst);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER) no_device("the Vulkan loader found no Vulkan 1.2 driver");
+    // A loader that cannot reach any driver at all (wine's winevulkan without a display driver) fails this way.
+    if (r == VK_ERROR_INITIALIZATION_FAILED)
+        no_device("the Vulkan loader could not initialize (VK_ERROR_INITIALIZATION_FAILED)");
     VK_CHECK(r);
     load_instance(inst);
     if (validation) {

@@ -1,13 +1,12 @@
 #include "runtime/vulkan/pipeline_cache.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "runtime/core/platform.h"
 #include "runtime/vulkan/shader_table.h"
 
 namespace kiln::vk {
@@ -122,7 +121,7 @@ bool write_pipeline_cache(const std::string& path, const PipelineCacheKey& key, 
     h.data_size = data.size();
     h.data_hash = fnv1a(data.data(), data.size());
     // The pid keeps two processes that exit together from writing the same temporary file.
-    const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    const std::string tmp = path + ".tmp" + std::to_string(platform::process_id());
     {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
         if (!f) return why = "cannot write " + tmp, false;

@@ -70,12 +70,14 @@ TEST_CASE("--keep recipes pick per-tensor dtypes; blocks stay alike", "[converte
     const std::string out = tmp / "k.kiln";
     converter::convert_folder(fixture("dit"), out,
                               opts(DType::q4_0, {{"*.attn1.*", DType::f16}, {"*.proj_out_2.weight", DType::q8_0}}));
-    GgufFile g = GgufFile::open(out);
-    CHECK(g.at(kQ).dtype == DType::f16);
-    CHECK(g.at("transformer.transformer_blocks.1.attn1.to_out.0.weight").dtype == DType::f16);
-    CHECK(g.at("transformer.transformer_blocks.1.ff.net.2.weight").dtype == DType::q4_0);
-    CHECK(g.at("transformer.proj_out_2.weight").dtype == DType::q8_0);
-    CHECK(g.at("transformer.proj_out_2.bias").dtype == DType::f32);  // recipes apply to matrices only
+    {  // closed before `out` is written again: wine (and Windows before 10 1709) cannot replace an open file
+        GgufFile g = GgufFile::open(out);
+        CHECK(g.at(kQ).dtype == DType::f16);
+        CHECK(g.at("transformer.transformer_blocks.1.attn1.to_out.0.weight").dtype == DType::f16);
+        CHECK(g.at("transformer.transformer_blocks.1.ff.net.2.weight").dtype == DType::q4_0);
+        CHECK(g.at("transformer.proj_out_2.weight").dtype == DType::q8_0);
+        CHECK(g.at("transformer.proj_out_2.bias").dtype == DType::f32);  // recipes apply to matrices only
+    }
     // f16 model with one quantized layer; a quantized recipe on a conv weight falls back to f16.
     converter::convert_folder(
         fixture("dit"), out, opts(DType::f16, {{"*.ff.net.0.proj.weight", DType::q4_k}, {"*pos_embed*", DType::q8_0}}));

@@ -1,5 +1,6 @@
 // Whole text-to-image pipelines (PixArt, SD3, Flux) in one Kiln file: text encoders' tensors round-trip,
 // tokenizer files round-trip byte-exact, sharded text encoders convert, malformed text sides fail cleanly.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <set>
@@ -290,7 +291,14 @@ TEST_CASE("a broken text side fails with one clear error and no output file", "[
     const std::string dir = copy_fixture(tmp, c.fixture_name);
     c.breakit(dir);
     const std::string out = tmp / "x.kiln";
-    CHECK_THROWS_WITH(converter::convert_folder(dir, out, quiet()), Catch::Contains(c.expect));
+    std::string what = "(no error)";
+    try {
+        converter::convert_folder(dir, out, quiet());
+    } catch (const Error& e) {
+        what = e.what();
+    }
+    std::replace(what.begin(), what.end(), '\\', '/');  // Windows names the folders of a path with '\\'
+    CHECK_THAT(what, Catch::Contains(c.expect));
     CHECK_FALSE(fs::exists(out));
     CHECK_FALSE(fs::exists(out + ".tmp"));
 }
@@ -298,9 +306,11 @@ TEST_CASE("a broken text side fails with one clear error and no output file", "[
 TEST_CASE("text encoders in f16 variant files are picked with --variant fp16", "[converter][text]") {
     TempDir tmp;
     const std::string dir = copy_fixture(tmp, "flux_pipeline");
-    auto st = SafeTensors::open(dir + "/text_encoder/model.safetensors");
     std::vector<std::pair<std::string, Tensor>> ts;
-    for (auto& t : st.tensors()) ts.emplace_back(t.name, st.read(t.name).astype(DType::f16));
+    {  // closed before the file is removed: Windows (and wine) keep an open file's name until it is closed
+        auto st = SafeTensors::open(dir + "/text_encoder/model.safetensors");
+        for (auto& t : st.tensors()) ts.emplace_back(t.name, st.read(t.name).astype(DType::f16));
+    }
     write_safetensors(dir + "/text_encoder/model.fp16.safetensors", ts);
     fs::remove(dir + "/text_encoder/model.safetensors");
     CHECK_THROWS_WITH(converter::convert_folder(dir, tmp / "x.kiln", quiet()), Catch::Contains("--variant fp16"));
@@ -315,5 +325,7 @@ TEST_CASE("text encoders in f16 variant files are picked with --variant fp16", "
     converter::convert_folder(dir, tmp / "x.kiln", o);
     GgufFile g = GgufFile::open(tmp / "x.kiln");
     CHECK(g.read("text_encoder.text_model.final_layer_norm.weight").to_f32() ==
-          st.read("text_model.final_layer_norm.weight").astype(DType::f16).to_f32());
+          std::find_if(ts.begin(), ts.end(), [](auto& t) {
+              return t.first == "text_model.final_layer_norm.weight";
+          })->second.to_f32());
 }

@@ -321,6 +321,18 @@ TEST_CASE("published: find_tokenizers() from a pipeline folder or a one-tokenize
     CHECK(e.find("tokenizers were not found in " + clip) != std::string::npos);
 }
 
+namespace {
+// huggingface_hub links snapshot files into blobs/; where the system refuses links (Windows without developer mode,
+// wine) it copies them, and that layout must work too. A target that does not exist is then no file at all.
+void link_blob(const std::string& target, const fs::path& link) {
+    std::error_code ec;
+    fs::create_symlink(target, link, ec);
+    if (!ec) return;
+    std::error_code missing;
+    fs::copy_file(link.parent_path() / target, link, missing);
+}
+}  // namespace
+
 TEST_CASE("published: find_tokenizers() from the Hugging Face cache", "[layouts][published]") {
     test::TempDir tmp("kiln_hf");
     const fs::path repo = tmp.path / "hub" / "models--black-forest-labs--FLUX.1-dev";
@@ -331,14 +343,14 @@ TEST_CASE("published: find_tokenizers() from the Hugging Face cache", "[layouts]
     write(repo / "blobs" / "s");
     for (const char* rev : {"0000old", "1111new"}) {
         fs::create_directories(repo / "snapshots" / rev / "tokenizer");
-        fs::create_symlink("../../../blobs/v", repo / "snapshots" / rev / "tokenizer" / "vocab.json");
-        fs::create_symlink("../../../blobs/m", repo / "snapshots" / rev / "tokenizer" / "merges.txt");
+        link_blob("../../../blobs/v", repo / "snapshots" / rev / "tokenizer" / "vocab.json");
+        link_blob("../../../blobs/m", repo / "snapshots" / rev / "tokenizer" / "merges.txt");
     }
     fs::create_directories(repo / "snapshots" / "1111new" / "tokenizer_2");
-    fs::create_symlink("../../../blobs/s", repo / "snapshots" / "1111new" / "tokenizer_2" / "spiece.model");
+    link_blob("../../../blobs/s", repo / "snapshots" / "1111new" / "tokenizer_2" / "spiece.model");
     // A broken link (an interrupted download) does not count.
     fs::create_directories(repo / "snapshots" / "0000old" / "tokenizer_2");
-    fs::create_symlink("../../../blobs/gone", repo / "snapshots" / "0000old" / "tokenizer_2" / "spiece.model");
+    link_blob("../../../blobs/gone", repo / "snapshots" / "0000old" / "tokenizer_2" / "spiece.model");
     write(repo / "refs" / "main", "1111new");
 
     auto found = find_tokenizers(published("flux-dev"), "", tmp.path.string());

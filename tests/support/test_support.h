@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/platform.h"
 #include "runtime/core/settings.h"
 #include "runtime/core/tensor.h"
 
@@ -22,8 +23,8 @@ Settings fixed_settings();
 // Sets an environment variable (a KILN_* knob) for one scope, then unsets it.
 struct ScopedEnv {
     std::string name;
-    ScopedEnv(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
-    ~ScopedEnv() { ::unsetenv(name.c_str()); }
+    ScopedEnv(const char* n, const std::string& v) : name(n) { platform::set_env(n, v); }
+    ~ScopedEnv() { platform::set_env(name.c_str(), std::nullopt); }
     ScopedEnv(const ScopedEnv&) = delete;
     ScopedEnv& operator=(const ScopedEnv&) = delete;
 };

@@ -1,6 +1,7 @@
 // CLIPTokenizer against transformers 4.47.1's slow CLIPTokenizer (no ftfy): the tok_clip fixture's prompts
 // (empty, whitespace, punctuation, unicode, CJK, emoji, special tokens in the text, over-long), and the CLIP
 // tokenizers of the SD3 and Flux pipeline fixtures as the pipelines call them (max_length 77).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/text/tokenizer.h"
+#include "models/text/unicode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/support/test_support.h"
@@ -63,12 +65,18 @@ TEST_CASE("clip tokenizer matches transformers on the tok_clip prompts", "[clip_
     const size_t n = offsets.size() - 1, L = 77;
     REQUIRE(n == io["prompts"].size());
     REQUIRE(ids.size() == n * L);
-    size_t truncated = 0;
+    size_t truncated = 0, refused = 0;
     for (size_t i = 0; i < n; ++i) {
         std::string prompt(reinterpret_cast<const char*>(flat.bytes.data()) + offsets[i],
                            (size_t)(offsets[i + 1] - offsets[i]));
         REQUIRE(prompt == io["prompts"][i].get<std::string>());
         INFO("prompt " << i << ": \"" << prompt << "\"");
+        if (!unicode::available() && !std::all_of(prompt.begin(), prompt.end(), [](char c) { return c >= 0; })) {
+            // A build without ICU (KILN_ICU=OFF) refuses non-ASCII prompts rather than guess their tokens.
+            CHECK(throws_with([&] { tok->encode(prompt, (int)L, true); }, "this build has none"));
+            ++refused;
+            continue;
+        }
         Tokens t = tok->encode(prompt, (int)L, true);
         CHECK(widen(t.ids) == std::vector<int64_t>(ids.begin() + (long)(i * L), ids.begin() + (long)((i + 1) * L)));
         CHECK(widen(t.mask) == std::vector<int64_t>(mask.begin() + (long)(i * L), mask.begin() + (long)((i + 1) * L)));
@@ -81,6 +89,8 @@ TEST_CASE("clip tokenizer matches transformers on the tok_clip prompts", "[clip_
         truncated += want_un.size() > L;
     }
     CHECK(truncated >= 2);  // the fixture has over-long prompts, so truncation is exercised
+    // Without ICU: the unicode prompts refused, the ASCII ones still compared.
+    if (!unicode::available()) CHECK((refused > 0 && refused < n));
 }
 
 TEST_CASE("clip tokenizer truncates and pads as asked", "[clip_tokenizer]") {
@@ -199,6 +209,11 @@ TEST_CASE("clip tokenizer handles special tokens and case in the text", "[clip_t
     // Upper-case special tokens miss the (case-sensitive) trie but, lower-cased, match CLIP's regex and BPE's
     // cache, so they still become the special ids.
     CHECK(tok->encode("<|STARTOFTEXT|>", 0).ids == std::vector<int32_t>{sot, sot, eot});
+    CHECK(tok->encode("\tA  photo\r\nOF a CAT ", 0).ids == tok->encode("a photo of a cat", 0).ids);
+    if (!unicode::available()) {  // built without ICU: non-ASCII text is refused, naming the code point
+        CHECK(throws_with([&] { tok->encode("<|endof\xE2\x80\x8Btext|>", 0); }, "Unicode data for U+200B"));
+        return;
+    }
     // A control character inside is dropped by the clean-up, after which the regex finds the token.
     CHECK(tok->encode("<|endof\xE2\x80\x8Btext|>", 0).ids == std::vector<int32_t>{sot, eot, eot});
     // Case, NFC and whitespace do not change the ids.
