@@ -97,12 +97,14 @@ std::map<std::string, Tensor> gemma2_encoder_inputs(const Gemma2Config& c, const
 }
 
 namespace {
-// Gemma2RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), in f32. (1 + w) is built in the graph from the stored w:
-// scale(w, 1, 1) = 1*w + 1 rounds once, the f32 sum torch forms with `1.0 + weight.float()`, so the norm is the
-// product rms_norm computes with that weight.
+// Gemma2RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), in f32. (1 + w) is formed on the host, one f32 rounding as
+// torch's `1.0 + weight.float()`, and enters the graph as a per-layer constant named after the layer's weight, which
+// the JIT selects per replayed block like the weights. (An in-graph scale(w, 1, 1) gives the same values, but a shader
+// reading a block weight through a plain binding made every replay copy the layer pair's weights.)
 ir::Val rms_norm(Builder& b, const Gemma2Config& c, const std::string& name, ir::Val x) {
-    auto& g = b.g();
-    return g.rms_norm(x, g.scale(b.vec(name, {c.hidden_size}), 1.f, 1.f), c.rms_norm_eps);
+    Tensor w = b.read_f32(name, {c.hidden_size});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 1.f + w.data<float>()[i];
+    return b.g().rms_norm(x, b.constant(name + ".plus_one", std::move(w)), c.rms_norm_eps);
 }
 
 // Gemma2Attention (eager), x [B, S, hidden] -> [B, S, hidden]; bias [B, 1, S, S] additive.

@@ -16,6 +16,7 @@
 #include "apps/kiln/profile.h"
 #include "models/dit.h"
 #include "models/forward.h"
+#include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/platform.h"
 #include "runtime/exec/linear_select.h"
@@ -58,7 +59,7 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
                    "Real architecture, random weights in memory (e.g. dit-xl-2-256, "
                    "dit-xl-2-512, dit-tiny)")
         ->excludes(m);
-    app.add_option("--size", o.size, "Image size in pixels (latent = size / 8); default: the model's");
+    app.add_option("--size", o.size, "Image size in pixels (latent = size / 8; Sana and DC-AE: size / 32); default: the model's");
     app.add_option("--blocks", o.blocks,
                    "Synthetic only: keep at most N blocks of each kind (for machines that "
                    "cannot hold the whole model; per-block figures stay valid)");
@@ -157,7 +158,11 @@ models::SyntheticArch bench_arch(const BenchOpts& o, std::unique_ptr<models::Wei
                 src.config("transformer").value("sample_size", 32)};
         ws = src.weights("transformer");
     }
-    if (o.size > 0) arch.latent = o.size / 8;
+    if (o.size > 0) {  // the VAE's downsampling: DC-AE (Sana) 32x, the KL VAE 8x
+        const models::ComponentClass* k = models::find_component_class(arch.cls);
+        const bool dc_ae = k && (k->kind == models::ComponentKind::sana || k->kind == models::ComponentKind::dc_ae);
+        arch.latent = o.size / (dc_ae ? 32 : 8);
+    }
     return arch;
 }
 
