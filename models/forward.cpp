@@ -441,6 +441,51 @@ SyntheticArch synthetic(ComponentKind kind, nlohmann::json config, int latent = 
     config["_class_name"] = class_name(kind);
     return SyntheticArch{class_name(kind), std::move(config), latent, kind};
 }
+
+SyntheticArch gemma2_2b_arch() {
+    // google/gemma-2-2b-it as Sana's text_encoder/config.json (Gemma2Model).
+    return synthetic(ComponentKind::gemma2, {{"vocab_size", 256000},
+                                             {"hidden_size", 2304},
+                                             {"intermediate_size", 9216},
+                                             {"num_hidden_layers", 26},
+                                             {"num_attention_heads", 8},
+                                             {"num_key_value_heads", 4},
+                                             {"head_dim", 256},
+                                             {"query_pre_attn_scalar", 256},
+                                             {"sliding_window", 4096},
+                                             {"attn_logit_softcapping", 50.0},
+                                             {"final_logit_softcapping", 30.0},
+                                             {"rms_norm_eps", 1e-6},
+                                             {"rope_theta", 10000.0},
+                                             {"hidden_activation", "gelu_pytorch_tanh"}});
+}
+
+SyntheticArch dc_ae_sana_arch() {
+    // mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers (as diffusers' convert_dcae_to_diffusers.py writes
+    // dc-ae-f32c32-sana-1.0; 1.1 has the same architecture): decoding 32 x 32 latents = 1024 px.
+    const std::vector<std::string> dc_ae_types = {"ResBlock",          "ResBlock",          "ResBlock",
+                                                  "EfficientViTBlock", "EfficientViTBlock", "EfficientViTBlock"};
+    using J = nlohmann::json;
+    const J scales = J::array({J::array(), J::array(), J::array(), J::array({5}), J::array({5}), J::array({5})});
+    return synthetic(ComponentKind::dc_ae,
+                     {{"in_channels", 3},
+                      {"latent_channels", 32},
+                      {"attention_head_dim", 32},
+                      {"encoder_block_types", dc_ae_types},
+                      {"decoder_block_types", dc_ae_types},
+                      {"encoder_block_out_channels", {128, 256, 512, 512, 1024, 1024}},
+                      {"decoder_block_out_channels", {128, 256, 512, 512, 1024, 1024}},
+                      {"encoder_layers_per_block", {2, 2, 2, 3, 3, 3}},
+                      {"decoder_layers_per_block", {3, 3, 3, 3, 3, 3}},
+                      {"encoder_qkv_multiscales", scales},
+                      {"decoder_qkv_multiscales", scales},
+                      {"downsample_block_type", "conv"},
+                      {"upsample_block_type", "interpolate"},
+                      {"decoder_norm_types", "rms_norm"},
+                      {"decoder_act_fns", "silu"},
+                      {"scaling_factor", 0.41407}},
+                     32);
+}
 }  // namespace
 
 const std::map<std::string, SyntheticArch>& synthetic_archs() {
@@ -552,45 +597,6 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                                                                        {"relative_attention_max_distance", 128},
                                                                        {"layer_norm_epsilon", 1e-6},
                                                                        {"feed_forward_proj", "gated-gelu"}});
-    // google/gemma-2-2b-it as Sana's text_encoder/config.json (Gemma2Model).
-    const SyntheticArch gemma2_2b = synthetic(ComponentKind::gemma2, {{"vocab_size", 256000},
-                                                                      {"hidden_size", 2304},
-                                                                      {"intermediate_size", 9216},
-                                                                      {"num_hidden_layers", 26},
-                                                                      {"num_attention_heads", 8},
-                                                                      {"num_key_value_heads", 4},
-                                                                      {"head_dim", 256},
-                                                                      {"query_pre_attn_scalar", 256},
-                                                                      {"sliding_window", 4096},
-                                                                      {"attn_logit_softcapping", 50.0},
-                                                                      {"final_logit_softcapping", 30.0},
-                                                                      {"rms_norm_eps", 1e-6},
-                                                                      {"rope_theta", 10000.0},
-                                                                      {"hidden_activation", "gelu_pytorch_tanh"}});
-    // mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers (as diffusers' convert_dcae_to_diffusers.py writes
-    // dc-ae-f32c32-sana-1.0; 1.1 has the same architecture): decoding 32 x 32 latents = 1024 px.
-    const std::vector<std::string> dc_ae_types = {"ResBlock",          "ResBlock",          "ResBlock",
-                                                  "EfficientViTBlock", "EfficientViTBlock", "EfficientViTBlock"};
-    using J = nlohmann::json;
-    const J scales = J::array({J::array(), J::array(), J::array(), J::array({5}), J::array({5}), J::array({5})});
-    const SyntheticArch dc_ae_sana = synthetic(ComponentKind::dc_ae,
-                                               {{"in_channels", 3},
-                                                {"latent_channels", 32},
-                                                {"attention_head_dim", 32},
-                                                {"encoder_block_types", dc_ae_types},
-                                                {"decoder_block_types", dc_ae_types},
-                                                {"encoder_block_out_channels", {128, 256, 512, 512, 1024, 1024}},
-                                                {"decoder_block_out_channels", {128, 256, 512, 512, 1024, 1024}},
-                                                {"encoder_layers_per_block", {2, 2, 2, 3, 3, 3}},
-                                                {"decoder_layers_per_block", {3, 3, 3, 3, 3, 3}},
-                                                {"encoder_qkv_multiscales", scales},
-                                                {"decoder_qkv_multiscales", scales},
-                                                {"downsample_block_type", "conv"},
-                                                {"upsample_block_type", "interpolate"},
-                                                {"decoder_norm_types", "rms_norm"},
-                                                {"decoder_act_fns", "silu"},
-                                                {"scaling_factor", 0.41407}},
-                                               32);
     static const std::map<std::string, SyntheticArch> archs = {
         {"dit-xl-2-256", dit(16, 72, 28, 32)},
         {"dit-xl-2-512", dit(16, 72, 28, 64)},
@@ -604,8 +610,8 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
         {"clip-l", clip(768, 3072, 12, 12, "quick_gelu")},
         {"clip-g", clip(1280, 5120, 20, 32, "gelu")},
         {"t5-xxl", t5_xxl},
-        {"gemma2-2b", gemma2_2b},
-        {"dc-ae-f32c32-sana-1.1", dc_ae_sana},
+        {"gemma2-2b", gemma2_2b_arch()},
+        {"dc-ae-f32c32-sana-1.1", dc_ae_sana_arch()},
     };
     return archs;
 }

@@ -434,6 +434,17 @@ TextConditioning TextConditioning::repeat_each(int n) const {
     return out;
 }
 
+namespace {
+// The VAE's run: tiled as asked, eager when the transformer is, else one full recording.
+VaeOptions vae_options(const T2IOptions& opt) {
+    VaeOptions vo;
+    vo.tiled = opt.tiled_vae;
+    vo.tile_sample_size = opt.vae_tile_size;
+    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
+    return vo;
+}
+}  // namespace
+
 GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt) {
     GenerateResult res;
     auto t_plan = Clock::now();
@@ -465,11 +476,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     Tensor init(DType::f32, nchw);
     auto sched = make_t2i_scheduler(src, opt);
     if (p.eta > 0) sched->set_eta(p.eta);
-    VaeOptions vo;
-    vo.tiled = opt.tiled_vae;
-    vo.tile_sample_size = opt.vae_tile_size;
-    vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
-    LatentDecoder vx(&ctx, src, vo);
+    LatentDecoder vx(&ctx, src, vae_options(opt));
     std::vector<std::pair<std::string, Tensor>> image_dump;
     ImageLatents il;
     if (p.img2img) {
