@@ -81,15 +81,17 @@ ir::Val glumbconv(Builder& b, const std::string& pre, ir::Val x, const SanaConfi
     auto& g = b.g();
     const int D = c.inner(), F = c.ff_hidden();
     const int64_t N = (int64_t)h * w;
-    ir::Val t = g.reshape(g.transpose(x, 1, 2), {B, D, h, w});
-    ir::Val wi = b.matrix(pre + ".conv_inverted.weight", {2 * F, D, 1, 1});
-    t = g.silu(g.conv2d(t, wi, b.vec(pre + ".conv_inverted.bias", {2 * F}), {}));  // [B, 2F, h, w]
+    // The 1x1 convolutions are linears over the tokens' channels (their [O, C, 1, 1] weights read as [O, C]), so the
+    // JIT selects their weights per replayed block like every other linear's; only the depthwise conv runs on NCHW.
+    ir::Val wi = b.matrix_1x1(pre + ".conv_inverted.weight", 2 * F, D);
+    ir::Val t = g.silu(g.linear(x, wi, b.vec(pre + ".conv_inverted.bias", {2 * F})));  // [B, N, 2F]
+    t = g.reshape(g.transpose(t, 1, 2), {B, 2 * F, h, w});
     ir::Val wd = b.matrix(pre + ".conv_depth.weight", {2 * F, 1, 3, 3});
     t = g.conv2d(t, wd, b.vec(pre + ".conv_depth.bias", {2 * F}), {1, 1, 1, 1, 2 * F});
     auto vg = g.chunk(t, 1, 2);  // value, gate: [B, F, h, w] each
     t = g.mul(vg[0], g.silu(vg[1]));
-    t = g.conv2d(t, b.matrix(pre + ".conv_point.weight", {D, F, 1, 1}), {}, {});  // [B, D, h, w]
-    return g.transpose(g.reshape(t, {B, D, N}), 1, 2);                            // [B, N, D]
+    t = g.transpose(g.reshape(t, {B, F, N}), 1, 2);                          // [B, N, F]
+    return g.linear(t, b.matrix_1x1(pre + ".conv_point.weight", D, F), {});  // [B, N, D]
 }
 
 // time_embed -> (the [B, 6, D] modulation every block adds to its scale_shift_table, embedded_timestep [B, D]).

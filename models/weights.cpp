@@ -129,6 +129,13 @@ ir::Val Builder::matrix(const std::string& name, const Shape& shape) {
     return g_.weight(name, shape, is_f8(t) ? DType::f16 : t);
 }
 
+ir::Val Builder::matrix_1x1(const std::string& name, int64_t O, int64_t C) {
+    DType t = meta(name, {O, C, 1, 1}).dtype;
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || is_f8(t), ws_.source(), ": tensor '", name,
+               "' has dtype ", dtype_name(t), "; convolution weights must be f32, f16, bf16 or fp8");
+    return g_.weight(name, {O, C}, is_f8(t) ? DType::f16 : t);
+}
+
 ir::Val Builder::vec(const std::string& name, const Shape& shape) {
     meta(name, shape);
     return g_.weight(name, shape, DType::f32);
@@ -370,6 +377,8 @@ std::function<Tensor(const ir::Value&)> cpu_weights(const WeightStore& ws,
         auto it = consts.find(v.name);
         // The oracle sees exactly the values the GPU sees: stored dtype rounded to the declared one.
         Tensor t = it != consts.end() ? it->second : ws.read(v.name);
+        if (t.shape.size() == 4 && t.shape[2] == 1 && t.shape[3] == 1 && v.shape == Shape{t.shape[0], t.shape[1]})
+            t.shape = v.shape;  // a 1x1 convolution's weight read as its matrix (Builder::matrix_1x1)
         return t.astype(v.dtype).astype(DType::f32);
     };
 }

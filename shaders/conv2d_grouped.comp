@@ -1,4 +1,5 @@
 // variants: f32 f16 bf16
+// ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // conv2d NCHW with groups > 1 (depthwise convolutions, grouped 1x1 mixes): y[b, o, i, j] = bias[o] + sum over the
@@ -9,9 +10,16 @@
 #define USE_CONV2D
 #include "runtime/ir/params.h"
 layout(local_size_x = 64) in;
+// W and the bias may be block weights (Sana's depthwise conv inside every transformer block): selected per replay
+// through device addresses (_ptr) or a per-replay offset (_off), see common.glsl.
+SELECT_BUF(4)
 layout(binding = 0) readonly buffer X { float x[]; };
-layout(binding = 1) readonly buffer Wt { WTYPE w[]; };
-layout(binding = 2) readonly buffer Bs { float bias[]; };
+WEIGHT_BUF(1, Wt, WTYPE, w)
+WEIGHT_BUF(2, Bs, float, bias)
+#ifdef KILN_PTR
+#define w Wt_p.data
+#define bias Bs_p.data
+#endif
 layout(binding = 3) writeonly buffer Y { float y[]; };
 
 void main() {
@@ -28,9 +36,9 @@ void main() {
             for (uint kx = 0; kx < p.KW; ++kx) {
                 int ix = int(j * p.stride_w + kx) - int(p.pad_w);
                 if (ix < 0 || ix >= int(p.W)) continue;
-                acc += x[(xc + uint(iy)) * p.W + uint(ix)] * W2F(w[wc + ky * p.KW + kx]);
+                acc += x[(xc + uint(iy)) * p.W + uint(ix)] * W2F(w[WBASE(Wt) + wc + ky * p.KW + kx]);
             }
         }
     }
-    y[id] = acc + (p.has_bias != 0 ? bias[o] : 0.0);
+    y[id] = acc + (p.has_bias != 0 ? bias[WBASE(Bs) + o] : 0.0);
 }
