@@ -16,8 +16,10 @@ for t in converter/fuzz_safetensors converter/fuzz_gguf converter/fuzz_layouts m
   seeds=(converter/fuzz/corpus/$name)
   if [ "$name" = layouts ]; then  # real single files as seeds: Flux GGUF (Q8_0), BFL Flux, LDM VAE, CLIP, T5
     seeds=(converter/fuzz/corpus/gguf converter/fuzz/corpus/safetensors)
-    for f in flux1-tiny-Q8_0.gguf flux1-tiny.safetensors ae.safetensors clip_l.safetensors t5xxl.safetensors; do
-      cp tests/data/fixtures/flux_pipeline_singlefile/$f "$work/corpus/"
+    cp tests/data/fixtures/flux_pipeline_singlefile/flux1-tiny-Q8_0.gguf "$work/corpus/"
+    # the safetensors ones are not committed: the tests make them from the diffusers folder into the build tree
+    for f in flux1-tiny.safetensors ae.safetensors clip_l.safetensors t5xxl.safetensors; do
+      for d in build/*/test-data/flux_pipeline_singlefile; do [ -f "$d/$f" ] && { cp "$d/$f" "$work/corpus/"; break; }; done
     done
   fi
   [ "$name" = t5_tokenizer ] && cp tests/data/fixtures/tok_t5/spiece.model "$work/corpus/"  # a real model as seed

@@ -13,6 +13,7 @@
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
+#include "tests/support/single_files.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -29,8 +30,9 @@ Result run(const Tmp& tmp, const std::string& binary, const std::string& args) {
 }
 
 std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
-std::string flux_file(const std::string& f) { return fixture("flux_pipeline_singlefile/" + f); }
-std::string sd3_file(const std::string& f) { return fixture("sd3_pipeline_singlefile/" + f); }
+// The single files: the safetensors made from the diffusers folders (tests/support/single_files.h), the GGUF committed.
+std::string flux_file(const std::string& f) { return test::single_file("flux", f); }
+std::string sd3_file(const std::string& f) { return test::single_file("sd3", f); }
 
 // The call of a pipeline fixture (../<name>/io.json) with its latents, dumping the intermediates to `dump`.
 std::string call(const std::string& name, const std::string& dump) {
@@ -162,13 +164,13 @@ TEST_CASE("kiln-convert bundles single files, configs and tokenizers into a Kiln
 TEST_CASE("kiln info names a single file's components, layouts and types", "[apps][single_file]") {
     Tmp tmp("kiln_sf");
     const auto [file, expect] = GENERATE(table<std::string, std::string>({
-        {"flux_pipeline_singlefile/flux1-tiny.safetensors", "transformer: flux, bfl layout"},
-        {"flux_pipeline_singlefile/flux1-tiny-comfy.safetensors", "keys under 'model.diffusion_model.'"},
-        {"flux_pipeline_singlefile/flux1-tiny-Q8_0.gguf", "q8_0 16"},
-        {"flux_pipeline_singlefile/ae.safetensors", "vae: ldm layout"},
-        {"sd3_pipeline_singlefile/sd3-tiny.safetensors", "transformer: sd3, stability layout"},
+        {flux_file("flux1-tiny.safetensors"), "transformer: flux, bfl layout"},
+        {flux_file("flux1-tiny-comfy.safetensors"), "keys under 'model.diffusion_model.'"},
+        {flux_file("flux1-tiny-Q8_0.gguf"), "q8_0 16"},
+        {flux_file("ae.safetensors"), "vae: ldm layout"},
+        {sd3_file("sd3-tiny.safetensors"), "transformer: sd3, stability layout"},
     }));
-    Result r = run(tmp, "kiln", "info " + fixture(file));
+    Result r = run(tmp, "kiln", "info " + file);
     INFO(r.err);
     CHECK(r.rc == 0);
     CHECK(r.err.find(expect) != std::string::npos);

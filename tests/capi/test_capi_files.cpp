@@ -4,12 +4,15 @@
 #include <cstring>
 
 #include "tests/capi/capi_test.h"
+#include "tests/support/single_files.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln::capi_test;
 
 namespace {
 std::string fx(const std::string& rel) { return kiln::test::data_path("fixtures/" + rel); }
+// A single file of the flux fixture (made from the diffusers folder: tests/support/single_files.h).
+std::string sf(const std::string& f) { return kiln::test::single_file("flux", f); }
 
 // A text generation (RGB f32) of the fixture prompt; the status.
 kiln_status generate(kiln_model* m, std::vector<float>& px) {
@@ -40,9 +43,9 @@ Model open_files(kiln_context* ctx, const kiln_model_files& f) {
 
 TEST_CASE("C API: kiln_model_open_files gives the diffusers folder's image", "[capi][vulkan][single_file]") {
     auto ctx = make_context();
-    const std::string flux = fx("flux_pipeline"), sf = fx("flux_pipeline_singlefile/");
-    const std::string dit = sf + "flux1-tiny.safetensors", vae = sf + "ae.safetensors",
-                      clip = sf + "clip_l.safetensors", t5 = sf + "t5xxl.safetensors";
+    const std::string flux = fx("flux_pipeline");
+    const std::string dit = sf("flux1-tiny.safetensors"), vae = sf("ae.safetensors"), clip = sf("clip_l.safetensors"),
+                      t5 = sf("t5xxl.safetensors");
     std::vector<float> ref, got;
     auto folder = open_model(ctx.get(), flux);
     INFO(kiln_last_error());
@@ -63,7 +66,7 @@ TEST_CASE("C API: kiln_model_open_files gives the diffusers folder's image", "[c
     CHECK(got == ref);  // the same weights, bitwise, in the same graph
 
     // SD3: everything from Stability's single file, configs and tokenizers from the folder.
-    const std::string sd3 = fx("sd3_pipeline"), sd3_file = fx("sd3_pipeline_singlefile/sd3-tiny.safetensors");
+    const std::string sd3 = fx("sd3_pipeline"), sd3_file = kiln::test::single_file("sd3", "sd3-tiny.safetensors");
     auto sd3_folder = open_model(ctx.get(), sd3);
     REQUIRE(generate(sd3_folder.get(), ref) == KILN_OK);
     kiln_model_files g = KILN_MODEL_FILES_INIT;
@@ -76,8 +79,9 @@ TEST_CASE("C API: kiln_model_open_files gives the diffusers folder's image", "[c
 
 TEST_CASE("C API: kiln_model_open_files refuses bad files with a status and one line", "[capi][single_file]") {
     auto ctx = make_context();
-    const std::string sf = fx("flux_pipeline_singlefile/"), flux = fx("flux_pipeline");
-    const std::string dit = sf + "flux1-tiny.safetensors", clip = sf + "clip_l.safetensors", none = sf + "nope.gguf";
+    const std::string flux = fx("flux_pipeline");
+    const std::string dit = sf("flux1-tiny.safetensors"), clip = sf("clip_l.safetensors"),
+                      none = fx("flux_pipeline_singlefile/nope.gguf");
     kiln_model* m = nullptr;
     kiln_model_files f = KILN_MODEL_FILES_INIT;
     CHECK(kiln_model_open_files(ctx.get(), &f, &m) == KILN_INVALID_ARGUMENT);  // names no file

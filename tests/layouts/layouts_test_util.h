@@ -8,13 +8,13 @@
 
 #include "models/layouts/layouts.h"
 #include "runtime/core/safetensors.h"
+#include "tests/support/single_files.h"
 #include "tests/support/test_support.h"
 
 namespace kiln::test {
 
-inline std::string single(const std::string& c, const std::string& f) {
-    return data_path("fixtures/" + c + "_pipeline_singlefile/" + f);
-}
+// A file of the single-file fixture `c`: the safetensors made from the diffusers folder, the rest committed.
+inline std::string single(const std::string& c, const std::string& f) { return single_file(c, f); }
 inline std::string folder(const std::string& c, const std::string& comp) {
     return data_path(
         "fixtures/" + c + "_pipeline/" + comp + "/" +
