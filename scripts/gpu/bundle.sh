@@ -2,7 +2,8 @@
 # Here (Debian 12, no GPU): packs what scripts/gpu/suite.sh needs on a lent GPU machine (../.library/device), which
 # has no Vulkan loader, no build dependencies and no network. Writes .gpu/ (git-ignored through .git/info/exclude):
 #   .gpu/gl/*.deb        the Vulkan loader and GL libraries, as the device README lists them (unpacked into /)
-#   .gpu/deps/*.deb      ICU 72 (kiln links it) and the Khronos validation layer (unpacked into /opt/kiln-deps)
+#   .gpu/deps/*.deb      ICU 72 (its two libraries kiln links, as a .tar.xz), OpenSSL 3 and brotli (kiln links them; cpp-httplib, the tests' SHA-256) and the Khronos
+#                        validation layer (unpacked into /opt/kiln-deps)
 #   .gpu/build.tar.xz    build/release's kiln, kiln-convert and the Vulkan test executables, stripped
 #   .gpu/built_in        the source tree the binaries were built in (their test-data paths are absolute)
 #   .gpu/peer.tar.xz     with --diffusers DIR: ../shared/gpu-peer/bench_torch.py and DIR (diffusers' src/diffusers)
@@ -25,7 +26,12 @@ rm -rf .gpu && mkdir -p .gpu/gl .gpu/deps /tmp/kiln-amd64/partial
 o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/kiln-amd64'
 apt-get $o update -qq
 (cd .gpu/gl && apt-get $o download -qq libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
-(cd .gpu/deps && apt-get $o download -qq libicu72 vulkan-validationlayers)
+(cd .gpu/deps && apt-get $o download -qq libicu72 vulkan-validationlayers libssl3 libbrotli1)
+# Of ICU only the two libraries kiln links (libicuuc, libicudata): 1.2 MiB less than the package.
+rm -rf /tmp/kiln-icu && dpkg -x .gpu/deps/libicu72_*.deb /tmp/kiln-icu && rm .gpu/deps/libicu72_*.deb
+tar -cJf .gpu/deps/libicu72-uc-data.tar.xz -C /tmp/kiln-icu ./usr/lib/x86_64-linux-gnu/libicuuc.so.72 \
+  ./usr/lib/x86_64-linux-gnu/libicuuc.so.72.1 ./usr/lib/x86_64-linux-gnu/libicudata.so.72 \
+  ./usr/lib/x86_64-linux-gnu/libicudata.so.72.1
 # Only what runs there: no soak or C API test (that one installs Kiln and builds the examples with CMake).
 # kiln-convert rather than build/release/dit-digits.kiln: suite.sh remakes the built-in model there (6 MiB saved).
 files=(build/release/apps/kiln build/release/apps/kiln-convert)

@@ -24,6 +24,7 @@ ldconfig
 deps=/opt/kiln-deps
 mkdir -p "$deps"
 for f in .gpu/deps/*.deb; do dpkg -x "$f" "$deps"; done
+for f in .gpu/deps/*.tar.xz; do tar -xJf "$f" -C "$deps"; done
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export VK_LAYER_PATH="$deps/usr/share/vulkan/explicit_layer.d"
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
