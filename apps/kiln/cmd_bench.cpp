@@ -59,7 +59,8 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
                    "Real architecture, random weights in memory (e.g. dit-xl-2-256, "
                    "dit-xl-2-512, dit-tiny)")
         ->excludes(m);
-    app.add_option("--size", o.size, "Image size in pixels (latent = size / 8; Sana and DC-AE: size / 32); default: the model's");
+    app.add_option("--size", o.size,
+                   "Image size in pixels (latent = size / 8; Sana and DC-AE: size / 32); default: the model's");
     app.add_option("--blocks", o.blocks,
                    "Synthetic only: keep at most N blocks of each kind (for machines that "
                    "cannot hold the whole model; per-block figures stay valid)");

@@ -16,73 +16,17 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-json parse_json(const TokenizerFiles& files, const std::string& name, const std::string& where) {
-    auto it = files.find(name);
-    if (it == files.end()) return json::object();
-    json j = json::parse(it->second, nullptr, false);
-    KILN_CHECK(!j.is_discarded() && j.is_object(), where, " ", name, ": not a JSON object");
-    return j;
-}
-
-// A token entry is a string or an AddedToken dict {"content": ...}.
-std::string token_content(const json& j, const std::string& what) {
-    if (j.is_string()) return j.get<std::string>();
-    KILN_CHECK(j.is_object() && j.contains("content") && j["content"].is_string(), what,
-               ": expected a string or {\"content\": ...}");
-    return j["content"].get<std::string>();
-}
-
-bool flag(const json& j, const char* key) {
-    return j.is_object() && j.contains(key) && j[key].is_boolean() && j[key].get<bool>();
-}
-
-// Python's str.isspace() for one code point.
-bool is_py_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// The code point of the (valid) UTF-8 character at s[i] and its length.
-size_t decode_at(const std::string& s, size_t i, uint32_t* cp) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-    uint32_t v = len == 1 ? c : c & (0x7F >> len);
-    for (size_t k = 1; k < len && i + k < s.size(); ++k) v = (v << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    *cp = v;
-    return len;
-}
-
-// Python's str.lstrip() / str.rstrip() (Unicode whitespace).
-std::string py_lstrip(const std::string& s) {
-    size_t i = 0;
-    for (uint32_t cp; i < s.size();) {
-        const size_t n = decode_at(s, i, &cp);
-        if (!is_py_space(cp)) break;
-        i += n;
-    }
-    return s.substr(i);
-}
-
-std::string py_rstrip(const std::string& s) {
-    size_t keep = 0;  // end of the last non-space character
-    for (size_t i = 0; i < s.size();) {
-        uint32_t cp;
-        i += decode_at(s, i, &cp);
-        if (!is_py_space(cp)) keep = i;
-    }
-    return s.substr(0, keep);
-}
-
 // The added tokens of PreTrainedTokenizer: tokenizer_config.json's added_tokens_decoder (else the older
 // added_tokens.json), then every special token not among them (transformers adds them as special AddedTokens,
 // with the vocabulary's id, or the next free id for a content the vocabulary lacks).
-std::unordered_map<std::string, GemmaTokenizer::AddedToken> read_added_tokens(
-    const TokenizerFiles& files, const json& config, const json& special_map, std::vector<std::string> specials,
-    const SentencePieceModel& sp, const std::string& where) {
+std::unordered_map<std::string, AddedToken> read_added_tokens(const TokenizerFiles& files, const json& config,
+                                                              const json& special_map,
+                                                              std::vector<std::string> specials,
+                                                              const SentencePieceModel& sp, const std::string& where) {
     const std::string cfg_what = where + " tokenizer_config.json";
-    std::unordered_map<std::string, GemmaTokenizer::AddedToken> added;
+    std::unordered_map<std::string, AddedToken> added;
     auto next_id = static_cast<int32_t>(sp.size());
-    auto add = [&](const std::string& content, GemmaTokenizer::AddedToken t) {
+    auto add = [&](const std::string& content, AddedToken t) {
         KILN_CHECK(!content.empty(), where, ": empty added token");
         KILN_CHECK(t.id >= 0, where, ": added token '", content, "' has a negative id");
         added[content] = t;
@@ -90,20 +34,20 @@ std::unordered_map<std::string, GemmaTokenizer::AddedToken> read_added_tokens(
     };
     if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
         for (const auto& [key, t] : config["added_tokens_decoder"].items()) {
-            GemmaTokenizer::AddedToken a;
+            AddedToken a;
             size_t used = 0;
             try {
                 a.id = std::stoi(key, &used);
             } catch (const std::exception&) {
             }
             KILN_CHECK(used > 0 && used == key.size(), cfg_what, ": added_tokens_decoder key '", key, "' is not an id");
-            a.lstrip = flag(t, "lstrip");
-            a.rstrip = flag(t, "rstrip");
-            a.single_word = flag(t, "single_word");
+            a.lstrip = json_flag(t, "lstrip");
+            a.rstrip = json_flag(t, "rstrip");
+            a.single_word = json_flag(t, "single_word");
             add(token_content(t, cfg_what + " added_tokens_decoder " + key), a);
         }
     } else {
-        const json added_json = parse_json(files, "added_tokens.json", where);
+        const json added_json = parse_tokenizer_json(files, "added_tokens.json", where);
         for (const auto& [content, id] : added_json.items()) {
             KILN_CHECK(id.is_number_integer(), where, " added_tokens.json: id of '", content, "' is not an integer");
             add(content, {id.get<int32_t>()});
@@ -130,8 +74,8 @@ GemmaTokenizer::GemmaTokenizer(const TokenizerFiles& files, const std::string& w
     KILN_CHECK(!model->second.empty(), where, " tokenizer.model: empty file");
     sp_ = SentencePieceModel::parse(model->second, where, SentencePieceModel::Algorithm::bpe, "tokenizer.model");
 
-    const json config = parse_json(files, "tokenizer_config.json", where);
-    const json special_map = parse_json(files, "special_tokens_map.json", where);
+    const json config = parse_tokenizer_json(files, "tokenizer_config.json", where);
+    const json special_map = parse_tokenizer_json(files, "special_tokens_map.json", where);
     const std::string cfg_what = where + " tokenizer_config.json";
     auto config_bool = [&](const char* key, bool fallback) {
         if (!config.contains(key) || config[key].is_null()) return fallback;
@@ -174,46 +118,9 @@ int32_t GemmaTokenizer::token_id(const std::string& token) const {
     return it != added_.end() ? it->second.id : sp_.piece_to_id(token);
 }
 
-// transformers' Trie.split: the text cut around added tokens, the leftmost match first, the longest among those.
-std::vector<std::string> GemmaTokenizer::split_added(const std::string& text) const {
-    std::vector<std::string> out;
-    size_t begin = 0;
-    for (size_t i = 0; i < text.size();) {
-        size_t match = 0;
-        for (size_t n = std::min(max_added_bytes_, text.size() - i); n > 0 && match == 0; --n)
-            if (added_.count(text.substr(i, n))) match = n;
-        if (match == 0) {
-            ++i;
-            continue;
-        }
-        if (i > begin) out.push_back(text.substr(begin, i - begin));
-        out.push_back(text.substr(i, match));
-        i += match;
-        begin = i;
-    }
-    if (begin < text.size()) out.push_back(text.substr(begin));
-    return out;
-}
-
 std::vector<std::string> GemmaTokenizer::tokenize(const std::string& utf8) const {
     check_utf8(utf8, class_name() + " prompt");
-    std::vector<std::string> parts = split_added(utf8);
-    for (size_t i = 0; i < parts.size(); ++i) {
-        auto it = added_.find(parts[i]);
-        if (it == added_.end()) continue;
-        const AddedToken& t = it->second;
-        const bool has_left = i > 0 && !parts[i - 1].empty();
-        const bool has_right = i + 1 < parts.size() && !parts[i + 1].empty();
-        if (t.rstrip && has_right) parts[i + 1] = py_lstrip(parts[i + 1]);
-        if (t.lstrip && has_left) parts[i - 1] = py_rstrip(parts[i - 1]);
-        if (t.single_word && has_left && parts[i - 1].back() != ' ') {
-            parts[i - 1] += parts[i];
-            parts[i].clear();
-        } else if (t.single_word && has_right && parts[i + 1][0] != ' ') {
-            parts[i] += parts[i + 1];
-            parts[i + 1].clear();
-        }
-    }
+    const std::vector<std::string> parts = split_added(utf8, added_, max_added_bytes_);
     std::vector<std::string> tokens;
     for (const std::string& p : parts) {
         if (p.empty()) continue;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "models/text/added_tokens.h"
 #include "models/text/sentencepiece.h"
 #include "models/text/tokenizer.h"
 
@@ -43,18 +44,11 @@ public:
     std::string class_name() const override { return "GemmaTokenizer"; }
     const SentencePieceModel& sentencepiece() const { return sp_; }
 
-    // An added token's id and the strip rules tokenize applies to its neighbours.
-    struct AddedToken {
-        int32_t id = 0;
-        bool lstrip = false, rstrip = false, single_word = false;
-    };
-
 private:
-    std::vector<std::string> split_added(const std::string& text) const;
     int32_t token_id(const std::string& token) const;
 
     SentencePieceModel sp_;
-    std::unordered_map<std::string, AddedToken> added_;  // content -> token
+    AddedTokens added_;
     size_t max_added_bytes_ = 0;
     std::string bos_, eos_, pad_, unk_;  // special token contents; pad_ empty when there is none
     int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;

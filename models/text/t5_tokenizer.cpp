@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "models/registry/registry.h"
+#include "models/text/added_tokens.h"
 #include "models/text/sentencepiece.h"
 #include "runtime/core/error.h"
 
@@ -18,68 +19,7 @@ using nlohmann::json;
 
 constexpr std::string_view kUnderline = "\xe2\x96\x81";  // "▁"
 
-json parse_json(const TokenizerFiles& files, const std::string& name, const std::string& where) {
-    auto it = files.find(name);
-    if (it == files.end()) return json::object();
-    json j = json::parse(it->second, nullptr, false);
-    KILN_CHECK(!j.is_discarded() && j.is_object(), where, " ", name, ": not a JSON object");
-    return j;
-}
-
-// A special token entry is a string or an AddedToken dict {"content": ...}.
-std::string token_content(const json& j, const std::string& what) {
-    if (j.is_string()) return j.get<std::string>();
-    KILN_CHECK(j.is_object() && j.contains("content") && j["content"].is_string(), what,
-               ": expected a string or {\"content\": ...}");
-    return j["content"].get<std::string>();
-}
-
-bool flag(const json& j, const char* key) { return j.contains(key) && j[key].is_boolean() && j[key].get<bool>(); }
-
-// Python's str.isspace() for one code point.
-bool is_py_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// Decodes the (valid) UTF-8 character at s[i]; returns its length.
-size_t decode_at(const std::string& s, size_t i, uint32_t* cp) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-    uint32_t v = len == 1 ? c : c & (0x7F >> len);
-    for (size_t k = 1; k < len && i + k < s.size(); ++k) v = (v << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    *cp = v;
-    return len;
-}
-
-std::string py_lstrip(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        uint32_t cp;
-        const size_t n = decode_at(s, i, &cp);
-        if (!is_py_space(cp)) break;
-        i += n;
-    }
-    return s.substr(i);
-}
-
-std::string py_rstrip(const std::string& s) {
-    size_t keep = 0;  // end of the last non-space character
-    for (size_t i = 0; i < s.size();) {
-        uint32_t cp;
-        const size_t n = decode_at(s, i, &cp);
-        i += n;
-        if (!is_py_space(cp)) keep = i;
-    }
-    return s.substr(0, keep);
-}
-
 bool starts_with(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
-
-struct AddedToken {
-    int32_t id = 0;
-    bool lstrip = false, rstrip = false, single_word = false, special = false;
-};
 
 class SlowT5Tokenizer final : public Tokenizer {
 public:
@@ -93,13 +33,12 @@ public:
     std::vector<std::string> tokenize(const std::string& text) const;
 
 private:
-    std::vector<std::string> split_added(const std::string& text) const;
     std::vector<std::string> base_tokenize(const std::string& text) const;
     std::vector<std::string> sp_tokenize(const std::string& text) const;
     int32_t token_id(const std::string& token) const;
 
     SentencePieceModel sp_;
-    std::unordered_map<std::string, AddedToken> added_;  // content -> token
+    AddedTokens added_;
     size_t max_added_bytes_ = 0;
     std::set<std::string> all_special_;
     bool legacy_ = true;
@@ -115,9 +54,9 @@ SlowT5Tokenizer::SlowT5Tokenizer(const TokenizerFiles& files, const std::string&
     KILN_CHECK(model != files.end(), where, ": spiece.model missing");
     sp_ = SentencePieceModel::parse(model->second, where);
 
-    const json config = parse_json(files, "tokenizer_config.json", where);
-    const json special_map = parse_json(files, "special_tokens_map.json", where);
-    const json added_json = parse_json(files, "added_tokens.json", where);
+    const json config = parse_tokenizer_json(files, "tokenizer_config.json", where);
+    const json special_map = parse_tokenizer_json(files, "special_tokens_map.json", where);
+    const json added_json = parse_tokenizer_json(files, "added_tokens.json", where);
     const std::string cfg_what = where + " tokenizer_config.json";
 
     // legacy=None (absent) means legacy=True in transformers, with a warning.
@@ -162,10 +101,10 @@ SlowT5Tokenizer::SlowT5Tokenizer(const TokenizerFiles& files, const std::string&
             } catch (const std::exception&) {
                 KILN_FAIL(cfg_what, ": added_tokens_decoder key '", key, "' is not an id");
             }
-            a.lstrip = flag(t, "lstrip");
-            a.rstrip = flag(t, "rstrip");
-            a.single_word = flag(t, "single_word");
-            a.special = flag(t, "special");
+            a.lstrip = json_flag(t, "lstrip");
+            a.rstrip = json_flag(t, "rstrip");
+            a.single_word = json_flag(t, "single_word");
+            a.special = json_flag(t, "special");
             add(token_content(t, cfg_what + " added_tokens_decoder " + key), a);
         }
     } else {
@@ -191,51 +130,10 @@ int32_t SlowT5Tokenizer::token_id(const std::string& token) const {
     return it != added_.end() ? it->second.id : sp_.piece_to_id(token);
 }
 
-// transformers' Trie.split: the text cut around added tokens, leftmost-longest match first.
-std::vector<std::string> SlowT5Tokenizer::split_added(const std::string& text) const {
-    std::vector<std::string> out;
-    size_t begin = 0;
-    for (size_t i = 0; i < text.size();) {
-        size_t match = 0;
-        for (size_t n = std::min(max_added_bytes_, text.size() - i); n > 0; --n) {
-            if (added_.count(text.substr(i, n))) {
-                match = n;
-                break;
-            }
-        }
-        if (match == 0) {
-            ++i;
-            continue;
-        }
-        if (i > begin) out.push_back(text.substr(begin, i - begin));
-        out.push_back(text.substr(i, match));
-        i += match;
-        begin = i;
-    }
-    if (begin < text.size()) out.push_back(text.substr(begin));
-    return out;
-}
-
 // PreTrainedTokenizer.tokenize: split, apply each added token's strip rules to its neighbours, then
 // sentencepiece on the text between.
 std::vector<std::string> SlowT5Tokenizer::base_tokenize(const std::string& text) const {
-    std::vector<std::string> parts = split_added(text);
-    for (size_t i = 0; i < parts.size(); ++i) {
-        auto it = added_.find(parts[i]);
-        if (it == added_.end()) continue;
-        const AddedToken& t = it->second;
-        const bool has_left = i > 0 && !parts[i - 1].empty();
-        const bool has_right = i + 1 < parts.size() && !parts[i + 1].empty();
-        if (t.rstrip && has_right) parts[i + 1] = py_lstrip(parts[i + 1]);
-        if (t.lstrip && has_left) parts[i - 1] = py_rstrip(parts[i - 1]);
-        if (t.single_word && has_left && parts[i - 1].back() != ' ') {
-            parts[i - 1] += parts[i];
-            parts[i].clear();
-        } else if (t.single_word && has_right && parts[i + 1][0] != ' ') {
-            parts[i] += parts[i + 1];
-            parts[i + 1].clear();
-        }
-    }
+    const std::vector<std::string> parts = split_added(text, added_, max_added_bytes_);
     std::vector<std::string> tokens;
     for (const std::string& p : parts) {
         if (p.empty()) continue;
