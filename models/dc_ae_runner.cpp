@@ -58,15 +58,7 @@ DcAeRunner::Plan& DcAeRunner::plan(bool decode, const Shape& in) {
         build_dc_ae_decoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
     else
         build_dc_ae_encoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
-    if (ctx_) {
-        exec::Mode mode = opt_.mode == exec::Mode::regional && p->g.regions().size() < 2 ? exec::Mode::full : opt_.mode;
-        p->ex = std::make_unique<exec::Executor>(*ctx_, p->g, p->b->weight_fn(), mode);
-        const exec::Counters& c = p->ex->counters();
-        peak_.activation_bytes_planned = std::max(peak_.activation_bytes_planned, c.activation_bytes_planned);
-        peak_.activation_bytes_naive = std::max(peak_.activation_bytes_naive, c.activation_bytes_naive);
-        peak_.weight_bytes = std::max(peak_.weight_bytes, c.weight_bytes);
-        peak_.device_bytes = std::max(peak_.device_bytes, c.device_bytes);
-    }
+    if (ctx_) p->ex = vae_executor(*ctx_, p->g, *p->b, opt_.mode, peak_);
     plan_ = std::move(p);
     return *plan_;
 }

@@ -147,6 +147,18 @@ struct VaeRunner::Plan {
     std::unique_ptr<exec::Executor> ex;  // null on the CPU
 };
 
+std::unique_ptr<exec::Executor> vae_executor(vk::Context& ctx, const ir::Graph& g, const Builder& b, exec::Mode mode,
+                                             exec::Counters& peak) {
+    if (mode == exec::Mode::regional && g.regions().size() < 2) mode = exec::Mode::full;
+    auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode);
+    const exec::Counters& c = ex->counters();
+    peak.activation_bytes_planned = std::max(peak.activation_bytes_planned, c.activation_bytes_planned);
+    peak.activation_bytes_naive = std::max(peak.activation_bytes_naive, c.activation_bytes_naive);
+    peak.weight_bytes = std::max(peak.weight_bytes, c.weight_bytes);
+    peak.device_bytes = std::max(peak.device_bytes, c.device_bytes);
+    return ex;
+}
+
 VaeRunner::VaeRunner(vk::Context* ctx, const ModelSource& src, const std::string& component, VaeOptions opt)
     : VaeRunner(ctx, src.weights(component), src.config(component), opt) {
     const ComponentClass* c = find_component_class(src.class_of(component));
@@ -173,15 +185,7 @@ VaeRunner::Plan& VaeRunner::plan(bool decode, const Shape& in) {
         build_vae_decoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
     else
         build_vae_encoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
-    if (ctx_) {
-        exec::Mode mode = opt_.mode == exec::Mode::regional && p->g.regions().size() < 2 ? exec::Mode::full : opt_.mode;
-        p->ex = std::make_unique<exec::Executor>(*ctx_, p->g, p->b->weight_fn(), mode);
-        const exec::Counters& c = p->ex->counters();
-        peak_.activation_bytes_planned = std::max(peak_.activation_bytes_planned, c.activation_bytes_planned);
-        peak_.activation_bytes_naive = std::max(peak_.activation_bytes_naive, c.activation_bytes_naive);
-        peak_.weight_bytes = std::max(peak_.weight_bytes, c.weight_bytes);
-        peak_.device_bytes = std::max(peak_.device_bytes, c.device_bytes);
-    }
+    if (ctx_) p->ex = vae_executor(*ctx_, p->g, *p->b, opt_.mode, peak_);
     plan_ = std::move(p);
     return *plan_;
 }

@@ -55,6 +55,10 @@ Tensor crop_nchw(const Tensor& x, int64_t b0, int64_t nb, int64_t i, int64_t j, 
 std::vector<std::pair<int64_t, int64_t>> tile_shapes(int64_t H, int64_t W, int tile, int stride);
 // Slices along the batch (use_slicing and B > 1), else one call; outputs concatenated along the batch.
 std::map<std::string, Tensor> run_sliced(const Tensor& x, bool slice, const TileFn& fn);
+// The executor of a VAE graph (the KL VAE's or the DC-AE's) in `mode`, full where there is nothing to replay; its
+// memory figures are folded into `peak` (the runner's largest plan so far).
+std::unique_ptr<exec::Executor> vae_executor(vk::Context& ctx, const ir::Graph& g, const Builder& b, exec::Mode mode,
+                                             exec::Counters& peak);
 
 class VaeRunner {
 public:
