@@ -1,8 +1,6 @@
 // `kiln generate` on the Sana fixtures, run as the binary: SanaPipeline and SanaSprintPipeline end to end from the
 // prompt (--latents, Sprint's --noise with scm_noise_step{i}, --dump with diffusers' names), and the bad inputs
 // that must stop with one clear line: a missing component, an unsupported config option.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -11,26 +9,18 @@
 
 #include "converter/convert.h"
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
 
 namespace {
-struct Result {
-    int rc = -1;
-    std::string err;
-};
+using Result = test::CliResult;
 
+// `kiln generate ARGS`, stderr captured.
 Result generate(const test::TempDir& tmp, const std::string& args) {
-    const std::string err_file = tmp / "stderr.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream f(err_file);
-    r.err.assign(std::istreambuf_iterator<char>(f), {});
-    return r;
+    return test::run_cli(tmp, "kiln", "generate " + args);
 }
 
 std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
