@@ -352,11 +352,16 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
     r.plan = models::plan_t2i(m.src, r.t);
     if (!r.t.lora.files.empty()) {  // read and checked now: a bad LoRA stops the call before any heavy work
         try {
-            r.t.lora.loaded = models::load_loras(*m.src.weights("transformer"), r.plan.family->name, r.t.lora);
+            const auto ws = m.src.weights("transformer");
+            if (r.keep_transformer)  // unchanged files are not read again (docs/lora.md)
+                r.t.lora.loaded = m.lora_files->load(*ws, r.plan.family->name, r.t.lora, r.t.lora.loaded_from);
+            else
+                r.t.lora.loaded = models::load_loras(*ws, r.plan.family->name, r.t.lora);
         } catch (const Error& e) {
             fail(e.kind() == ErrorKind::io ? KILN_IO : KILN_INVALID_ARGUMENT, e.what());
         }
     }
+    if (!r.keep_transformer) m.lora_files->clear();
     if (!po.prompts.empty()) r.count = p.prompt_count * per;
     if (po.prompts.empty()) check_embeds_for(m, r.plan, r.t.text);
     r.width = r.plan.width, r.height = r.plan.height;

@@ -11,6 +11,7 @@
 #include "include/kiln.h"
 #include "models/source.h"
 #include "models/t2i_pipeline.h"
+#include "models/t2i_transformers.h"
 #include "models/text_encode.h"
 #include "runtime/core/error.h"
 #include "runtime/exec/executor.h"
@@ -122,6 +123,9 @@ struct kiln_model {
     std::unique_ptr<kiln::models::EncoderCache> encoders;
     // kiln_generate_params.keep_transformer: the text-to-image transformer resident between calls (likewise).
     std::unique_ptr<kiln::models::TransformerCache> transformer;
+    // With keep_transformer: the LoRA files last read, reused while unchanged on disk (its own lock: calls resolve
+    // outside device->mutex).
+    std::unique_ptr<kiln::models::LoraFileCache> lora_files = std::make_unique<kiln::models::LoraFileCache>();
 };
 
 struct kiln_result {

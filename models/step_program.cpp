@@ -27,7 +27,8 @@ struct StepProgram::Impl {
     exec::Executor& ex;
     StepLoopSpec spec;
     uint32_t n_steps = 0, n = 0, batch = 0;
-    vk::Allocator& alloc;  // the executor's: a few latent-sized ranges in its blocks, not a block of our own
+    std::unique_ptr<vk::Allocator> own;  // StepLoopSpec::own_memory: a block of its own, freed with the program
+    vk::Allocator& alloc;  // else the executor's: a few latent-sized ranges in its blocks, not a block of our own
     vk::Kernels kernels;
     vk::BufferRange table, state, x, hist, noise, z, hidden, timestep, out;
     VkDescriptorPool pool = VK_NULL_HANDLE;
@@ -38,7 +39,12 @@ struct StepProgram::Impl {
     StepLoopStats stats;
     double plan_ms = 0;
 
-    Impl(vk::Context& c, exec::Executor& e) : ctx(c), ex(e), alloc(e.allocator()), kernels(c) {}
+    Impl(vk::Context& c, exec::Executor& e, bool own_memory)
+        : ctx(c),
+          ex(e),
+          own(own_memory ? std::make_unique<vk::Allocator>(c) : nullptr),
+          alloc(own ? *own : e.allocator()),
+          kernels(c) {}
     ~Impl() {
         VkDevice d = ctx.device();
         if (!pending.empty()) {
@@ -135,7 +141,7 @@ bool StepProgram::supported(const exec::Executor& ex, const StepLoopSpec& spec, 
 
 StepProgram::StepProgram(vk::Context& ctx, exec::Executor& ex, const StepLoopSpec& spec,
                          const std::vector<params::LoopStep>& steps, const std::vector<float>& noise)
-    : impl_(std::make_unique<Impl>(ctx, ex)) {
+    : impl_(std::make_unique<Impl>(ctx, ex, spec.own_memory)) {
     Impl& m = *impl_;
     auto t0 = Clock::now();
     std::string why;

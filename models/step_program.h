@@ -25,6 +25,10 @@ struct StepLoopSpec {
     bool scale_in_place = false;  // the scheduler steps the scaled model input (DiT's pipeline), not the latents
     float guidance = 1;
     int in_flight = 2;  // steps submitted ahead of the one the host waits for
+    // The loop's buffers in an allocator of the program's own, freed with it, instead of the executor's (whose ranges
+    // live as long as the executor): for an executor kept resident between calls (TransformerCache), which would
+    // otherwise grow by the loop's buffers at every call.
+    bool own_memory = false;
     // How divisions (Euler's scale_model_input, the final latents / scaling_factor) round. Vulkan lets a float
     // OpFDiv be 2.5 ulp off; i64 and f64 give the host's correctly rounded quotient (shaders/loop.glsl).
     // automatic: i64 with shaderInt64, else f64 with shaderFloat64, else f32.
@@ -41,7 +45,8 @@ struct StepLoopStats {
 class StepProgram {
 public:
     // Plans and records; throws when the executor cannot be driven (see supported()). The loop's buffers (the table,
-    // the latents, the history ring: about 5 latent sizes) come from ex's allocator and live as long as ex.
+    // the latents, the history ring: about 5 latent sizes) come from ex's allocator and live as long as ex (with
+    // spec.own_memory: from the program's own, freed with it).
     // noise: the steps' noise, rows * row_lat floats per step in step order, where a step has prev_noise != 0
     // (uploaded once: steps x latents of device memory); empty where none does.
     StepProgram(vk::Context& ctx, exec::Executor& ex, const StepLoopSpec& spec,

@@ -558,6 +558,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     ls.row_lat = (uint32_t)row_lat;
     ls.row_out = (uint32_t)(t.x->device_range("sample").size / 4 / (VkDeviceSize)BB);
     ls.cfg = p.cfg;  // rows [0, B) negative, [B, 2B) prompt
+    // A resident transformer's executor outlives this call: the loop's buffers in its allocator would add up.
+    ls.own_memory = opt.keep_transformer != nullptr;
     ls.guidance = (float)p.cfg_scale;
     const Guide guide{p, src.class_of("transformer"), B, BB, row_lat, lat_shape};
     // Skip-layer guidance runs its second call between the transformer and the scheduler step: the host loop.

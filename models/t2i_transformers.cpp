@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "models/forward.h"
 #include "runtime/core/error.h"
@@ -25,6 +26,11 @@ void Transformers::graphs(const ModelSource& src, const T2IOptions& opt, const T
     b = std::make_unique<Builder>(g, *ws);
     if (opt.lora.apply == "runtime") b->set_loras(loras);
     in = build_component(*b, cls, tcfg, raw);
+    // The call's scales, not the LoraSet's: a cached set (LoraFileCache) holds the scales of the call that read it.
+    std::vector<double> scales;
+    for (const LoraRequest& l : opt.lora.files) scales.push_back(l.scale);
+    if (opt.lora.apply == "runtime")
+        for (auto& [name, v] : b->lora_scale_values(scales)) in[name] = v;
     if (p.slg_steps.empty()) return;
     const int64_t B = lat_shape[0];
     std::map<std::string, Tensor> sin{{"hidden_states", Tensor(DType::f32, lat_shape)},
@@ -36,6 +42,8 @@ void Transformers::graphs(const ModelSource& src, const T2IOptions& opt, const T
     slg_b = std::make_unique<Builder>(slg_g, *ws);
     if (opt.lora.apply == "runtime") slg_b->set_loras(loras);
     slg_in = build_component(*slg_b, cls, tcfg, sin, co);
+    if (opt.lora.apply == "runtime")
+        for (auto& [name, v] : slg_b->lora_scale_values(scales)) slg_in[name] = v;
 }
 
 namespace {
@@ -67,7 +75,9 @@ std::string Transformers::key(const T2IOptions& opt) const {
         k += ";" + l.path;
         if (opt.lora.apply == "merge") k += "@" + std::to_string(l.scale);  // merged: the scale is in the weights
     }
-    return k;
+    // The files' sizes and mtimes as read: a file changed on disk makes another transformer (its A/B or merged
+    // weights are other bytes).
+    return k + "|" + opt.lora.loaded_from;
 }
 
 void Transformers::set_inputs(const Transformers& from, const std::optional<std::vector<double>>& scales) {
@@ -103,6 +113,45 @@ void TransformerCache::set_lora_scales(const std::vector<double>& scales) {
     for (const auto& [name, v] : t.b->lora_scale_values(scales)) t.x->set_input(name, v);
     if (t.slg)
         for (const auto& [name, v] : t.slg_b->lora_scale_values(scales)) t.slg->set_input(name, v);
+}
+
+namespace {
+// "path:size:mtime_ns" of each file, in order; a file that cannot be stat'ed gets "?" (load_loras then names it).
+std::string lora_stamps(const LoraOptions& opt, const std::string& family) {
+    std::string k = family + "|" + opt.apply + (opt.allow_unmatched ? "|allow" : "|");
+    for (const LoraRequest& l : opt.files) {
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(l.path, ec);
+        const auto mtime = ec ? std::filesystem::file_time_type{} : std::filesystem::last_write_time(l.path, ec);
+        k += ";" + l.path + ":";
+        k += ec ? "?" : std::to_string(size) + ":" + std::to_string(mtime.time_since_epoch().count());
+        if (opt.apply == "merge") k += "@" + std::to_string(l.scale);  // merged scales are in LoraSet's terms
+    }
+    return k;
+}
+}  // namespace
+
+std::shared_ptr<const LoraSet> LoraFileCache::load(const WeightStore& ws, const std::string& family,
+                                                   const LoraOptions& opt, std::string& key) {
+    key = lora_stamps(opt, family);  // before the read: a file written during it is read again next time
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (set_ && key_ == key && key.find(":?") == std::string::npos) return set_;
+    }
+    auto set = load_loras(ws, family, opt);  // outside the lock: reading takes a while
+    std::lock_guard<std::mutex> lock(m_);
+    key_ = key, set_ = set, ++reads_;
+    return set;
+}
+
+void LoraFileCache::clear() {
+    std::lock_guard<std::mutex> lock(m_);
+    key_.clear(), set_.reset();
+}
+
+int LoraFileCache::reads() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return reads_;
 }
 
 Transformers& resident_transformers(vk::Context& ctx, TransformerCache* cache, std::unique_ptr<Transformers>& fresh,

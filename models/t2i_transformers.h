@@ -4,6 +4,7 @@
 // (input shapes, mode, skip layers, LoRA files) then only writes its inputs, runtime LoRA scales included.
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,26 @@ struct TransformerCache::Entry {
     std::string key;
     std::unique_ptr<Transformers> t;
     std::optional<std::vector<double>> lora_scales;  // set_lora_scales: they replace later calls' scales
+};
+
+// The LoRA files a model read last (the C API with keep_transformer), with each file's size and modification time as
+// they were before the read: a call naming the same files, unchanged on disk, for the same family, apply mode and
+// allow_unmatched (and, merged, the same scales: they are in the merged weights) takes that LoraSet instead of reading
+// the files again; a runtime call with other scales too (its scales are graph inputs, Transformers::graphs). A file
+// whose size or mtime changed is read again. Thread-safe: the C API resolves calls outside the device lock.
+class LoraFileCache {
+public:
+    // opt's LoRAs, read by load_loras or as cached; `key` gets what they were read from (LoraOptions::loaded_from).
+    std::shared_ptr<const LoraSet> load(const WeightStore& ws, const std::string& family, const LoraOptions& opt,
+                                        std::string& key);
+    void clear();
+    int reads() const;  // how many times load() read files (tests)
+
+private:
+    mutable std::mutex m_;
+    std::string key_;
+    std::shared_ptr<const LoraSet> set_;
+    int reads_ = 0;
 };
 
 // The transformer a call runs: `fresh` planned, or the cache's resident one when its key matches (`reused` set),

@@ -120,6 +120,8 @@ struct LoraOptions {
     std::string apply = "runtime";
     // Read ahead by load_loras (the C API checks them before any heavy work); null: read where the model loads.
     std::shared_ptr<const LoraSet> loaded;
+    // With loaded from a LoraFileCache: the files' paths, sizes and mtimes as read (a resident transformer's key).
+    std::string loaded_from;
 };
 // Reads and checks opt's LoRAs against the transformer's weights ws (`family`: the registry's name, "Flux").
 // Throws for anything read_lora refuses, a quantized or fp8 target with merge (it folds into f32/f16/bf16 only), an

@@ -14,6 +14,7 @@
 
 #include "apps/kiln/commands.h"
 #include "apps/kiln/serve_worker.h"
+#include "models/layouts/lora.h"
 #include "runtime/core/error.h"
 
 namespace kiln::app {
@@ -28,7 +29,10 @@ struct ServeOptions {
     double timeout_s = 600;
     bool allow_remote = false;
     Limits limits;
-    int step_delay_ms = 0;  // TestHooks::serve_step_delay_ms, read at start
+    int step_delay_ms = 0;           // TestHooks::serve_step_delay_ms, read at start
+    std::vector<std::string> loras;  // --lora FILE[:SCALE], as kiln generate's
+    std::string lora_apply = "runtime";
+    bool lora_allow_unmatched = false;
 };
 
 std::atomic<bool> g_stop{false};
@@ -215,6 +219,20 @@ void handle_generation(const ServeOptions& o, Worker& w, const httplib::Request&
                                          "the prompt names no class label of '" + f.id +
                                              "': give a label's name or id (GET /v1/models lists them)",
                                          "invalid_request_error", "unknown_class_label", "prompt"));
+    if (!job->req.lora_scales.empty()) {
+        const ServeLoras& l = f.loras;
+        std::string why;
+        if (l.paths.empty())
+            why = "this server has no LoRAs (kiln serve --lora)";
+        else if (job->req.lora_scales.size() != l.paths.size())
+            why = std::to_string(job->req.lora_scales.size()) + " LoRA scales given, the server has " +
+                  std::to_string(l.paths.size()) + " LoRA(s)";
+        else if (l.apply == KILN_LORA_APPLY_MERGE)
+            why = "the server's LoRAs are merged into the weights (--lora-apply merge): their scales are baked";
+        if (!why.empty())
+            return send_error(
+                res, api_error(400, "'lora_scales': " + why, "invalid_request_error", "invalid_value", "lora_scales"));
+    }
     job->deadline = Clock::now() + std::chrono::milliseconds((int64_t)(o.timeout_s * 1000));
     if (!w.submit(job)) {
         res.set_header("Retry-After", "1");
@@ -279,6 +297,33 @@ void add_routes(httplib::Server& svr, const ServeOptions& o, Worker& w) {
              [&o, &w](const httplib::Request& req, httplib::Response& res) { handle_generation(o, w, req, res); });
 }
 
+// --lora, --lora-apply, --lora-allow-unmatched as kiln generate parses them.
+ServeLoras parse_loras(const ServeOptions& o) {
+    ServeLoras l;
+    for (const std::string& a : o.loras) {
+        auto [path, scale] = layouts::parse_lora_arg(a);
+        l.paths.push_back(path), l.scales.push_back(scale);
+    }
+    KILN_CHECK(o.lora_apply == "runtime" || o.lora_apply == "merge", "--lora-apply ", o.lora_apply,
+               ": runtime or merge");
+    l.apply = o.lora_apply == "merge" ? KILN_LORA_APPLY_MERGE : KILN_LORA_APPLY_RUNTIME;
+    l.allow_unmatched = o.lora_allow_unmatched;
+    return l;
+}
+
+// The LoRAs read and checked against the model before the server listens: a size query (nothing generated) with
+// an empty request's parameters, which the C API refuses with one line for a bad file or a class-label model.
+void check_loras(kiln_model* m, const ModelFacts& f) {
+    if (f.loras.paths.empty()) return;
+    const char* prompt = nullptr;
+    std::vector<kiln_lora> loras;
+    const int label = f.labels.empty() ? 0 : f.labels[0].first;
+    const ImageRequest none;  // outlives p (its prompt)
+    kiln_generate_params p = generate_params(f, none, &label, &prompt, loras);
+    kiln_image img = KILN_IMAGE_INIT;
+    capi_check(kiln_generate(m, &p, &img));
+}
+
 void run_serve(const ServeOptions& o) {
     KILN_CHECK(is_loopback(o.host) || !o.api_key.empty() || o.allow_remote, "--host ", o.host,
                " is not a loopback address: give --api-key KEY, or --allow-remote to serve it without one");
@@ -287,7 +332,10 @@ void run_serve(const ServeOptions& o) {
     const std::string path = o.model.empty() ? default_model() : o.model;
     ContextPtr ctx = open_context(o.device);
     ModelPtr model = open_model(ctx.get(), path);
-    Worker worker(model.get(), load_facts(model.get(), path), (size_t)o.queue);
+    ModelFacts facts = load_facts(model.get(), path);
+    facts.loras = parse_loras(o);
+    check_loras(model.get(), facts);
+    Worker worker(model.get(), std::move(facts), (size_t)o.queue);
     httplib::Server svr;
     // Handler threads: the queue's waiters, the running job, and a few for /health, 429s and idle keep-alives.
     const size_t threads = (size_t)o.queue + 8;
@@ -325,9 +373,17 @@ Run add_serve(CLI::App& app) {
     app.add_option("--max-n", o->limits.max_n, "Most images per request (default 8)");
     app.add_option("--max-size", o->limits.max_side, "Largest width or height (default 2048)");
     app.add_option("--max-steps", o->limits.max_steps, "Most steps (default 200)");
+    app.add_option("--lora", o->loras,
+                   "SD3, Flux: a LoRA on every request, FILE[:SCALE] (repeatable; as kiln generate --lora). Read and "
+                   "checked at start; a request's \"lora_scales\": [s1, ...] replaces the scales (runtime only)");
+    app.add_option("--lora-apply", o->lora_apply,
+                   "How --lora is applied: runtime (the default: a side path, scales per request) or merge (folded "
+                   "into the weights at start; no per-step cost, scales fixed)");
+    app.add_flag("--lora-allow-unmatched", o->lora_allow_unmatched,
+                 "LoRA keys that match no module of the model are a warning instead of an error");
     app.footer(
         "Endpoints: POST /v1/images/generations (OpenAI's images API; Kiln's seed, steps, guidance_scale, "
-        "negative_prompt, scheduler, stream), GET /v1/models, GET /health. See docs/serve.md.\n"
+        "negative_prompt, scheduler, stream, lora_scales), GET /v1/models, GET /health. See docs/serve.md.\n"
         "Example: kiln serve --port 8080 &  curl -s localhost:8080/v1/images/generations -d '{\"prompt\":\"7\"}'");
     return [o] {
         o->step_delay_ms = settings_from_env().test.serve_step_delay_ms;  // the environment, read at this edge

@@ -118,6 +118,23 @@ bool read_field(const std::string& key, const json& v, const Limits& L, ImageReq
         if (std::isfinite(r.guidance_scale) && r.guidance_scale >= 0 && r.guidance_scale <= 100) return true;
         return *err = bad(key, "'guidance_scale' must be in 0 .. 100", "invalid_value"), false;
     }
+    if (key == "lora_scales") {
+        const std::string range = "numbers in -" + std::to_string((int)kMaxLoraScale) + " .. " +
+                                  std::to_string((int)kMaxLoraScale) + ", one per LoRA of the server";
+        if (!v.is_array()) return *err = bad(key, "'lora_scales' must be an array of " + range, "invalid_type"), false;
+        if (v.empty() || v.size() > kMaxLoraScales)
+            return *err = bad(key, "'lora_scales' must hold 1 .. " + std::to_string(kMaxLoraScales) + " " + range,
+                              "invalid_value"),
+                   false;
+        for (const json& e : v) {
+            if (!e.is_number()) return *err = bad(key, "'lora_scales' must hold " + range, "invalid_type"), false;
+            const double x = e.get<double>();  // JSON has no NaN/Inf literals; a huge one still fails the bound
+            if (!std::isfinite(x) || std::fabs(x) > kMaxLoraScale)
+                return *err = bad(key, "'lora_scales' must hold " + range, "invalid_value"), false;
+            r.lora_scales.push_back(x);
+        }
+        return true;
+    }
     if (key == "stream") {
         if (!v.is_boolean()) return *err = bad(key, "'stream' must be true or false", "invalid_type"), false;
         r.stream = v.get<bool>();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kiln::app::serve {
 
@@ -30,7 +31,12 @@ struct ImageRequest {
     double guidance_scale = 0;    // Kiln
     std::string scheduler;        // Kiln: "" = the model's
     bool stream = false;          // progress as server-sent events (docs/serve.md)
+    // Kiln: the scales of the server's LoRAs (--lora), in their order; empty = theirs. The parser checks the count
+    // (1 .. kMaxLoraScales), each finite and within +-kMaxLoraScale; the server checks it against its LoRA count.
+    std::vector<double> lora_scales;
 };
+constexpr size_t kMaxLoraScales = 16;
+constexpr double kMaxLoraScale = 16;
 
 // An answer other than 200: HTTP status and OpenAI's {"error": {"message", "type", "param", "code"}}.
 struct ApiError {

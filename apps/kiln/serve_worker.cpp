@@ -71,6 +71,35 @@ int on_progress(int step, int total, void* user) {
 }
 }  // namespace
 
+kiln_generate_params generate_params(const ModelFacts& f, const ImageRequest& r, const int* label, const char** prompt,
+                                     std::vector<kiln_lora>& loras) {
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    if (f.info.kind == KILN_MODEL_CLASS_LABELS) {
+        p.class_labels = label, p.class_label_count = 1;
+    } else {
+        *prompt = r.prompt.c_str();
+        p.prompts = prompt, p.prompt_count = 1;
+        // Resident: the next request skips planning and uploading the encoders, and one of the same shapes skips
+        // planning, recording and uploading the transformer (the C API replaces it when the shapes change: one at a
+        // time). Unchanged LoRA files are not read again.
+        p.keep_encoders = 1;
+        p.keep_transformer = 1;
+    }
+    loras.clear();
+    const ServeLoras& l = f.loras;
+    for (size_t i = 0; i < l.paths.size(); ++i)
+        loras.push_back({l.paths[i].c_str(), r.lora_scales.empty() ? l.scales[i] : r.lora_scales[i]});
+    p.loras = loras.empty() ? nullptr : loras.data();
+    p.lora_count = (int)loras.size();
+    p.lora_apply = l.apply;
+    p.lora_allow_unmatched = l.allow_unmatched;
+    if (!r.negative_prompt.empty()) p.negative_prompt = r.negative_prompt.c_str();
+    if (!r.scheduler.empty()) p.scheduler = r.scheduler.c_str();
+    p.width = r.width, p.height = r.height, p.steps = r.steps, p.guidance = r.guidance_scale, p.seed = r.seed;
+    p.images_per_prompt = r.n;
+    return p;
+}
+
 void finish(Job& job, int status, std::string body) {
     {
         std::lock_guard<std::mutex> lock(job.m);
@@ -150,18 +179,9 @@ void Worker::run(Job& job) {
         std::fprintf(stderr, "kiln serve: cancelled before it started (client closed)\n");
         return finish(job, 499, error_body(499, "the client closed the request", "cancelled", "cancelled"));
     }
-    const char* prompt = r.prompt.c_str();
-    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
-    if (facts_.info.kind == KILN_MODEL_CLASS_LABELS) {
-        p.class_labels = &job.label, p.class_label_count = 1;
-    } else {
-        p.prompts = &prompt, p.prompt_count = 1;
-        p.keep_encoders = 1;  // resident: the next request skips planning and uploading the encoders
-    }
-    if (!r.negative_prompt.empty()) p.negative_prompt = r.negative_prompt.c_str();
-    if (!r.scheduler.empty()) p.scheduler = r.scheduler.c_str();
-    p.width = r.width, p.height = r.height, p.steps = r.steps, p.guidance = r.guidance_scale, p.seed = r.seed;
-    p.images_per_prompt = r.n;
+    const char* prompt = nullptr;
+    std::vector<kiln_lora> loras;
+    kiln_generate_params p = generate_params(facts_, r, &job.label, &prompt, loras);
     p.progress = on_progress, p.progress_user = &job;
     kiln_image img = KILN_IMAGE_INIT;
     img.format = KILN_PIXELS_RGBA8;
@@ -171,6 +191,8 @@ void Worker::run(Job& job) {
     std::vector<uint8_t> pixels(img.required_bytes);
     img.data = pixels.data(), img.capacity = pixels.size();
     const auto t0 = Clock::now();
+    kiln_generate_stats stats = KILN_GENERATE_STATS_INIT;
+    p.stats = &stats;
     kiln_status s = kiln_generate(model_, &p, &img);
     if (s == KILN_CANCELLED)
         std::fprintf(stderr, "kiln serve: cancelled at step %d of %d (%s)\n", job.step, job.total,
@@ -191,8 +213,12 @@ void Worker::run(Job& job) {
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     json answer = {{"created", (int64_t)std::time(nullptr)}, {"data", std::move(data)}};
-    std::fprintf(stderr, "kiln serve: %d image(s) %dx%d, seed %llu, in %.0f ms\n", img.count, img.width, img.height,
-                 (unsigned long long)r.seed, ms);
+    // Text models: whether the resident transformer was reused ("reused") or planned for this request ("planned").
+    const char* transformer = facts_.info.kind == KILN_MODEL_CLASS_LABELS ? ""
+                              : stats.transformer_reused                  ? ", transformer reused"
+                                                                          : ", transformer planned";
+    std::fprintf(stderr, "kiln serve: %d image(s) %dx%d, seed %llu, in %.0f ms%s\n", img.count, img.width, img.height,
+                 (unsigned long long)r.seed, ms, transformer);
     finish(job, 200, answer.dump());
 }
 

@@ -19,12 +19,27 @@ namespace kiln::app::serve {
 
 using Clock = std::chrono::steady_clock;
 
+// The server's LoRAs (--lora FILE:SCALE, --lora-apply, --lora-allow-unmatched): every request runs with them; a
+// request's "lora_scales" replaces `scales` (runtime LoRAs only: merged ones are baked into the weights).
+struct ServeLoras {
+    std::vector<std::string> paths;
+    std::vector<double> scales;
+    int apply = KILN_LORA_APPLY_RUNTIME;  // a kiln_lora_apply
+    bool allow_unmatched = false;
+};
+
 // The resident model and what requests are checked against.
 struct ModelFacts {
     std::string id;  // what GET /v1/models lists and "model" may name: the file's stem ("dit-digits")
     kiln_model_info info = KILN_MODEL_INFO_INIT;
     std::vector<std::pair<int, std::string>> labels;  // class-label models: (id, name)
+    ServeLoras loras;
 };
+
+// The generate parameters of a request on the resident model, as the worker runs it (and the startup check, with
+// an empty request, before the server listens). `prompt` and `loras` back the pointers; they outlive the params.
+kiln_generate_params generate_params(const ModelFacts& f, const ImageRequest& r, const int* label, const char** prompt,
+                                     std::vector<kiln_lora>& loras);
 
 // One request. The handler owns it with the queue; `m` guards everything below it.
 struct Job {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using json = nlohmann::json;
@@ -95,6 +96,37 @@ void check_error(const httplib::Result& r, int status, const std::string& code) 
     CHECK(j["error"]["type"].is_string());
     CHECK(j["error"].contains("param"));
     CHECK(j["error"]["code"] == code);
+}
+
+// base64 (RFC 4648, '=' padded) to bytes.
+std::string unbase64(const std::string& s) {
+    std::string out;
+    uint32_t v = 0;
+    int bits = 0;
+    for (char c : s) {
+        int d = c >= 'A' && c <= 'Z'   ? c - 'A'
+                : c >= 'a' && c <= 'z' ? c - 'a' + 26
+                : c >= '0' && c <= '9' ? c - '0' + 52
+                : c == '+'             ? 62
+                : c == '/'             ? 63
+                                       : -1;
+        if (d < 0) continue;  // '=' padding
+        v = v << 6 | (uint32_t)d, bits += 6;
+        if (bits >= 8) bits -= 8, out += (char)(v >> bits & 0xff);
+    }
+    return out;
+}
+
+// A PNG without its tEXt chunks (kiln generate's settings): 8-byte signature, then length, type, data, CRC.
+std::string without_text(const std::string& png) {
+    std::string out = png.substr(0, 8);
+    for (size_t at = 8; at + 12 <= png.size();) {
+        const auto* p = reinterpret_cast<const unsigned char*>(png.data() + at);
+        const size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+        if (png.compare(at + 4, 4, "tEXt") != 0) out += png.substr(at, 12 + len);
+        at += 12 + len;
+    }
+    return out;
 }
 
 std::string image_of(const httplib::Result& r) {
@@ -234,6 +266,80 @@ TEST_CASE("kiln serve: the text path (SD3 fixture pipeline)", "[serve]") {
     REQUIRE(j["data"].size() == 2);
     CHECK(j["data"][0]["b64_json"] != j["data"][1]["b64_json"]);  // each image from its own noise
     CHECK(json::parse(s.post(req)->body)["data"] == j["data"]);   // resident encoders: the same answer again
+    // The first request planned the transformer, the second (the same shapes) found it resident.
+    const std::string log = s.log();
+    INFO(log);
+    const size_t planned = log.find("transformer planned"), reused = log.find("transformer reused");
+    CHECK(planned != std::string::npos);
+    CHECK(reused != std::string::npos);
+    CHECK(planned < reused);
+}
+
+// The Flux fixture with a LoRA through kiln serve: each image equals the PNG `kiln generate --lora` writes for the
+// same seed and settings, byte for byte less its tEXt chunks (the same RGB pixels through the same encoder); a
+// request's lora_scales equals generate's FILE:SCALE. 32x32, 2 steps: a few seconds on lavapipe.
+TEST_CASE("kiln serve --lora: kiln generate --lora's images; lora_scales", "[serve][lora]") {
+    const std::string model = kiln::test::data_path("fixtures/flux_pipeline");
+    const std::string peft = kiln::test::data_path("fixtures/flux_lora/lora_peft.safetensors");
+    const std::string peft_b = kiln::test::data_path("fixtures/flux_lora/lora_peft_b.safetensors");
+    Server s({"--model", model, "--lora", peft + ":0.7", "--lora", peft_b + ":-0.4"});
+    auto generated = [&](const std::string& loras) {
+        const std::string out = s.tmp / "ref.png";
+        auto r = kiln::test::run_cli(s.tmp, "kiln",
+                                     "generate --model " + model + " --prompt 'a red cube' --seed 5 --steps 2 " +
+                                         "--width 32 --height 32" + loras + " -o " + out);
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        std::ifstream f(out, std::ios::binary);
+        return without_text(std::string(std::istreambuf_iterator<char>(f), {}));
+    };
+    json req = {{"prompt", "a red cube"}, {"seed", 5}, {"steps", 2}, {"size", "32x32"}};
+    const std::string served = unbase64(image_of(s.post(req)));
+    CHECK(served == generated(" --lora " + peft + ":0.7 --lora " + peft_b + ":-0.4"));
+    req["lora_scales"] = {0.3, 0.0};
+    const std::string rescaled = unbase64(image_of(s.post(req)));
+    CHECK(rescaled != served);
+    CHECK(rescaled == generated(" --lora " + peft + ":0.3 --lora " + peft_b + ":0"));
+    // The same shapes and files throughout: the transformer planned once, the files read once (at start).
+    const std::string log = s.log();
+    INFO(log);
+    CHECK(log.find("transformer planned") == log.rfind("transformer planned"));
+    CHECK(log.find("transformer reused") != std::string::npos);
+    // lora_scales is checked before the request is queued: count, type, bound.
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", {1.0}}}), 400, "invalid_value");
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", {1.0, 2.0, 3.0}}}), 400, "invalid_value");
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", json::array()}}), 400, "invalid_value");
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", {1.0, 1e300}}}), 400, "invalid_value");
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", {1.0, "2"}}}), 400, "invalid_type");
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", 1.0}}), 400, "invalid_type");
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", json::array({json::array({1.0}), 1.0})}}), 400,
+                "invalid_type");
+}
+
+TEST_CASE("kiln serve --lora: a bad LoRA stops the server with one line; merged scales are fixed", "[serve][lora]") {
+    const std::string flux = kiln::test::data_path("fixtures/flux_pipeline");
+    const std::string peft = kiln::test::data_path("fixtures/flux_lora/lora_peft.safetensors");
+    kiln::test::TempDir tmp("kiln_serve_lora");
+    auto refused = [&](const std::string& args, const std::string& needle) {
+        auto r = kiln::test::run_cli(tmp, "kiln", "serve --port 0 " + args, true);
+        INFO(args << "\n" << r.err);
+        CHECK(r.rc != 0);
+        CHECK(r.err.find(needle) != std::string::npos);
+        CHECK(r.err.find("listening") == std::string::npos);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
+    };
+    refused("--model " + flux + " --lora " + (tmp / "missing.safetensors"), "missing.safetensors");
+    refused("--model " + flux + " --lora " + kiln::test::data_path("fixtures/sd3_lora/lora_peft.safetensors"),
+            "match no module");
+    refused("--model " + flux + " --lora " + peft + ":x", peft);
+    refused("--model " + flux + " --lora " + peft + " --lora-apply fold", "--lora-apply");
+    refused("--lora " + peft, "class-label model");  // the built-in DiT
+    // Merged: the scales are baked at start, a request cannot change them.
+    Server s({"--model", flux, "--lora", peft, "--lora-apply", "merge"});
+    check_error(s.post({{"prompt", "a"}, {"lora_scales", {0.5}}}), 400, "invalid_value");
+    // A server without LoRAs has no scales to set.
+    Server plain({"--model", flux});
+    check_error(plain.post({{"prompt", "a"}, {"lora_scales", {0.5}}}), 400, "invalid_value");
 }
 
 TEST_CASE("kiln serve: 200 requests, memory flat (soak)", "[.soak]") {
