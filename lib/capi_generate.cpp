@@ -352,7 +352,7 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
     r.plan = models::plan_t2i(m.src, r.t);
     if (!r.t.lora.files.empty()) {  // read and checked now: a bad LoRA stops the call before any heavy work
         try {
-            r.t.lora.loaded = models::load_loras(*m.src.weights("transformer"), r.plan.family->name, r.t.lora);
+            r.t.lora.loaded = models::load_model_loras(m.src, r.plan.family->name, r.t.lora, !po.prompts.empty());
         } catch (const Error& e) {
             fail(e.kind() == ErrorKind::io ? KILN_IO : KILN_INVALID_ARGUMENT, e.what());
         }
@@ -412,6 +412,7 @@ models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const ki
     po.mode = r.t.mode;
     po.keep_intermediates = r.t.keep_intermediates;
     po.keep = m.encoders.get();
+    po.lora = r.t.lora;  // the text-encoder modules of the LoRAs read in resolve_text
     auto enc = models::encode_prompts(&ctx, m.src, po);  // without keep, the encoders' memory is freed on return
     ts.tokenize_ms = enc.tokenize_ms, ts.encode_ms = enc.encode_ms;
     ts.needed = enc.peak_needed_bytes, ts.allocated = enc.peak_device_bytes, ts.reused = enc.reused_encoders;

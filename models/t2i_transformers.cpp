@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "models/forward.h"
+#include "models/text_encode.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
@@ -16,7 +17,7 @@ void Transformers::graphs(const ModelSource& src, const T2IOptions& opt, const T
     ws = src.weights("transformer");
     std::shared_ptr<const LoraSet> loras;
     if (!opt.lora.files.empty()) {
-        loras = opt.lora.loaded ? opt.lora.loaded : load_loras(*ws, p.family->name, opt.lora);
+        loras = opt.lora.loaded ? opt.lora.loaded : load_model_loras(src, p.family->name, opt.lora, true);
         ws = with_loras(std::move(ws), loras,
                         [](const std::string& m) { std::fprintf(stderr, "kiln: %s\n", m.c_str()); });
         lora_apply = opt.lora.apply;
