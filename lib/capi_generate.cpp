@@ -412,7 +412,8 @@ models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const ki
     po.mode = r.t.mode;
     po.keep_intermediates = r.t.keep_intermediates;
     po.keep = m.encoders.get();
-    po.lora = r.t.lora;  // the text-encoder modules of the LoRAs read in resolve_text
+    // The LoRAs' text-encoder modules, read in resolve_text.
+    po.lora = r.t.lora;
     auto enc = models::encode_prompts(&ctx, m.src, po);  // without keep, the encoders' memory is freed on return
     ts.tokenize_ms = enc.tokenize_ms, ts.encode_ms = enc.encode_ms;
     ts.needed = enc.peak_needed_bytes, ts.allocated = enc.peak_device_bytes, ts.reused = enc.reused_encoders;
