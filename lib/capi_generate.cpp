@@ -352,11 +352,12 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
     r.plan = models::plan_t2i(m.src, r.t);
     if (!r.t.lora.files.empty()) {  // read and checked now: a bad LoRA stops the call before any heavy work
         try {
-            const auto ws = m.src.weights("transformer");
+            const bool encoders_run = !po.prompts.empty();
             if (r.keep_transformer)  // unchanged files are not read again (docs/lora.md)
-                r.t.lora.loaded = m.lora_files->load(*ws, r.plan.family->name, r.t.lora, r.t.lora.loaded_from);
+                r.t.lora.loaded =
+                    m.lora_files->load(m.src, r.plan.family->name, r.t.lora, encoders_run, r.t.lora.loaded_from);
             else
-                r.t.lora.loaded = models::load_loras(*ws, r.plan.family->name, r.t.lora);
+                r.t.lora.loaded = models::load_model_loras(m.src, r.plan.family->name, r.t.lora, encoders_run);
         } catch (const Error& e) {
             fail(e.kind() == ErrorKind::io ? KILN_IO : KILN_INVALID_ARGUMENT, e.what());
         }
@@ -417,6 +418,8 @@ models::GenerateResult run(vk::Context& ctx, kiln_model& m, Request& r, const ki
     po.mode = r.t.mode;
     po.keep_intermediates = r.t.keep_intermediates;
     po.keep = m.encoders.get();
+    // The LoRAs' text-encoder modules, read in resolve_text.
+    po.lora = r.t.lora;
     auto enc = models::encode_prompts(&ctx, m.src, po);  // without keep, the encoders' memory is freed on return
     ts.tokenize_ms = enc.tokenize_ms, ts.encode_ms = enc.encode_ms;
     ts.needed = enc.peak_needed_bytes, ts.allocated = enc.peak_device_bytes, ts.reused = enc.reused_encoders;

@@ -93,7 +93,7 @@ struct T2IOptions : CommonOptions {
     // size to itself (square at the bin's native side); at other sizes it generates unbinned, with a warning.
     bool resolution_binning = true;
     int images_per_prompt = 1;  // diffusers' num_images_per_prompt: text rows repeated (repeat_each)
-    LoraOptions lora;           // LoRAs on the transformer (SD3, Flux); each file's summary goes to stderr
+    LoraOptions lora;  // LoRAs on the transformer and CLIP encoders (SD3, Flux); each file's summary goes to stderr
     TransformerCache* keep_transformer = nullptr;  // keep the transformer resident here; nullptr: freed on return
     // Images in (SD3, Flux): --image, --mask, --strength, --noise (models/image_input.h). An image makes the call
     // diffusers' img2img pipeline, an image and a mask its inpainting pipeline.

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "models/forward.h"
+#include "models/text_encode.h"
 #include "runtime/core/error.h"
 
 namespace kiln::models {
@@ -17,7 +18,7 @@ void Transformers::graphs(const ModelSource& src, const T2IOptions& opt, const T
     ws = src.weights("transformer");
     std::shared_ptr<const LoraSet> loras;
     if (!opt.lora.files.empty()) {
-        loras = opt.lora.loaded ? opt.lora.loaded : load_loras(*ws, p.family->name, opt.lora);
+        loras = opt.lora.loaded ? opt.lora.loaded : load_model_loras(src, p.family->name, opt.lora, true);
         ws = with_loras(std::move(ws), loras,
                         [](const std::string& m) { std::fprintf(stderr, "kiln: %s\n", m.c_str()); });
         lora_apply = opt.lora.apply;
@@ -131,14 +132,15 @@ std::string lora_stamps(const LoraOptions& opt, const std::string& family) {
 }
 }  // namespace
 
-std::shared_ptr<const LoraSet> LoraFileCache::load(const WeightStore& ws, const std::string& family,
-                                                   const LoraOptions& opt, std::string& key) {
-    key = lora_stamps(opt, family);  // before the read: a file written during it is read again next time
+std::shared_ptr<const LoraSet> LoraFileCache::load(const ModelSource& src, const std::string& family,
+                                                   const LoraOptions& opt, bool encoders_run, std::string& key) {
+    // The stamps are taken before the read: a file written during it is read again next time.
+    key = lora_stamps(opt, family) + (encoders_run ? "" : " (no encoders)");
     {
         std::lock_guard<std::mutex> lock(m_);
         if (set_ && key_ == key && key.find(":?") == std::string::npos) return set_;
     }
-    auto set = load_loras(ws, family, opt);  // outside the lock: reading takes a while
+    auto set = load_model_loras(src, family, opt, encoders_run);  // outside the lock: reading takes a while
     std::lock_guard<std::mutex> lock(m_);
     key_ = key, set_ = set, ++reads_;
     return set;

@@ -49,8 +49,9 @@ struct TransformerCache::Entry {
 class LoraFileCache {
 public:
     // opt's LoRAs, read by load_loras or as cached; `key` gets what they were read from (LoraOptions::loaded_from).
-    std::shared_ptr<const LoraSet> load(const WeightStore& ws, const std::string& family, const LoraOptions& opt,
-                                        std::string& key);
+    // encoders_run: as load_model_loras (the text encoders' LoRAs are read too).
+    std::shared_ptr<const LoraSet> load(const ModelSource& src, const std::string& family, const LoraOptions& opt,
+                                        bool encoders_run, std::string& key);
     void clear();
     int reads() const;  // how many times load() read files (tests)
 

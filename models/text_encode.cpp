@@ -6,12 +6,14 @@
 #include <cstring>
 
 #include "models/forward.h"
+#include "models/layouts/lora.h"
 #include "models/registry/registry.h"
 #include "models/sana_pipeline.h"
 #include "models/t2i_pipeline.h"
 #include "models/text/tokenizer.h"
 #include "models/text/unicode.h"
 #include "runtime/core/error.h"
+#include "runtime/cpu/reference.h"
 
 namespace kiln::models {
 
@@ -78,10 +80,12 @@ TokenBatch tokenize(const text::Tokenizer& tok, const ModelSource& src, const st
 // Runs one text encoder on each batch of token ids (the prompts, then the negative prompts: same shape), with the
 // mask when `with_mask`. The encoder is planned and its weights uploaded once for all batches; its device memory
 // is freed on return, before the next encoder or the transformer loads, so the peak is one encoder's.
+// loras: the encoder's own (lora_component), null without: a runtime side path beside its linears, or merged into
+// its weights as they are read.
 std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const ModelSource& src,
                                                        const std::string& comp, const std::vector<TokenBatch>& batches,
                                                        bool with_mask, const PromptOptions& opt, EncodedPrompts& res,
-                                                       int clip_skip = 0) {
+                                                       int clip_skip, const std::shared_ptr<const LoraSet>& loras) {
     auto inputs = [&](const TokenBatch& t) {
         std::map<std::string, Tensor> in{{"input_ids", t.ids}};
         if (with_mask) in["attention_mask"] = t.mask;
@@ -89,17 +93,43 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
     };
     auto t0 = Clock::now();
     std::vector<std::map<std::string, Tensor>> outs;
-    if (!ctx) {
+    // The encoder's weights and a Builder for them, with its LoRAs (merged on read, or the side path).
+    auto store = [&] { return loras ? with_loras(src.weights(comp), loras, nullptr) : src.weights(comp); };
+    auto builder = [&](ir::Graph& g, const WeightStore& ws) {
+        auto b = std::make_unique<Builder>(g, ws);
+        if (loras && opt.lora.apply == "runtime") b->set_loras(loras);
+        return b;
+    };
+    if (!ctx && !loras) {
         for (auto& t : batches) outs.push_back(forward_component(nullptr, src, comp, inputs(t), opt.mode, {clip_skip}));
+    } else if (!ctx) {  // the CPU reference with LoRAs
+        auto ws = store();
+        for (auto& t : batches) {
+            ir::Graph g;
+            auto b = builder(g, *ws);
+            auto in = build_component(*b, src.class_of(comp), src.config(comp), inputs(t), {clip_skip});
+            outs.push_back(cpu::run(g, in, cpu_weights(*ws, b->constants())));
+        }
     } else {
-        // One entry per encoder and input shape: the planned, uploaded executor with what it references.
-        const std::string key = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "") +
-                                (clip_skip ? "/skip" + std::to_string(clip_skip) : "");
+        // One entry per encoder and input shape: the planned, uploaded executor with what it references. Its LoRAs
+        // are part of the key (merged ones with their scales): another set replaces the entry of the same shape.
+        const std::string base = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "") +
+                                 (clip_skip ? "/skip" + std::to_string(clip_skip) : "");
+        std::string key = base;
+        if (loras) {
+            key += "|lora " + opt.lora.apply;
+            for (const LoraRequest& l : opt.lora.files) {
+                key.append(";").append(l.path);
+                if (opt.lora.apply == "merge") key.append("@").append(std::to_string(l.scale));  // baked in
+            }
+        }
         std::unique_ptr<EncoderCache::Entry> local;
         EncoderCache::Entry* e = nullptr;
         if (opt.keep) {
             auto& m = EncoderCacheAccess::entries(*opt.keep);
             if (auto it = m.find(key); it != m.end()) e = it->second.get();
+            for (auto it = m.begin(); !e && it != m.end();)  // the same encoder and shape with other LoRAs: stale
+                it = it->first.substr(0, it->first.find('|')) == base ? m.erase(it) : std::next(it);
         }
         const std::string cls = src.class_of(comp);
         std::map<std::string, Tensor> converted;
@@ -108,8 +138,8 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
         } else {  // plan and upload; only a complete entry goes into the cache
             local = std::make_unique<EncoderCache::Entry>();
             e = local.get();
-            e->ws = src.weights(comp);
-            e->b = std::make_unique<Builder>(e->g, *e->ws);
+            e->ws = store();
+            e->b = builder(e->g, *e->ws);
             converted = build_component(*e->b, cls, src.config(comp), inputs(batches.at(0)), {clip_skip});
             exec::Mode mode =
                 opt.mode == exec::Mode::regional && e->g.regions().size() < 2 ? exec::Mode::full : opt.mode;
@@ -117,10 +147,10 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
             if (opt.keep) EncoderCacheAccess::entries(*opt.keep)[key] = std::move(local);
         }
         for (size_t i = 0; i < batches.size(); ++i) {
-            if (i > 0 || converted.empty()) {  // the host-side inputs (embedding rows, masks, EOS rows) of a batch
-                ir::Graph scratch;
-                Builder sb(scratch, *e->ws);
-                converted = build_component(sb, cls, src.config(comp), inputs(batches[i]), {clip_skip});
+            if (i > 0 || converted.empty()) {  // the host-side inputs (embedding rows, masks, EOS rows) of a batch,
+                ir::Graph scratch;             // and this call's runtime LoRA scales
+                auto sb = builder(scratch, *e->ws);
+                converted = build_component(*sb, cls, src.config(comp), inputs(batches[i]), {clip_skip});
             }
             for (auto& [name, v] : converted) e->x->set_input(name, v);
             e->x->run();
@@ -301,6 +331,7 @@ struct PromptRun {
     int passes = 1;                           // prompts, then (with CFG) negative prompts
     std::vector<std::string> pos[4], neg[4];  // the texts of prompt, prompt_2, prompt_3 ([1..3]) and negatives
     double tok_ms = 0;
+    std::shared_ptr<const LoraSet> loras;  // opt.lora as read (every component's modules)
 
     void keep(const std::string& name, const Tensor& t) {
         if (opt.keep_intermediates) res.intermediates.push_back({name, t});
@@ -326,7 +357,8 @@ struct PromptRun {
     }
     std::vector<std::map<std::string, Tensor>> run(const TextEncoderUse& e, const std::vector<TokenBatch>& t,
                                                    bool with_mask, int clip_skip = 0) {
-        return run_encoder(ctx, src, e.component, t, with_mask, opt, res, clip_skip);
+        return run_encoder(ctx, src, e.component, t, with_mask, opt, res, clip_skip,
+                           lora_component(loras, e.component));
     }
 };
 
@@ -425,6 +457,22 @@ void encode_sana(PromptRun& r, const Family& f) {
 }
 }  // namespace
 
+std::shared_ptr<const LoraSet> load_model_loras(const ModelSource& src, const std::string& family,
+                                                const LoraOptions& opt, bool encoders_run) {
+    std::vector<std::unique_ptr<WeightStore>> stores;
+    std::map<std::string, const WeightStore*> components;
+    stores.push_back(src.weights("transformer"));
+    components["transformer"] = stores.back().get();
+    if (encoders_run)
+        for (const std::string& c : layouts::lora_text_encoders(family))
+            if (src.has(c)) {
+                stores.push_back(src.weights(c));
+                components[c] = stores.back().get();
+            }
+    return load_loras(components, family, opt,
+                      encoders_run ? "is not in this model" : "does not run: prompt_embeds given");
+}
+
 EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt) {
     EncodedPrompts res;
     std::string pipe;
@@ -435,6 +483,8 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
     PromptRun r{ctx, src, opt, res};
     r.t5_tokens = opt.max_sequence_length > 0 ? opt.max_sequence_length : default_max_sequence_length(src);
     r.passes = opt.cfg ? 2 : 1;
+    if (!opt.lora.files.empty())
+        r.loras = opt.lora.loaded ? opt.lora.loaded : load_model_loras(src, f->name, opt.lora, true);
     // Every encoder's texts, one per prompt: diffusers' negative_prompt (default ""), prompt_2 / prompt_3 (default
     // the prompt) and negative_prompt_2 / negative_prompt_3 (default the negative prompt).
     const size_t n = opt.prompts.size();

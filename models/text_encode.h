@@ -62,6 +62,10 @@ struct PromptOptions {
     bool keep_intermediates = false;               // token ids and per-encoder outputs under the fixtures' names
     std::function<void(const std::string&)> warn;  // truncation warnings (stderr when empty)
     EncoderCache* keep = nullptr;  // keep the encoders resident here (Vulkan only); nullptr: free each after use
+    // LoRAs (the generation's, T2IOptions::lora): their text-encoder modules apply to the CLIP encoders, at the
+    // files' scales, runtime or merged as lora.apply says (docs/lora.md). A resident encoder is reused only with the
+    // same files and apply mode (merged: the same scales); runtime scales are written as inputs.
+    LoraOptions lora;
 };
 
 struct EncodedPrompts {
@@ -83,6 +87,12 @@ int default_max_sequence_length(const ModelSource& src);
 // Checks opt's texts against the pipeline (which lists apply, their lengths, UTF-8) before any heavy work; the
 // messages use diffusers' argument names. encode_prompts calls it.
 void check_prompts(const ModelSource& src, const PromptOptions& opt);
+
+// opt's LoRAs read against the transformer and the text encoders diffusers' loader of `family` takes
+// (layouts::lora_text_encoders) that src has; `encoders_run` false (prompt_embeds given): text-encoder keys are
+// dropped with a warning line, as the encoders do not run. Throws as load_loras.
+std::shared_ptr<const LoraSet> load_model_loras(const ModelSource& src, const std::string& family,
+                                                const LoraOptions& opt, bool encoders_run);
 
 // Runs the tokenizers and text encoders of `src` on the prompts. ctx == nullptr runs the CPU reference.
 EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const PromptOptions& opt);

@@ -206,7 +206,8 @@ exec::WeightBytesFn Builder::weight_fn() const {
 }
 
 struct LoraSet {
-    std::vector<layouts::LoraFile> files;
+    std::shared_ptr<const std::vector<layouts::LoraFile>> files;  // every component's modules
+    std::string component = "transformer";                        // the modules this set applies
     // weight name -> (module, user scale) of every file that targets it
     std::map<std::string, std::vector<std::pair<const layouts::LoraModule*, double>>> terms;
     // The runtime path: per file, weight name -> module; per block-kind name ("transformer_blocks.*.attn.to_q"),
@@ -249,7 +250,7 @@ ir::Val Builder::lora_side(const std::string& name, ir::Val x, ir::Val y, int in
         if (m != loras_->by_file[f].end()) {
             const layouts::LoraModule& lm = *m->second;
             const int64_t r = lm.A.shape[0];
-            KILN_CHECK(lm.A.shape[1] == in && lm.B.shape[0] == out, "lora ", loras_->files[f].path, ": '", lm.module,
+            KILN_CHECK(lm.A.shape[1] == in && lm.B.shape[0] == out, "lora ", (*loras_->files)[f].path, ": '", lm.module,
                        "' does not fit the linear [", out, ", ", in, "]");
             std::memcpy(A.data<float>() + off * in, lm.A.data<float>(), lm.A.nbytes());
             const float s = (float)lm.scale;
@@ -280,8 +281,8 @@ ir::Val Builder::lora_scale_input(const std::vector<int64_t>& ranks) {
 std::map<std::string, Tensor> Builder::lora_scale_values(const std::vector<double>& scales) const {
     std::map<std::string, Tensor> out;
     if (lora_inputs_.empty()) return out;
-    KILN_CHECK(scales.size() == loras_->files.size(), "lora scales: ", scales.size(), " given for ",
-               loras_->files.size(), " LoRA files");
+    KILN_CHECK(scales.size() == loras_->files->size(), "lora scales: ", scales.size(), " given for ",
+               loras_->files->size(), " LoRA files");
     for (const auto& [name, in] : lora_inputs_) {
         std::vector<float> v;
         for (size_t f = 0; f < in.ranks.size(); ++f) v.insert(v.end(), (size_t)in.ranks[f], (float)scales[f]);
@@ -320,54 +321,90 @@ private:
 };
 }  // namespace
 
-std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt) {
-    KILN_CHECK(opt.apply == "merge" || opt.apply == "runtime", "--lora-apply ", opt.apply, ": runtime or merge");
-    auto target = [&ws](const std::string& name) -> std::optional<Shape> {
-        const TensorMeta* m = ws.find(name);
-        return m ? std::optional<Shape>(m->shape) : std::nullopt;
-    };
+namespace {
+// The set of `component`'s modules in `files`: terms for merge, per-file modules and per-kind ranks for the side path.
+std::shared_ptr<LoraSet> component_set(std::shared_ptr<const std::vector<layouts::LoraFile>> files,
+                                       const std::string& component, const std::vector<double>& scales, bool runtime) {
     auto set = std::make_shared<LoraSet>();
+    set->files = std::move(files);
+    set->component = component;
+    set->scales = scales;
+    set->runtime = runtime;
+    const size_t n = set->files->size();
+    set->by_file.resize(n);
+    for (size_t i = 0; i < n; ++i)
+        for (const layouts::LoraModule& m : (*set->files)[i].modules) {
+            if (m.component != component) continue;
+            set->terms[m.module + ".weight"].push_back({&m, scales[i]});
+            set->by_file[i][m.module + ".weight"] = &m;
+            auto& r = set->kind_rank[kind_name(m.module)];
+            r.resize(n, 0);
+            r[i] = std::max(r[i], m.A.shape[0]);
+        }
+    return set;
+}
+}  // namespace
+
+std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt) {
+    return load_loras(std::map<std::string, const WeightStore*>{{"transformer", &ws}}, family, opt);
+}
+
+std::shared_ptr<const LoraSet> load_loras(const std::map<std::string, const WeightStore*>& components,
+                                          const std::string& family, const LoraOptions& opt,
+                                          const std::string& absent_why) {
+    KILN_CHECK(opt.apply == "merge" || opt.apply == "runtime", "--lora-apply ", opt.apply, ": runtime or merge");
+    auto target = [](const WeightStore* ws) {
+        return [ws](const std::string& name) -> std::optional<Shape> {
+            const TensorMeta* m = ws->find(name);
+            return m ? std::optional<Shape>(m->shape) : std::nullopt;
+        };
+    };
+    layouts::LoraTargets targets;
+    targets.absent_why = absent_why;
+    for (const auto& [c, ws] : components)
+        if (c == "transformer")
+            targets.transformer = target(ws);
+        else
+            targets.text_encoders[c] = target(ws);
+    KILN_CHECK(targets.transformer, "load_loras: no transformer weights");
+    auto files = std::make_shared<std::vector<layouts::LoraFile>>();
+    std::vector<double> scales;
     for (const LoraRequest& r : opt.files) {
         KILN_CHECK(std::isfinite(r.scale), "lora ", r.path, ": scale ", r.scale, " is not finite");
-        set->files.push_back(layouts::read_lora(r.path, family, target, opt.allow_unmatched));
-        const layouts::LoraFile& f = set->files.back();
+        files->push_back(layouts::read_lora(r.path, family, targets, opt.allow_unmatched));
+        scales.push_back(r.scale);
+        const layouts::LoraFile& f = files->back();
         for (const layouts::LoraModule& m : f.modules) {
             const std::string w = m.module + ".weight";
-            const DType t = ws.find(w)->dtype;
+            const DType t = components.at(m.component)->find(w)->dtype;
             KILN_CHECK(opt.apply == "runtime" || t == DType::f32 || t == DType::f16 || t == DType::bf16, f.path, ": '",
-                       w, "' is stored as ", dtype_name(t),
+                       (m.component == "transformer" ? "" : m.component + ".") + w, "' is stored as ", dtype_name(t),
                        "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
         }
     }
-    // Pointers into files: filled once the vector no longer grows.
-    for (size_t i = 0; i < set->files.size(); ++i)
-        for (const layouts::LoraModule& m : set->files[i].modules)
-            set->terms[m.module + ".weight"].push_back({&m, opt.files[i].scale});
-    set->runtime = opt.apply == "runtime";
-    set->by_file.resize(set->files.size());
-    for (size_t i = 0; i < set->files.size(); ++i) {
-        set->scales.push_back(opt.files[i].scale);
-        for (const layouts::LoraModule& m : set->files[i].modules) {
-            set->by_file[i][m.module + ".weight"] = &m;
-            auto& r = set->kind_rank[kind_name(m.module)];
-            r.resize(set->files.size(), 0);
-            r[i] = std::max(r[i], m.A.shape[0]);
-        }
-    }
-    return set;
+    // Pointers into files: taken once the vector no longer grows.
+    return component_set(std::move(files), "transformer", scales, opt.apply == "runtime");
+}
+
+std::shared_ptr<const LoraSet> lora_component(const std::shared_ptr<const LoraSet>& set, const std::string& component) {
+    if (!set) return nullptr;
+    if (set->component == component) return set;
+    auto s = component_set(set->files, component, set->scales, set->runtime);
+    return s->terms.empty() ? nullptr : s;
 }
 
 std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, std::shared_ptr<const LoraSet> set,
                                         const std::function<void(const std::string&)>& log) {
-    if (!set || set->terms.empty()) return ws;
-    for (const layouts::LoraFile& f : set->files) {
+    if (!set) return ws;
+    for (const layouts::LoraFile& f : *set->files) {
         if (!log) break;
         log(f.summary());
         if (!f.unmatched.empty())
             log("warning: lora " + f.path + ": " + std::to_string(f.unmatched.size()) +
                 " keys match no module and are not applied, e.g. " + f.unmatched[0]);
+        for (const std::string& d : f.dropped) log("warning: lora " + f.path + ": " + d);
     }
-    if (set->runtime) return ws;  // the Builder adds the side paths (set_loras)
+    if (set->runtime || set->terms.empty()) return ws;  // runtime: the Builder adds the side paths (set_loras)
     return std::make_unique<LoraStore>(std::move(ws), std::move(set));
 }
 

@@ -125,11 +125,21 @@ struct LoraOptions {
 };
 // Reads and checks opt's LoRAs against the transformer's weights ws (`family`: the registry's name, "Flux").
 // Throws for anything read_lora refuses, a quantized or fp8 target with merge (it folds into f32/f16/bf16 only), an
-// apply mode other than merge or runtime.
+// apply mode other than merge or runtime. Text-encoder keys are dropped with a warning line (no encoder given).
 std::shared_ptr<const LoraSet> load_loras(const WeightStore& ws, const std::string& family, const LoraOptions& opt);
+// The same against several components: "transformer" (required) and the text encoders loaded ("text_encoder",
+// "text_encoder_2": layouts::lora_text_encoders). The set returned applies to the transformer; lora_component()
+// gives the one of another component, from the same files.
+// absent_why: why a text encoder of the family not in components takes no LoRA (its keys' warning line).
+std::shared_ptr<const LoraSet> load_loras(const std::map<std::string, const WeightStore*>& components,
+                                          const std::string& family, const LoraOptions& opt,
+                                          const std::string& absent_why = "");
+// The LoRAs of `component` in set's files (same files, scales and apply mode: Builder::set_loras and with_loras take
+// it as they take the transformer's); nullptr when no module targets it.
+std::shared_ptr<const LoraSet> lora_component(const std::shared_ptr<const LoraSet>& set, const std::string& component);
 // Merge: the store whose weights the LoRAs target read merged (view() gives nothing for them: never read in place);
 // the others as ws has them. ws itself when there are none, or for runtime LoRAs (Builder::set_loras). Reports each
-// file's summary (tensors matched, modules; unmatched keys) through `log`.
+// file's summary (tensors matched, modules of every component; unmatched and dropped keys) through `log`.
 std::unique_ptr<WeightStore> with_loras(std::unique_ptr<WeightStore> ws, std::shared_ptr<const LoraSet> set,
                                         const std::function<void(const std::string&)>& log);
 

@@ -351,6 +351,7 @@ models::GenerateResult run_text_job(Session& s, models::T2IOptions& t, const mod
         po.mode = t.mode;
         po.keep_intermediates = t.keep_intermediates;
         if (o.keep_encoders) po.keep = &resident;
+        po.lora = t.lora;  // the LoRAs' text-encoder modules
         // Without --keep-encoders each encoder's device memory is freed as soon as it has run, before the
         // transformer's weights are uploaded: the peak is the largest, not the sum.
         auto enc = models::encode_prompts(s.ctx.get(), s.src, po);

@@ -112,6 +112,7 @@ enum class Role { down, up, alpha };
 // One LoRA module of the file: its keys and the diffusers modules it goes to.
 struct Group {
     std::string a_key, b_key, alpha_key;
+    std::string component = "transformer";
     std::vector<std::string> modules;
     bool swap = false;
 };
@@ -139,7 +140,10 @@ bool split_key(const std::string& key, std::string& module, Role& role) {
 
 Layout guess_layout(const std::vector<std::string>& keys) {
     bool kohya = false, comfy_down = false, comfy_a = false, xlabs = false, unet = false, flux = false, sd3 = false;
+    bool kohya_te = false, peft = false;
     for (const std::string& k : keys) {
+        if (starts_with(k, "lora_te")) kohya_te = true;
+        if (starts_with(k, "transformer.")) peft = true;
         if (starts_with(k, "lora_unet_")) {
             kohya = true;
             if (k.find("down_blocks") != std::string::npos || k.find("input_blocks") != std::string::npos ||
@@ -163,6 +167,7 @@ Layout guess_layout(const std::vector<std::string>& keys) {
     if (xlabs) return {"XLabs", "Flux"};
     if (comfy_down) return {"ComfyUI", "Flux"};
     if (comfy_a) return {"BFL lora_A", "Flux"};
+    if (kohya_te && !peft) return {"kohya", ""};  // kohya text-encoder keys only
     return {"diffusers/PEFT", flux ? "Flux" : sd3 ? "SD3" : ""};
 }
 
@@ -216,10 +221,13 @@ struct PeftConfig {
     }
 };
 
-PeftConfig peft_config(const SafeTensors& st, const std::string& path) {
+// diffusers writes each component's LoraConfig under its prefix ("transformer.r", "text_encoder.r"); the
+// transformer's may also be unprefixed. A text encoder without its own 'r' has no config (alpha keys, else 1).
+PeftConfig peft_config(const SafeTensors& st, const std::string& path, const std::string& component) {
     PeftConfig c;
     auto it = st.metadata().find("lora_adapter_metadata");
     if (it == st.metadata().end()) return c;
+    const bool te = component != "transformer";
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(it->second);
@@ -227,10 +235,11 @@ PeftConfig peft_config(const SafeTensors& st, const std::string& path) {
         KILN_FAIL(path, ": lora_adapter_metadata is not JSON: ", e.what());
     }
     auto get = [&](const std::string& k) -> const nlohmann::json* {
-        for (const std::string& kk : {"transformer." + k, k})
-            if (j.contains(kk) && !j[kk].is_null()) return &j[kk];
+        for (const std::string& kk : {component + "." + k, te ? component + "." + k : k})
+            if (j.is_object() && j.contains(kk) && !j[kk].is_null()) return &j[kk];
         return nullptr;
     };
+    if (te && !get("r")) return c;
     KILN_CHECK(j.is_object() && get("r") && get("r")->is_number(), path,
                ": lora_adapter_metadata has no number 'r' (PEFT LoraConfig)");
     c.present = true;
@@ -261,12 +270,51 @@ Tensor read_f32(const SafeTensors& st, const std::string& key, const std::string
     return t;
 }
 
-// A key of a text encoder's LoRA: kohya lora_te_ / lora_te1_ / lora_te2_ / lora_te3_, diffusers text_encoder.* /
-// text_encoder_2.* (peft's "te" prefixes as diffusers' lora_state_dict names them).
+// A text-encoder key's module path (split_key's, suffix removed) -> the encoder (1 CLIP-L, 2 CLIP-G / Flux's T5, 3 T5)
+// and the rest of the path. kohya: lora_te_ / lora_te1_ / lora_te2_ / lora_te3_ (sd-scripts: te1 CLIP-L, te2
+// CLIP-G, te3 T5); ComfyUI: text_encoders.clip_l|clip_g|t5xxl.transformer.; diffusers: text_encoder[_2|_3].
+int text_encoder_index(const std::string& path, std::string& rest) {
+    static const std::pair<const char*, int> kPrefixes[] = {
+        {"lora_te_", 1},
+        {"lora_te1_", 1},
+        {"lora_te2_", 2},
+        {"lora_te3_", 3},
+        {"text_encoder.", 1},
+        {"text_encoder_2.", 2},
+        {"text_encoder_3.", 3},
+        {"text_encoders.clip_l.transformer.", 1},
+        {"text_encoders.clip_g.transformer.", 2},
+        {"text_encoders.t5xxl.transformer.", 3},
+    };
+    for (auto [p, i] : kPrefixes)
+        if (starts_with(path, p)) {
+            rest = path.substr(std::strlen(p));
+            return i;
+        }
+    return 0;
+}
+
 bool is_text_encoder_key(const std::string& k) {
-    return starts_with(k, "lora_te_") || starts_with(k, "lora_te1_") || starts_with(k, "lora_te2_") ||
-           starts_with(k, "lora_te3_") || starts_with(k, "text_encoder.") || starts_with(k, "text_encoder_2.") ||
-           starts_with(k, "text_encoder_3.");
+    std::string rest;
+    return text_encoder_index(k, rest) != 0;
+}
+
+// transformers' CLIP module of a text-encoder key's path: text_model.encoder.layers.N.self_attn.{q,k,v,out}_proj or
+// .mlp.fc1|fc2, the linears diffusers' _load_lora_into_text_encoder ranks (kohya's underscores, diffusers' older
+// to_q_lora / lora_linear_layer names as convert_state_dict_to_peft renames them). "" for anything else.
+std::string clip_module(std::string p) {
+    for (auto [from, to] :
+         {std::pair{".to_q_lora", ".q_proj"}, std::pair{".to_k_lora", ".k_proj"}, std::pair{".to_v_lora", ".v_proj"},
+          std::pair{".to_out_lora", ".out_proj"}, std::pair{".lora_linear_layer", ""}})
+        if (ends_with(p, from)) p = p.substr(0, p.size() - std::strlen(from)) + to;
+    for (char& c : p)
+        if (c == '.') c = '_';
+    static const std::regex re("text_model_encoder_layers_([0-9]+)_(self_attn_(q|k|v|out)_proj|mlp_fc[12])");
+    std::smatch m;
+    if (!std::regex_match(p, m, re)) return "";
+    std::string tail = m[2].str();
+    tail[tail.find('_', tail[0] == 's' ? 5 : 0)] = '.';  // self_attn_q_proj -> self_attn.q_proj, mlp_fc1 -> mlp.fc1
+    return "text_model.encoder.layers." + m[1].str() + "." + tail;
 }
 
 std::string first_keys(const std::vector<std::string>& keys) {
@@ -311,6 +359,7 @@ void add_modules(LoraFile& f, const SafeTensors& st, const Group& g, bool has_al
     int64_t r0 = 0;
     for (size_t i = 0; i < g.modules.size(); ++i) {
         LoraModule m;
+        m.component = g.component;
         m.module = g.modules[i];
         m.key = g.a_key;
         m.A = A;
@@ -330,15 +379,69 @@ void add_modules(LoraFile& f, const SafeTensors& st, const Group& g, bool has_al
 
 }  // namespace
 
+std::vector<std::string> lora_text_encoders(const std::string& family) {
+    // diffusers' _lora_loadable_modules: FluxLoraLoaderMixin [transformer, text_encoder], SD3LoraLoaderMixin
+    // [transformer, text_encoder, text_encoder_2].
+    if (family == "Flux") return {"text_encoder"};
+    if (family == "SD3" || family == "Stable Diffusion 3") return {"text_encoder", "text_encoder_2"};
+    return {};
+}
+
+std::string text_encoder_label(const std::string& component) {
+    return component == "text_encoder" ? "CLIP-L" : component == "text_encoder_2" ? "CLIP-G" : component;
+}
+
 std::string LoraFile::summary() const {
     std::string s = "lora " + path + " (" + layout + "): " + std::to_string(matched) + " tensors matched, " +
                     std::to_string(modules.size()) + " modules";
+    std::map<std::string, size_t> te;
+    for (const LoraModule& m : modules)
+        if (m.component != "transformer") te[m.component]++;
+    if (!te.empty()) {
+        size_t n = 0;
+        std::string on;
+        for (const auto& [c, k] : te) {
+            n += k;
+            on += (on.empty() ? "" : ", ") + (te.size() > 1 ? std::to_string(k) + " on " : "") + text_encoder_label(c);
+        }
+        s += " (" + std::to_string(n) + " of them text-encoder modules, applied to " + on + ")";
+    }
     if (!unmatched.empty()) s += ", " + std::to_string(unmatched.size()) + " keys unmatched";
-    if (text_encoder_keys) s += " (" + std::to_string(text_encoder_keys) + " of them text-encoder keys, not applied)";
+    if (text_encoder_keys) s += " (" + std::to_string(text_encoder_keys) + " of them text-encoder keys)";
     return s;
 }
 
+namespace {
+// A text-encoder key's group: the component and CLIP module it goes to; false (why set) when it is dropped: an
+// encoder the family's diffusers loader does not load LoRAs into (T5), or one not given in targets.
+bool text_encoder_group(const std::string& family, const std::string& path, const LoraTargets& targets, Group& g,
+                        std::string& why) {
+    std::string rest;
+    const int i = text_encoder_index(path, rest);
+    const std::vector<std::string> tes = lora_text_encoders(family);
+    // Flux's text_encoder_2 is T5 (diffusers' Flux loader filters lora_te2_ / T5 keys out); SD3's is CLIP-G.
+    if (i == 3 || (size_t)i > tes.size()) {
+        why = "T5: diffusers does not apply T5 LoRAs to " + family + " either";
+        return false;
+    }
+    g.component = tes[(size_t)i - 1];
+    if (!targets.text_encoders.count(g.component)) {
+        why = text_encoder_label(g.component) + " (" + g.component + ") " +
+              (targets.absent_why.empty() ? "is not loaded here" : targets.absent_why);
+        return false;
+    }
+    const std::string m = clip_module(rest);
+    if (!m.empty()) g.modules = {m};  // a path that is no CLIP linear has none: unmatched
+    return true;
+}
+}  // namespace
+
 LoraFile read_lora(const std::string& path, const std::string& family_name, const LoraTargetFn& target,
+                   bool allow_unmatched) {
+    return read_lora(path, family_name, LoraTargets{target, {}}, allow_unmatched);
+}
+
+LoraFile read_lora(const std::string& path, const std::string& family_name, const LoraTargets& targets,
                    bool allow_unmatched) {
     const std::string family = family_name == "Stable Diffusion 3" ? "SD3" : family_name;  // the registry's name
     SafeTensors st = SafeTensors::open(path);
@@ -352,33 +455,50 @@ LoraFile read_lora(const std::string& path, const std::string& family_name, cons
     f.layout = l.name;
     KILN_CHECK(l.family.empty() || l.family == family, path, ": a LoRA for ", l.family, " (", l.name,
                " layout); the model is ", family);
+    auto target_of = [&](const std::string& component) -> const LoraTargetFn& {
+        return component == "transformer" ? targets.transformer : targets.text_encoders.at(component);
+    };
     // Group the keys by module; a key of no module of the layout, or of no module the model has, is unmatched.
     std::map<std::string, Group> groups;
     std::vector<std::string> order;
+    std::map<std::string, std::vector<std::string>> dropped;  // why -> keys
     for (const std::string& k : keys) {
         std::string module;
         Role role;
         Group probe;
-        if (!split_key(k, module, role) || !resolve_module(l, module, probe)) {
+        std::string why;
+        if (!split_key(k, module, role)) {
             f.unmatched.push_back(k);
             continue;
         }
-        bool present = true;
-        for (const std::string& m : probe.modules) present = present && target(m + ".weight").has_value();
+        if (is_text_encoder_key(module)) {
+            if (!text_encoder_group(family, module, targets, probe, why)) {
+                dropped[why].push_back(k);
+                continue;
+            }
+        } else if (!resolve_module(l, module, probe)) {
+            f.unmatched.push_back(k);
+            continue;
+        }
+        bool present = !probe.modules.empty();
+        for (const std::string& m : probe.modules)
+            present = present && target_of(probe.component)(m + ".weight").has_value();
         if (!present) {
             f.unmatched.push_back(k);
             continue;
         }
-        auto [it, fresh] = groups.try_emplace(module, probe);
-        if (fresh) order.push_back(module);
+        auto [it, fresh] = groups.try_emplace(probe.component + ":" + module, probe);
+        if (fresh) order.push_back(probe.component + ":" + module);
         std::string& slot = role == Role::down ? it->second.a_key
                             : role == Role::up ? it->second.b_key
                                                : it->second.alpha_key;
         KILN_CHECK(slot.empty(), path, ": keys '", slot, "' and '", k, "' are the same LoRA tensor");
         slot = k;
     }
-    // Text-encoder keys (kohya lora_te_/lora_te1_/lora_te2_, diffusers text_encoder.*/text_encoder_2.*) are named
-    // as such: Kiln applies LoRAs to the transformer only, not yet to CLIP / T5.
+    for (const auto& [why, ks] : dropped)
+        f.dropped.push_back(std::to_string(ks.size()) + " text-encoder keys not applied (" + why +
+                            "): " + first_keys(ks));
+    // Unmatched keys: an error naming the first few (text-encoder keys counted apart), unless allowed.
     std::vector<std::string> te, other;
     for (const std::string& k : f.unmatched) (is_text_encoder_key(k) ? te : other).push_back(k);
     f.text_encoder_keys = te.size();
@@ -390,13 +510,15 @@ LoraFile read_lora(const std::string& path, const std::string& family_name, cons
                                 (te.empty() ? "" : "; and " + std::to_string(te.size()) + " text-encoder keys");
         KILN_CHECK(allow_unmatched, msg, "; --lora-allow-unmatched applies the rest");
     } else if (!te.empty()) {
-        KILN_CHECK(allow_unmatched, path, ": ", te.size(), " text-encoder keys (", first_keys(te),
-                   "): Kiln applies LoRAs to the transformer only, not yet to the text encoders; "
+        KILN_CHECK(allow_unmatched, path, ": ", te.size(), " text-encoder keys match no linear of the text encoder (",
+                   first_keys(te),
+                   "; Kiln applies q/k/v/out_proj and fc1/fc2 of the encoder layers, as diffusers ranks them); "
                    "--lora-allow-unmatched applies the rest");
     }
-    const PeftConfig peft = l.name == "diffusers/PEFT" ? peft_config(st, path) : PeftConfig{};
-    for (const std::string& module : order) {
-        const Group& g = groups.at(module);
+    std::map<std::string, PeftConfig> peft;
+    for (const std::string& key : order) {
+        const Group& g = groups.at(key);
+        const std::string module = key.substr(key.find(':') + 1);
         KILN_CHECK(!g.a_key.empty() && !g.b_key.empty(), path, ": module '", module, "' has ",
                    g.a_key.empty() ? "no down (A)" : "no up (B)", " matrix");
         bool has_alpha = false;
@@ -407,11 +529,16 @@ LoraFile read_lora(const std::string& path, const std::string& family_name, cons
             alpha = a.data<float>()[0];
             has_alpha = true;
         }
-        add_modules(f, st, g, has_alpha, alpha, &peft, target);
+        // PEFT's LoraConfig: the diffusers/PEFT layout's transformer, and any file's diffusers-named text encoders.
+        const bool peft_te = g.component != "transformer" && starts_with(module, "text_encoder");
+        if ((l.name == "diffusers/PEFT" || peft_te) && !peft.count(g.component))
+            peft[g.component] = peft_config(st, path, g.component);
+        auto pc = peft.find(g.component);
+        add_modules(f, st, g, has_alpha, alpha, pc == peft.end() ? nullptr : &pc->second, target_of(g.component));
         f.matched += 2 + (has_alpha ? 1 : 0);
     }
     KILN_CHECK(!f.modules.empty(), path, ": no LoRA tensor applies to this ", family,
-               " transformer (layout guessed: ", l.name, ")");
+               " transformer (layout guessed: ", l.name, ")", f.dropped.empty() ? "" : "; " + f.dropped[0]);
     return f;
 }
 
@@ -486,7 +613,10 @@ std::unique_ptr<TensorSet> with_lora_merge(std::unique_ptr<TensorSet> set, const
             KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, path, ": '", m.module,
                        ".weight' is stored as ", dtype_name(t), "; LoRAs merge into f32, f16 or bf16 weights only");
         }
-        if (summaries) summaries->push_back(files.back().summary());
+        if (summaries) {
+            summaries->push_back(files.back().summary());
+            for (const std::string& d : files.back().dropped) summaries->push_back("warning: lora " + path + ": " + d);
+        }
     }
     return std::make_unique<LoraMergedSet>(std::move(set), std::move(files), loras);
 }

@@ -1,6 +1,6 @@
 // `kiln generate --lora`: every public run of the flux_lora / sd3_lora fixtures through the CLI, compared with the
-// answer as trained (io.json's `<run>_as_trained` tensors where a run has them, diffusers' otherwise), and the bad
-// LoRAs that must stop with one line and no image.
+// answer as trained (io.json's `<run>_as_trained` tensors where a run has them, diffusers' otherwise), the bad
+// LoRAs that must stop with one line and no image, and LoRAs with text-encoder modules.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -8,6 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "models/source.h"
+#include "models/text_encode.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
@@ -211,4 +213,94 @@ TEST_CASE("kiln-convert --lora bakes LoRAs into the file: the runs as trained wi
     CHECK(r.rc != 0);
     CHECK(r.err.find("match no module") != std::string::npos);
     CHECK(!fs::exists(tmp / "bad.kiln"));
+}
+
+namespace {
+// A LoRA with a transformer module and text-encoder modules of the fixture pipeline c: Flux's CLIP-L in kohya names
+// (lora_te1_, alpha 2 of rank 4); SD3's CLIP-L and CLIP-G in diffusers' names (text_encoder. / text_encoder_2.).
+// with_te false: the transformer module only.
+std::string write_te_lora(const test::TempDir& tmp, const std::string& c, bool with_te) {
+    std::vector<std::pair<std::string, Tensor>> t = {
+        {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", test::random_tensor({4, 32}, 7)},
+        {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", test::random_tensor({32, 4}, 8, -.05f, .05f)}};
+    unsigned seed = 20;
+    auto add = [&](const std::string& key, const std::string& down, const std::string& up, int in, int out) {
+        seed += 2;
+        t.push_back({key + down, test::random_tensor({4, in}, seed)});
+        t.push_back({key + up, test::random_tensor({out, 4}, seed + 1, -.05f, .05f)});
+    };
+    for (int l = 0; with_te && l < 3; ++l)
+        for (auto [m, in, out] : {std::tuple{"self_attn.q_proj", 32, 32}, std::tuple{"self_attn.out_proj", 32, 32},
+                                  std::tuple{"mlp.fc1", 32, 64}}) {
+            std::string under = m;
+            for (char& ch : under)
+                if (ch == '.') ch = '_';
+            const std::string layer = "text_model.encoder.layers." + std::to_string(l) + ".";
+            if (c == "flux" && l < 2) {
+                const std::string k = "lora_te1_text_model_encoder_layers_" + std::to_string(l) + "_" + under;
+                add(k, ".lora_down.weight", ".lora_up.weight", in, out);
+                t.push_back({k + ".alpha", Tensor::from_f32({}, {2.f})});
+            }
+            if (c == "sd3" && l < 2) add("text_encoder." + layer + m, ".lora_A.weight", ".lora_B.weight", in, out);
+            if (c == "sd3") add("text_encoder_2." + layer + m, ".lora_A.weight", ".lora_B.weight", in, out);
+        }
+    const std::string p = tmp / (c + (with_te ? "_te.safetensors" : "_tr.safetensors"));
+    write_safetensors(p, t);
+    return p;
+}
+}  // namespace
+
+// A LoRA with transformer and text-encoder modules through `kiln generate`: the summary names the encoders, the
+// text encoders' outputs are the CPU reference's with the delta merged into their weights, the image is not the one
+// of the transformer module alone, and with --prompt-embeds the text-encoder keys are named as not applied.
+TEST_CASE("kiln generate --lora: text-encoder modules applied to the CLIP encoders", "[apps][lora][vulkan]") {
+    const std::string c = GENERATE(as<std::string>{}, "flux", "sd3");
+    test::TempDir tmp("kiln_lora_te");
+    const auto io = io_json(c);
+    const std::string te = write_te_lora(tmp, c, true), tr = write_te_lora(tmp, c, false);
+    const std::string args = base_args(c, io);
+    Result r =
+        generate(tmp, args + " --lora " + te + ":0.9 --dump " + (tmp / "te.safetensors") + " -o " + (tmp / "te.png"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find(c == "flux"
+                         ? "7 modules (6 of them text-encoder modules, applied to CLIP-L)"
+                         : "16 modules (15 of them text-encoder modules, applied to 6 on CLIP-L, 9 on CLIP-G)") !=
+          std::string::npos);
+    Result r2 =
+        generate(tmp, args + " --lora " + tr + ":0.9 --dump " + (tmp / "tr.safetensors") + " -o " + (tmp / "tr.png"));
+    REQUIRE(r2.rc == 0);
+    auto got = SafeTensors::open(tmp / "te.safetensors");
+    auto without = SafeTensors::open(tmp / "tr.safetensors");
+    // The encoders on the CPU with the LoRA merged (f64 accumulation, one f32 rounding), the CLI's prompts.
+    auto src = models::ModelSource::open(fixture(c + "_pipeline"));
+    models::PromptOptions po;
+    for (auto& p : io["prompt"]) po.prompts.push_back(p.get<std::string>());
+    po.cfg = c == "sd3";  // SD3 with guidance > 1 encodes the negative prompts too; Flux without true CFG does not
+    po.keep_intermediates = true;
+    po.lora.files = {{te, 0.9}};
+    po.lora.apply = "merge";
+    const auto ref = models::encode_prompts(nullptr, src, po);
+    int compared = 0;
+    for (const auto& [name, t] : ref.intermediates) {
+        if (t.dtype != DType::f32 || !got.find(name)) continue;
+        INFO(name);
+        // f32 both sides: the side path's W x + B (s (A x)) against (W + s B A) x and the summation order (the
+        // CLIP test of tests/models/test_lora_runtime.cpp): 1e-5 relative L2.
+        CHECK(rel_l2(got.read(name).to_f32(), t.to_f32()) <= 1e-5);
+        // And the LoRA moved them: far beyond that.
+        CHECK(rel_l2(without.read(name).to_f32(), t.to_f32()) > 1e-3);
+        ++compared;
+    }
+    CHECK(compared >= (c == "flux" ? 1 : 4));
+    CHECK(rel_l2(got.read("image").to_f32(), without.read("image").to_f32()) > 1e-4);
+
+    // prompt_embeds: the text encoders do not run; their keys are named as not applied, the transformer's apply.
+    std::string embeds = args.substr(0, args.find(" --prompt ")) + args.substr(args.find(" --steps "));
+    embeds += " --prompt-embeds " + fixture(c + "_pipeline") + "/io.safetensors";
+    Result r3 = generate(tmp, embeds + " --lora " + te + " -o " + (tmp / "e.png"));
+    INFO(r3.err);
+    CHECK(r3.rc == 0);
+    CHECK(r3.err.find("text-encoder keys not applied (CLIP-L (text_encoder) does not run: prompt_embeds given)") !=
+          std::string::npos);
 }

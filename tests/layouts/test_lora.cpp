@@ -120,7 +120,7 @@ TEST_CASE("LoRA errors: one line naming the file and the problem", "[layouts][lo
         CHECK(f.unmatched.size() == 2);
         CHECK(f.summary().find("2 tensors matched, 1 modules, 2 keys unmatched") != std::string::npos);
     }
-    SECTION("text-encoder keys are named as such: Kiln does not apply them yet") {
+    SECTION("text-encoder keys without the text encoders (transformer only): dropped with a warning line") {
         const std::string te = "lora_te1_text_model_encoder_layers_0_mlp_fc1.";
         const std::string p =
             write("te.safetensors",
@@ -129,21 +129,20 @@ TEST_CASE("LoRA errors: one line naming the file and the problem", "[layouts][lo
                    {te + "lora_down.weight", filled({2, 8}, .1f)},
                    {te + "lora_up.weight", filled({8, 2}, .1f)},
                    {"text_encoder.text_model.encoder.layers.0.mlp.fc1.lora_A.weight", filled({2, 8}, .1f)}});
-        const std::string e = read_error(p, "flux");
-        CHECK(e.find(p + ": 3 text-encoder keys (" + te + "lora_down.weight") != std::string::npos);
-        CHECK(e.find("Kiln applies LoRAs to the transformer only, not yet to the text encoders") != std::string::npos);
-        const auto f = layouts::read_lora(p, "Flux", targets("flux"), true);
+        const auto f = layouts::read_lora(p, "Flux", targets("flux"), false);
         CHECK(f.modules.size() == 1);
-        CHECK(f.text_encoder_keys == 3);
-        CHECK(f.summary().find("3 keys unmatched (3 of them text-encoder keys, not applied)") != std::string::npos);
-        // With other unmatched keys too, both are counted.
+        CHECK(f.unmatched.empty());
+        REQUIRE(f.dropped.size() == 1);
+        CHECK(f.dropped[0].find("3 text-encoder keys not applied (CLIP-L (text_encoder) is not loaded here): " + te +
+                                "lora_down.weight") != std::string::npos);
+        // With other unmatched keys: those are the error.
         const std::string p2 = write("te2.safetensors", {{q + "lora_A.weight", filled({2, 32}, .1f)},
                                                          {q + "lora_B.weight", filled({32, 2}, .1f)},
                                                          {te + "lora_down.weight", filled({2, 8}, .1f)},
                                                          {"transformer.nope.lora_A.weight", filled({2, 8}, .1f)}});
         const std::string e2 = read_error(p2, "flux");
         CHECK(e2.find("1 keys match no module") != std::string::npos);
-        CHECK(e2.find("transformer.nope.lora_A.weight; and 1 text-encoder keys") != std::string::npos);
+        CHECK(e2.find("transformer.nope.lora_A.weight") != std::string::npos);
     }
     SECTION("a LoRA for another family is named as such") {
         const std::string e = read_error(lora_dir("flux") + "lora_kohya.safetensors", "sd3");
@@ -208,4 +207,164 @@ TEST_CASE("parse_lora_arg: FILE[:SCALE]", "[layouts][lora]") {
     CHECK(layouts::parse_lora_arg("C:/x.safetensors:-1") == std::pair<std::string, double>{"C:/x.safetensors", -1.0});
     CHECK(layouts::parse_lora_arg("dir:name.safetensors") ==
           std::pair<std::string, double>{"dir:name.safetensors", 1.0});
+}
+
+namespace {
+// The fixture pipeline c's transformer and the text encoders diffusers loads LoRAs into for its family (the tiny
+// CLIPs: hidden 32, intermediate 64; Flux's 2 layers, SD3's CLIP-L 2 and CLIP-G 3).
+layouts::LoraTargets te_targets(const std::string& c) {
+    layouts::LoraTargets t;
+    t.transformer = targets(c);
+    for (const std::string& e : layouts::lora_text_encoders(family_of(c))) {
+        auto set = std::shared_ptr<layouts::TensorSet>(
+            layouts::open_safetensors(test::data_path("fixtures/" + c + "_pipeline/" + e + "/model.safetensors")));
+        t.text_encoders[e] = [set](const std::string& name) -> std::optional<Shape> {
+            const layouts::TensorInfo* i = set->find(name);
+            return i ? std::optional<Shape>(i->shape) : std::nullopt;
+        };
+    }
+    return t;
+}
+
+const layouts::LoraModule* find_module(const layouts::LoraFile& f, const std::string& component,
+                                       const std::string& module) {
+    for (const auto& m : f.modules)
+        if (m.component == component && m.module == module) return &m;
+    return nullptr;
+}
+}  // namespace
+
+// diffusers: FluxLoraLoaderMixin loads text_encoder (CLIP-L) only: kohya lora_te_ / lora_te1_ and ComfyUI
+// text_encoders.clip_l.transformer. are converted to text_encoder. (lora_te2_ / T5 keys filtered out); PEFT files
+// name text_encoder. / text_encoder_2.; SD3LoraLoaderMixin loads text_encoder (CLIP-L) and text_encoder_2 (CLIP-G).
+TEST_CASE("Text-encoder LoRA keys of every layout: the CLIP module of their encoder", "[layouts][lora]") {
+    test::TempDir tmp("kiln_lora_te");
+    auto write = [&](const std::string& name, std::vector<std::pair<std::string, Tensor>> t,
+                     const std::map<std::string, std::string>& meta = {}) {
+        const std::string p = tmp / name;
+        write_safetensors(p, t, meta);
+        return p;
+    };
+    auto alpha = [](float a) { return Tensor::from_f32({}, {a}); };
+    SECTION("Flux, kohya and ComfyUI names: CLIP-L; T5 keys dropped with a warning line") {
+        const std::string p =
+            write("kohya.safetensors",
+                  {{"lora_unet_double_blocks_0_img_attn_proj.lora_down.weight", filled({2, 32}, .1f)},
+                   {"lora_unet_double_blocks_0_img_attn_proj.lora_up.weight", filled({32, 2}, .1f)},
+                   {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", filled({4, 32}, .1f)},
+                   {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight", filled({32, 4}, .1f)},
+                   {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.alpha", alpha(1)},
+                   {"lora_te_text_model_encoder_layers_1_mlp_fc1.lora_down.weight", filled({2, 32}, .1f)},
+                   {"lora_te_text_model_encoder_layers_1_mlp_fc1.lora_up.weight", filled({64, 2}, .1f)},
+                   {"lora_te1_text_model_encoder_layers_1_self_attn_out_proj.lora_down.weight", filled({2, 32}, .1f)},
+                   {"lora_te1_text_model_encoder_layers_1_self_attn_out_proj.lora_up.weight", filled({32, 2}, .1f)},
+                   {"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_down.weight", filled({2, 48}, .1f)},
+                   {"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_up.weight", filled({48, 2}, .1f)}});
+        const auto f = layouts::read_lora(p, "Flux", te_targets("flux"), false);
+        CHECK(f.layout == "kohya");
+        CHECK(f.modules.size() == 4);
+        const auto* qp = find_module(f, "text_encoder", "text_model.encoder.layers.0.self_attn.q_proj");
+        REQUIRE(qp);
+        CHECK(qp->scale == 0.25);  // alpha 1 / rank 4
+        REQUIRE(find_module(f, "text_encoder", "text_model.encoder.layers.1.mlp.fc1"));
+        CHECK(find_module(f, "text_encoder", "text_model.encoder.layers.1.mlp.fc1")->scale == 1);  // no alpha
+        CHECK(find_module(f, "text_encoder", "text_model.encoder.layers.1.self_attn.out_proj"));
+        CHECK(find_module(f, "transformer", "transformer_blocks.0.attn.to_out.0"));
+        REQUIRE(f.dropped.size() == 1);
+        CHECK(f.dropped[0].find("2 text-encoder keys not applied (T5: diffusers does not apply T5 LoRAs to Flux "
+                                "either): lora_te3_") != std::string::npos);
+        CHECK(f.matched == 9);
+        CHECK(f.summary().find("9 tensors matched, 4 modules (3 of them text-encoder modules, applied to CLIP-L)") !=
+              std::string::npos);
+
+        const std::string c =
+            write("comfy.safetensors",
+                  {{"text_encoders.clip_l.transformer.text_model.encoder.layers.1.mlp.fc2.lora_down.weight",
+                    filled({2, 64}, .1f)},
+                   {"text_encoders.clip_l.transformer.text_model.encoder.layers.1.mlp.fc2.lora_up.weight",
+                    filled({32, 2}, .1f)},
+                   {"text_encoders.clip_l.transformer.text_model.encoder.layers.1.mlp.fc2.alpha", alpha(4)}});
+        const auto fc = layouts::read_lora(c, "Flux", te_targets("flux"), false);
+        REQUIRE(fc.modules.size() == 1);
+        CHECK(fc.modules[0].component == "text_encoder");
+        CHECK(fc.modules[0].module == "text_model.encoder.layers.1.mlp.fc2");
+        CHECK(fc.modules[0].scale == 2);
+    }
+    SECTION("Flux, diffusers/PEFT names: text_encoder. (new and older names), metadata per component") {
+        const std::string te = "text_encoder.text_model.encoder.layers.";
+        const std::string p = write(
+            "peft.safetensors",
+            {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", filled({2, 32}, .1f)},
+             {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", filled({32, 2}, .1f)},
+             {te + "0.self_attn.v_proj.lora_A.weight", filled({2, 32}, .1f)},
+             {te + "0.self_attn.v_proj.lora_B.weight", filled({32, 2}, .1f)},
+             {te + "1.self_attn.to_k_lora.down.weight", filled({2, 32}, .1f)},
+             {te + "1.self_attn.to_k_lora.up.weight", filled({32, 2}, .1f)},
+             {te + "0.mlp.fc2.lora_linear_layer.down.weight", filled({2, 64}, .1f)},
+             {te + "0.mlp.fc2.lora_linear_layer.up.weight", filled({32, 2}, .1f)},
+             {"text_encoder_2.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight", filled({2, 48}, .1f)}},
+            {{"lora_adapter_metadata",
+              R"({"transformer.r": 2, "transformer.lora_alpha": 2, "text_encoder.r": 2, "text_encoder.lora_alpha": 1})"}});
+        const auto f = layouts::read_lora(p, "Flux", te_targets("flux"), false);
+        CHECK(f.layout == "diffusers/PEFT");
+        CHECK(f.modules.size() == 4);
+        for (const char* m : {"text_model.encoder.layers.0.self_attn.v_proj",
+                              "text_model.encoder.layers.1.self_attn.k_proj", "text_model.encoder.layers.0.mlp.fc2"}) {
+            INFO(m);
+            REQUIRE(find_module(f, "text_encoder", m));
+            CHECK(find_module(f, "text_encoder", m)->scale == 0.5);  // text_encoder.lora_alpha 1 / r 2
+        }
+        CHECK(find_module(f, "transformer", "transformer_blocks.0.attn.to_q")->scale == 1);
+        REQUIRE(f.dropped.size() == 1);
+        CHECK(f.dropped[0].find("1 text-encoder keys not applied (T5") != std::string::npos);
+    }
+    SECTION("SD3: text_encoder. -> CLIP-L, text_encoder_2. -> CLIP-G (kohya lora_te1_ / lora_te2_ likewise)") {
+        const std::string p =
+            write("sd3.safetensors",
+                  {{"text_encoder.text_model.encoder.layers.1.self_attn.q_proj.lora_A.weight", filled({2, 32}, .1f)},
+                   {"text_encoder.text_model.encoder.layers.1.self_attn.q_proj.lora_B.weight", filled({32, 2}, .1f)},
+                   {"text_encoder_2.text_model.encoder.layers.2.mlp.fc1.lora_A.weight", filled({2, 32}, .1f)},
+                   {"text_encoder_2.text_model.encoder.layers.2.mlp.fc1.lora_B.weight", filled({64, 2}, .1f)},
+                   {"text_encoder_3.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight", filled({2, 48}, .1f)}});
+        const auto f = layouts::read_lora(p, "Stable Diffusion 3", te_targets("sd3"), false);
+        CHECK(f.modules.size() == 2);
+        CHECK(find_module(f, "text_encoder", "text_model.encoder.layers.1.self_attn.q_proj"));
+        CHECK(find_module(f, "text_encoder_2", "text_model.encoder.layers.2.mlp.fc1"));
+        CHECK(f.summary().find("(2 of them text-encoder modules, applied to 1 on CLIP-L, 1 on CLIP-G)") !=
+              std::string::npos);
+        CHECK(f.dropped.size() == 1);
+        const std::string k =
+            write("sd3k.safetensors",
+                  {{"lora_te1_text_model_encoder_layers_0_self_attn_k_proj.lora_down.weight", filled({2, 32}, .1f)},
+                   {"lora_te1_text_model_encoder_layers_0_self_attn_k_proj.lora_up.weight", filled({32, 2}, .1f)},
+                   {"lora_te2_text_model_encoder_layers_2_self_attn_out_proj.lora_down.weight", filled({2, 32}, .1f)},
+                   {"lora_te2_text_model_encoder_layers_2_self_attn_out_proj.lora_up.weight", filled({32, 2}, .1f)}});
+        const auto fk = layouts::read_lora(k, "SD3", te_targets("sd3"), false);
+        CHECK(find_module(fk, "text_encoder", "text_model.encoder.layers.0.self_attn.k_proj"));
+        CHECK(find_module(fk, "text_encoder_2", "text_model.encoder.layers.2.self_attn.out_proj"));
+        // On Flux, lora_te2_ is T5's (dropped, as diffusers filters it out).
+        const auto ff = layouts::read_lora(k, "Flux", te_targets("flux"), false);
+        CHECK(ff.modules.size() == 1);
+        REQUIRE(ff.dropped.size() == 1);
+        CHECK(ff.dropped[0].find("T5: diffusers does not apply T5 LoRAs to Flux either") != std::string::npos);
+    }
+    SECTION("a key for no linear of the encoder: unmatched (an error unless allowed), with bad shapes refused") {
+        const std::string p = write(
+            "bad.safetensors", {{"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight", filled({2, 32}, .1f)},
+                                {"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_up.weight", filled({64, 2}, .1f)},
+                                {"lora_te1_text_model_encoder_layers_7_mlp_fc1.lora_down.weight", filled({2, 32}, .1f)},
+                                {"lora_te1_text_projection.lora_down.weight", filled({2, 32}, .1f)}});
+        CHECK_THROWS_WITH(layouts::read_lora(p, "Flux", te_targets("flux"), false),
+                          Catch::Contains("2 text-encoder keys match no linear of the text encoder") &&
+                              Catch::Contains("lora_te1_text_model_encoder_layers_7_mlp_fc1.lora_down.weight"));
+        const auto f = layouts::read_lora(p, "Flux", te_targets("flux"), true);
+        CHECK(f.modules.size() == 1);
+        CHECK(f.text_encoder_keys == 2);
+        CHECK(f.summary().find("2 keys unmatched (2 of them text-encoder keys)") != std::string::npos);
+        const std::string w = write(
+            "w.safetensors", {{"lora_te1_text_model_encoder_layers_0_mlp_fc2.lora_down.weight", filled({2, 32}, .1f)},
+                              {"lora_te1_text_model_encoder_layers_0_mlp_fc2.lora_up.weight", filled({32, 2}, .1f)}});
+        CHECK_THROWS_WITH(layouts::read_lora(w, "Flux", te_targets("flux"), false),
+                          Catch::Contains("does not fit 'text_model.encoder.layers.0.mlp.fc2.weight' [32, 64]"));
+    }
 }

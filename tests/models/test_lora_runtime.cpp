@@ -1,10 +1,13 @@
 // The runtime LoRA side path on the Flux fixture's transformer: a LoRA on one single block only still leaves every
 // instance of the kind one graph (the regional executor replays it: block recorded once, A/B selected per
-// instance), and every mode gives what the merged weights give on the CPU.
+// instance), and every mode gives what the merged weights give on the CPU. Text-encoder LoRAs on CLIP-L likewise,
+// and the resident encoders keyed on them.
 #include <catch2/catch.hpp>
 
 #include "models/forward.h"
 #include "models/source.h"
+#include "models/text_encode.h"
+#include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/regions.h"
 #include "tests/models/model_harness.h"
@@ -119,5 +122,148 @@ TEST_CASE("LoRA runtime scales change without re-recording", "[models][lora][vul
     CHECK(at_s1.bytes != at_s2.bytes);
     // And both scales against the merged weights (the tolerance of the test above).
     CHECK(rel_l2(at_s2.to_f32(), merged_on_cpu(src, lo, raw).to_f32()) <= 1e-5);
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+namespace {
+// A LoRA on the tiny CLIP-L of the Flux fixture (hidden 32, intermediate 64, 2 layers): every linear of both layers
+// (kohya lora_te1_ names, rank 4, alpha 2 -> 0.5), and one transformer module so the file is a whole LoRA. B small
+// (0.05) so the delta is a fraction of the weights (std ~0.02), not a new network.
+std::string write_te_lora(const test::TempDir& tmp, const std::string& name, unsigned seed) {
+    std::vector<std::pair<std::string, Tensor>> t = {
+        {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", test::random_tensor({4, 32}, seed)},
+        {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight",
+         test::random_tensor({32, 4}, seed + 1, -.05f, .05f)}};
+    for (int l = 0; l < 2; ++l)
+        for (auto [m, in, out] : {std::tuple{"self_attn_q_proj", 32, 32}, std::tuple{"self_attn_k_proj", 32, 32},
+                                  std::tuple{"self_attn_v_proj", 32, 32}, std::tuple{"self_attn_out_proj", 32, 32},
+                                  std::tuple{"mlp_fc1", 32, 64}, std::tuple{"mlp_fc2", 64, 32}}) {
+            const std::string k = "lora_te1_text_model_encoder_layers_" + std::to_string(l) + "_" + m;
+            seed += 2;
+            t.push_back({k + ".lora_down.weight", test::random_tensor({4, in}, seed)});
+            t.push_back({k + ".lora_up.weight", test::random_tensor({out, 4}, seed + 1, -.05f, .05f)});
+            t.push_back({k + ".alpha", Tensor::from_f32({}, {2.f})});
+        }
+    const std::string p = tmp / name;
+    write_safetensors(p, t);
+    return p;
+}
+
+// The Flux fixture's LoRAs for the transformer and its CLIP-L.
+std::shared_ptr<const models::LoraSet> flux_loras(const models::ModelSource& src, const models::LoraOptions& lo) {
+    auto tr = src.weights("transformer"), te = src.weights("text_encoder");
+    return models::load_loras({{"transformer", tr.get()}, {"text_encoder", te.get()}}, "Flux", lo);
+}
+
+std::map<std::string, Tensor> clip_raw() {
+    Tensor ids(DType::i64, {2, 16});
+    for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 37 + 5) % 900;
+    return {{"input_ids", ids}};
+}
+}  // namespace
+
+// CLIP-L with a text-encoder LoRA: the runtime side path (every JIT mode) and the merged weights on Vulkan against
+// the CPU reference with the delta merged into the weights (lora_merge, f64 accumulation, one rounding to f32).
+TEST_CASE("LoRA on CLIP-L: runtime side path and merge equal the merged weights on the CPU", "[models][lora][vulkan]") {
+    test::TempDir tmp("kiln_lora_clip");
+    auto src = models::ModelSource::open(test::data_path("fixtures/flux_pipeline"));
+    const std::string cls = src.class_of("text_encoder");
+    const auto& cfg = src.config("text_encoder");
+    models::LoraOptions lo;
+    lo.files = {{write_te_lora(tmp, "a.safetensors", 11), 0.8}, {write_te_lora(tmp, "b.safetensors", 101), -0.5}};
+    const auto raw = clip_raw();
+    auto run_cpu = [&](const models::WeightStore& ws) {
+        ir::Graph g;
+        models::Builder b(g, ws);
+        auto in = models::build_component(b, cls, cfg, raw);
+        return cpu::run(g, in, models::cpu_weights(ws, b.constants()));
+    };
+    lo.apply = "merge";
+    const auto merged_set = models::lora_component(flux_loras(src, lo), "text_encoder");
+    REQUIRE(merged_set);
+    auto merged = models::with_loras(src.weights("text_encoder"), merged_set, nullptr);
+    const auto ref = run_cpu(*merged);
+    const auto base = run_cpu(*src.weights("text_encoder"));
+    // The LoRA changes the output: far beyond the tolerance below.
+    CHECK(rel_l2(ref.at("pooler_output").to_f32(), base.at("pooler_output").to_f32()) > 1e-2);
+    CHECK(rel_l2(ref.at("last_hidden_state").to_f32(), base.at("last_hidden_state").to_f32()) > 1e-2);
+
+    // f32 on both sides: W x + B (s (A x)) against (W + s B A) x differs by one rounding of W + s B A per element
+    // and the summation order over K = 32 / 64 / rank 8: ~1e-7 relative per linear, 12 linears deep with layer norms
+    // -> 1e-5 relative L2, the transformer side path's tolerance.
+    auto check = [&](const std::map<std::string, Tensor>& out, const std::string& what) {
+        for (const char* n : {"last_hidden_state", "penultimate_hidden_state", "pooler_output"}) {
+            const double err = rel_l2(out.at(n).to_f32(), ref.at(n).to_f32());
+            INFO(what << " " << n << " relative L2 " << err);
+            CHECK(err <= 1e-5);
+        }
+    };
+    lo.apply = "runtime";
+    auto set = models::lora_component(flux_loras(src, lo), "text_encoder");
+    REQUIRE(set);
+    auto ws = src.weights("text_encoder");
+    ir::Graph g;
+    models::Builder b(g, *ws);
+    b.set_loras(set);
+    auto in = models::build_component(b, cls, cfg, raw);
+    CHECK_NOTHROW(exec::analyze_regions(g));  // one graph for every replayed layer
+    CHECK(b.constants().count("text_model.encoder.layers.0.mlp.fc2.lora_A"));
+    CHECK(in.count("lora_scales.4.4"));  // the two files' rank-4 columns
+    for (exec::Mode m : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional})
+        check(exec::run_graph(test::context(), g, b.weight_fn(), in, m), std::string("runtime ") + exec::mode_name(m));
+    ir::Graph gm;
+    models::Builder bm(gm, *merged);
+    auto inm = models::build_component(bm, cls, cfg, raw);
+    check(exec::run_graph(test::context(), gm, bm.weight_fn(), inm, exec::Mode::regional), "merge");
+    // The transformer's set holds its own module only; no side path on CLIP without set_loras.
+    CHECK(models::lora_component(flux_loras(src, lo), "text_encoder_2") == nullptr);
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+// encode_prompts with LoRAs and resident encoders (--keep-encoders): a resident CLIP is reused only with the same
+// files and apply mode; new runtime scales are written as inputs and give bit for bit a fresh encoder's output;
+// other files replace the entry. The CPU reference path applies them too.
+TEST_CASE("encode_prompts: text-encoder LoRAs, resident encoders keyed on the LoRAs", "[models][lora][vulkan]") {
+    test::TempDir tmp("kiln_lora_enc");
+    auto src = models::ModelSource::open(test::data_path("fixtures/flux_pipeline"));
+    const std::string a = write_te_lora(tmp, "a.safetensors", 11), b = write_te_lora(tmp, "b.safetensors", 101);
+    models::EncoderCache cache;
+    auto pooled = [&](const std::vector<models::LoraRequest>& files, const std::string& apply, bool keep,
+                      vk::Context* ctx, int* reused = nullptr) {
+        models::PromptOptions po;
+        po.prompts = {"a castle on a hill at sunset"};
+        po.cfg = false;
+        po.lora.files = files;
+        po.lora.apply = apply;
+        if (keep) po.keep = &cache;
+        auto enc = models::encode_prompts(ctx, src, po);
+        if (reused) *reused = enc.reused_encoders;
+        return enc.tensors.at("pooled_prompt_embeds");
+    };
+    vk::Context* ctx = &test::context();
+    int reused = -1;
+    const Tensor none = pooled({}, "runtime", true, ctx, &reused);
+    const Tensor s1 = pooled({{a, 0.8}}, "runtime", true, ctx, &reused);
+    CHECK(reused == 1);  // T5 only: CLIP with a LoRA is another entry, which replaces the one without
+    CHECK(cache.size() == 2);
+    CHECK(s1.bytes != none.bytes);
+    const Tensor s2 = pooled({{a, -0.3}}, "runtime", true, ctx, &reused);
+    CHECK(reused == 2);                                                   // the same file: the new scale is an input
+    CHECK(s2.bytes == pooled({{a, -0.3}}, "runtime", false, ctx).bytes);  // bit for bit a fresh encoder
+    CHECK(s2.bytes != s1.bytes);
+    const Tensor other = pooled({{b, -0.3}}, "runtime", true, ctx, &reused);
+    CHECK(reused == 1);
+    CHECK(cache.size() == 2);
+    CHECK(other.bytes == pooled({{b, -0.3}}, "runtime", false, ctx).bytes);
+    // Merged: the scale is in the weights, so another scale is another entry.
+    const Tensor m1 = pooled({{b, -0.3}}, "merge", true, ctx, &reused);
+    CHECK(reused == 1);
+    pooled({{b, 0.5}}, "merge", true, ctx, &reused);
+    CHECK(reused == 1);
+    // Merge and runtime, Vulkan and the CPU reference: the tolerance of the test above.
+    const Tensor cpu = pooled({{b, -0.3}}, "merge", false, nullptr);
+    CHECK(rel_l2(m1.to_f32(), cpu.to_f32()) <= 1e-5);
+    CHECK(rel_l2(other.to_f32(), cpu.to_f32()) <= 1e-5);
+    CHECK(rel_l2(pooled({{b, -0.3}}, "runtime", false, nullptr).to_f32(), cpu.to_f32()) <= 1e-5);
     CHECK(vk::Context::validation_errors() == 0);
 }
