@@ -130,7 +130,8 @@ TEST_CASE("kiln-convert of a Sana folder, then kiln generate from the .kiln", "[
     for (auto& p : j["prompt"]) args += " --prompt '" + p.get<std::string>() + "'";
     const auto io = SafeTensors::open(io_path);
     // f32: the folder's weights as they are, so the run is the folder's (summation order only: 1e-4 as above).
-    // q8_0: the linear weights quantized (the convs, embeddings and norms stay f16 / f32): it runs end to end.
+    // q8_0: the linear weights and the 1x1 convs read as linears quantized (the other convs, embeddings and norms
+    // stay f16 / f32): it runs end to end.
     for (DType dt : {DType::f32, DType::q8_0}) {
         INFO(dtype_name(dt));
         converter::Options o;
