@@ -178,11 +178,11 @@ ArchSpec flux(const Config& c) {
     return s;
 }
 
-// SanaTransformer2DModel (sana_transformer.py): the linears are quantizable; GLUMBConv's convolutions and the patch
-// embedding are 4-D conv weights (kept f16/f32 by the converter).
+// SanaTransformer2DModel (sana_transformer.py): the linears and GLUMBConv's 1x1 convolutions (read as linears, stored
+// [O, C]) are quantizable; the depthwise conv_depth and the patch embedding stay 4-D conv weights (f16/f32).
 ArchSpec sana(const Config& c) {
     ArchSpec s{"transformer", {}, {}, {}};
-    Names n{s.expected, ""};
+    Names n{s.expected, "", &s.matrices_1x1};
     KILN_CHECK(!c.has("interpolation_scale"), c.where,
                ": Sana interpolation_scale (sin-cos positions of the 2K/4K models) is not supported (null only)");
     for (const char* k : {"num_cross_attention_heads", "cross_attention_head_dim", "cross_attention_dim"})
@@ -213,9 +213,9 @@ ArchSpec sana(const Config& c) {
                 b.w(std::string(a) + ".norm_k");
             }
         b.layer_norm("norm2", affine);  // norm1 never has parameters
-        b.lin("ff.conv_inverted");
+        b.conv_1x1_linear("ff.conv_inverted", true);
         b.lin("ff.conv_depth");
-        b.w("ff.conv_point");
+        b.conv_1x1_linear("ff.conv_point", false);
         b.raw("scale_shift_table");
     }
     n.raw("scale_shift_table");

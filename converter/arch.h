@@ -28,6 +28,9 @@ struct ArchSpec {
     std::vector<std::pair<std::string, std::string>> aliases;
     // Name prefixes that transformers ignores at load (CLIP's position_ids buffer, T5's decoder): dropped.
     std::vector<std::string> ignored;
+    // 1x1 convolution weights [O, C, 1, 1] that the model reads as the matrix [O, C] of a linear over channels-last
+    // tokens (Builder::matrix_1x1): stored 2-D, so --dtype quantizes them like every linear weight.
+    std::vector<std::string> matrices_1x1;
     std::string weights_base = "diffusion_pytorch_model";  // transformers: "model"
 };
 

@@ -65,13 +65,20 @@ struct Config {
 struct Names {
     std::vector<std::string>& out;
     std::string prefix;
-    Names sub(const std::string& p) const { return {out, prefix + p + "."}; }
+    std::vector<std::string>* matrices_1x1 = nullptr;  // ArchSpec::matrices_1x1, for conv_1x1_linear
+    Names sub(const std::string& p) const { return {out, prefix + p + ".", matrices_1x1}; }
     void w(const std::string& p) const { out.push_back(prefix + p + ".weight"); }
     void b(const std::string& p) const { out.push_back(prefix + p + ".bias"); }
     void raw(const std::string& p) const { out.push_back(prefix + p); }
     void lin(const std::string& p, bool bias = true) const {
         w(p);
         if (bias) b(p);
+    }
+    // A 1x1 nn.Conv2d the model reads as a linear (Builder::matrix_1x1): its weight is stored as [O, C].
+    void conv_1x1_linear(const std::string& p, bool bias) const {
+        KILN_CHECK(matrices_1x1, "internal: Names for ", prefix, p, " has no matrices_1x1 list");
+        lin(p, bias);
+        matrices_1x1->push_back(prefix + p + ".weight");
     }
     void timestep_embedding(const std::string& p) const {  // TimestepEmbedding
         lin(p + ".linear_1");

@@ -90,6 +90,7 @@ struct Item {
     std::string rel;  // diffusers name (canonical), or name relative to its block
     const layouts::TensorInfo* src;
     DType out;
+    Shape shape;  // as stored: src's, or [O, C] for a 1x1 conv read as a matrix (ArchSpec::matrices_1x1)
 };
 
 struct Run {
@@ -232,6 +233,14 @@ Component plan_tensors(Component c, const json& cfg, const std::string& cfg_wher
     }
     const std::string file = c.set->source();
     const std::map<std::string, const layouts::TensorInfo*> have = match_tensors(*c.set, c.cls, cfg, cfg_where, log);
+    // A 1x1 conv the model reads as a matrix is stored [O, C] (the same bytes), so its dtype is chosen as a linear's.
+    const std::set<std::string> as_matrix(spec.matrices_1x1.begin(), spec.matrices_1x1.end());
+    auto item = [&](const std::string& rel, const std::string& n, const layouts::TensorInfo* t) {
+        layouts::TensorInfo stored = *t;
+        if (as_matrix.count(n) && t->shape.size() == 4 && t->shape[2] == 1 && t->shape[3] == 1)
+            stored.shape = {t->shape[0], t->shape[1]};
+        return Item{rel, t, out_dtype(stored, c.name + "." + n, opt, file), stored.shape};
+    };
 
     // Split into block tensors and the rest.
     std::set<std::string> in_block;
@@ -245,7 +254,7 @@ Component plan_tensors(Component c, const json& cfg, const std::string& cfg_wher
             size_t dot = n.find('.', kind.name.size() + 1);
             KILN_CHECK(dot != std::string::npos, file, ": bad block tensor name '", t->name, "'");
             int64_t i = std::stoll(n.substr(kind.name.size() + 1, dot - kind.name.size() - 1));
-            kp.blocks[(size_t)i].push_back({n.substr(dot + 1), t, out_dtype(*t, c.name + "." + n, opt, file)});
+            kp.blocks[(size_t)i].push_back(item(n.substr(dot + 1), n, t));
             in_block.insert(n);
         }
         // Runs of one variant; every block of a run must equal the run's first block.
@@ -274,7 +283,7 @@ Component plan_tensors(Component c, const json& cfg, const std::string& cfg_wher
     }
     for (auto& [n, t] : have) {
         c.params += shape_numel(t->shape);
-        if (!in_block.count(n)) c.loose.push_back({n, t, out_dtype(*t, c.name + "." + n, opt, file)});
+        if (!in_block.count(n)) c.loose.push_back(item(n, n, t));
     }
     return c;
 }
@@ -437,7 +446,7 @@ uint64_t add_tensor(GgufWriter& w, Component& c, const std::string& full, const 
     DType to = it.out;
     sum.tensors++;
     sum.stored[to]++;
-    return w.add_tensor(full, to, src->shape, [set, src, to](void* dst) {
+    return w.add_tensor(full, to, it.shape, [set, src, to](void* dst) {
         const Tensor t = set->read(src->name);
         kiln::convert(t.bytes.data(), t.dtype, dst, to, (size_t)t.numel());
     });

@@ -443,6 +443,12 @@ typedef struct kiln_generate_params {
      * few floats (see kiln_model_set_lora_scales). Another call replaces it; 0 frees it. It holds its device memory
      * between calls. */
     int keep_transformer;
+    /* Appended in 0.2 (NULL = the pipeline's default). Sana, Sana-Sprint: diffusers' complex_human_instruction, its
+     * lines joined by "\n"; the positive prompts are encoded after it, to n_chi + max_sequence_length - 2 tokens
+     * (n_chi: the instruction's with <bos>), then <bos> and the last max_sequence_length - 1 kept. "" = none
+     * (diffusers' None or []): the prompts alone, to max_sequence_length tokens. Other pipelines, and with
+     * prompt_embeds: KILN_INVALID_ARGUMENT. */
+    const char* complex_human_instruction;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

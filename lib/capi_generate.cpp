@@ -127,7 +127,7 @@ void check_true_cfg(const kiln_model& m, const kiln_generate_params& p) {
 Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const models::CommonOptions& common) {
     KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt && p.negative_prompt_count == 0 &&
                  p.prompt_2_count == 0 && p.prompt_3_count == 0 && p.negative_prompt_2_count == 0 &&
-                 p.negative_prompt_3_count == 0 && p.clip_skip == 0,
+                 p.negative_prompt_3_count == 0 && p.clip_skip == 0 && !p.complex_human_instruction,
              m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
     KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
     KILN_ARG(!p.image && !p.mask && !p.image_tensor && !p.mask_tensor && p.strength == 0 && p.noise_count == 0 &&
@@ -193,10 +193,10 @@ models::PromptOptions prompt_texts(const kiln_generate_params& p) {
 // prompt_embeds: encode_prompt's outputs under diffusers' names, each name once; prompt_embeds [B, L, D] present.
 models::TextConditioning read_prompt_embeds(const kiln_generate_params& p, const models::PromptOptions& po) {
     KILN_ARG(po.negatives.empty() && po.prompts_2.empty() && po.prompts_3.empty() && po.negatives_2.empty() &&
-                 po.negatives_3.empty() && p.max_sequence_length == 0 && p.clip_skip == 0,
-             "negative prompts, prompts_2, prompts_3, max_sequence_length and clip_skip apply to prompts; with "
-             "prompt_embeds "
-             "give negative_prompt_embeds");
+                 po.negatives_3.empty() && p.max_sequence_length == 0 && p.clip_skip == 0 &&
+                 !p.complex_human_instruction,
+             "negative prompts, prompts_2, prompts_3, max_sequence_length, clip_skip and complex_human_instruction "
+             "apply to prompts; with prompt_embeds give negative_prompt_embeds");
     std::map<std::string, Tensor> named;
     for (int i = 0; i < p.prompt_embeds_count; ++i) {
         Tensor t = read_tensor(p.prompt_embeds[i], i, "prompt_embeds");
@@ -336,6 +336,7 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
         po.prompts.push_back(p.prompts[i]);
     }
     po.clip_skip = p.clip_skip;
+    if (p.complex_human_instruction) po.complex_human_instruction = std::string(p.complex_human_instruction);
     if (!po.prompts.empty()) models::check_prompts(m.src, po);  // lengths, UTF-8, which texts apply
     KILN_ARG(p.max_sequence_length >= 0, "max_sequence_length is ", p.max_sequence_length);
     po.max_sequence_length = p.max_sequence_length;

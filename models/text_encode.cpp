@@ -308,6 +308,10 @@ void check_prompts(const ModelSource& src, const PromptOptions& opt) {
     if (f && f->text_to_image()) check_prompt_lists(src, opt, *f, pipe);
     KILN_CHECK(opt.clip_skip == 0 || (f && f->clip_skip), src.path(), ": clip_skip applies to ",
                family_with(&Family::clip_skip).pipelines[0].name, " (", pipe, "'s __call__ has no clip_skip)");
+    KILN_CHECK(!opt.complex_human_instruction || (f && f->complex_human_instruction), src.path(),
+               ": complex_human_instruction applies to ",
+               family_with(&Family::complex_human_instruction).pipelines[0].name, " (", pipe, "'s __call__ has none)");
+    if (opt.complex_human_instruction) text::check_utf8(*opt.complex_human_instruction, "complex_human_instruction");
     KILN_CHECK(opt.clip_skip >= 0, "clip_skip is ", opt.clip_skip, " (0 = none)");
     if (opt.clip_skip > 0)  // diffusers indexes hidden_states[-(clip_skip + 2)] of both CLIP encoders
         for (const auto& e : f->encoders)

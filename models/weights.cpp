@@ -130,9 +130,12 @@ ir::Val Builder::matrix(const std::string& name, const Shape& shape) {
 }
 
 ir::Val Builder::matrix_1x1(const std::string& name, int64_t O, int64_t C) {
-    DType t = meta(name, {O, C, 1, 1}).dtype;
-    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || is_f8(t), ws_.source(), ": tensor '", name,
-               "' has dtype ", dtype_name(t), "; convolution weights must be f32, f16, bf16 or fp8");
+    // diffusers stores [O, C, 1, 1]; kiln-convert stores [O, C] (ArchSpec::matrices_1x1), quantized like a linear's.
+    // Both are the same row-major bytes; a store that has no such tensor yet (synthetic) makes the converter's form.
+    const TensorMeta* m = ws_.find(name);
+    const DType t = meta(name, m && m->shape.size() == 4 ? Shape{O, C, 1, 1} : Shape{O, C}).dtype;
+    KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16 || dtype_is_quant(t) || is_f8(t), ws_.source(),
+               ": tensor '", name, "' has dtype ", dtype_name(t), "; weights must be f32, f16, bf16, fp8 or quantized");
     return g_.weight(name, {O, C}, is_f8(t) ? DType::f16 : t);
 }
 

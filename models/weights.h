@@ -58,8 +58,9 @@ class Builder {
 public:
     Builder(ir::Graph& g, const WeightStore& ws) : g_(g), ws_(ws) {}
     ir::Val matrix(const std::string& name, const Shape& shape);  // linear/conv/embedding operand
-    // A 1x1 convolution's weight [O, C, 1, 1], declared as the matrix [O, C] it is (the same bytes), so it can be
-    // the operand of a linear over channels-last tokens.
+    // A 1x1 convolution's weight, stored [O, C, 1, 1] (diffusers) or [O, C] (kiln-convert, quantized like a linear's),
+    // declared as the matrix [O, C] it is (the same bytes), so it can be the operand of a linear over channels-last
+    // tokens.
     ir::Val matrix_1x1(const std::string& name, int64_t O, int64_t C);
     ir::Val vec(const std::string& name, const Shape& shape);      // f32
     ir::Val opt_vec(const std::string& name, const Shape& shape);  // Val{} if absent

@@ -252,8 +252,11 @@ models::PromptOptions job_texts(const Session& s, const std::vector<std::vector<
     models::PromptOptions texts = o.texts;
     texts.max_sequence_length = o.max_sequence_length;
     texts.clip_skip = o.clip_skip;
+    texts.complex_human_instruction = complex_instruction(o);
     KILN_CHECK(!o.clip_skip || o.prompt_embeds.empty(),
                "--clip-skip applies to --prompt; --prompt-embeds holds encoded prompts");
+    KILN_CHECK(!texts.complex_human_instruction || o.prompt_embeds.empty(),
+               "--complex-human-instruction applies to --prompt; --prompt-embeds holds encoded prompts");
     for (const GenerateFlag& f : generate_flags()) {
         if (!f.settings_key) continue;  // the text lists
         const auto& v = texts.*std::get<std::vector<std::string> models::PromptOptions::*>(f.target);
@@ -300,6 +303,7 @@ std::string text_settings(const GenerateFlags& o, const models::T2IPlan& plan, c
                    " skip_layer_guidance_start=" + std::to_string(o.slg_start) +
                    " skip_layer_guidance_stop=" + std::to_string(o.slg_stop)) +
         (o.clip_skip ? " clip_skip=" + std::to_string(o.clip_skip) : "") +
+        (o.given("--complex-human-instruction") ? " complex_human_instruction=" + o.complex_human_instruction : "") +
         (o.prompt_embeds.empty() ? "" : " prompt_embeds=" + o.prompt_embeds) +
         (o.latents.empty() ? "" : " latents=" + o.latents) +
         (plan.img2img ? " strength=" + std::to_string(plan.strength) : "") +

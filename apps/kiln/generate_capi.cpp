@@ -118,6 +118,7 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     list(5, x.negatives_3, p.negative_prompts_3, p.negative_prompt_3_count);
     p.max_sequence_length = x.max_sequence_length;
     p.clip_skip = x.clip_skip;
+    p.complex_human_instruction = x.complex_human_instruction ? x.complex_human_instruction->c_str() : nullptr;
     p.keep_encoders = q.keep_encoders;
     p.images_per_prompt = t.images_per_prompt;
     // --prompt-embeds: the conditioning tensors as views (they outlive the call).

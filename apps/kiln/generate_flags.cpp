@@ -3,6 +3,8 @@
 #include "apps/kiln/generate_flags.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "apps/kiln/commands.h"
 #include "apps/kiln/generate_args.h"
@@ -119,6 +121,14 @@ std::vector<GenerateFlag> flag_table() {
          "re-upload; costs their memory)",
          kText},
         {"--max-sequence-length", &F::max_sequence_length, "Text models: T5 token count (default: the pipeline's)",
+         kText},
+        {"--complex-human-instruction", &F::complex_human_instruction,
+         "Sana, Sana-Sprint: diffusers' complex_human_instruction, the text each prompt is appended to before Gemma-2 "
+         "encodes it (default: the pipeline's 8 lines asking for an 'Enhanced prompt', ending 'User Prompt: '). "
+         "TEXT: that text; @FILE: the UTF-8 file's lines, joined by newlines as diffusers joins the list; none: no "
+         "instruction (diffusers' None), the prompt alone to --max-sequence-length tokens. With one, the prompt is "
+         "encoded to n + max_sequence_length - 2 tokens (n: the instruction's) and the embeddings of <bos> and the "
+         "last max_sequence_length - 1 are kept. Negative prompts never get it",
          kText},
         {"--clip-skip", &F::clip_skip,
          "SD3: diffusers' clip_skip: the prompts' CLIP embeddings from hidden_states[-(N + 2)] instead of the "
@@ -276,6 +286,24 @@ const std::vector<GenerateFlag>& generate_flags() { return kFlags; }
 void add_generate_flags(CLI::App& app, GenerateFlags& f) {
     f.options.clear();
     for (const GenerateFlag& row : kFlags) f.options.push_back(add_flag_row(app, f, row));
+}
+
+std::optional<std::string> complex_instruction(const GenerateFlags& f) {
+    if (!f.given("--complex-human-instruction")) return std::nullopt;
+    const std::string& v = f.complex_human_instruction;
+    if (v == "none") return std::string();
+    if (v.empty() || v[0] != '@') return v;
+    const std::string path = v.substr(1);
+    std::ifstream in(path, std::ios::binary);
+    KILN_CHECK(in.good() && !std::filesystem::is_directory(path), "--complex-human-instruction ", v, ": cannot open ",
+               path, " (a text file of the instruction's lines)");
+    std::string text, line;
+    for (bool first = true; std::getline(in, line); first = false) {  // "a\nb\n" and "a\r\nb" give "a\nb"
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        text += (first ? "" : "\n") + line;
+    }
+    KILN_CHECK(!in.bad(), "--complex-human-instruction ", v, ": error reading ", path);
+    return text;
 }
 
 bool GenerateFlags::given(const std::string& flag) const {

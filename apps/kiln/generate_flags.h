@@ -4,6 +4,7 @@
 // field of GenerateFlags, and where it goes in kiln_generate_params (generate_capi.cpp).
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,8 +39,9 @@ struct GenerateFlags {
     double strength = 0.6;
     uint64_t max_area = 0;
     bool no_auto_resize = false;
-    ComponentFlags parts;               // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
-    std::vector<CLI::Option*> options;  // one per row of generate_flags(), in its order (nullptr: not registered)
+    std::string complex_human_instruction;  // --complex-human-instruction TEXT|@FILE|none (complex_instruction())
+    ComponentFlags parts;                   // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
+    std::vector<CLI::Option*> options;      // one per row of generate_flags(), in its order (nullptr: not registered)
 
     bool given(const std::string& flag) const;  // the flag ("--steps") was on the command line
     // The first flag given of those that apply only to text models, then of the sizes ("" if none): what a DiT
@@ -71,6 +73,11 @@ struct GenerateFlag {
 const std::vector<GenerateFlag>& generate_flags();
 // Registers every row on app, filling f.options.
 void add_generate_flags(CLI::App& app, GenerateFlags& f);
+
+// --complex-human-instruction as PromptOptions::complex_human_instruction takes it: not given: nullopt (the pipeline's
+// default); "none" (or an empty TEXT or FILE): ""; @FILE: the file's lines joined by "\n" (a final newline and CRs
+// before newlines dropped), as diffusers joins the list; else TEXT itself. An unreadable file: kiln::Error, one line.
+std::optional<std::string> complex_instruction(const GenerateFlags& f);
 
 // The options every pipeline shares, from the flags: seed, noise dtype, scheduler and its config, JIT mode,
 // intermediates (--dump), loop, VAE tiling. Not the latents (read once the model's checks have passed) nor progress.

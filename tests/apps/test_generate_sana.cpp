@@ -1,6 +1,7 @@
 // `kiln generate` on the Sana fixtures, run as the binary: SanaPipeline and SanaSprintPipeline end to end from the
 // prompt (--latents, Sprint's --noise with scm_noise_step{i}, --dump with diffusers' names), and the bad inputs
-// that must stop with one clear line: a missing component, an unsupported config option.
+// that must stop with one clear line: a missing component, an unsupported config option; --complex-human-instruction.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -129,7 +130,8 @@ TEST_CASE("kiln-convert of a Sana folder, then kiln generate from the .kiln", "[
     for (auto& p : j["prompt"]) args += " --prompt '" + p.get<std::string>() + "'";
     const auto io = SafeTensors::open(io_path);
     // f32: the folder's weights as they are, so the run is the folder's (summation order only: 1e-4 as above).
-    // q8_0: the linear weights quantized (the convs, embeddings and norms stay f16 / f32): it runs end to end.
+    // q8_0: the linear weights and the 1x1 convs read as linears quantized (the other convs, embeddings and norms
+    // stay f16 / f32): it runs end to end.
     for (DType dt : {DType::f32, DType::q8_0}) {
         INFO(dtype_name(dt));
         converter::Options o;
@@ -147,5 +149,60 @@ TEST_CASE("kiln-convert of a Sana folder, then kiln generate from the .kiln", "[
         CHECK(d.read("text_encoder_input_ids").to_f32() == io.read("text_encoder_input_ids").to_f32());
         if (dt == DType::f32) CHECK(rel_l2(d.read("image").to_f32(), io.read("image").to_f32()) <= 1e-4);
         for (float v : d.read("image").to_f32()) REQUIRE((v >= 0.f && v <= 1.f));
+    }
+}
+
+TEST_CASE("kiln generate --complex-human-instruction: none, a file of lines, a bad file",
+          "[apps][generate][sana][vulkan]") {
+    test::TempDir tmp("kiln_sana_chi");
+    const std::string name = "sana_pipeline";
+    const std::string io_path = fixture(name) + "/io.safetensors";
+    const auto io = SafeTensors::open(io_path);
+    const std::string base = "--model " + fixture(name) + " --latents " + io_path +
+                             " --no-resolution-binning --steps 1 --guidance 4.5 --width 128 --height 128 --dump " +
+                             (tmp / "dump.safetensors") + " -o " + (tmp / "out.png");
+    {
+        // none: _get_gemma_prompt_embeds tokenizes the prompt alone to max_sequence_length (300) and select_index
+        // keeps all 300 positions: the very path of the fixture's negative prompt "" (no instruction, no selection).
+        // So the prompts "" give exactly diffusers' negative ids and mask, and the negative rows' embeddings (the
+        // same encoder inputs in the same batch: bitwise).
+        Result r = generate(tmp, base + " --prompt '' --prompt '' --complex-human-instruction none");
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        const auto d = SafeTensors::open(tmp / "dump.safetensors");
+        CHECK(d.read("text_encoder_input_ids").to_f32() == io.read("text_encoder_negative_input_ids").to_f32());
+        CHECK(d.read("prompt_attention_mask").to_f32() == io.read("negative_prompt_attention_mask").to_f32());
+        CHECK(d.read("prompt_embeds").to_f32() == d.read("negative_prompt_embeds").to_f32());
+    }
+    {
+        // @FILE: the default list (tok_gemma's io.json records it) as lines, CRLF and a final newline: diffusers'
+        // "\n".join(list), so the fixture's default-instruction ids and embeddings come back.
+        const auto tj = nlohmann::json::parse(std::ifstream(fixture("tok_gemma") + "/io.json"));
+        std::ofstream f(tmp / "chi.txt", std::ios::binary);
+        for (auto& line : tj["complex_human_instruction"]) f << line.get<std::string>() << "\r\n";
+        f.close();
+        std::string args = base + " --complex-human-instruction @" + (tmp / "chi.txt");
+        const auto j = io_json(name);
+        for (auto& p : j["prompt"]) args += " --prompt '" + p.get<std::string>() + "'";
+        Result r = generate(tmp, args);
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        const auto d = SafeTensors::open(tmp / "dump.safetensors");
+        CHECK(d.read("text_encoder_input_ids").to_f32() == io.read("text_encoder_input_ids").to_f32());
+        CHECK(rel_l2(d.read("prompt_embeds").to_f32(), io.read("prompt_embeds").to_f32()) <= 1e-4);
+    }
+    {
+        Result r = generate(tmp, base + " --prompt fox --complex-human-instruction @" + (tmp / "missing.txt"));
+        CHECK(r.rc != 0);
+        CHECK_THAT(r.err, Catch::Contains("--complex-human-instruction @") && Catch::Contains("missing.txt"));
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') <= 1);
+    }
+    {
+        // PixArt's __call__ has no complex_human_instruction: refused before any work.
+        Result r = generate(tmp, "--model " + fixture("pixart_pipeline") +
+                                     " --prompt fox --complex-human-instruction none -o " + (tmp / "p.png"));
+        CHECK(r.rc != 0);
+        CHECK_THAT(r.err, Catch::Contains("complex_human_instruction applies to SanaPipeline"));
+        CHECK_FALSE(fs::exists(tmp / "p.png"));
     }
 }

@@ -59,3 +59,60 @@ TEST_CASE("C API: kiln_generate reproduces diffusers' Sana-Sprint pipeline, step
     CHECK(kiln_generate(m.get(), &q, &i2) != KILN_OK);
     CHECK(std::string(kiln_last_error()).find("scm_noise_step2") != std::string::npos);
 }
+
+TEST_CASE("C API: complex_human_instruction \"\" is diffusers' None; bad values are refused", "[capi][sana][vulkan]") {
+    // None: the prompt alone to max_sequence_length (300) tokens and select_index keeps them all, the fixture's
+    // negative-prompt path. So prompts "" give diffusers' negative ids and mask, and the negative rows' embeddings
+    // (the same encoder inputs in the same batch: bitwise).
+    const std::string dir = kiln::test::data_path("fixtures/sana_pipeline");
+    auto ctx = make_context();
+    auto m = open_model(ctx.get(), dir);
+    auto io = kiln::SafeTensors::open(dir + "/io.safetensors");
+    const kiln::Tensor lat = io.read("latents_init").astype(kiln::DType::f32);
+    const char* prompts[2] = {"", ""};
+    kiln_generate_params p = KILN_GENERATE_PARAMS_INIT;
+    p.prompts = prompts;
+    p.prompt_count = 2;
+    p.steps = 1;
+    p.guidance = 4.5;
+    p.height = p.width = 128;
+    p.no_resolution_binning = 1;
+    p.latents = lat.data<float>();
+    p.latents_shape = lat.shape.data();
+    p.latents_ndim = (int)lat.shape.size();
+    p.complex_human_instruction = "";
+    kiln_result* inter = nullptr;
+    p.intermediates = &inter;
+    std::vector<float> px(2 * 128 * 128 * 3);
+    kiln_image img = KILN_IMAGE_INIT;
+    img.format = KILN_PIXELS_RGB_F32;
+    img.data = px.data();
+    img.capacity = px.size() * sizeof(float);
+    INFO(kiln_last_error());
+    REQUIRE(kiln_generate(m.get(), &p, &img) == KILN_OK);
+    Result owned(inter);
+    auto values = [&](const char* name) {
+        kiln_tensor t;
+        REQUIRE(kiln_result_find(inter, name, &t) == KILN_OK);
+        size_t n = 1;
+        for (int i = 0; i < t.ndim; ++i) n *= (size_t)t.shape[i];
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i)
+            v[i] = t.dtype == KILN_I64 ? (float)((const int64_t*)t.data)[i] : ((const float*)t.data)[i];
+        return v;
+    };
+    CHECK(values("text_encoder_input_ids") == io.read("text_encoder_negative_input_ids").to_f32());
+    CHECK(values("prompt_attention_mask") == io.read("negative_prompt_attention_mask").to_f32());
+    CHECK(values("prompt_embeds") == values("negative_prompt_embeds"));
+
+    p.intermediates = nullptr;
+    auto refused = [&](const kiln_generate_params& q, const char* needle) {
+        kiln_image i2 = KILN_IMAGE_INIT;
+        CHECK(kiln_generate(m.get(), &q, &i2) == KILN_INVALID_ARGUMENT);
+        INFO(kiln_last_error());
+        CHECK(std::string(kiln_last_error()).find(needle) != std::string::npos);
+    };
+    kiln_generate_params q = p;
+    q.complex_human_instruction = "\xff not UTF-8";
+    refused(q, "complex_human_instruction");
+}

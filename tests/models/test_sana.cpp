@@ -125,8 +125,10 @@ TEST_CASE("Sana: block weights by offset, and f16 activation storage", "[models]
 TEST_CASE("Sana-Sprint quantized: Vulkan matches the CPU oracle, accuracy against f32",
           "[models][sana][vulkan][quant]") {
     // D = 32: every linear but caption_projection.linear_1 (K = 48, not whole 32-blocks) takes q8_0 / q4_0 blocks:
-    // 8 attention linears per block, 5 time-embedding linears, caption linear_2, proj_out = 23; the GLUMBConv and
-    // patch convolutions stay f16. Bounds as test_quantized.cpp derives them: 2% (q8_0), 30% (q4_0) relative L2.
+    // 8 attention linears per block, 5 time-embedding linears, caption linear_2, proj_out = 23, and GLUMBConv's
+    // conv_inverted per block, stored as the matrix [2F, D] = [160, 32] it is read as = 25. conv_point [D, F] =
+    // [32, 80] is stored 2-D too but stays f16 (K = 80, not whole 32-blocks); conv_depth and the patch convolution
+    // stay 4-D f16. Bounds as test_quantized.cpp derives them: 2% (q8_0), 30% (q4_0) relative L2.
     const DType dt = GENERATE(DType::q8_0, DType::q4_0);
     CAPTURE(dtype_name(dt));
     auto io = SafeTensors::open(test::data_path("fixtures/sana_sprint_transformer/io.safetensors"));
@@ -137,9 +139,17 @@ TEST_CASE("Sana-Sprint quantized: Vulkan matches the CPU oracle, accuracy agains
     for (auto& t : gguf.tensors()) {
         quantized += dtype_is_quant(t.dtype);
         convs += t.shape.size() == 4 && t.dtype == DType::f16;
+        if (t.name.find(".ff.conv_inverted.weight") != std::string::npos) {
+            CHECK(t.shape == (Shape{160, 32}));
+            CHECK(t.dtype == dt);
+        }
+        if (t.name.find(".ff.conv_point.weight") != std::string::npos) {
+            CHECK(t.shape == (Shape{32, 80}));
+            CHECK(t.dtype == DType::f16);
+        }
     }
-    CHECK(quantized == 2 * 8 + 5 + 2);
-    CHECK(convs == 1 + 2 * 3);  // patch_embed; conv_inverted, conv_depth, conv_point per block
+    CHECK(quantized == 2 * 8 + 5 + 2 + 2);
+    CHECK(convs == 1 + 2);  // patch_embed; conv_depth per block
     auto src = models::ModelSource::open(file);
     auto gpu = models::forward_component(&test::context(), src, "transformer", in, exec::Mode::regional)["sample"];
     auto cpu = models::forward_component(nullptr, src, "transformer", in)["sample"];
