@@ -416,4 +416,9 @@ TEST_CASE("kiln-convert --lora bakes text-encoder modules too: the image of --lo
         CHECK(warnings[i].find("warning: lora " + te + ": " + expect[i]) == 0);
         CHECK(warnings[i].find("(merged)") == std::string::npos);
     }
+    // No transformer to merge into (it used to be ignored): one line, no file.
+    r = test::run_cli(tmp, "kiln-convert", folder + "/vae --lora " + te + " -o " + (tmp / "vae.kiln"));
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("--lora: no transformer to merge LoRAs into (converting vae)") != std::string::npos);
+    CHECK(!fs::exists(tmp / "vae.kiln"));
 }
