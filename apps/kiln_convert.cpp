@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> loras;
     bool lora_allow_unmatched = false;
     app.add_option("--lora", loras,
-                   "bake a LoRA into the transformer, FILE[:SCALE] (repeatable; SCALE default 1): merged as trained, "
-                   "W + SCALE (alpha / rank) B A, into the f32/f16/bf16 weights before --dtype applies (docs/lora.md)");
+                   "bake a LoRA into the transformer and the CLIP text encoders it targets, FILE[:SCALE] (repeatable; "
+                   "SCALE default 1): merged as trained, W + SCALE (alpha / rank) B A, into the f32/f16/bf16 weights "
+                   "before --dtype applies (docs/lora.md)");
     app.add_flag("--lora-allow-unmatched", lora_allow_unmatched,
                  "LoRA keys that match no module are a warning instead of an error");
     app.add_flag("-q,--quiet", quiet, "print nothing but errors");

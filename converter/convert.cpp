@@ -42,9 +42,9 @@
 #include "converter/arch.h"
 #include "converter/assemble.h"
 #include "converter/info.h"
+#include "converter/lora_bake.h"
 #include "converter/tokenizer_files.h"
 #include "models/layouts/layouts.h"
-#include "models/layouts/lora.h"
 #include "runtime/core/error.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/platform.h"
@@ -111,6 +111,8 @@ struct Component {
     bool tokenizer = false;
     FileMap files;  // tokenizers: file name -> bytes
     std::unique_ptr<layouts::TensorSet> set;
+    json cfg;  // models: the config, and where it came from (for messages)
+    std::string cfg_where;
     std::vector<Item> loose;
     std::vector<KindPlan> kinds;
     int64_t params = 0;
@@ -217,20 +219,11 @@ std::map<std::string, const layouts::TensorInfo*> match_tensors(const layouts::T
 }
 
 namespace {
-// Validates one model component's tensors (`set`) against its config: expected names, block layouts.
-// `cfg_where` names the config in messages.
-Component plan_tensors(Component c, const json& cfg, const std::string& cfg_where, const Options& opt,
-                       std::ostream* log) {
+// Validates one model component's tensors (`set`) against its config (`cfg`): expected names, block layouts.
+Component plan_tensors(Component c, const Options& opt, std::ostream* log) {
+    const json& cfg = c.cfg;
+    const std::string& cfg_where = c.cfg_where;
     ArchSpec spec = arch_spec(c.cls, cfg, cfg_where);
-    if (!opt.loras.empty() && c.name == "transformer") {
-        const std::string family = c.cls.find("Flux") != std::string::npos  ? "Flux"
-                                   : c.cls.find("SD3") != std::string::npos ? "SD3"
-                                                                            : c.cls;
-        std::vector<std::string> summaries;
-        c.set = layouts::with_lora_merge(std::move(c.set), family, opt.loras, opt.lora_allow_unmatched, &summaries);
-        for (const std::string& m : summaries)
-            if (log) *log << "kiln-convert: " << m << " (merged)\n";
-    }
     const std::string file = c.set->source();
     const std::map<std::string, const layouts::TensorInfo*> have = match_tensors(*c.set, c.cls, cfg, cfg_where, log);
     // A 1x1 conv the model reads as a matrix is stored [O, C] (the same bytes), so its dtype is chosen as a linear's.
@@ -288,22 +281,43 @@ Component plan_tensors(Component c, const json& cfg, const std::string& cfg_wher
     return c;
 }
 
-// Loads and validates one model component folder: config, weights, expected names, block layouts.
-Component plan_model(const fs::path& dir, const std::string& comp_name, const std::string& expect_cls,
-                     const Options& opt, std::ostream* log) {
+// Opens one model component folder: config and weights (plan_tensors validates them).
+Component open_model(const fs::path& dir, const std::string& comp_name, const std::string& expect_cls,
+                     const Options& opt) {
     Component c;
     c.name = comp_name;
     const fs::path cfg_path = dir / "config.json";
     KILN_CHECK(fs::exists(cfg_path), dir.string(), ": missing config.json");
     c.config_text = read_text(cfg_path);
-    json cfg = parse_json_object(c.config_text, cfg_path.string());
-    c.cls = model_class(cfg, expect_cls, cfg_path.string());
+    c.cfg = parse_json_object(c.config_text, cfg_path.string());
+    c.cfg_where = cfg_path.string();
+    c.cls = model_class(c.cfg, expect_cls, cfg_path.string());
     KILN_CHECK(expect_cls.empty() || expect_cls == c.cls, cfg_path.string(), ": _class_name '", c.cls,
                "' differs from model_index.json, which says '", expect_cls, "'");
-    if (comp_name.empty()) c.name = arch_spec(c.cls, cfg, cfg_path.string()).component;
+    if (comp_name.empty()) c.name = arch_spec(c.cls, c.cfg, cfg_path.string()).component;
     c.set = layouts::open_safetensors(
-        find_weights(dir, opt.variant, arch_spec(c.cls, cfg, cfg_path.string()).weights_base).string());
-    return plan_tensors(std::move(c), cfg, cfg_path.string(), opt, log);
+        find_weights(dir, opt.variant, arch_spec(c.cls, c.cfg, cfg_path.string()).weights_base).string());
+    return c;
+}
+
+// The opened components with --lora merged into those each LoRA targets (the family from the transformer's
+// class), then each model component planned.
+void merge_and_plan(std::vector<Component>& comps, const Options& opt, std::ostream* log) {
+    if (!opt.loras.empty()) {
+        std::map<std::string, std::unique_ptr<layouts::TensorSet>*> sets;
+        std::string family;
+        for (Component& c : comps) {
+            if (!c.set) continue;
+            sets[c.name] = &c.set;
+            if (c.name == "transformer")
+                family = c.cls.find("Flux") != std::string::npos  ? "Flux"
+                         : c.cls.find("SD3") != std::string::npos ? "SD3"
+                                                                  : c.cls;
+        }
+        merge_loras(sets, family, opt.loras, opt.lora_allow_unmatched, log);
+    }
+    for (Component& c : comps)
+        if (c.set) c = plan_tensors(std::move(c), opt, log);
 }
 
 // A tokenizer folder: its files are stored verbatim; the config is tokenizer_config.json ("{}" if absent).
@@ -403,14 +417,15 @@ std::vector<Component> plan_pipeline(const fs::path& dir, const Options& opt, st
         return dir / k;
     };
     for (const char* k : {"transformer", "vae"})
-        if (classes.count(k)) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
+        if (classes.count(k)) comps.push_back(open_model(folder(k), k, classes[k], opt));
     if (classes.count("scheduler")) {
         comps.push_back(plan_scheduler(folder("scheduler")));
         KILN_CHECK(comps.back().cls == classes["scheduler"], (dir / "scheduler/scheduler_config.json").string(),
                    ": _class_name '", comps.back().cls, "' differs from model_index.json, which says '",
                    classes["scheduler"], "'");
     }
-    for (auto& k : encoders) comps.push_back(plan_model(folder(k), k, classes[k], opt, log));
+    for (auto& k : encoders) comps.push_back(open_model(folder(k), k, classes[k], opt));
+    merge_and_plan(comps, opt, log);
     for (auto& k : tokenizers) comps.push_back(plan_tokenizer(folder(k), k, classes[k], log));
     w.set_string("kiln.pipeline.class", pcls);
     w.set_string("kiln.pipeline.model_index", text);
@@ -425,7 +440,8 @@ std::vector<Component> plan_folder(const fs::path& dir, const std::string& src_d
     if (fs::exists(dir / "model_index.json")) {
         comps = plan_pipeline(dir, opt, log, w);
     } else if (fs::exists(dir / "config.json")) {
-        comps.push_back(plan_model(dir, "", "", opt, log));
+        comps.push_back(open_model(dir, "", "", opt));
+        merge_and_plan(comps, opt, log);
     } else if (fs::exists(dir / "scheduler_config.json")) {
         comps.push_back(plan_scheduler(dir));
     } else if (fs::exists(dir / "tokenizer_config.json") || fs::exists(dir / "spiece.model") ||
@@ -549,11 +565,11 @@ Summary write_kiln_file(std::vector<Component>& comps, GgufWriter& w, const std:
     return sum;
 }
 
-// One part of an assembly, planned as a component of the output file.
-Component plan_part(const Part& p, const Options& opt, std::ostream* log) {
+// One part of an assembly, opened as a component of the output file (merge_and_plan plans it).
+Component open_part_component(const Part& p, const Options& opt, std::ostream* log) {
     switch (p.from) {
         case Part::From::diffusers_dir:
-            return plan_model(p.path, p.name, p.cls, opt, log);
+            return open_model(p.path, p.name, p.cls, opt);
         case Part::From::tokenizer_dir:
             return plan_tokenizer(p.path, p.name, p.cls, log);
         case Part::From::config_only: {
@@ -572,8 +588,9 @@ Component plan_part(const Part& p, const Options& opt, std::ostream* log) {
             c.cls = p.cls;
             c.config_text = p.config_text;
             c.set = open_part(p);
-            const json cfg = parse_json_object(p.config_text, p.name + " config");
-            return plan_tensors(std::move(c), cfg, p.name + "'s config", opt, log);
+            c.cfg = parse_json_object(p.config_text, p.name + " config");
+            c.cfg_where = p.name + "'s config";
+            return c;
         }
     }
     KILN_FAIL("internal: part kind");
@@ -586,6 +603,8 @@ Summary convert_folder(const std::string& src_dir, const std::string& out_path, 
     const fs::path dir(src_dir);
     KILN_CHECK(fs::is_directory(dir), src_dir, ": not a directory");
     KILN_CHECK(!out_path.empty(), "no output path given");
+    KILN_CHECK(opt.loras.empty() || fs::exists(dir / "model_index.json") || fs::exists(dir / "config.json"), src_dir,
+               ": --lora: no transformer to merge LoRAs into");
     GgufWriter w;
     std::string name = fs::weakly_canonical(dir).filename().string();
     std::vector<Component> comps = plan_folder(dir, src_dir, opt, log, w);
@@ -598,7 +617,8 @@ Summary convert_assembly(const Assembly& a, const std::string& out_path, const O
     KILN_CHECK(!out_path.empty(), "no output path given");
     GgufWriter w;
     std::vector<Component> comps;
-    for (auto& p : a.parts) comps.push_back(plan_part(p, opt, log));
+    for (auto& p : a.parts) comps.push_back(open_part_component(p, opt, log));
+    merge_and_plan(comps, opt, log);
     // The configs travel with the weights.
     w.set_string("kiln.pipeline.class", a.pipeline_class);
     w.set_string("kiln.pipeline.model_index", a.model_index_text);

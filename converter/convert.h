@@ -25,8 +25,9 @@ struct Options {
     // matches glob takes dtype instead (the last match wins); e.g. {"*.proj_out.weight", f16}.
     std::vector<std::pair<std::string, DType>> keep;
     std::string variant;  // "" or e.g. "fp16": picks *.fp16.safetensors as diffusers does
-    // LoRAs (path, scale) merged into the transformer's f32/f16/bf16 weights before they are stored (kiln-convert
-    // --lora FILE[:SCALE]); keys matching no module are an error unless lora_allow_unmatched.
+    // LoRAs (path, scale) merged into the f32/f16/bf16 weights of the components they target (the transformer, the
+    // CLIP text encoders: converter/lora_bake.h) before they are stored (kiln-convert --lora FILE[:SCALE]); keys
+    // matching no module are an error unless lora_allow_unmatched.
     std::vector<std::pair<std::string, double>> loras;
     bool lora_allow_unmatched = false;
     bool quiet = false;           // no notes, progress or summary

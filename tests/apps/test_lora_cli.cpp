@@ -6,12 +6,16 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "models/layouts/lora.h"
 #include "models/source.h"
 #include "models/text_encode.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
+#include "tests/support/single_files.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -303,4 +307,118 @@ TEST_CASE("kiln generate --lora: text-encoder modules applied to the CLIP encode
     CHECK(r3.rc == 0);
     CHECK(r3.err.find("text-encoder keys not applied (CLIP-L (text_encoder) does not run: prompt_embeds given)") !=
           std::string::npos);
+}
+
+// kiln-convert --lora with transformer and CLIP modules: each module is merged into the component it targets, so
+// the f32 file converted with the LoRA, run without --lora, is `kiln generate --lora-apply merge` on the folder bit
+// for bit: both fold the same LoRA into the same f32 weights with layouts::lora_merge (f64 sums, one rounding), and
+// --dtype f32 stores those bytes unchanged, so both runs execute the same graphs on the same bytes. A transformer
+// converted alone names the text-encoder keys in one warning line per encoder.
+TEST_CASE("kiln-convert --lora bakes text-encoder modules too: the image of --lora-apply merge",
+          "[apps][lora][vulkan]") {
+    const std::string c = GENERATE(as<std::string>{}, "flux", "sd3");
+    test::TempDir tmp("kiln_lora_conv_te");
+    const auto io = io_json(c);
+    const std::string te = write_te_lora(tmp, c, true), folder = fixture(c + "_pipeline"), out = tmp / "te.kiln";
+    Result r = test::run_cli(tmp, "kiln-convert", folder + " --dtype f32 --lora " + te + ":0.9 -o " + out);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find(c == "flux" ? "(6 of them text-encoder modules, applied to CLIP-L) (merged)"
+                                 : "(15 of them text-encoder modules, applied to 6 on CLIP-L, 9 on CLIP-G) (merged)") !=
+          std::string::npos);
+    CHECK(r.err.find("warning") == std::string::npos);
+
+    // Every targeted weight in the file: the folder's weight merged, not the folder's weight.
+    const std::string family = c == "flux" ? "Flux" : "SD3";
+    std::map<std::string, std::unique_ptr<layouts::TensorSet>> base;
+    base["transformer"] = layouts::open_safetensors(folder + "/transformer/diffusion_pytorch_model.safetensors");
+    layouts::LoraTargets targets;
+    for (const std::string& e : layouts::lora_text_encoders(family))
+        base[e] = layouts::open_safetensors(folder + "/" + e + "/model.safetensors");
+    for (const auto& [name, set] : base) {
+        auto fn = [s = set.get()](const std::string& w) -> std::optional<Shape> {
+            const layouts::TensorInfo* i = s->find(w);
+            return i ? std::optional<Shape>(i->shape) : std::nullopt;
+        };
+        if (name == "transformer")
+            targets.transformer = fn;
+        else
+            targets.text_encoders[name] = fn;
+    }
+    const layouts::LoraFile f = layouts::read_lora(te, family, targets, false);
+    int merged = 0;
+    for (const layouts::LoraModule& m : f.modules) {
+        INFO(m.component << "." << m.module);
+        const Tensor got = layouts::open_kiln_component(out, m.component)->read(m.module + ".weight");
+        const Tensor w = base.at(m.component)->read(m.module + ".weight");
+        CHECK(got.bytes == layouts::lora_merge(w, {{&m, 0.9}}).bytes);
+        CHECK(got.bytes != w.bytes);
+        merged += m.component != "transformer";
+    }
+    CHECK(merged == (c == "flux" ? 6 : 15));
+
+    // The same weights as single files (bitwise re-layouts of the folder: tests/support/single_files.h), converted
+    // with the LoRA: every targeted weight as from the folder.
+    const std::string single = tmp / "single.kiln";
+    const std::string files = c == "flux" ? "--diffusion-model " + test::single_file(c, "flux1-tiny.safetensors") +
+                                                " --vae " + test::single_file(c, "ae.safetensors") + " --clip-l " +
+                                                test::single_file(c, "clip_l.safetensors") + " --t5xxl " +
+                                                test::single_file(c, "t5xxl.safetensors")
+                                          : test::single_file(c, "sd3-tiny.safetensors");
+    r = test::run_cli(tmp, "kiln-convert",
+                      files + " --config " + folder + " --dtype f32 --lora " + te + ":0.9 -o " + single);
+    REQUIRE(r.rc == 0);
+    for (const layouts::LoraModule& m : f.modules) {
+        INFO(m.component << "." << m.module);
+        CHECK(layouts::open_kiln_component(single, m.component)->read(m.module + ".weight").bytes ==
+              layouts::open_kiln_component(out, m.component)->read(m.module + ".weight").bytes);
+    }
+
+    // The converted file without --lora against the folder with --lora-apply merge: every dumped tensor bitwise.
+    const std::string args = base_args(c, io);
+    std::string on_file = args;
+    on_file.replace(on_file.find("--model ") + 8, folder.size(), out);
+    Result a = generate(tmp, args + " --lora " + te + ":0.9 --lora-apply merge --dump " + (tmp / "a.safetensors") +
+                                 " -o " + (tmp / "a.png"));
+    Result b = generate(tmp, on_file + " --dump " + (tmp / "b.safetensors") + " -o " + (tmp / "b.png"));
+    INFO(a.err << b.err);
+    REQUIRE(a.rc == 0);
+    REQUIRE(b.rc == 0);
+    auto da = SafeTensors::open(tmp / "a.safetensors"), db = SafeTensors::open(tmp / "b.safetensors");
+    int same = 0;
+    for (const auto& t : da.tensors()) {
+        INFO(t.name);
+        REQUIRE(db.find(t.name));
+        CHECK(da.read(t.name).bytes == db.read(t.name).bytes);
+        ++same;
+    }
+    CHECK(same >= 3);
+    CHECK(da.find("image"));
+
+    // The transformer converted alone: its module merged, the text-encoder keys named in one warning line per
+    // encoder, worded as not applied (no "(merged)").
+    r = test::run_cli(tmp, "kiln-convert",
+                      folder + "/transformer --dtype f32 --lora " + te + " -o " + (tmp / "tr.kiln"));
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("1 modules (merged)") != std::string::npos);
+    std::vector<std::string> warnings;
+    for (size_t p = r.err.find("warning: "); p != std::string::npos; p = r.err.find("warning: ", p + 1))
+        warnings.push_back(r.err.substr(p, r.err.find('\n', p) - p));
+    const std::vector<std::string> expect =
+        c == "flux" ? std::vector<std::string>{"18 text-encoder keys not applied (CLIP-L (text_encoder) is not part "
+                                               "of this conversion): "}
+                    : std::vector<std::string>{"18 text-encoder keys not applied (CLIP-G (text_encoder_2) is not part "
+                                               "of this conversion): ",
+                                               "12 text-encoder keys not applied (CLIP-L (text_encoder) is not part "
+                                               "of this conversion): "};
+    REQUIRE(warnings.size() == expect.size());
+    for (size_t i = 0; i < expect.size(); ++i) {
+        CHECK(warnings[i].find("warning: lora " + te + ": " + expect[i]) == 0);
+        CHECK(warnings[i].find("(merged)") == std::string::npos);
+    }
+    // No transformer to merge into (it used to be ignored): one line, no file.
+    r = test::run_cli(tmp, "kiln-convert", folder + "/vae --lora " + te + " -o " + (tmp / "vae.kiln"));
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("--lora: no transformer to merge LoRAs into (converting vae)") != std::string::npos);
+    CHECK(!fs::exists(tmp / "vae.kiln"));
 }
