@@ -475,9 +475,10 @@ KILN_API kiln_status kiln_generate(kiln_model* model, const kiln_generate_params
 /* Changes the scales of the LoRAs of the transformer kept resident by keep_transformer (lora_apply runtime): one
  * per kiln_lora of the call that built it, in order. Written to the device now; nothing is planned, recorded or
  * uploaded again. They replace the kiln_lora.scale values of later calls that reuse the resident transformer, until
- * a call replaces it. KILN_INVALID_ARGUMENT with one line when no transformer is resident, it has no LoRAs, its
- * LoRAs were merged (lora_apply merge: their scales are baked into the weights), count differs from its LoRA count,
- * or a scale is not finite. */
+ * a call replaces it. The transformer's only: a LoRA's text-encoder modules take each call's kiln_lora.scale (to
+ * change a whole LoRA, pass the scales in the call). KILN_INVALID_ARGUMENT with one line when no transformer is
+ * resident, it has no LoRAs, its LoRAs were merged (lora_apply merge: their scales are baked into the weights),
+ * count differs from its LoRA count, or a scale is not finite. */
 KILN_API kiln_status kiln_model_set_lora_scales(kiln_model* model, const double* scales, int count);
 
 /* ---- Forward: one component on named inputs (`kiln forward`) -------------------------------------------------- */
