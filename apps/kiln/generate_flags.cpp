@@ -82,15 +82,9 @@ std::vector<GenerateFlag> lora_rows() {
     };
 }
 
-// The rows, with apps/component_flags.h's after --model.
-std::vector<GenerateFlag> flag_table() {
-    std::vector<GenerateFlag> rows = {
-        {"--model", &F::model,
-         "Kiln model file, diffusers pipeline folder, or a single file as published (Stability's SD3/SD3.5 file, a "
-         "Flux "
-         "file with --vae etc.): DiT (class labels), PixArt-alpha/Sigma, SD3 or Flux (text); default: built-in "
-         "dit-digits; synthetic:dit-xl-2-256 = real architecture, random weights"},
-        {"--class-labels", &F::labels, "DiT: comma-separated class ids or label names, one image each (default 0)"},
+// The text models' prompt and conditioning rows.
+std::vector<GenerateFlag> prompt_rows() {
+    return {
         {"--prompt", &F::prompts,
          "Text models: the prompt (UTF-8); repeat for several images, batched as diffusers batches a list of prompts",
          kText, false, true},
@@ -141,91 +135,117 @@ std::vector<GenerateFlag> flag_table() {
          kText},
         {"--no-resolution-binning", &F::no_binning,
          "PixArt: generate at exactly --width x --height (diffusers' use_resolution_binning=False)", kText},
-        {"--width", &F::width, "Text models: image width (default: the model's)", kSize},
-        {"--height", &F::height, "Text models: image height (default: the model's)", kSize},
-        {"--images,--num-images-per-prompt", &F::images,
-         "Images per prompt or class label (diffusers' num_images_per_prompt), each from its own noise, all in one "
-         "batch; prompts are encoded once. --prompt a --prompt b --images 2 draws a, a, b, b",
-         kAny, true},
-        {"--steps", &F::steps, "Denoising steps (default: the pipeline's; DiT 25)"},
-        {"--guidance", &F::guidance, "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded)"},
-        {"--true-cfg", &F::true_cfg,
-         "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "
-         "embedded --guidance, negative + s * (prompt - negative), at twice the transformer work (default 1: off)",
-         kText},
-        {"--sigmas", &F::sigmas,
-         "diffusers' sigmas, comma-separated (default: the pipeline's; the step count is theirs). SD3, Flux: one per "
-         "step in [0, 1], the flow-matching schedule before the scheduler's shift. PixArt with --scheduler euler: "
-         "Euler's whole schedule, the final sigma included (one step fewer than values)",
-         kText},
-        {"--eta", &F::eta,
-         "PixArt with --scheduler ddim: diffusers' eta, 0 = deterministic DDIM, 1 = DDPM's variance. Above 0 every "
-         "step adds noise drawn from --seed's generator after the initial noise, as diffusers draws it (default 0)",
-         kText},
-        {"--timesteps", &F::timesteps,
-         "PixArt: diffusers' timesteps, comma-separated training timesteps, one per step, strictly decreasing in [0, "
-         "num_train_timesteps), e.g. 999,845,730,587,443,310,193,116,53,13 (default: the scheduler's spacing; the "
-         "step count is theirs). DPM-Solver (integers) and --scheduler euler take them; DDIM does not",
-         kText},
-        {"--skip-guidance-layers", &F::skip_layers,
-         "SD3 (SD3.5): diffusers' skip-layer guidance, the blocks to leave out, comma-separated (e.g. 7,8,9 for "
-         "SD3.5 Medium). With classifier-free guidance, the steps in the window make one more transformer call on "
-         "the prompt rows without those blocks: noise += (text - skip) * scale. Runs the loop on the host",
-         kText},
-        {"--skip-layer-guidance-scale", &F::slg_scale, "Skip-layer guidance scale", kText, true},
-        {"--skip-layer-guidance-start", &F::slg_start, "Skip-layer guidance from the steps after this fraction of them",
-         kText, true},
-        {"--skip-layer-guidance-stop", &F::slg_stop, "Skip-layer guidance until the steps before this fraction of them",
-         kText, true},
-        {"--seed", &F::seed,
-         "Seed of the initial noise: the noise diffusers draws with generator=torch.manual_seed(SEED) (PyTorch's CPU "
-         "generator, float32), so the same seed gives diffusers' image",
-         kAny, true},
-        {"--noise-dtype", &F::noise_dtype,
-         "The dtype the seeded noise is drawn in, as diffusers draws it in the pipeline's torch_dtype: f32 "
-         "(torch.float32), f16 (torch.float16) or bf16 (torch.bfloat16). A seed gives other noise in each; the model "
-         "runs in f32 either way",
-         kAny, true, false, FlagCheck::noise_dtype},
-        {"--scheduler", &F::scheduler,
-         "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler, euler_a (Euler ancestral: each step "
-         "adds noise from --seed's generator, as diffusers draws it), or a diffusers class name; presets "
-         "dpm++2m-karras, dpm++2m-sde, dpm++2m-sde-karras, euler-karras (the class with use_karras_sigmas / "
-         "algorithm_type=sde-dpmsolver++, as --scheduler-config sets them)"},
-        {"--scheduler-config", &F::scheduler_config,
-         "A scheduler config field, KEY=VALUE (repeatable): diffusers' Scheduler.from_config(config, KEY=VALUE), "
-         "e.g. use_karras_sigmas=true (DPM++ 2M Karras), timestep_spacing=trailing. VALUE is JSON (true, 2, "
-         "0.5, \"text\") or else a string; a field the scheduler does not read is an error"},
-        {"--mode", &F::mode, "JIT mode: eager | full | regional", kAny, true},
-        {"--latents", &F::latents,
-         "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise (Flux packs it)"},
-        {"--host-loop", &F::host_loop,
-         "Run the denoising loop on the host (read back every step; guidance and scheduler on the CPU) instead of on "
-         "the device; same result. Also KILN_DEVICE_LOOP=0"},
-        {"--dump", &F::dump, "Write intermediates (step{i}_latents, step{i}_noise_pred, decoded, image)"},
-        {"-o,--output", &F::out,
-         "Image path: NAME.jpg or NAME.jpeg writes JPEG, anything else PNG; several images become NAME-0.png, "
-         "NAME-1.png, ... (or --grid). The settings (model, labels or prompt, steps, guidance, seed, mode) go into the "
-         "file: PNG tEXt chunks, JPEG comments. '-': one PNG to standard output (several images need --grid)",
-         kAny, true},
-        {"--quality", &F::quality, "JPEG quality, 1..100 (with -o NAME.jpg)", kAny, true},
-        {"--grid", &F::grid, "Write all images into one grid image"},
-        {"--vae-tiling", &F::vae_tiling,
-         "Decode in overlapping tiles of the VAE's sample_size, as diffusers' vae.enable_tiling() (less memory; seams "
-         "blended)"},
-        {"--vae-tile-size", &F::vae_tile,
-         "With --vae-tiling: tile side in pixels (diffusers' vae.tile_sample_min_size; SD3/Flux VAEs say 1024, so "
-         "1024 px images need a smaller tile to be tiled)"},
-        {"--upscale", &F::upscale, "Nearest-neighbour upscale of the image, 1..64 (the demo model draws 32x32)", kAny,
-         true},
-        {"--device", &F::device, "Vulkan device index (see `kiln devices`)"},
-        {"--vram-budget", &F::vram_budget, kVramBudgetHelp},
-        {"--f16-activations", &add_f16_activations_flag, nullptr},
-        {"--transfer-queue", &add_transfer_queue_option, nullptr},
-        {"--profile", &F::profile,
-         "Print per denoising step: wall, GPU, host and host CPU time of the transformer run, device idle (between "
-         "submissions, and before the step: host work between steps), submissions, barriers; and peak device memory "
-         "and host RSS"},
     };
+}
+
+// The rows, with apps/component_flags.h's after --model.
+std::vector<GenerateFlag> flag_table() {
+    std::vector<GenerateFlag> rows = {
+        {"--model", &F::model,
+         "Kiln model file, diffusers pipeline folder, or a single file as published (Stability's SD3/SD3.5 file, a "
+         "Flux "
+         "file with --vae etc.): DiT (class labels), PixArt-alpha/Sigma, SD3 or Flux (text); default: built-in "
+         "dit-digits; synthetic:dit-xl-2-256 = real architecture, random weights"},
+        {"--class-labels", &F::labels, "DiT: comma-separated class ids or label names, one image each (default 0)"},
+    };
+    const std::vector<GenerateFlag> prompts = prompt_rows();  // after --class-labels
+    rows.insert(rows.end(), prompts.begin(), prompts.end());
+    rows.insert(
+        rows.end(),
+        {
+            {"--width", &F::width, "Text models: image width (default: the model's)", kSize},
+            {"--height", &F::height, "Text models: image height (default: the model's)", kSize},
+            {"--images,--num-images-per-prompt", &F::images,
+             "Images per prompt or class label (diffusers' num_images_per_prompt), each from its own noise, all in one "
+             "batch; prompts are encoded once. --prompt a --prompt b --images 2 draws a, a, b, b",
+             kAny, true},
+            {"--steps", &F::steps, "Denoising steps (default: the pipeline's; DiT 25)"},
+            {"--guidance", &F::guidance, "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded)"},
+            {"--true-cfg", &F::true_cfg,
+             "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "
+             "embedded --guidance, negative + s * (prompt - negative), at twice the transformer work (default 1: off)",
+             kText},
+            {"--sigmas", &F::sigmas,
+             "diffusers' sigmas, comma-separated (default: the pipeline's; the step count is theirs). SD3, Flux: one "
+             "per "
+             "step in [0, 1], the flow-matching schedule before the scheduler's shift. PixArt with --scheduler euler: "
+             "Euler's whole schedule, the final sigma included (one step fewer than values)",
+             kText},
+            {"--eta", &F::eta,
+             "PixArt with --scheduler ddim: diffusers' eta, 0 = deterministic DDIM, 1 = DDPM's variance. Above 0 every "
+             "step adds noise drawn from --seed's generator after the initial noise, as diffusers draws it (default 0)",
+             kText},
+            {"--timesteps", &F::timesteps,
+             "PixArt: diffusers' timesteps, comma-separated training timesteps, one per step, strictly decreasing in "
+             "[0, "
+             "num_train_timesteps), e.g. 999,845,730,587,443,310,193,116,53,13 (default: the scheduler's spacing; the "
+             "step count is theirs). DPM-Solver (integers) and --scheduler euler take them; DDIM does not",
+             kText},
+            {"--skip-guidance-layers", &F::skip_layers,
+             "SD3 (SD3.5): diffusers' skip-layer guidance, the blocks to leave out, comma-separated (e.g. 7,8,9 for "
+             "SD3.5 Medium). With classifier-free guidance, the steps in the window make one more transformer call on "
+             "the prompt rows without those blocks: noise += (text - skip) * scale. Runs the loop on the host",
+             kText},
+            {"--skip-layer-guidance-scale", &F::slg_scale, "Skip-layer guidance scale", kText, true},
+            {"--skip-layer-guidance-start", &F::slg_start,
+             "Skip-layer guidance from the steps after this fraction of them", kText, true},
+            {"--skip-layer-guidance-stop", &F::slg_stop,
+             "Skip-layer guidance until the steps before this fraction of them", kText, true},
+            {"--seed", &F::seed,
+             "Seed of the initial noise: the noise diffusers draws with generator=torch.manual_seed(SEED) (PyTorch's "
+             "CPU "
+             "generator, float32), so the same seed gives diffusers' image",
+             kAny, true},
+            {"--noise-dtype", &F::noise_dtype,
+             "The dtype the seeded noise is drawn in, as diffusers draws it in the pipeline's torch_dtype: f32 "
+             "(torch.float32), f16 (torch.float16) or bf16 (torch.bfloat16). A seed gives other noise in each; the "
+             "model "
+             "runs in f32 either way",
+             kAny, true, false, FlagCheck::noise_dtype},
+            {"--scheduler", &F::scheduler,
+             "Override the model's scheduler: ddim, dpm (DPM-Solver++ 2M), euler, euler_a (Euler ancestral: each step "
+             "adds noise from --seed's generator, as diffusers draws it), or a diffusers class name; presets "
+             "dpm++2m-karras, dpm++2m-sde, dpm++2m-sde-karras, euler-karras (the class with use_karras_sigmas / "
+             "algorithm_type=sde-dpmsolver++, as --scheduler-config sets them)"},
+            {"--scheduler-config", &F::scheduler_config,
+             "A scheduler config field, KEY=VALUE (repeatable): diffusers' Scheduler.from_config(config, KEY=VALUE), "
+             "e.g. use_karras_sigmas=true (DPM++ 2M Karras), timestep_spacing=trailing. VALUE is JSON (true, 2, "
+             "0.5, \"text\") or else a string; a field the scheduler does not read is an error"},
+            {"--mode", &F::mode, "JIT mode: eager | full | regional", kAny, true},
+            {"--latents", &F::latents,
+             "safetensors with tensor 'latents_init' [B, C, h, w]: exact initial noise (Flux packs it)"},
+            {"--host-loop", &F::host_loop,
+             "Run the denoising loop on the host (read back every step; guidance and scheduler on the CPU) instead of "
+             "on "
+             "the device; same result. Also KILN_DEVICE_LOOP=0"},
+            {"--dump", &F::dump, "Write intermediates (step{i}_latents, step{i}_noise_pred, decoded, image)"},
+            {"-o,--output", &F::out,
+             "Image path: NAME.jpg or NAME.jpeg writes JPEG, anything else PNG; several images become NAME-0.png, "
+             "NAME-1.png, ... (or --grid). The settings (model, labels or prompt, steps, guidance, seed, mode) go into "
+             "the "
+             "file: PNG tEXt chunks, JPEG comments. '-': one PNG to standard output (several images need --grid)",
+             kAny, true},
+            {"--quality", &F::quality, "JPEG quality, 1..100 (with -o NAME.jpg)", kAny, true},
+            {"--grid", &F::grid, "Write all images into one grid image"},
+            {"--vae-tiling", &F::vae_tiling,
+             "Decode in overlapping tiles of the VAE's sample_size, as diffusers' vae.enable_tiling() (less memory; "
+             "seams "
+             "blended)"},
+            {"--vae-tile-size", &F::vae_tile,
+             "With --vae-tiling: tile side in pixels (diffusers' vae.tile_sample_min_size; SD3/Flux VAEs say 1024, so "
+             "1024 px images need a smaller tile to be tiled)"},
+            {"--upscale", &F::upscale, "Nearest-neighbour upscale of the image, 1..64 (the demo model draws 32x32)",
+             kAny, true},
+            {"--device", &F::device, "Vulkan device index (see `kiln devices`)"},
+            {"--vram-budget", &F::vram_budget, kVramBudgetHelp},
+            {"--f16-activations", &add_f16_activations_flag, nullptr},
+            {"--transfer-queue", &add_transfer_queue_option, nullptr},
+            {"--profile", &F::profile,
+             "Print per denoising step: wall, GPU, host and host CPU time of the transformer run, device idle (between "
+             "submissions, and before the step: host work between steps), submissions, barriers; and peak device "
+             "memory "
+             "and host RSS"},
+        });
     const std::vector<GenerateFlag> loras = lora_rows();  // before --seed
     rows.insert(
         std::find_if(rows.begin(), rows.end(), [](const GenerateFlag& r) { return std::string(r.names) == "--seed"; }),
