@@ -98,6 +98,8 @@ void add_modules(LoraFile& f, const SafeTensors& st, const Group& g, bool has_al
                  const PeftConfig* peft, const LoraTargetFn& target) {
     const std::string& path = f.path;
     Tensor A = read_f32(st, g.a_key, path), B = read_f32(st, g.b_key, path);
+    KILN_CHECK(A.shape.size() != 4, path, ": '", g.a_key, "' ", shape_str(A.shape), " is a conv LoRA (on ",
+               g.modules[0], "); Kiln applies LoRAs to linear layers only");
     KILN_CHECK(A.shape.size() == 2 && B.shape.size() == 2, path, ": '", g.a_key, "' ", shape_str(A.shape), " and '",
                g.b_key, "' ", shape_str(B.shape), " are not matrices");
     const int64_t r = A.shape[0], in = A.shape[1];
@@ -245,7 +247,7 @@ LoraFile read_lora(const std::string& path, const std::string& family_name, cons
                 dropped[why].push_back(k);
                 continue;
             }
-        } else if (!resolve_module(l, module, probe)) {
+        } else if (!resolve_module(l, family, module, targets.transformer, probe)) {
             f.unmatched.push_back(k);
             continue;
         }

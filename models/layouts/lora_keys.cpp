@@ -1,12 +1,16 @@
-// LoRA keys of each layout mapped to diffusers' modules (docs/lora.md): kohya / ComfyUI / BFL / XLabs names
-// through the BFL -> diffusers module map of flux_map.cpp (for modules, not tensors), text-encoder keys to CLIP.
+// LoRA keys of each layout mapped to diffusers' modules (docs/lora.md). Flux's kohya / ComfyUI / BFL / XLabs names
+// through the BFL -> diffusers module map of flux_map.cpp (for modules, not tensors); SD3's kohya / ComfyUI names
+// (Stability's MMDiT names) through sd3_map.cpp's map itself; text-encoder keys to CLIP.
 #include "models/layouts/lora_keys.h"
 
 #include <cctype>
 #include <cstring>
 #include <map>
 #include <regex>
+#include <set>
 #include <tuple>
+
+#include "models/layouts/layout_map.h"
 
 namespace kiln::layouts::lora_keys {
 
@@ -118,9 +122,80 @@ bool split_key(const std::string& key, std::string& module, Role& role) {
     return false;
 }
 
+namespace {
+// The family a module path in a model's original names is written for (BFL's Flux, Stability's SD3 MMDiT), after
+// the layout's prefix (lora_unet_, diffusion_model.), dots or kohya's underscores alike; "" for names both have
+// (final_layer) or neither.
+std::string original_family(const std::string& p) {
+    for (const char* n : {"joint_blocks", "x_embedder", "t_embedder", "y_embedder", "context_embedder", "pos_embed"})
+        if (starts_with(p, n)) return "SD3";
+    for (const char* n : {"double_blocks", "single_blocks", "img_in", "txt_in", "time_in", "vector_in", "guidance_in"})
+        if (starts_with(p, n)) return "Flux";
+    return "";
+}
+
+std::string strip_comfy_prefix(std::string p) {
+    for (const char* pre : {"model.diffusion_model.", "diffusion_model."})
+        if (starts_with(p, pre)) return p.substr(std::strlen(pre));
+    return p;
+}
+
+// kohya's lora_unet_ suffix (sd-scripts lora_sd3.py: the MMDiT module path with '.' -> '_') -> the dotted path:
+// "joint_blocks_0_x_block_attn_qkv" -> "joint_blocks.0.x_block.attn.qkv". The parts are joined by '.', but for
+// the SD3 names that hold a '_' themselves.
+std::string sd3_dotted(const std::string& u) {
+    static const std::set<std::string> kNames = {"joint_blocks",     "x_block",          "context_block",
+                                                 "adaLN_modulation", "x_embedder",       "t_embedder",
+                                                 "y_embedder",       "context_embedder", "final_layer"};
+    std::vector<std::string> parts(1);
+    for (char c : u)
+        if (c == '_')
+            parts.emplace_back();
+        else
+            parts.back() += c;
+    std::string out;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        std::string p = parts[i];
+        if (i + 1 < parts.size() && kNames.count(p + "_" + parts[i + 1])) p += "_" + parts[++i];
+        out += (out.empty() ? "" : ".") + p;
+    }
+    return out;
+}
+
+// An SD3 module in Stability's names ("joint_blocks.0.x_block.attn.qkv") -> diffusers' modules, by the base model's
+// own map (sd3_map.cpp, diffusers' convert_sd3_transformer_checkpoint_to_diffusers) run on a listing of the one
+// weight `<path>.weight`: a fused qkv gives its three modules (rows), the [shift; scale] adaLN of the
+// context_pre_only block and of the final layer a swap. map_sd3 tells the context_pre_only block by its context
+// block lacking attn.proj, so the listing holds that weight where the model's block has attn.to_add_out.
+bool sd3_module(const std::string& path, const LoraTargetFn& target, Group& g) {
+    detail::Container c;
+    c.path = path;
+    // Rows that split in thirds and halves: the names are what is read here; add_modules splits B by the model's
+    // own sizes of the modules.
+    c.tensors.push_back({path + ".weight", DType::f32, {6, 1}});
+    int n = 0;
+    std::string rest;
+    if (detail::block_key(path + ".weight", "joint_blocks.", n, rest) &&
+        target("transformer_blocks." + std::to_string(n) + ".attn.to_add_out.weight"))
+        c.tensors.push_back(
+            {"joint_blocks." + std::to_string(n) + ".context_block.attn.proj.weight", DType::f32, {1, 1}});
+    detail::Group dg;
+    for (size_t i = 0; i < c.tensors.size(); ++i) dg.keys.push_back({c.tensors[i].name, i});
+    detail::MapOut out{c, {}, {}};
+    detail::map_sd3(dg, out);
+    for (const detail::Entry& e : out.entries) {
+        if (e.src != 0 || !ends_with(e.info.name, ".weight")) continue;
+        g.modules.push_back(e.info.name.substr(0, e.info.name.size() - 7));
+        g.swap = g.swap || e.op == detail::Op::swap;
+    }
+    return !g.modules.empty();
+}
+}  // namespace
+
 Layout guess_layout(const std::vector<std::string>& keys) {
     bool kohya = false, comfy_down = false, comfy_a = false, xlabs = false, unet = false, flux = false, sd3 = false;
     bool kohya_te = false, peft = false;
+    std::set<std::string> original;  // the families the original-name keys (kohya, ComfyUI) are written for
     for (const std::string& k : keys) {
         if (starts_with(k, "lora_te")) kohya_te = true;
         if (starts_with(k, "transformer.")) peft = true;
@@ -129,39 +204,50 @@ Layout guess_layout(const std::vector<std::string>& keys) {
             if (k.find("down_blocks") != std::string::npos || k.find("input_blocks") != std::string::npos ||
                 k.find("mid_block") != std::string::npos || k.find("middle_block") != std::string::npos)
                 unet = true;
+            original.insert(original_family(k.substr(10)));
         }
         if (k.find(".processor.") != std::string::npos) xlabs = true;
-        if (starts_with(k, "diffusion_model.") || k.find("double_blocks") != std::string::npos ||
-            k.find("single_blocks") != std::string::npos) {
+        if (starts_with(k, "diffusion_model.") || starts_with(k, "model.diffusion_model.") ||
+            k.find("double_blocks") != std::string::npos || k.find("single_blocks") != std::string::npos ||
+            k.find("joint_blocks.") != std::string::npos) {
             if (k.find(".lora_down.") != std::string::npos || k.find(".lora_up.") != std::string::npos)
                 comfy_down = true;
             if (k.find(".lora_A.") != std::string::npos || k.find(".lora_B.") != std::string::npos) comfy_a = true;
+            if (!starts_with(k, "lora_unet_")) original.insert(original_family(strip_comfy_prefix(k)));
         }
         if (k.find("single_transformer_blocks.") != std::string::npos || k.find("x_embedder") != std::string::npos ||
             k.find("guidance_embedder") != std::string::npos)
             flux = true;
         if (k.find("pos_embed") != std::string::npos || k.find(".attn2.") != std::string::npos) sd3 = true;
     }
+    // Names both families have (final_layer) say nothing; names of both: "" too (the other's keys then match no
+    // module of the model and are named).
+    original.erase("");
+    const std::string of = original.size() == 1 ? *original.begin() : "";
     if (unet) return {"kohya", "SD/SDXL UNet"};
-    if (kohya) return {"kohya", "Flux"};
+    if (kohya) return {"kohya", of};
     if (xlabs) return {"XLabs", "Flux"};
-    if (comfy_down) return {"ComfyUI", "Flux"};
-    if (comfy_a) return {"BFL lora_A", "Flux"};
+    if (comfy_down) return {"ComfyUI", of};
+    // diffusers ignores Flux's BFL names with lora_A / lora_B (docs/lora.md); on SD3 they are ComfyUI's names.
+    if (comfy_a) return {of == "SD3" ? "ComfyUI" : "BFL lora_A", of};
     if (kohya_te && !peft) return {"kohya", ""};  // kohya text-encoder keys only
     return {"diffusers/PEFT", flux ? "Flux" : sd3 ? "SD3" : ""};
 }
 
 // The diffusers modules of a module path in the file's layout; false when no module of the layout has that name.
-bool resolve_module(const Layout& l, const std::string& path, Group& g) {
+// Original names (kohya, ComfyUI) are read as the model's family names them: Stability's SD3 names on SD3, BFL's
+// elsewhere.
+bool resolve_module(const Layout& l, const std::string& family, const std::string& path, const LoraTargetFn& target,
+                    Group& g) {
     std::string base;
     const BflTarget* t = nullptr;
     if (l.name == "kohya") {
         if (!starts_with(path, "lora_unet_")) return false;
+        if (family == "SD3") return sd3_module(sd3_dotted(path.substr(10)), target, g);
         if (!bfl_module(path.substr(10), true, kDouble, kSingle, &kTop, base, t)) return false;
     } else if (l.name == "ComfyUI" || l.name == "BFL lora_A") {
-        std::string p = path;
-        for (const char* pre : {"model.diffusion_model.", "diffusion_model."})
-            if (starts_with(p, pre)) p = p.substr(std::string(pre).size());
+        const std::string p = strip_comfy_prefix(path);
+        if (family == "SD3") return sd3_module(p, target, g);
         if (!bfl_module(p, false, kDouble, kSingle, &kTop, base, t)) return false;
     } else if (l.name == "XLabs") {
         std::string p = starts_with(path, "diffusion_model.") ? path.substr(16) : path;

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "models/layouts/lora.h"
+
 namespace kiln::layouts::lora_keys {
 
 bool starts_with(const std::string& s, const std::string& p);
@@ -27,8 +29,10 @@ struct Layout {
 bool split_key(const std::string& key, std::string& module, Role& role);
 // The layout of a file's keys, and the family its names are written for.
 Layout guess_layout(const std::vector<std::string>& keys);
-// The diffusers modules of a module path in the file's layout; false when no module of the layout has that name.
-bool resolve_module(const Layout& l, const std::string& path, Group& g);
+// The diffusers modules of a module path in the file's layout for a transformer of `family` ("Flux", "SD3"), whose
+// weights `target` knows; false when no module of the layout has that name.
+bool resolve_module(const Layout& l, const std::string& family, const std::string& path, const LoraTargetFn& target,
+                    Group& g);
 
 // A text-encoder key's module path (split_key's, suffix removed) -> the encoder (1 CLIP-L, 2 CLIP-G / Flux's T5, 3
 // T5) and the rest of the path; 0 for a transformer key.
