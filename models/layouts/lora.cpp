@@ -1,208 +1,24 @@
-// LoRA files: the keys of each layout mapped to diffusers' modules, fused BFL targets split by B's rows, alphas
-// as trained (docs/lora.md). The BFL -> diffusers module map is the one of flux_map.cpp, for modules not tensors.
+// LoRA files: their keys grouped by module (lora_keys.cpp maps each layout's names to diffusers' modules), fused
+// targets split by B's rows, alphas as trained (docs/lora.md), and the merge into weights.
 #include "models/layouts/lora.h"
 
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <set>
 
+#include "models/layouts/lora_keys.h"
 #include "runtime/core/error.h"
 #include "runtime/core/platform.h"
 #include "runtime/core/safetensors.h"
 
 namespace kiln::layouts {
 
+using namespace lora_keys;
+
 namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
-// A BFL module and the diffusers modules its rows go to (one: a rename; several: a fused weight split by rows;
-// swap: BFL [shift; scale] rows -> diffusers [scale; shift]).
-struct BflTarget {
-    std::vector<std::string> parts;
-    bool swap = false;
-};
-
-// BFL module path within a double block / single block / the top level -> diffusers (models/layouts/flux_map.cpp).
-const std::map<std::string, BflTarget> kDouble = {
-    {"img_attn.qkv", {{"attn.to_q", "attn.to_k", "attn.to_v"}}},
-    {"txt_attn.qkv", {{"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}}},
-    {"img_attn.proj", {{"attn.to_out.0"}}},
-    {"txt_attn.proj", {{"attn.to_add_out"}}},
-    {"img_mlp.0", {{"ff.net.0.proj"}}},
-    {"img_mlp.2", {{"ff.net.2"}}},
-    {"txt_mlp.0", {{"ff_context.net.0.proj"}}},
-    {"txt_mlp.2", {{"ff_context.net.2"}}},
-    {"img_mod.lin", {{"norm1.linear"}}},
-    {"txt_mod.lin", {{"norm1_context.linear"}}},
-};
-const std::map<std::string, BflTarget> kSingle = {
-    {"linear1", {{"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"}}},
-    {"linear2", {{"proj_out"}}},
-    {"modulation.lin", {{"norm.linear"}}},
-};
-const std::map<std::string, BflTarget> kTop = {
-    {"img_in", {{"x_embedder"}}},
-    {"txt_in", {{"context_embedder"}}},
-    {"time_in.in_layer", {{"time_text_embed.timestep_embedder.linear_1"}}},
-    {"time_in.out_layer", {{"time_text_embed.timestep_embedder.linear_2"}}},
-    {"vector_in.in_layer", {{"time_text_embed.text_embedder.linear_1"}}},
-    {"vector_in.out_layer", {{"time_text_embed.text_embedder.linear_2"}}},
-    {"guidance_in.in_layer", {{"time_text_embed.guidance_embedder.linear_1"}}},
-    {"guidance_in.out_layer", {{"time_text_embed.guidance_embedder.linear_2"}}},
-    {"final_layer.linear", {{"proj_out"}}},
-    {"final_layer.adaLN_modulation.1", {{"norm_out.linear"}, true}},
-};
-// XLabs processor LoRAs (x-flux): double blocks' image (1) and text (2) streams, single blocks' qkv part of linear1
-// and linear2.
-const std::map<std::string, BflTarget> kXlabsDouble = {
-    {"qkv_lora1", {{"attn.to_q", "attn.to_k", "attn.to_v"}}},
-    {"qkv_lora2", {{"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}}},
-    {"proj_lora1", {{"attn.to_out.0"}}},
-    {"proj_lora2", {{"attn.to_add_out"}}},
-};
-const std::map<std::string, BflTarget> kXlabsSingle = {
-    {"qkv_lora", {{"attn.to_q", "attn.to_k", "attn.to_v"}}},
-    {"proj_lora", {{"proj_out"}}},
-};
-
-// "double_blocks.3.img_attn.qkv" -> ("transformer_blocks.3.", "img_attn.qkv"); kohya's underscores are turned back
-// into BFL's dots by matching the table's names with '.' -> '_'.
-bool bfl_module(std::string path, bool underscores, const std::map<std::string, BflTarget>& dbl,
-                const std::map<std::string, BflTarget>& sgl, const std::map<std::string, BflTarget>* top,
-                std::string& base, const BflTarget*& t) {
-    const char sep = underscores ? '_' : '.';
-    auto lookup = [&](const std::map<std::string, BflTarget>& m, const std::string& rest) -> const BflTarget* {
-        for (const auto& [k, v] : m) {
-            std::string kk = k;
-            if (underscores)
-                for (char& c : kk)
-                    if (c == '.') c = '_';
-            if (kk == rest) return &v;
-        }
-        return nullptr;
-    };
-    for (auto [prefix, to, table] : {std::tuple{"double_blocks", "transformer_blocks.", &dbl},
-                                     std::tuple{"single_blocks", "single_transformer_blocks.", &sgl}}) {
-        const std::string p = std::string(prefix) + sep;
-        if (!starts_with(path, p)) continue;
-        size_t q = p.size();
-        while (q < path.size() && std::isdigit((unsigned char)path[q])) ++q;
-        if (q == p.size() || q >= path.size() || path[q] != sep) return false;
-        base = to + path.substr(p.size(), q - p.size()) + ".";
-        t = lookup(*table, path.substr(q + 1));
-        return t != nullptr;
-    }
-    if (!top) return false;
-    base = "";
-    t = lookup(*top, path);
-    return t != nullptr;
-}
-
-enum class Role { down, up, alpha };
-
-// One LoRA module of the file: its keys and the diffusers modules it goes to.
-struct Group {
-    std::string a_key, b_key, alpha_key;
-    std::string component = "transformer";
-    std::vector<std::string> modules;
-    bool swap = false;
-};
-
-struct Layout {
-    std::string name;    // for LoraFile::layout
-    std::string family;  // the family it is written for ("" when the names do not say)
-};
-
-// Splits a key into its module path and role, strips the layout's prefix. False: not a LoRA key at all.
-bool split_key(const std::string& key, std::string& module, Role& role) {
-    static const std::pair<const char*, Role> kSuffixes[] = {
-        {".lora_A.weight", Role::down}, {".lora_B.weight", Role::up},           {".lora_down.weight", Role::down},
-        {".lora_up.weight", Role::up},  {".down.weight", Role::down},           {".up.weight", Role::up},
-        {".alpha", Role::alpha},        {".lora_A.default.weight", Role::down}, {".lora_B.default.weight", Role::up},
-    };
-    for (auto [suf, r] : kSuffixes)
-        if (ends_with(key, suf)) {
-            module = key.substr(0, key.size() - std::string(suf).size());
-            role = r;
-            return true;
-        }
-    return false;
-}
-
-Layout guess_layout(const std::vector<std::string>& keys) {
-    bool kohya = false, comfy_down = false, comfy_a = false, xlabs = false, unet = false, flux = false, sd3 = false;
-    bool kohya_te = false, peft = false;
-    for (const std::string& k : keys) {
-        if (starts_with(k, "lora_te")) kohya_te = true;
-        if (starts_with(k, "transformer.")) peft = true;
-        if (starts_with(k, "lora_unet_")) {
-            kohya = true;
-            if (k.find("down_blocks") != std::string::npos || k.find("input_blocks") != std::string::npos ||
-                k.find("mid_block") != std::string::npos || k.find("middle_block") != std::string::npos)
-                unet = true;
-        }
-        if (k.find(".processor.") != std::string::npos) xlabs = true;
-        if (starts_with(k, "diffusion_model.") || k.find("double_blocks") != std::string::npos ||
-            k.find("single_blocks") != std::string::npos) {
-            if (k.find(".lora_down.") != std::string::npos || k.find(".lora_up.") != std::string::npos)
-                comfy_down = true;
-            if (k.find(".lora_A.") != std::string::npos || k.find(".lora_B.") != std::string::npos) comfy_a = true;
-        }
-        if (k.find("single_transformer_blocks.") != std::string::npos || k.find("x_embedder") != std::string::npos ||
-            k.find("guidance_embedder") != std::string::npos)
-            flux = true;
-        if (k.find("pos_embed") != std::string::npos || k.find(".attn2.") != std::string::npos) sd3 = true;
-    }
-    if (unet) return {"kohya", "SD/SDXL UNet"};
-    if (kohya) return {"kohya", "Flux"};
-    if (xlabs) return {"XLabs", "Flux"};
-    if (comfy_down) return {"ComfyUI", "Flux"};
-    if (comfy_a) return {"BFL lora_A", "Flux"};
-    if (kohya_te && !peft) return {"kohya", ""};  // kohya text-encoder keys only
-    return {"diffusers/PEFT", flux ? "Flux" : sd3 ? "SD3" : ""};
-}
-
-// The diffusers modules of a module path in the file's layout; false when no module of the layout has that name.
-bool resolve_module(const Layout& l, const std::string& path, Group& g) {
-    std::string base;
-    const BflTarget* t = nullptr;
-    if (l.name == "kohya") {
-        if (!starts_with(path, "lora_unet_")) return false;
-        if (!bfl_module(path.substr(10), true, kDouble, kSingle, &kTop, base, t)) return false;
-    } else if (l.name == "ComfyUI" || l.name == "BFL lora_A") {
-        std::string p = path;
-        for (const char* pre : {"model.diffusion_model.", "diffusion_model."})
-            if (starts_with(p, pre)) p = p.substr(std::string(pre).size());
-        if (!bfl_module(p, false, kDouble, kSingle, &kTop, base, t)) return false;
-    } else if (l.name == "XLabs") {
-        std::string p = starts_with(path, "diffusion_model.") ? path.substr(16) : path;
-        const size_t at = p.find(".processor.");
-        if (at == std::string::npos) return false;
-        p = p.substr(0, at) + "." + p.substr(at + 11);
-        if (!bfl_module(p, false, kXlabsDouble, kXlabsSingle, nullptr, base, t)) return false;
-    } else {
-        // transformer.<module> as diffusers saves; bare module names and peft's base_model.model.<module> too.
-        // text_encoder*.: not a transformer module.
-        if (starts_with(path, "text_encoder") || starts_with(path, "unet.")) return false;
-        std::string m = path;
-        for (const char* pre : {"transformer.", "base_model.model."})
-            if (starts_with(m, pre)) m = m.substr(std::string(pre).size());
-        g.modules = {m};
-        return true;
-    }
-    for (const std::string& part : t->parts) g.modules.push_back(base + part);
-    g.swap = t->swap;
-    return true;
-}
 
 // PEFT's per-module r / alpha from lora_adapter_metadata: rank_pattern / alpha_pattern keys match a module when
 // re.match(rf"(.*\.)?({key})$", module) (peft get_pattern_key); else r / lora_alpha.
@@ -270,53 +86,6 @@ Tensor read_f32(const SafeTensors& st, const std::string& key, const std::string
     return t;
 }
 
-// A text-encoder key's module path (split_key's, suffix removed) -> the encoder (1 CLIP-L, 2 CLIP-G / Flux's T5, 3 T5)
-// and the rest of the path. kohya: lora_te_ / lora_te1_ / lora_te2_ / lora_te3_ (sd-scripts: te1 CLIP-L, te2
-// CLIP-G, te3 T5); ComfyUI: text_encoders.clip_l|clip_g|t5xxl.transformer.; diffusers: text_encoder[_2|_3].
-int text_encoder_index(const std::string& path, std::string& rest) {
-    static const std::pair<const char*, int> kPrefixes[] = {
-        {"lora_te_", 1},
-        {"lora_te1_", 1},
-        {"lora_te2_", 2},
-        {"lora_te3_", 3},
-        {"text_encoder.", 1},
-        {"text_encoder_2.", 2},
-        {"text_encoder_3.", 3},
-        {"text_encoders.clip_l.transformer.", 1},
-        {"text_encoders.clip_g.transformer.", 2},
-        {"text_encoders.t5xxl.transformer.", 3},
-    };
-    for (auto [p, i] : kPrefixes)
-        if (starts_with(path, p)) {
-            rest = path.substr(std::strlen(p));
-            return i;
-        }
-    return 0;
-}
-
-bool is_text_encoder_key(const std::string& k) {
-    std::string rest;
-    return text_encoder_index(k, rest) != 0;
-}
-
-// transformers' CLIP module of a text-encoder key's path: text_model.encoder.layers.N.self_attn.{q,k,v,out}_proj or
-// .mlp.fc1|fc2, the linears diffusers' _load_lora_into_text_encoder ranks (kohya's underscores, diffusers' older
-// to_q_lora / lora_linear_layer names as convert_state_dict_to_peft renames them). "" for anything else.
-std::string clip_module(std::string p) {
-    for (auto [from, to] :
-         {std::pair{".to_q_lora", ".q_proj"}, std::pair{".to_k_lora", ".k_proj"}, std::pair{".to_v_lora", ".v_proj"},
-          std::pair{".to_out_lora", ".out_proj"}, std::pair{".lora_linear_layer", ""}})
-        if (ends_with(p, from)) p = p.substr(0, p.size() - std::strlen(from)) + to;
-    for (char& c : p)
-        if (c == '.') c = '_';
-    static const std::regex re("text_model_encoder_layers_([0-9]+)_(self_attn_(q|k|v|out)_proj|mlp_fc[12])");
-    std::smatch m;
-    if (!std::regex_match(p, m, re)) return "";
-    std::string tail = m[2].str();
-    tail[tail.find('_', tail[0] == 's' ? 5 : 0)] = '.';  // self_attn_q_proj -> self_attn.q_proj, mlp_fc1 -> mlp.fc1
-    return "text_model.encoder.layers." + m[1].str() + "." + tail;
-}
-
 std::string first_keys(const std::vector<std::string>& keys) {
     std::string s;
     for (size_t i = 0; i < keys.size() && i < 3; ++i) s += (i ? ", " : "") + keys[i];
@@ -329,6 +98,8 @@ void add_modules(LoraFile& f, const SafeTensors& st, const Group& g, bool has_al
                  const PeftConfig* peft, const LoraTargetFn& target) {
     const std::string& path = f.path;
     Tensor A = read_f32(st, g.a_key, path), B = read_f32(st, g.b_key, path);
+    KILN_CHECK(A.shape.size() != 4, path, ": '", g.a_key, "' ", shape_str(A.shape), " is a conv LoRA (on ",
+               g.modules[0], "); Kiln applies LoRAs to linear layers only");
     KILN_CHECK(A.shape.size() == 2 && B.shape.size() == 2, path, ": '", g.a_key, "' ", shape_str(A.shape), " and '",
                g.b_key, "' ", shape_str(B.shape), " are not matrices");
     const int64_t r = A.shape[0], in = A.shape[1];
@@ -476,7 +247,7 @@ LoraFile read_lora(const std::string& path, const std::string& family_name, cons
                 dropped[why].push_back(k);
                 continue;
             }
-        } else if (!resolve_module(l, module, probe)) {
+        } else if (!resolve_module(l, family, module, targets.transformer, probe)) {
             f.unmatched.push_back(k);
             continue;
         }
@@ -568,57 +339,6 @@ Tensor lora_merge(const Tensor& w, const std::vector<std::pair<const LoraModule*
     Tensor f(DType::f32, w.shape);
     for (size_t i = 0; i < acc.size(); ++i) f.data<float>()[i] = (float)acc[i];
     return w.dtype == DType::f32 ? f : f.astype(w.dtype);
-}
-
-namespace {
-class LoraMergedSet : public TensorSet {
-public:
-    LoraMergedSet(std::unique_ptr<TensorSet> set, std::vector<LoraFile> files,
-                  const std::vector<std::pair<std::string, double>>& loras)
-        : set_(std::move(set)), files_(std::move(files)) {
-        for (size_t i = 0; i < files_.size(); ++i)
-            for (const LoraModule& m : files_[i].modules) terms_[m.module + ".weight"].push_back({&m, loras[i].second});
-    }
-    const std::vector<TensorInfo>& tensors() const override { return set_->tensors(); }
-    const TensorInfo* find(const std::string& name) const override { return set_->find(name); }
-    Tensor read(const std::string& name) const override {
-        auto it = terms_.find(name);
-        return it == terms_.end() ? set_->read(name) : lora_merge(set_->read(name), it->second);
-    }
-    Mapped view(const std::string& name) const override { return terms_.count(name) ? Mapped{} : set_->view(name); }
-    std::string source() const override { return set_->source() + " + LoRA"; }
-
-private:
-    std::unique_ptr<TensorSet> set_;
-    std::vector<LoraFile> files_;
-    std::map<std::string, std::vector<std::pair<const LoraModule*, double>>> terms_;
-};
-}  // namespace
-
-std::unique_ptr<TensorSet> with_lora_merge(std::unique_ptr<TensorSet> set, const std::string& family,
-                                           const std::vector<std::pair<std::string, double>>& loras,
-                                           bool allow_unmatched, std::vector<std::string>* summaries) {
-    if (loras.empty()) return set;
-    const TensorSet* base = set.get();
-    auto target = [base](const std::string& name) -> std::optional<Shape> {
-        const TensorInfo* i = base->find(name);
-        return i ? std::optional<Shape>(i->shape) : std::nullopt;
-    };
-    std::vector<LoraFile> files;
-    for (const auto& [path, scale] : loras) {
-        KILN_CHECK(std::isfinite(scale), "lora ", path, ": scale ", scale, " is not finite");
-        files.push_back(read_lora(path, family, target, allow_unmatched));
-        for (const LoraModule& m : files.back().modules) {
-            const DType t = base->find(m.module + ".weight")->dtype;
-            KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, path, ": '", m.module,
-                       ".weight' is stored as ", dtype_name(t), "; LoRAs merge into f32, f16 or bf16 weights only");
-        }
-        if (summaries) {
-            summaries->push_back(files.back().summary());
-            for (const std::string& d : files.back().dropped) summaries->push_back("warning: lora " + path + ": " + d);
-        }
-    }
-    return std::make_unique<LoraMergedSet>(std::move(set), std::move(files), loras);
 }
 
 std::pair<std::string, double> parse_lora_arg(const std::string& arg) {

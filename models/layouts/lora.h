@@ -4,8 +4,10 @@
 // Layouts (docs/lora.md): diffusers/PEFT (transformer.<module>.lora_A/lora_B.weight, alphas from the header's
 // lora_adapter_metadata or <module>.alpha keys; Flux and SD3), kohya (lora_unet_<BFL path with '_'>.lora_down/
 // lora_up.weight, .alpha), ComfyUI / BFL names (diffusion_model.<BFL path>.lora_down/lora_up or lora_A/lora_B),
-// XLabs (double_blocks.N.processor.{qkv,proj}_lora{1,2}.down/up.weight). Fused BFL targets (qkv, linear1) are split
-// by B's rows into diffusers' modules, A copied to each, so every part's delta is its rows of B @ A.
+// XLabs (double_blocks.N.processor.{qkv,proj}_lora{1,2}.down/up.weight); on SD3, kohya and ComfyUI files name
+// Stability's MMDiT modules (lora_unet_joint_blocks_0_x_block_attn_qkv, diffusion_model.joint_blocks.0.x_block.attn.
+// qkv), mapped as the base checkpoint's names are (sd3_map.cpp). Fused targets (qkv, linear1) are split by B's rows
+// into diffusers' modules, A copied to each, so every part's delta is its rows of B @ A.
 // Applied as trained (kohya, ComfyUI, stable-diffusion.cpp): delta W = (alpha / rank) * B @ A per module, with the
 // file's alpha, or factor 1 without one. Vulkan-free: kiln-convert links it.
 // Text-encoder keys (kohya lora_te_/lora_te1_/lora_te2_, ComfyUI text_encoders.clip_l., diffusers text_encoder. /
@@ -76,13 +78,6 @@ LoraFile read_lora(const std::string& path, const std::string& family, const Lor
 // The merged weight: w (f32/f16/bf16) + sum_i scales[i] * B_i @ A_i, in w's dtype (accumulated in f64, rounded
 // once). terms: (module, user scale); the module's own scale is applied too.
 Tensor lora_merge(const Tensor& w, const std::vector<std::pair<const LoraModule*, double>>& terms);
-
-// `set` (a transformer of `family`) with LoRAs (path, user scale) merged into the tensors they target: read() gives
-// them merged in their stored dtype, view() nothing (never in place); the others unchanged. Throws as read_lora, and
-// for a quantized or fp8 target. Each file's summary goes to `summaries` when given. For kiln-convert --lora.
-std::unique_ptr<TensorSet> with_lora_merge(std::unique_ptr<TensorSet> set, const std::string& family,
-                                           const std::vector<std::pair<std::string, double>>& loras,
-                                           bool allow_unmatched, std::vector<std::string>* summaries);
 
 // Parses "FILE[:SCALE]" (SCALE a finite number; a ':' not followed by one stays in FILE).
 std::pair<std::string, double> parse_lora_arg(const std::string& arg);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -112,6 +113,11 @@ TEST_CASE("kiln generate --lora: bad LoRAs stop with one line and no image", "[a
     // A Flux LoRA on SD3: named as such.
     expect_error(base_args("sd3", io_json("sd3")) + " --lora " + fixture("flux_lora/lora_kohya.safetensors"),
                  "a LoRA for Flux (kohya layout); the model is SD3");
+    // An SD3 LoRA in kohya names on Flux: named as such.
+    const std::string k = "lora_unet_joint_blocks_0_x_block_attn_proj.";
+    write_safetensors(tmp / "sd3k.safetensors", {{k + "lora_down.weight", test::random_tensor({2, 32}, 1)},
+                                                 {k + "lora_up.weight", test::random_tensor({32, 2}, 2)}});
+    expect_error(flux + " --lora " + (tmp / "sd3k.safetensors"), "a LoRA for SD3 (kohya layout); the model is Flux");
     // A truncated file.
     fs::copy_file(fixture("flux_lora/lora_peft.safetensors"), tmp / "cut.safetensors");
     fs::resize_file(tmp / "cut.safetensors", 1000);
@@ -421,4 +427,152 @@ TEST_CASE("kiln-convert --lora bakes text-encoder modules too: the image of --lo
     CHECK(r.rc != 0);
     CHECK(r.err.find("--lora: no transformer to merge LoRAs into (converting vae)") != std::string::npos);
     CHECK(!fs::exists(tmp / "vae.kiln"));
+}
+
+namespace {
+// One LoRA for the sd3_pipeline fixture (2 blocks, the last context_pre_only) in kohya sd-scripts' names
+// (lora_unet_<Stability's MMDiT path with '_'>, lora_te1_ / lora_te2_ / lora_te3_) and the same LoRA in
+// diffusers/PEFT names (per diffusers module: A, its rows of B, the halves swapped where the base weight's are, the
+// module's alpha). Fused qkv, the adaLN of both blocks (the pre-only one swapped), embedders, final layer (swapped),
+// CLIP-L, CLIP-G, and a T5 module both drop with a warning. `extra`: a key of no module added to the kohya file.
+std::pair<std::string, std::string> write_sd3_kohya(const test::TempDir& tmp, const std::string& extra = "") {
+    struct M {
+        std::string original;  // kohya's, with '.'
+        std::string component;
+        std::vector<std::string> modules;  // diffusers', B's row parts in order
+        bool swap = false;
+    };
+    const std::string b0 = "transformer_blocks.0.", b1 = "transformer_blocks.1.", tr = "transformer";
+    const std::vector<M> mods = {
+        {"joint_blocks.0.x_block.attn.qkv", tr, {b0 + "attn.to_q", b0 + "attn.to_k", b0 + "attn.to_v"}},
+        {"joint_blocks.0.x_block.adaLN_modulation.1", tr, {b0 + "norm1.linear"}},
+        {"joint_blocks.0.x_block.mlp.fc1", tr, {b0 + "ff.net.0.proj"}},
+        {"joint_blocks.0.context_block.attn.proj", tr, {b0 + "attn.to_add_out"}},
+        {"joint_blocks.1.context_block.attn.qkv",
+         tr,
+         {b1 + "attn.add_q_proj", b1 + "attn.add_k_proj", b1 + "attn.add_v_proj"}},
+        {"joint_blocks.1.context_block.adaLN_modulation.1", tr, {b1 + "norm1_context.linear"}, true},
+        {"joint_blocks.1.x_block.mlp.fc2", tr, {b1 + "ff.net.2"}},
+        {"context_embedder", tr, {"context_embedder"}},
+        {"t_embedder.mlp.0", tr, {"time_text_embed.timestep_embedder.linear_1"}},
+        {"y_embedder.mlp.2", tr, {"time_text_embed.text_embedder.linear_2"}},
+        {"final_layer.linear", tr, {"proj_out"}},
+        {"final_layer.adaLN_modulation.1", tr, {"norm_out.linear"}, true},
+        {"text_model.encoder.layers.0.self_attn.q_proj",
+         "text_encoder",
+         {"text_model.encoder.layers.0.self_attn.q_proj"}},
+        {"text_model.encoder.layers.1.mlp.fc1", "text_encoder_2", {"text_model.encoder.layers.1.mlp.fc1"}},
+    };
+    std::map<std::string, SafeTensors> weights;
+    for (const char* c : {"transformer", "text_encoder", "text_encoder_2"})
+        weights.emplace(c,
+                        SafeTensors::open(fixture("sd3_pipeline/") + c +
+                                          (c == tr ? "/diffusion_pytorch_model.safetensors" : "/model.safetensors")));
+    std::vector<std::pair<std::string, Tensor>> kohya, peft;
+    unsigned seed = 300;
+    for (size_t i = 0; i < mods.size(); ++i) {
+        const M& m = mods[i];
+        const int64_t r = i % 2 ? 2 : 4;
+        const Tensor alpha = Tensor::from_f32({}, {(float)(1 + i % 3)});
+        int64_t rows = 0, in = 0;
+        for (const std::string& d : m.modules) {
+            const Shape& s = weights.at(m.component).at(d + ".weight").shape;
+            rows += s[0];
+            in = s[1];
+        }
+        const Tensor A = test::random_tensor({r, in}, seed++), up = test::random_tensor({rows, r}, seed++, -.05f, .05f);
+        std::string k = m.original;
+        for (char& c : k)
+            if (c == '.') c = '_';
+        k = (m.component == tr ? "lora_unet_" : m.component == "text_encoder" ? "lora_te1_" : "lora_te2_") + k;
+        kohya.push_back({k + ".lora_down.weight", A});
+        kohya.push_back({k + ".lora_up.weight", up});
+        kohya.push_back({k + ".alpha", alpha});
+        Tensor b = up;  // [shift; scale] -> [scale; shift]
+        const size_t half = (size_t)(rows / 2 * r) * sizeof(float);
+        if (m.swap) {
+            std::memcpy(b.bytes.data(), up.bytes.data() + half, half);
+            std::memcpy(b.bytes.data() + half, up.bytes.data(), half);
+        }
+        int64_t r0 = 0;
+        for (const std::string& d : m.modules) {
+            const int64_t n = weights.at(m.component).at(d + ".weight").shape[0];
+            Tensor part(DType::f32, {n, r});
+            std::memcpy(part.bytes.data(), b.bytes.data() + (size_t)(r0 * r) * sizeof(float), part.nbytes());
+            r0 += n;
+            peft.push_back({m.component + "." + d + ".lora_A.weight", A});
+            peft.push_back({m.component + "." + d + ".lora_B.weight", part});
+            peft.push_back({m.component + "." + d + ".alpha", alpha});
+        }
+    }
+    kohya.push_back(
+        {"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_down.weight", test::random_tensor({2, 48}, 1)});
+    kohya.push_back(
+        {"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_up.weight", test::random_tensor({48, 2}, 2)});
+    peft.push_back(
+        {"text_encoder_3.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight", test::random_tensor({2, 48}, 1)});
+    peft.push_back(
+        {"text_encoder_3.encoder.block.0.layer.0.SelfAttention.q.lora_B.weight", test::random_tensor({48, 2}, 2)});
+    if (!extra.empty()) kohya.push_back({extra, test::random_tensor({2, 32}, 3)});
+    const std::string kp = tmp / (extra.empty() ? "sd3_kohya.safetensors" : "sd3_kohya_extra.safetensors");
+    write_safetensors(kp, kohya);
+    write_safetensors(tmp / "sd3_peft.safetensors", peft);
+    return {kp, tmp / "sd3_peft.safetensors"};
+}
+
+// Every tensor of two --dump files, bit for bit.
+void check_same_dump(const std::string& a, const std::string& b) {
+    auto x = SafeTensors::open(a), y = SafeTensors::open(b);
+    REQUIRE(x.tensors().size() == y.tensors().size());
+    for (const auto& t : x.tensors()) {
+        INFO(t.name);
+        REQUIRE(y.find(t.name));
+        CHECK(x.read(t.name).bytes == y.read(t.name).bytes);
+    }
+}
+}  // namespace
+
+// kohya sd-scripts' SD3 LoRAs (diffusers refuses them): the same modules, A, B and alpha / r as the PEFT file, so the
+// same side paths / merged weights, so the same bytes in every dumped tensor. And the LoRA moves the result.
+TEST_CASE("kiln generate --lora: an SD3 kohya file equals the same LoRA in PEFT names", "[apps][lora][vulkan]") {
+    const std::string apply = GENERATE(as<std::string>{}, "merge", "runtime");
+    test::TempDir tmp("kiln_lora_sd3k");
+    const auto [kohya, peft] = write_sd3_kohya(tmp);
+    const std::string args = base_args("sd3", io_json("sd3")) + " --lora-apply " + apply;
+    Result k =
+        generate(tmp, args + " --lora " + kohya + ":0.8 --dump " + (tmp / "k.safetensors") + " -o " + (tmp / "k.png"));
+    INFO(k.err);
+    REQUIRE(k.rc == 0);
+    Result p =
+        generate(tmp, args + " --lora " + peft + ":0.8 --dump " + (tmp / "p.safetensors") + " -o " + (tmp / "p.png"));
+    INFO(p.err);
+    REQUIRE(p.rc == 0);
+    // 12 transformer modules in 16 diffusers modules + 2 CLIP modules, 3 tensors each; T5 named as not applied.
+    CHECK(k.err.find("(kohya): 42 tensors matched, 18 modules (2 of them text-encoder modules, applied to 1 on CLIP-L, "
+                     "1 on CLIP-G)") != std::string::npos);
+    CHECK(p.err.find("(diffusers/PEFT): 54 tensors matched, 18 modules") != std::string::npos);
+    for (const Result* r : {&k, &p})
+        CHECK(r->err.find("2 text-encoder keys not applied (T5: diffusers does not apply T5 LoRAs to SD3 either)") !=
+              std::string::npos);
+    check_same_dump(tmp / "k.safetensors", tmp / "p.safetensors");
+    auto ref = SafeTensors::open(fixture("sd3_lora") + "/io.safetensors");
+    CHECK(rel_l2(SafeTensors::open(tmp / "k.safetensors").read("final_latents_scaled").to_f32(),
+                 ref.read("base/final_latents_scaled").to_f32()) > 1e-3);
+
+    if (apply != "runtime") return;
+    // A key of no module: one line naming it and the layout, no image; allowed, a warning and the rest applied.
+    const std::string bad = "lora_unet_joint_blocks_0_x_block_attn_qkvz.lora_down.weight";
+    const std::string extra = write_sd3_kohya(tmp, bad).first;
+    Result e = generate(tmp, args + " --lora " + extra + ":0.8 -o " + (tmp / "e.png"));
+    CHECK(e.rc != 0);
+    CHECK(e.err.find("1 keys match no module of this SD3 transformer (layout guessed: kohya, SD3): " + bad) !=
+          std::string::npos);
+    CHECK(!fs::exists(tmp / "e.png"));
+    e = generate(tmp, args + " --lora " + extra + ":0.8 --lora-allow-unmatched --dump " + (tmp / "e.safetensors") +
+                          " -o " + (tmp / "e.png"));
+    INFO(e.err);
+    REQUIRE(e.rc == 0);
+    CHECK(e.err.find("warning: lora " + extra + ": 1 keys match no module and are not applied, e.g. " + bad) !=
+          std::string::npos);
+    check_same_dump(tmp / "e.safetensors", tmp / "k.safetensors");
 }

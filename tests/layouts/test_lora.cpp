@@ -2,9 +2,11 @@
 // their as-trained factor alpha / rank, and every bad input stops with one line naming the file.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "models/layouts/layouts.h"
 #include "models/layouts/lora.h"
@@ -366,5 +368,230 @@ TEST_CASE("Text-encoder LoRA keys of every layout: the CLIP module of their enco
                               {"lora_te1_text_model_encoder_layers_0_mlp_fc2.lora_up.weight", filled({32, 2}, .1f)}});
         CHECK_THROWS_WITH(layouts::read_lora(w, "Flux", te_targets("flux"), false),
                           Catch::Contains("does not fit 'text_model.encoder.layers.0.mlp.fc2.weight' [32, 64]"));
+    }
+}
+
+namespace {
+// An SD3 LoRA module in Stability's MMDiT names, the diffusers modules it goes to (B's row parts, in order) and
+// whether B's two row halves swap: the mapping of the base checkpoint's weights (diffusers'
+// convert_sd3_transformer_checkpoint_to_diffusers), written out here independently of Kiln's map.
+struct Sd3Module {
+    std::string original;
+    std::vector<std::string> modules;
+    bool swap = false;
+};
+
+std::vector<Sd3Module> sd3_modules(bool dual) {
+    auto qkv = [](int n, const std::string& a, const std::vector<std::string>& p) {
+        std::vector<std::string> v;
+        for (const std::string& s : p) v.push_back("transformer_blocks." + std::to_string(n) + "." + a + s);
+        return v;
+    };
+    std::vector<Sd3Module> m = {
+        {"joint_blocks.0.x_block.attn.qkv", qkv(0, "attn.", {"to_q", "to_k", "to_v"})},
+        {"joint_blocks.0.x_block.attn.proj", {"transformer_blocks.0.attn.to_out.0"}},
+        {"joint_blocks.0.x_block.mlp.fc1", {"transformer_blocks.0.ff.net.0.proj"}},
+        {"joint_blocks.0.x_block.mlp.fc2", {"transformer_blocks.0.ff.net.2"}},
+        {"joint_blocks.0.x_block.adaLN_modulation.1", {"transformer_blocks.0.norm1.linear"}},
+        {"joint_blocks.0.context_block.attn.qkv", qkv(0, "attn.", {"add_q_proj", "add_k_proj", "add_v_proj"})},
+        {"joint_blocks.0.context_block.attn.proj", {"transformer_blocks.0.attn.to_add_out"}},
+        {"joint_blocks.0.context_block.mlp.fc1", {"transformer_blocks.0.ff_context.net.0.proj"}},
+        {"joint_blocks.0.context_block.mlp.fc2", {"transformer_blocks.0.ff_context.net.2"}},
+        {"joint_blocks.0.context_block.adaLN_modulation.1", {"transformer_blocks.0.norm1_context.linear"}},
+        {"joint_blocks.1.x_block.attn.qkv", qkv(1, "attn.", {"to_q", "to_k", "to_v"})},
+        {"joint_blocks.1.x_block.adaLN_modulation.1", {"transformer_blocks.1.norm1.linear"}},
+        {"joint_blocks.1.context_block.attn.qkv", qkv(1, "attn.", {"add_q_proj", "add_k_proj", "add_v_proj"})},
+        // The last block is context_pre_only: a 2-chunk [shift; scale] adaLN, diffusers' AdaLayerNormContinuous
+        // [scale; shift].
+        {"joint_blocks.1.context_block.adaLN_modulation.1", {"transformer_blocks.1.norm1_context.linear"}, true},
+        {"context_embedder", {"context_embedder"}},
+        {"t_embedder.mlp.0", {"time_text_embed.timestep_embedder.linear_1"}},
+        {"t_embedder.mlp.2", {"time_text_embed.timestep_embedder.linear_2"}},
+        {"y_embedder.mlp.0", {"time_text_embed.text_embedder.linear_1"}},
+        {"y_embedder.mlp.2", {"time_text_embed.text_embedder.linear_2"}},
+        {"final_layer.linear", {"proj_out"}},
+        {"final_layer.adaLN_modulation.1", {"norm_out.linear"}, true},
+    };
+    if (dual) {  // SD3.5's dual attention (sd3_qknorm_dual: block 0)
+        m.push_back({"joint_blocks.0.x_block.attn2.qkv", qkv(0, "attn2.", {"to_q", "to_k", "to_v"})});
+        m.push_back({"joint_blocks.0.x_block.attn2.proj", {"transformer_blocks.0.attn2.to_out.0"}});
+    }
+    return m;
+}
+
+// The same LoRA in four layouts: diffusers/PEFT (per diffusers module: A, its rows of B, halves swapped where the
+// base weight's are, the module's alpha), kohya (lora_unet_<path with '_'>.lora_down / lora_up / alpha, one fused
+// module), ComfyUI (diffusion_model.<path>.lora_down / lora_up / alpha) and ComfyUI with lora_A / lora_B. Ranks 2
+// and 4, alphas 1 to 4: factors alpha / r from 0.25 to 2.
+struct Sd3Files {
+    std::vector<std::pair<std::string, Tensor>> peft, kohya, comfy, comfy_ab;
+};
+
+Sd3Files sd3_files(const std::vector<Sd3Module>& mods, const layouts::LoraTargetFn& target) {
+    Sd3Files f;
+    unsigned seed = 100;
+    for (size_t i = 0; i < mods.size(); ++i) {
+        const Sd3Module& m = mods[i];
+        const int64_t r = i % 3 == 0 ? 2 : 4;
+        const Tensor alpha = Tensor::from_f32({}, {(float)(1 + i % 4)});
+        int64_t rows = 0, in = 0;
+        for (const std::string& d : m.modules) {
+            const Shape s = target(d + ".weight").value();
+            rows += s[0];
+            in = s[1];
+        }
+        const Tensor A = test::random_tensor({r, in}, seed++), up = test::random_tensor({rows, r}, seed++);
+        std::string under = m.original;
+        for (char& c : under)
+            if (c == '.') c = '_';
+        for (auto [out, pre, down_s, up_s] :
+             {std::tuple{&f.kohya, "lora_unet_" + under, ".lora_down.weight", ".lora_up.weight"},
+              std::tuple{&f.comfy, "diffusion_model." + m.original, ".lora_down.weight", ".lora_up.weight"},
+              std::tuple{&f.comfy_ab, "diffusion_model." + m.original, ".lora_A.weight", ".lora_B.weight"}}) {
+            out->push_back({pre + down_s, A});
+            out->push_back({pre + up_s, up});
+            out->push_back({pre + ".alpha", alpha});
+        }
+        // diffusers' B: [shift; scale] -> [scale; shift] where the base weight swaps, then each module's rows.
+        Tensor b = up;
+        if (m.swap) {
+            const size_t half = (size_t)(rows / 2 * r) * sizeof(float);
+            std::memcpy(b.bytes.data(), up.bytes.data() + half, half);
+            std::memcpy(b.bytes.data() + half, up.bytes.data(), half);
+        }
+        int64_t r0 = 0;
+        for (const std::string& d : m.modules) {
+            const int64_t n = target(d + ".weight").value()[0];
+            Tensor part(DType::f32, {n, r});
+            std::memcpy(part.bytes.data(), b.bytes.data() + (size_t)(r0 * r) * sizeof(float), part.nbytes());
+            r0 += n;
+            f.peft.push_back({"transformer." + d + ".lora_A.weight", A});
+            f.peft.push_back({"transformer." + d + ".lora_B.weight", part});
+            f.peft.push_back({"transformer." + d + ".alpha", alpha});
+        }
+    }
+    return f;
+}
+
+layouts::LoraTargetFn file_targets(const std::string& path) {
+    auto set = std::shared_ptr<layouts::TensorSet>(layouts::open_safetensors(path));
+    return [set](const std::string& name) -> std::optional<Shape> {
+        const layouts::TensorInfo* i = set->find(name);
+        return i ? std::optional<Shape>(i->shape) : std::nullopt;
+    };
+}
+}  // namespace
+
+// kohya sd-scripts (networks/lora_sd3.py) and ComfyUI save SD3 LoRAs under Stability's MMDiT names; diffusers'
+// SD3LoraLoaderMixin converts none of them. Kiln maps them as the base checkpoint's names are mapped: each must give
+// the PEFT file's modules with the same A, B and alpha / r, so the same delta W = (alpha / r) B @ A bit for bit (rows
+// are copied and swapped, never computed).
+TEST_CASE("SD3 LoRAs in kohya and ComfyUI names: the PEFT file's modules, delta W bit for bit", "[layouts][lora]") {
+    const bool dual = GENERATE(false, true);
+    const auto target =
+        file_targets(dual ? test::data_path("fixtures/sd3_qknorm_dual/diffusion_pytorch_model.safetensors")
+                          : test::data_path("fixtures/sd3_pipeline/transformer/diffusion_pytorch_model.safetensors"));
+    const auto mods = sd3_modules(dual);
+    const Sd3Files files = sd3_files(mods, target);
+    test::TempDir tmp("kiln_lora_sd3");
+    auto write = [&](const std::string& name, const std::vector<std::pair<std::string, Tensor>>& t) {
+        write_safetensors(tmp / name, t);
+        return layouts::read_lora(tmp / name, "SD3", target, false);
+    };
+    const auto peft = write("peft.safetensors", files.peft);
+    size_t parts = 0;
+    for (const Sd3Module& m : mods) parts += m.modules.size();
+    REQUIRE(peft.modules.size() == parts);
+    for (auto [name, t, layout] :
+         {std::tuple{"kohya", &files.kohya, "kohya"}, std::tuple{"comfy", &files.comfy, "ComfyUI"},
+          std::tuple{"comfy_ab", &files.comfy_ab, "ComfyUI"}}) {
+        INFO(name);
+        const auto f = write(std::string(name) + ".safetensors", *t);
+        CHECK(f.layout == layout);
+        CHECK(f.matched == f.tensors);
+        CHECK(f.matched == 3 * mods.size());
+        REQUIRE(f.modules.size() == peft.modules.size());
+        for (const auto& p : peft.modules) {
+            INFO(p.module);
+            const auto* k = find_module(f, "transformer", p.module);
+            REQUIRE(k);
+            CHECK(k->A.shape == p.A.shape);
+            CHECK(k->B.shape == p.B.shape);
+            CHECK(k->A.bytes == p.A.bytes);
+            CHECK(k->B.bytes == p.B.bytes);
+            CHECK(k->scale == p.scale);
+        }
+    }
+    // alpha / r as trained, from the file's alpha: module i has rank 2 or 4 and alpha 1 + i % 4.
+    CHECK(find_module(peft, "transformer", "transformer_blocks.0.attn.to_q")->scale == 0.5);      // i 0: 1 / 2
+    CHECK(find_module(peft, "transformer", "transformer_blocks.0.attn.to_out.0")->scale == 0.5);  // i 1: 2 / 4
+    CHECK(find_module(peft, "transformer", "transformer_blocks.0.ff.net.2")->scale == 2);         // i 3: 4 / 2
+    CHECK(find_module(peft, "transformer", "norm_out.linear")->scale == 0.25);                    // i 20: 1 / 4
+}
+
+TEST_CASE("SD3 kohya / ComfyUI LoRAs: unknown keys, the other family, T5, conv and shared names", "[layouts][lora]") {
+    test::TempDir tmp("kiln_lora_sd3e");
+    auto write = [&](const std::string& name, std::vector<std::pair<std::string, Tensor>> t) {
+        const std::string p = tmp / name;
+        write_safetensors(p, t);
+        return p;
+    };
+    const std::string qkv = "lora_unet_joint_blocks_0_x_block_attn_qkv.";
+    std::vector<std::pair<std::string, Tensor>> base = {{qkv + "lora_down.weight", filled({2, 32}, .1f)},
+                                                        {qkv + "lora_up.weight", filled({96, 2}, .1f)}};
+    SECTION("a misnamed key, a block the model lacks: one line naming them; allowed, a warning") {
+        auto t = base;
+        t.push_back({"lora_unet_joint_blocks_0_x_block_attn_qkvv.lora_down.weight", filled({2, 32}, .1f)});
+        t.push_back({"lora_unet_joint_blocks_7_x_block_attn_proj.lora_down.weight", filled({2, 32}, .1f)});
+        const std::string p = write("u.safetensors", t);
+        const std::string e = read_error(p, "sd3");
+        CHECK(e.find("2 keys match no module of this SD3 transformer (layout guessed: kohya, SD3): "
+                     "lora_unet_joint_blocks_0_x_block_attn_qkvv.lora_down.weight, "
+                     "lora_unet_joint_blocks_7_x_block_attn_proj.lora_down.weight; --lora-allow-unmatched") !=
+              std::string::npos);
+        CHECK(e.find('\n') == std::string::npos);
+        const auto f = layouts::read_lora(p, "SD3", targets("sd3"), true);
+        CHECK(f.modules.size() == 3);
+        CHECK(f.unmatched.size() == 2);
+    }
+    SECTION("an SD3 file on Flux, a Flux file on SD3: named as such") {
+        const std::string p = write("k.safetensors", base);
+        CHECK(read_error(p, "flux").find("k.safetensors: a LoRA for SD3 (kohya layout); the model is Flux") !=
+              std::string::npos);
+        const std::string c = write(
+            "c.safetensors", {{"diffusion_model.joint_blocks.0.x_block.mlp.fc1.lora_A.weight", filled({2, 32}, 1)},
+                              {"diffusion_model.joint_blocks.0.x_block.mlp.fc1.lora_B.weight", filled({128, 2}, 1)}});
+        CHECK(read_error(c, "flux").find("a LoRA for SD3 (ComfyUI layout); the model is Flux") != std::string::npos);
+        const std::string fl =
+            write("f.safetensors", {{"diffusion_model.double_blocks.0.img_mlp.0.lora_down.weight", filled({2, 32}, 1)},
+                                    {"diffusion_model.double_blocks.0.img_mlp.0.lora_up.weight", filled({128, 2}, 1)}});
+        CHECK(read_error(fl, "sd3").find("a LoRA for Flux (ComfyUI layout); the model is SD3") != std::string::npos);
+    }
+    SECTION("final_layer names are both families': read as the model's") {
+        const std::string p =
+            write("fl.safetensors", {{"lora_unet_final_layer_adaLN_modulation_1.lora_down.weight", filled({2, 32}, 1)},
+                                     {"lora_unet_final_layer_adaLN_modulation_1.lora_up.weight", filled({64, 2}, 1)}});
+        const auto f = layouts::read_lora(p, "SD3", targets("sd3"), false);
+        REQUIRE(f.modules.size() == 1);
+        CHECK(f.modules[0].module == "norm_out.linear");
+        CHECK(f.modules[0].B.data<float>()[0] == filled({64, 2}, 1).data<float>()[64]);  // row 32 of 64 first
+        CHECK(layouts::read_lora(p, "Flux", targets("flux"), false).modules[0].module == "norm_out.linear");
+    }
+    SECTION("text encoders: lora_te1_ CLIP-L, lora_te2_ CLIP-G, lora_te3_ (T5) dropped with a warning line") {
+        auto t = base;
+        t.push_back({"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_down.weight", filled({2, 48}, .1f)});
+        t.push_back({"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_up.weight", filled({48, 2}, .1f)});
+        const auto f = layouts::read_lora(write("te.safetensors", t), "SD3", te_targets("sd3"), false);
+        CHECK(f.modules.size() == 3);
+        REQUIRE(f.dropped.size() == 1);
+        CHECK(f.dropped[0].find("2 text-encoder keys not applied (T5: diffusers does not apply T5 LoRAs to SD3 "
+                                "either): lora_te3_") != std::string::npos);
+    }
+    SECTION("a conv LoRA (x_embedder.proj, the patch conv): one line") {
+        const std::string p =
+            write("x.safetensors", {{"lora_unet_x_embedder_proj.lora_down.weight", filled({2, 16, 2, 2}, 1)},
+                                    {"lora_unet_x_embedder_proj.lora_up.weight", filled({32, 2, 1, 1}, 1)}});
+        CHECK(read_error(p, "sd3").find(
+                  "is a conv LoRA (on pos_embed.proj); Kiln applies LoRAs to linear layers only") != std::string::npos);
     }
 }
