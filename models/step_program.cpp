@@ -157,17 +157,24 @@ StepProgram::StepProgram(vk::Context& ctx, exec::Executor& ex, const StepLoopSpe
     m.out = ex.device_range(spec.output);
     bool keep = false;
     for (auto& s : steps) keep |= s.keep_x0 != 0 || s.history_used > 0;
-    m.table = m.alloc.alloc(steps.size() * sizeof(params::LoopStep), "device loop: step table");
-    m.alloc.upload(m.table, steps.data(), steps.size() * sizeof(params::LoopStep));
-    m.state = m.alloc.alloc(16, "device loop: step counter");
-    m.x = m.alloc.alloc((VkDeviceSize)m.n * 4, "device loop: latents");
-    m.z = m.alloc.alloc((VkDeviceSize)m.n * 4, "device loop: final latents");
-    m.hist = m.alloc.alloc(keep ? (VkDeviceSize)m.n * 12 : 16, "device loop: multistep history");
     bool noisy = false;
     for (auto& s : steps) noisy |= s.prev_noise != 0;
     KILN_CHECK(!noisy || noise.size() == steps.size() * m.n, "device loop: the steps draw noise: ", steps.size() * m.n,
                " floats needed, ", noise.size(), " given");
-    m.noise = m.alloc.alloc(noisy ? (VkDeviceSize)noise.size() * 4 : 16, "device loop: step noise");
+    const VkDeviceSize sizes[] = {steps.size() * sizeof(params::LoopStep),
+                                  16,
+                                  (VkDeviceSize)m.n * 4,
+                                  (VkDeviceSize)m.n * 4,
+                                  keep ? (VkDeviceSize)m.n * 12 : 16,
+                                  noisy ? (VkDeviceSize)noise.size() * 4 : 16};
+    for (VkDeviceSize s : sizes) m.alloc.reserve(m.alloc.footprint(s));  // one block of exactly these, if any
+    m.table = m.alloc.alloc(sizes[0], "device loop: step table");
+    m.alloc.upload(m.table, steps.data(), sizes[0]);
+    m.state = m.alloc.alloc(sizes[1], "device loop: step counter");
+    m.x = m.alloc.alloc(sizes[2], "device loop: latents");
+    m.z = m.alloc.alloc(sizes[3], "device loop: final latents");
+    m.hist = m.alloc.alloc(sizes[4], "device loop: multistep history");
+    m.noise = m.alloc.alloc(sizes[5], "device loop: step noise");
     if (noisy) m.alloc.upload(m.noise, noise.data(), (VkDeviceSize)noise.size() * 4);
 
     VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 14};

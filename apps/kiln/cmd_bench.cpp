@@ -340,6 +340,7 @@ nlohmann::json mode_json(const ModeRun& m, exec::Mode mode) {
             {"binding_limit_bytes", c.binding_limit_bytes},
             {"weight_bytes", c.weight_bytes},
             {"device_bytes", c.device_bytes},
+            {"device_bytes_used", c.device_bytes_used},
             {"memory", peaks_json(m.peaks)},
             {"steps", step_json},
             {"step_ms", step_json["wall_ms"]},

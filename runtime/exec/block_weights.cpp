@@ -170,6 +170,40 @@ Executor::Impl::Select Executor::Impl::choose_selection(const BlockKind& k, VkDe
     return Select::address;
 }
 
+bool Executor::Impl::weight_major(const BlockKind& k, Select sel, VkDeviceSize stride,
+                                  const std::string& layout) const {
+    return sel == Select::offset && layout != "block" &&
+           (layout == "weight" || stride * k.weights.size() > max_binding) && weight_major_fits(k);
+}
+
+// The requests plan_block_weights and place_block_instances make, reserved before the first of them, so that every
+// kind's resident weights, ring slots and copy windows share one block of exactly their size (split only where
+// maxMemoryAllocationSize requires), and the host copies of streamed instances another in host_alloc.
+void Executor::Impl::reserve_block_weights(const std::string& layout) {
+    VkDeviceSize device = 0, host = 0;
+    for (size_t ki = 0; ki < blocks.size(); ++ki) {
+        const BlockKind& k = blocks[ki];
+        const StreamKind& s = streams[ki];
+        const VkDeviceSize stride = block_stride[ki];
+        const size_t n = k.weights.size();
+        const std::map<int, VkDeviceSize> saved = ptr_slot;  // choose_selection only marks the kind's readers
+        std::string why;
+        const Select sel = choose_selection(k, stride, why, s.resident >= n);
+        ptr_slot = saved;
+        if (weight_major(k, sel, stride, layout)) {
+            for (int v : k.tmpl_weights) device += alloc.footprint(align_up(value_bytes(g.value(v))) * n);
+        } else if (sel == Select::offset) {
+            const size_t per = (size_t)std::min<VkDeviceSize>(n, max_binding / stride);
+            for (size_t i = 0; i < n; i += per) device += alloc.footprint(stride * std::min(per, n - i));
+        } else {
+            device += alloc.footprint(stride) * (s.resident + (size_t)s.slots + (sel == Select::copy ? 1 : 0));
+            if (s.file.empty()) host += host_alloc.footprint(stride) * (n - s.resident);
+        }
+    }
+    alloc.reserve(device);
+    host_alloc.reserve(host);
+}
+
 void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
     // A slot is bound as a storage buffer ("_ptr") or a uniform buffer ("_off", 32 bytes: uvec4[2]).
     VkDeviceSize slot_align =
@@ -201,6 +235,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         ptr_slot = saved;
     }
     plan_stream_budget(needs, weights);
+    reserve_block_weights(layout);
     for (size_t ki = 0; ki < blocks.size(); ++ki) {
         const BlockKind& k = blocks[ki];
         const VkDeviceSize stride = block_stride[ki];
@@ -212,8 +247,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         const std::string what = "weights of block kind " + k.kind;
         std::vector<vk::BufferRange> windows;
         std::vector<int> win_of(k.weights.size(), 0);
-        const bool by_weight = sel == Select::offset && layout != "block" &&
-                               (layout == "weight" || stride * k.weights.size() > max_binding) && weight_major_fits(k);
+        const bool by_weight = weight_major(k, sel, stride, layout);
         if (by_weight) {
             // Every instance resident, weight j of each in weight_arena[ki][j]: one recording binds them all.
             VkDeviceSize largest = 0;
@@ -292,6 +326,7 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         window_of.push_back(std::move(win_of));
         how.push_back(sel);
     }
+    alloc.drop_reservation();  // nothing is left of it when reserve_block_weights matched the loop above
     if (table_bytes) ptr_table = alloc.alloc(table_bytes, "block weight selection table");
     if (!blocks.empty())
         c.block_weights_note =

@@ -223,10 +223,16 @@ struct Executor::Impl {
     }
 
     void plan(const WeightBytesFn& weights);
-    void plan_weights(const WeightBytesFn& weights, const std::vector<int>& active);
+    // Weights outside blocks: read in place where they can be; returns the others, whose bytes it reserves in
+    // alloc (upload_weights allocates and fills them after plan_activations has reserved its own).
+    std::vector<int> plan_weights(const WeightBytesFn& weights, const std::vector<int>& active);
+    void upload_weights(const WeightBytesFn& weights, const std::vector<int>& upload);
     // block_weights.cpp
     void fill_weight(const WeightBytesFn& weights, int v, const vk::BufferRange& dst, VkDeviceSize off);
     void plan_block_weights(const WeightBytesFn& weights);
+    void reserve_block_weights(const std::string& layout);
+    // Offset selection with each weight's instances in one range (weight-major), from the layout setting.
+    bool weight_major(const BlockKind& k, Select sel, VkDeviceSize stride, const std::string& layout) const;
     // allow_offset false: a kind with instances outside device memory (streamed, or read in place).
     Select choose_selection(const BlockKind& k, VkDeviceSize stride, std::string& why, bool allow_offset = true);
     void build_ptr_tables();

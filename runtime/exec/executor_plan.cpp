@@ -37,22 +37,25 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     plan_chains();
 
     // Weights outside blocks and activations first: block weights get what the budget leaves (weight_stream.cpp).
-    plan_weights(weights, active);
+    // Both reserve their bytes before either allocates, so they share one block of exactly their size.
+    range.resize(g.values().size());
+    const std::vector<int> upload = plan_weights(weights, active);
     plan_activations(active);
+    upload_weights(weights, upload);
     // Each compute node's dispatches: row chunks where it binds an activation over one binding (row_split.cpp).
     for (int n : active)
         if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute) node_parts[n] = parts(n);
     auto tb = Clock::now();
     plan_block_weights(weights);
     c.upload_ms += ms_since(tb);
-    c.device_bytes = alloc.bytes();
-    c.device_bytes_used = alloc.used();
     c.plan_ms = ms_since(t0) - c.upload_ms;  // weight upload is reported on its own
     auto t1 = Clock::now();
     kernels.defer(true);  // every pipeline this plan needs, compiled at once on several threads
     build_dispatches(active);
     build_ptr_tables();
     build_advance();
+    c.device_bytes = alloc.bytes();  // with the selection tables and replay rows, the plan's last allocations
+    c.device_bytes_used = alloc.used();
     kernels.create_pending();
     kernels.defer(false);
     c.pipeline_ms = kernels.create_ms();
@@ -121,10 +124,8 @@ void Executor::Impl::plan_chains() {
     }
 }
 
-void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vector<int>& active) {
+std::vector<int> Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vector<int>& active) {
     auto t0 = Clock::now();
-    range.resize(g.values().size());
-    dummy = alloc.alloc(16, "dummy binding");
     std::set<int> in_blocks;
     for (auto& k : blocks)
         for (auto& inst : k.weights) in_blocks.insert(inst.begin(), inst.end());
@@ -133,6 +134,8 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
     for (int n : active)
         for (int v : g.nodes()[(size_t)n].in)
             if (v >= 0 && g.value(v).role == ir::Role::weight && !in_blocks.count(v)) used.insert(v);
+    std::vector<int> upload;
+    VkDeviceSize bytes = alloc.footprint(16);  // the dummy binding
     for (int v : used) {
         // Unified memory: read in place in the mmapped model file where it can be bound there.
         vk::BufferRange in_file = ctx.info().unified_memory ? import_weight(weights, v) : vk::BufferRange{};
@@ -143,25 +146,31 @@ void Executor::Impl::plan_weights(const WeightBytesFn& weights, const std::vecto
             c.weight_bytes += in_file.size;
             continue;
         }
+        upload.push_back(v);
+        bytes += alloc.footprint(value_bytes(g.value(v)));
+    }
+    alloc.reserve(bytes);
+    c.upload_ms = ms_since(t0);
+    return upload;
+}
+
+void Executor::Impl::upload_weights(const WeightBytesFn& weights, const std::vector<int>& upload) {
+    auto t0 = Clock::now();
+    dummy = alloc.alloc(16, "dummy binding");
+    for (int v : upload) {
         range[(size_t)v] = alloc.alloc(value_bytes(g.value(v)), g.value(v).name.c_str());
         fill_weight(weights, v, range[(size_t)v], 0);
     }
-    c.upload_ms = ms_since(t0);
+    c.upload_ms += ms_since(t0);
 }
 
 void Executor::Impl::plan_activations(const std::vector<int>& active) {
     const auto& nodes = g.nodes();
-    // Inputs and outputs get dedicated ranges: the host writes/reads them between runs.
+    // Inputs and outputs get dedicated ranges: the host writes/reads them between runs. They are allocated with the
+    // arena, after its size is known, so that one reservation covers both.
     std::set<int> pinned;
     for (auto& [name, v] : inputs) pinned.insert(r(v));
     for (auto& [name, v] : outputs) pinned.insert(r(v));
-    for (int v : pinned) {
-        const ir::Value& val = g.value(v);
-        KILN_CHECK(val.role != ir::Role::weight, "a graph output is a weight ('", val.name, "')");
-        const VkDeviceSize n = dtype_nbytes(val.dtype, shape_numel(val.shape));
-        // Over one binding: bound in row chunks (row_split.cpp).
-        range[(size_t)v] = alloc.alloc(n, "graph input/output", n <= ctx.info().max_storage_buffer_range);
-    }
     // Liveness over the active order: [def, last use]; block chain inputs live to their kind's end.
     std::map<int, std::pair<int, int>> life;
     for (int t = 0; t < (int)active.size(); ++t) {
@@ -219,6 +228,19 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
         total = std::max(total, at + size);
     }
     c.activation_bytes_planned = total;
+    VkDeviceSize bytes = total ? alloc.footprint(total) : 0;
+    for (int v : pinned) {
+        const ir::Value& val = g.value(v);
+        KILN_CHECK(val.role != ir::Role::weight, "a graph output is a weight ('", val.name, "')");
+        bytes += alloc.footprint(dtype_nbytes(val.dtype, shape_numel(val.shape)));
+    }
+    alloc.reserve(bytes);
+    for (int v : pinned) {
+        const ir::Value& val = g.value(v);
+        const VkDeviceSize n = dtype_nbytes(val.dtype, shape_numel(val.shape));
+        // Over one binding: bound in row chunks (row_split.cpp).
+        range[(size_t)v] = alloc.alloc(n, "graph input/output", n <= ctx.info().max_storage_buffer_range);
+    }
     if (total) {
         auto arena = alloc.alloc(total, "activations", false);
         // A value over one binding is bound in row chunks by the dispatches that read or write it (row_split.cpp).

@@ -9,11 +9,20 @@
 namespace kiln::vk {
 
 namespace {
-// Blocks grow geometrically from kFirstBlock to kBlockSize: a small model (the 6 MiB digits transformer) takes
-// 16 MiB, not 256; a large one reaches 256 MiB blocks after a few and wastes at most the tail of each.
-constexpr VkDeviceSize kFirstBlock = 16ull << 20;
+// Blocks made without a reservation double from kFirstBlock to kBlockSize. The newest such block is at most the sum of
+// the earlier ones plus kFirstBlock, so the tail it leaves is under half of what those blocks hold plus 1 MiB, and
+// reaching T bytes takes about log2(T / 1 MiB) blocks below 256 MiB, then one per 256 MiB. Every large caller
+// (an executor's plan, the device loop, host copies of streamed blocks) reserves what it needs, so these blocks hold
+// only the small leftovers (selection tables, replay rows): a 1 MiB start keeps that to one small block, where a
+// 16 MiB start left most of 16 MiB unused per executor.
+constexpr VkDeviceSize kFirstBlock = 1ull << 20;
 constexpr VkDeviceSize kBlockSize = 256ull << 20;
 constexpr VkDeviceSize kStagingSize = 32ull << 20;
+// A reserved block is at most 2 GiB even where maxMemoryAllocationSize allows more: buffers are also limited by
+// maxBufferSize (Vulkan 1.3, at least 1 GiB; not queried), and one huge allocation is the likeliest to fail on a
+// fragmented heap. Flux's 22 GiB of f16 block weights still take only about a dozen such blocks. Where a reservation
+// is split, a request that does not fit one block's tail opens the next, leaving that tail (less than the request).
+constexpr VkDeviceSize kMaxReserved = 2048ull << 20;
 std::atomic<uint64_t> g_process_bytes{0}, g_process_peak{0};
 
 void free_memory(Context& ctx, VkDeviceMemory& m, VkDeviceSize size) {
@@ -94,15 +103,27 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
     return b;
 }
 
+VkDeviceSize Allocator::alignment() const { return std::max<VkDeviceSize>(ctx_.info().min_storage_offset_align, 256); }
+
+VkDeviceSize Allocator::footprint(VkDeviceSize size) const {
+    const VkDeviceSize align = alignment();
+    return (std::max<VkDeviceSize>(size, 4) + align - 1) / align * align;
+}
+
 BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable) {
     const auto& info = ctx_.info();
     KILN_CHECK(!bindable || size <= info.max_storage_buffer_range, what, " needs ", size,
                " bytes in one binding, over this "
                "device's maxStorageBufferRange (",
                info.max_storage_buffer_range, ")");
-    VkDeviceSize align = std::max<VkDeviceSize>(info.min_storage_offset_align, 256);
+    const VkDeviceSize align = alignment();
+    const VkDeviceSize need = footprint(size);
     size = std::max<VkDeviceSize>(size, 4);
-    used_ += (size + align - 1) / align * align;
+    used_ += need;
+    // Every request uses up its share of the reservation, wherever it lands, so a block made for the reservation
+    // below holds exactly the requests still to come (each starts aligned, and `need` counts its padding).
+    const VkDeviceSize left = reserved_;
+    reserved_ -= std::min(reserved_, need);
     for (auto& b : blocks_) {
         VkDeviceSize off = (b.used + align - 1) / align * align;
         if (off + size <= b.size) {
@@ -110,17 +131,22 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
             return {b.buffer, off, size, b.mapped ? b.mapped + off : nullptr};
         }
     }
-    // A request of a quarter block or more gets a block of exactly its size: a shared block opened for it would
-    // leave its tail, up to three quarters of it, to whatever small request comes later (weight-major arenas of
-    // 74 MiB each left 231 MiB of DiT-XL/2's blocks unused).
-    const VkDeviceSize need = (size + align - 1) / align * align;
+    // The largest block the device allows: maxMemoryAllocationSize, and a heap can hold no more than its size.
+    VkDeviceSize cap = info.max_allocation ? info.max_allocation : UINT64_MAX;
+    if (!host_ && info.device_local_bytes) cap = std::min<VkDeviceSize>(cap, info.device_local_bytes);
+    KILN_CHECK(size <= cap, what, ": ", size, " bytes exceed maxMemoryAllocationSize");
     VkDeviceSize bs = need;
-    if (need < kBlockSize / 4) {
+    if (left) {
+        // Reserved: exactly what is left of the reservation (this request included), up to the cap and kMaxReserved;
+        // a remainder past them gets the next block, sized the same way.
+        bs = std::max(need, std::min({left, cap, kMaxReserved}));
+    } else if (need < kBlockSize / 4) {
+        // A request of a quarter block or more gets a block of exactly its size: a shared block opened for it would
+        // leave its tail, up to three quarters of it, to whatever small request comes later.
         bs = std::max(next_block_, need);
         next_block_ = std::min(kBlockSize, 2 * next_block_);
     }
-    if (info.max_allocation) bs = std::min<VkDeviceSize>(bs, info.max_allocation);
-    KILN_CHECK(size <= bs, what, ": ", size, " bytes exceed maxMemoryAllocationSize");
+    bs = std::min(bs, cap);
     // Unified memory: device-local *and* host-visible; else device-local.
     Block b = make_block(bs, host_, what);
     if (unified_ && !b.mapped) {
@@ -135,10 +161,17 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
 }
 
 void Allocator::staged_copy(const BufferRange& r, void* host, VkDeviceSize size, VkDeviceSize off, bool to_device) {
-    if (!staging_.buffer) staging_ = make_block(kStagingSize, true, "staging buffer");
+    // Sized to the largest transfer so far (up to kStagingSize, which larger ones pass through in pieces): a model
+    // whose uploads are a few MiB does not hold 32 MiB of staging.
+    const VkDeviceSize want = std::min(kStagingSize, std::max<VkDeviceSize>(size, 1ull << 20));
+    if (staging_.size < want) {
+        if (staging_.buffer) vkDestroyBuffer(ctx_.device(), staging_.buffer, nullptr);
+        free_memory(ctx_, staging_.memory, staging_.memory_size);
+        staging_ = make_block(std::max(want, std::min(kStagingSize, 2 * staging_.size)), true, "staging buffer");
+    }
     auto* h = static_cast<uint8_t*>(host);
     for (VkDeviceSize done = 0; done < size;) {
-        VkDeviceSize n = std::min(kStagingSize, size - done);
+        VkDeviceSize n = std::min(staging_.size, size - done);
         if (to_device) std::memcpy(staging_.mapped, h + done, n);
         VkCommandBuffer cb = ctx_.begin_one_shot();
         VkBufferCopy c{};

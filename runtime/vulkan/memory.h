@@ -1,7 +1,9 @@
 #pragma once
-// Device memory: blocks (16 MiB, doubling up to 256 MiB), each one VkBuffer, sub-allocated by bumping. On
-// unified-memory devices (lavapipe, iGPUs) blocks are host-visible and mapped, so uploads are memcpy; on discrete
-// GPUs they are device-local and uploads/downloads go through a staging buffer.
+// Device memory: blocks, each one VkBuffer, sub-allocated by bumping. A caller that knows how much it is about to
+// allocate says so (reserve()) and gets one block of that size; other requests get blocks doubling from 1 MiB up to
+// 256 MiB (memory.cpp argues the bounds). On unified-memory devices (lavapipe, iGPUs) blocks are host-visible and
+// mapped, so uploads are memcpy; on discrete GPUs they are device-local and uploads/downloads go through a staging
+// buffer.
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +28,14 @@ public:
     // A device buffer range of `size` bytes (aligned for storage-buffer binding). `what` names it in errors.
     // bindable: the range is bound whole to a shader, so it must fit maxStorageBufferRange.
     BufferRange alloc(VkDeviceSize size, const char* what, bool bindable = true);
+    // Hint: the next alloc() calls add up to `bytes` more (each counted as its size rounded up to the alignment).
+    // Reservations add up and each alloc() uses up its share; a block made while some is left holds exactly what is
+    // left (capped by maxMemoryAllocationSize and the heap), so they share one block with no tail. Nothing is
+    // allocated here: requests that fit an existing block's tail still go there.
+    void reserve(VkDeviceSize bytes) { reserved_ += bytes; }
+    // Forgets what is left of the reservations (a caller that reserved more than it allocated).
+    void drop_reservation() { reserved_ = 0; }
+    VkDeviceSize reserved() const { return reserved_; }
     void upload(const BufferRange& dst, const void* src, VkDeviceSize size, VkDeviceSize dst_offset = 0);
     void download(const BufferRange& src, void* dst, VkDeviceSize size);
     // The device address of r's first byte (needs the device's bufferDeviceAddress feature).
@@ -33,6 +43,11 @@ public:
     bool unified() const { return unified_; }
     uint64_t bytes() const { return bytes_; }
     uint64_t used() const { return used_; }  // bytes handed out by alloc() (what a plan needs, without block slack)
+    size_t blocks() const { return blocks_.size(); }  // VkDeviceMemory allocations held (staging not counted)
+    // The alignment of every range alloc() hands out (used() counts each size rounded up to it).
+    VkDeviceSize alignment() const;
+    // What alloc(size) counts against used() and a reservation: size rounded up to alignment() (at least 4 bytes).
+    VkDeviceSize footprint(VkDeviceSize size) const;
     // Bytes of VkDeviceMemory currently allocated by all Allocators of this process (the soak test checks that
     // it does not grow over many generations).
     static uint64_t process_bytes();
@@ -53,7 +68,8 @@ private:
     Context& ctx_;
     bool unified_ = false, host_ = false;
     uint64_t used_ = 0;
-    VkDeviceSize next_block_ = 16ull << 20;  // the next block's size (doubling up to 256 MiB)
+    VkDeviceSize next_block_ = 1ull << 20;  // the next unreserved block's size (doubling up to 256 MiB)
+    VkDeviceSize reserved_ = 0;             // what is left of reserve()
     std::vector<Block> blocks_;
     Block staging_;
     uint64_t bytes_ = 0;

@@ -69,7 +69,9 @@ TEST_CASE("C API: out of device memory is KILN_OUT_OF_MEMORY and the context sta
     kiln::vk::Allocator::reset_process_peak();
     REQUIRE(generate_text(pixart.get(), &ref_text) == KILN_OK);
     const uint64_t text_peak = kiln::vk::Allocator::process_peak_bytes() - before;  // what that call needs at most
-    REQUIRE(text_peak > (16u << 20));  // more than its first block: the limit below fails partway
+    // More than one first unreserved block (1 MiB, memory.cpp): the call makes several blocks (each executor's
+    // reserved plan, its tables), so the limit below fails partway.
+    REQUIRE(text_peak > (1u << 20));
 
     // Nothing fits: the first allocation fails.
     vk.faults().memory_limit = 1 << 20;
