@@ -378,7 +378,7 @@ Run add_serve(CLI::App& app) {
                    "checked at start; a request's \"lora_scales\": [s1, ...] replaces the scales (runtime only)");
     app.add_option("--lora-apply", o->lora_apply,
                    "How --lora is applied: runtime (the default: a side path, scales per request) or merge (folded "
-                   "into the weights at start; no per-step cost, scales fixed)");
+                   "into the weights as the first request loads them; no per-step cost, scales fixed)");
     app.add_flag("--lora-allow-unmatched", o->lora_allow_unmatched,
                  "LoRA keys that match no module of the model are a warning instead of an error");
     app.footer(
