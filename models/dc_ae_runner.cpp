@@ -24,14 +24,6 @@ DcAeTiling DcAeTiling::from(const DcAeConfig& c, int tile_sample_size, int tile_
     return t;
 }
 
-struct DcAeRunner::Plan {
-    bool decode = true;
-    Shape in;
-    ir::Graph g;
-    std::unique_ptr<Builder> b;
-    std::unique_ptr<exec::Executor> ex;  // null on the CPU
-};
-
 DcAeRunner::DcAeRunner(vk::Context* ctx, const ModelSource& src, const std::string& component, VaeOptions opt)
     : DcAeRunner(ctx, src.weights(component), src.config(component), opt) {
     const ComponentClass* c = find_component_class(src.class_of(component));
@@ -41,37 +33,24 @@ DcAeRunner::DcAeRunner(vk::Context* ctx, const ModelSource& src, const std::stri
 
 DcAeRunner::DcAeRunner(vk::Context* ctx, std::unique_ptr<WeightStore> weights, const nlohmann::json& config,
                        VaeOptions opt)
-    : ctx_(ctx), ws_(std::move(weights)), cfg_(DcAeConfig::from_json(config)), opt_(opt) {
+    : ws_(std::move(weights)),
+      cfg_(DcAeConfig::from_json(config)),
+      opt_(opt),
+      plans_(ctx, *ws_, opt.mode, [this](Builder& b, bool decode, const Shape& in) {
+          if (decode)
+              build_dc_ae_decoder(b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
+          else
+              build_dc_ae_encoder(b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
+      }) {
     if (opt_.tiled) tiling_ = DcAeTiling::from(cfg_, opt_.tile_sample_size, opt_.tile_sample_stride);
 }
 
 DcAeRunner::~DcAeRunner() = default;
 
-DcAeRunner::Plan& DcAeRunner::plan(bool decode, const Shape& in) {
-    if (plan_ && plan_->decode == decode && plan_->in == in) return *plan_;
-    plan_.reset();  // free the previous executor's memory before planning the next
-    auto p = std::make_unique<Plan>();
-    p->decode = decode;
-    p->in = in;
-    p->b = std::make_unique<Builder>(p->g, *ws_);
-    if (decode)
-        build_dc_ae_decoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
-    else
-        build_dc_ae_encoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
-    if (ctx_) p->ex = vae_executor(*ctx_, p->g, *p->b, opt_.mode, peak_);
-    plan_ = std::move(p);
-    return *plan_;
-}
-
 Tensor DcAeRunner::forward(bool decode, const Tensor& x) {
-    Plan& p = plan(decode, x.shape);
     ++forwards_;
-    const char* in = decode ? "latents" : "image";
     const char* out = decode ? "decoded" : "latent";
-    if (!p.ex) return cpu::run(p.g, {{in, x}}, cpu_weights(*ws_, p.b->constants())).at(out);
-    p.ex->set_input(in, x);
-    p.ex->run();
-    return p.ex->output(out);
+    return plans_.run(decode, decode ? "latents" : "image", x, {out}).at(out);
 }
 
 namespace {
@@ -128,7 +107,7 @@ void DcAeRunner::prepare_decode(const Shape& latents) {
     if (opt_.sliced) s[0] = 1;
     if (opt_.tiled && (s[2] > tiling_.latent() || s[3] > tiling_.latent()))
         s[2] = std::min<int64_t>(s[2], tiling_.latent()), s[3] = std::min<int64_t>(s[3], tiling_.latent());
-    plan(true, s);
+    plans_.plan(true, s);
 }
 
 exec::Counters DcAeRunner::plan_decode(const Shape& latents) {
@@ -137,11 +116,11 @@ exec::Counters DcAeRunner::plan_decode(const Shape& latents) {
     if (opt_.sliced) s[0] = 1;
     if (opt_.tiled && (s[2] > tiling_.latent() || s[3] > tiling_.latent())) {
         for (auto [h, w] : tile_shapes(s[2], s[3], tiling_.latent(), tiling_.latent_stride()))
-            plan(true, {s[0], s[1], h, w});
+            plans_.plan(true, {s[0], s[1], h, w});
     } else {
-        plan(true, s);
+        plans_.plan(true, s);
     }
-    return peak_;
+    return plans_.peak();
 }
 
 }  // namespace kiln::models

@@ -48,22 +48,18 @@ public:
 
     const DcAeConfig& config() const { return cfg_; }
     const DcAeTiling& tiling() const { return tiling_; }
-    const exec::Counters& peak_counters() const { return peak_; }
+    const exec::Counters& peak_counters() const { return plans_.peak(); }
     int forwards() const { return forwards_; }  // decoder/encoder runs so far (tiles included)
 
 private:
-    struct Plan;
-    Plan& plan(bool decode, const Shape& in);
     Tensor forward(bool decode, const Tensor& x);
     std::map<std::string, Tensor> run_one(bool decode, const Tensor& x);  // tiling of one call
 
-    vk::Context* ctx_;
     std::unique_ptr<WeightStore> ws_;
     DcAeConfig cfg_;
     VaeOptions opt_;
     DcAeTiling tiling_;
-    std::unique_ptr<Plan> plan_;
-    exec::Counters peak_;
+    VaePlans plans_;
     int forwards_ = 0;
 };
 

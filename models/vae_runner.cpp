@@ -139,7 +139,7 @@ std::map<std::string, Tensor> run_tiles(const Tensor& x, int tile, int stride, i
     return out;
 }
 
-struct VaeRunner::Plan {
+struct VaePlans::Plan {
     bool decode = true;
     Shape in;
     ir::Graph g;
@@ -147,16 +147,41 @@ struct VaeRunner::Plan {
     std::unique_ptr<exec::Executor> ex;  // null on the CPU
 };
 
-std::unique_ptr<exec::Executor> vae_executor(vk::Context& ctx, const ir::Graph& g, const Builder& b, exec::Mode mode,
-                                             exec::Counters& peak) {
-    if (mode == exec::Mode::regional && g.regions().size() < 2) mode = exec::Mode::full;
-    auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode);
-    const exec::Counters& c = ex->counters();
-    peak.activation_bytes_planned = std::max(peak.activation_bytes_planned, c.activation_bytes_planned);
-    peak.activation_bytes_naive = std::max(peak.activation_bytes_naive, c.activation_bytes_naive);
-    peak.weight_bytes = std::max(peak.weight_bytes, c.weight_bytes);
-    peak.device_bytes = std::max(peak.device_bytes, c.device_bytes);
-    return ex;
+VaePlans::VaePlans(vk::Context* ctx, const WeightStore& ws, exec::Mode mode, BuildFn build)
+    : ctx_(ctx), ws_(ws), mode_(mode), build_(std::move(build)) {}
+
+VaePlans::~VaePlans() = default;
+
+void VaePlans::plan(bool decode, const Shape& in) {
+    if (plan_ && plan_->decode == decode && plan_->in == in) return;
+    plan_.reset();  // free the previous executor's memory before planning the next
+    auto p = std::make_unique<Plan>();
+    p->decode = decode;
+    p->in = in;
+    p->b = std::make_unique<Builder>(p->g, ws_);
+    build_(*p->b, decode, in);
+    if (ctx_) {
+        const exec::Mode mode = mode_ == exec::Mode::regional && p->g.regions().size() < 2 ? exec::Mode::full : mode_;
+        p->ex = std::make_unique<exec::Executor>(*ctx_, p->g, p->b->weight_fn(), mode);
+        const exec::Counters& c = p->ex->counters();
+        peak_.activation_bytes_planned = std::max(peak_.activation_bytes_planned, c.activation_bytes_planned);
+        peak_.activation_bytes_naive = std::max(peak_.activation_bytes_naive, c.activation_bytes_naive);
+        peak_.weight_bytes = std::max(peak_.weight_bytes, c.weight_bytes);
+        peak_.device_bytes = std::max(peak_.device_bytes, c.device_bytes);
+    }
+    plan_ = std::move(p);
+}
+
+std::map<std::string, Tensor> VaePlans::run(bool decode, const char* in, const Tensor& x,
+                                            const std::vector<std::string>& outs) {
+    plan(decode, x.shape);
+    Plan& p = *plan_;
+    if (!p.ex) return cpu::run(p.g, {{in, x}}, cpu_weights(ws_, p.b->constants()));
+    p.ex->set_input(in, x);
+    p.ex->run();
+    std::map<std::string, Tensor> out;
+    for (const std::string& name : outs) out[name] = p.ex->output(name);
+    return out;
 }
 
 VaeRunner::VaeRunner(vk::Context* ctx, const ModelSource& src, const std::string& component, VaeOptions opt)
@@ -168,40 +193,25 @@ VaeRunner::VaeRunner(vk::Context* ctx, const ModelSource& src, const std::string
 
 VaeRunner::VaeRunner(vk::Context* ctx, std::unique_ptr<WeightStore> weights, const nlohmann::json& config,
                      VaeOptions opt)
-    : ctx_(ctx), ws_(std::move(weights)), cfg_(VaeConfig::from_json(config)), opt_(opt) {
+    : ws_(std::move(weights)),
+      cfg_(VaeConfig::from_json(config)),
+      opt_(opt),
+      plans_(ctx, *ws_, opt.mode, [this](Builder& b, bool decode, const Shape& in) {
+          if (decode)
+              build_vae_decoder(b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
+          else
+              build_vae_encoder(b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
+      }) {
     if (opt_.tiled) tiling_ = VaeTiling::from(cfg_, opt_.tile_sample_size);
 }
 
 VaeRunner::~VaeRunner() = default;
 
-VaeRunner::Plan& VaeRunner::plan(bool decode, const Shape& in) {
-    if (plan_ && plan_->decode == decode && plan_->in == in) return *plan_;
-    plan_.reset();  // free the previous executor's memory before planning the next
-    auto p = std::make_unique<Plan>();
-    p->decode = decode;
-    p->in = in;
-    p->b = std::make_unique<Builder>(p->g, *ws_);
-    if (decode)
-        build_vae_decoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
-    else
-        build_vae_encoder(*p->b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
-    if (ctx_) p->ex = vae_executor(*ctx_, p->g, *p->b, opt_.mode, peak_);
-    plan_ = std::move(p);
-    return *plan_;
-}
-
 std::map<std::string, Tensor> VaeRunner::forward(bool decode, const Tensor& x) {
-    Plan& p = plan(decode, x.shape);
     ++forwards_;
-    const char* in = decode ? "latents" : "image";
-    std::vector<std::string> outs =
-        decode ? std::vector<std::string>{"decoded"} : std::vector<std::string>{"latent_mean", "latent_logvar_raw"};
-    if (!p.ex) return cpu::run(p.g, {{in, x}}, cpu_weights(*ws_, p.b->constants()));
-    p.ex->set_input(in, x);
-    p.ex->run();
-    std::map<std::string, Tensor> out;
-    for (auto& name : outs) out[name] = p.ex->output(name);
-    return out;
+    return plans_.run(
+        decode, decode ? "latents" : "image", x,
+        decode ? std::vector<std::string>{"decoded"} : std::vector<std::string>{"latent_mean", "latent_logvar_raw"});
 }
 
 std::map<std::string, Tensor> VaeRunner::run_one(bool decode, const Tensor& x) {
@@ -255,7 +265,7 @@ void VaeRunner::prepare_decode(const Shape& latents) {
     if (opt_.sliced) s[0] = 1;
     if (opt_.tiled && (s[2] > tiling_.latent || s[3] > tiling_.latent))
         s[2] = std::min<int64_t>(s[2], tiling_.latent), s[3] = std::min<int64_t>(s[3], tiling_.latent);
-    plan(true, s);
+    plans_.plan(true, s);
 }
 
 exec::Counters VaeRunner::plan_decode(const Shape& latents) {
@@ -264,11 +274,11 @@ exec::Counters VaeRunner::plan_decode(const Shape& latents) {
     if (opt_.sliced) s[0] = 1;
     if (opt_.tiled && (s[2] > tiling_.latent || s[3] > tiling_.latent)) {
         for (auto [h, w] : tile_shapes(s[2], s[3], tiling_.latent, tiling_.decode_stride()))
-            plan(true, {s[0], s[1], h, w});
+            plans_.plan(true, {s[0], s[1], h, w});
     } else {
-        plan(true, s);
+        plans_.plan(true, s);
     }
-    return peak_;
+    return plans_.peak();
 }
 
 }  // namespace kiln::models

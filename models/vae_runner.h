@@ -55,10 +55,30 @@ Tensor crop_nchw(const Tensor& x, int64_t b0, int64_t nb, int64_t i, int64_t j, 
 std::vector<std::pair<int64_t, int64_t>> tile_shapes(int64_t H, int64_t W, int tile, int stride);
 // Slices along the batch (use_slicing and B > 1), else one call; outputs concatenated along the batch.
 std::map<std::string, Tensor> run_sliced(const Tensor& x, bool slice, const TileFn& fn);
-// The executor of a VAE graph (the KL VAE's or the DC-AE's) in `mode`, full where there is nothing to replay; its
-// memory figures are folded into `peak` (the runner's largest plan so far).
-std::unique_ptr<exec::Executor> vae_executor(vk::Context& ctx, const ir::Graph& g, const Builder& b, exec::Mode mode,
-                                             exec::Counters& peak);
+// The one resident plan of a VAE runner (the KL VAE's or the DC-AE's): the graph `build` makes for decode or encode
+// at one input shape and, on a device, its executor (full where there is nothing to replay). A call with another
+// direction or shape replaces it, freeing the old one first; peak() folds in every plan's memory figures.
+class VaePlans {
+public:
+    using BuildFn = std::function<void(Builder&, bool decode, const Shape& in)>;
+    // ctx == nullptr runs the CPU reference executor. ws must outlive this.
+    VaePlans(vk::Context* ctx, const WeightStore& ws, exec::Mode mode, BuildFn build);
+    ~VaePlans();
+    void plan(bool decode, const Shape& in);
+    // x as the graph input `in` (planned as needed) -> the outputs `outs` (on the CPU: every output).
+    std::map<std::string, Tensor> run(bool decode, const char* in, const Tensor& x,
+                                      const std::vector<std::string>& outs);
+    const exec::Counters& peak() const { return peak_; }
+
+private:
+    struct Plan;
+    vk::Context* ctx_;
+    const WeightStore& ws_;
+    exec::Mode mode_;
+    BuildFn build_;
+    std::unique_ptr<Plan> plan_;
+    exec::Counters peak_;
+};
 
 class VaeRunner {
 public:
@@ -80,22 +100,18 @@ public:
     const VaeConfig& config() const { return cfg_; }
     const VaeTiling& tiling() const { return tiling_; }
     // Per counter, the largest over the executors planned so far (one is resident at a time).
-    const exec::Counters& peak_counters() const { return peak_; }
+    const exec::Counters& peak_counters() const { return plans_.peak(); }
     int forwards() const { return forwards_; }  // decoder/encoder runs so far (tiles included)
 
 private:
-    struct Plan;
-    Plan& plan(bool decode, const Shape& in);
     std::map<std::string, Tensor> forward(bool decode, const Tensor& x);
     std::map<std::string, Tensor> run_one(bool decode, const Tensor& x);  // slicing and tiling of one call
 
-    vk::Context* ctx_;
     std::unique_ptr<WeightStore> ws_;
     VaeConfig cfg_;
     VaeOptions opt_;
     VaeTiling tiling_;
-    std::unique_ptr<Plan> plan_;
-    exec::Counters peak_;
+    VaePlans plans_;
     int forwards_ = 0;
 };
 
