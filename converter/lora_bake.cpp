@@ -61,13 +61,9 @@ void merge_loras(const std::map<std::string, std::unique_ptr<layouts::TensorSet>
         KILN_CHECK(std::isfinite(scale), "lora ", path, ": scale ", scale, " is not finite");
         files->push_back(layouts::read_lora(path, family, targets, allow_unmatched));
         const layouts::LoraFile& f = files->back();
-        for (const layouts::LoraModule& m : f.modules) {
-            const std::string w = m.module + ".weight";
-            const DType t = sets.at(m.component)->get()->find(w)->dtype;
-            KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, path, ": '",
-                       (m.component == "transformer" ? "" : m.component + ".") + w, "' is stored as ", dtype_name(t),
-                       "; LoRAs merge into f32, f16 or bf16 weights only");
-        }
+        layouts::check_mergeable(
+            f, [&](const std::string& c, const std::string& w) { return sets.at(c)->get()->find(w)->dtype; },
+            "LoRAs merge into f32, f16 or bf16 weights only");
         if (!log) continue;
         *log << "kiln-convert: " << f.summary() << " (merged)\n";
         if (!f.unmatched.empty())

@@ -376,14 +376,11 @@ std::shared_ptr<const LoraSet> load_loras(const std::map<std::string, const Weig
         KILN_CHECK(std::isfinite(r.scale), "lora ", r.path, ": scale ", r.scale, " is not finite");
         files->push_back(layouts::read_lora(r.path, family, targets, opt.allow_unmatched));
         scales.push_back(r.scale);
-        const layouts::LoraFile& f = files->back();
-        for (const layouts::LoraModule& m : f.modules) {
-            const std::string w = m.module + ".weight";
-            const DType t = components.at(m.component)->find(w)->dtype;
-            KILN_CHECK(opt.apply == "runtime" || t == DType::f32 || t == DType::f16 || t == DType::bf16, f.path, ": '",
-                       (m.component == "transformer" ? "" : m.component + ".") + w, "' is stored as ", dtype_name(t),
-                       "; --lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
-        }
+        if (opt.apply == "merge")
+            layouts::check_mergeable(
+                files->back(),
+                [&](const std::string& c, const std::string& w) { return components.at(c)->find(w)->dtype; },
+                "--lora-apply merge folds LoRAs into f32, f16 or bf16 weights only");
     }
     // Pointers into files: taken once the vector no longer grows.
     return component_set(std::move(files), "transformer", scales, opt.apply == "runtime");

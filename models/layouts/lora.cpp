@@ -341,6 +341,17 @@ Tensor lora_merge(const Tensor& w, const std::vector<std::pair<const LoraModule*
     return w.dtype == DType::f32 ? f : f.astype(w.dtype);
 }
 
+void check_mergeable(const LoraFile& f, const std::function<DType(const std::string&, const std::string&)>& dtype_of,
+                     const char* why) {
+    for (const LoraModule& m : f.modules) {
+        const std::string w = m.module + ".weight";
+        const DType t = dtype_of(m.component, w);
+        KILN_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, f.path, ": '",
+                   (m.component == "transformer" ? "" : m.component + ".") + w, "' is stored as ", dtype_name(t), "; ",
+                   why);
+    }
+}
+
 std::pair<std::string, double> parse_lora_arg(const std::string& arg) {
     const size_t c = arg.rfind(':');
     if (c != std::string::npos && c + 1 < arg.size()) {

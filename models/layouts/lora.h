@@ -79,6 +79,11 @@ LoraFile read_lora(const std::string& path, const std::string& family, const Lor
 // once). terms: (module, user scale); the module's own scale is applied too.
 Tensor lora_merge(const Tensor& w, const std::vector<std::pair<const LoraModule*, double>>& terms);
 
+// Refuses (one line naming the file and the weight, ending in `why`) a module of f whose target is not stored f32,
+// f16 or bf16: merging folds into those only. dtype_of(component, weight name) gives the stored dtype.
+void check_mergeable(const LoraFile& f, const std::function<DType(const std::string&, const std::string&)>& dtype_of,
+                     const char* why);
+
 // Parses "FILE[:SCALE]" (SCALE a finite number; a ':' not followed by one stays in FILE).
 std::pair<std::string, double> parse_lora_arg(const std::string& arg);
 
