@@ -106,8 +106,7 @@ ModelSource ModelSource::open(const std::string& path) {
                 s.dirs_[name] = sub.string();
             }
         } else if (!fs::exists(d / "config.json") && !fs::exists(d / "scheduler_config.json") &&
-                   (fs::exists(d / "spiece.model") || fs::exists(d / "vocab.json") ||
-                    fs::exists(d / "tokenizer.json"))) {
+                   (fs::exists(d / "spiece.model") || fs::exists(d / "vocab.json"))) {
             // A tokenizer folder as transformers saves it.
             json j = fs::exists(d / "tokenizer_config.json") ? read_json(d / "tokenizer_config.json") : json::object();
             if (!j.contains("tokenizer_class") || !j["tokenizer_class"].is_string())

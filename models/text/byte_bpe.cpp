@@ -1,5 +1,6 @@
 #include "models/text/byte_bpe.h"
 
+#include <algorithm>
 #include <climits>
 #include <nlohmann/json.hpp>
 #include <queue>

@@ -3,6 +3,8 @@
 // pre-tokenizer regex, bytes_to_unicode and BPE by merge rank, ids through the added tokens then the vocabulary.
 #include "models/text/qwen_tokenizer.h"
 
+#include <algorithm>
+#include <climits>
 #include <nlohmann/json.hpp>
 
 #include "models/registry/registry.h"
@@ -38,6 +40,13 @@ std::string squeeze(const std::string& s) {
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
+// j[key], or null when absent (without copying: tokenizer.json's model holds the whole vocabulary).
+const json& field(const json& j, const char* key) {
+    static const json null;
+    auto it = j.find(key);
+    return it == j.end() ? null : *it;
+}
+
 }  // namespace
 
 bool is_qwen_tokenizer(const TokenizerFiles& files) {
@@ -53,11 +62,15 @@ bool is_qwen_tokenizer(const TokenizerFiles& files) {
 QwenTokenizer::QwenTokenizer(const TokenizerFiles& files, const std::string& where) : where_(where) {
     const json config = parse_tokenizer_json(files, "tokenizer_config.json", where);
     const json special_map = parse_tokenizer_json(files, "special_tokens_map.json", where);
-    if (files.count("tokenizer.json")) {
-        fast_ = true;
-        load_fast(files);
-    } else {
-        load_slow(files, config, special_map);
+    try {
+        if (files.count("tokenizer.json")) {
+            fast_ = true;
+            load_fast(files);
+        } else {
+            load_slow(files, config, special_map);
+        }
+    } catch (const json::exception& e) {  // a field of an unexpected JSON type
+        KILN_FAIL(where, fast_ ? "/tokenizer.json: " : ": ", e.what());
     }
 
     // special_tokens_map.json overrides tokenizer_config.json, which overrides Qwen2Tokenizer's defaults
@@ -128,7 +141,7 @@ void QwenTokenizer::load_fast(const TokenizerFiles& files) {
     KILN_CHECK(!tj.is_discarded() && tj.is_object(), what, ": not a JSON object");
 
     // normalizer: none, NFC, or a sequence of NFC.
-    const json& norm = tj.value("normalizer", json());
+    const json& norm = field(tj, "normalizer");
     auto is_nfc = [](const json& n) { return n.is_object() && n.value("type", "") == "NFC"; };
     const bool nfc_seq = norm.is_object() && norm.value("type", "") == "Sequence" &&
                          norm.contains("normalizers") && norm["normalizers"].is_array() &&
@@ -139,34 +152,34 @@ void QwenTokenizer::load_fast(const TokenizerFiles& files) {
     nfc_ = !norm.is_null();
 
     // pre_tokenizer: Sequence[Split(Qwen's regex, Isolated), ByteLevel(no prefix space, no regex)].
-    const json& pre = tj.value("pre_tokenizer", json());
+    const json& pre = field(tj, "pre_tokenizer");
     bool qwen_pre = pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
                     pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2;
     if (qwen_pre) {
         const json& split = pre["pretokenizers"][0];
         const json& bl = pre["pretokenizers"][1];
-        qwen_pre = split.value("type", "") == "Split" && split.contains("pattern") && split["pattern"].is_object() &&
+        qwen_pre = split.is_object() && bl.is_object() && split.value("type", "") == "Split" && split.contains("pattern") && split["pattern"].is_object() &&
                    split["pattern"].value("Regex", "") == qwen::kPattern &&
                    split.value("behavior", "") == "Isolated" && !split.value("invert", false) &&
                    bl.value("type", "") == "ByteLevel" && !bl.value("add_prefix_space", false) &&
                    !bl.value("use_regex", true);
     }
     KILN_CHECK(qwen_pre, what, ": pre_tokenizer is not Qwen's (Split on its regex, then ByteLevel without a regex)");
-    const json& post = tj.value("post_processor", json());
+    const json& post = field(tj, "post_processor");
     KILN_CHECK(post.is_null() || (post.is_object() && post.value("type", "") == "ByteLevel"), what,
                ": post_processor ", post.is_object() ? post.value("type", "?") : post.dump(),
                " is not supported (Qwen's adds no tokens: ByteLevel or none)");
 
-    const json& model = tj.value("model", json());
+    const json& model = field(tj, "model");
     KILN_CHECK(model.is_object() && model.value("type", "") == "BPE", what, ": model is not BPE");
     KILN_CHECK(model.contains("vocab") && model["vocab"].is_object() && model.contains("merges") &&
                    model["merges"].is_array(),
                what, ": model.vocab / model.merges missing");
     KILN_CHECK(!model.value("byte_fallback", false), what, ": BPE byte_fallback is not supported");
-    KILN_CHECK(model.value("dropout", json()).is_null(), what, ": BPE dropout is not supported");
-    const json& prefix = model.value("continuing_subword_prefix", json());
+    KILN_CHECK(field(model, "dropout").is_null(), what, ": BPE dropout is not supported");
+    const json& prefix = field(model, "continuing_subword_prefix");
     KILN_CHECK(prefix.is_null() || prefix == "", what, ": BPE continuing_subword_prefix is not supported");
-    const json& suffix = model.value("end_of_word_suffix", json());
+    const json& suffix = field(model, "end_of_word_suffix");
     if (suffix.is_string()) bpe_.set_end_of_word_suffix(suffix.get<std::string>());
     bpe_.set_ignore_merges(model.value("ignore_merges", false));
 
@@ -194,8 +207,8 @@ void QwenTokenizer::load_fast(const TokenizerFiles& files) {
         ++i;
     }
 
-    if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
-        for (const json& t : tj["added_tokens"]) {
+    if (field(tj, "added_tokens").is_array()) {
+        for (const json& t : tj.at("added_tokens")) {
             KILN_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
                            t["content"].is_string() && !t["content"].get<std::string>().empty(),
                        what, ": an added_tokens entry lacks its id or content");

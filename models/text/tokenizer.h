@@ -36,8 +36,7 @@ public:
     virtual std::string class_name() const = 0;  // the registry's class_name(ComponentKind::*_tokenizer)
 };
 
-// Loads the tokenizer the files describe: Qwen's when tokenizer_config.json's tokenizer_class says Qwen2Tokenizer(Fast)
-// (or tokenizer.json has Qwen's pre-tokenizer), else CLIP's when vocab.json + merges.txt are present, T5's when
+// Loads the tokenizer the files describe: CLIP's when vocab.json + merges.txt are present, T5's when
 // spiece.model is, Gemma's when tokenizer.model is. `where` names the source in error messages.
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where);
 // Reads the tokenizer files of a folder on disk (the ones listed above that exist; tokenizer.json and

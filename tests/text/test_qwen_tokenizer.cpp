@@ -60,6 +60,25 @@ json read_json(const std::string& path) {
 
 std::vector<int64_t> widen(const std::vector<int32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
 
+bool is_ascii(const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+// A build without ICU (KILN_ICU=OFF: the Windows cross build) refuses non-ASCII text rather than guess its tokens:
+// true (after checking that refusal) when `text` is such a case, to be skipped.
+bool refused_without_icu(const std::string& text, const std::function<void()>& f) {
+    if (unicode::available() || is_ascii(text)) return false;
+    std::string e;
+    try {
+        f();
+    } catch (const Error& err) {
+        e = err.what();
+    }
+    INFO(e);
+    CHECK(e.find("this build has none") != std::string::npos);
+    return true;
+}
+
 std::string error_of(const std::function<void()>& f) {
     try {
         f();
@@ -110,6 +129,7 @@ TEST_CASE("qwen tokenizer matches transformers on the tok_qwen3 prompts", "[qwen
     for (size_t i = 0; i < prompts.size(); ++i) {
         INFO("prompt " << i << ": " << prompts[i]);
         CHECK(prompts[i] == io["prompts"][i].get<std::string>());
+        if (refused_without_icu(prompts[i], [&] { tok.encode_ids(prompts[i]); })) continue;
         CHECK(widen(tok.encode_ids(prompts[i])) == ids[i]);
         Tokens t = tok.encode(prompts[i], 0);  // no max_length: neither truncation nor padding
         CHECK(widen(t.ids) == ids[i]);
@@ -142,6 +162,7 @@ TEST_CASE("qwen tokenizer applies the chat template as ZImagePipeline and Flux2K
         const auto krows = ragged(st, "klein_ids_max_length_" + std::to_string(M));
         for (size_t i = 0; i < prompts.size(); ++i) {
             INFO("prompt " << i << ", max_length " << M);
+            if (refused_without_icu(prompts[i], [&] { tok.encode_chat(prompts[i], true, M); })) continue;
             Tokens z = tok.encode_chat(prompts[i], true, M), k = tok.encode_chat(prompts[i], false, M);
             check_row(z, zrows[i], (size_t)M, tok.pad_id());
             check_row(k, krows[i], (size_t)M, tok.pad_id());
@@ -186,8 +207,9 @@ TEST_CASE("qwen tokenizer gives the ids the z_image and klein pipeline fixtures 
                     INFO(name << " row " << i);
                     // the negative prompt defaults to "" in both pipelines
                     const std::string p = negative ? std::string() : prompts[i].get<std::string>();
-                    check_row(tok.encode_chat(p, thinking, M), rows[i], (size_t)M, tok.pad_id());
                     ++rows_checked;
+                    if (refused_without_icu(p, [&] { tok.encode_chat(p, thinking, M); })) continue;
+                    check_row(tok.encode_chat(p, thinking, M), rows[i], (size_t)M, tok.pad_id());
                 }
             }
         }
@@ -263,6 +285,7 @@ TEST_CASE("qwen tokenizer reads tokenizer.json as the fast tokenizer does", "[qw
     const auto ids = ragged(st, "ids");
     for (size_t i = 0; i < prompts.size(); ++i) {
         INFO("prompt " << i);
+        if (refused_without_icu(prompts[i], [&] { tok.encode_ids(prompts[i]); })) continue;
         CHECK(widen(tok.encode_ids(prompts[i])) == ids[i]);
         CHECK(tok.encode_chat(prompts[i], false, 40).ids == ref.encode_chat(prompts[i], false, 40).ids);
     }
@@ -274,7 +297,7 @@ TEST_CASE("qwen tokenizer reads tokenizer.json as the fast tokenizer does", "[qw
     json no_nfc = tj;
     no_nfc["normalizer"] = nullptr;
     QwenTokenizer raw({{"tokenizer.json", no_nfc.dump()}, {"tokenizer_config.json", cfg.dump()}}, "no-nfc");
-    CHECK(widen(raw.encode_ids(prompts[32])) != ids[32]);
+    if (unicode::available()) CHECK(widen(raw.encode_ids(prompts[32])) != ids[32]);
     CHECK(widen(raw.encode_ids(prompts[5])) == ids[5]);
 
     // What this tokenizer does not implement is one clear error, not other ids.
@@ -435,6 +458,7 @@ TEST_CASE("qwen pre-tokenizer splits as Python's regex module does", "[qwen_toke
     };
     for (const auto& [text, want] : cases) {
         INFO(json(text).dump());
+        if (refused_without_icu(text, [&] { qwen::pre_tokenize(text); })) continue;
         CHECK(qwen::pre_tokenize(text) == want);
     }
 }
