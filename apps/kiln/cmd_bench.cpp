@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "apps/kiln/bench.h"
+#include "apps/kiln/bench_cost.h"
 #include "apps/kiln/commands.h"
 #include "apps/kiln/profile.h"
 #include "models/dit.h"
@@ -43,6 +44,7 @@ struct BenchOpts {
     std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
     int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0, interleave = 0;
     bool no_pipeline_cache = false, block_times = false;
+    bool cost = false;  // --cost: the cost model's table after the mode rows (always in the JSON)
     bool kernels = false;  // --kernels: the linear selection table instead of a model
     std::vector<std::string> kernel_shapes;
     std::string kernel_dtypes = "f32,f16,bf16";
@@ -119,6 +121,11 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
                    "side path against none (--mode none: only these rows)")
         ->delimiter(',');
     app.add_option("--json", o.json, "Also write every figure to this JSON file");
+    app.add_flag("--cost", o.cost,
+                 "After the mode rows, the cost model of each (always in the JSON as \"cost\"): per step the FLOPs "
+                 "and bytes of the dispatches as planned (each kernel's tiling re-reads counted), bytes_min, "
+                 "dispatches, submits, barriers, and the floor those imply on named devices. A model, not a "
+                 "measurement; with --steps 0 --warmup 0 nothing runs");
     app.add_flag("--block-times", o.block_times,
                  "Regional: one extra step with timestamps around every replayed block (gpu_ms_per_block in the "
                  "JSON); the timed steps never carry them");
@@ -194,6 +201,7 @@ std::vector<exec::Mode> bench_modes(const BenchOpts& o) {
 struct ModeRun {
     std::string label;  // the mode, "+f" for the fused row of --fuse both
     ir::Cost cost;
+    exec::StepCost step_cost;  // the executor's cost model of one step
     exec::Counters c, cw;  // the cold and the warm executor's
     double cold = 0, warm = 0, record_again_ms = 0;
     std::vector<double> again, block_ms;
@@ -222,6 +230,7 @@ ModeRun measure_mode(vk::Context& ctx, models::WeightStore& ws, const models::Sy
     m.cold = ms_since(t0);
     ctx.set_cold_pipeline_cache(false);
     m.c = ex->counters();
+    m.step_cost = ex->cost();
     ex.reset();
     t0 = Clock::now();
     // No per-block timestamps in the timed steps: on lavapipe 56 of them (two per replay) slowed a
@@ -306,6 +315,7 @@ nlohmann::json mode_json(const ModeRun& m, exec::Mode mode) {
     const nlohmann::json step_json = steps_json(m.steps);
     const double bytes = bytes_per_step(m);
     return {{"mode", exec::mode_name(mode)},
+            {"cost", cost_json(m.step_cost)},
             {"nodes_fused", c.nodes_fused},
             {"f16_activations", c.f16_activations},
             {"f16_activation_bytes_saved", c.f16_activation_bytes_saved},
@@ -378,6 +388,7 @@ nlohmann::json report_head(vk::Context& ctx, const BenchOpts& o, const models::S
         {"config", arch.config},
         {"latent", arch.latent},
         {"pipeline_cache", {{"path", pc.path}, {"status", pc.status}, {"loaded_bytes", pc.loaded_bytes}}},
+        {"cost_model", cost_model_json()},
         {"modes", nlohmann::json::array()}};
     std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(), o.batch,
                 arch.latent, arch.latent, ctx.info().name.c_str());
@@ -435,6 +446,7 @@ void run_bench(const BenchOpts& o) {
         }
     }
     bool header = true;
+    std::vector<std::pair<std::string, exec::StepCost>> costs;  // --cost: printed after the rows
     for (auto& [mode, fuse_env] : rows) {
         set_fuse(fuse_env);
         const std::string label =
@@ -443,8 +455,11 @@ void run_bench(const BenchOpts& o) {
         print_mode(m, header);
         header = false;
         report["modes"].push_back(mode_json(m, mode));
+        costs.push_back({label, m.step_cost});
         set_fuse("");
     }
+    if (o.cost)
+        for (size_t i = 0; i < costs.size(); ++i) print_cost(costs[i].first, costs[i].second, i == 0);
     // The graph of the interleaved and streaming runs, built anew for each.
     auto built = [&](auto&& fn) {
         ir::Graph g;
