@@ -37,6 +37,19 @@ nlohmann::json cost_json(const exec::StepCost& c) {
             {"floor_ms", floor}};
 }
 
+nlohmann::json cost_by_shader(const exec::StepCost& c) {
+    nlohmann::json by = nlohmann::json::object();
+    for (const exec::DispatchCost& x : c.per_dispatch) {
+        if (x.per_run == 0) continue;
+        nlohmann::json& e = by[x.shader];
+        if (e.is_null()) e = {{"count", 0}, {"flops", 0.0}, {"bytes", 0.0}};
+        e["count"] = e["count"].get<int>() + x.per_run;
+        e["flops"] = e["flops"].get<double>() + x.per_run * x.flops;
+        e["bytes"] = e["bytes"].get<double>() + x.per_run * x.bytes;
+    }
+    return by;
+}
+
 nlohmann::json cost_model_json() {
     nlohmann::json devices = nlohmann::json::object();
     for (const CostDevice& d : cost_devices())

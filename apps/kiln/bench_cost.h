@@ -22,6 +22,8 @@ const std::vector<CostDevice>& cost_devices();
 double floor_ms(const exec::StepCost& c, const CostDevice& d);
 // A mode's "cost" object: flops, bytes, bytes_min, dispatches, submits, barriers, floor_ms {device: ms}.
 nlohmann::json cost_json(const exec::StepCost& c);
+// A mode's "cost_by_shader": per shader name, its executions, FLOPs and bytes per step (where the bytes go).
+nlohmann::json cost_by_shader(const exec::StepCost& c);
 // The report's "cost_model": what the figures are, and each device's peaks and their source.
 nlohmann::json cost_model_json();
 // --cost: one row of the cost table (header first when asked).
