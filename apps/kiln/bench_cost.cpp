@@ -8,13 +8,17 @@ namespace kiln::app {
 const std::vector<CostDevice>& cost_devices() {
     // Sources in docs/benchmarks.md#the-cost-model.
     static const std::vector<CostDevice> d = {
-        {"H100", 989.4e12, 3.35e12, "NVIDIA H100 SXM5 datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3 3.35 TB/s"},
-        {"H200", 989.4e12, 4.8e12, "NVIDIA H200 SXM datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3e 4.8 TB/s"},
+        {"H100", 989.4e12, 3.35e12,
+         "NVIDIA H100 SXM5 datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3 3.35 TB/s"},
+        {"H200", 989.4e12, 4.8e12,
+         "NVIDIA H200 SXM datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3e 4.8 TB/s"},
         {"RTX 4090", 165.2e12, 1008e9,
-         "NVIDIA Ada (AD102) whitepaper: FP16 Tensor with FP32 accumulate 165.2 TFLOPS dense; GDDR6X 21 Gbps x 384 bit = "
+         "NVIDIA Ada (AD102) whitepaper: FP16 Tensor with FP32 accumulate 165.2 TFLOPS dense; GDDR6X 21 Gbps x 384 bit "
+         "= "
          "1008 GB/s"},
         {"Apple M3 Max", 14.3e12, 400e9,
-         "Apple publishes no FLOP figure: 40-core GPU, 5120 ALUs x 2 x 1.398 GHz (f16 at the f32 rate); Apple: 400 GB/s"},
+         "Apple publishes no FLOP figure: 40-core GPU, 5120 ALUs x 2 x 1.398 GHz (f16 at the f32 rate); Apple: 400 "
+         "GB/s"},
         {"Adreno 750", 5.5e12, 76.8e9,
          "Qualcomm publishes no FLOP figure: 1536 ALUs x 2 x 0.903 GHz x 2 (f16 at twice the f32 rate); LPDDR5X "
          "4800 MHz x 64 bit = 76.8 GB/s"},
@@ -32,9 +36,8 @@ double floor_ms(const exec::StepCost& c, const CostDevice& d) {
 nlohmann::json cost_json(const exec::StepCost& c) {
     nlohmann::json floor = nlohmann::json::object();
     for (const CostDevice& d : cost_devices()) floor[d.name] = floor_ms(c, d);
-    return {{"flops", c.flops},         {"bytes", c.bytes},     {"bytes_min", c.bytes_min},
-            {"dispatches", c.dispatches}, {"submits", c.submits}, {"barriers", c.barriers},
-            {"floor_ms", floor}};
+    return {{"flops", c.flops},     {"bytes", c.bytes},       {"bytes_min", c.bytes_min}, {"dispatches", c.dispatches},
+            {"submits", c.submits}, {"barriers", c.barriers}, {"floor_ms", floor}};
 }
 
 nlohmann::json cost_by_shader(const exec::StepCost& c) {
@@ -63,8 +66,9 @@ nlohmann::json cost_model_json() {
 
 void print_cost(const std::string& label, const exec::StepCost& c, bool header) {
     if (header) {
-        std::printf("cost model (per step, as planned; not measured: floor = sum over dispatches of max(FLOPs / peak, "
-                    "bytes / bandwidth))\n");
+        std::printf(
+            "cost model (per step, as planned; not measured: floor = sum over dispatches of max(FLOPs / peak, "
+            "bytes / bandwidth))\n");
         std::printf("%-9s %9s %9s %9s %8s %6s %6s %8s", "mode", "GFLOP", "GB", "GB_min", "GB/min", "disp", "submit",
                     "barriers");
         for (const CostDevice& d : cost_devices()) std::printf(" %13s", (std::string(d.name) + " ms").c_str());

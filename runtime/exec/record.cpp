@@ -188,8 +188,7 @@ void Executor::Impl::finish_cost() {
                c.dispatches_per_run, " recorded");
     // Buffer copies: chain carries and block weights copied into a bound window are read and written on the device;
     // streamed weights are written (their reads are host memory).
-    const double copies =
-        copy_bytes + 2.0 * (double)c.weight_copy_bytes_per_run + (double)c.streamed_bytes_per_run;
+    const double copies = copy_bytes + 2.0 * (double)c.weight_copy_bytes_per_run + (double)c.streamed_bytes_per_run;
     if (c.copies_per_run) s.per_dispatch.push_back({"copy", 0, copies / c.copies_per_run, c.copies_per_run});
     s.bytes += copies;
     s.dispatches = c.dispatches_per_run;

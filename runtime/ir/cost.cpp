@@ -68,7 +68,9 @@ double min_bytes(const Graph& g) {
         const int p = values[(size_t)v].producer;
         return p < 0 ? -1 : unit[(size_t)p];
     };
-    auto nbytes = [&](int v) { return (double)dtype_nbytes(values[(size_t)v].dtype, shape_numel(values[(size_t)v].shape)); };
+    auto nbytes = [&](int v) {
+        return (double)dtype_nbytes(values[(size_t)v].dtype, shape_numel(values[(size_t)v].shape));
+    };
     double total = 0;
     std::set<int> weights;                  // read anywhere: once
     std::set<std::pair<int, int>> counted;  // (unit, root) already counted as that unit's input or output

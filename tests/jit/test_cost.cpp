@@ -45,8 +45,7 @@ TEST_CASE("traffic: a tiled linear reads x once per column tile and W once per r
     CHECK(t.read == 25600 * 4 + 25600 * 2 + 800 * 2);
 }
 
-TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads a shared b per batch",
-          "[cost]") {
+TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads a shared b per batch", "[cost]") {
     ir::Graph g;
     // q [2, 256, 128] f32 = 262144 bytes, 2 heads of 64; k, v [2, 300, 128] = 307200 each.
     ir::Val a = g.attention(g.input("q", {2, 256, 128}), g.input("k", {2, 300, 128}), g.input("v", {2, 300, 128}), 2);
@@ -126,8 +125,8 @@ TEST_CASE("the step cost counts every replay of a block: regional equals full", 
     }
     CHECK(r.flops == f.flops);  // the same fused graph, replayed: select_advance adds no FLOPs
     CHECK(r.bytes == f.bytes);
-    CHECK(r.dispatches == f.dispatches + 3);  // one select_advance per replay
-    CHECK(e.dispatches == 4 * 3);             // unfused: linear, gelu, linear, add per block
+    CHECK(r.dispatches == f.dispatches + 3);    // one select_advance per replay
+    CHECK(e.dispatches == 4 * 3);               // unfused: linear, gelu, linear, add per block
     CHECK(e.flops == ir::count_cost(g).flops);  // the graph as built, node by node
     CHECK(vk::Context::validation_errors() == 0);
 }
