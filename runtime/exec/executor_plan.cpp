@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/ir/cost.h"
 
 namespace kiln::exec {
 
@@ -62,6 +63,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     c.pipelines = kernels.used();
     c.pipelines_created = kernels.created();
     c.plan_ms += ms_since(t1) - kernels.create_ms();
+    cost.bytes_min = ir::min_bytes(g);
     record();
 }
 

@@ -227,9 +227,26 @@ TEST_CASE("a second executor on one context creates no pipeline; run figures add
     for (auto& [n, t] : in) own.set_input(n, t);
     own.run();
     own.run();
-    CHECK(own.last_run().submissions == own.counters().dispatches_per_run);  // one per op
-    CHECK(own.last_run().idle_ms >= 0);
+    CHECK(own.last_run().submissions == 1);  // recorded op by op, submitted once
+    CHECK(own.last_run().barriers == own.counters().barriers_per_run);
+    CHECK(own.counters().barriers_per_run > 0);  // the ops depend on one another
+    CHECK(own.last_run().idle_ms == 0);
+    CHECK(own.last_run().gpu_ms > 0);
+    REQUIRE(own.last_op_ms().size() == (size_t)own.counters().dispatches_per_run);  // one time per op
+    double sum = 0;
+    for (auto& [name, ms] : own.last_op_ms()) sum += ms;
+    CHECK(sum == Approx(own.last_run().gpu_ms).epsilon(1e-9));  // end-to-end deltas add up to the run
     CHECK(bitwise_equal(own.output("y"), first));
+    {  // KILN_EAGER_SUBMIT=op: one submission per dispatch, waited, as eager mode used to be
+        test::ScopedEnv per_op("KILN_EAGER_SUBMIT", "op");
+        exec::Executor op(ctx, toy.g, toy.gpu(), exec::Mode::eager);
+        for (auto& [n, t] : in) op.set_input(n, t);
+        op.run();
+        CHECK(op.last_run().submissions == op.counters().dispatches_per_run);
+        CHECK(op.counters().barriers_per_run == 0);
+        CHECK(op.last_op_ms().size() == (size_t)op.counters().dispatches_per_run);
+        CHECK(bitwise_equal(op.output("y"), first));
+    }
     CHECK(vk::Context::validation_errors() == 0);
 }
 
