@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/apps/cli_run.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -25,7 +27,7 @@ struct Tmp {
 // Runs `kiln ARGS` on a model that does not exist; the exit status, stderr in *err.
 int kiln(const Tmp& tmp, const std::string& args, std::string* err) {
     const fs::path ef = tmp.path / "stderr.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " --model " +
+    const std::string cmd = kiln::test::cli_binary("kiln") + " " + args + " --model " +
                             (tmp.path / "absent.kiln").string() + " 2>" + ef.string();
     int st = std::system(cmd.c_str());
     std::ifstream f(ef);

@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/apps/cli_run.h"
+
 namespace {
 // Runs `ENV kiln ARGS 2>&1`; the exit status and the output.
 int kiln(const std::string& args, std::string* out, const std::string& env = "") {
-    const std::string cmd = env + std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
+    const std::string cmd = env + kiln::test::cli_binary("kiln") + " " + args + " 2>&1";
     FILE* p = ::popen(cmd.c_str(), "r");
     REQUIRE(p);
     out->clear();
