@@ -38,8 +38,7 @@ inline std::string cli_binary(const std::string& binary) {
 inline CliResult run_cli(const TempDir& tmp, const std::string& binary, const std::string& args,
                          bool and_stdout = false) {
     const std::string out = tmp / "cli_output.txt";
-    const std::string cmd = cli_binary(binary) + " " + args +
-                            (and_stdout ? " >" + out + " 2>&1" : " 2>" + out);
+    const std::string cmd = cli_binary(binary) + " " + args + (and_stdout ? " >" + out + " 2>&1" : " 2>" + out);
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -53,9 +53,9 @@ TEST_CASE("kiln generate: Ctrl-C stops at a step boundary with one clear error a
     // timeout --foreground: a plain timeout forwards the SIGINT to kiln and again to its whole process group, and
     // a second Ctrl-C kills kiln at once (by design), which made this test flaky under load.
     const std::string cmd = "cd " + tmp.string() + " && (timeout --foreground 300 " + kiln::test::cli_binary("kiln") +
-                            " generate --class-labels 1 --guidance 1 --steps 1000 -o " + png.string() +
-                            " 2>" + ef.string() + " & pid=$!; for i in $(seq 3000); do grep -q 'denoise ' " +
-                            ef.string() + " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; wait $pid)";
+                            " generate --class-labels 1 --guidance 1 --steps 1000 -o " + png.string() + " 2>" +
+                            ef.string() + " & pid=$!; for i in $(seq 3000); do grep -q 'denoise ' " + ef.string() +
+                            " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; wait $pid)";
     int st = std::system(cmd.c_str());
     std::ifstream f(ef);
     std::string err(std::istreambuf_iterator<char>(f), {});
