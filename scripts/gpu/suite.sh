@@ -84,8 +84,9 @@ for st in $stages; do
       { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true; } > "$o/gpu.txt" 2>&1
       ;;
     tests)
+      declare -A filt=()
       if [ $ci = 1 ]; then  # a few quick test cases each: the set-up, not the suite (ctest runs that)
-        declare -A filt=([core]="[settings]" [ir]="[ir]" [converter]="[gguf]" [layouts]="[lora]" [schedulers]="[sana]"
+        filt=([core]="[settings]" [ir]="[ir]" [converter]="[gguf]" [layouts]="[lora]" [schedulers]="[sana]"
           [text]="[clip_tokenizer]" [ops]="[op:softmax]" [jit]="[pipeline_cache]" [models]="[dit]"
           [apps]="[vulkan_loader],[text]")  # apps: kiln spawned through rt/run, ICU's data through the tokenizers
       fi
