@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -25,7 +26,7 @@ struct Run {
 Run run_kiln(const fs::path& cache, const std::string& args) {
     const fs::path err = cache / "stderr.txt";
     const std::string cmd = "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE XDG_CACHE_HOME=" + cache.string() + " " +
-                            std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " >/dev/null 2>" + err.string();
+                            kiln::test::cli_binary("kiln") + " " + args + " >/dev/null 2>" + err.string();
     int status = std::system(cmd.c_str());
     Run r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -301,7 +302,7 @@ TEST_CASE("kiln bench --kernels prints GFLOP/s of every linear variant and the p
     auto kiln = [&](const std::string& args, int& rc) {
         const std::string cmd =
             "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE -u KILN_LINEAR XDG_CACHE_HOME=" + d.path.string() + " " +
-            std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
+            kiln::test::cli_binary("kiln") + " " + args + " 2>&1";
         FILE* p = ::popen(cmd.c_str(), "r");
         REQUIRE(p);
         std::string out;

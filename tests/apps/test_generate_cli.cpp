@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -27,7 +28,7 @@ struct Result {
 // Runs `kiln generate ARGS` through /bin/sh; stderr captured.
 Result generate(const Tmp& tmp, const std::string& args, const std::string& env = "") {
     const std::string err_file = tmp / "stderr.txt";
-    const std::string cmd = env + " " + std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
+    const std::string cmd = env + " " + kiln::test::cli_binary("kiln") + " generate " + args + " 2>" + err_file;
     int status = std::system(cmd.c_str());
     Result r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -15,6 +15,7 @@
 #include "models/text/tokenizer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -82,7 +83,7 @@ CmdResult kiln_tokenize(const std::string& args) {
     const std::string err_file =
         (fs::temp_directory_path() / ("kiln_tok_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
             .string();
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln tokenize " + args + " 2>" + err_file;
+    const std::string cmd = kiln::test::cli_binary("kiln") + " tokenize " + args + " 2>" + err_file;
     FILE* p = ::popen(cmd.c_str(), "r");
     REQUIRE(p);
     CmdResult r;
