@@ -3,7 +3,8 @@
 # VK_KHR_cooperative_matrix (8x8x8) and VK_NV_cooperative_matrix2 at subgroup size 8 (Debian 12's lavapipe 22.3 has
 # neither), on a Debian 12 x86-64 host, without root installs or a chroot.
 #
-# The driver, trixie's Vulkan loader, vulkaninfo, trixie's validation layer (1.4.309: bookworm's 1.3.239 does not know
+# The driver, trixie's Vulkan loader, vulkaninfo, glslangValidator 15 (DEST/glslangValidator: Debian 12's glslang
+# cannot compile the cooperative-matrix shader), trixie's validation layer (1.4.309: bookworm's 1.3.239 does not know
 # the cooperative-matrix structures and reports each as an error) and their runtime closure (glibc 2.41, libstdc++ 14,
 # LLVM 19, ...) are unpacked with dpkg -x into DEST/root. DEST/run runs an ELF program through trixie's dynamic loader
 # with DEST/root's libraries first; libraries trixie lacks (ICU 72, OpenSSL 3, cpp-httplib for kiln) come from the
@@ -62,9 +63,10 @@ if [ $repin = 1 ]; then
   apt_init
   mesa=${MESA:-$(apt-cache "${apto[@]}" madison mesa-vulkan-drivers | awk '/trixie-backports/ { print $3; exit }')}
   [ -n "$mesa" ] || die "no mesa-vulkan-drivers in trixie-backports at $MIRROR"
-  # The runtime closure of the driver, the loader, vulkaninfo and the validation layer (Depends and Pre-Depends).
+  # The runtime closure of the driver, the loader, vulkaninfo, the validation layer and glslang (Depends and
+  # Pre-Depends).
   names=$(apt-cache "${apto[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-            --no-replaces --no-enhances "mesa-vulkan-drivers=$mesa" libvulkan1 vulkan-tools vulkan-validationlayers |
+            --no-replaces --no-enhances "mesa-vulkan-drivers=$mesa" libvulkan1 vulkan-tools vulkan-validationlayers glslang-tools |
           grep -v '^ ' | grep -v '[<>]' | grep -vx mesa-vulkan-drivers | sort -u)
   mkdir -p "$cache/debs"
   tmp=$(mktemp)
@@ -148,6 +150,14 @@ export XDG_RUNTIME_DIR="\${XDG_RUNTIME_DIR:-/tmp}"
 exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" "\$p" "\$@"
 EOF
 chmod +x "$dest/run"
+# trixie's glslangValidator (15.x): Debian 12's 12.0 lacks GL_KHR_cooperative_matrix, so a build configured with
+# -DGLSLANG=DEST/glslangValidator is the one that has the cooperative-matrix linear (shaders/CMakeLists.txt).
+cat > "$dest/glslangValidator" <<EOF
+#!/bin/sh
+exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$dest/root/usr/bin/glslangValidator" "\$@"
+EOF
+chmod +x "$dest/glslangValidator"
+"$dest/glslangValidator" --version > /dev/null || die "trixie's glslangValidator does not run"
 
 # --- check: the device is lavapipe $mesa with the cooperative-matrix extensions, and the layer loads ---
 info=$("$dest/run" "$dest/root/usr/bin/vulkaninfo" 2>&1) || die "vulkaninfo failed on it: $(echo "$info" | tail -n 1)"

@@ -11,13 +11,14 @@
 #include "runtime/exec/regions.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
 
 namespace {
 vk::Context& context() {
-    static vk::Context ctx{test::settings()};
+    static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
 
