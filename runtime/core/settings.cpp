@@ -120,9 +120,11 @@ const std::vector<SettingInfo> kTable = {
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
-    {"KILN_ATTENTION", "choice: auto|buf|tex", "auto", "attention through storage or texel buffers", false,
+    {"KILN_ATTENTION", "choice: auto|flash|rows|buf|tex", "auto",
+     "the attention kernel: auto/flash the flash kernel where it applies, rows the rows kernel (buf/tex: through "
+     "storage/texel buffers)", false,
      [](Settings& s, const char* n, const std::string& v) {
-         s.exec.attention = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
+         s.exec.attention = choice(n, v, {"auto", "flash", "rows", "buf", "tex"}, "auto, flash, rows, buf or tex"); }},
     // Models and the CLI.
     {"KILN_DEVICE_LOOP", "bool", "1", "0: kiln generate runs its step loop on the host (as --host-loop)",
      false, [](Settings& s, const char* n, const std::string& v) { s.device_loop = on_unless_0(v); }},

@@ -42,7 +42,7 @@ struct ExecOptions {
     bool select_advance = true;          // KILN_SELECT_ADVANCE: replays counted on the device (regional mode)
     std::string linear = "auto";         // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|tex
     std::string conv2d = "auto";         // KILN_CONV2D: auto|buf|tex
-    std::string attention = "auto";      // KILN_ATTENTION: auto|buf|tex
+    std::string attention = "auto";      // KILN_ATTENTION: auto|flash|rows|buf|tex
 };
 
 // TEST-ONLY: fault injection and device limits smaller than the device's, so that tests reach paths a real device
