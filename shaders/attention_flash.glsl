@@ -10,8 +10,9 @@
 // invocations' partials through shared memory, t ascending); its output columns d = t, t + T, ... in registers.
 // Shared rows are padded to D + 1 floats, so the T lanes of a row (reading K rows j, j + 1, ...) hit distinct
 // banks. Each score is one invocation's dot product over d ascending; nothing is reduced across a subgroup, so the
-// results do not depend on the subgroup size. Rows past Sq and keys past Sk are clamped for the loads; keys past Sk or past the causal limit get
-// P = 0, and K/V tiles beyond the workgroup's last visible key are skipped. Shared memory: lower_attention.cpp.
+// results do not depend on the subgroup size. Rows past Sq and keys past Sk are clamped for the loads; keys past
+// Sk or past the causal limit get P = 0, and K/V tiles beyond the workgroup's last visible key are skipped. Shared
+// memory: lower_attention.cpp.
 // Workgroups: (ceil(Sq / BR), H, B).
 #include "common.glsl"
 #include "mathf.glsl"
