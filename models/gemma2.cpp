@@ -111,7 +111,7 @@ ir::Val rms_norm(Builder& b, const Gemma2Config& c, const std::string& name, ir:
 ir::Val attention(Builder& b, const Gemma2Config& c, const std::string& p, ir::Val x, ir::Val cos, ir::Val sin,
                   ir::Val bias, int B, int S) {
     auto& g = b.g();
-    const int D = c.head_dim, Hq = c.heads, Hkv = c.kv_heads, rep = Hq / Hkv, half = D / 2;
+    const int D = c.head_dim, Hq = c.heads, Hkv = c.kv_heads, half = D / 2;
     ir::Val q = g.linear(x, b.matrix(p + "q_proj.weight", {(int64_t)Hq * D, c.hidden_size}), {});   // [B, S, Hq*D]
     ir::Val k = g.linear(x, b.matrix(p + "k_proj.weight", {(int64_t)Hkv * D, c.hidden_size}), {});  // [B, S, Hkv*D]
     ir::Val v = g.linear(x, b.matrix(p + "v_proj.weight", {(int64_t)Hkv * D, c.hidden_size}), {});  // [B, S, Hkv*D]
@@ -126,23 +126,16 @@ ir::Val attention(Builder& b, const Gemma2Config& c, const std::string& p, ir::V
     q = rotate(q, Hq);
     k = rotate(k, Hkv);
 
-    // GQA (repeat_kv: q head h reads kv head h / rep): the rep q heads of one kv head stack along the rows, so one
-    // batched matmul per kv head serves them all without copying k or v.
-    q = g.reshape(g.permute(g.reshape(q, {B, S, Hq, D}), {0, 2, 1, 3}), {(int64_t)B * Hkv, (int64_t)rep * S, D});
-    ir::Val kt = g.reshape(g.permute(g.reshape(k, {B, S, Hkv, D}), {0, 2, 3, 1}), {(int64_t)B * Hkv, D, S});
-    v = g.reshape(g.permute(g.reshape(v, {B, S, Hkv, D}), {0, 2, 1, 3}), {(int64_t)B * Hkv, S, D});
-
-    // scores * query_pre_attn_scalar^-0.5, soft-capped tanh(s / cap) * cap before the mask (the two scalings are
-    // one f32 multiply here, two in torch: an ulp apart), then softmax in f32.
-    const double scaling = std::pow(c.query_pre_attn_scalar, -0.5), cap = c.attn_logit_softcapping;
-    ir::Val s = g.matmul(q, kt);  // [B*Hkv, rep*S, S]
-    if (cap > 0)
-        s = g.scale(g.tanh(g.scale(s, (float)(scaling / cap))), (float)cap);
-    else
-        s = g.scale(s, (float)scaling);
-    s = g.softmax(g.add(g.reshape(s, {B, Hq, S, S}), bias));                         // [B, Hq, S, S]
-    ir::Val o = g.matmul(g.reshape(s, {(int64_t)B * Hkv, (int64_t)rep * S, S}), v);  // [B*Hkv, rep*S, D]
-    o = g.reshape(g.permute(g.reshape(o, {B, Hq, S, D}), {0, 2, 1, 3}), {B, S, (int64_t)Hq * D});
+    // One attention op (the score matrix is never stored): GQA (repeat_kv: q head h reads kv head h / rep), scores
+    // * query_pre_attn_scalar^-0.5, soft-capped cap * tanh(s / cap) before the additive mask (causal, padding and,
+    // on sliding layers, the window, as the host built it), softmax in f32. The causal flag is left off: a row
+    // whose keys are all masked averages every key, as transformers' softmax over finfo.min logits does.
+    ir::AttentionAttrs a;
+    a.heads = Hq;
+    a.kv_heads = Hkv;
+    a.scale = (float)std::pow(c.query_pre_attn_scalar, -0.5);
+    a.softcap = c.attn_logit_softcapping > 0 ? (float)c.attn_logit_softcapping : 0.f;
+    ir::Val o = g.attention(q, k, v, a, g.reshape(bias, {B, S, S}));  // [B, S, Hq*D]
     return g.linear(o, b.matrix(p + "o_proj.weight", {c.hidden_size, (int64_t)Hq * D}), {});  // [B, S, hidden]
 }
 

@@ -6,8 +6,11 @@
 // online softmax: running max m and sum l per row; acc is rescaled by exp(m_old - m_new) when the max
 // grows. Rows past Sq are clamped for the loads and not stored.
 // ATTN_VEC4 (attention_vec4.comp, D % 4 == 0): q/k/v/out read and written as 4-vectors.
+// Grouped-query heads read k/v head h / (H / Hkv); soft-capping (s = softcap tanh(s), q pre-scaled by scale /
+// softcap) and causal limits apply only where set, so the arithmetic without them is unchanged.
 // Workgroups: (ceil(Sq / (32 QR)), H, B).
 #include "common.glsl"
+#include "mathf.glsl"
 #define USE_ATTENTION
 #include "runtime/ir/params.h"
 #extension GL_EXT_control_flow_attributes : require
@@ -49,9 +52,15 @@ void main() {
     uint h = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
     uint i0 = gl_WorkGroupID.x * (32 * QR) + gl_LocalInvocationID.x;
     if (i0 >= p.Sq) return;
-    uint W = p.H * DV;  // row width in VT units
+    uint W = p.H * DV, Wk = p.Hkv * DV;  // q/o and k/v row widths in VT units
+    uint hk = h / (p.H / p.Hkv);
     uint rows[QR];
-    [[unroll]] for (uint r = 0; r < QR; ++r) rows[r] = min(i0 + 32 * r, p.Sq - 1);
+    int lim[QR];  // causal: the last key row r sees
+    [[unroll]] for (uint r = 0; r < QR; ++r) {
+        rows[r] = min(i0 + 32 * r, p.Sq - 1);
+        lim[r] = int(rows[r]) + int(p.Sk) - int(p.Sq);
+    }
+    uint jend = p.causal != 0 ? uint(clamp(lim[QR - 1] + 1, 0, int(p.Sk))) : p.Sk;
     VT qv[QR][DV], acc[QR][DV];
     float m[QR], l[QR];
     [[unroll]] for (uint r = 0; r < QR; ++r) {
@@ -63,8 +72,8 @@ void main() {
         m[r] = -3.402823466e38;  // finite start: a -inf score then gives p = 0, not NaN
         l[r] = 0.0;
     }
-    for (uint j = 0; j < p.Sk; ++j) {
-        uint koff = (b * p.Sk + j) * W + h * DV;
+    for (uint j = 0; j < jend; ++j) {
+        uint koff = (b * p.Sk + j) * Wk + hk * DV;
         float s[QR];
         [[unroll]] for (uint r = 0; r < QR; ++r) s[r] = 0.0;
         for (uint d = 0; d < DV; ++d) {
@@ -73,6 +82,11 @@ void main() {
         }
         float pj[QR];
         [[unroll]] for (uint r = 0; r < QR; ++r) {
+            if (p.causal != 0 && int(j) > lim[r]) {
+                pj[r] = 0.0;
+                continue;
+            }
+            if (p.softcap > 0.0) s[r] = p.softcap * tanh_accurate(s[r]);
             if (p.has_mask != 0) s[r] += mask[b * p.mask_sb + rows[r] * p.mask_sq + j];
             if (s[r] > m[r]) {
                 float c = exp(m[r] - s[r]);
@@ -92,7 +106,7 @@ void main() {
         uint i = i0 + 32 * r;
         if (i >= p.Sq) break;
         uint qoff = (b * p.Sq + i) * W + h * DV;
-        float inv = 1.0 / l[r];
+        float inv = l[r] > 0.0 ? 1.0 / l[r] : 0.0;  // 0: a causal row that sees no key
         for (uint d = 0; d < DV; ++d) o[qoff + d] = acc[r][d] * inv;
     }
 }

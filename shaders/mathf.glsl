@@ -70,4 +70,12 @@ float div_accurate(float a, float b) {
     precise float q = q0 + res / b;
     return q;
 }
+// tanh(x) from e = exp(-2|x|) (exp_accurate, ~1 ulp): (1 - e) / (1 + e) with the sign of x, so nothing overflows
+// for any finite x; a few ulp from the correctly rounded value (tanh.comp, attention's soft-capping).
+float tanh_accurate(float x) {
+    float e = exp_accurate(-2.0 * abs(x));
+    float t = (1.0 - e) / (1.0 + e);
+    return x < 0.0 ? -t : t;
+}
+
 #endif

@@ -125,9 +125,11 @@ const std::vector<SettingInfo> kTable = {
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
-    {"KILN_ATTENTION", "choice: auto|buf|tex", "auto", "attention through storage or texel buffers", false,
+    {"KILN_ATTENTION", "choice: auto|flash|rows|buf|tex", "auto",
+     "the attention kernel: flash where it applies (auto: on GPUs; rows on CPU devices), rows (buf/tex: through "
+     "storage/texel buffers)", false,
      [](Settings& s, const char* n, const std::string& v) {
-         s.exec.attention = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
+         s.exec.attention = choice(n, v, {"auto", "flash", "rows", "buf", "tex"}, "auto, flash, rows, buf or tex"); }},
     // Models and the CLI.
     {"KILN_DEVICE_LOOP", "bool", "1", "0: kiln generate runs its step loop on the host (as --host-loop)",
      false, [](Settings& s, const char* n, const std::string& v) { s.device_loop = on_unless_0(v); }},
@@ -147,6 +149,10 @@ const std::vector<SettingInfo> kTable = {
      true, [](Settings& s, const char* n, const std::string& v) {
          s.test.max_texel_elements = (uint32_t)integer(n, v, 0, UINT32_MAX,
                                                        "a whole number, 0 or more"); }},
+    {"KILN_TEST_MAX_SHARED_MEMORY", "int", "the device's",
+     "lowers maxComputeSharedMemorySize for the flash attention kernel's tiles", true,
+     [](Settings& s, const char* n, const std::string& v) {
+         s.test.max_shared_memory = (uint32_t)integer(n, v, 0, UINT32_MAX, "a whole number, 0 or more"); }},
     {"KILN_TEST_DEVICE_MEMORY_LIMIT", "bytes", "0 (none)",
      "device memory a context's allocators may hold; past it allocations fail as out of device memory",
      true, [](Settings& s, const char* n, const std::string& v) {

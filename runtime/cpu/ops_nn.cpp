@@ -1,4 +1,5 @@
 // CPU references: norms, softmax, linear/matmul, attention, modulate, rope, conv2d. f64 accumulation.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -142,11 +143,14 @@ void matmul(const ir::Graph& g, const ir::Node& n, Vals& v) {
     }
 }
 
+// The math of ir::AttentionAttrs in f64: s = q.k * scale, soft-capped, + mask; causal keys past i + Sk - Sq are
+// left out (a row without keys gives 0); q head h reads k/v head h / (H / Hkv).
 void attention(const ir::Graph& g, const ir::Node& n, Vals& v) {
     auto a = std::get<ir::AttentionAttrs>(n.attrs);
     const Shape &sq = g.value(n.in[0]).shape, &sk = g.value(n.in[1]).shape;
     int64_t B = sq[0], Sq = sq[1], Sk = sk[1], W = sq[2], H = a.heads, D = W / H;
-    double scale = a.scale != 0 ? a.scale : 1.0 / std::sqrt((double)D);
+    int64_t Hkv = a.kv_heads > 0 ? a.kv_heads : H, Wk = Hkv * D, rep = H / Hkv;
+    double scale = a.scale != 0 ? a.scale : 1.0 / std::sqrt((double)D), cap = a.softcap;
     const auto &q = v[(size_t)n.in[0]], &k = v[(size_t)n.in[1]], &vv = v[(size_t)n.in[2]];
     auto* mask = opt(n, 3, v);
     Shape sm = mask ? g.value(n.in[3]).shape : Shape{};
@@ -155,13 +159,15 @@ void attention(const ir::Graph& g, const ir::Node& n, Vals& v) {
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t i = 0; i < Sq; ++i) {
+                const int64_t hk = h / rep, nk = a.causal ? std::clamp<int64_t>(i + Sk - Sq + 1, 0, Sk) : Sk;
                 double mx = -std::numeric_limits<double>::infinity();
-                for (int64_t j = 0; j < Sk; ++j) {
+                for (int64_t j = 0; j < nk; ++j) {
                     double s = 0;
                     for (int64_t d = 0; d < D; ++d)
                         s += (double)q[(size_t)((b * Sq + i) * W + h * D + d)] *
-                             k[(size_t)((b * Sk + j) * W + h * D + d)];
+                             k[(size_t)((b * Sk + j) * Wk + hk * D + d)];
                     s *= scale;
+                    if (cap > 0) s = cap * std::tanh(s / cap);
                     if (mask) {
                         int64_t mb = sm[0] == 1 ? 0 : b, mi = sm[1] == 1 ? 0 : i;
                         s += (*mask)[(size_t)((mb * sm[1] + mi) * Sk + j)];
@@ -170,11 +176,11 @@ void attention(const ir::Graph& g, const ir::Node& n, Vals& v) {
                     mx = std::max(mx, s);
                 }
                 double sum = 0;
-                for (int64_t j = 0; j < Sk; ++j) sum += (p[(size_t)j] = std::exp(p[(size_t)j] - mx));
+                for (int64_t j = 0; j < nk; ++j) sum += (p[(size_t)j] = std::exp(p[(size_t)j] - mx));
                 for (int64_t d = 0; d < D; ++d) {
                     double acc = 0;
-                    for (int64_t j = 0; j < Sk; ++j) acc += p[(size_t)j] * vv[(size_t)((b * Sk + j) * W + h * D + d)];
-                    y[(size_t)((b * Sq + i) * W + h * D + d)] = (float)(acc / sum);
+                    for (int64_t j = 0; j < nk; ++j) acc += p[(size_t)j] * vv[(size_t)((b * Sk + j) * Wk + hk * D + d)];
+                    y[(size_t)((b * Sq + i) * W + h * D + d)] = nk > 0 ? (float)(acc / sum) : 0.f;
                 }
             }
 }

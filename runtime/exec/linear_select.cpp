@@ -18,6 +18,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/platform.h"
+#include "runtime/exec/attention_select.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/linear_kernels.h"
@@ -434,7 +435,10 @@ void choose_texel_op(vk::Context& ctx, const ir::Graph& g, vk::Dispatch& d, cons
 
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
     if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, g, d, "KILN_CONV2D", ctx.settings().exec.conv2d);
-    if (n.op == ir::Op::attention) return choose_texel_op(ctx, g, d, "KILN_ATTENTION", ctx.settings().exec.attention);
+    if (n.op == ir::Op::attention) {  // attention_select.h: the flash kernel, else the rows kernel's texel choice
+        if (choose_attention_flash(ctx, g, n, d)) return;
+        return choose_texel_op(ctx, g, d, "KILN_ATTENTION", attention_texel_choice(ctx.settings().exec.attention));
+    }
     if (n.op != ir::Op::linear) return;
     std::string v = t_override;
     if (v.empty()) v = ctx.settings().exec.linear;

@@ -34,9 +34,17 @@ struct NormAttrs {
     int groups = 1;  // group_norm only
     bool operator==(const NormAttrs&) const = default;
 };
+// Attention's options (Graph::attention). scores s = q.k * scale (0 -> 1/sqrt(head_dim)); softcap > 0: s = softcap *
+// tanh(s / softcap) (Gemma-2's attn_logit_softcapping), then + mask; causal: query i of Sq sees key j of Sk iff
+// j <= i + Sk - Sq (bottom-right aligned, as flash-attn and a KV cache; Sq == Sk: j <= i), and a query row that sees
+// no key gives 0. kv_heads (0 -> heads) divides heads: query head h reads key/value head h / (heads / kv_heads)
+// (grouped-query attention, transformers' repeat_kv).
 struct AttentionAttrs {
     int heads = 1;
     float scale = 0.f;  // 0 -> 1/sqrt(head_dim)
+    int kv_heads = 0;   // 0 -> heads
+    bool causal = false;
+    float softcap = 0.f;  // 0: none
     bool operator==(const AttentionAttrs&) const = default;
 };
 struct TimestepAttrs {

@@ -1,6 +1,7 @@
 #include "runtime/ir/graph.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/core/error.h"
 
@@ -248,13 +249,31 @@ Val Graph::matmul(Val a, Val b) {
 }
 
 Val Graph::attention(Val q, Val k, Val v, int heads, Val mask, float scale) {
-    for (Val t : {q, k, v}) check_f32(Op::attention, t, "q/k/v");
+    AttentionAttrs a;
+    a.heads = heads;
+    a.scale = scale;
+    return attention(q, k, v, a, mask);
+}
+
+Val Graph::attention(Val q, Val k, Val v, const AttentionAttrs& attrs, Val mask) {
+    for (Val t : {q, k, v}) {  // f32, or an activation stored f16 (the flash kernel reads it)
+        KILN_CHECK(t.id >= 0 && t.id < (int)values_.size(), "attention: q/k/v is not a value of this graph");
+        if (value(t).dtype != DType::f16 || value(t).role == Role::weight) check_f32(Op::attention, t, "q/k/v");
+    }
+    AttentionAttrs a = attrs;
+    const int heads = a.heads;
+    if (a.kv_heads == 0) a.kv_heads = heads;
     const Shape &sq = shape(q), &sk = shape(k), &sv = shape(v);
     KILN_CHECK(sq.size() == 3 && sk.size() == 3 && sv.size() == 3, "attention: q/k/v must be [B, S, H*D], got ",
                shape_str(sq), ", ", shape_str(sk), ", ", shape_str(sv));
-    KILN_CHECK(sk == sv && sq[0] == sk[0] && sq[2] == sk[2], "attention: q ", shape_str(sq), ", k ", shape_str(sk),
-               ", v ", shape_str(sv), " do not match");
     KILN_CHECK(heads > 0 && sq[2] % heads == 0, "attention: ", heads, " heads do not divide width ", sq[2]);
+    KILN_CHECK(a.kv_heads > 0 && heads % a.kv_heads == 0, "attention: ", heads, " query heads are not a multiple of ",
+               a.kv_heads, " key/value heads");
+    KILN_CHECK(sk == sv && sq[0] == sk[0] && sk[2] * heads == sq[2] * a.kv_heads, "attention: q ", shape_str(sq),
+               ", k ", shape_str(sk), ", v ", shape_str(sv), " do not match (", heads, " query heads, ", a.kv_heads,
+               " key/value heads)");
+    KILN_CHECK(a.softcap >= 0 && std::isfinite(a.softcap) && std::isfinite(a.scale), "attention: softcap ", a.softcap,
+               " and scale ", a.scale, " must be finite, softcap >= 0");
     if (mask) {
         check_f32(Op::attention, mask, "mask");
         const Shape& sm = shape(mask);
@@ -262,7 +281,7 @@ Val Graph::attention(Val q, Val k, Val v, int heads, Val mask, float scale) {
                    "attention: mask ", shape_str(sm), " must be [B|1, Sq|1, Sk] for q ", shape_str(sq), ", k ",
                    shape_str(sk));
     }
-    return add_node(Op::attention, {q.id, k.id, v.id, mask.id}, sq, AttentionAttrs{heads, scale});
+    return add_node(Op::attention, {q.id, k.id, v.id, mask.id}, sq, a);
 }
 
 Val Graph::modulate(Val x, Val shift, Val scale) {

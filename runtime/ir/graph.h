@@ -95,6 +95,9 @@ public:
     Val matmul(Val a, Val b);                              // [B, M, K] @ [B|1, K, N] -> [B, M, N]
     // q [B, Sq, H*D], k/v [B, Sk, H*D], mask additive [B|1, Sq|1, Sk] or absent -> [B, Sq, H*D]
     Val attention(Val q, Val k, Val v, int heads, Val mask = {}, float scale = 0.f);
+    // The same with every option of AttentionAttrs (grouped-query: k/v [B, Sk, kv_heads*D]; causal; softcap). q/k/v
+    // may be stored f16 (set_storage); the mask is f32.
+    Val attention(Val q, Val k, Val v, const AttentionAttrs& a, Val mask = {});
     Val modulate(Val x, Val shift, Val scale);  // x [B, N, C], shift/scale [B, C]
     // Rotary embedding, interleaved pairs (diffusers apply_rotary_emb, use_real_unbind_dim=-1): x [B, S, H*D],
     // cos/sin [S, D/2] (D = 2 * cos.shape[1]); y[2i] = x[2i] cos - x[2i+1] sin, y[2i+1] = x[2i+1] cos + x[2i] sin.

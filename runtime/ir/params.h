@@ -101,12 +101,16 @@ KILN_PARAMS(MatmulParams) {
 } KILN_PARAMS_END(MatmulParams)
 #endif
 
-// attention: q [B, Sq, H*D], k/v [B, Sk, H*D], mask [B|1, Sq|1, Sk] additive (mask_sb/mask_sq are its
-// batch/row strides, 0 when broadcast), out [B, Sq, H*D].
+// attention: q [B, Sq, H*D], k/v [B, Sk, Hkv*D], mask [B|1, Sq|1, Sk] additive (mask_sb/mask_sq are its
+// batch/row strides, 0 when broadcast), out [B, Sq, H*D]; q head h reads k/v head h / (H / Hkv). scale multiplies q
+// (already divided by softcap where softcap > 0: s = softcap * tanh(q.k)); causal: key j visible to row i iff
+// j <= i + Sk - Sq (ir::AttentionAttrs).
 #if defined(__cplusplus) || defined(USE_ATTENTION)
 KILN_PARAMS(AttentionParams) {
     uint B, Sq, Sk, H, D, has_mask, mask_sb, mask_sq;
     float scale;
+    uint Hkv, causal;
+    float softcap;
 } KILN_PARAMS_END(AttentionParams)
 #endif
 

@@ -1,6 +1,5 @@
-// Lowering of linear and linear_multi (register-tiled, 16..64 x 64..128 or 1 x 128 output tiles), matmul (64 x 64
-// tiles, 64 x 128 with 4-vectors) and attention (1-4 query rows per invocation; head_dim and rows as specialization
-// constants).
+// Lowering of linear and linear_multi (register-tiled, 16..64 x 64..128 or 1 x 128 output tiles) and matmul (64 x 64
+// tiles, 64 x 128 with 4-vectors). Attention: lower_attention.cpp.
 #include <algorithm>
 #include <cmath>
 #include <variant>
@@ -126,42 +125,6 @@ Dispatch lower_matmul(const ir::Graph& g, const ir::Node& n) {
     d.set_push(p);
     d.groups[0] = vec4 ? (uint32_t)((N + 127) / 128) : tiles(N);
     d.groups[1] = tiles(M);
-    d.groups[2] = (uint32_t)B;
-    return d;
-}
-
-Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
-    auto a = std::get<ir::AttentionAttrs>(n.attrs);
-    const Shape &sq = g.value(n.in[0]).shape, &sk = g.value(n.in[1]).shape;
-    int64_t B = sq[0], Sq = sq[1], Sk = sk[1], H = a.heads, D = sq[2] / H;
-    // 512: the single-head mid-block attention of the Stable Diffusion / Flux VAEs (registers: 2 x 512 floats).
-    KILN_CHECK(D <= 512, "attention: head_dim ", D, " (q ", shape_str(sq), ", ", H, " heads) exceeds 512");
-    KILN_CHECK(B <= 65535 && H <= 65535 && B * std::max(Sq, Sk) * sq[2] < (1ll << 32), "attention: q ", shape_str(sq),
-               ", k ", shape_str(sk), " exceed the dispatch limits");
-    params::AttentionParams p{};
-    p.B = (params::uint)B;
-    p.Sq = (params::uint)Sq;
-    p.Sk = (params::uint)Sk;
-    p.H = (params::uint)H;
-    p.D = (params::uint)D;
-    p.scale = a.scale != 0 ? a.scale : (float)(1.0 / std::sqrt((double)D));
-    if (n.in.size() > 3 && n.in[3] >= 0) {
-        const Shape& sm = g.value(n.in[3]).shape;  // [B|1, Sq|1, Sk]
-        p.has_mask = 1;
-        p.mask_sq = sm[1] == 1 ? 0 : (params::uint)Sk;
-        p.mask_sb = sm[0] == 1 ? 0 : (params::uint)(sm[1] * Sk);
-    }
-    Dispatch d;
-    // D % 4 == 0: rows of q/k/v start 16-byte aligned, the 4-vector variant applies; the spec constant
-    // is the head width in the shader's vector units.
-    bool vec4 = D % 4 == 0;
-    d.shader = ShaderKey("attention", vec4 ? "vec4" : "");
-    d.set_push(p);
-    // Query rows per invocation: the q and accumulator registers (2 QR D floats) stay within ~512.
-    uint32_t qr = (uint32_t)std::clamp<int64_t>(256 / D, 1, 4);
-    d.spec = {(uint32_t)(vec4 ? D / 4 : D), qr};
-    d.groups[0] = (uint32_t)((Sq + 32 * qr - 1) / (32 * qr));
-    d.groups[1] = (uint32_t)H;
     d.groups[2] = (uint32_t)B;
     return d;
 }

@@ -37,25 +37,39 @@ TEST_CASE("linear throughput", "[.bench]") {
 }
 
 TEST_CASE("attention throughput", "[.bench]") {
-    // DiT-XL/2 at 256 px: 256 tokens, 16 heads of 72.
-    const int64_t B = 2, S = 256, H = 16, D = 72;
-    ir::Graph g;
-    Shape s{B, S, H * D};
-    auto q = g.input("q", s), k = g.input("k", s), v = g.input("v", s);
-    g.output(g.attention(q, k, v, (int)H), "y");
-    exec::Executor ex(
-        test::op_ctx(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
-    for (const char* n : {"q", "k", "v"}) ex.set_input(n, test::random_tensor(s, 3));
-    ex.run();
-    double best = 1e30;
-    for (int i = 0; i < 3; ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        ex.run();
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    double gflops = 4.0 * B * H * S * S * D / best * 1e-9;
-    std::printf("attention B=%lld S=%lld H=%lld D=%lld: %.2f ms, %.1f GFLOP/s\n", (long long)B, (long long)S,
-                (long long)H, (long long)D, best * 1e3, gflops);
+    // DiT-XL/2 at 256 px: 256 tokens, 16 heads of 72; Gemma-2 2B's layer shape at 300 tokens (8 q heads, 4 kv heads
+    // of 256, soft-capped). The rows kernel (texel or storage buffers as the table picks) and the flash kernel.
+    struct Size {
+        int64_t B, S, H, Hkv, D;
+        float softcap;
+    };
+    for (Size z : {Size{2, 256, 16, 16, 72, 0.f}, Size{1, 300, 8, 4, 256, 50.f}})
+        for (const char* kernel : {"rows", "flash"}) {
+            test::ScopedEnv env("KILN_ATTENTION", kernel);
+            ir::Graph g;
+            Shape s{z.B, z.S, z.H * z.D}, skv{z.B, z.S, z.Hkv * z.D};
+            auto q = g.input("q", s), k = g.input("k", skv), v = g.input("v", skv);
+            ir::AttentionAttrs a;
+            a.heads = (int)z.H;
+            a.kv_heads = (int)z.Hkv;
+            a.softcap = z.softcap;
+            g.output(g.attention(q, k, v, a), "y");
+            exec::Executor ex(
+                test::op_ctx(), g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
+            ex.set_input("q", test::random_tensor(s, 3));
+            for (const char* n : {"k", "v"}) ex.set_input(n, test::random_tensor(skv, 3));
+            ex.run();
+            double best = 1e30;
+            for (int i = 0; i < 3; ++i) {
+                auto t0 = std::chrono::steady_clock::now();
+                ex.run();
+                best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            double gflops = 4.0 * z.B * z.H * z.S * z.S * z.D / best * 1e-9;
+            std::printf("attention %s B=%lld S=%lld H=%lld Hkv=%lld D=%lld: %.2f ms, %.1f GFLOP/s\n", kernel,
+                        (long long)z.B, (long long)z.S, (long long)z.H, (long long)z.Hkv, (long long)z.D, best * 1e3,
+                        gflops);
+        }
 }
 
 TEST_CASE("conv2d throughput", "[.bench]") {

@@ -3,6 +3,14 @@
 // with/without an additive mask broadcast over batch or rows. Scores: D-term f32 dot products of
 // |q k| <= 1 scaled by 1/sqrt(D): ~sqrt(D) 2^-24 absolute; exp <= 3 + 2|s - max| ulp; the output is
 // a convex combination of |v| <= 1 accumulated over Sk terms: ~Sk 2^-24. Max-abs 2e-5, rel L2 1e-5.
+// The flash kernel (KILN_ATTENTION=flash) forms every score by the same f32 dot (q pre-scaled, d ascending); its
+// softmax differs in order only: per K/V tile of BC keys, p = exp(s - m_tile) and the running O and l are rescaled
+// by alpha = exp(m_old - m_new) (at most Sk / BC times, each 3 + 2|m_old - m_new| ulp on terms whose weight that
+// factor shrinks), and the PV sums run per tile: the same ~Sk 2^-24 order, so the same bounds (docs/attention.md).
+// Soft-capping adds the tanh error: cap * tanh_accurate(s / cap) is a few (<= 4) ulp of cap in score, and a
+// perturbation e of every score moves a convex combination of |v| <= 1 by at most 2 e: + 8 cap 2^-24.
+#include "runtime/exec/attention_select.h"
+#include "runtime/vulkan/attention_flash.h"
 #include "tests/ops/op_harness.h"
 
 using namespace kiln;
@@ -35,21 +43,25 @@ struct AttnProblem {
 }  // namespace
 
 TEST_CASE("attention matches the CPU reference", "[op:attention]") {
+    const char* kernel = GENERATE("rows", "flash");
     AttnCase c = GENERATE(AttnCase{1, 1, 1, 1, 1, 0}, AttnCase{1, 3, 13, 1, 3, 0}, AttnCase{2, 13, 7, 3, 8, 1},
                           AttnCase{2, 33, 127, 2, 64, 2}, AttnCase{1, 5, 40, 1, 256, 0}, AttnCase{1, 70, 19, 4, 72, 1},
                           AttnCase{1, 45, 9, 2, 100, 2}, AttnCase{1, 17, 17, 1, 512, 0});
-    CAPTURE(c.B, c.Sq, c.Sk, c.H, c.D, c.mask);
+    CAPTURE(kernel, c.B, c.Sq, c.Sk, c.H, c.D, c.mask);
     AttnProblem a(c, 40);
     if (c.mask) {
         float* p = a.in["m"].data<float>();
         for (int64_t i = 1; i < a.in["m"].numel(); i += 3) p[i] = -1e30f;  // masked out (never a whole row)
     }
+    test::ScopedEnv env("KILN_ATTENTION", kernel);
     auto r = test::run_op(a.g, a.in);
     CHECK(test::max_err(r.gpu, r.cpu) <= 2e-5);
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }
 
 TEST_CASE("attention with an explicit scale", "[op:attention]") {
+    const char* kernel = GENERATE("rows", "flash");
+    test::ScopedEnv env("KILN_ATTENTION", kernel);
     ir::Graph g;
     Shape s{2, 9, 32};
     auto q = g.input("q", s), k = g.input("k", s), v = g.input("v", s);
@@ -86,4 +98,161 @@ TEST_CASE("attention through texel buffers equals the storage-buffer shaders bit
     CHECK(buf.c.texel_dispatches == 0);
     CHECK(tex.c.texel_dispatches == 1);
     CHECK(tex.out.at("y").bytes == buf.out.at("y").bytes);
+}
+
+namespace {
+// Grouped-query, causal and soft-capped attention: Hkv key/value heads, mask 0 none, 1 [1, 1, Sk] padding (the last
+// key of batch 0 hidden where B = 2: [B, 1, Sk]), 2 [B, Sq, Sk] with finfo.min as Gemma-2's masks.
+struct OptCase {
+    int64_t B, Sq, Sk, H, Hkv, D;
+    int mask;
+    bool causal;
+    float softcap;
+};
+
+struct OptProblem {
+    ir::Graph g;
+    std::map<std::string, Tensor> in;
+    OptProblem(const OptCase& c, unsigned seed, bool f16 = false) {
+        const int64_t W = c.H * c.D, Wk = c.Hkv * c.D;
+        const Shape sq{c.B, c.Sq, W}, sk{c.B, c.Sk, Wk};
+        auto q = g.input("q", sq), k = g.input("k", sk), v = g.input("v", sk);
+        if (f16)
+            for (ir::Val t : {q, k, v}) g.set_storage(t, DType::f16);
+        const Shape sm = c.mask == 1 ? Shape{c.B, 1, c.Sk} : Shape{c.B, c.Sq, c.Sk};
+        ir::Val m = c.mask ? g.input("m", sm) : ir::Val{};
+        ir::AttentionAttrs a;
+        a.heads = (int)c.H;
+        a.kv_heads = (int)c.Hkv;
+        a.causal = c.causal;
+        a.softcap = c.softcap;
+        g.output(g.attention(q, k, v, a, m), "y");
+        // Scores reach |s| ~ 2 sqrt(D) / 3 with q, k in [-2, 2]: well inside a 50 cap, across a 5 cap.
+        in = {{"q", test::random_tensor(sq, seed, -2.f, 2.f)},
+              {"k", test::random_tensor(sk, seed + 1, -2.f, 2.f)},
+              {"v", test::random_tensor(sk, seed + 2)}};
+        if (f16)  // the values the device reads, for the CPU too
+            for (auto& [name, t] : in) t = t.astype(DType::f16).astype(DType::f32);
+        if (c.mask) {
+            Tensor t(DType::f32, sm);
+            const float lowest = std::numeric_limits<float>::lowest();
+            for (int64_t i = 0; i < t.numel(); ++i) {
+                const int64_t j = i % c.Sk;
+                t.data<float>()[i] = c.mask == 1 ? (i < c.Sk && j == c.Sk - 1 && c.Sk > 1 ? lowest : 0.f)
+                                                 : ((i / c.Sk + j) % 5 == 1 && j > 0 ? lowest : 0.f);
+            }
+            in["m"] = t;
+        }
+    }
+};
+
+double opt_tolerance(const OptCase& c) { return 2e-5 + 8.0 * c.softcap * std::ldexp(1.0, -24); }
+}  // namespace
+
+TEST_CASE("attention with grouped-query heads, causal masks and soft-capping matches the CPU reference",
+          "[op:attention]") {
+    const char* kernel = GENERATE("rows", "flash");
+    // Tokens 3, 13, 127; head_dim 64, 72, 128, 256; joint text + image lengths (SD3/Flux: 7 text + 64 image tokens,
+    // 13 + 256); Sq < Sk (a causal prefix) and Sq > Sk (causal rows that see no key give 0).
+    OptCase c = GENERATE(OptCase{1, 3, 3, 4, 2, 64, 0, true, 0.f}, OptCase{2, 13, 13, 8, 2, 72, 1, true, 50.f},
+                         OptCase{1, 127, 127, 4, 1, 128, 2, false, 50.f}, OptCase{2, 13, 13, 2, 1, 256, 2, true, 5.f},
+                         OptCase{1, 71, 71, 3, 3, 64, 1, false, 0.f}, OptCase{1, 269, 269, 2, 1, 64, 0, false, 20.f},
+                         OptCase{1, 5, 40, 6, 3, 64, 0, true, 0.f}, OptCase{1, 40, 5, 2, 2, 72, 0, true, 0.f},
+                         OptCase{2, 33, 127, 4, 2, 128, 1, true, 30.f});
+    CAPTURE(kernel, c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap);
+    OptProblem a(c, 60);
+    test::ScopedEnv env("KILN_ATTENTION", kernel);
+    auto r = test::run_op(a.g, a.in);
+    CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+    if (c.causal && c.Sq > c.Sk) {  // rows i < Sq - Sk see no key: exactly 0
+        const int64_t W = c.H * c.D;
+        for (int64_t i = 0; i < (c.Sq - c.Sk) * W; ++i) REQUIRE(r.gpu[(size_t)i] == 0.f);
+    }
+}
+
+TEST_CASE("attention reads q/k/v stored as f16 (the flash kernel, whatever KILN_ATTENTION says)", "[op:attention]") {
+    // The CPU sees the same f16-rounded inputs: the f32 bounds above apply.
+    const char* kernel = GENERATE("auto", "rows", "tex");
+    OptCase c = GENERATE(OptCase{2, 13, 13, 4, 2, 64, 1, true, 0.f}, OptCase{1, 127, 127, 2, 1, 72, 2, false, 50.f},
+                         OptCase{1, 3, 30, 2, 2, 256, 0, false, 0.f});
+    CAPTURE(kernel, c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap);
+    OptProblem a(c, 70, true);
+    test::ScopedEnv env("KILN_ATTENTION", kernel);
+    auto r = test::run_op(a.g, a.in);
+    CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
+
+TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
+    ir::Graph g;
+    auto q = g.input("q", {1, 9, 128}), kv = g.input("kv", {1, 9, 64}), big = g.input("big", {1, 2, 1024});
+    ir::AttentionAttrs a;
+    a.heads = 2;
+    a.kv_heads = 1;
+    auto y = g.attention(q, kv, kv, a);
+    auto y_big = g.attention(big, big, big, 1);  // head_dim 1024: neither kernel (rejected by both lowerings)
+    const ir::Node &n = g.nodes()[(size_t)g.value(y).producer], &nb = g.nodes()[(size_t)g.value(y_big).producer];
+    auto kernel_of = [&](const char* v) {
+        test::ScopedEnv env("KILN_ATTENTION", v);
+        vk::Dispatch d = vk::lower(g, n);
+        exec::choose_attention_flash(test::op_ctx(), g, n, d);
+        return d.shader.kernel;
+    };
+    const bool cpu = test::op_ctx().info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;  // auto: rows on lavapipe
+    CHECK(kernel_of("auto") == (cpu ? "vec4" : "flash"));
+    CHECK(kernel_of("flash") == "flash");
+    CHECK(kernel_of("rows") == "vec4");
+    CHECK(kernel_of("buf") == "vec4");
+    CHECK(kernel_of("tex") == "vec4");  // the texel form is choose_texel_op's (linear_select.cpp)
+    vk::Dispatch none;
+    CHECK(!exec::choose_attention_flash(test::op_ctx(), g, nb, none));  // flash does not apply: the rows kernel's
+    CHECK(exec::attention_texel_choice("rows") == "auto");
+    CHECK(exec::attention_texel_choice("tex") == "tex");
+    CHECK(!vk::attention_flash_unsupported(g, nb, 1u << 20).empty());
+    REQUIRE_THROWS_WITH(vk::lower_attention_flash(g, nb, 1u << 20), Catch::Contains("1024"));
+    // Tiles by head_dim and shared memory: 16 x 32 at head_dim 64 in 16 KiB, smaller as head_dim grows.
+    CHECK(vk::flash_tile(64, 16384).br == 16);
+    CHECK(vk::flash_tile(64, 16384).bc == 32);
+    CHECK(vk::flash_tile(256, 32768).br == 8);
+    CHECK(vk::flash_tile(512, 32768).br == 4);
+    CHECK(vk::flash_tile(512, 16384).br == 0);
+}
+
+TEST_CASE("attention rejects bad grouped-query shapes", "[op:attention][bad]") {
+    ir::Graph g;
+    auto q = g.input("q", {1, 4, 24}), k = g.input("k", {1, 4, 12}), k3 = g.input("k3", {1, 4, 8});
+    ir::AttentionAttrs a;
+    a.heads = 4;
+    a.kv_heads = 3;
+    REQUIRE_THROWS_WITH(g.attention(q, k, k, a), Catch::Contains("not a multiple of 3 key/value heads"));
+    a.kv_heads = 2;
+    REQUIRE_THROWS_WITH(g.attention(q, k3, k3, a), Catch::Contains("do not match"));
+    a.softcap = -1.f;
+    REQUIRE_THROWS_WITH(g.attention(q, k, k, a), Catch::Contains("softcap"));
+    a.softcap = 0.f;
+    CHECK_NOTHROW(g.attention(q, k, k, a));
+}
+
+TEST_CASE("the flash kernel's smaller tiles match the CPU reference", "[op:attention]") {
+    // KILN_TEST_MAX_SHARED_MEMORY: the tiles of devices with less shared memory than lavapipe's 32 KiB.
+    struct TileCase {
+        const char* limit;
+        int64_t D;
+        uint32_t br, bc;
+    };
+    const TileCase t = GENERATE(TileCase{"20000", 128, 16, 16}, TileCase{"8192", 64, 8, 16}, TileCase{"6000", 64, 8, 8});
+    CAPTURE(t.limit, t.D);
+    const OptCase c{2, 37, 45, 4, 2, t.D, 1, true, 30.f};
+    OptProblem a(c, 80);
+    test::ScopedEnv env("KILN_ATTENTION", "flash"), smem("KILN_TEST_MAX_SHARED_MEMORY", t.limit);
+    const ir::Node& n = a.g.nodes().back();
+    REQUIRE(n.op == ir::Op::attention);
+    vk::Dispatch d = vk::lower(a.g, n);
+    REQUIRE(exec::choose_attention_flash(test::op_ctx(), a.g, n, d));
+    CHECK(d.spec[1] == t.br);
+    CHECK(d.spec[2] == t.bc);
+    auto r = test::run_op(a.g, a.in);
+    CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }

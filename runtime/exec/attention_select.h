@@ -1,0 +1,21 @@
+#pragma once
+// Which kernel an attention node runs (KILN_ATTENTION, ExecOptions::attention): the flash kernel
+// (vk::lower_attention_flash) or the rows kernel (vk::lower_attention, through storage or texel buffers as
+// choose_texel_op picks). docs/attention.md says why flash is the default.
+#include <string>
+
+#include "runtime/vulkan/context.h"
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::exec {
+
+// Rewrites d (vk::lower of attention node n) to the flash kernel and returns true where the kernel applies on ctx's
+// device and KILN_ATTENTION is flash, or auto on a GPU (not a CPU device: there the rows kernel is faster), or
+// where q/k/v are stored f16 (only flash reads them; throws where it does not apply). Returns false, d untouched,
+// where the rows kernel stays.
+bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
+
+// The texel-buffer choice (auto, buf or tex) for a node left on the rows kernel under KILN_ATTENTION = v.
+std::string attention_texel_choice(const std::string& v);
+
+}  // namespace kiln::exec

@@ -1,0 +1,31 @@
+#pragma once
+// Lowering of attention to the flash kernel (shaders/attention_flash.comp): Q tiles against K/V tiles staged
+// through shared memory with an online softmax. lower_attention (the "rows" kernel: each invocation owns query
+// rows and reads every K/V row itself) stays the default of vk::lower, except for q/k/v stored f16 (flash with 16
+// KiB of shared memory); which one a node gets is decided after lowering, where the device is known
+// (runtime/exec/attention_select.h).
+#include <cstdint>
+#include <string>
+
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::vk {
+
+// Tile of one flash workgroup (64 invocations): br query rows against bc keys per K/V tile.
+struct FlashTile {
+    uint32_t br = 16, bc = 32;
+};
+
+// The largest tile whose shared memory (q tile, one K/V tile, the scores) fits max_shared bytes for head_dim d;
+// br = 0 when none does.
+FlashTile flash_tile(int64_t d, uint32_t max_shared);
+
+// "" when node n (attention) can take the flash kernel on a device with max_shared bytes of shared memory per
+// workgroup, else why not (head_dim over 512, or no tile fits).
+std::string attention_flash_unsupported(const ir::Graph& g, const ir::Node& n, uint32_t max_shared);
+
+// The dispatch of attention node n on the flash kernel (the same bindings and push constants as lower_attention).
+// Throws where unsupported.
+Dispatch lower_attention_flash(const ir::Graph& g, const ir::Node& n, uint32_t max_shared);
+
+}  // namespace kiln::vk

@@ -1,0 +1,120 @@
+// Lowering of attention: the rows kernel (attention.glsl: 1-4 query rows per invocation, head_dim and rows as
+// specialization constants) and the flash kernel (attention_flash.glsl: query tiles against K/V tiles in shared
+// memory). Both take the same bindings and push constants (params::AttentionParams).
+#include <algorithm>
+#include <cmath>
+#include <variant>
+
+#include "runtime/core/error.h"
+#include "runtime/vulkan/attention_flash.h"
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::vk {
+namespace {
+struct AttnShape {
+    int64_t B, Sq, Sk, H, Hkv, D;
+};
+AttnShape attn_shape(const ir::Graph& g, const ir::Node& n) {
+    auto a = std::get<ir::AttentionAttrs>(n.attrs);
+    const Shape &sq = g.value(n.in[0]).shape, &sk = g.value(n.in[1]).shape;
+    const int64_t H = a.heads, Hkv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+    return {sq[0], sq[1], sk[1], H, Hkv, sq[2] / H};
+}
+
+// The push constants both kernels read. With soft-capping, scale is pre-divided by softcap: the kernels compute
+// softcap * tanh(q.k * scale / softcap) as softcap * tanh(q'.k), q' = q * (scale / softcap).
+params::AttentionParams attn_params(const ir::Graph& g, const ir::Node& n) {
+    auto a = std::get<ir::AttentionAttrs>(n.attrs);
+    const AttnShape s = attn_shape(g, n);
+    const Shape &sq = g.value(n.in[0]).shape, &sk = g.value(n.in[1]).shape;
+    KILN_CHECK(s.B <= 65535 && s.H <= 65535 && s.B * std::max(s.Sq, s.Sk) * sq[2] < (1ll << 32), "attention: q ",
+               shape_str(sq), ", k ", shape_str(sk), " exceed the dispatch limits");
+    params::AttentionParams p{};
+    p.B = (params::uint)s.B;
+    p.Sq = (params::uint)s.Sq;
+    p.Sk = (params::uint)s.Sk;
+    p.H = (params::uint)s.H;
+    p.D = (params::uint)s.D;
+    p.Hkv = (params::uint)s.Hkv;
+    p.causal = a.causal ? 1 : 0;
+    const double scale = a.scale != 0 ? a.scale : 1.0 / std::sqrt((double)s.D);
+    p.scale = (float)scale;  // as before soft-capping existed: bitwise the same scale
+    if (a.softcap > 0) {
+        p.softcap = a.softcap;
+        p.scale = (float)(scale / a.softcap);
+    }
+    if (n.in.size() > 3 && n.in[3] >= 0) {
+        const Shape& sm = g.value(n.in[3]).shape;  // [B|1, Sq|1, Sk]
+        p.has_mask = 1;
+        p.mask_sq = sm[1] == 1 ? 0 : (params::uint)s.Sk;
+        p.mask_sb = sm[0] == 1 ? 0 : (params::uint)(sm[1] * s.Sk);
+    }
+    return p;
+}
+
+// Shared memory of attention_flash.glsl for tile t and head_dim d: the q tile and one K/V tile (rows padded to
+// d + 1 floats, 64 / br floats past the K/V tile), the scores, and two floats per invocation (64).
+uint64_t flash_shared_bytes(FlashTile t, int64_t d) {
+    return 4ull * ((uint64_t)(t.br + t.bc) * (uint64_t)(d + 1) + 64 / t.br + (uint64_t)t.br * t.bc + 128);
+}
+}  // namespace
+
+Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
+    const AttnShape s = attn_shape(g, n);
+    const Shape& sq = g.value(n.in[0]).shape;
+    // 512: the single-head mid-block attention of the Stable Diffusion / Flux VAEs (registers: 2 x 512 floats).
+    KILN_CHECK(s.D <= 512, "attention: head_dim ", s.D, " (q ", shape_str(sq), ", ", s.H, " heads) exceeds 512");
+    // q/k/v stored f16: only the flash kernel reads them; here with the shared memory every device has (Vulkan's
+    // 16 KiB minimum), exec::choose_attention_flash re-lowers for the device's.
+    for (size_t i = 0; i < 3; ++i)
+        if (g.value(n.in[i]).dtype == DType::f16) return lower_attention_flash(g, n, 16384);
+    Dispatch d;
+    // D % 4 == 0: rows of q/k/v start 16-byte aligned, the 4-vector variant applies; the spec constant
+    // is the head width in the shader's vector units.
+    bool vec4 = s.D % 4 == 0;
+    d.shader = ShaderKey("attention", vec4 ? "vec4" : "");
+    d.set_push(attn_params(g, n));
+    // Query rows per invocation: the q and accumulator registers (2 QR D floats) stay within ~512.
+    uint32_t qr = (uint32_t)std::clamp<int64_t>(256 / s.D, 1, 4);
+    d.spec = {(uint32_t)(vec4 ? s.D / 4 : s.D), qr};
+    d.groups[0] = (uint32_t)((s.Sq + 32 * qr - 1) / (32 * qr));
+    d.groups[1] = (uint32_t)s.H;
+    d.groups[2] = (uint32_t)s.B;
+    return d;
+}
+
+FlashTile flash_tile(int64_t d, uint32_t max_shared) {
+    // Largest first: 16 x 32 fits 16 KiB (Vulkan's minimum) up to head_dim 70, 32 KiB (lavapipe) up to 156.
+    for (FlashTile t : {FlashTile{16, 32}, FlashTile{16, 16}, FlashTile{8, 16}, FlashTile{8, 8}, FlashTile{4, 8}})
+        if (flash_shared_bytes(t, d) <= max_shared) return t;
+    return {0, 0};
+}
+
+std::string attention_flash_unsupported(const ir::Graph& g, const ir::Node& n, uint32_t max_shared) {
+    const AttnShape s = attn_shape(g, n);
+    if (s.D > 512) return "head_dim " + std::to_string(s.D) + " exceeds 512";
+    if (flash_tile(s.D, max_shared).br == 0)
+        return "no tile fits " + std::to_string(max_shared) + " bytes of shared memory at head_dim " +
+               std::to_string(s.D);
+    return "";
+}
+
+Dispatch lower_attention_flash(const ir::Graph& g, const ir::Node& n, uint32_t max_shared) {
+    const std::string why = attention_flash_unsupported(g, n, max_shared);
+    KILN_CHECK(why.empty(), "attention (flash kernel): ", why);
+    const AttnShape s = attn_shape(g, n);
+    const FlashTile t = flash_tile(s.D, max_shared);
+    uint32_t f16 = 0;  // bit i: input i (q, k, v) stored f16
+    for (uint32_t i = 0; i < 3; ++i)
+        if (g.value(n.in[i]).dtype == DType::f16) f16 |= 1u << i;
+    Dispatch d;
+    d.shader = ShaderKey("attention", "flash");
+    d.set_push(attn_params(g, n));
+    d.spec = {(uint32_t)s.D, t.br, t.bc, f16};
+    d.groups[0] = (uint32_t)((s.Sq + t.br - 1) / t.br);
+    d.groups[1] = (uint32_t)s.H;
+    d.groups[2] = (uint32_t)s.B;
+    return d;
+}
+
+}  // namespace kiln::vk
