@@ -188,6 +188,7 @@ ModelSource ModelSource::assemble(const converter::Assembly& a) {
         }
     }
     s.incomplete_ = a.incomplete();
+    s.notes_ = a.notes;
     s.model_index_ = parse_py_json(a.model_index_text, "model_index");
     return s;
 }

@@ -454,6 +454,7 @@ void run_generate(const GenerateFlags& o) {
     if (spec.model.empty() && !spec.assembled()) spec.model = default_model();
     Session s{o, spec, spec.display(), open_source(spec)};
     KILN_CHECK(s.src.incomplete().empty(), s.model, ": ", s.src.incomplete());
+    for (const std::string& note : s.src.notes()) std::fprintf(stderr, "kiln: %s\n", note.c_str());
     const models::Family* family = models::model_family(s.src);
     if (family && family->id == models::FamilyId::dit)
         run_labels(s);
