@@ -121,7 +121,11 @@ void Executor::Impl::plan_chains() {
             int holder = x;
             for (auto [cx, cy] : bk.chain)
                 if (in_y && cx == x) holder = cy;
-            root[(size_t)vl] = root[(size_t)holder];
+            // vl and every view of it (a reshape read after the blocks: DC-AE's pixel_unshuffle shortcut) share its
+            // root: all of them read the holder's buffer, where the replays leave the last instance's output.
+            const int old = root[(size_t)vl], now = root[(size_t)holder];
+            for (auto& rv : root)
+                if (rv == old) rv = now;
         }
     }
 }

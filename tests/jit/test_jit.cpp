@@ -446,6 +446,40 @@ TEST_CASE("a block whose output cannot overwrite its input: the residual stream 
     CHECK(vk::Context::validation_errors() == 0);
 }
 
+// Issue 46: after the replays the last block's output lives in the chain's buffer; a view of it read after the blocks
+// (a reshape, as DC-AE's DCDownBlock2d shortcut pixel-unshuffles a stage's output) must read it there too, not the
+// never-written buffer of the last instance. Both chains: in place (Toy's residual add) and ping-pong (a linear), odd
+// and even depths.
+TEST_CASE("a view of the blocks' output read after the replays sees the last block's output", "[jit]") {
+    for (bool ping_pong : {false, true})
+        for (int blocks : {2, 3}) {
+            ir::Graph g;
+            std::map<std::string, Tensor> w;
+            ir::Val x = g.input("x", {2, 12, 32});
+            for (int i = 0; i < blocks; ++i) {
+                std::string p = "blk." + std::to_string(i) + ".";
+                g.begin_region("blocks", i);
+                ir::Val h = g.linear(x, g.weight(p + "w", {32, 32}), g.weight(p + "b", {32}));
+                x = ping_pong ? h : g.add(x, h);
+                w[p + "w"] = test::random_tensor({32, 32}, 70 + 2 * i, -0.3f, 0.3f);
+                w[p + "b"] = test::random_tensor({32}, 71 + 2 * i);
+                g.end_region();
+            }
+            // Read twice after the blocks, as DCDownBlock2d does: directly, and through a view.
+            ir::Val v = g.permute(g.reshape(x, {2, 12, 4, 8}), {0, 2, 1, 3});
+            g.output(g.add(g.scale(x, 2.0f), g.reshape(v, {2, 12, 32})), "y");
+            exec::WeightBytesFn bytes = [&](const ir::Value& val, void* dst, size_t n) {
+                std::memcpy(dst, w.at(val.name).bytes.data(), n);
+            };
+            std::map<std::string, Tensor> in{{"x", test::random_tensor({2, 12, 32}, 8)}};
+            Tensor full = exec::run_graph(context(), g, bytes, in, exec::Mode::full)["y"];
+            Tensor regional = exec::run_graph(context(), g, bytes, in, exec::Mode::regional)["y"];
+            INFO((ping_pong ? "ping-pong" : "in place") << ", " << blocks << " blocks");
+            CHECK(bitwise_equal(full, regional));
+        }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
 namespace {
 // KILN_SELECT_ADVANCE for one scope.
 struct SelectAdvance {
