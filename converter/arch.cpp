@@ -363,6 +363,7 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
         case models::ComponentKind::clip_tokenizer:
         case models::ComponentKind::t5_tokenizer:
         case models::ComponentKind::gemma_tokenizer:
+        case models::ComponentKind::qwen2_tokenizer:
             break;  // tokenizers have no weights; an unknown class lands here too
     }
     std::string list;

@@ -304,6 +304,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         case ComponentKind::clip_tokenizer:
         case ComponentKind::t5_tokenizer:
         case ComponentKind::gemma_tokenizer:
+        case ComponentKind::qwen2_tokenizer:
             KILN_FAIL("internal: no forward for class '", cls, "'");  // refused by forward_kind
     }
     for (auto& [name, t] : b.lora_scale_values()) in[name] = t;  // the runtime LoRAs' scales (Builder::lora_side)

@@ -1,103 +1,160 @@
 // variants: f16
 // ptr variant
+// requires: GL_KHR_cooperative_matrix
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
-#extension GL_NV_cooperative_matrix : require
-// linear on cooperative matrices (VK_NV_cooperative_matrix, 16 x 16 x 16, f16 A/B, f32 C): y[M, N] = x[M, K] @
-// W[N, K]^T + b[N], K % 4 == 0, W f16 only (x is rounded to f16 on the way into shared memory; W f16 is exact).
-// NEVER RUN: no device this was written on has the extension; it compiles at build time and passes spirv-val
-// (shaders/CMakeLists.txt), and is chosen only on a device reporting the 16x16x16 f16/f16/f32/f32 subgroup shape,
-// subgroups of 32 and vulkanMemoryModel (which this SPIR-V declares), whose probe then matches the CPU.
-// A workgroup of 4 subgroups of 32 (local size 128; the NV extension's subgroup size) owns a 64 x 64 output
-// tile, each subgroup a 32 x 32 quarter as 2 x 2 accumulators. K advances in slices of 32 staged as f16 in shared
-// memory, double-buffered as in linear_smem.comp (one barrier per slice): xs[m][k] is A row-major, ws[n][k] is
-// B = W^T column-major; row stride 40 halves (80 bytes: 16-byte aligned, staggers banks). Each subgroup's 16 x 16
-// results go through a small f32 stage so the store can mask rows >= M, cols >= N and add the bias.
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_cooperative_matrix : require
+// linear on cooperative matrices (VK_KHR_cooperative_matrix): y[M, N] = act(x[M, K] @ W[N, K]^T + b[N]), K % 4 == 0,
+// W f16. The matrix shape CM x CN x CK (f16 A, B; f32 C) is one the device lists
+// (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: 16 x 16 x 16 on NVIDIA, 8 x 8 x 8 on lavapipe 26), and SG
+// its subgroup size: both specialization constants, nothing assumes 32 lanes.
+// Tiling as linear_smem.comp: a workgroup of 4 subgroups (2 x 2) owns a BM x BN = 4 CM x 4 CN output tile, each
+// subgroup 2 x 2 accumulators. K advances in slices of BK = 32, staged in shared memory as f16 (xs[m][k]: A
+// row-major; ws[n][k]: B = W^T column-major; row stride 40 halves), double-buffered, loads of slice t + 1 in
+// flight while slice t multiplies.
+// Accuracy: x is not rounded to f16. Each slice is scaled by a power of two 2^s (from the slice's max |x|, one
+// per workgroup and slice) so |x 2^s| < 2^14, then split x 2^s = hi + lo with hi = f16(x 2^s), lo = f16(x 2^s - hi)
+// (the subtraction is exact). hi W and lo W are exact products accumulated in f32, and the slice's sum is scaled
+// back by 2^-s (exact). Per product: |x - (hi + lo) 2^-s| <= 2^-22 |x| + 2^-25 2^-s (f16 subnormals), i.e. f32-like
+// (2^-24) accuracy at twice the matrix operations, for any finite x (no f16 overflow). The summation order differs
+// from linear.glsl's, so results match it within the f32 bound, not bitwise. The epilogue (bias, activation, f16
+// storage) is linear_io.glsl's, shared with linear_smem.comp.
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
 #define BK 32u
 #define LDS 40u
-layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint CM = 16;  // the matrix shape
+layout(constant_id = 1) const uint CN = 16;
+layout(constant_id = 3) const uint CK = 16;
+layout(constant_id = 6) const uint NT = 128;  // invocations: 4 subgroups of the device's size
+layout(local_size_x_id = 6) in;
+const uint SG = NT / 4u, BM = 4u * CM, BN = 4u * CN;
+const uint LX = 8u * BM / NT, LW = 8u * BN / NT;  // 4-vectors each invocation stages per slice (whole: 8 CM % SG == 0)
 SELECT_BUF(4)
-layout(binding = 0) readonly buffer X { vec4 x[]; };
 WEIGHT_BUF(1, Wt, f16vec4, w)
 WEIGHT_BUF(2, Bs, float, bias)
 #ifdef KILN_PTR
 #define w Wt_p.data
 #define bias Bs_p.data
 #endif
-layout(binding = 3) writeonly buffer Y { float y[]; };
+#include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
 
-shared float16_t xs[2][64u * LDS];
-shared float16_t ws[2][64u * LDS];
-shared float stage[4][256];
+shared float16_t xh[2][BM * LDS];
+shared float16_t xl[2][BM * LDS];
+shared float16_t ws[2][BN * LDS];
+shared uint smax[3];             // per slice (mod 3): max |x| as f32 bits (monotonic for x >= 0)
+shared float stage[4][CM * CN];  // one accumulator per subgroup on its way to the epilogue
+
+#define ACC coopmat<float, gl_ScopeSubgroup, CM, CN, gl_MatrixUseAccumulator>
+
+// 2^s with |x 2^s| < 2^14 for the slice's max m (1 for 0 and non-finite: the latter propagate as in f32).
+float slice_scale(uint mbits) {
+    const float m = uintBitsToFloat(mbits);
+    if (m == 0.0 || isinf(m) || isnan(m)) return 1.0;
+    int e;
+    frexp(m, e);  // m = f 2^e, f in [0.5, 1)
+    return ldexp(1.0, 14 - e);
+}
 
 void main() {
-    const uint tid = gl_LocalInvocationID.x, sg = tid / 32u, lane = tid % 32u;
-    const uint m0 = gl_WorkGroupID.y * 64u, n0 = gl_WorkGroupID.x * 64u, kq = p.K / 4u;
+    const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;
     const uint w0 = WBASE(Wt);
-    // Staging: a slice is 64 rows x 8 quads of x and of W; invocation tid stages quads tid and tid + 128.
-    uint row[4], quad[4];
-    [[unroll]] for (uint r = 0; r < 4u; ++r) row[r] = (tid + 128u * r) >> 3, quad[r] = (tid + 128u * r) & 7u;
-    vec4 xv[4];
-    f16vec4 wv[4];
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[2][2];
+    // Staging map: 4-vector l = tid + NT r of a slice is row l / 8, quad l % 8 (8 quads = BK values per row).
+    vec4 xv[LX];
+    f16vec4 wv[LW];
+    if (tid < 3u) smax[tid] = 0u;
+    ACC acc[2][2];
     [[unroll]] for (uint i = 0; i < 2u; ++i)
-        [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+        [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = ACC(0.0);
     const uint slices = (kq + 7u) / 8u;
-    [[unroll]] for (uint r = 0; r < 4u; ++r) {
-        uint k4 = quad[r];
-        xv[r] = k4 < kq ? x[min(m0 + row[r], p.M - 1u) * kq + k4] : vec4(0.0);
-        wv[r] = k4 < kq ? w[w0 + min(n0 + row[r], p.N - 1u) * kq + k4] : f16vec4(0.0);
-    }
-    [[unroll]] for (uint r = 0; r < 4u; ++r)
-        [[unroll]] for (uint c = 0; c < 4u; ++c) {
-            xs[0][row[r] * LDS + 4u * quad[r] + c] = float16_t(xv[r][c]);
-            ws[0][row[r] * LDS + 4u * quad[r] + c] = wv[r][c];
-        }
     barrier();
-    const uint sm = (sg >> 1) * 32u, sn = (sg & 1u) * 32u;  // this subgroup's quarter
+    // Loads slice t into registers and adds its max |x| to smax[t % 3].
+    #define LOAD_SLICE(t)                                                                                          \
+        {                                                                                                          \
+            float mx = 0.0;                                                                                        \
+            [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
+                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
+                xv[r] = k4 < kq ? x_load4(min(m0 + (l >> 3), p.M - 1u) * kq + k4) : vec4(0.0);                     \
+                const vec4 a = abs(xv[r]);                                                                         \
+                mx = max(mx, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
+            }                                                                                                      \
+            [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
+                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
+                wv[r] = k4 < kq ? w[w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4] : f16vec4(0.0);                  \
+            }                                                                                                      \
+            mx = subgroupMax(mx);                                                                                  \
+            if (subgroupElect()) atomicMax(smax[(t) % 3u], floatBitsToUint(mx));                                  \
+        }
+    // Stores the registers as slice buffer b, x scaled by sc and split into hi + lo.
+    #define STORE_SLICE(b, sc)                                                                                     \
+        {                                                                                                          \
+            [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
+                const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
+                [[unroll]] for (uint c = 0; c < 4u; ++c) {                                                         \
+                    precise const float v = xv[r][c] * (sc);                                                       \
+                    precise const float16_t h = float16_t(v);                                                      \
+                    precise const float rest = v - float(h); /* exact; precise keeps f32(f16(v)) from folding to v */\
+                    xh[b][o + c] = h;                                                                              \
+                    xl[b][o + c] = isinf(h) ? float16_t(0.0) : float16_t(rest);                                    \
+                }                                                                                                  \
+            }                                                                                                      \
+            [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
+                const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
+                [[unroll]] for (uint c = 0; c < 4u; ++c) ws[b][o + c] = wv[r][c];                                  \
+            }                                                                                                      \
+        }
+    LOAD_SLICE(0u)
+    barrier();
+    float sc = slice_scale(smax[0]);
+    STORE_SLICE(0u, sc)
+    barrier();
+    const uint sm = (sg >> 1) * 2u * CM, sn = (sg & 1u) * 2u * CN;  // this subgroup's quarter of the tile
     for (uint t = 0; t < slices; ++t) {
         const uint cur = t & 1u;
         const bool more = t + 1u < slices;
-        if (more)
-            [[unroll]] for (uint r = 0; r < 4u; ++r) {
-                uint k4 = 8u * (t + 1u) + quad[r];
-                xv[r] = k4 < kq ? x[min(m0 + row[r], p.M - 1u) * kq + k4] : vec4(0.0);
-                wv[r] = k4 < kq ? w[w0 + min(n0 + row[r], p.N - 1u) * kq + k4] : f16vec4(0.0);
-            }
-        [[unroll]] for (uint kk = 0; kk < BK; kk += 16u) {
-            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a[2], b[2];
-            [[unroll]] for (uint i = 0; i < 2u; ++i)
-                coopMatLoadNV(a[i], xs[cur], (sm + 16u * i) * LDS + kk, LDS, false);
+        if (more) LOAD_SLICE(t + 1u)  // in flight while slice t multiplies
+        ACC part[2][2];
+        [[unroll]] for (uint i = 0; i < 2u; ++i)
+            [[unroll]] for (uint j = 0; j < 2u; ++j) part[i][j] = ACC(0.0);
+        [[unroll]] for (uint kk = 0; kk < BK; kk += CK) {
+            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> b[2];
             [[unroll]] for (uint j = 0; j < 2u; ++j)
-                coopMatLoadNV(b[j], ws[cur], (sn + 16u * j) * LDS + kk, LDS, true);
-            [[unroll]] for (uint i = 0; i < 2u; ++i)
-                [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
-        }
-        if (more) {
-            const uint nxt = cur ^ 1u;
-            [[unroll]] for (uint r = 0; r < 4u; ++r)
-                [[unroll]] for (uint c = 0; c < 4u; ++c) {
-                    xs[nxt][row[r] * LDS + 4u * quad[r] + c] = float16_t(xv[r][c]);
-                    ws[nxt][row[r] * LDS + 4u * quad[r] + c] = wv[r][c];
+                coopMatLoad(b[j], ws[cur], (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+            [[unroll]] for (uint i = 0; i < 2u; ++i) {
+                coopmat<float16_t, gl_ScopeSubgroup, CM, CK, gl_MatrixUseA> ah, al;
+                coopMatLoad(ah, xh[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(al, xl[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint j = 0; j < 2u; ++j) {
+                    part[i][j] = coopMatMulAdd(al, b[j], part[i][j]);
+                    part[i][j] = coopMatMulAdd(ah, b[j], part[i][j]);
                 }
+            }
+        }
+        const float inv = 1.0 / sc;  // a power of two: exact
+        [[unroll]] for (uint i = 0; i < 2u; ++i)
+            [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = acc[i][j] + part[i][j] * inv;
+        barrier();  // slice t + 1's maxima are in; buffer cur ^ 1 was last read in slice t - 1
+        if (more) {
+            sc = slice_scale(smax[(t + 1u) % 3u]);
+            STORE_SLICE(cur ^ 1u, sc)
+            if (tid == 0u) smax[(t + 2u) % 3u] = 0u;  // its last reader (slice t - 1) passed the barrier above
         }
         barrier();
     }
     [[unroll]] for (uint i = 0; i < 2u; ++i)
         [[unroll]] for (uint j = 0; j < 2u; ++j) {
-            coopMatStoreNV(acc[i][j], stage[sg], 0, 16, false);
+            coopMatStore(acc[i][j], stage[sg], 0, CN, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-            [[unroll]] for (uint e = lane; e < 256u; e += 32u) {
-                uint m = m0 + sm + 16u * i + e / 16u, n = n0 + sn + 16u * j + e % 16u;
-                if (m < p.M && n < p.N)
-                    y[m * p.N + n] = stage[sg][e] + (p.has_bias != 0 ? bias[WBASE(Bs) + n] : 0.0);
+            for (uint e = lane; e < CM * CN; e += SG) {
+                const uint m = m0 + sm + CM * i + e / CN, n = n0 + sn + CN * j + e % CN;
+                if (m < p.M && n < p.N) y_store(m, n, stage[sg][e]);
             }
             subgroupBarrier();
         }

@@ -15,18 +15,15 @@
 // Rows past M and columns past N are clamped for the loads and masked at the store; K-quads past K read 0.
 // f32 accumulation, in k order (the sum order per output is k = 0, 1, ..., as linear.glsl's scalar variant).
 #include "common.glsl"
-#include "activation.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
 #define BK 16u
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const uint TM = 4;
 layout(constant_id = 1) const uint TN = 4;
-layout(constant_id = 2) const uint ACT = 0;  // activation applied at the store (ir::Act; activation.glsl)
 const uint BM = 16u * TM, BN = 16u * TN;
 const uint LX = BM / 64u, LW = BN / 64u;  // 4-vectors each invocation stages per slice (BM BK / 4 / 256)
 SELECT_BUF(4)
-layout(binding = 0) readonly buffer X { vec4 x[]; };
 #if defined(W_F16)
 WEIGHT_BUF(1, Wt, f16vec4, w)
 #define WLOAD(i) vec4(w[i])
@@ -51,7 +48,7 @@ WEIGHT_BUF(2, Bs, float, bias)
 #endif
 #define bias Bs_p.data
 #endif
-layout(binding = 3) writeonly buffer Y { float y[]; };
+#include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
 
 shared float xs[2][BK][BM];
 shared float ws[2][BK][BN];
@@ -76,7 +73,7 @@ void main() {
 
     const uint slices = (kq + 3u) / 4u;
     // Slice 0 into buffer 0.
-    [[unroll]] for (uint r = 0; r < LX; ++r) xv[r] = q < kq ? x[xrow[r] + q] : vec4(0.0);
+    [[unroll]] for (uint r = 0; r < LX; ++r) xv[r] = q < kq ? x_load4(xrow[r] + q) : vec4(0.0);
     [[unroll]] for (uint r = 0; r < LW; ++r) wv[r] = q < kq ? WLOAD(wrow[r] + q) : vec4(0.0);
     [[unroll]] for (uint r = 0; r < LX; ++r)
         [[unroll]] for (uint c = 0; c < 4u; ++c) xs[0][4u * q + c][r0 + 64u * r] = xv[r][c];
@@ -88,7 +85,7 @@ void main() {
         const bool more = t + 1u < slices;
         if (more) {  // slice t + 1 into registers: the loads overlap the FMAs below
             uint k4 = 4u * (t + 1u) + q;
-            [[unroll]] for (uint r = 0; r < LX; ++r) xv[r] = k4 < kq ? x[xrow[r] + k4] : vec4(0.0);
+            [[unroll]] for (uint r = 0; r < LX; ++r) xv[r] = k4 < kq ? x_load4(xrow[r] + k4) : vec4(0.0);
             [[unroll]] for (uint r = 0; r < LW; ++r) wv[r] = k4 < kq ? WLOAD(wrow[r] + k4) : vec4(0.0);
         }
         [[unroll]] for (uint k = 0; k < BK; ++k) {
@@ -112,7 +109,7 @@ void main() {
         if (m >= p.M) break;
         [[unroll]] for (uint j = 0; j < TN; ++j) {
             uint n = n0 + tx + 16u * j;
-            if (n < p.N) y[m * p.N + n] = act_apply(ACT, acc[i][j] + (p.has_bias != 0 ? bias[WBASE(Bs) + n] : 0.0));
+            if (n < p.N) y_store(m, n, acc[i][j]);
         }
     }
 }

@@ -7,8 +7,19 @@
 #include "apps/kiln/commands.h"
 #include "runtime/core/error.h"
 #include "runtime/exec/linear_select.h"
+#include "runtime/vulkan/linear_kernels.h"
 
 namespace kiln::app {
+namespace {
+// The coopmat column's legend: the device's shape, or why the kernel is absent.
+std::string coopmat_note(vk::Context& ctx) {
+    const vk::DeviceInfo& d = ctx.info();
+    if (!exec::linear_variant_available(ctx, "coopmat", DType::f16))
+        return "absent, " + vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat"), d, DType::f16);
+    return "f16 weights, VK_KHR_cooperative_matrix " + std::to_string(d.coopmat_m) + "x" + std::to_string(d.coopmat_n) +
+           "x" + std::to_string(d.coopmat_k);
+}
+}  // namespace
 
 void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::string>& shapes,
                    const std::string& dtypes, int reps) {
@@ -67,7 +78,7 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     for (const auto& r : t.rows)
         if (!r.admitted) std::printf("excluded: %s %s: %s\n", dtype_name(r.dtype), r.variant.c_str(), r.note.c_str());
     std::printf("(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s; tex: %s)\n",
-                ctx.info().coopmat_nv_f16 ? "f16 weights" : "absent, no VK_NV_cooperative_matrix 16x16x16 f16",
+                coopmat_note(ctx).c_str(),
                 ctx.info().texel_formats ? "x and W through uniform texel buffers"
                                          : "absent, no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers");
     const std::string path = exec::linear_table_path(ctx);

@@ -28,6 +28,8 @@ const std::vector<ComponentClass>& component_classes() {
         {"T5TokenizerFast", K::t5_tokenizer, Role::tokenizer},
         {"GemmaTokenizer", K::gemma_tokenizer, Role::tokenizer},  // transformers tokenization_gemma.py
         {"GemmaTokenizerFast", K::gemma_tokenizer, Role::tokenizer},
+        {"Qwen2Tokenizer", K::qwen2_tokenizer, Role::tokenizer},  // transformers tokenization_qwen2.py
+        {"Qwen2TokenizerFast", K::qwen2_tokenizer, Role::tokenizer},
     };
     return v;
 }

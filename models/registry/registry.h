@@ -28,6 +28,7 @@ enum class ComponentKind {
     clip_tokenizer,
     t5_tokenizer,
     gemma_tokenizer,  // SentencePiece BPE with byte fallback (models/text/gemma_tokenizer.h)
+    qwen2_tokenizer,  // byte-level BPE with Qwen's regex, Qwen2 / Qwen3 (models/text/qwen_tokenizer.h)
 };
 
 struct ComponentClass {

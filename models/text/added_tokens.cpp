@@ -66,6 +66,56 @@ std::string py_rstrip(const std::string& s) {
     return s.substr(0, keep);
 }
 
+AddedTokens read_added_tokens(const TokenizerFiles& files, const json& config, const json& special_map,
+                              std::vector<std::string> specials, int32_t vocab_size,
+                              const std::function<int32_t(const std::string&)>& vocab_id, const std::string& where) {
+    const std::string cfg_what = where + " tokenizer_config.json";
+    AddedTokens added;
+    int32_t next_id = vocab_size;
+    auto add = [&](const std::string& content, AddedToken t) {
+        KILN_CHECK(!content.empty(), where, ": empty added token");
+        KILN_CHECK(t.id >= 0, where, ": added token '", content, "' has a negative id");
+        added[content] = t;
+        next_id = std::max(next_id, t.id + 1);
+    };
+    if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
+        for (const auto& [key, t] : config["added_tokens_decoder"].items()) {
+            AddedToken a;
+            size_t used = 0;
+            try {
+                a.id = std::stoi(key, &used);
+            } catch (const std::exception&) {
+            }
+            KILN_CHECK(used > 0 && used == key.size(), cfg_what, ": added_tokens_decoder key '", key, "' is not an id");
+            a.lstrip = json_flag(t, "lstrip");
+            a.rstrip = json_flag(t, "rstrip");
+            a.single_word = json_flag(t, "single_word");
+            a.special = json_flag(t, "special");
+            add(token_content(t, cfg_what + " added_tokens_decoder " + key), a);
+        }
+    } else {
+        const json added_json = parse_tokenizer_json(files, "added_tokens.json", where);
+        for (const auto& [content, id] : added_json.items()) {
+            KILN_CHECK(id.is_number_integer(), where, " added_tokens.json: id of '", content, "' is not an integer");
+            add(content, {id.get<int32_t>()});
+        }
+    }
+    for (const json* src : {&special_map, &config}) {
+        if (src->contains("additional_special_tokens") && (*src)["additional_special_tokens"].is_array())
+            for (const json& t : (*src)["additional_special_tokens"])
+                specials.push_back(token_content(t, where + " additional_special_tokens"));
+    }
+    for (const std::string& s : specials) {
+        if (s.empty() || added.count(s)) continue;
+        const int32_t id = vocab_id(s);
+        AddedToken t;
+        t.id = id >= 0 ? id : next_id;
+        t.special = true;
+        add(s, t);
+    }
+    return added;
+}
+
 std::vector<std::string> split_added(const std::string& text, const AddedTokens& added, size_t max_bytes) {
     // transformers' Trie.split.
     std::vector<std::string> parts;

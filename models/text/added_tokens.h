@@ -3,6 +3,7 @@
 // tokenizer folder, Python's str.lstrip/rstrip, and the added tokens: the text cut around them (Trie.split) with
 // each token's strip rules applied to its neighbours.
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
@@ -29,6 +30,13 @@ struct AddedToken {
     bool lstrip = false, rstrip = false, single_word = false, special = false;
 };
 using AddedTokens = std::unordered_map<std::string, AddedToken>;  // content -> token
+
+// PreTrainedTokenizer's added tokens: tokenizer_config.json's added_tokens_decoder (else the older added_tokens.json),
+// then every token of `specials` and of the additional_special_tokens lists not among them (transformers adds those as
+// special tokens, with the vocabulary's id from vocab_id, -1 when absent, or else the next free id from vocab_size).
+AddedTokens read_added_tokens(const TokenizerFiles& files, const nlohmann::json& config,
+                              const nlohmann::json& special_map, std::vector<std::string> specials, int32_t vocab_size,
+                              const std::function<int32_t(const std::string&)>& vocab_id, const std::string& where);
 
 // PreTrainedTokenizer.tokenize's first half: `text` cut around the added tokens (leftmost match first, the longest
 // among those; max_bytes: the longest content), then each token's lstrip/rstrip/single_word applied to its

@@ -5,13 +5,11 @@
 // truncation to BOS + first N-2 + EOS, padding with the pad token.
 #include "models/text/clip_tokenizer.h"
 
-#include <array>
-#include <climits>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "models/registry/registry.h"
+#include "models/text/byte_bpe.h"
 #include "models/text/clip_pretokenize.h"
 #include "runtime/core/error.h"
 
@@ -20,28 +18,6 @@ namespace kiln::text {
 namespace {
 
 using json = nlohmann::json;
-
-// GPT-2's bytes_to_unicode: printable bytes map to themselves, the other 68 to U+0100.. in byte order.
-const std::array<std::string, 256>& byte_symbols() {
-    static const std::array<std::string, 256> table = [] {
-        std::array<std::string, 256> t;
-        auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; };
-        int n = 0;
-        for (int b = 0; b < 256; ++b) {
-            unsigned cp = printable(b) ? (unsigned)b : 256u + (unsigned)n++;
-            std::string s;
-            if (cp < 0x80) {
-                s += (char)cp;
-            } else {
-                s += (char)(0xC0 | (cp >> 6));
-                s += (char)(0x80 | (cp & 0x3F));
-            }
-            t[(size_t)b] = s;
-        }
-        return t;
-    }();
-    return table;
-}
 
 struct AddedToken {
     std::string content;
@@ -87,75 +63,25 @@ public:
     std::string class_name() const override { return models::class_name(models::ComponentKind::clip_tokenizer); }
 
 private:
-    void load_vocab(const std::string& text);
-    void load_merges(const std::string& text);
-    std::vector<std::string> bpe(const std::string& piece) const;
     int32_t token_id(const std::string& token) const;
     void append_text_ids(const std::string& text, std::vector<int32_t>& ids) const;
     std::vector<int32_t> tokenize(const std::string& text) const;
 
     std::string where_;
-    std::unordered_map<std::string, int32_t> vocab_;
-    std::unordered_map<std::string, int> ranks_;  // "first second" -> merge rank
+    ByteBpe bpe_;  // vocab.json, merges.txt (CLIP's reading), "</w>" word ends
     std::vector<AddedToken> added_;               // the added-tokens trie's entries (special tokens included)
     std::unordered_map<std::string, int32_t> added_ids_;
     int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1, unk_id_ = -1;
     int model_max_length_ = 0;
-    // Per-piece BPE result (ids), shared by concurrent encode() calls.
-    mutable std::mutex cache_mutex_;
-    mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
-
-void ClipTokenizer::load_vocab(const std::string& text) {
-    json j = json::parse(text, nullptr, false);
-    KILN_CHECK(!j.is_discarded(), where_, "/vocab.json: not valid JSON");
-    KILN_CHECK(j.is_object() && !j.empty(), where_, "/vocab.json: expected a non-empty object token -> id");
-    for (auto& [token, id] : j.items()) {
-        KILN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX, where_,
-                   "/vocab.json: the id of token \"", token, "\" is not a non-negative integer");
-        vocab_[token] = id.get<int32_t>();
-    }
-}
-
-void ClipTokenizer::load_merges(const std::string& text) {
-    check_utf8(text, where_ + "/merges.txt");
-    // read().strip().split("\n")[1 : 49152 - 256 - 2 + 1]: the first line (the "#version" header) is skipped
-    // and at most 48894 merges are used; a merge's rank is its index (the last one wins for duplicates).
-    size_t b = text.find_first_not_of(" \t\r\n\v\f"), e = text.find_last_not_of(" \t\r\n\v\f");
-    std::string body = b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
-    std::vector<std::string> lines;
-    for (size_t pos = 0; pos <= body.size();) {
-        size_t nl = body.find('\n', pos);
-        if (nl == std::string::npos) nl = body.size();
-        lines.push_back(body.substr(pos, nl - pos));
-        pos = nl + 1;
-    }
-    const size_t max_merges = 49152 - 256 - 2;
-    KILN_CHECK(lines.size() >= 2, where_,
-               "/merges.txt: no merges (expected a \"#version\" line, then one merge per line)");
-    for (size_t i = 1; i < lines.size() && i <= max_merges; ++i) {
-        std::vector<std::string> parts;
-        const std::string& l = lines[i];
-        for (size_t p = 0; p < l.size();) {
-            size_t s = l.find_first_not_of(" \t\r\v\f", p);
-            if (s == std::string::npos) break;
-            size_t t = l.find_first_of(" \t\r\v\f", s);
-            if (t == std::string::npos) t = l.size();
-            parts.push_back(l.substr(s, t - s));
-            p = t;
-        }
-        if (parts.empty()) continue;  // a blank line takes a rank but merges nothing, as in transformers
-        KILN_CHECK(parts.size() == 2, where_, "/merges.txt: line ", i + 1, " is not a merge \"first second\"");
-        ranks_[parts[0] + " " + parts[1]] = (int)(i - 1);
-    }
-}
 
 ClipTokenizer::ClipTokenizer(const TokenizerFiles& files, const std::string& where) : where_(where) {
     auto vocab = files.find("vocab.json"), merges = files.find("merges.txt");
     KILN_CHECK(vocab != files.end(), where, ": vocab.json is missing");
     KILN_CHECK(merges != files.end(), where, ": merges.txt is missing");
-    load_vocab(vocab->second);
-    load_merges(merges->second);
+    bpe_.read_vocab(vocab->second, where + "/vocab.json");
+    bpe_.read_merges(merges->second, ByteBpe::MergesFormat::clip, where + "/merges.txt");
+    bpe_.set_end_of_word_suffix("</w>");
     json config = parse_json(files, "tokenizer_config.json", where, false);
     json special = parse_json(files, "special_tokens_map.json", where, false);
 
@@ -203,21 +129,21 @@ ClipTokenizer::ClipTokenizer(const TokenizerFiles& files, const std::string& whe
         if (src->contains("additional_special_tokens") && (*src)["additional_special_tokens"].is_array())
             for (const json& v : (*src)["additional_special_tokens"])
                 if (token_entry(v, t, where + ": additional_special_tokens")) specials.push_back(t);
-    size_t next_id = vocab_.size();
-    for (const auto& [content, id] : added_ids_) next_id += vocab_.count(content) ? 0 : 1;
+    size_t next_id = bpe_.vocab_size();
+    for (const auto& [content, id] : added_ids_) next_id += bpe_.find(content) >= 0 ? 0 : 1;
     for (AddedToken& s : specials) {
         if (s.content.empty() || added_ids_.count(s.content)) continue;
-        auto v = vocab_.find(s.content);
-        s.id = v != vocab_.end() ? v->second : (int32_t)next_id++;
+        const int32_t v = bpe_.find(s.content);
+        s.id = v >= 0 ? v : (int32_t)next_id++;
         added_.push_back(s);
         added_ids_[s.content] = s.id;
     }
 
     KILN_CHECK(has_unk, where, ": no unk_token");
-    auto u = vocab_.find(unk.content);
-    KILN_CHECK(u != vocab_.end() || added_ids_.count(unk.content), where, ": unk_token \"", unk.content,
+    const int32_t u = bpe_.find(unk.content);
+    KILN_CHECK(u >= 0 || added_ids_.count(unk.content), where, ": unk_token \"", unk.content,
                "\" is not in vocab.json");
-    unk_id_ = u != vocab_.end() ? u->second : added_ids_.at(unk.content);
+    unk_id_ = u >= 0 ? u : added_ids_.at(unk.content);
     KILN_CHECK(has_bos && has_eos, where, ": ", class_name(), " needs bos_token and eos_token");
     bos_id_ = token_id(bos.content);
     eos_id_ = token_id(eos.content);
@@ -236,61 +162,17 @@ ClipTokenizer::ClipTokenizer(const TokenizerFiles& files, const std::string& whe
 
 int32_t ClipTokenizer::token_id(const std::string& token) const {
     if (auto a = added_ids_.find(token); a != added_ids_.end()) return a->second;
-    auto v = vocab_.find(token);
-    return v != vocab_.end() ? v->second : unk_id_;
-}
-
-// tokenization_clip.py bpe(): piece is already byte-mapped. Repeatedly merge every occurrence (left to right) of the
-// adjacent pair with the lowest rank until no ranked pair is left.
-std::vector<std::string> ClipTokenizer::bpe(const std::string& piece) const {
-    // transformers' bpe cache starts with these two, returned whole and without "</w>".
-    if (piece == "<|startoftext|>" || piece == "<|endoftext|>") return {piece};
-    const auto& sym = byte_symbols();
-    std::vector<std::string> word;
-    for (unsigned char c : piece) word.push_back(sym[c]);
-    if (word.empty()) return {};
-    word.back() += "</w>";
-    std::string key;
-    while (word.size() > 1) {
-        int best = INT_MAX;
-        size_t at = 0;
-        for (size_t i = 0; i + 1 < word.size(); ++i) {
-            key.assign(word[i]).append(" ").append(word[i + 1]);
-            auto r = ranks_.find(key);
-            if (r != ranks_.end() && r->second < best) best = r->second, at = i;
-        }
-        if (best == INT_MAX) break;
-        const std::string first = word[at], second = word[at + 1];
-        std::vector<std::string> merged;
-        merged.reserve(word.size());
-        for (size_t i = 0; i < word.size();) {
-            if (i + 1 < word.size() && word[i] == first && word[i + 1] == second) {
-                merged.push_back(first + second);
-                i += 2;
-            } else {
-                merged.push_back(word[i++]);
-            }
-        }
-        word.swap(merged);
-    }
-    return word;
+    const int32_t v = bpe_.find(token);
+    return v >= 0 ? v : unk_id_;
 }
 
 void ClipTokenizer::append_text_ids(const std::string& text, std::vector<int32_t>& ids) const {
     for (const std::string& piece : clip::pre_tokenize(text)) {
-        {
-            std::lock_guard<std::mutex> lock(cache_mutex_);
-            if (auto c = cache_.find(piece); c != cache_.end()) {
-                ids.insert(ids.end(), c->second.begin(), c->second.end());
-                continue;
-            }
-        }
-        std::vector<int32_t> word;
-        for (const std::string& token : bpe(piece)) word.push_back(token_id(token));
-        ids.insert(ids.end(), word.begin(), word.end());
-        std::lock_guard<std::mutex> lock(cache_mutex_);
-        if (cache_.size() >= 100000) cache_.clear();  // bounded: prompts are open-ended
-        cache_.emplace(piece, std::move(word));
+        // transformers' bpe cache starts with these two, returned whole and without "</w>".
+        if (piece == "<|startoftext|>" || piece == "<|endoftext|>")
+            ids.push_back(token_id(piece));
+        else
+            bpe_.append_ids(piece, [this](const std::string& t) { return token_id(t); }, ids);
     }
 }
 

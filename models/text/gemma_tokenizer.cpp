@@ -12,60 +12,8 @@
 namespace kiln::text {
 
 namespace {
-
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-// The added tokens of PreTrainedTokenizer: tokenizer_config.json's added_tokens_decoder (else the older
-// added_tokens.json), then every special token not among them (transformers adds them as special AddedTokens,
-// with the vocabulary's id, or the next free id for a content the vocabulary lacks).
-std::unordered_map<std::string, AddedToken> read_added_tokens(const TokenizerFiles& files, const json& config,
-                                                              const json& special_map,
-                                                              std::vector<std::string> specials,
-                                                              const SentencePieceModel& sp, const std::string& where) {
-    const std::string cfg_what = where + " tokenizer_config.json";
-    std::unordered_map<std::string, AddedToken> added;
-    auto next_id = static_cast<int32_t>(sp.size());
-    auto add = [&](const std::string& content, AddedToken t) {
-        KILN_CHECK(!content.empty(), where, ": empty added token");
-        KILN_CHECK(t.id >= 0, where, ": added token '", content, "' has a negative id");
-        added[content] = t;
-        next_id = std::max(next_id, t.id + 1);
-    };
-    if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
-        for (const auto& [key, t] : config["added_tokens_decoder"].items()) {
-            AddedToken a;
-            size_t used = 0;
-            try {
-                a.id = std::stoi(key, &used);
-            } catch (const std::exception&) {
-            }
-            KILN_CHECK(used > 0 && used == key.size(), cfg_what, ": added_tokens_decoder key '", key, "' is not an id");
-            a.lstrip = json_flag(t, "lstrip");
-            a.rstrip = json_flag(t, "rstrip");
-            a.single_word = json_flag(t, "single_word");
-            add(token_content(t, cfg_what + " added_tokens_decoder " + key), a);
-        }
-    } else {
-        const json added_json = parse_tokenizer_json(files, "added_tokens.json", where);
-        for (const auto& [content, id] : added_json.items()) {
-            KILN_CHECK(id.is_number_integer(), where, " added_tokens.json: id of '", content, "' is not an integer");
-            add(content, {id.get<int32_t>()});
-        }
-    }
-    for (const json* src : {&special_map, &config}) {
-        if (src->contains("additional_special_tokens") && (*src)["additional_special_tokens"].is_array())
-            for (const json& t : (*src)["additional_special_tokens"])
-                specials.push_back(token_content(t, where + " additional_special_tokens"));
-    }
-    for (const std::string& s : specials) {
-        if (s.empty() || added.count(s)) continue;
-        const int32_t id = sp.piece_to_id(s);
-        add(s, {sp.piece(static_cast<size_t>(id)).piece == s ? id : next_id});
-    }
-    return added;
-}
-
 }  // namespace
 
 GemmaTokenizer::GemmaTokenizer(const TokenizerFiles& files, const std::string& where) {
@@ -102,7 +50,12 @@ GemmaTokenizer::GemmaTokenizer(const TokenizerFiles& files, const std::string& w
     eos_ = special("eos_token", "<eos>");
     pad_ = special("pad_token", "<pad>");
     unk_ = special("unk_token", "<unk>");
-    added_ = read_added_tokens(files, config, special_map, {bos_, eos_, unk_, pad_}, sp_, where);
+    auto vocab_id = [this](const std::string& s) {
+        const int32_t id = sp_.piece_to_id(s);
+        return sp_.piece(static_cast<size_t>(id)).piece == s ? id : -1;
+    };
+    added_ = read_added_tokens(files, config, special_map, {bos_, eos_, unk_, pad_}, static_cast<int32_t>(sp_.size()),
+                               vocab_id, where);
     for (const auto& [content, t] : added_) max_added_bytes_ = std::max(max_added_bytes_, content.size());
 
     auto id_of = [&](const std::string& t) { return t.empty() ? -1 : token_id(t); };

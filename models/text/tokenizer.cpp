@@ -5,6 +5,7 @@
 
 #include "models/text/clip_tokenizer.h"
 #include "models/text/gemma_tokenizer.h"
+#include "models/text/qwen_tokenizer.h"
 #include "models/text/t5_tokenizer.h"
 #include "runtime/core/error.h"
 
@@ -13,22 +14,33 @@ namespace kiln::text {
 namespace fs = std::filesystem;
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where) {
+    // Qwen's folders hold vocab.json + merges.txt too: told apart by tokenizer_class (or tokenizer.json's regex).
+    if (is_qwen_tokenizer(files)) return load_qwen_tokenizer(files, where);
     if (files.count("vocab.json") && files.count("merges.txt")) return load_clip_tokenizer(files, where);
     if (files.count("spiece.model")) return load_t5_tokenizer(files, where);
     if (files.count("tokenizer.model")) return load_gemma_tokenizer(files, where);
-    KILN_FAIL(where, ": no tokenizer files (need vocab.json + merges.txt for CLIP, spiece.model for T5, or ",
-              "tokenizer.model for Gemma)");
+    KILN_FAIL(where, ": no tokenizer files (need vocab.json + merges.txt for CLIP, spiece.model for T5, ",
+              "tokenizer.model for Gemma, or tokenizer.json / vocab.json + merges.txt with tokenizer_class ",
+              "Qwen2Tokenizer for Qwen)");
 }
 
 TokenizerFiles read_tokenizer_folder(const std::string& dir) {
     TokenizerFiles files;
-    for (const char* name : {"vocab.json", "merges.txt", "spiece.model", "tokenizer.model", "tokenizer_config.json",
-                             "special_tokens_map.json", "added_tokens.json"}) {
+    auto read = [&](const char* name) {
         fs::path p = fs::path(dir) / name;
-        if (!fs::exists(p)) continue;
+        if (!fs::exists(p)) return;
         std::ifstream f(p, std::ios::binary);
         KILN_CHECK(f.good(), p.string(), ": cannot open");
         files[name] = std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    for (const char* name : {"vocab.json", "merges.txt", "spiece.model", "tokenizer.model", "tokenizer_config.json",
+                             "special_tokens_map.json", "added_tokens.json"})
+        read(name);
+    // The fast tokenizer's file (megabytes: read only where it is the one used) and the chat template.
+    const bool other = files.count("vocab.json") || files.count("spiece.model") || files.count("tokenizer.model");
+    if (is_qwen_tokenizer(files) || !other) {
+        read("tokenizer.json");
+        read("chat_template.jinja");
     }
     return files;
 }

@@ -1,9 +1,9 @@
 #pragma once
-// Tokenizers for the text encoders, in plain C++ (no Python, no tokenizers library): CLIP's byte-level
-// BPE and T5's SentencePiece unigram. A tokenizer is loaded from the files of a tokenizer folder as
-// transformers saves it (vocab.json + merges.txt, or spiece.model, plus tokenizer_config.json,
-// special_tokens_map.json, added_tokens.json), given by name -> contents so that a folder on disk and a
-// Kiln model file (which stores those files) load the same way.
+// Tokenizers for the text encoders, in plain C++ (no Python, no tokenizers library): CLIP's and Qwen's byte-level
+// BPE, T5's SentencePiece unigram and Gemma's SentencePiece BPE. A tokenizer is loaded from the files of a tokenizer
+// folder as transformers saves it (vocab.json + merges.txt, tokenizer.json, spiece.model or tokenizer.model, plus
+// tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja), given by name -> contents
+// so that a folder on disk and a Kiln model file (which stores those files) load the same way.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,7 +39,8 @@ public:
 // Loads the tokenizer the files describe: CLIP's when vocab.json + merges.txt are present, T5's when
 // spiece.model is, Gemma's when tokenizer.model is. `where` names the source in error messages.
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where);
-// Reads the tokenizer files of a folder on disk (the ones listed above that exist).
+// Reads the tokenizer files of a folder on disk (the ones listed above that exist; tokenizer.json and
+// chat_template.jinja only for a Qwen tokenizer or a folder with none of the other vocabularies).
 TokenizerFiles read_tokenizer_folder(const std::string& dir);
 
 // Throws kiln::Error if s is not valid UTF-8 (names `what` and the offset of the first bad byte).

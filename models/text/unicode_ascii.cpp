@@ -13,7 +13,7 @@ void require_ascii(char32_t c) {
     if (c < 0x80) return;
     char cp[16];
     std::snprintf(cp, sizeof cp, "U+%04X", (unsigned)c);
-    KILN_FAIL("the CLIP tokenizer needs Unicode data for ", cp,
+    KILN_FAIL("the tokenizer needs Unicode data for ", cp,
               " and this build has none (built without ICU, KILN_ICU=OFF: the Windows build); give an ASCII prompt");
 }
 }  // namespace

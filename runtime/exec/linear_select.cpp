@@ -21,7 +21,7 @@
 #include "runtime/exec/attention_select.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/executor.h"
-#include "runtime/vulkan/linear_smem.h"
+#include "runtime/vulkan/linear_kernels.h"
 #include "runtime/vulkan/pipeline_cache.h"
 
 namespace kiln::exec {
@@ -33,8 +33,6 @@ std::atomic<uint64_t> g_smem_dispatches{0};
 std::mutex g_mutex;  // the tables and the probe hook
 LinearProbeHook g_probe_hook;
 thread_local std::string t_override;
-
-vk::SmemTile tile_of(const std::string& v) { return v == "smem128" ? vk::SmemTile{8, 4} : vk::SmemTile{4, 4}; }
 
 // Uniform(-1, 1) values, deterministic (the probes compare devices, not seeds).
 Tensor pseudo_random(const Shape& s, uint32_t seed) {
@@ -69,26 +67,23 @@ struct Problem {
 
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-// coopmat rounds x to f16 (relative 2^-11 per product, W f16 exact): + 2 K / 4 2^-11 max-abs, relative L2 2^-11.
+// coopmat splits x into two f16 parts (relative 2^-22 per product, W f16 exact): + 2 K / 4 2^-22 max-abs.
 bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why,
-           bool x_f16 = false) {
+           bool x_split = false) {
     double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
-    if (x_f16) bound += 2.0 * (double)K / 4 * std::ldexp(1.0, -11);
+    if (x_split) bound += 2.0 * (double)K / 4 * std::ldexp(1.0, -22);
     for (size_t i = 0; i < a.size(); ++i) {
         double d = std::abs((double)a[i] - (double)ref[i]);
         if (!(d == d)) d = INFINITY;
         m = std::max(m, d), num += d * d, den += (double)ref[i] * ref[i];
     }
     double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    if (m <= bound && rel <= (x_f16 ? std::ldexp(1.0, -11) : 1e-5)) return true;
+    if (m <= bound && rel <= 1e-5) return true;
     char s[128];
     std::snprintf(s, sizeof s, "probe_mismatch:max_abs=%.3g,rel_l2=%.3g", m, rel);
     why = s;
     return false;
 }
-
-const char* const kNoTexelFormats =
-    "no uniform texel buffers of the formats Kiln reads (RGBA32F, RGBA16F, RGBA16_UINT, R32F, R16F, R16_UINT)";
 
 // Quantized weights: K rounded down to whole blocks (1152 -> 1024 for the 256-value k-quants).
 LinearShape whole_blocks(LinearShape s, DType dt) {
@@ -117,23 +112,23 @@ std::string key_line(vk::Context& ctx) {
 }  // namespace
 
 const std::vector<std::string>& linear_variants() {
-    static const std::vector<std::string> v = {"reg", "smem64", "smem128", "coopmat", "tex"};
+    static const std::vector<std::string> v = [] {
+        std::vector<std::string> names;
+        for (const vk::LinearKernel& k : vk::linear_kernels()) names.push_back(k.name);
+        return names;
+    }();
     return v;
 }
 
 bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) {
-    if (v == "tex") return ctx.info().texel_formats;
-    return v != "coopmat" || (ctx.info().coopmat_nv_f16 && dt == DType::f16);
+    const vk::LinearKernel* k = vk::find_linear_kernel(v);
+    return k && vk::linear_kernel_unavailable(*k, ctx.info(), dt).empty();
 }
 
-std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n) {
-    if (n.op != ir::Op::linear) return "not a linear";
-    const DType dt = g.value(n.in[1]).dtype;
-    if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16 && !dtype_is_quant(dt))
-        return "weights not f32, f16, bf16 or quantized";
-    if (g.value(n.in[1]).shape[1] % 4 != 0) return "K % 4 != 0";
-    if (!ctx.info().texel_formats) return kNoTexelFormats;
-    return "";
+std::string linear_unsupported(vk::Context& ctx, const std::string& v, const ir::Graph& g, const ir::Node& n) {
+    const vk::LinearKernel* k = vk::find_linear_kernel(v);
+    KILN_CHECK(k, "internal: no linear kernel '", v, "'");
+    return vk::linear_kernel_unsupported(*k, ctx.info(), g, n);
 }
 
 // DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
@@ -144,7 +139,7 @@ const std::vector<LinearShape>& linear_table_shapes() {
     return s;
 }
 
-std::string LinearTable::pick(DType dt, int64_t m) const {
+std::string LinearTable::pick(DType dt, int64_t m, const std::function<bool(const std::string&)>& admits) const {
     double best_dist = INFINITY;
     int64_t best_m = -1;
     for (const Row& r : rows)
@@ -155,7 +150,8 @@ std::string LinearTable::pick(DType dt, int64_t m) const {
     std::string v = "reg";
     double g = -1;
     for (const Row& r : rows)
-        if (r.dtype == dt && r.shape.M == best_m && r.admitted && r.gflops > g) g = r.gflops, v = r.variant;
+        if (r.dtype == dt && r.shape.M == best_m && r.admitted && r.gflops > g && (!admits || admits(r.variant)))
+            g = r.gflops, v = r.variant;
     return v;
 }
 
@@ -192,7 +188,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
             std::string why;
             bool ok = false;
             try {
-                const bool x_f16 = v == "coopmat";
+                const bool x_split = v == "coopmat";
                 t_override = v;
                 // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter; quantized weights: three
                 // blocks), against the CPU.
@@ -202,7 +198,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                 if (hook) hook(v, dt, gpu);
                 auto cpu_w = [&](const ir::Value& val) { return val.name == "w" ? pp.w : pp.b; };
                 auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
-                ok = close(gpu, cpu, ps.K, why, x_f16);
+                ok = close(gpu, cpu, ps.K, why, x_split);
                 for (size_t si = 0; si < shapes.size(); ++si) {
                     const LinearShape s = whole_blocks(shapes[si], dt);
                     LinearTable::Row row{dt, v, s, 0, false, why};
@@ -225,7 +221,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                         if (v == "reg")
                             ref_out[(int)si] = std::move(out);
                         else if (ref_out.count((int)si))  // absent when "reg" itself failed its probe
-                            ok = close(out, ref_out.at((int)si), s.K, why, x_f16);
+                            ok = close(out, ref_out.at((int)si), s.K, why, x_split);
                         row.admitted = ok;
                         row.note = ok ? "" : why;
                     }
@@ -357,12 +353,21 @@ std::set<DType> known_linear_dtypes(vk::Context& ctx) {
     return out;
 }
 
+namespace {
+// Whether linear node n has a choice: a kernel besides reg admits it on ctx's device.
+bool consults_table(vk::Context& ctx, const ir::Graph& g, const ir::Node& n) {
+    if (n.op != ir::Op::linear) return false;
+    for (const vk::LinearKernel& k : vk::linear_kernels())
+        if (k.name != "reg" && vk::linear_kernel_unsupported(k, ctx.info(), g, n).empty()) return true;
+    return false;
+}
+}  // namespace
+
 DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g) {
     const std::set<DType> known = known_linear_dtypes(ctx);
     if (known.count(DType::f32)) return DType::f32;
     for (const ir::Node& n : g.nodes())
-        if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
-            return g.value(n.in[1]).dtype;
+        if (consults_table(ctx, g, n)) return g.value(n.in[1]).dtype;
     return known.empty() ? DType::f32 : *known.begin();
 }
 
@@ -408,7 +413,7 @@ void prepare_linear_table(vk::Context& ctx, const ir::Graph& g) {
     for (const ir::Node& n : g.nodes()) {
         if (n.op == ir::Op::conv2d || n.op == ir::Op::attention)  // they follow one table (choose_texel_op)
             linear_table(ctx, texel_table_dtype(ctx, g));
-        else if (vk::linear_smem_unsupported(g, n).empty() || linear_tex_unsupported(ctx, g, n).empty())
+        else if (consults_table(ctx, g, n))
             linear_table(ctx, g.value(n.in[1]).dtype);
     }
 }
@@ -438,36 +443,23 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     std::string v = t_override;
     if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
-    KILN_CHECK(
-        v == "auto" || std::find(linear_variants().begin(), linear_variants().end(), v) != linear_variants().end(),
-        "KILN_LINEAR='", v, "' (auto, reg, smem, smem64, smem128, coopmat or tex)");
-    KILN_CHECK(v != "coopmat" || ctx.info().coopmat_nv_f16, "KILN_LINEAR=coopmat: device '", ctx.info().name,
-               "' lacks VK_NV_cooperative_matrix with the 16x16x16 f16 x f16 + f32 shape (and 32-wide subgroups, "
-               "vulkanMemoryModel)");
-    if (v == "coopmat") {
-        if (vk::linear_coopmat_unsupported(g, n).empty()) d = vk::lower_linear_coopmat(g, n);
-        return;
+    KILN_CHECK(v == "auto" || vk::find_linear_kernel(v), "KILN_LINEAR='", v,
+               "' (auto, reg, smem, smem64, smem128, coopmat or tex)");
+    const vk::DeviceInfo& dev = ctx.info();
+    const DType dt = g.value(n.in[1]).dtype;
+    if (v == "coopmat" || v == "tex") {  // forced onto a device without the feature: an error, not a silent reg
+        const std::string why = vk::linear_kernel_unavailable(*vk::find_linear_kernel(v), dev, DType::f16);
+        KILN_CHECK(why.empty(), "KILN_LINEAR=", v, ": device '", dev.name, "': ", why);
     }
-    KILN_CHECK(v != "tex" || ctx.info().texel_formats, "KILN_LINEAR=tex: device '", ctx.info().name, "' has ",
-               kNoTexelFormats);
-    const bool smem_ok = vk::linear_smem_unsupported(g, n).empty(), tex_ok = linear_tex_unsupported(ctx, g, n).empty();
-    if (v == "reg" || (!smem_ok && !tex_ok)) return;
-    if (v == "auto") {
-        const DType dt = g.value(n.in[1]).dtype;
-        v = linear_table(ctx, dt).pick(dt, shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1]);
-        if (v == "reg") return;
-        if (v == "coopmat" && smem_ok) {  // only in tables of devices that have it, for f16 weights
-            d = vk::lower_linear_coopmat(g, n);
-            return;
-        }
-    }
-    if (v == "tex") {  // the register tile of lower_linear, x and W through texel buffers
-        if (tex_ok) d.shader = *vk::texel_variant(d.shader);  // tex_ok: K % 4 == 0, so the vec4 kernel
-        return;
-    }
-    if (!smem_ok) return;
-    d = vk::lower_linear_smem(g, n, tile_of(v));
-    ++g_smem_dispatches;
+    auto admits = [&](const std::string& k) {
+        return vk::linear_kernel_unsupported(*vk::find_linear_kernel(k), dev, g, n).empty();
+    };
+    // auto: the fastest measured kernel that admits n (the table ranks only those); forced: that kernel where it
+    // admits n. Anything else stays on reg, which runs every linear.
+    if (v == "auto") v = consults_table(ctx, g, n) ? linear_table(ctx, dt).pick(dt, shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1], admits) : "reg";
+    if (v == "reg" || !admits(v)) return;
+    d = vk::find_linear_kernel(v)->lower(dev, g, n);
+    if (v == "smem64" || v == "smem128") ++g_smem_dispatches;
 }
 
 uint64_t linear_smem_dispatches() { return g_smem_dispatches.load(); }

@@ -1,21 +1,15 @@
 #pragma once
-// Which linear shader each linear node runs on, per device, from measurement rather than vendor names.
-// Variants: "reg" (linear.glsl, register-tiled, no shared memory; the path tuned for lavapipe and the fallback),
-// "smem64" and "smem128" (linear_smem.comp with 64 x 64 and 128 x 64 output tiles), "coopmat" (linear_coopmat.comp:
-// cooperative matrices, f16 weights, only on devices with DeviceInfo::coopmat_nv_f16; never run so far), "tex" (reg's
-// register tile with x and W read through uniform texel buffers, linear_tex.comp: bitwise equal to reg; llvmpipe
-// gathers texels as vectors but loads storage buffers lane by lane). The table
-// holds GFLOP/s of
-// each variant per weight dtype (f32, f16, bf16) at representative DiT/Flux-like shapes, measured once per device,
-// driver and Kiln build and cached as text next to the pipeline cache (pipeline_cache.h; not cached where that
-// is disabled). A variant is admitted for a dtype only if its probe output matches the CPU reference on an awkward
-// shape (partial tiles in M, N and K) and the "reg" output at every timed shape: a driver that miscompiles a path
-// we never ran keeps the old one.
-// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | tex forces a path; a forced path
-// applies to the nodes it supports (vk::linear_smem_unsupported, linear_coopmat_unsupported,
-// linear_tex_unsupported), the rest stay on reg;
-// coopmat on a device without it is an error. Quantized weights are measured like the others (K rounded down to
-// whole blocks; their probe has three blocks per row).
+// Which linear kernel (runtime/vulkan/linear_kernels.h: reg, smem64, smem128, coopmat, tex) each linear node runs on,
+// per device, from measurement rather than vendor names. Only kernels whose declaration admits the node on the
+// device are ranked; reg runs every linear and is the fallback. The table holds GFLOP/s of each kernel per weight
+// dtype at representative DiT/Flux-like shapes, measured once per device, driver and Kiln build and cached as text
+// next to the pipeline cache (pipeline_cache.h; not cached where that is disabled). A kernel is admitted for a dtype
+// only if its probe output matches the CPU reference on an awkward shape (partial tiles in M, N and K) and the "reg"
+// output at every timed shape: a driver that miscompiles a path we never ran keeps the old one.
+// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | tex forces a kernel; a forced
+// kernel applies to the nodes its declaration admits, the rest stay on reg; coopmat or tex on a device without the
+// feature is an error. Quantized weights are measured like the others (K rounded down to whole blocks; their probe
+// has three blocks per row).
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -46,8 +40,8 @@ struct LinearTable {
     std::vector<Row> rows;
     std::string source;  // "measured", "loaded <path>"
     // The fastest admitted variant for weights of dtype dt at the measured shape whose M is nearest to m
-    // (log scale); "reg" when dt has no rows.
-    std::string pick(DType dt, int64_t m) const;
+    // (log scale), among those `admits` accepts (all where empty); "reg" when none.
+    std::string pick(DType dt, int64_t m, const std::function<bool(const std::string&)>& admits = {}) const;
 };
 
 // The variants ("reg" first: the reference of the probes), whether one can run on ctx for weights of dtype dt, and
@@ -56,10 +50,9 @@ const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
 
-// Why the "tex" variant cannot run linear node n on ctx ("" when it can): f32/f16/bf16 or quantized weights,
-// K % 4 == 0, and the texel formats. (A node whose x or W no texel view can cover still falls back to reg, in the
-// executor.)
-std::string linear_tex_unsupported(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
+// Why variant v cannot run linear node n on ctx ("" when it can), from its declaration (vk::linear_kernels()). (A
+// "tex" node whose x or W no texel view can cover still falls back to reg, in the executor.)
+std::string linear_unsupported(vk::Context& ctx, const std::string& v, const ir::Graph& g, const ir::Node& n);
 
 // The runs of one variant at one shape: run 0 warms up and the best later run counts (run 0 itself when reps is 0).
 // With early_exit, a variant more than 3x slower than the fastest so far (`fastest`, ms) in both the warm-up and the

@@ -9,6 +9,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/vulkan/device_query.h"
+#include "runtime/vulkan/khr_coopmat.h"
 #include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/pipeline_cache.h"
 
@@ -190,7 +191,10 @@ std::vector<DeviceInfo> list_devices(const ContextOptions& o) {
     try {
         auto pds = detail::physical_devices(inst);
         if (pds.empty()) no_device("the Vulkan drivers list none");
-        for (size_t i = 0; i < pds.size(); ++i) out.push_back(detail::query(pds[i], (int)i));
+        for (size_t i = 0; i < pds.size(); ++i) {
+            out.push_back(detail::query(pds[i], (int)i));
+            detail::query_coopmat(inst, pds[i], out.back());
+        }
     } catch (...) {
         vkDestroyInstance(inst, nullptr);
         throw;
@@ -260,7 +264,7 @@ void Context::init(const Settings& settings) {
     // whose views would exceed it run the storage-buffer shader.
     if (settings.test.max_texel_elements)
         info_.max_texel_elements = std::min(info_.max_texel_elements, settings.test.max_texel_elements);
-    info_.coopmat_nv_f16 = detail::query_coopmat_nv_f16(instance_, phys_, info_);
+    detail::query_coopmat(instance_, phys_, info_);
     KILN_CHECK(info_.fp16_storage, "device '", info_.name,
                "' lacks the Vulkan feature storageBuffer16BitAccess, "
                "which Kiln needs for f16/bf16 weights");
@@ -293,10 +297,11 @@ void Context::init(const Settings& settings) {
     f12.timelineSemaphore = info_.timeline_semaphore;
     f12.shaderFloat16 = info_.fp16_arith;
     f12.bufferDeviceAddress = info_.buffer_device_address;  // block weights selected on the device
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    if (info_.coopmat_nv_f16) {  // linear_coopmat.comp (its SPIR-V declares the Vulkan memory model)
-        cmf.cooperativeMatrix = VK_TRUE;
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    if (info_.coopmat_m) {  // linear_coopmat.comp declares the Vulkan memory model; other shaders' atomics are
+        cmf.cooperativeMatrix = VK_TRUE;  // Device-scope, which it allows only with vulkanMemoryModelDeviceScope
         f12.vulkanMemoryModel = VK_TRUE;
+        f12.vulkanMemoryModelDeviceScope = VK_TRUE;
         f12.pNext = &cmf;
     }
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
@@ -311,7 +316,7 @@ void Context::init(const Settings& settings) {
     std::vector<const char*> dev_exts;
     if (info_.memory_budget) dev_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     if (info_.host_import) dev_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
-    if (info_.coopmat_nv_f16) dev_exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (info_.coopmat_m) dev_exts.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
     // The spec requires enabling VK_KHR_portability_subset where the device offers it (MoltenVK). Kiln's compute
     // shaders use none of what it restricts (triangle fans, image view swizzles, events, ...).
     if (info_.portability_subset) dev_exts.push_back("VK_KHR_portability_subset");

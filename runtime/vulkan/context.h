@@ -29,9 +29,13 @@ struct DeviceInfo {
     bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false, fp64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
-    // VK_NV_cooperative_matrix with what shaders/linear_coopmat.comp needs (16x16x16 f16 x f16 + f32 -> f32 at
-    // subgroup scope, 32-wide subgroups, f16 arithmetic, vulkanMemoryModel); enabled on the device when true.
-    bool coopmat_nv_f16 = false;
+    // VK_KHR_cooperative_matrix as shaders/linear_coopmat.comp uses it: the f16 x f16 + f32 -> f32 subgroup-scope
+    // shape it runs (M x N x K, one the device lists; 0 x 0 x 0 when none fits), with the cooperativeMatrix,
+    // vulkanMemoryModel and vulkanMemoryModelDeviceScope features and f16 arithmetic (all enabled on the device
+    // when the shape is set). coopmat_why says why not where it is 0.
+    uint32_t coopmat_m = 0, coopmat_n = 0, coopmat_k = 0;
+    std::string coopmat_why;
+    bool memory_model_device_scope = false;  // vulkanMemoryModelDeviceScope (enabled with vulkanMemoryModel)
     bool host_import = false;         // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
     uint64_t host_import_align = 0;   // minImportedHostPointerAlignment
     bool memory_budget = false;       // VK_EXT_memory_budget: the driver reports each heap's usage

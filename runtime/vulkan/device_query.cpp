@@ -1,5 +1,8 @@
 #include "runtime/vulkan/device_query.h"
 
+#include "runtime/vulkan/khr_coopmat.h"
+#include "runtime/vulkan/linear_kernels.h"
+
 #include <cstring>
 #include <string>
 
@@ -147,32 +150,45 @@ std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
     return pds;
 }
 
-// See DeviceInfo::coopmat_nv_f16. The properties query is an instance-level extension function.
-bool query_coopmat_nv_f16(VkInstance inst, VkPhysicalDevice pd, const DeviceInfo& d) {
+// See DeviceInfo::coopmat_m. The properties query is an instance-level extension function.
+void query_coopmat(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d) {
+    d.coopmat_m = d.coopmat_n = d.coopmat_k = 0;
     uint32_t ne = 0;
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
     std::vector<VkExtensionProperties> exts(ne);
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
     bool ext = false;
-    for (auto& e : exts) ext |= !std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-    if (!ext || d.subgroup_size != 32 || !d.fp16_arith) return false;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    for (auto& e : exts) ext |= !std::strcmp(e.extensionName, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (!ext) return void(d.coopmat_why = "no VK_KHR_cooperative_matrix");
+    if (!d.fp16_arith) return void(d.coopmat_why = "no shaderFloat16");
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
     VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, &cf};
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12};
     vkGetPhysicalDeviceFeatures2(pd, &f2);
-    auto props_fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
-        inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
-    if (!cf.cooperativeMatrix || !f12.vulkanMemoryModel || !props_fn) return false;
+    d.memory_model_device_scope = f12.vulkanMemoryModel && f12.vulkanMemoryModelDeviceScope;
+    auto props_fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)vkGetInstanceProcAddr(
+        inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    if (!cf.cooperativeMatrix || !props_fn) return void(d.coopmat_why = "cooperativeMatrix feature off");
+    // The shader declares the Vulkan memory model; select_advance.comp's atomics are Device-scope, which that model
+    // allows only with vulkanMemoryModelDeviceScope (VUID-RuntimeSpirv-vulkanMemoryModel-06265).
+    if (!d.memory_model_device_scope) return void(d.coopmat_why = "no vulkanMemoryModel with device scope");
     uint32_t n = 0;
     props_fn(pd, &n, nullptr);
-    std::vector<VkCooperativeMatrixPropertiesNV> props(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+    std::vector<VkCooperativeMatrixPropertiesKHR> props(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR});
     props_fn(pd, &n, props.data());
+    std::vector<CoopmatShape> shapes;
     for (const auto& p : props)
-        if (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-            p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-            p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV)
-            return true;
-    return false;
+        if (p.AType == VK_COMPONENT_TYPE_FLOAT16_KHR && p.BType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+            p.CType == VK_COMPONENT_TYPE_FLOAT32_KHR && p.ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
+            p.scope == VK_SCOPE_SUBGROUP_KHR && !p.saturatingAccumulation)
+            shapes.push_back({p.MSize, p.NSize, p.KSize});
+    if (auto s = choose_coopmat_shape(shapes, d.subgroup_size)) {
+        d.coopmat_m = s->m, d.coopmat_n = s->n, d.coopmat_k = s->k;
+        d.coopmat_why.clear();
+    } else {
+        d.coopmat_why = "no f16 x f16 + f32 subgroup shape with M, N in {8, 16} and 32 % K == 0 (subgroup size " +
+                        std::to_string(d.subgroup_size) + ")";
+    }
 }
 
 }  // namespace kiln::vk::detail

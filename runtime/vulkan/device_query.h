@@ -12,7 +12,8 @@ std::vector<VkPhysicalDevice> physical_devices(VkInstance inst);
 DeviceInfo query(VkPhysicalDevice pd, int index);
 // discrete 4 > integrated 3 > virtual 2 > cpu 1 > other 0.
 int type_rank(VkPhysicalDeviceType t);
-// See DeviceInfo::coopmat_nv_f16. Needs the instance: the properties query is an instance-level function.
-bool query_coopmat_nv_f16(VkInstance inst, VkPhysicalDevice pd, const DeviceInfo& d);
+// Sets DeviceInfo::coopmat_* and memory_model_device_scope. Needs the instance: the properties query is an
+// instance-level function.
+void query_coopmat(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d);
 
 }  // namespace kiln::vk::detail

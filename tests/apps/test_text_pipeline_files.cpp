@@ -216,3 +216,21 @@ TEST_CASE("kiln tokenize fails with one clear line", "[apps][text]") {
     CHECK_THAT(r.err, Catch::StartsWith("kiln: error: ") && Catch::Contains(c.expect));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
+
+TEST_CASE("kiln tokenize reads a Qwen tokenizer folder", "[apps][text]") {
+    // tok_qwen3: vocab.json + merges.txt with tokenizer_class Qwen2Tokenizer (not CLIP's, though the files are named
+    // alike). io.json ids[5] for "a photo of a cat"; no BOS/EOS; padding <|endoftext|> = 151643 on the right.
+    const std::string dir = sh_quote(fixture("tok_qwen3"));
+    auto r = kiln_tokenize("--model " + dir + " --max-length 8 --prompt 'a photo of a cat'");
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    json j = json::parse(r.out);
+    CHECK(j["input_ids"].get<std::vector<int32_t>>() ==
+          std::vector<int32_t>{64, 6548, 315, 264, 8251, 151643, 151643, 151643});
+    CHECK(j["attention_mask"].get<std::vector<int32_t>>() == std::vector<int32_t>{1, 1, 1, 1, 1, 0, 0, 0});
+    // Added tokens in the text are cut out first (io.json ids[27]).
+    r = kiln_tokenize("--model " + dir + " --no-truncate --prompt \"$(printf '<|im_start|>user\\nhi<|im_end|>')\"");
+    REQUIRE(r.rc == 0);
+    CHECK(json::parse(r.out)["input_ids"].get<std::vector<int32_t>>() ==
+          std::vector<int32_t>{151644, 872, 198, 6023, 151645});
+}

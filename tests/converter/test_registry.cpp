@@ -25,7 +25,8 @@ TEST_CASE("registry: every class resolves to its kind and back", "[registry]") {
     CHECK(find_component_class("") == nullptr);
     CHECK(std::string(class_name(ComponentKind::t5_tokenizer)) == "T5Tokenizer");  // the slow class, not ...Fast
     CHECK(class_list({Role::tokenizer}) ==
-          "CLIPTokenizer, CLIPTokenizerFast, T5Tokenizer, T5TokenizerFast, GemmaTokenizer, GemmaTokenizerFast");
+          "CLIPTokenizer, CLIPTokenizerFast, T5Tokenizer, T5TokenizerFast, GemmaTokenizer, GemmaTokenizerFast, "
+          "Qwen2Tokenizer, Qwen2TokenizerFast");
 }
 
 TEST_CASE("registry: every family names registered classes and its options consistently", "[registry]") {

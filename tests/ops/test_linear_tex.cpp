@@ -93,7 +93,7 @@ TEST_CASE("linear through texel buffers leaves what it cannot read to the regist
     auto x = g.input("x", {70, 13});
     g.output(g.linear(x, g.weight("w", {9, 13}), {}), "y");
     const ir::Node& n = g.nodes()[(size_t)g.value(g.outputs().begin()->second).producer];
-    CHECK(exec::linear_tex_unsupported(test::op_ctx(), g, n) == "K % 4 != 0");
+    CHECK(exec::linear_unsupported(test::op_ctx(), "tex", g, n) == "K % 4 != 0");
     std::map<std::string, Tensor> w{{"w", test::random_weight({9, 13}, DType::f32, 71)}};
     const auto tex = run_as("tex", g, {{"x", test::random_tensor({70, 13}, 70)}}, w);
     CHECK(tex.c.texel_dispatches == 0);

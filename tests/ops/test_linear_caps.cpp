@@ -1,0 +1,143 @@
+// The linear kernels' declarations against their lowerings and their shaders (runtime/vulkan/linear_kernels.h).
+// 1. On every device profile Kiln knows (lavapipe 22.3, lavapipe 26 with cooperative matrices, the H200 of the
+//    first GPU run, a device with neither cooperative matrices nor texel buffers, and the present device), for every
+//    linear node kind, weight dtype, K, activation storage and epilogue: a kernel's declaration admits the node
+//    exactly where its lowering succeeds. The selector ranks only admitted kernels, so it can never pick one that
+//    throws (the H200's "linear_coopmat: fused activation not implemented").
+// 2. On the present device, every kernel it admits runs every epilogue against the CPU reference.
+#include <tuple>
+
+#include "runtime/exec/linear_select.h"
+#include "runtime/vulkan/linear_kernels.h"
+#include "runtime/vulkan/pipeline.h"
+#include "tests/ops/op_harness.h"
+
+using namespace kiln;
+
+namespace {
+// Profiles, from `kiln devices` / vulkaninfo on each (docs/gpu-runs/, ../shared/gpu-runs/2026-11-27-h200).
+std::vector<vk::DeviceInfo> profiles() {
+    vk::DeviceInfo lvp22;
+    lvp22.name = "llvmpipe (Mesa 22.3.6, 256 bits)";
+    lvp22.subgroup_size = 8, lvp22.texel_formats = true, lvp22.max_shared_memory = 32768, lvp22.fp16_arith = true;
+    lvp22.coopmat_why = "no VK_KHR_cooperative_matrix";
+    vk::DeviceInfo lvp26 = lvp22;
+    lvp26.name = "llvmpipe (Mesa 26.1.6, 256 bits)";
+    auto s8 = vk::choose_coopmat_shape({{8, 8, 8}}, 8);  // lavapipe 26 lists 8 x 8 x 8 (f16, f32 accumulators)
+    REQUIRE(s8.has_value());
+    lvp26.coopmat_m = s8->m, lvp26.coopmat_n = s8->n, lvp26.coopmat_k = s8->k, lvp26.coopmat_why.clear();
+    vk::DeviceInfo h200;
+    h200.name = "NVIDIA H200";
+    h200.subgroup_size = 32, h200.texel_formats = true, h200.max_shared_memory = 49152, h200.fp16_arith = true;
+    // NVIDIA 580 lists f16 x f16 + f32 at 16x16x16, 16x8x16 and 16x8x8 (among others for other types).
+    auto s16 = vk::choose_coopmat_shape({{16, 8, 16}, {16, 8, 8}, {16, 16, 16}}, 32);
+    REQUIRE(s16.has_value());
+    h200.coopmat_m = s16->m, h200.coopmat_n = s16->n, h200.coopmat_k = s16->k;
+    vk::DeviceInfo bare;  // no cooperative matrices, no texel formats, 64-wide subgroups
+    bare.name = "bare";
+    bare.subgroup_size = 64, bare.max_shared_memory = 32768, bare.coopmat_why = "no VK_KHR_cooperative_matrix";
+    return {lvp22, lvp26, h200, bare, test::op_ctx().info()};
+}
+
+struct NodeCase {
+    DType w;
+    int64_t K;
+    ir::Act act;
+    bool x16, y16;
+};
+
+// One linear of case c: x [M, K] (stored f16 where x16: as the output of a relu, planned activation storage), y
+// stored f16 where y16.
+ir::Graph linear_graph(const NodeCase& c, int64_t M = 70, int64_t N = 130) {
+    ir::Graph g;
+    auto x = g.relu(g.input("x", {M, c.K}));
+    auto y = g.linear(x, g.weight("w", {N, c.K}, c.w), g.weight("b", {N}), c.act);
+    g.output(g.relu(y), "y");
+    if (c.x16) g.set_storage(x, DType::f16);  // after the graph is built: ops other than linear read f32
+    if (c.y16) g.set_storage(y, DType::f16);
+    return g;
+}
+
+const ir::Node& linear_node(const ir::Graph& g) {
+    for (const ir::Node& n : g.nodes())
+        if (n.op == ir::Op::linear) return n;
+    FAIL("no linear");
+    return g.nodes().front();
+}
+}  // namespace
+
+TEST_CASE("every linear kernel's declaration agrees with its lowering on every device profile", "[op:linear][caps]") {
+    int admitted = 0, refused = 0;
+    for (const vk::DeviceInfo& dev : profiles())
+        for (DType w : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_k})
+            for (int64_t K : {dtype_is_quant(w) ? 3 * dtype_block(w) : 68, int64_t{30}}) {
+                if (dtype_is_quant(w) && K % dtype_block(w) != 0) continue;  // not a quantized weight
+                for (ir::Act act : {ir::Act::none, ir::Act::gelu, ir::Act::gelu_tanh, ir::Act::silu})
+                    for (bool x16 : {false, true})
+                        for (bool y16 : {false, true}) {
+                            const ir::Graph g = linear_graph({w, K, act, x16, y16});
+                            const ir::Node& n = linear_node(g);
+                            for (const vk::LinearKernel& k : vk::linear_kernels()) {
+                                CAPTURE(dev.name, k.name, dtype_name(w), K, (int)act, x16, y16);
+                                const std::string why = vk::linear_kernel_unsupported(k, dev, g, n);
+                                std::string lowered;
+                                try {
+                                    vk::Dispatch d = k.lower(dev, g, n);
+                                    CHECK(vk::has_shader(d.shader.name()));
+                                } catch (const Error& e) {
+                                    lowered = e.what();
+                                }
+                                INFO("declared: '" << why << "', lowering: '" << lowered << "'");
+                                CHECK(why.empty() == lowered.empty());
+                                (why.empty() ? admitted : refused)++;
+                                if (k.name == "reg") CHECK(why.empty());  // the fallback runs everything
+                            }
+                        }
+            }
+    CHECK(admitted > 0);
+    CHECK(refused > 0);
+}
+
+TEST_CASE("cooperative-matrix shapes: 16x16x16 where listed, else one the shader's staging fits", "[op:linear][caps]") {
+    auto s = vk::choose_coopmat_shape({{16, 8, 16}, {16, 16, 16}}, 32);
+    REQUIRE(s.has_value());
+    CHECK((s->m == 16 && s->n == 16 && s->k == 16));
+    s = vk::choose_coopmat_shape({{8, 8, 8}}, 8);
+    REQUIRE(s.has_value());
+    CHECK((s->m == 8 && s->k == 8));
+    CHECK(!vk::choose_coopmat_shape({{8, 8, 8}}, 128).has_value());   // 8 x 8 rows cannot feed 512 lanes evenly
+    CHECK(!vk::choose_coopmat_shape({{32, 32, 16}}, 32).has_value());  // M, N in {8, 16} (shared memory)
+    CHECK(!vk::choose_coopmat_shape({{16, 16, 12}}, 32).has_value());  // K must divide the 32-value slice
+    CHECK(!vk::choose_coopmat_shape({}, 32).has_value());
+}
+
+// Every kernel the present device admits, every epilogue, against the CPU. Tolerance (test_linear.cpp's): f32
+// accumulation in another order than the f64 reference, |err| <= K 2^-24 sum|x w| with E|x w| = 1/4 -> max-abs
+// 2 K^2 2^-24 / 4 (x2 margin), relative L2 1e-5; coopmat: + 2 K / 4 2^-11 max-abs and relative L2 2^-11, the
+// f16 bound test_linear_smem.cpp derives (the spec leaves the MulAdd's precision to the device). The activations are 1-Lipschitz up to 1.13 (GELU's slope), so the
+// bound carries through them with that factor.
+TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[op:linear][caps]") {
+    vk::Context& ctx = test::op_ctx();
+    const std::string kernel = GENERATE(from_range(exec::linear_variants()));
+    const DType w = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q4_k);
+    const ir::Act act = GENERATE(ir::Act::none, ir::Act::gelu, ir::Act::gelu_tanh, ir::Act::silu);
+    const int64_t K = dtype_is_quant(w) ? 3 * dtype_block(w) : 68, M = 77, N = 130;
+    CAPTURE(kernel, dtype_name(w), (int)act);
+    if (!exec::linear_variant_available(ctx, kernel, w)) {
+        SUCCEED("not on this device: " << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), w));
+        return;
+    }
+    ir::Graph g;
+    g.output(g.linear(g.input("x", {M, K}), g.weight("w", {N, K}, w), g.weight("b", {N}), act), "y");
+    REQUIRE(exec::linear_unsupported(ctx, kernel, g, linear_node(g)).empty());
+    exec::set_linear_override(kernel);
+    struct Clear {
+        ~Clear() { exec::set_linear_override(""); }
+    } clear;
+    auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 70)}},
+                          {{"w", test::random_weight({N, K}, w, 71)}, {"b", test::random_tensor({N}, 72)}});
+    double bound = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
+    if (kernel == "coopmat") bound += 2.0 * K / 4 * std::ldexp(1.0, -11);
+    CHECK(test::max_err(r.gpu, r.cpu) <= 1.13 * bound);
+    CHECK(rel_l2(r.gpu, r.cpu) <= (kernel == "coopmat" ? std::ldexp(1.0, -11) : 1e-5));
+}
