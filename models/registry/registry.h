@@ -25,6 +25,7 @@ enum class ComponentKind {
     clip_text_projection,  // CLIP text model with the text_projection: text_embeds
     t5_encoder,
     gemma2,  // Gemma2Model: last_hidden_state (Sana's text encoder)
+    qwen3,   // Qwen3Model / Qwen3ForCausalLM: any hidden_states (Z-Image's and FLUX.2 [klein]'s text encoder)
     clip_tokenizer,
     t5_tokenizer,
     gemma_tokenizer,  // SentencePiece BPE with byte fallback (models/text/gemma_tokenizer.h)
