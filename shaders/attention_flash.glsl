@@ -26,6 +26,7 @@ const uint NI = 64;
 const uint T = NI / BR;          // invocations per query row
 const uint DS = D + 1;           // shared row stride
 const uint DT = (D + T - 1) / T; // output columns per invocation
+const uint NS = (BC + T - 1) / T; // scores per invocation
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 0) readonly buffer Q16 { float16_t q16[]; };
@@ -37,7 +38,7 @@ layout(binding = 3) readonly buffer Mk { float mask[]; };
 layout(binding = 4) writeonly buffer O { float o[]; };
 
 shared float q_s[BR * DS];
-shared float kv_s[BC * DS];
+shared float kv_s[BC * DS + T];  // + the columns flash_pv reads past the last row's D
 shared float s_s[BR * BC];
 shared float row_s[BR];  // alpha of the current tile; 1 / l at the end
 
@@ -45,23 +46,30 @@ float load_q(uint i) { return (F16 & 1u) != 0 ? float(q16[i]) : q[i]; }
 float load_k(uint i) { return (F16 & 2u) != 0 ? float(k16[i]) : k[i]; }
 float load_v(uint i) { return (F16 & 4u) != 0 ? float(v16[i]) : v[i]; }
 
-// s_s[r][c] = q_s[r] . kv_s[c] for this invocation's keys c = t, t + T, ... (scalar: one dot per invocation).
+// s_s[r][c] = q_s[r] . kv_s[c] for this invocation's keys c = t + n T, n < NS (scalar: one dot per key and
+// invocation, d ascending; each q element loaded once for the NS keys).
 void flash_scores(uint r, uint t) {
-    for (uint c = t; c < BC; c += T) {
-        float s = 0.0;
-        for (uint d = 0; d < D; ++d) s += q_s[r * DS + d] * kv_s[c * DS + d];
-        s_s[r * BC + c] = s;
+    float s[NS];
+    uint row[NS];  // keys past the tile (BC % T != 0, BC < T) read its last row and are not stored
+    [[unroll]] for (uint n = 0; n < NS; ++n) {
+        s[n] = 0.0;
+        row[n] = min(t + n * T, BC - 1) * DS;
     }
+    for (uint d = 0; d < D; ++d) {
+        float qd = q_s[r * DS + d];
+        [[unroll]] for (uint n = 0; n < NS; ++n) s[n] += qd * kv_s[row[n] + d];
+    }
+    [[unroll]] for (uint n = 0; n < NS; ++n)
+        if (t + n * T < BC) s_s[r * BC + t + n * T] = s[n];
 }
 
-// acc[x] = alpha acc[x] + sum_c s_s[r][c] kv_s[c][d], d = t + x T.
+// acc[x] = alpha acc[x] + sum_c s_s[r][c] kv_s[c][d], d = t + x T, c ascending (columns d >= D are computed from
+// padding and never stored).
 void flash_pv(uint r, uint t, float alpha, inout float acc[DT]) {
-    [[unroll]] for (uint x = 0; x < DT; ++x) {
-        uint d = t + x * T;
-        if (d >= D) break;
-        float a = acc[x] * alpha;
-        for (uint c = 0; c < BC; ++c) a += s_s[r * BC + c] * kv_s[c * DS + d];
-        acc[x] = a;
+    [[unroll]] for (uint x = 0; x < DT; ++x) acc[x] *= alpha;
+    for (uint c = 0; c < BC; ++c) {
+        float pc = s_s[r * BC + c];
+        [[unroll]] for (uint x = 0; x < DT; ++x) acc[x] += pc * kv_s[c * DS + t + x * T];
     }
 }
 

@@ -121,7 +121,7 @@ const std::vector<SettingInfo> kTable = {
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
     {"KILN_ATTENTION", "choice: auto|flash|rows|buf|tex", "auto",
-     "the attention kernel: auto/flash the flash kernel where it applies, rows the rows kernel (buf/tex: through "
+     "the attention kernel: flash where it applies (auto: on GPUs; rows on CPU devices), rows (buf/tex: through "
      "storage/texel buffers)", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.attention = choice(n, v, {"auto", "flash", "rows", "buf", "tex"}, "auto, flash, rows, buf or tex"); }},

@@ -9,9 +9,10 @@
 
 namespace kiln::exec {
 
-// Rewrites d (vk::lower of attention node n) to the flash kernel and returns true where KILN_ATTENTION is auto or
-// flash and the kernel applies on ctx's device, or where q/k/v are stored f16 (only flash reads them; throws where
-// it does not apply). Returns false, d untouched, where the rows kernel stays.
+// Rewrites d (vk::lower of attention node n) to the flash kernel and returns true where the kernel applies on ctx's
+// device and KILN_ATTENTION is flash, or auto on a GPU (not a CPU device: there the rows kernel is faster), or
+// where q/k/v are stored f16 (only flash reads them; throws where it does not apply). Returns false, d untouched,
+// where the rows kernel stays.
 bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 
 // The texel-buffer choice (auto, buf or tex) for a node left on the rows kernel under KILN_ATTENTION = v.

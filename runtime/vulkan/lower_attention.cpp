@@ -53,9 +53,9 @@ params::AttentionParams attn_params(const ir::Graph& g, const ir::Node& n) {
 }
 
 // Shared memory of attention_flash.glsl for tile t and head_dim d: the q tile and one K/V tile (rows padded to
-// d + 1 floats), the scores, and one float per query row.
+// d + 1 floats, 64 / br floats past the K/V tile), the scores, and one float per query row.
 uint64_t flash_shared_bytes(FlashTile t, int64_t d) {
-    return 4ull * ((uint64_t)(t.br + t.bc) * (uint64_t)(d + 1) + (uint64_t)t.br * t.bc + t.br);
+    return 4ull * ((uint64_t)(t.br + t.bc) * (uint64_t)(d + 1) + 64 / t.br + (uint64_t)t.br * t.bc + t.br);
 }
 }  // namespace
 
