@@ -261,8 +261,8 @@ Inputs text_encoder_inputs(Builder& b, ComponentKind kind, const std::string& cl
         std::vector<int64_t> want;
         if (auto it = inputs.find("hidden_states_layers"); it != inputs.end()) {
             Tensor l = it->second.astype(DType::i64);
-            KILN_CHECK(l.numel() > 0 && l.shape.size() <= 1, cls, ": hidden_states_layers must be a list of indices, got ",
-                       shape_str(l.shape));
+            KILN_CHECK(l.numel() > 0 && l.shape.size() <= 1, cls,
+                       ": hidden_states_layers must be a list of indices, got ", shape_str(l.shape));
             want.assign(l.data<int64_t>(), l.data<int64_t>() + l.numel());
         } else {
             for (int64_t i = 0; i <= c.layers; ++i) want.push_back(i);

@@ -194,8 +194,8 @@ TEST_CASE("Qwen3 as the pipelines tap it: klein's Qwen3ForCausalLM [9, 18, 27], 
     const double gpu_err = rel_l2(gpu.to_f32(), ref);
     INFO("Vulkan relative L2 " << gpu_err);
     CHECK(gpu_err <= 1e-4);
-    auto f16 = models::ModelSource::open(convert("qwen3_encoder_pipelines/" + std::string(r.folder), DType::f16,
-                                                 std::string("qwen3_") + r.folder));
+    auto f16 = models::ModelSource::open(
+        convert("qwen3_encoder_pipelines/" + std::string(r.folder), DType::f16, std::string("qwen3_") + r.folder));
     const auto f16_gpu = embeds(models::forward_component(&test::context(), f16, "text_encoder", in));
     const auto f16_cpu = embeds(models::forward_component(nullptr, f16, "text_encoder", in));
     CHECK(rel_l2(f16_gpu.to_f32(), f16_cpu.to_f32()) <= 1e-4);
@@ -207,10 +207,11 @@ TEST_CASE("Qwen3 replayed layers on synthetic weights: Vulkan matches the CPU re
     // q heads per kv head, head_dim 12 with heads * head_dim != hidden, q/k/v/o biases (attention_bias), 19 tokens:
     // row 0 unpadded, row 1 right-padded after 7 tokens, row 2 left-padded (4 pad tokens first). Left-padded rows
     // whose keys are all padding are implementation-defined; every other row is compared. Then no mask at all.
-    nlohmann::json cfg = {{"vocab_size", 97},         {"hidden_size", 40},       {"intermediate_size", 56},
-                          {"num_hidden_layers", 6},   {"num_attention_heads", 6}, {"num_key_value_heads", 2},
-                          {"head_dim", 12},           {"rope_theta", 1000000.0}, {"attention_bias", true},
-                          {"architectures", {"Qwen3Model"}}};
+    nlohmann::json cfg = {{"vocab_size", 97},         {"hidden_size", 40},
+                          {"intermediate_size", 56},  {"num_hidden_layers", 6},
+                          {"num_attention_heads", 6}, {"num_key_value_heads", 2},
+                          {"head_dim", 12},           {"rope_theta", 1000000.0},
+                          {"attention_bias", true},   {"architectures", {"Qwen3Model"}}};
     const bool with_mask = GENERATE(true, false);
     auto ws = models::synthetic_store(DType::f32, 17);
     const int B = 3, S = 19;
@@ -233,7 +234,8 @@ TEST_CASE("Qwen3 replayed layers on synthetic weights: Vulkan matches the CPU re
         const int64_t D = t.shape[2];
         std::vector<float> out;
         for (int64_t r = 0; r < B * S; ++r)
-            if (!with_mask || r / S != 2 || r % S >= 4) out.insert(out.end(), v.begin() + r * D, v.begin() + (r + 1) * D);
+            if (!with_mask || r / S != 2 || r % S >= 4)
+                out.insert(out.end(), v.begin() + r * D, v.begin() + (r + 1) * D);
         return out;
     };
     for (exec::Mode m : {exec::Mode::eager, exec::Mode::regional}) {
@@ -293,7 +295,8 @@ TEST_CASE("Qwen3: the Qwen3-4B synthetic architecture builds; bad configs and in
         ir::Graph g;
         models::Builder b(g, *ws);
         // example_inputs: Z-Image's 512 tokens and hidden_states[-2] = [35]: layers 0..34 replayed, 35 never built.
-        auto in = models::build_component(b, arch.cls, arch.config, models::example_inputs(arch.cls, arch.config, 1, 0, 0));
+        auto in =
+            models::build_component(b, arch.cls, arch.config, models::example_inputs(arch.cls, arch.config, 1, 0, 0));
         CHECK(g.regions().size() == 35);
         REQUIRE(g.outputs().size() == 1);
         CHECK(g.outputs()[0].first == "hidden_states_35");

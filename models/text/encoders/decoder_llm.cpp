@@ -40,8 +40,7 @@ std::map<std::string, Tensor> decoder_llm_inputs(const DecoderLlmConfig& c, cons
     Tensor ids = input_ids.astype(DType::i64), tok(DType::i32, {B * S});
     for (int64_t i = 0; i < B * S; ++i) {
         const int64_t id = ids.data<int64_t>()[i];
-        KILN_CHECK(id >= 0 && id < c.vocab_size, c.cls, ": token id ", id, " outside the vocabulary of ",
-                   c.vocab_size);
+        KILN_CHECK(id >= 0 && id < c.vocab_size, c.cls, ": token id ", id, " outside the vocabulary of ", c.vocab_size);
         tok.data<int32_t>()[i] = (int32_t)id;
     }
     Tensor keep(DType::f32, {B, S});  // 1: a valid key
@@ -137,7 +136,7 @@ ir::Val attention(Builder& b, const DecoderLlmConfig& c, const std::string& p, i
     // halves ([.., 2, D/2] -> [.., D/2, 2]) and rope rotates exactly transformers' pairs: y[2i] = q[i] cos - q[i+D/2]
     // sin, y[2i+1] = q[i+D/2] cos + q[i] sin. q and k stay in that order: q.k sums the same products (order aside).
     auto rotate = [&](ir::Val t, int heads) {
-        t = g.permute(g.reshape(t, {B, S, heads, 2, half}), {0, 1, 2, 4, 3});  // [B, S, heads, D/2, 2]
+        t = g.permute(g.reshape(t, {B, S, heads, 2, half}), {0, 1, 2, 4, 3});   // [B, S, heads, D/2, 2]
         return g.rope(g.reshape(t, {B, S, (int64_t)heads * D}), m.cos, m.sin);  // [B, S, heads*D]
     };
     q = rotate(head_norm(q, Hq, "q_norm"), Hq);
@@ -175,13 +174,12 @@ ir::Val layer(Builder& b, const DecoderLlmConfig& c, int i, ir::Val h, const Mas
     if (c.sandwich_norms) a = rms_norm(b, c, p + "post_attention_layernorm.weight", a, H);
     h = g.add(h, a);  // [B, S, hidden]
 
-    ir::Val x = rms_norm(b, c, p + (c.sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm") +
-                                   ".weight",
-                         h, H);
+    ir::Val x = rms_norm(
+        b, c, p + (c.sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm") + ".weight", h, H);
     ir::Val gate = proj(b, p + "mlp.gate_proj", x, H, F, false);  // [B, S, F]
     gate = c.gelu_tanh ? g.gelu(gate, true) : g.silu(gate);
-    ir::Val up = proj(b, p + "mlp.up_proj", x, H, F, false);                       // [B, S, F]
-    ir::Val mlp = proj(b, p + "mlp.down_proj", g.mul(gate, up), F, H, false);      // [B, S, hidden]
+    ir::Val up = proj(b, p + "mlp.up_proj", x, H, F, false);                   // [B, S, F]
+    ir::Val mlp = proj(b, p + "mlp.down_proj", g.mul(gate, up), F, H, false);  // [B, S, hidden]
     if (c.sandwich_norms) mlp = rms_norm(b, c, p + "post_feedforward_layernorm.weight", mlp, H);
     return g.add(h, mlp);
 }

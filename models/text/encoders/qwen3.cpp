@@ -41,7 +41,8 @@ DecoderLlmConfig qwen3_config(const nlohmann::json& j, const std::string& cls) {
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
         const auto& r = j["rope_scaling"];
         const nlohmann::json type = r.is_object() ? r.value("rope_type", r.value("type", nlohmann::json())) : r;
-        KILN_CHECK(type == "default", cls, ": rope_scaling ", r.dump(), " is not supported (null or rope_type default)");
+        KILN_CHECK(type == "default", cls, ": rope_scaling ", r.dump(),
+                   " is not supported (null or rope_type default)");
     }
     c.check();
     return c;
