@@ -6,11 +6,13 @@
 //   2. per row: m' = max(m, max S), alpha = exp(m - m'), P = exp(S - m'), l = alpha l + sum P     swaps; so is 3)
 //   3. O = alpha O + P V                          (flash_pv)
 // and at the end out = O / l. The score matrix is never stored beyond one tile. Invocation (r, t) = (tid / T,
-// tid % T), T = 64 / BR: row r's scores j = t, t + T, ...; its output columns d = t, t + T, ... in registers. Shared
-// rows are padded to D + 1 floats, so the T lanes of a row (reading K rows j, j + 1, ...) hit distinct banks.
-// Each score is one invocation's dot product over d ascending (no cross-lane sum): results do not depend on the
-// subgroup size. Rows past Sq and keys past Sk are clamped for the loads; keys past Sk or past the causal limit get
-// P = 0, and K/V tiles beyond the workgroup's last visible key are skipped. Shared memory: lower_attention.cpp.
+// tid % T), T = 64 / BR: row r's scores j = t, t + T, ... (step 2 too: the row's max and sum of P combine the T
+// invocations' partials through shared memory, t ascending); its output columns d = t, t + T, ... in registers.
+// Shared rows are padded to D + 1 floats, so the T lanes of a row (reading K rows j, j + 1, ...) hit distinct
+// banks. Each score is one invocation's dot product over d ascending; nothing is reduced across a subgroup, so the
+// results do not depend on the subgroup size. Rows past Sq and keys past Sk are clamped for the loads; keys past
+// Sk or past the causal limit get P = 0, and K/V tiles beyond the workgroup's last visible key are skipped. Shared
+// memory: lower_attention.cpp.
 // Workgroups: (ceil(Sq / BR), H, B).
 #include "common.glsl"
 #include "mathf.glsl"
@@ -40,7 +42,7 @@ layout(binding = 4) writeonly buffer O { float o[]; };
 shared float q_s[BR * DS];
 shared float kv_s[BC * DS + T];  // + the columns flash_pv reads past the last row's D
 shared float s_s[BR * BC];
-shared float row_s[BR];  // alpha of the current tile; 1 / l at the end
+shared float red_m[NI], red_l[NI];  // per invocation: its keys' max and sum of P in the current tile
 
 float load_q(uint i) { return (F16 & 1u) != 0 ? float(q16[i]) : q[i]; }
 float load_k(uint i) { return (F16 & 2u) != 0 ? float(k16[i]) : k[i]; }
@@ -89,7 +91,7 @@ void main() {
     }
     float acc[DT];
     [[unroll]] for (uint x = 0; x < DT; ++x) acc[x] = 0.0;
-    float m = -3.402823466e38, l = 0.0;  // row r's running max and sum (kept by its t == 0 invocation)
+    float m = -3.402823466e38, l = 0.0;  // row r's running max and sum (the same in each of its T invocations)
 
     for (uint j0 = 0; j0 < kend; j0 += BC) {
         barrier();  // the previous tile's P V has read kv_s and s_s (first tile: q_s is written)
@@ -99,41 +101,44 @@ void main() {
         }
         barrier();
         flash_scores(r, t);
+        // This invocation's keys (it wrote them): soft-capped, masked; their max. Keys past Sk or the causal limit
+        // are left out (P = 0 below).
+        uint cn = min(BC, p.Sk - j0);
+        if (p.causal != 0) cn = uint(clamp(lim - int(j0) + 1, 0, int(cn)));
+        float mt = -3.402823466e38;
+        for (uint c = t; c < cn; c += T) {
+            float s = s_s[r * BC + c];
+            if (p.softcap > 0.0) s = p.softcap * tanh_accurate(s);
+            if (p.has_mask != 0) s += mask[b * p.mask_sb + i * p.mask_sq + j0 + c];
+            s_s[r * BC + c] = s;
+            mt = max(mt, s);
+        }
+        red_m[tid] = mt;
         barrier();
-        // V over K, while row r's first invocation turns its scores into probabilities.
+        // Row max over the row's T partials (t ascending, so every lane of the row agrees), P for this
+        // invocation's keys and their sum; V over K meanwhile.
+        float mx = m;
+        for (uint u = 0; u < T; ++u) mx = max(mx, red_m[r * T + u]);
+        float part = 0.0;
+        for (uint c = t; c < BC; c += T) {
+            float pc = c < cn ? exp(s_s[r * BC + c] - mx) : 0.0;
+            s_s[r * BC + c] = pc;
+            part += pc;
+        }
+        red_l[tid] = part;
         for (uint e = tid; e < BC * D; e += NI) {
             uint c = e / D, d = e % D;
             kv_s[c * DS + d] = load_v((b * p.Sk + min(j0 + c, p.Sk - 1)) * Wk + hk * D + d);
         }
-        if (t == 0) {
-            uint cn = min(BC, p.Sk - j0);  // valid keys of this tile
-            if (p.causal != 0) cn = uint(clamp(lim - int(j0) + 1, 0, int(cn)));
-            float mx = m;
-            for (uint c = 0; c < cn; ++c) {
-                float s = s_s[r * BC + c];
-                if (p.softcap > 0.0) s = p.softcap * tanh_accurate(s);
-                if (p.has_mask != 0) s += mask[b * p.mask_sb + i * p.mask_sq + j0 + c];
-                s_s[r * BC + c] = s;
-                mx = max(mx, s);
-            }
-            float alpha = exp(m - mx), sum = 0.0;
-            for (uint c = 0; c < BC; ++c) {
-                float pc = c < cn ? exp(s_s[r * BC + c] - mx) : 0.0;
-                s_s[r * BC + c] = pc;
-                sum += pc;
-            }
-            l = l * alpha + sum;
-            m = mx;
-            row_s[r] = alpha;
-        }
         barrier();
-        flash_pv(r, t, row_s[r], acc);
+        float alpha = exp(m - mx), sum = 0.0;
+        for (uint u = 0; u < T; ++u) sum += red_l[r * T + u];
+        l = l * alpha + sum;
+        m = mx;
+        flash_pv(r, t, alpha, acc);
     }
-    barrier();  // every row's last alpha is read
-    if (t == 0) row_s[r] = l > 0.0 ? 1.0 / l : 0.0;  // 0: a causal row that sees no key
-    barrier();
+    float inv = l > 0.0 ? 1.0 / l : 0.0;  // 0: a causal row that sees no key
     if (q0 + r >= p.Sq) return;
-    float inv = row_s[r];
     uint ooff = (b * p.Sq + q0 + r) * W + h * D;
     [[unroll]] for (uint x = 0; x < DT; ++x) {
         uint d = t + x * T;

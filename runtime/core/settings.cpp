@@ -144,6 +144,10 @@ const std::vector<SettingInfo> kTable = {
      true, [](Settings& s, const char* n, const std::string& v) {
          s.test.max_texel_elements = (uint32_t)integer(n, v, 0, UINT32_MAX,
                                                        "a whole number, 0 or more"); }},
+    {"KILN_TEST_MAX_SHARED_MEMORY", "int", "the device's",
+     "lowers maxComputeSharedMemorySize for the flash attention kernel's tiles", true,
+     [](Settings& s, const char* n, const std::string& v) {
+         s.test.max_shared_memory = (uint32_t)integer(n, v, 0, UINT32_MAX, "a whole number, 0 or more"); }},
     {"KILN_TEST_DEVICE_MEMORY_LIMIT", "bytes", "0 (none)",
      "device memory a context's allocators may hold; past it allocations fail as out of device memory",
      true, [](Settings& s, const char* n, const std::string& v) {

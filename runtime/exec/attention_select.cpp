@@ -1,5 +1,7 @@
 #include "runtime/exec/attention_select.h"
 
+#include <algorithm>
+
 #include "runtime/core/error.h"
 #include "runtime/vulkan/attention_flash.h"
 
@@ -11,13 +13,14 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
                "' (auto, flash, rows, buf or tex)");
     bool f16 = false;
     for (size_t i = 0; i < 3; ++i) f16 = f16 || g.value(n.in[i]).dtype == DType::f16;
-    const uint32_t smem = ctx.info().max_shared_memory;
+    uint32_t smem = ctx.info().max_shared_memory;
+    if (uint32_t t = ctx.settings().test.max_shared_memory) smem = std::min(smem, t);  // KILN_TEST_MAX_SHARED_MEMORY
     if (f16) {  // the rows kernel reads f32 only
         d = vk::lower_attention_flash(g, n, smem);
         return true;
     }
     if (v != "auto" && v != "flash") return false;
-    // auto on a CPU device (lavapipe): the rows kernel, 4-13x faster there (docs/attention.md).
+    // auto on a CPU device (lavapipe): the rows kernel, 7-17x faster there (docs/attention.md).
     if (v == "auto" && ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU) return false;
     if (!vk::attention_flash_unsupported(g, n, smem).empty()) return false;
     d = vk::lower_attention_flash(g, n, smem);

@@ -53,9 +53,9 @@ params::AttentionParams attn_params(const ir::Graph& g, const ir::Node& n) {
 }
 
 // Shared memory of attention_flash.glsl for tile t and head_dim d: the q tile and one K/V tile (rows padded to
-// d + 1 floats, 64 / br floats past the K/V tile), the scores, and one float per query row.
+// d + 1 floats, 64 / br floats past the K/V tile), the scores, and two floats per invocation (64).
 uint64_t flash_shared_bytes(FlashTile t, int64_t d) {
-    return 4ull * ((uint64_t)(t.br + t.bc) * (uint64_t)(d + 1) + 64 / t.br + (uint64_t)t.br * t.bc + t.br);
+    return 4ull * ((uint64_t)(t.br + t.bc) * (uint64_t)(d + 1) + 64 / t.br + (uint64_t)t.br * t.bc + 128);
 }
 }  // namespace
 
@@ -84,7 +84,7 @@ Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
 }
 
 FlashTile flash_tile(int64_t d, uint32_t max_shared) {
-    // Largest first: 16 x 32 fits 16 KiB (Vulkan's minimum) up to head_dim 73, 32 KiB (lavapipe) up to 158.
+    // Largest first: 16 x 32 fits 16 KiB (Vulkan's minimum) up to head_dim 70, 32 KiB (lavapipe) up to 156.
     for (FlashTile t : {FlashTile{16, 32}, FlashTile{16, 16}, FlashTile{8, 16}, FlashTile{8, 8}, FlashTile{4, 8}})
         if (flash_shared_bytes(t, d) <= max_shared) return t;
     return {0, 0};

@@ -45,6 +45,7 @@ TEST_CASE("settings: unset variables leave the defaults", "[settings]") {
     CHECK(s.test.device_lost_after == -1);
     CHECK(s.test.max_storage_buffers == 0);
     CHECK(s.test.max_texel_elements == 0);
+    CHECK(s.test.max_shared_memory == 0);
     CHECK(s.test.max_binding_range == 0);
     CHECK(s.test.convert_delay_ms == 0);
     CHECK(s.test.live == nullptr);
@@ -74,6 +75,7 @@ TEST_CASE("settings: every variable parses into its field", "[settings]") {
                               {"KILN_MAX_BINDING_RANGE", "4096"},
                               {"KILN_TEST_MAX_STORAGE_BUFFERS", "8"},
                               {"KILN_TEST_MAX_TEXEL_ELEMENTS", "1000"},
+                              {"KILN_TEST_MAX_SHARED_MEMORY", "8192"},
                               {"KILN_TEST_DEVICE_MEMORY_LIMIT", "1048576"},
                               {"KILN_TEST_DEVICE_LOST_AFTER", "5"},
                               {"KILN_TEST_CONVERT_DELAY_MS", "20"}});
@@ -98,6 +100,7 @@ TEST_CASE("settings: every variable parses into its field", "[settings]") {
     CHECK(s.test.max_binding_range == 4096);
     CHECK(s.test.max_storage_buffers == 8);
     CHECK(s.test.max_texel_elements == 1000);
+    CHECK(s.test.max_shared_memory == 8192);
     CHECK(s.test.device_memory_limit == 1048576);
     CHECK(s.test.device_lost_after == 5);
     CHECK(s.test.convert_delay_ms == 20);
@@ -196,6 +199,7 @@ TEST_CASE("settings: the table names each variable once, documented, KILN_TEST_*
                           "KILN_MAX_BINDING_RANGE",
                           "KILN_TEST_MAX_STORAGE_BUFFERS",
                           "KILN_TEST_MAX_TEXEL_ELEMENTS",
+                          "KILN_TEST_MAX_SHARED_MEMORY",
                           "KILN_TEST_DEVICE_MEMORY_LIMIT",
                           "KILN_TEST_DEVICE_LOST_AFTER",
                           "KILN_TEST_CONVERT_DELAY_MS"})

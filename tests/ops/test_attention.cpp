@@ -233,3 +233,26 @@ TEST_CASE("attention rejects bad grouped-query shapes", "[op:attention][bad]") {
     a.softcap = 0.f;
     CHECK_NOTHROW(g.attention(q, k, k, a));
 }
+
+TEST_CASE("the flash kernel's smaller tiles match the CPU reference", "[op:attention]") {
+    // KILN_TEST_MAX_SHARED_MEMORY: the tiles of devices with less shared memory than lavapipe's 32 KiB.
+    struct TileCase {
+        const char* limit;
+        int64_t D;
+        uint32_t br, bc;
+    };
+    const TileCase t = GENERATE(TileCase{"20000", 128, 16, 16}, TileCase{"8192", 64, 8, 16}, TileCase{"6000", 64, 8, 8});
+    CAPTURE(t.limit, t.D);
+    const OptCase c{2, 37, 45, 4, 2, t.D, 1, true, 30.f};
+    OptProblem a(c, 80);
+    test::ScopedEnv env("KILN_ATTENTION", "flash"), smem("KILN_TEST_MAX_SHARED_MEMORY", t.limit);
+    const ir::Node& n = a.g.nodes().back();
+    REQUIRE(n.op == ir::Op::attention);
+    vk::Dispatch d = vk::lower(a.g, n);
+    REQUIRE(exec::choose_attention_flash(test::op_ctx(), a.g, n, d));
+    CHECK(d.spec[1] == t.br);
+    CHECK(d.spec[2] == t.bc);
+    auto r = test::run_op(a.g, a.in);
+    CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
