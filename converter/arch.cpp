@@ -314,9 +314,9 @@ ArchSpec gemma2(const Config& c) {
 // transformers' Qwen3Model (modeling_qwen3.py): the decoder layers without Gemma-2's sandwich norms, plus per-head
 // q_norm / k_norm. Qwen3ForCausalLM holds the same model under "model." and an LM head (tied to embed_tokens in the
 // small models, then absent), which the text encoder does not use.
-ArchSpec qwen3(const Config& c, bool causal_lm) {
+ArchSpec qwen3(const Config& c, const std::string& pre) {
     ArchSpec s{"text_encoder", {}, {}, {}};
-    const std::string pre = causal_lm ? "model." : "";
+    const bool causal_lm = !pre.empty();
     Names n{s.expected, ""};
     int64_t layers = c.positive("num_hidden_layers", 32);
     const bool bias = c.boolean("attention_bias", false);
@@ -385,7 +385,7 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
         case models::ComponentKind::gemma2:
             return gemma2(c);
         case models::ComponentKind::qwen3:
-            return qwen3(c, cls == "Qwen3ForCausalLM");
+            return qwen3(c, k->weights_prefix);
         case models::ComponentKind::clip_tokenizer:
         case models::ComponentKind::t5_tokenizer:
         case models::ComponentKind::gemma_tokenizer:

@@ -36,6 +36,9 @@ struct ComponentClass {
     const char* name;  // diffusers' _class_name, transformers' architectures[0] or tokenizer_class
     ComponentKind kind;
     Role role;
+    // Where the class keeps the weights Kiln reads: "model." for transformers' *ForCausalLM wrappers (their
+    // base_model_prefix), "" for the others.
+    const char* weights_prefix = "";
 };
 
 // Every class Kiln reads, in the order messages list them.

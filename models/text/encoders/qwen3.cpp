@@ -15,7 +15,7 @@ DecoderLlmConfig qwen3_config(const nlohmann::json& j, const std::string& cls) {
     auto get = [&](const char* key, auto def) { return config_value(j, key, def); };
     DecoderLlmConfig c;  // transformers' Qwen3Config defaults
     c.cls = cls;
-    c.prefix = cls == "Qwen3ForCausalLM" ? "model." : "";
+    c.prefix = k->weights_prefix;
     c.region_kind = "qwen3_layers";
     c.vocab_size = get("vocab_size", 151936);
     c.hidden_size = get("hidden_size", 4096);
