@@ -124,6 +124,8 @@ int main(int argc, char** argv) {
             parts.model = src;
             parts.hf_home = kiln::settings_from_env().hf_home;
             kiln::converter::Assembly a = kiln::converter::assemble(parts);
+            if (!quiet)
+                for (const std::string& note : a.notes) std::fprintf(stderr, "kiln-convert: %s\n", note.c_str());
             if (const std::string missing = a.incomplete(); !missing.empty() && !quiet)
                 std::fprintf(stderr, "kiln-convert: note: writing a partial pipeline: %s\n", missing.c_str());
             kiln::converter::convert_assembly(a, out, opt);

@@ -68,7 +68,22 @@ const layouts::Detected& detected_role(const layouts::FileInfo& info, const Give
     KILN_FAIL(g.path, ": given as ", g.flag, " but holds ", held(info), ", not ", what_role(g.role));
 }
 
-// The files given, each with its role; a --model file gives every component it holds.
+// A single file or Kiln file holding a VAE (a folder is one component).
+bool holds_vae(const std::string& path, const std::map<std::string, layouts::FileInfo>& infos) {
+    if (auto it = infos.find(path); it != infos.end())
+        return std::any_of(it->second.components.begin(), it->second.components.end(),
+                           [](const layouts::Detected& d) { return d.role == "vae"; });
+    if (!layouts::is_kiln_file(path)) return false;
+    GgufFile f = GgufFile::open(path);
+    for (auto& c : f.get_string_array("kiln.components"))
+        if (const models::ComponentClass* k = models::find_component_class(f.get_string("kiln." + c + ".class"));
+            k && k->role == models::Role::vae)
+            return true;
+    return false;
+}
+
+// The files given, each with its role; a --model file gives every component it holds, a --diffusion-model file its
+// VAE when no other file gives one.
 std::vector<Given> given_files(const ComponentFiles& f, std::map<std::string, layouts::FileInfo>& infos) {
     std::vector<Given> out;
     if (!f.model.empty()) {
@@ -91,6 +106,12 @@ std::vector<Given> given_files(const ComponentFiles& f, std::map<std::string, la
         if (!fs::is_directory(*path) && !layouts::is_kiln_file(*path) && !infos.count(*path))
             infos[*path] = layouts::inspect(*path);
     }
+    // The transformer's file may hold the VAE too (Stability's SD3 files, ComfyUI checkpoints, a Kiln file): it gives
+    // the VAE when neither --vae nor --model does.
+    const std::string& t = f.diffusion_model;
+    if (!t.empty() && std::none_of(out.begin(), out.end(), [](const Given& g) { return g.role == "vae"; }) &&
+        holds_vae(t, infos))
+        out.push_back({"--diffusion-model", t, "vae"});
     return out;
 }
 
@@ -316,7 +337,12 @@ Assembly assemble(const ComponentFiles& f) {
         a.parts.push_back(std::move(p));
     };
     add_given(*tg);
-    if (const Given* g = find_role("vae")) add_given(*g);
+    if (const Given* g = find_role("vae")) {
+        add_given(*g);
+        if (g->flag == "--diffusion-model")
+            a.notes.push_back("the VAE from " + fs::path(g->path).filename().string() +
+                              ", which holds one beside the transformer (--vae FILE gives another)");
+    }
     a.parts.push_back(config_part("scheduler"));
     for (auto& e : fam.encoders)
         if (const Given* g = find_role(e.file_role)) add_given(*g);

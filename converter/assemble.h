@@ -1,6 +1,7 @@
 #pragma once
 // A pipeline assembled from the files people download: a single file holding some components (--model), separate
-// component files (--diffusion-model, --vae, --clip-l, --clip-g, --t5xxl), each a single file in another project's
+// component files (--diffusion-model, --vae, --clip-l, --clip-g, --t5xxl; a --diffusion-model file that holds a VAE
+// gives it too unless --vae or --model does), each a single file in another project's
 // layout (models/layouts), a diffusers component folder or a Kiln file. Configs, scheduler and tokenizers come from
 // --config DIR (a diffusers pipeline folder: only its *.json and tokenizer files are read, never weights), else from
 // the published model the transformer's shapes identify (models/layouts/published.h) with its tokenizers from
@@ -47,6 +48,8 @@ struct Assembly {
     std::string model_index_text;    // listing only the components of `parts`
     std::vector<Part> parts;         // transformer, vae, scheduler, text encoders, tokenizers
     std::string tokenizers_missing;  // why the tokenizers were not found (they are needed only to encode prompts)
+    // What came from where without a flag saying so ("the VAE from sd3_medium.safetensors, ..."), for the log.
+    std::vector<std::string> notes;
     const Part* find(const std::string& name) const;
     // "" when every component a generation needs is here; else one line naming what is missing and the flag (or
     // files) that gives it.

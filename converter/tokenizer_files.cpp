@@ -36,44 +36,44 @@ json parse_object(const std::string& text, const std::string& where) {
     return j;
 }
 
-bool is_kind(const std::string& cls, models::ComponentKind kind) {
+// The tokenizer kind of a class Kiln reads; nullptr for any other class.
+const models::ComponentClass* tokenizer_class(const std::string& cls) {
     const models::ComponentClass* c = models::find_component_class(cls);
-    return c && c->kind == kind;
+    return c && c->role == models::Role::tokenizer ? c : nullptr;
 }
-bool is_clip(const std::string& cls) { return is_kind(cls, models::ComponentKind::clip_tokenizer); }
-bool is_t5(const std::string& cls) { return is_kind(cls, models::ComponentKind::t5_tokenizer); }
-bool is_gemma(const std::string& cls) { return is_kind(cls, models::ComponentKind::gemma_tokenizer); }
 
 const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }  // namespace
 
-const std::vector<std::string>& tokenizer_file_names() {
-    static const std::vector<std::string> v = {
-        "vocab.json",        "merges.txt",     "spiece.model", "tokenizer_config.json", "special_tokens_map.json",
-        "added_tokens.json", "tokenizer.model"};
-    return v;
-}
+const std::vector<std::string>& tokenizer_file_names() { return models::tokenizer_file_names(); }
 
-bool is_supported_tokenizer(const std::string& cls) { return is_clip(cls) || is_t5(cls) || is_gemma(cls); }
+bool is_supported_tokenizer(const std::string& cls) { return tokenizer_class(cls) != nullptr; }
 
 std::string tokenizer_class_of_dir(const std::string& dir) {
     const fs::path d(dir), cfg = d / "tokenizer_config.json";
+    std::string config_class;
     if (fs::exists(cfg)) {
         json j = parse_object(read_file(cfg), cfg.string());
         if (j.contains("tokenizer_class") && j["tokenizer_class"].is_string())
-            return j["tokenizer_class"].get<std::string>();
+            config_class = j["tokenizer_class"].get<std::string>();
     }
-    if (fs::exists(d / "spiece.model")) return models::class_name(models::ComponentKind::t5_tokenizer);
-    if (fs::exists(d / "vocab.json")) return models::class_name(models::ComponentKind::clip_tokenizer);
-    KILN_FAIL(dir,
-              ": not a tokenizer folder (no tokenizer_config.json with tokenizer_class, spiece.model or "
-              "vocab.json)");
+    const std::string cls =
+        models::tokenizer_class_of(config_class, [&](const std::string& n) { return fs::is_regular_file(d / n); });
+    if (!cls.empty()) return cls;
+    std::string files;
+    for (const auto& f : models::tokenizer_formats()) {
+        std::string set;
+        for (const auto& n : f.model_files) set += (set.empty() ? "" : " + ") + n;
+        files += (files.empty() ? "" : ", ") + set;
+    }
+    KILN_FAIL(dir, ": not a tokenizer folder (no tokenizer_config.json with tokenizer_class, nor ", files, ")");
 }
 
 FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::vector<std::string>* skipped) {
     const fs::path d(dir);
     KILN_CHECK(fs::is_directory(d), dir, ": tokenizer folder does not exist");
-    KILN_CHECK(is_supported_tokenizer(cls), dir, ": unsupported tokenizer class '", cls,
+    const models::ComponentClass* tc = tokenizer_class(cls);
+    KILN_CHECK(tc, dir, ": unsupported tokenizer class '", cls,
                "' (supported: ", models::class_list({models::Role::tokenizer}), ")");
     const auto& names = tokenizer_file_names();
     FileMap files;
@@ -86,17 +86,11 @@ FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::
                 skipped->push_back(e.path().filename().string());
     const std::string fast_hint =
         fs::exists(d / "tokenizer.json") ? " (only tokenizer.json: fast-only tokenizer folders are not supported)" : "";
-    if (is_clip(cls)) {
-        KILN_CHECK(files.count("vocab.json") && files.count("merges.txt"), dir, ": ", cls,
-                   " needs vocab.json and merges.txt; missing ",
-                   files.count("vocab.json") ? "merges.txt" : "vocab.json", fast_hint);
-    } else if (is_gemma(cls)) {
-        KILN_CHECK(files.count("tokenizer.model") && !files["tokenizer.model"].empty(), dir, ": ", cls,
-                   " needs tokenizer.model, which is missing or empty", fast_hint);
-    } else {
-        KILN_CHECK(files.count("spiece.model"), dir, ": ", cls, " needs spiece.model, which is missing", fast_hint);
-        KILN_CHECK(!files["spiece.model"].empty(), (d / "spiece.model").string(), ": empty file");
-    }
+    const std::string missing =
+        models::missing_tokenizer_files(tc->kind, [&](const std::string& n) { return files.count(n) > 0; });
+    KILN_CHECK(missing.empty(), dir, ": ", missing, fast_hint);
+    for (const auto& n : models::tokenizer_format(tc->kind).model_files)
+        KILN_CHECK(!files.at(n).empty(), (d / n).string(), ": empty file");
     for (auto& [n, text] : files)
         if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) parse_object(text, (d / n).string());
     return files;

@@ -310,7 +310,10 @@ typedef struct kiln_generate_params {
     int class_label_count;
     int width, height;     /* 0 = the model's (text models only; class-label models have one size) */
     int steps;             /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
-    double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance */
+    /* Every double field (and each of sigmas, timesteps, loras[i].scale) must be finite and within its range
+     * (the same for every family and the CLI's flags: docs/cli.md, Numbers), else KILN_INVALID_ARGUMENT naming
+     * the field. */
+    double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance; >= 0 */
     uint64_t seed;         /* the initial noise diffusers draws with generator=torch.manual_seed(seed) (f32) */
     const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler", "euler_a", a diffusers class, or a
                             * preset: "dpm++2m-karras", "dpm++2m-sde", "dpm++2m-sde-karras", "euler-karras" */

@@ -87,11 +87,40 @@ DType noise_dtype(const char* s) {
     return DType::f32;
 }
 
+// A float that is NaN, infinite or outside its option's range (models::float_ranges()): KILN_INVALID_ARGUMENT.
+void check_float_arg(models::FloatOption o, double v, const std::string& what = "") {
+    if (const std::string problem = models::float_problem(o, v, what); !problem.empty())
+        fail(KILN_INVALID_ARGUMENT, problem);
+}
+
+// Every double field of kiln_generate_params and the option whose range it takes: the ranges of the CLI's flags and
+// of the C++ options, the same for every family. zero_default: 0 is the pipeline's default, not a value.
+struct FloatField {
+    double kiln_generate_params::*field;
+    models::FloatOption option;
+    bool zero_default;
+};
+constexpr FloatField kFloatFields[] = {
+    {&kiln_generate_params::guidance, models::FloatOption::guidance, true},
+    {&kiln_generate_params::true_cfg_scale, models::FloatOption::true_cfg_scale, true},
+    {&kiln_generate_params::strength, models::FloatOption::strength, true},
+    {&kiln_generate_params::eta, models::FloatOption::eta, false},
+    {&kiln_generate_params::skip_layer_guidance_scale, models::FloatOption::skip_layer_guidance_scale, true},
+    {&kiln_generate_params::skip_layer_guidance_start, models::FloatOption::skip_layer_guidance_start, false},
+    {&kiln_generate_params::skip_layer_guidance_stop, models::FloatOption::skip_layer_guidance_stop, false},
+};
+
 // The ranges of the numbers every call checks, whatever the model.
 void check_ranges(const kiln_generate_params& p) {
     KILN_ARG(p.steps >= 0 && p.steps <= 1000, "steps is ", p.steps, " (1..1000, or 0 for the pipeline's)");
-    KILN_ARG(p.guidance >= 0 && std::isfinite(p.guidance), "guidance is ", p.guidance,
-             " (>= 1, 1 = off, or 0 for the pipeline's)");
+    for (const FloatField& f : kFloatFields)
+        if (!(f.zero_default && p.*f.field == 0)) check_float_arg(f.option, p.*f.field);
+    auto list = [](const double* v, int n, const char* name, const char* count, models::FloatOption o) {
+        KILN_ARG(n >= 0 && (n == 0 || v), name, " / ", count, " (", n, ") do not describe a list");
+        for (int i = 0; i < n; ++i) check_float_arg(o, v[i], std::string(name) + "[" + std::to_string(i) + "]");
+    };
+    list(p.sigmas, p.sigma_count, "sigmas", "sigma_count", models::FloatOption::sigma);
+    list(p.timesteps, p.timestep_count, "timesteps", "timestep_count", models::FloatOption::timestep);
     KILN_ARG(p.width >= 0 && p.height >= 0, "width/height are ", p.width, "x", p.height, " (0 = the model's)");
     KILN_ARG(p.prompt_count >= 0 && p.class_label_count >= 0, "prompt_count/class_label_count are negative");
     KILN_ARG(!p.latents || p.latents_shape, "latents given without latents_shape");
@@ -117,8 +146,6 @@ models::CommonOptions common_options(const kiln_generate_params& p) {
 }
 
 void check_true_cfg(const kiln_model& m, const kiln_generate_params& p) {
-    KILN_ARG(p.true_cfg_scale >= 0 && std::isfinite(p.true_cfg_scale), "true_cfg_scale is ", p.true_cfg_scale,
-             " (> 1 is on; 0 or 1 off)");
     KILN_ARG(p.true_cfg_scale == 0 || (m.family && m.family->true_cfg), "true_cfg_scale applies to Flux (", m.pipeline,
              "'s guidance scale is guidance)");
 }
@@ -239,8 +266,6 @@ models::ImageInputs read_image_inputs(const kiln_generate_params& p) {
              "give the image (and the mask) as pixels or as a tensor, not both");
     if (p.image_tensor) in.image_tensor = read_tensor(*p.image_tensor, 0, "image_tensor");
     if (p.mask_tensor) in.mask_tensor = read_tensor(*p.mask_tensor, 0, "mask_tensor");
-    KILN_ARG(p.strength == 0 || (std::isfinite(p.strength) && p.strength > 0 && p.strength <= 1), "strength ",
-             p.strength, " is outside (0, 1] (0 = the pipeline's)");
     if (p.strength != 0) in.strength = p.strength;
     KILN_ARG(p.max_area >= 0, "max_area is ", p.max_area, " (0 = the pipeline's)");
     if (p.max_area) in.max_area = p.max_area;
@@ -304,7 +329,7 @@ void lora_options(const kiln_generate_params& p, models::LoraOptions& l) {
              ") do not describe a list");
     for (int i = 0; i < p.lora_count; ++i) {
         KILN_ARG(p.loras[i].path && *p.loras[i].path, "loras[", i, "].path is NULL or empty");
-        KILN_ARG(std::isfinite(p.loras[i].scale), "loras[", i, "].scale is ", p.loras[i].scale);
+        check_float_arg(models::FloatOption::lora_scale, p.loras[i].scale, "loras[" + std::to_string(i) + "].scale");
         l.files.push_back({p.loras[i].path, p.loras[i].scale});
     }
     KILN_ARG(p.lora_apply >= KILN_LORA_APPLY_DEFAULT && p.lora_apply <= KILN_LORA_APPLY_RUNTIME, "lora_apply ",
@@ -535,6 +560,8 @@ extern "C" KILN_API kiln_status kiln_model_set_lora_scales(kiln_model* model, co
         KILN_ARG(model, "model is NULL");
         check_alive(*model->device);
         KILN_ARG(count >= 0 && (count == 0 || scales), "scales / count (", count, ") do not describe a list");
+        for (int i = 0; i < count; ++i)
+            check_float_arg(models::FloatOption::lora_scale, scales[i], "scales[" + std::to_string(i) + "]");
         std::lock_guard<std::mutex> lock(model->device->mutex);
         KILN_ARG(model->transformer && model->transformer->resident(), model->src.path(),
                  ": no resident transformer (generate with keep_transformer 1 first)");

@@ -149,6 +149,7 @@ void decode_images(VaeRunner& vx, const std::vector<float>& z, const Shape& lat_
 }  // namespace
 
 GenerateResult generate_dit(vk::Context& ctx, const ModelSource& src, const GenerateOptions& opt) {
+    check_float(FloatOption::guidance, opt.guidance);
     GenerateResult res;
     auto t_plan = Clock::now();
     const Family& family = models::family(FamilyId::dit);

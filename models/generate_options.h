@@ -6,11 +6,43 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/core/tensor.h"
 #include "runtime/exec/executor.h"
 
 namespace kiln::models {
+
+// The float options of a generation and the range each takes: one table for every family. Each is checked where it
+// enters: the CLI's flags (apps/kiln/generate_flags.cpp), the C API's fields (lib/capi_generate.cpp) and the
+// pipelines' option structs (generate_dit, plan_t2i), so that NaN, an infinity or a value out of range stops there
+// with one line naming the option.
+enum class FloatOption {
+    guidance,                   // [0, inf): > 1 is classifier-free (Flux, Sana-Sprint: embedded) guidance
+    true_cfg_scale,             // (0, inf): Flux's true CFG, > 1 is on
+    strength,                   // (0, 1]: how far the image in is noised
+    eta,                        // [0, inf): DDIM's eta
+    skip_layer_guidance_scale,  // any finite
+    skip_layer_guidance_start,  // [0, 1]: fractions of the steps
+    skip_layer_guidance_stop,   // [0, 1]
+    sigma,                      // [0, inf): one custom sigma (flow matching: [0, 1], plan_t2i)
+    timestep,                   // [0, inf): one custom timestep (the scheduler: below num_train_timesteps)
+    lora_scale,                 // any finite
+};
+struct FloatRange {
+    FloatOption option;
+    const char* name;     // the options' and the C API's field: "guidance"
+    double lo, hi;        // +-infinity: unbounded on that side (the value must still be finite)
+    bool lo_open;         // lo itself is out of range
+    const char* meaning;  // for the message: "1 = off"
+};
+const std::vector<FloatRange>& float_ranges();
+const FloatRange& float_range(FloatOption o);
+// "" when v is finite and in o's range, else one line: "guidance is nan: not a finite number", "strength is 1.5:
+// outside (0, 1] (how far the image is noised)". `what` names it (default: the option's name; the CLI: its flag).
+std::string float_problem(FloatOption o, double v, const std::string& what = "");
+// Throws kiln::Error with float_problem's line unless v is finite and in range.
+void check_float(FloatOption o, double v, const std::string& what = "");
 
 struct CommonOptions {
     uint64_t seed = 0;

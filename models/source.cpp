@@ -65,6 +65,15 @@ json parse_py_json(const std::string& text, const std::string& what) {
     }
 }
 
+// A folder holding tokenizer_config.json or the model files of some tokenizer (registry tokenizer_formats()).
+bool is_tokenizer_folder(const fs::path& d) {
+    if (fs::exists(d / "tokenizer_config.json")) return true;
+    for (const auto& f : tokenizer_formats())
+        for (const auto& n : f.model_files)
+            if (fs::exists(d / n)) return true;
+    return false;
+}
+
 json read_json(const fs::path& p) {
     std::ifstream f(p);
     KILN_CHECK(f.good(), p.string(), ": cannot open");
@@ -106,19 +115,22 @@ ModelSource ModelSource::open(const std::string& path) {
                 s.dirs_[name] = sub.string();
             }
         } else if (!fs::exists(d / "config.json") && !fs::exists(d / "scheduler_config.json") &&
-                   (fs::exists(d / "spiece.model") || fs::exists(d / "vocab.json"))) {
-            // A tokenizer folder as transformers saves it.
+                   is_tokenizer_folder(d)) {
+            // A tokenizer folder as transformers saves it: the class its tokenizer_config.json names, else the one
+            // its files imply (models/registry/registry.h tokenizer_formats()).
+            const std::string cls = converter::tokenizer_class_of_dir(path);
+            KILN_CHECK(converter::is_supported_tokenizer(cls), path, ": unsupported tokenizer class '", cls,
+                       "' (supported: ", class_list({Role::tokenizer}), ")");
             json j = fs::exists(d / "tokenizer_config.json") ? read_json(d / "tokenizer_config.json") : json::object();
-            if (!j.contains("tokenizer_class") || !j["tokenizer_class"].is_string())
-                j["tokenizer_class"] = class_name(fs::exists(d / "spiece.model") ? ComponentKind::t5_tokenizer
-                                                                                 : ComponentKind::clip_tokenizer);
-            j["_class_name"] = j["tokenizer_class"];
+            j["tokenizer_class"] = cls;
+            j["_class_name"] = cls;
             s.components_.push_back("tokenizer");
             s.configs_["tokenizer"] = j;
             s.dirs_["tokenizer"] = path;
         } else {
             fs::path cfg = fs::exists(d / "config.json") ? d / "config.json" : d / "scheduler_config.json";
-            KILN_CHECK(fs::exists(cfg), path, ": neither model_index.json, config.json nor scheduler_config.json");
+            KILN_CHECK(fs::exists(cfg), path,
+                       ": neither model_index.json, config.json, scheduler_config.json nor a tokenizer's files");
             json j = read_json(cfg);
             // transformers' configs (text encoders) name their class in "architectures".
             if (!j.contains("_class_name") && j.contains("architectures") && j["architectures"].is_array() &&
@@ -176,6 +188,7 @@ ModelSource ModelSource::assemble(const converter::Assembly& a) {
         }
     }
     s.incomplete_ = a.incomplete();
+    s.notes_ = a.notes;
     s.model_index_ = parse_py_json(a.model_index_text, "model_index");
     return s;
 }

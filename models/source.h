@@ -35,6 +35,8 @@ public:
     const nlohmann::json& model_index() const { return model_index_; }  // {} for a single component
     // Assembled from component files: "" when it can generate, else what is missing and the flag that gives it.
     const std::string& incomplete() const { return incomplete_; }
+    // Assembled: what came from where without a flag saying so (Assembly::notes), one line each for the log.
+    const std::vector<std::string>& notes() const { return notes_; }
     // Throws kiln::Error (ErrorKind::io) naming the file when a file the weights or tokenizers are read from has
     // changed on disk (size, mtime or inode) since open(). weights() and tokenizer_files() call it first; a reader
     // that maps the file must call it before touching the mapping (a truncated mapping raises SIGBUS).
@@ -50,6 +52,7 @@ private:
     std::map<std::string, std::string> dirs_;       // diffusers: component -> folder
     std::map<std::string, converter::Part> parts_;  // assembled: component -> where it comes from
     std::string incomplete_;                        // assembled: what is missing (Assembly::incomplete)
+    std::vector<std::string> notes_;                // assembled: Assembly::notes
     nlohmann::json model_index_;
     std::vector<std::pair<std::string, FileStamp>> stamps_;  // the files read after open()
 };

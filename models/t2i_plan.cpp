@@ -88,14 +88,18 @@ void plan_custom_schedule(const ModelSource& src, const T2IOptions& opt, const F
         opt.timesteps.empty() || opt.sigmas.empty(),
         "give custom timesteps or sigmas, not both (diffusers: only one of `timesteps` or `sigmas` can be passed)");
     if (opt.timesteps.empty() && opt.sigmas.empty()) return;
+    for (size_t i = 0; i < opt.sigmas.size(); ++i)
+        check_float(FloatOption::sigma, opt.sigmas[i], "sigmas[" + std::to_string(i) + "]");
+    for (size_t i = 0; i < opt.timesteps.size(); ++i)
+        check_float(FloatOption::timestep, opt.timesteps[i], "timesteps[" + std::to_string(i) + "]");
     const char* what = opt.timesteps.empty() ? "sigmas" : "timesteps";
     int n = 0;
     if (f.flow_matching) {
         KILN_CHECK(opt.timesteps.empty() || f.custom_timesteps, p.pipeline, ": custom timesteps apply to ",
                    family_with(&Family::custom_timesteps).name, "; diffusers' ", p.pipeline, " takes custom sigmas");
         for (size_t i = 0; i < opt.sigmas.size(); ++i)
-            KILN_CHECK(std::isfinite(opt.sigmas[i]) && opt.sigmas[i] >= 0 && opt.sigmas[i] <= 1, "sigmas[", i, "] is ",
-                       opt.sigmas[i], " (flow-matching sigmas lie in [0, 1])");
+            KILN_CHECK(opt.sigmas[i] <= 1, "sigmas[", i, "] is ", opt.sigmas[i],
+                       " (flow-matching sigmas lie in [0, 1])");
         n = (int)opt.sigmas.size();
     } else {
         // The scheduler decides (DPM-Solver takes timesteps, Euler both, DDIM neither), as diffusers'
@@ -176,7 +180,7 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& 
                " (this pipeline's classifier-free guidance scale is guidance)");
     if (f.conditioning == Conditioning::embedded) {
         p.cfg_scale = opt.true_cfg_scale.value_or(1.0);
-        KILN_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale > 0, "true_cfg_scale is ", p.cfg_scale, " (> 1 is on)");
+        check_float(FloatOption::true_cfg_scale, p.cfg_scale);
     } else {
         p.cfg_scale = p.guidance;
     }
@@ -187,12 +191,9 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& 
     for (int i : opt.skip_guidance_layers)
         KILN_CHECK(i >= 0 && i < layers, "skip_guidance_layers: ", i, " is not a block of this transformer (0..",
                    layers - 1, ")");
-    KILN_CHECK(std::isfinite(opt.skip_layer_guidance_scale), "skip_layer_guidance_scale is ",
-               opt.skip_layer_guidance_scale);
-    KILN_CHECK(opt.skip_layer_guidance_start >= 0 && opt.skip_layer_guidance_start <= 1 &&
-                   opt.skip_layer_guidance_stop >= 0 && opt.skip_layer_guidance_stop <= 1,
-               "skip_layer_guidance_start / stop are ", opt.skip_layer_guidance_start, " / ",
-               opt.skip_layer_guidance_stop, " (fractions of the steps, in [0, 1])");
+    check_float(FloatOption::skip_layer_guidance_scale, opt.skip_layer_guidance_scale);
+    check_float(FloatOption::skip_layer_guidance_start, opt.skip_layer_guidance_start);
+    check_float(FloatOption::skip_layer_guidance_stop, opt.skip_layer_guidance_stop);
     if (!p.cfg) {  // diffusers computes it inside `if do_classifier_free_guidance`
         p.warnings.push_back(
             "skip-layer guidance runs only with classifier-free guidance (guidance > 1), as in "
@@ -257,8 +258,7 @@ void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
     p.inpaint = in.has_mask() && !p.fill;  // Fill conditions on the mask instead of blending
     if (!p.fill) p.pipeline = p.inpaint ? f.inpaint_pipeline : f.img2img_pipeline;
     p.strength = in.strength.value_or(p.fill ? f.fill_strength : f.default_strength);
-    KILN_CHECK(std::isfinite(p.strength) && p.strength > 0 && p.strength <= 1, "strength ", p.strength,
-               " is outside (0, 1]");
+    check_float(FloatOption::strength, p.strength);
     auto size = [](const Pixels& px, const Tensor& t) {
         return t.bytes.empty() ? std::pair<int64_t, int64_t>(px.width, px.height)
                                : std::pair<int64_t, int64_t>(t.shape.size() == 4 ? t.shape[3] : 0,
@@ -281,8 +281,7 @@ void plan_images(const T2IOptions& opt, const Family& f, T2IPlan& p) {
 }
 
 void plan_eta(const ModelSource& src, const T2IOptions& opt, const Family& f, T2IPlan& p) {
-    KILN_CHECK(std::isfinite(opt.eta) && opt.eta >= 0, "eta is ", opt.eta,
-               " (DDIM's eta: 0 is deterministic, 1 DDPM's variance)");
+    check_float(FloatOption::eta, opt.eta);
     if (opt.eta <= 0) return;
     KILN_CHECK(f.eta, p.pipeline, ": eta applies to the ", family_with(&Family::eta).name, " pipelines (diffusers' ",
                p.pipeline, " takes none)");
@@ -332,6 +331,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     if (opt.steps) p.steps = *opt.steps;
     plan_custom_schedule(src, opt, f, p);
     if (opt.guidance) p.guidance = *opt.guidance;
+    check_float(FloatOption::guidance, p.guidance);
     KILN_CHECK(p.steps >= 1 && p.steps <= 1000, "steps must be in 1..1000, got ", p.steps);
     plan_size(opt, f, sample, multiple, p);
     const int64_t prompts = opt.text.prompt_embeds.shape.size() == 3 ? opt.text.prompt_embeds.shape[0] : 1;

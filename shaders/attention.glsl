@@ -26,9 +26,9 @@ layout(constant_id = 1) const uint QR = 1;
 // ATTN_TEX (attention_tex.comp, attention_vec4_tex.comp): q, k and v are uniform texel buffers (R32F, or RGBA32F
 // with ATTN_VEC4), read with texelFetch: vector gathers on llvmpipe instead of lane-by-lane storage-buffer loads.
 // Same values, same order: bitwise equal to the storage-buffer shaders.
-layout(binding = 0) uniform samplerBuffer q_t;
-layout(binding = 1) uniform samplerBuffer k_t;
-layout(binding = 2) uniform samplerBuffer v_t;
+layout(binding = 0) uniform textureBuffer q_t;
+layout(binding = 1) uniform textureBuffer k_t;
+layout(binding = 2) uniform textureBuffer v_t;
 #ifdef ATTN_VEC4
 #define QKV_LOAD(t, i) texelFetch(t, int(i))
 #else

@@ -58,7 +58,7 @@
     layout(binding = B) readonly buffer Blk { T name[]; };              \
     uint Blk##_base = kiln_sel[B / 4][B % 4] * (16u / KILN_BYTES(T));
 #define WBASE(Blk) Blk##_base
-// A weight read through a uniform texel buffer (SAMPLER: samplerBuffer or usamplerBuffer) of texels of T's size.
+// A weight read through a uniform texel buffer (SAMPLER: textureBuffer or utextureBuffer) of texels of T's size.
 #define WEIGHT_TEXEL(B, Blk, SAMPLER, T, name)    \
     layout(binding = B) uniform SAMPLER name;     \
     uint Blk##_base = kiln_sel[B / 4][B % 4] * (16u / KILN_BYTES(T));

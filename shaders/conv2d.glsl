@@ -9,13 +9,13 @@ layout(local_size_x = 64) in;
 // conv2d_tex.comp: x and W are uniform texel buffers of one channel (x R32F; W R32F, R16F or R16_UINT for bf16),
 // read with texelFetch: llvmpipe gathers texels as vectors but loads storage buffers lane by lane. Same values,
 // same order: bitwise equal to the storage-buffer shader.
-layout(binding = 0) uniform samplerBuffer x_t;
+layout(binding = 0) uniform textureBuffer x_t;
 #define XLOAD(i) texelFetch(x_t, int(i)).x
 #if defined(W_BF16)
-layout(binding = 1) uniform usamplerBuffer w_t;
+layout(binding = 1) uniform utextureBuffer w_t;
 #define WLOAD(i) uintBitsToFloat(texelFetch(w_t, int(i)).x << 16)
 #else
-layout(binding = 1) uniform samplerBuffer w_t;
+layout(binding = 1) uniform textureBuffer w_t;
 #define WLOAD(i) texelFetch(w_t, int(i)).x
 #endif
 #else

@@ -35,7 +35,7 @@ SELECT_BUF(4)
 // RGBA32F (f32), RGBA16F (f16), RGBA16_UINT (bf16) or R16_UINT (the 16-bit words of ggml blocks). The values and
 // the K loop are those of the storage-buffer path, so the results are bitwise equal. In the "_ptr" variant W stays
 // a buffer read through its address (below).
-layout(binding = 0) uniform samplerBuffer x_t;
+layout(binding = 0) uniform textureBuffer x_t;
 #define XLOAD_VT(i) texelFetch(x_t, int(i))
 #else
 layout(binding = 0) readonly buffer X { vec4 x[]; };
@@ -43,18 +43,18 @@ layout(binding = 0) readonly buffer X16 { f16vec4 x16[]; };
 #endif
 #if defined(LINEAR_TEX) && !defined(KILN_PTR)
 #if defined(W_F16)
-WEIGHT_TEXEL(1, Wt, samplerBuffer, f16vec4, w_t)
+WEIGHT_TEXEL(1, Wt, textureBuffer, f16vec4, w_t)
 #define WLOAD(i) texelFetch(w_t, int(i))
 #elif defined(W_BF16)
-WEIGHT_TEXEL(1, Wt, usamplerBuffer, u16vec4, w_t)
+WEIGHT_TEXEL(1, Wt, utextureBuffer, u16vec4, w_t)
 #define WLOAD(i) uintBitsToFloat(texelFetch(w_t, int(i)) << 16)
 #elif defined(W_QUANT)
-WEIGHT_TEXEL(1, Wt, usamplerBuffer, uint16_t, w_t)
+WEIGHT_TEXEL(1, Wt, utextureBuffer, uint16_t, w_t)
 #define QWORD(k) texelFetch(w_t, int(WBASE(Wt) + (k))).x
 #include "quant.glsl"
 #define WLOAD(i) dq4(i)
 #else
-WEIGHT_TEXEL(1, Wt, samplerBuffer, vec4, w_t)
+WEIGHT_TEXEL(1, Wt, textureBuffer, vec4, w_t)
 #define WLOAD(i) texelFetch(w_t, int(i))
 #endif
 #elif defined(W_F16)

@@ -13,7 +13,8 @@
 // buffering: slice t + 1 is loaded into registers before slice t is computed from buffer t % 2, then stored to
 // buffer (t + 1) % 2, whose readers (slice t - 1) the previous barrier has waited for: one barrier per slice.
 // Rows past M and columns past N are clamped for the loads and masked at the store; K-quads past K read 0.
-// f32 accumulation, in k order (the sum order per output is k = 0, 1, ..., as linear.glsl's scalar variant).
+// f32 accumulation in k order, one fma per product: the sum order of linear_tile.glsl (reg, tex, linear_multi), so
+// every variant gives the same bits (test_linear_smem.cpp checks it).
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"

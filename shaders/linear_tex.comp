@@ -2,6 +2,7 @@
 // ptr variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_samplerless_texture_functions : require  // texelFetch on a textureBuffer
 #extension GL_EXT_control_flow_attributes : require
 // linear for K % 4 == 0 with x and W read through uniform texel buffers (linear.glsl, LINEAR_TEX; the "tex" variant
 // of runtime/exec/linear_select.h).

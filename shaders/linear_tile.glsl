@@ -8,6 +8,17 @@
 #ifndef LT_XLOAD
 #define LT_XLOAD(i) x[i]
 #endif
+#ifndef LT_FMA_DEFINED
+#define LT_FMA_DEFINED
+// acc + a . b as one fma per product, in k order (components 0 to 3): the sum order of linear_smem.comp, so every linear
+// variant gives the same bits on a device. (dot() then an add is another sum: the driver picks dot's order and
+// whether the add fuses with its last product.) The same GLSL.std.450 Fma in both shaders: no contraction or
+// reassociation applies to it, whatever the driver lowers it to.
+float lt_fma(float a, float b, float acc) { return fma(a, b, acc); }
+float lt_fma(vec4 a, vec4 b, float acc) {  // indices, not .xyzw: KILN_PTR #defines w
+    return fma(a[3], b[3], fma(a[2], b[2], fma(a[1], b[1], fma(a[0], b[0], acc))));
+}
+#endif
 #ifndef LT_STORE
 #define LT_STORE(i, v) LT_Y[i] = (v)
 #endif
@@ -27,7 +38,7 @@ void LT_FN(uint tile_x) {
         [[unroll]] for (uint i = 0; i < RM; ++i) a[i] = LT_XLOAD(xr[i] + k);
         [[unroll]] for (uint j = 0; j < RN; ++j) b[j] = LT_WLOAD(wr[j] + k);
         [[unroll]] for (uint i = 0; i < RM; ++i)
-            [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += dot(a[i], b[j]);
+            [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = lt_fma(a[i], b[j], acc[i][j]);
     }
     [[unroll]] for (uint i = 0; i < RM; ++i) {
         uint m = m0 + LY * i;

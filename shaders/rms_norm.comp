@@ -19,9 +19,11 @@ void main() {
     uint row = wg_row();
     if (row >= p.rows) return;
     uint base = row * p.cols, t = gl_LocalInvocationID.x;
-    float s = 0.0;
+    // precise here and in rms_norm_rope.comp / rms_norm.comp: the sum and the root round the same way in both (no
+    // FMA contraction; rms_norm_rope's rotation is precise, which glslang carries back to inv), so they agree bitwise.
+    precise float s = 0.0;
     for (uint c = t; c < p.cols; c += 64) s += x[base + c] * x[base + c];
-    float inv = inversesqrt(wg_sum(s) / float(p.cols) + p.eps);
+    precise float inv = inversesqrt(wg_sum(s) / float(p.cols) + p.eps);
     for (uint c = t; c < p.cols; c += 64) {
         float r = x[base + c] * inv;
         y[base + c] = p.has_w != 0 ? r * w[WBASE(Wt) + c] : r;

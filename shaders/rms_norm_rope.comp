@@ -28,9 +28,11 @@ void main() {
     uint row = wg_row();
     if (row >= p.rows) return;
     uint base = row * p.D, t = gl_LocalInvocationID.x, pairs = p.D / 2;
-    float s = 0.0;
+    // precise here and in rms_norm_rope.comp / rms_norm.comp: the sum and the root round the same way in both (no
+    // FMA contraction; rms_norm_rope's rotation is precise, which glslang carries back to inv), so they agree bitwise.
+    precise float s = 0.0;
     for (uint c = t; c < p.D; c += 64) s += x[base + c] * x[base + c];
-    float inv = inversesqrt(wg_sum(s) / float(p.D) + p.eps);
+    precise float inv = inversesqrt(wg_sum(s) / float(p.D) + p.eps);
     uint pos = (row / p.H) % p.S;
     for (uint i = t; i < pairs; i += 64) {
         float re = normed(base, 2 * i, inv), im = normed(base, 2 * i + 1, inv);

@@ -6,6 +6,7 @@
 
 #include "apps/kiln/commands.h"
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/linear_select.h"
@@ -20,7 +21,7 @@ Run add_devices(CLI::App& app) {
             kiln_device_info d = KILN_DEVICE_INFO_INIT;
             capi_check(kiln_device_get_info(0, &d));
         }
-        KILN_CHECK(n > 0, "no Vulkan devices (install a driver, or Mesa's lavapipe: mesa-vulkan-drivers)");
+        KILN_CHECK(n > 0, "no Vulkan devices (", platform::vulkan_driver_advice(), ")");
         for (int i = 0; i < n; ++i) {
             kiln_device_info d = KILN_DEVICE_INFO_INIT;
             capi_check(kiln_device_get_info(i, &d));

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "apps/kiln/bench.h"
+#include "apps/kiln/bench_cost.h"
 #include "apps/kiln/commands.h"
 #include "apps/kiln/profile.h"
 #include "models/dit.h"
@@ -43,6 +44,8 @@ struct BenchOpts {
     std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
     int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0, interleave = 0;
     bool no_pipeline_cache = false, block_times = false;
+    bool cost = false;  // --cost: the cost model's table after the mode rows (always in the JSON)
+    bool no_weights = false;  // --no-weights: plan only, weights never made nor written
     bool kernels = false;  // --kernels: the linear selection table instead of a model
     std::vector<std::string> kernel_shapes;
     std::string kernel_dtypes = "f32,f16,bf16";
@@ -119,6 +122,15 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
                    "side path against none (--mode none: only these rows)")
         ->delimiter(',');
     app.add_option("--json", o.json, "Also write every figure to this JSON file");
+    app.add_flag("--cost", o.cost,
+                 "After the mode rows, the cost model of each (always in the JSON as \"cost\"): per step the FLOPs "
+                 "and bytes of the dispatches as planned (each kernel's tiling re-reads counted), bytes_min, "
+                 "dispatches, submits, barriers, and the floor those imply on named devices. A model, not a "
+                 "measurement; with --steps 0 --warmup 0 nothing runs");
+    app.add_flag("--no-weights", o.no_weights,
+                 "Plan only (with --steps 0 --warmup 0): weights are neither made nor written to device memory, so "
+                 "models larger than this machine's memory plan for the cost report (on unified memory, lavapipe, "
+                 "the unwritten pages are never touched); memory peaks then undercount");
     app.add_flag("--block-times", o.block_times,
                  "Regional: one extra step with timestamps around every replayed block (gpu_ms_per_block in the "
                  "JSON); the timed steps never carry them");
@@ -133,6 +145,8 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
     app.footer(
         "Examples:\n  kiln bench --synthetic dit-xl-2-256 --mode all --json bench.json\n"
         "  kiln bench --synthetic dit-xl-2-256 --mode full,regional --steps 0 --interleave 8   (on a noisy machine)\n"
+        "  kiln bench --synthetic sd3-medium-1024 --steps 0 --warmup 0 --no-weights --cost   (the cost model, plan "
+        "only)\n"
         "  kiln bench --kernels");
 }
 
@@ -185,6 +199,10 @@ std::vector<exec::Mode> bench_modes(const BenchOpts& o) {
                "--interleave compares modes: give two or more (--mode all, or a list such as full,regional)");
     KILN_CHECK(o.fuse.empty() || o.fuse == "on" || o.fuse == "off" || o.fuse == "all" || o.fuse == "both", "--fuse '",
                o.fuse, "' (on, off, all or both)");
+    KILN_CHECK(!o.no_weights || (o.steps == 0 && o.warmup == 0 && o.interleave == 0 && !o.stream &&
+                                 o.lora_ranks.empty() && !o.block_times),
+               "--no-weights plans only: give --steps 0 --warmup 0, without --interleave, --stream, --lora-ranks or "
+               "--block-times");
     KILN_CHECK(o.interleave == 0 || o.fuse != "both",
                "--interleave runs one fusion setting: give --fuse on, off or all (both makes two rows per mode)");
     return modes;
@@ -194,6 +212,7 @@ std::vector<exec::Mode> bench_modes(const BenchOpts& o) {
 struct ModeRun {
     std::string label;  // the mode, "+f" for the fused row of --fuse both
     ir::Cost cost;
+    exec::StepCost step_cost;  // the executor's cost model of one step
     exec::Counters c, cw;  // the cold and the warm executor's
     double cold = 0, warm = 0, record_again_ms = 0;
     std::vector<double> again, block_ms;
@@ -211,6 +230,9 @@ ModeRun measure_mode(vk::Context& ctx, models::WeightStore& ws, const models::Sy
     models::Builder b(g, ws);
     auto in = models::build_component(b, arch.cls, arch.config, inputs);
     m.cost = ir::count_cost(g);
+    // --no-weights: nothing made, nothing written (bench_checks: no step runs).
+    const exec::WeightBytesFn wf =
+        o.no_weights ? exec::WeightBytesFn([](const ir::Value&, void*, size_t) {}) : b.weight_fn();
     exec::prepare_linear_table(ctx, g);  // a first-use measurement is not compile time
     const bool rss_reset = reset_peaks(ctx);
     // Cold: pipelines through an empty cache, as on the first run on a machine; then warm: the same plan
@@ -218,15 +240,16 @@ ModeRun measure_mode(vk::Context& ctx, models::WeightStore& ws, const models::Sy
     // Compile = pipelines + planning + recording; weight upload is excluded from both.
     ctx.set_cold_pipeline_cache(true);
     auto t0 = Clock::now();
-    auto ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
+    auto ex = std::make_unique<exec::Executor>(ctx, g, wf, mode, false, bw, budget);
     m.cold = ms_since(t0);
     ctx.set_cold_pipeline_cache(false);
     m.c = ex->counters();
+    m.step_cost = ex->cost();
     ex.reset();
     t0 = Clock::now();
     // No per-block timestamps in the timed steps: on lavapipe 56 of them (two per replay) slowed a
     // dit-tiny regional step by 5-15 ms. --block-times measures blocks in a separate run below.
-    ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, false, bw, budget);
+    ex = std::make_unique<exec::Executor>(ctx, g, wf, mode, false, bw, budget);
     m.cw = ex->counters();
     m.warm = ms_since(t0) - m.cw.upload_ms;
     for (auto& [name, t] : in) ex->set_input(name, t);
@@ -244,7 +267,7 @@ ModeRun measure_mode(vk::Context& ctx, models::WeightStore& ws, const models::Sy
     m.record_again_ms = m.again[m.again.size() / 2];
     if (o.block_times && mode == exec::Mode::regional) {  // one more step, timing every replayed block
         ex.reset();
-        ex = std::make_unique<exec::Executor>(ctx, g, b.weight_fn(), mode, true, bw, budget);
+        ex = std::make_unique<exec::Executor>(ctx, g, wf, mode, true, bw, budget);
         for (auto& [name, t] : in) ex->set_input(name, t);
         ex->run();
         m.block_ms = ex->last_block_ms();
@@ -306,6 +329,8 @@ nlohmann::json mode_json(const ModeRun& m, exec::Mode mode) {
     const nlohmann::json step_json = steps_json(m.steps);
     const double bytes = bytes_per_step(m);
     return {{"mode", exec::mode_name(mode)},
+            {"cost", cost_json(m.step_cost)},
+            {"cost_by_shader", cost_by_shader(m.step_cost)},
             {"nodes_fused", c.nodes_fused},
             {"f16_activations", c.f16_activations},
             {"f16_activation_bytes_saved", c.f16_activation_bytes_saved},
@@ -378,6 +403,8 @@ nlohmann::json report_head(vk::Context& ctx, const BenchOpts& o, const models::S
         {"config", arch.config},
         {"latent", arch.latent},
         {"pipeline_cache", {{"path", pc.path}, {"status", pc.status}, {"loaded_bytes", pc.loaded_bytes}}},
+        {"cost_model", cost_model_json()},
+        {"weights", o.no_weights ? "none: --no-weights, plan only" : "written"},
         {"modes", nlohmann::json::array()}};
     std::printf("kiln bench: %s, batch %d, latent %dx%d, on %s\n", report["arch"].get<std::string>().c_str(), o.batch,
                 arch.latent, arch.latent, ctx.info().name.c_str());
@@ -435,6 +462,7 @@ void run_bench(const BenchOpts& o) {
         }
     }
     bool header = true;
+    std::vector<std::pair<std::string, exec::StepCost>> costs;  // --cost: printed after the rows
     for (auto& [mode, fuse_env] : rows) {
         set_fuse(fuse_env);
         const std::string label =
@@ -443,8 +471,11 @@ void run_bench(const BenchOpts& o) {
         print_mode(m, header);
         header = false;
         report["modes"].push_back(mode_json(m, mode));
+        costs.push_back({label, m.step_cost});
         set_fuse("");
     }
+    if (o.cost)
+        for (size_t i = 0; i < costs.size(); ++i) print_cost(costs[i].first, costs[i].second, i == 0);
     // The graph of the interleaved and streaming runs, built anew for each.
     auto built = [&](auto&& fn) {
         ir::Graph g;

@@ -199,7 +199,6 @@ models::T2IOptions text_options(const Session& s, bool flux) {
         KILN_CHECK(flux,
                    "--true-cfg applies to Flux (diffusers' true_cfg_scale); this pipeline's guidance scale is "
                    "--guidance");
-        KILN_CHECK(std::isfinite(o.true_cfg) && o.true_cfg > 0, "--true-cfg ", o.true_cfg, " (> 1 is on, 1 off)");
         if (o.true_cfg > 1 && !negative_given)
             std::fprintf(stderr,
                          "kiln: warning: --true-cfg %g without a negative prompt: no classifier-free guidance (as "
@@ -440,6 +439,7 @@ models::ModelSource open_source(const ModelSpec& spec) {
 }
 
 void run_generate(const GenerateFlags& o) {
+    check_float_flags(o);  // NaN, infinities and values out of range, for every family, before the model is opened
     KILN_CHECK(o.vae_tile == 0 || o.vae_tiling, "--vae-tile-size needs --vae-tiling");
     if (o.out != "-") check_output_path(o.out, "-o");  // "-": standard output
     KILN_CHECK(o.upscale >= 1 && o.upscale <= 64, "--upscale ", o.upscale, " (1..64)");
@@ -454,6 +454,7 @@ void run_generate(const GenerateFlags& o) {
     if (spec.model.empty() && !spec.assembled()) spec.model = default_model();
     Session s{o, spec, spec.display(), open_source(spec)};
     KILN_CHECK(s.src.incomplete().empty(), s.model, ": ", s.src.incomplete());
+    for (const std::string& note : s.src.notes()) std::fprintf(stderr, "kiln: %s\n", note.c_str());
     const models::Family* family = models::model_family(s.src);
     if (family && family->id == models::FamilyId::dit)
         run_labels(s);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #endif
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -328,7 +329,9 @@ void run_serve(const ServeOptions& o) {
     KILN_CHECK(is_loopback(o.host) || !o.api_key.empty() || o.allow_remote, "--host ", o.host,
                " is not a loopback address: give --api-key KEY, or --allow-remote to serve it without one");
     KILN_CHECK(o.queue >= 1 && o.queue <= 1024, "--queue ", o.queue, ": 1 .. 1024");
-    KILN_CHECK(o.timeout_s > 0, "--timeout must be positive");
+    // Finite and at most a year: the deadline is a steady_clock time point in milliseconds.
+    KILN_CHECK(std::isfinite(o.timeout_s) && o.timeout_s > 0 && o.timeout_s <= 365 * 86400.0, "--timeout is ",
+               o.timeout_s, ": seconds, in (0, 31536000]");
     const std::string path = o.model.empty() ? default_model() : o.model;
     ContextPtr ctx = open_context(o.device);
     ModelPtr model = open_model(ctx.get(), path);

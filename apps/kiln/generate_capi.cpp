@@ -92,7 +92,7 @@ models::GenerateResult generate_labels(kiln_context* ctx, const std::string& mod
     p.images_per_prompt = g.images_per_label;
     KILN_CHECK(g.steps >= 1, "--steps is ", g.steps, " (at least 1)");
     p.steps = g.steps;
-    p.guidance = g.guidance > 1 ? g.guidance : 1.0;  // <= 1 is no guidance; the C API's 0 means the default
+    p.guidance = g.guidance == 0 ? 1.0 : g.guidance;  // 0 is no guidance here; the C API's 0 means the default
     CommonStore store;
     set_common(p, g, store);
     kiln_generate_stats stats = KILN_GENERATE_STATS_INIT;

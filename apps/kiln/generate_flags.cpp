@@ -17,6 +17,7 @@ namespace kiln::app {
 namespace {
 using F = GenerateFlags;
 using P = models::PromptOptions;
+using O = models::FloatOption;
 constexpr FlagScope kAny = FlagScope::any, kText = FlagScope::text, kSize = FlagScope::size;
 #define KILN_PER_PROMPT ". Once for every prompt, or repeated: one per --prompt"
 
@@ -42,7 +43,7 @@ std::vector<GenerateFlag> image_rows() {
          kText},
         {"--mask-tensor", &F::mask_tensor,
          "Instead of --mask: safetensors with diffusers' 'mask_preprocessed' [1, 1, H, W] (1 = repaint)", kText},
-        {"--strength", &F::strength,
+        {"--strength", FloatFlag{&F::strength, O::strength},
          "With --image: how far the image is noised, in (0, 1]; the loop runs the last int(steps * strength) steps "
          "(default: the pipeline's, 0.6)",
          kText},
@@ -160,8 +161,9 @@ std::vector<GenerateFlag> flag_table() {
              "batch; prompts are encoded once. --prompt a --prompt b --images 2 draws a, a, b, b",
              kAny, true},
             {"--steps", &F::steps, "Denoising steps (default: the pipeline's; DiT 25)"},
-            {"--guidance", &F::guidance, "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded)"},
-            {"--true-cfg", &F::true_cfg,
+            {"--guidance", FloatFlag{&F::guidance, O::guidance},
+             "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded)"},
+            {"--true-cfg", FloatFlag{&F::true_cfg, O::true_cfg_scale},
              "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "
              "embedded --guidance, negative + s * (prompt - negative), at twice the transformer work (default 1: off)",
              kText},
@@ -171,7 +173,7 @@ std::vector<GenerateFlag> flag_table() {
              "step in [0, 1], the flow-matching schedule before the scheduler's shift. PixArt with --scheduler euler: "
              "Euler's whole schedule, the final sigma included (one step fewer than values)",
              kText},
-            {"--eta", &F::eta,
+            {"--eta", FloatFlag{&F::eta, O::eta},
              "PixArt with --scheduler ddim: diffusers' eta, 0 = deterministic DDIM, 1 = DDPM's variance. Above 0 every "
              "step adds noise drawn from --seed's generator after the initial noise, as diffusers draws it (default 0)",
              kText},
@@ -186,10 +188,11 @@ std::vector<GenerateFlag> flag_table() {
              "SD3.5 Medium). With classifier-free guidance, the steps in the window make one more transformer call on "
              "the prompt rows without those blocks: noise += (text - skip) * scale. Runs the loop on the host",
              kText},
-            {"--skip-layer-guidance-scale", &F::slg_scale, "Skip-layer guidance scale", kText, true},
-            {"--skip-layer-guidance-start", &F::slg_start,
+            {"--skip-layer-guidance-scale", FloatFlag{&F::slg_scale, O::skip_layer_guidance_scale},
+             "Skip-layer guidance scale", kText, true},
+            {"--skip-layer-guidance-start", FloatFlag{&F::slg_start, O::skip_layer_guidance_start},
              "Skip-layer guidance from the steps after this fraction of them", kText, true},
-            {"--skip-layer-guidance-stop", &F::slg_stop,
+            {"--skip-layer-guidance-stop", FloatFlag{&F::slg_stop, O::skip_layer_guidance_stop},
              "Skip-layer guidance until the steps before this fraction of them", kText, true},
             {"--seed", &F::seed,
              "Seed of the initial noise: the noise diffusers draws with generator=torch.manual_seed(SEED) (PyTorch's "
@@ -281,6 +284,7 @@ struct AddRow {
     CLI::Option* operator()(std::string ComponentFlags::*m) const {
         return app.add_option(row.names, f.parts.*m, row.help);
     }
+    CLI::Option* operator()(FloatFlag m) const { return app.add_option(row.names, f.*m.field, row.help); }
     CLI::Option* operator()(void (*add)(CLI::App&)) const {
         add(app);
         return app.get_option_no_throw(long_name(row.names));
@@ -306,6 +310,12 @@ const std::vector<GenerateFlag>& generate_flags() { return kFlags; }
 void add_generate_flags(CLI::App& app, GenerateFlags& f) {
     f.options.clear();
     for (const GenerateFlag& row : kFlags) f.options.push_back(add_flag_row(app, f, row));
+}
+
+void check_float_flags(const GenerateFlags& f) {
+    for (const GenerateFlag& row : kFlags)
+        if (const auto* ff = std::get_if<FloatFlag>(&row.target))
+            models::check_float(ff->range, f.*ff->field, long_name(row.names));
 }
 
 std::optional<std::string> complex_instruction(const GenerateFlags& f) {

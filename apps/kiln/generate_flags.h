@@ -54,11 +54,17 @@ enum class FlagScope { any, text, size };
 // A check CLI11 applies to the value.
 enum class FlagCheck { none, non_negative, noise_dtype };
 
+// A float flag: its field and the range it takes (models::float_ranges(), the C API's and the pipelines' too).
+struct FloatFlag {
+    double GenerateFlags::*field;
+    models::FloatOption range;
+};
+
 // A row of the table. target: the field it fills (a bool field is a flag without value), a text list of
 // GenerateFlags::texts, or a function that registers a flag shared with other commands.
 struct GenerateFlag {
     const char* names;  // CLI11's: "--steps", "-o,--output", "--images,--num-images-per-prompt"
-    std::variant<std::string GenerateFlags::*, int GenerateFlags::*, double GenerateFlags::*, uint64_t GenerateFlags::*,
+    std::variant<std::string GenerateFlags::*, int GenerateFlags::*, FloatFlag, uint64_t GenerateFlags::*,
                  bool GenerateFlags::*, std::vector<std::string> GenerateFlags::*, std::string ComponentFlags::*,
                  std::vector<std::string> models::PromptOptions::*, void (*)(CLI::App&)>
         target;
@@ -73,6 +79,10 @@ struct GenerateFlag {
 const std::vector<GenerateFlag>& generate_flags();
 // Registers every row on app, filling f.options.
 void add_generate_flags(CLI::App& app, GenerateFlags& f);
+
+// Every float flag's value against its range, whatever the model: kiln::Error with one line naming the flag
+// ("--guidance is nan: not a finite number (...)"). run_generate calls it before anything else.
+void check_float_flags(const GenerateFlags& f);
 
 // --complex-human-instruction as PromptOptions::complex_human_instruction takes it: not given: nullopt (the pipeline's
 // default); "none" (or an empty TEXT or FILE): ""; @FILE: the file's lines joined by "\n" (a final newline and CRs

@@ -117,12 +117,10 @@ std::vector<Need> needs(const Published& p) {
         const json& entry = p.model_index.at(tok);
         const auto* cls = models::find_component_class(entry.at(1).get<std::string>());
         KILN_CHECK(cls, "internal: ", p.repo, "'s ", tok, " has a class Kiln does not read");
-        if (cls->kind == models::ComponentKind::clip_tokenizer)
-            v.push_back({tok,
-                         {"vocab.json", "merges.txt"},
-                         {"vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json"}});
-        else
-            v.push_back({tok, {"spiece.model"}, {"spiece.model", "special_tokens_map.json", "tokenizer_config.json"}});
+        Need n{tok, models::tokenizer_format(cls->kind).model_files, {}};
+        n.fetch = n.required;
+        n.fetch.insert(n.fetch.end(), {"special_tokens_map.json", "tokenizer_config.json"});
+        v.push_back(std::move(n));
     }
     return v;
 }

@@ -1,5 +1,7 @@
 #include "models/registry/registry.h"
 
+#include <algorithm>
+
 #include "runtime/core/error.h"
 
 namespace kiln::models {
@@ -62,6 +64,58 @@ std::string class_list(const std::vector<Role>& roles) {
         if (listed) s += (s.empty() ? "" : ", ") + std::string(c.name);
     }
     return s;
+}
+
+const std::vector<TokenizerFormat>& tokenizer_formats() {
+    static const std::vector<TokenizerFormat> v = {
+        {K::clip_tokenizer, {"vocab.json", "merges.txt"}},  // byte-level BPE (models/text/clip_tokenizer.h)
+        {K::t5_tokenizer, {"spiece.model"}},                // SentencePiece unigram
+        {K::gemma_tokenizer, {"tokenizer.model"}},          // SentencePiece BPE with byte fallback
+        {K::qwen2_tokenizer, {"vocab.json", "merges.txt"}},  // byte-level BPE, Qwen's regex (CLIP's files: by class)
+    };
+    return v;
+}
+
+const TokenizerFormat& tokenizer_format(ComponentKind kind) {
+    for (const auto& f : tokenizer_formats())
+        if (f.kind == kind) return f;
+    KILN_FAIL("internal: component kind ", (int)kind, " is not a tokenizer");
+}
+
+const std::vector<std::string>& tokenizer_shared_files() {
+    static const std::vector<std::string> v = {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"};
+    return v;
+}
+
+const std::vector<std::string>& tokenizer_file_names() {
+    static const std::vector<std::string> v = [] {
+        std::vector<std::string> names;
+        for (const auto& f : tokenizer_formats())
+            for (const auto& n : f.model_files)
+                if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+        for (const auto& n : tokenizer_shared_files()) names.push_back(n);
+        return names;
+    }();
+    return v;
+}
+
+std::string tokenizer_class_of(const std::string& config_class,
+                               const std::function<bool(const std::string&)>& present) {
+    if (!config_class.empty()) return config_class;
+    for (const auto& f : tokenizer_formats())
+        if (missing_tokenizer_files(f.kind, present).empty()) return class_name(f.kind);
+    return "";
+}
+
+std::string missing_tokenizer_files(ComponentKind kind, const std::function<bool(const std::string&)>& present) {
+    const TokenizerFormat& f = tokenizer_format(kind);
+    std::string needs, missing;
+    for (size_t i = 0; i < f.model_files.size(); ++i) {
+        needs += (i == 0 ? "" : i + 1 == f.model_files.size() ? " and " : ", ") + f.model_files[i];
+        if (!present(f.model_files[i])) missing += (missing.empty() ? "" : ", ") + f.model_files[i];
+    }
+    if (missing.empty()) return "";
+    return std::string(class_name(kind)) + " needs " + needs + "; missing " + missing;
 }
 
 const std::vector<Family>& families() {

@@ -3,6 +3,7 @@
 // descriptor per pipeline family (its pipeline classes, transformer, defaults, latent layout, conditioning,
 // text encoders and the call options that apply). Everything else asks here, by enum or descriptor field; only
 // registry.cpp spells class names. Pure C++ (no Vulkan): the converter links it too.
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,6 +51,27 @@ const char* class_name(ComponentKind kind);
 Role role_of(ComponentKind kind);
 // "A, B, C": the classes of the given roles (every role when empty), for messages.
 std::string class_list(const std::vector<Role>& roles = {});
+
+// Tokenizer folders as transformers saves them (save_pretrained): each tokenizer kind reads its model files, all
+// required, and the shared files when present. A folder's kind is its tokenizer_config.json's tokenizer_class, else
+// the first format (in this order) whose model files it holds. A new tokenizer is one entry here and one class above.
+struct TokenizerFormat {
+    ComponentKind kind;
+    std::vector<std::string> model_files;  // CLIP: vocab.json, merges.txt; T5: spiece.model; Gemma: tokenizer.model
+};
+const std::vector<TokenizerFormat>& tokenizer_formats();
+const TokenizerFormat& tokenizer_format(ComponentKind kind);  // throws for a kind that is not a tokenizer
+// tokenizer_config.json, special_tokens_map.json, added_tokens.json: read by every tokenizer when present.
+const std::vector<std::string>& tokenizer_shared_files();
+// Every file some tokenizer reads: the formats' model files, then the shared ones.
+const std::vector<std::string>& tokenizer_file_names();
+// The tokenizer class of a folder: `config_class` (tokenizer_config.json's tokenizer_class; "" when it has none) as
+// given, even a class Kiln does not read (so that the error names it), else the class of the first format whose
+// model files are all `present`; "" when none.
+std::string tokenizer_class_of(const std::string& config_class, const std::function<bool(const std::string&)>& present);
+// "" when every model file of tokenizer kind `kind` is `present` (and non-empty: present() says), else one phrase:
+// "CLIPTokenizer needs vocab.json and merges.txt; missing merges.txt".
+std::string missing_tokenizer_files(ComponentKind kind, const std::function<bool(const std::string&)>& present);
 
 enum class FamilyId { dit, pixart, sd3, flux, sana, sana_sprint };
 

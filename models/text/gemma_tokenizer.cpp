@@ -119,16 +119,7 @@ Tokens GemmaTokenizer::encode(const std::string& utf8, int max_length, bool pad)
 
 TokenizerFiles GemmaTokenizer::read_folder(const std::string& dir) {
     KILN_CHECK(fs::is_directory(dir), dir, ": not a tokenizer folder");
-    TokenizerFiles files;
-    for (const char* name :
-         {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"}) {
-        const fs::path p = fs::path(dir) / name;
-        if (!fs::exists(p)) continue;
-        std::ifstream f(p, std::ios::binary);
-        KILN_CHECK(f.good(), p.string(), ": cannot open");
-        files[name] = std::string(std::istreambuf_iterator<char>(f), {});
-    }
-    return files;
+    return read_tokenizer_folder(dir);
 }
 
 std::unique_ptr<GemmaTokenizer> GemmaTokenizer::from_folder(const std::string& dir) {

@@ -36,8 +36,10 @@ public:
     virtual std::string class_name() const = 0;  // the registry's class_name(ComponentKind::*_tokenizer)
 };
 
-// Loads the tokenizer the files describe: CLIP's when vocab.json + merges.txt are present, T5's when
-// spiece.model is, Gemma's when tokenizer.model is. `where` names the source in error messages.
+// Loads the tokenizer the files describe: tokenizer_config.json's tokenizer_class, else the kind whose model files
+// are present (models/registry/registry.h tokenizer_formats(): vocab.json + merges.txt CLIP, spiece.model T5,
+// tokenizer.model Gemma, vocab.json + merges.txt or tokenizer.json with tokenizer_class Qwen2Tokenizer
+// Qwen). `where` names the source in error messages.
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& files, const std::string& where);
 // Reads the tokenizer files of a folder on disk (the ones listed above that exist; tokenizer.json and
 // chat_template.jinja only for a Qwen tokenizer or a folder with none of the other vocabularies).

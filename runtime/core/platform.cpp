@@ -29,6 +29,40 @@
 
 namespace kiln::platform {
 
+// Debian/Ubuntu names on a desktop Linux (the packages CI and README.md use). Windows has no Vulkan package: the GPU
+// vendor's graphics driver installs both the Vulkan driver (ICD) and the loader, vulkan-1.dll. macOS and iOS have
+// Vulkan only through MoltenVK; Android's system image carries the loader and the vendor's driver.
+std::string vulkan_driver_advice(Os os) {
+    switch (os) {
+        case Os::windows:
+            return "install or update your GPU vendor's graphics driver (NVIDIA, AMD or Intel), which includes its "
+                   "Vulkan driver";
+        case Os::apple:
+            return "install MoltenVK (the LunarG Vulkan SDK, or Homebrew's molten-vk)";
+        case Os::android:
+            return "this device's GPU driver does not offer Vulkan 1.2";
+        case Os::gnu_linux:
+            break;
+    }
+    return "install your GPU's Vulkan driver, or Mesa's lavapipe for a CPU device: apt-get install mesa-vulkan-drivers";
+}
+
+std::string vulkan_loader_advice(Os os) {
+    switch (os) {
+        case Os::windows:
+            return "install or update your GPU vendor's graphics driver (NVIDIA, AMD or Intel), which installs "
+                   "vulkan-1.dll, or set KILN_VULKAN_LOADER to its path";
+        case Os::apple:
+            return "install the LunarG Vulkan SDK, or Homebrew's vulkan-loader and molten-vk, or set "
+                   "KILN_VULKAN_LOADER to its path";
+        case Os::android:
+            return "Android 7.0 and later have one in the system image; or set KILN_VULKAN_LOADER to its path";
+        case Os::gnu_linux:
+            break;
+    }
+    return "install one, e.g. Debian's libvulkan1, or set KILN_VULKAN_LOADER to its path";
+}
+
 bool parse_double(const std::string& s, double* out) {
     // from_chars does not accept a leading '+', which strtod did: skip one (never before a '-').
     const char* b = s.data();

@@ -79,6 +79,28 @@ std::filesystem::path utf8_path(const std::string& utf8);
 // A path as UTF-8 (the inverse of utf8_path).
 std::string utf8_string(const std::filesystem::path& p);
 
+// The operating systems whose users install Vulkan differently. Android and Apple are apart from gnu_linux (a desktop
+// Linux with a package manager) because nothing there is installed with apt-get. (Not `linux`: GCC's GNU dialects
+// define it as a macro.)
+enum class Os { gnu_linux, windows, apple, android };
+// The system this build targets.
+constexpr Os this_os() {
+#if defined(_WIN32)
+    return Os::windows;
+#elif defined(__APPLE__)
+    return Os::apple;
+#elif defined(__ANDROID__)
+    return Os::android;
+#else
+    return Os::gnu_linux;
+#endif
+}
+// What a user of `os` does to get a Vulkan driver, and a Vulkan loader: the advice that ends Kiln's one line when
+// Vulkan cannot run ("no Vulkan device (<why>; <advice>)", "no Vulkan loader found (tried ...; <advice>)"). The one
+// place this text is decided; the CLI and the C API print it as it is.
+std::string vulkan_driver_advice(Os os = this_os());
+std::string vulkan_loader_advice(Os os = this_os());
+
 // A decimal number in the C locale ("0.5", "1e-3", "-2"), whatever locale the host app set: the whole string must be
 // the number. false when it is not one.
 bool parse_double(const std::string& s, double* out);

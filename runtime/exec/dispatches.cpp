@@ -8,6 +8,8 @@
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
 #include "runtime/exec/linear_select.h"
+#include "runtime/ir/cost.h"
+#include "runtime/vulkan/traffic.h"
 
 namespace kiln::exec {
 
@@ -164,6 +166,22 @@ int Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int,
         if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
     }
     vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
+    // The cost model: what each binding covers in this dispatch (a row chunk, an input view, one instance of a block
+    // weight), the traffic its tiling implies, and the node's FLOPs in proportion to the rows this part writes.
+    std::vector<double> bound(node.in.size() + outs.size(), 0.0);
+    for (size_t b = 0; b < bound.size(); ++b) {
+        const int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
+        if (v < 0) continue;
+        const ir::InputView* view = b < node.in.size() ? ir::input_view(node, b) : nullptr;
+        bound[b] = part.sub[b].size ? (double)part.sub[b].size
+                   : view           ? (double)dtype_nbytes(g.value(v).dtype, shape_numel(view->shape))
+                                    : (double)value_bytes(g.value(v));
+    }
+    const vk::Traffic t = vk::traffic(g, node, rec.d, bound);
+    rec.bytes = t.read + t.written;
+    const size_t ob = node.in.size();  // the first output's binding
+    rec.flops =
+        ir::node_flops(g, node) * (part.sub[ob].size ? bound[ob] / (double)value_bytes(g.value(node.out)) : 1.0);
     dispatches.push_back(std::move(rec));
     return (int)dispatches.size() - 1;
 }

@@ -95,6 +95,7 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
 Executor::~Executor() = default;
 
 const Counters& Executor::counters() const { return impl_->c; }
+const StepCost& Executor::cost() const { return impl_->cost; }
 
 double Executor::record_again() {
     Impl& m = *impl_;
@@ -154,7 +155,36 @@ void Executor::run() {
         m.ctx.wait(m.fence);
         wait_ms += ms_since(tw);
     };
-    if (m.mode == Mode::eager) {
+    if (m.mode == Mode::eager && !m.eager_per_op) {  // recorded now, submitted once
+        for (auto& f : m.imports) f.file->check();
+        m.op_ms.clear();
+        VkCommandBuffer cb = m.ctx.begin_one_shot();
+        try {
+            m.record_eager_run(cb);
+            VK_CHECK(vkEndCommandBuffer(cb));
+            submit(cb);
+        } catch (...) {
+            vkFreeCommandBuffers(dev, m.ctx.pool(), 1, &cb);
+            throw;
+        }
+        vkFreeCommandBuffers(dev, m.ctx.pool(), 1, &cb);
+        m.host_ms = ms_since(t_run) - wait_ms;
+        st.host_ms = m.host_ms;
+        st.host_cpu_ms = thread_cpu_ms() - cpu0;
+        if (m.queries) {  // [0] the start, [i + 1] the end of dispatch i
+            std::vector<uint64_t> ts(m.n_queries);
+            VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, m.n_queries, ts.size() * 8, ts.data(), 8,
+                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+            for (size_t i = 0; i < m.dispatches.size(); ++i)
+                m.op_ms.push_back({m.dispatches[i].d.shader.name(),
+                                   ts[i + 1] > ts[i] ? (double)(ts[i + 1] - ts[i]) * tick_ms : 0.0});
+            m.gpu_ms = ts.back() > ts[0] ? (double)(ts.back() - ts[0]) * tick_ms : 0.0;
+            note_submission(ts[0], ts.back(), true);
+        }
+        m.stats = st;
+        return;
+    }
+    if (m.mode == Mode::eager) {  // KILN_EAGER_SUBMIT=op: one submission per dispatch, waited
         for (auto& f : m.imports) f.file->check();
         double total = 0;
         m.op_ms.clear();

@@ -1,6 +1,7 @@
 #pragma once
 // Runs an IR graph on a Vulkan device. Three modes:
-//  eager:    one submission per op, waited (the PyTorch-eager analogue, for debugging);
+//  eager:    the graph as built, recorded op by op at every run into one command buffer, submitted once (the
+//            PyTorch-eager analogue, for debugging; ExecOptions::eager_submit "op": one submission per op, waited);
 //  full:     every op recorded once, unrolled, into one command buffer; one submission per run;
 //  regional: each repeated block kind (Graph regions) recorded once into a secondary command
 //            buffer and replayed for every block instance; one submission per run.
@@ -113,6 +114,22 @@ struct Counters {
     uint64_t activation_bytes_planned = 0, activation_bytes_naive = 0, weight_bytes = 0, device_bytes = 0;
 };
 
+// The cost model of one run() (docs/benchmarks.md#the-cost-model), from the dispatches as planned: each dispatch's
+// FLOPs (ir::node_flops, a row chunk its share) and the bytes its workgroups read and write as its tiling implies
+// (vk::traffic), times how often one run executes it (every replay of a block's recording counts). A model, not a
+// measurement.
+struct DispatchCost {
+    std::string shader;  // its kShaderTable name; "copy" for the run's buffer copies
+    double flops = 0, bytes = 0;  // one execution
+    int per_run = 0;              // executions per run
+};
+struct StepCost {
+    double flops = 0, bytes = 0;  // per run: the sum over per_dispatch, copies included (read + written)
+    double bytes_min = 0;         // an ideal plan's traffic, ir::min_bytes of the planned graph
+    int dispatches = 0, submits = 0, barriers = 0;
+    std::vector<DispatchCost> per_dispatch;  // each recorded dispatch once (per_run 0: recorded, never run)
+};
+
 // Figures of one run(), from the host clock and the device's timestamps (device figures are 0 without
 // timestamps). Idle is time the device sat between two submissions: waiting for the host.
 struct RunStats {
@@ -138,6 +155,7 @@ public:
     void run();
     Tensor output(const std::string& name) const;  // f32
     const Counters& counters() const;
+    const StepCost& cost() const;  // as recorded (the constructor records)
     // Records the command buffers again, as the constructor did, and returns the time recording took in ms; the
     // counters are unchanged. The first recording (counters().record_ms) finds the driver's code and every
     // pipeline and descriptor cold; this one measures recording itself (kiln bench: record_again_ms). Waits for
@@ -152,7 +170,9 @@ public:
     const RunStats& last_run() const;
     // Regional mode with profile: GPU ms of every replayed block instance in the last run().
     const std::vector<double>& last_block_ms() const;
-    // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name.
+    // Eager mode only: GPU ms of each dispatch of the last run(), with its shader name. Submitted once per run, a
+    // dispatch's time is from the previous dispatch's end to its own (timestamps after each): dispatches that overlap
+    // share it out; KILN_EAGER_SUBMIT=op isolates each.
     const std::vector<std::pair<std::string, double>>& last_op_ms() const;
 
     // For programs that run the recorded run() between commands of their own (commands.h; models/step_program.h):

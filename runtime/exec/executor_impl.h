@@ -49,7 +49,7 @@ struct Recorder {
     std::vector<Span> writes, reads;
     int barriers = 0;
     void barrier() {
-        full_barrier(cb);
+        if (cb) full_barrier(cb);  // a null cb counts barriers only
         writes.clear();
         reads.clear();
         barriers++;
@@ -78,6 +78,7 @@ struct DispatchRec {
     VkDescriptorSet set;
     vk::Dispatch d;
     std::vector<Span> reads, writes;
+    double flops = 0, bytes = 0;  // the cost model of one execution (StepCost)
 };
 
 // One dispatch of a node (row_split.cpp): its lowering, and per binding (node.in..., then the output) the byte
@@ -103,6 +104,9 @@ struct Executor::Impl {
     vk::Allocator alloc;
     vk::Kernels kernels;
     Counters c;
+    StepCost cost;
+    std::vector<int> runs_of;   // per dispatch: executions per run, counted while recording
+    double copy_bytes = 0;      // per run: bytes buffer copies read and write (chain carries), counted while recording
     std::vector<vk::BufferRange> range;  // per value id; views share their root's range
     std::vector<int> root;
     vk::BufferRange dummy;
@@ -191,6 +195,7 @@ struct Executor::Impl {
     uint32_t n_queries = 0;
     BlockWeights select = BlockWeights::automatic;
     bool profile = false, profile_blocks = false;  // timestamps around every replayed block
+    bool eager_per_op = false;  // eager mode, ExecOptions::eager_submit "op": one submission per dispatch, waited
     std::vector<double> block_ms;
     VkFence fence = VK_NULL_HANDLE;
     double gpu_ms = 0, host_ms = 0;
@@ -313,6 +318,10 @@ struct Executor::Impl {
     int make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window);
     // record.cpp
     void record();
+    void record_eager();  // eager mode: counts what run() records (no command buffer is kept)
+    void finish_cost();   // StepCost from runs_of and the counters
+    // Eager mode, at run time: every dispatch into cb, a timestamp after each when queries exist.
+    void record_eager_run(VkCommandBuffer cb);
     void record_dispatch(Recorder& rec, const DispatchRec& d);
     void make_fence_and_queries();
     void allocate_command_buffers();

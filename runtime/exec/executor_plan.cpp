@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/ir/cost.h"
 
 namespace kiln::exec {
 
@@ -62,6 +63,7 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     c.pipelines = kernels.used();
     c.pipelines_created = kernels.created();
     c.plan_ms += ms_since(t1) - kernels.create_ms();
+    cost.bytes_min = ir::min_bytes(g);
     record();
 }
 
@@ -119,7 +121,11 @@ void Executor::Impl::plan_chains() {
             int holder = x;
             for (auto [cx, cy] : bk.chain)
                 if (in_y && cx == x) holder = cy;
-            root[(size_t)vl] = root[(size_t)holder];
+            // vl and every view of it (a reshape read after the blocks: DC-AE's pixel_unshuffle shortcut) share its
+            // root: all of them read the holder's buffer, where the replays leave the last instance's output.
+            const int old = root[(size_t)vl], now = root[(size_t)holder];
+            for (auto& rv : root)
+                if (rv == old) rv = now;
         }
     }
 }

@@ -1,8 +1,9 @@
 // Recording (plan, record, replay: the middle one). Full mode: every dispatch into one primary command buffer.
 // Regional mode: each block kind's template once per variant (parity, weight window) into secondary command
 // buffers, which the primary executes once per block instance, selecting that instance's weights in between
-// (block_weights.cpp) and streaming them where they do not fit (weight_stream.cpp). Eager mode records per op at
-// run time (executor.cpp).
+// (block_weights.cpp) and streaming them where they do not fit (weight_stream.cpp). Eager mode records at run time
+// (record_eager_run, from executor.cpp). Recording also counts how often one run executes each dispatch: the cost
+// model (StepCost).
 #include <algorithm>
 
 #include "runtime/core/error.h"
@@ -27,8 +28,9 @@ void Executor::Impl::make_fence_and_queries() {
     if (ctx.info().timestamps && !queries) {
         VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
         qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-        // [0, 1]: the whole run; then a (begin, end) pair around every replayed block instance.
-        n_queries = 2;
+        // [0, 1]: the whole run; then a (begin, end) pair around every replayed block instance. Eager mode, one
+        // submission per run: [0] its start, [i + 1] the end of dispatch i.
+        n_queries = mode == Mode::eager && !eager_per_op ? (uint32_t)dispatches.size() + 1 : 2;
         profile_blocks = profile;
         if (profile_blocks)
             for (auto& k : blocks) n_queries += 2 * (uint32_t)k.weights.size();
@@ -88,6 +90,7 @@ void Executor::Impl::record_carry(Recorder& rec, size_t k) {
         VkBufferCopy cc{sy.off, sx.off, sx.size};
         vkCmdCopyBuffer(primary, sy.b, sx.b, 1, &cc);
         c.copies_per_run++;
+        copy_bytes += 2.0 * (double)sx.size;
         rec.writes.push_back(sx);
         rec.reads.push_back(sy);
     }
@@ -105,6 +108,8 @@ void Executor::Impl::record_replays(Recorder& rec, size_t k, const std::vector<s
             all[i] = secondaries[k][v];
             c.barriers_per_run += sec_barriers[k][v];
             c.dispatches_per_run += (int)block_dispatches[k][v].size() + (advance[k] >= 0);
+            for (int d : block_dispatches[k][v]) runs_of[(size_t)d]++;
+            if (advance[k] >= 0) runs_of[(size_t)advance[k]]++;
         }
         vkCmdExecuteCommands(primary, (uint32_t)all.size(), all.data());
         c.executes_per_run++;
@@ -135,6 +140,7 @@ void Executor::Impl::record_replays(Recorder& rec, size_t k, const std::vector<s
         c.executes_per_run++;
         c.barriers_per_run += sec_barriers[k][v];
         c.dispatches_per_run += (int)block_dispatches[k][v].size();
+        for (int d : block_dispatches[k][v]) runs_of[(size_t)d]++;
         rec.barrier();
         if (profile_blocks) vkCmdWriteTimestamp(primary, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, next_query++);
     }
@@ -142,10 +148,66 @@ void Executor::Impl::record_replays(Recorder& rec, size_t k, const std::vector<s
     rec.barrier();
 }
 
+void Executor::Impl::record_eager_run(VkCommandBuffer cb) {
+    if (queries) {
+        vkCmdResetQueryPool(cb, queries, 0, n_queries);
+        vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, 0);
+    }
+    Recorder rec{cb};
+    for (size_t i = 0; i < dispatches.size(); ++i) {
+        record_dispatch(rec, dispatches[i]);
+        if (queries) vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, (uint32_t)i + 1);
+    }
+}
+
+void Executor::Impl::record_eager() {
+    // What record_eager_run will record: every dispatch once, barriers where the hazard tracking puts them. One
+    // submission per op (eager_per_op) needs none: each waits for the one before.
+    Recorder rec{VK_NULL_HANDLE};
+    for (size_t i = 0; i < dispatches.size(); ++i) {
+        rec.access(dispatches[i].reads, dispatches[i].writes);
+        runs_of[i] = 1;
+    }
+    c.dispatches_per_run = (int)dispatches.size();
+    c.submissions_per_run = eager_per_op ? c.dispatches_per_run : 1;
+    c.barriers_per_run = eager_per_op ? 0 : rec.barriers;
+}
+
+void Executor::Impl::finish_cost() {
+    StepCost s;
+    s.bytes_min = cost.bytes_min;  // the planned graph's (plan)
+    int executed = 0;
+    for (size_t i = 0; i < dispatches.size(); ++i) {
+        const DispatchRec& d = dispatches[i];
+        s.per_dispatch.push_back({d.d.shader.name(), d.flops, d.bytes, runs_of[i]});
+        s.flops += d.flops * runs_of[i];
+        s.bytes += d.bytes * runs_of[i];
+        executed += runs_of[i];
+    }
+    KILN_CHECK(executed == c.dispatches_per_run, "internal: ", executed, " dispatches counted for the cost model, ",
+               c.dispatches_per_run, " recorded");
+    // Buffer copies: chain carries and block weights copied into a bound window are read and written on the device;
+    // streamed weights are written (their reads are host memory).
+    const double copies = copy_bytes + 2.0 * (double)c.weight_copy_bytes_per_run + (double)c.streamed_bytes_per_run;
+    if (c.copies_per_run) s.per_dispatch.push_back({"copy", 0, copies / c.copies_per_run, c.copies_per_run});
+    s.bytes += copies;
+    s.dispatches = c.dispatches_per_run;
+    s.submits = c.submissions_per_run;
+    s.barriers = c.barriers_per_run;
+    cost = std::move(s);
+}
+
 void Executor::Impl::record() {
+    eager_per_op = mode == Mode::eager && ctx.settings().exec.eager_submit == "op";
     make_fence_and_queries();
-    if (mode == Mode::eager) {  // recorded per op at run time
-        c.dispatches_per_run = c.submissions_per_run = (int)dispatches.size();
+    // Per-run counters start again (record_again records once more).
+    runs_of.assign(dispatches.size(), 0);
+    copy_bytes = 0;
+    c.dispatches_per_run = c.barriers_per_run = c.copies_per_run = c.table_updates_per_run = c.executes_per_run = 0;
+    c.weight_copy_bytes_per_run = c.streamed_bytes_per_run = 0;
+    if (mode == Mode::eager) {  // recorded at run time
+        record_eager();
+        finish_cost();
         return;
     }
     if (primary || !batching.batches.empty()) {  // record_again(): the device is idle
@@ -170,6 +232,7 @@ void Executor::Impl::record() {
         if (step.kind == Step::dispatch) {
             record_dispatch(rec, dispatches[(size_t)step.index]);
             c.dispatches_per_run++;
+            runs_of[(size_t)step.index]++;
         } else {
             record_replays(rec, (size_t)step.index, sec_barriers, next_query);
         }
@@ -191,6 +254,7 @@ void Executor::Impl::record() {
     c.command_buffers_recorded++;
     c.barriers_per_run += rec.barriers;
     c.record_ms = ms_since(t0);
+    finish_cost();
 }
 
 }  // namespace kiln::exec

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 #include "runtime/vulkan/device_query.h"
 #include "runtime/vulkan/khr_coopmat.h"
 #include "runtime/vulkan/pipeline.h"
@@ -75,9 +76,7 @@ VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT s
 
 // No driver, or none with a device: vk::Unavailable, one line for every entry point (CLI, C API).
 [[noreturn]] void no_device(const char* why) {
-    throw Unavailable(::kiln::detail::concat("no Vulkan device (", why,
-                                             "; install your GPU's Vulkan driver, or Mesa's lavapipe for a CPU device: "
-                                             "apt-get install mesa-vulkan-drivers)"));
+    throw Unavailable(::kiln::detail::concat("no Vulkan device (", why, "; ", platform::vulkan_driver_advice(), ")"));
 }
 
 // Opens the loader (loader.h) first: every vk* below is a pointer it fills.

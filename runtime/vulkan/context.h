@@ -25,8 +25,8 @@ struct DeviceInfo {
     int index = 0;
     std::string name, type, driver, api_version;
     VkPhysicalDeviceType vk_type{};
-    uint64_t device_local_bytes = 0;
-    bool unified_memory = false;  // a DEVICE_LOCAL | HOST_VISIBLE heap covers device memory
+    uint64_t device_local_bytes = 0;  // the largest DEVICE_LOCAL heap (memory_type.h)
+    bool unified_memory = false;  // device blocks are host-visible device memory (vk::unified_memory)
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false, fp64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
     // VK_KHR_cooperative_matrix as shaders/linear_coopmat.comp uses it: the f16 x f16 + f32 -> f32 subgroup-scope

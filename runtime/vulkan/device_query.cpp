@@ -2,6 +2,7 @@
 
 #include "runtime/vulkan/khr_coopmat.h"
 #include "runtime/vulkan/linear_kernels.h"
+#include "runtime/vulkan/memory_type.h"
 
 #include <cstring>
 #include <string>
@@ -129,16 +130,8 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
 
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(pd, &mp);
-    for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
-        if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) d.device_local_bytes += mp.memoryHeaps[i].size;
-    if (p.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-        for (uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
-            auto f = mp.memoryTypes[i].propertyFlags;
-            if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
-                (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT))
-                d.unified_memory = true;
-        }
-    }
+    d.device_local_bytes = vk::device_local_bytes(mp);
+    d.unified_memory = vk::unified_memory(mp, p.deviceType);
     return d;
 }
 

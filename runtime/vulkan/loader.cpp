@@ -3,6 +3,8 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/core/platform.h"
+
 #ifdef _WIN32
 #define WIN32_LEAN_AND_MEAN
 #include <windows.h>
@@ -61,8 +63,7 @@ void open_loader(const std::string& path) {
         tried += (tried.empty() ? "" : ", ") + name;
     }
     throw Unavailable(
-        ::kiln::detail::concat("no Vulkan loader found (tried ", tried,
-                               "; install one, e.g. Debian's libvulkan1, or set KILN_VULKAN_LOADER to its path)"));
+        ::kiln::detail::concat("no Vulkan loader found (tried ", tried, "; ", platform::vulkan_loader_advice(), ")"));
 }
 
 void load_instance(VkInstance inst) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "runtime/core/error.h"
 
@@ -50,7 +52,30 @@ Allocator::~Allocator() {
     free_block(staging_);
 }
 
-Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char* what) {
+namespace {
+std::string mib(uint64_t bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f MiB", (double)bytes / (1 << 20));
+    return b;
+}
+
+// ", heap 1: 3.0 of 251.5 GiB in use (budget 250.1 GiB)" from VK_EXT_memory_budget, "" without it.
+std::string heap_state(Context& ctx, uint32_t heap) {
+    if (!ctx.info().memory_budget) return "";
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT mb{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 mp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, &mb};
+    vkGetPhysicalDeviceMemoryProperties2(ctx.physical(), &mp);
+    if (heap >= mp.memoryProperties.memoryHeapCount) return "";
+    char b[128];
+    std::snprintf(b, sizeof b, ", heap %u: %.1f of %.1f GiB in use (budget %.1f GiB)", heap,
+                  (double)mb.heapUsage[heap] / (1ull << 30),
+                  (double)mp.memoryProperties.memoryHeaps[heap].size / (1ull << 30),
+                  (double)mb.heapBudget[heap] / (1ull << 30));
+    return b;
+}
+}  // namespace
+
+Allocator::Block Allocator::make_block(VkDeviceSize size, MemoryUse use, const char* what) {
     Block b;
     b.size = size;
     VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -65,28 +90,44 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(ctx_.device(), b.buffer, &req);
     const auto& mp = ctx_.memory_properties();
-    VkMemoryPropertyFlags want = host ? (VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
-                                      : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
-    uint32_t type = UINT32_MAX;
-    for (uint32_t i = 0; i < mp.memoryTypeCount && type == UINT32_MAX; ++i)
-        if ((req.memoryTypeBits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) type = i;
-    KILN_CHECK(type != UINT32_MAX, "no suitable Vulkan memory type for ", what);
+    std::vector<uint32_t> types = memory_type_order(mp, req.memoryTypeBits, use, req.size);
+    // A device without device-local memory types (some virtual GPUs) reads its blocks from host memory.
+    if (types.empty() && use == MemoryUse::device)
+        types = memory_type_order(mp, req.memoryTypeBits, MemoryUse::host, req.size);
+    if (types.empty()) {  // a missing kind of memory (or a heap smaller than the block), not a lack of it
+        vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
+        std::string listed;
+        for (uint32_t i = 0; i < mp.memoryTypeCount; ++i)
+            if (req.memoryTypeBits >> i & 1u) listed += (listed.empty() ? "" : "; ") + describe_memory_type(mp, i);
+        KILN_FAIL("device '", ctx_.info().name, "' has no memory type for ", mib(req.size), " of ", what, " (",
+                  memory_use_name(use), " memory: ", memory_use_needs(use), "; the buffer may use ",
+                  listed.empty() ? "none" : listed, ")");
+    }
     VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
     ai.allocationSize = req.size;
-    ai.memoryTypeIndex = type;
     VkMemoryAllocateFlagsInfo fi{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
     fi.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
     if (bda) ai.pNext = &fi;
-    // The context counts what its Allocators hold (and a test hook may cap it).
+    // The context counts what its Allocators hold (and a test hook may cap it). A type whose heap the driver
+    // reports full gives way to the next one (system memory after the BAR, the BAR after system memory).
     VkResult r = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+    uint32_t type = types[0];
     if (ctx_.reserve_memory(req.size)) {
-        r = vkAllocateMemory(ctx_.device(), &ai, nullptr, &b.memory);
+        for (uint32_t t : types) {
+            type = t;
+            ai.memoryTypeIndex = t;
+            r = vkAllocateMemory(ctx_.device(), &ai, nullptr, &b.memory);
+            if (r != VK_ERROR_OUT_OF_DEVICE_MEMORY && r != VK_ERROR_OUT_OF_HOST_MEMORY) break;
+        }
         if (r != VK_SUCCESS) ctx_.release_memory(req.size);
     }
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
-        KILN_FAIL_AS(out_of_memory, "out of GPU memory allocating ", size >> 20, " MiB for ", what, " (", bytes_ >> 20,
-                     " MiB already allocated on '", ctx_.info().name, "')");
+        KILN_FAIL_AS(out_of_memory, "out of GPU memory allocating ", mib(size), " for ", what, " (", bytes_ >> 20,
+                     " MiB already allocated on '", ctx_.info().name, "'; ", vk_result_name(r), " from ",
+                     types.size() > 1 ? "each of " + std::to_string(types.size()) + " memory types, the last " : "",
+                     describe_memory_type(mp, type), heap_state(ctx_, mp.memoryTypes[type].heapIndex),
+                     "; Kiln holds ", mib(g_process_bytes.load()), " in this process)");
     }
     VK_CHECK(r);
     b.memory_size = req.size;
@@ -95,7 +136,10 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, bool host, const char*
     while (now > peak && !g_process_peak.compare_exchange_weak(peak, now)) continue;
     ctx_.sample_heap_usage();
     VK_CHECK(vkBindBufferMemory(ctx_.device(), b.buffer, b.memory, 0));
-    if (mp.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+    // Mapped (uploads by memcpy, no flushes) only where coherent: a device block that fell back to a host-visible
+    // but non-coherent type is staged like device-local memory.
+    const VkMemoryPropertyFlags hv_hc = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    if ((mp.memoryTypes[type].propertyFlags & hv_hc) == hv_hc) {
         void* p = nullptr;
         VK_CHECK(vkMapMemory(ctx_.device(), b.memory, 0, VK_WHOLE_SIZE, 0, &p));
         b.mapped = static_cast<uint8_t*>(p);
@@ -147,13 +191,8 @@ BufferRange Allocator::alloc(VkDeviceSize size, const char* what, bool bindable)
         next_block_ = std::min(kBlockSize, 2 * next_block_);
     }
     bs = std::min(bs, cap);
-    // Unified memory: device-local *and* host-visible; else device-local.
-    Block b = make_block(bs, host_, what);
-    if (unified_ && !b.mapped) {
-        vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
-        free_memory(ctx_, b.memory, b.memory_size);
-        b = make_block(bs, true, what);
-    }
+    // Unified memory: device-local *and* host-visible, so uploads are memcpy; else device-local.
+    Block b = make_block(bs, host_ ? MemoryUse::host : unified_ ? MemoryUse::unified : MemoryUse::device, what);
     bytes_ += bs;
     b.used = size;
     blocks_.push_back(b);
@@ -167,7 +206,8 @@ void Allocator::staged_copy(const BufferRange& r, void* host, VkDeviceSize size,
     if (staging_.size < want) {
         if (staging_.buffer) vkDestroyBuffer(ctx_.device(), staging_.buffer, nullptr);
         free_memory(ctx_, staging_.memory, staging_.memory_size);
-        staging_ = make_block(std::max(want, std::min(kStagingSize, 2 * staging_.size)), true, "staging buffer");
+        staging_ =
+            make_block(std::max(want, std::min(kStagingSize, 2 * staging_.size)), MemoryUse::host, "staging buffer");
     }
     auto* h = static_cast<uint8_t*>(host);
     for (VkDeviceSize done = 0; done < size;) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/vulkan/context.h"
+#include "runtime/vulkan/memory_type.h"
 
 namespace kiln::vk {
 
@@ -63,7 +64,7 @@ private:
         VkDeviceSize memory_size = 0;  // VkMemoryAllocateInfo::allocationSize
         uint8_t* mapped = nullptr;
     };
-    Block make_block(VkDeviceSize size, bool host, const char* what);
+    Block make_block(VkDeviceSize size, MemoryUse use, const char* what);
     void staged_copy(const BufferRange& r, void* host, VkDeviceSize size, VkDeviceSize off, bool to_device);
     Context& ctx_;
     bool unified_ = false, host_ = false;

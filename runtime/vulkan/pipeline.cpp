@@ -28,7 +28,7 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
     constexpr uint32_t OpName = 5, OpTypePointer = 32, OpDecorate = 71, OpVariable = 59, DecBinding = 33, DecSet = 34;
     constexpr uint32_t SCStorageBuffer = 12, SCUniform = 2, SCPushConstant = 9, SCUniformConstant = 0;
     constexpr uint32_t OpTypeImage = 25, OpTypeSampledImage = 27, DimBuffer = 5;
-    std::map<uint32_t, uint32_t> binding, set, pointee, sampled_image, image_dim;
+    std::map<uint32_t, uint32_t> binding, set, pointee, sampled_image, image_dim, image_sampled;
     std::map<uint32_t, std::string> names;
     struct Var {
         uint32_t id, type, sc;
@@ -46,8 +46,9 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
             pointee[code[i + 1]] = code[i + 3];
         } else if (op == OpTypeSampledImage && len >= 3) {
             sampled_image[code[i + 1]] = code[i + 2];
-        } else if (op == OpTypeImage && len >= 4) {
+        } else if (op == OpTypeImage && len >= 8) {
             image_dim[code[i + 1]] = code[i + 3];
+            image_sampled[code[i + 1]] = code[i + 7];  // 1: read with a sampler or texelFetch, 2: storage image
         } else if (op == OpName && len >= 3) {
             const char* s = reinterpret_cast<const char*>(code + i + 2);
             names[code[i + 1]] = std::string(s, strnlen(s, (len - 2) * 4));
@@ -57,10 +58,14 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
     Reflection r;
     for (auto [id, type, sc] : vars) {
         if (sc == SCPushConstant) r.push_constants = true;
-        if (sc == SCUniformConstant && binding.count(id)) {  // samplerBuffer / usamplerBuffer: a uniform texel buffer
-            auto si = sampled_image.find(pointee[type]);
-            KILN_CHECK(si != sampled_image.end() && image_dim[si->second] == DimBuffer && set[id] == 0,
-                       "shader resource at binding ", binding[id], ": only buffers and sampled texel buffers (set 0)");
+        if (sc == SCUniformConstant && binding.count(id)) {  // textureBuffer / utextureBuffer: a uniform texel buffer
+            // Declared as an image, not a sampled image (samplerBuffer): SPIR-V 1.6 forbids OpTypeSampledImage of a
+            // Dim Buffer image, and Mesa's SPIR-V front end warns about it in earlier versions.
+            const uint32_t img = pointee[type];
+            KILN_CHECK(!sampled_image.count(img), "shader resource at binding ", binding[id],
+                       ": a sampled image (samplerBuffer); declare texel buffers as textureBuffer");
+            KILN_CHECK(image_dim.count(img) && image_dim[img] == DimBuffer && image_sampled[img] == 1 && set[id] == 0,
+                       "shader resource at binding ", binding[id], ": only buffers and uniform texel buffers (set 0)");
             r.bindings.push_back(binding[id]);
             r.texel_bindings |= 1u << binding[id];
         }

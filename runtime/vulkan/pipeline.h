@@ -31,7 +31,7 @@ struct Reflection {
     std::vector<uint32_t> bindings;  // sorted
     uint32_t ptr_bindings = 0;       // bit b: the block at binding b is named "*_ptrs" (WEIGHT_BUF in common.glsl)
     uint32_t uniform_bindings = 0;   // bit b: binding b is a uniform buffer
-    uint32_t texel_bindings = 0;     // bit b: binding b is a samplerBuffer / usamplerBuffer (uniform texel buffer)
+    uint32_t texel_bindings = 0;     // bit b: binding b is a textureBuffer / utextureBuffer (uniform texel buffer)
     bool push_constants = false;
 };
 Reflection reflect_spirv(const uint32_t* code, size_t words);

@@ -1,99 +1,152 @@
 #!/usr/bin/env bash
-# There (a lent GPU machine, from the repository root, carry [".gpu"] made by scripts/gpu/bundle.sh): runs Kiln on
-# the real driver and writes every log and JSON under $OUT. One mode per `run` call (a call may last 10 minutes):
-#   tests   kiln devices, then every Vulkan test executable on the GPU with validation on (#13: the same tests must
-#           pass on a real GPU; a failure's log is in $OUT/test_NAME.log)
-#   stream  the streaming tests with ring copies on the transfer-only queue family (KILN_TRANSFER_QUEUE=1), then
-#           kiln bench --stream on DiT-XL/2-256 with --transfer-queue 0 against 1 (#12)
-#   bench [ARCH...]  kiln bench --mode all per arch (default dit-xl-2-256; also dit-xl-2-512, sd3-medium-1024,
-#           flux-dev-1024: one or two per call), and, when .gpu/peer.tar.xz was packed, PyTorch's side of the same
-#           arch in the same call, so both share the card and its clocks (#13)
-#   kernels kiln bench --kernels: the linear kernel table of this device
-# Environment (tests mode): VALIDATION=0 turns the validation layer off; TESTS="jit models" runs only those.
+# One device call runs everything (docs/gpu-runs/README.md): from the repository root, with carry [".gpu"] made by
+# scripts/gpu/bundle.sh,   bash scripts/gpu/suite.sh
+# and writes ONE tarball, $OUT/kiln-gpu-run.tar.xz, with every log. Its stages, in this order, each under a time limit
+# drawn from what is left of $BUDGET seconds (default 450, inside the 8 minutes one call should take):
+#   info     rt/bin/vulkaninfo (text: memory types and heaps; --json: the Vulkan profile: properties, features,
+#            extensions, formats), nvidia-smi, kiln devices
+#   tests    every packed test executable at once, validation on (KILN_VALIDATION=1), each spawned kiln through rt/run
+#            (KILN_TEST_RUNNER); tests.txt has one line each
+#   kernels  kiln bench --kernels: the linear kernel table of this device
+#   bench    PyTorch's side (../shared/gpu-peer/bench_torch.py with diffusers, when bundle.sh --diffusers packed it), then
+#            kiln bench --mode all, on $ARCH (default dit-xl-2-256), in the same call so both share the card's clocks
+#   stream   (only when STAGES names it) the streaming tests on the transfer-only queue, kiln bench --stream (#12)
+# Here: bash scripts/gpu/suite.sh --ci  runs the same set-up and stages on this machine's lavapipe (Debian 12's 22.3)
+# with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
+# dit-tiny, no PyTorch. CI runs it, so a set-up that fails does so here, not on a lent device.
+# Env: STAGES ("info tests kernels bench"), BUDGET, ARCH, TESTS (executables, e.g. "jit models"), TORCH_MODES.
 set -uo pipefail
-mode=${1:-tests}
-shift || true
+ci=0
+[ "${1:-}" = "--ci" ] && ci=1
 root=$(pwd)
-out=${OUT:-$root/gpu-out}
-mkdir -p "$out"
-[ -f .gpu/build.tar.xz ] || { echo "no .gpu/build.tar.xz: run scripts/gpu/bundle.sh here and carry .gpu" >&2; exit 1; }
-
-# The Vulkan loader into / (as the device README says); ICU and the validation layer beside it, not over the system.
-for f in .gpu/gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-deps=/opt/kiln-deps
-mkdir -p "$deps"
-for f in .gpu/deps/*.deb; do dpkg -x "$f" "$deps"; done
-for f in .gpu/deps/*.tar.xz; do tar -xJf "$f" -C "$deps"; done
-export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export VK_LAYER_PATH="$deps/usr/share/vulkan/explicit_layer.d"
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
-
-# The binaries name tests/data and the build folder by the absolute path they were built in.
-built=$(cat .gpu/built_in)
-if [ "$built" != "$root" ] && [ ! -e "$built" ]; then
-  mkdir -p "$(dirname "$built")"
-  ln -s "$root" "$built"
-fi
-tar -xJf .gpu/build.tar.xz
-# The built-in model, made as apps/CMakeLists.txt makes it (bundle.sh ships kiln-convert instead of the file).
-build/release/apps/kiln-convert models/default/dit-digits -o build/release/dit-digits.kiln --dtype f16 --quiet
-kiln="$root/build/release/apps/kiln"
-export KILN_TEST_DATA="$root/tests/data" KILN_CACHE_DIR=/tmp/kiln-cache
-
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true; } > "$out/gpu.txt" 2>&1
-"$kiln" devices > "$out/devices.txt" 2>&1
-cat "$out/gpu.txt" "$out/devices.txt"
-
-run_test() {  # NAME [Catch2 args...]: one test executable, its log in $OUT; prints its last line
-  local name=$1
-  shift
-  local log="$out/test_${name}${TAG:-}.log"
-  (cd "$root/build/release/tests" && timeout "${TEST_TIMEOUT:-540}" "./test_$name" "$@" > "$log" 2>&1)
-  echo "test_$name${TAG:-} rc=$? $(tail -n 2 "$log" | tr '\n' ' ')"
+[ -f .gpu/kiln.tar.xz ] || { echo "suite: no .gpu/kiln.tar.xz: run scripts/gpu/bundle.sh and carry .gpu" >&2; exit 1; }
+t0=$(date +%s)
+budget=${BUDGET:-$([ $ci = 1 ] && echo 420 || echo 450)}
+left() { echo $((budget - ($(date +%s) - t0))); }
+lim() { local l=$(($(left) - ${2:-15})); [ "$1" -lt "$l" ] && echo "$1" || echo $((l > 5 ? l : 5)); }  # WANT [RESERVE]
+work=${SUITE_WORK:-/tmp/kiln-gpu}
+o="$work/out"
+rm -rf "$work" && mkdir -p "$o"
+log() { echo "[$(($(date +%s) - t0))s] $*" | tee -a "$o/suite.log"; }
+finish() {
+  local dest=${OUT:-$root/gpu-out}
+  mkdir -p "$dest"
+  tar -C "$work" -cf - out | xz -6 -T0 > "$dest/kiln-gpu-run.tar.xz"
+  log "wrote $dest/kiln-gpu-run.tar.xz ($(du -h "$dest/kiln-gpu-run.tar.xz" | cut -f1))"
 }
 
-case "$mode" in
-  tests)
-    export KILN_VALIDATION=${VALIDATION:-1}
-    for t in ${TESTS:-core ir converter schedulers text ops jit models apps}; do
-      [ -x "build/release/tests/test_$t" ] && run_test "$t"
-    done
-    ;;
-  stream)
-    export KILN_VALIDATION=1 KILN_TRANSFER_QUEUE=1
-    TAG=_transfer run_test jit "[stream]"
-    TAG=_transfer run_test models "[stream]"
-    unset KILN_VALIDATION KILN_TRANSFER_QUEUE
-    for q in 0 1; do
-      "$kiln" bench --synthetic dit-xl-2-256 --mode none --stream --vram-budget 1G --transfer-queue "$q" \
-        --steps 5 --json "$out/stream-dit-xl-tq$q.json" > "$out/stream-dit-xl-tq$q.txt" 2>&1
-      echo "stream --transfer-queue $q rc=$?"
-      tail -n 8 "$out/stream-dit-xl-tq$q.txt"
-    done
-    ;;
-  bench)
-    [ -f .gpu/peer.tar.xz ] && mkdir -p /tmp/peer && tar -xJf .gpu/peer.tar.xz -C /tmp/peer
-    for a in "${@:-dit-xl-2-256}"; do
-      if [ -f /tmp/peer/bench_torch.py ]; then
-        PYTHONPATH=/tmp/peer timeout 300 python3 /tmp/peer/bench_torch.py --arch "$a" --iters 20 \
-          > "$out/torch-$a.jsonl" 2> "$out/torch-$a.err"
-        echo "bench_torch $a rc=$?"
-        cat "$out/torch-$a.jsonl"
+# --- set-up: the binaries and rt/ ---------------------------------------------------------------------------------------
+# There, the copy of the tree is the build tree: kiln.tar.xz unpacks into it (build/release, rt). Here (--ci) the checkout
+# is the real build tree: it unpacks into a folder that links the tree's top-level entries instead.
+if [ $ci = 1 ]; then
+  tree="$work/tree"
+  mkdir -p "$tree"
+  for e in "$root"/* ; do [ "$(basename "$e")" = build ] || ln -s "$e" "$tree/"; done
+else
+  tree="$root"
+fi
+xz -dc .gpu/kiln.tar.xz | tar -C "$tree" -xf - || { log "FAILED: unpacking .gpu/kiln.tar.xz"; finish; exit 1; }
+built=$(cat .gpu/built_in)  # the binaries name tests/data and build/release by the path they were built in
+if [ "$built" != "$tree" ] && [ ! -e "$built" ]; then mkdir -p "$(dirname "$built")" && ln -s "$tree" "$built"; fi
+rt="$tree/rt"
+run="$rt/run"
+bin="$tree/build/release"
+export KILN_TEST_RUNNER="$run" KILN_TEST_DATA="$tree/tests/data" KILN_CACHE_DIR="$work/cache"
+unset VK_DRIVER_FILES VK_ADD_DRIVER_FILES  # the driver through VK_ICD_FILENAMES, which tests override to hide it
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ $ci = 1 ]; then
+  export VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json
+elif [ -f "$icd" ]; then
+  export VK_ICD_FILENAMES="$icd"
+fi
+# The built-in model, as apps/CMakeLists.txt makes it (the bundle packs kiln-convert, not the 6 MiB file).
+[ -f "$bin/dit-digits.kiln" ] ||
+  "$run" "$bin/apps/kiln-convert" models/default/dit-digits -o "$bin/dit-digits.kiln" --dtype f16 --quiet
+kiln() { "$run" "$bin/apps/kiln" "$@"; }
+log "set-up done: $(head -n1 "$tree/MANIFEST" >/dev/null && wc -l < "$tree/MANIFEST") packed files, driver ${VK_ICD_FILENAMES:-found by the loader}"
+if ! kiln devices > "$o/devices.txt" 2>&1 && [ $ci = 0 ]; then
+  # Not seen on a device so far; the device README's own recipe, then again: its GL libraries into /, ldconfig.
+  log "kiln devices failed: $(tail -n1 "$o/devices.txt"); trying the NVIDIA library folders and ldconfig"
+  export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ldconfig 2>/dev/null
+  kiln devices > "$o/devices.txt" 2>&1
+fi
+cat "$o/devices.txt"
+
+stages=${STAGES:-info tests kernels bench}
+for st in $stages; do
+  [ "$(left)" -lt 20 ] && { log "skip $st: no time left"; continue; }
+  case $st in
+    info)
+      (cd "$o" && timeout "$(lim 60)" "$run" "$rt/bin/vulkaninfo" --json > /dev/null 2> vulkaninfo-json.err)
+      timeout "$(lim 60)" "$run" "$rt/bin/vulkaninfo" > "$o/vulkaninfo.txt" 2>&1
+      log "vulkaninfo rc=$? ($(ls "$o"/VP_VULKANINFO_*.json 2>/dev/null | wc -l) profile); $(grep -m1 deviceName "$o/vulkaninfo.txt" | tr -s ' \t' ' ')"
+      { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true; } > "$o/gpu.txt" 2>&1
+      ;;
+    tests)
+      declare -A filt=()
+      if [ $ci = 1 ]; then  # a few quick test cases each: the set-up, not the suite (ctest runs that)
+        filt=([core]="[settings]" [ir]="[ir]" [converter]="[gguf]" [layouts]="[lora]" [schedulers]="[sana]"
+          [text]="[clip_tokenizer]" [ops]="[op:softmax]" [jit]="[pipeline_cache]" [models]="[dit]"
+          [apps]="[vulkan_loader],[text]")  # apps: kiln spawned through rt/run, ICU's data through the tokenizers
       fi
-      timeout 240 "$kiln" bench --synthetic "$a" --mode all --steps 5 --json "$out/kiln-$a.json" \
-        > "$out/kiln-$a.txt" 2>&1
-      echo "kiln bench $a rc=$?"
-      grep -E '^(mode|eager|full|regional) ' "$out/kiln-$a.txt"
-    done
-    ;;
-  kernels)
-    "$kiln" bench --kernels > "$out/kernels.txt" 2>&1
-    cat "$out/kernels.txt"
-    ;;
-  *)
-    echo "usage: bash scripts/gpu/suite.sh tests|stream|bench [ARCH...]|kernels" >&2
-    exit 2
-    ;;
-esac
+      tl=$(lim $([ $ci = 1 ] && echo 150 || echo 300) 150)
+      log "tests: ${TESTS:-all packed}, validation on, ${tl} s each at most"
+      for t in ${TESTS:-core ir converter layouts schedulers text ops jit models apps}; do
+        [ -x "$bin/tests/test_$t" ] || continue
+        ( cd "$bin/tests" && KILN_VALIDATION=1 timeout "$tl" "$run" "./test_$t" ${filt[$t]:+"${filt[$t]}"} \
+            > "$o/test_$t.log" 2>&1
+          echo "test_$t rc=$? $(tail -n 2 "$o/test_$t.log" | tr -s '\n' ' ')" >> "$o/tests.txt" ) &
+      done
+      wait
+      sort -o "$o/tests.txt" "$o/tests.txt"
+      log "tests done"
+      cat "$o/tests.txt"
+      ;;
+    kernels)
+      if [ $ci = 1 ]; then ka=(--shape 2x64x64 --kernel-dtypes f16); else ka=(); fi
+      timeout "$(lim $([ $ci = 1 ] && echo 90 || echo 60))" "$run" "$bin/apps/kiln" bench --kernels "${ka[@]}" \
+        > "$o/kernels.txt" 2>&1
+      log "kernels rc=$?"
+      cat "$o/kernels.txt"
+      ;;
+    bench)
+      arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
+      if [ $ci = 0 ] && [ -f .gpu/peer.tar.xz ]; then
+        mkdir -p "$work/peer" && xz -dc .gpu/peer.tar.xz | tar -C "$work/peer" -xf -
+        (cd "$work/peer" && PYTHONPATH="$work/peer" timeout "$(lim 200 60)" python3 bench_torch.py --arch "$arch" \
+           --modes "${TORCH_MODES:-eager,regional,cudagraphs}" --iters 20 > "$o/torch-$arch.jsonl" 2> "$o/torch-$arch.err")
+        log "bench_torch $arch rc=$?"
+        cat "$o/torch-$arch.jsonl"
+      fi
+      steps=$([ $ci = 1 ] && echo 1 || echo 10)
+      timeout "$(lim 120 5)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode all --steps "$steps" --warmup 1 \
+        --json "$o/kiln-$arch.json" > "$o/kiln-$arch.txt" 2>&1
+      log "kiln bench $arch rc=$?"
+      tail -n 12 "$o/kiln-$arch.txt"
+      ;;
+    stream)  # not in the default stages: the streaming tests with ring copies on the transfer-only queue family
+      # (KILN_TRANSFER_QUEUE=1), then kiln bench --stream on DiT-XL/2-256 with --transfer-queue 0 against 1
+      for t in jit models; do
+        ( cd "$bin/tests" && KILN_VALIDATION=1 KILN_TRANSFER_QUEUE=1 timeout "$(lim 120)" "$run" "./test_$t" "[stream]" \
+            > "$o/test_${t}_transfer.log" 2>&1
+          echo "test_${t}_transfer rc=$? $(tail -n 2 "$o/test_${t}_transfer.log" | tr -s '\n' ' ')" >> "$o/tests.txt" )
+      done
+      for q in 0 1; do
+        timeout "$(lim 60)" "$run" "$bin/apps/kiln" bench --synthetic dit-xl-2-256 --mode none --stream --vram-budget 1G \
+          --transfer-queue "$q" --steps 5 --json "$o/stream-tq$q.json" > "$o/stream-tq$q.txt" 2>&1
+        log "stream --transfer-queue $q rc=$?"
+      done
+      ;;
+    *) log "unknown stage $st" ;;
+  esac
+done
+fails=$(grep -vc ' rc=0 ' "$o/tests.txt" 2>/dev/null)
+log "summary: $(grep -c . "$o/tests.txt" 2>/dev/null || echo 0) test executables, ${fails:-0} failed"
+finish
+# Here, the suite must work end to end: every executable passes its quick cases, kiln benches.
+if [ $ci = 1 ]; then
+  [ "${fails:-1}" = 0 ] && grep -q ' rc=0 ' "$o/tests.txt" && ! grep -q 'No tests ran' "$o/tests.txt" &&
+    grep -q 'kiln bench .* rc=0' "$o/suite.log" && grep -q 'kernels rc=0' "$o/suite.log" &&
+    grep -q 'vulkaninfo rc=0' "$o/suite.log" || { echo "suite: FAILED here (see above)" >&2; exit 1; }
+fi

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -25,7 +26,7 @@ struct Run {
 Run run_kiln(const fs::path& cache, const std::string& args) {
     const fs::path err = cache / "stderr.txt";
     const std::string cmd = "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE XDG_CACHE_HOME=" + cache.string() + " " +
-                            std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " >/dev/null 2>" + err.string();
+                            kiln::test::cli_binary("kiln") + " " + args + " >/dev/null 2>" + err.string();
     int status = std::system(cmd.c_str());
     Run r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -101,13 +102,27 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
         CHECK(s["idle_before_ms_median"].get<double>() >= 0);
         CHECK(s["submissions_median"] == m["submissions_per_step"]);
         CHECK(s["barriers_median"] == m["barriers_per_step"]);
-        if (m["mode"] == "eager") {
-            CHECK(m["submissions_per_step"] == m["dispatches_per_step"]);
-        } else {
-            CHECK(m["submissions_per_step"] == 1);
-            CHECK(s["idle_ms_median"].get<double>() == 0);  // one submission: no gap inside a step
-            CHECK(m["barriers_per_step"].get<int>() > 0);
-        }
+        // Every mode submits once per step (eager records its step op by op at run time).
+        CHECK(m["submissions_per_step"] == 1);
+        CHECK(s["idle_ms_median"].get<double>() == 0);  // one submission: no gap inside a step
+        CHECK(m["barriers_per_step"].get<int>() > 0);
+        // The cost model, under exactly these names (other checks read them).
+        const auto& cost = m["cost"];
+        CHECK(cost.size() == 7);
+        for (const char* k : {"flops", "bytes", "bytes_min", "dispatches", "submits", "barriers", "floor_ms"})
+            CHECK(cost.contains(k));
+        CHECK(cost["dispatches"] == m["dispatches_per_step"]);
+        CHECK(cost["submits"] == m["submissions_per_step"]);
+        CHECK(cost["barriers"] == m["barriers_per_step"]);
+        CHECK(cost["flops"].get<double>() > 0);
+        CHECK(cost["bytes"].get<double>() >= cost["bytes_min"].get<double>());
+        CHECK(cost["bytes_min"].get<double>() > m["weight_bytes"].get<double>());  // weights and the blocks' values
+        REQUIRE(cost["floor_ms"].size() == 5);
+        for (const char* d : {"H100", "H200", "RTX 4090", "Apple M3 Max", "Adreno 750"})
+            CHECK(cost["floor_ms"][d].get<double>() > 0);
+        // Same FLOP rate, more bandwidth: the H200's floor is at most the H100's; the phone's is the highest.
+        CHECK(cost["floor_ms"]["H200"].get<double>() <= cost["floor_ms"]["H100"].get<double>());
+        CHECK(cost["floor_ms"]["Adreno 750"].get<double>() > cost["floor_ms"]["Apple M3 Max"].get<double>());
         CHECK(m["activation_bytes_planned"].get<uint64_t>() <= m["activation_bytes_naive"].get<uint64_t>());
         CHECK(m["split_ops"] == 0);  // every activation fits one binding
         CHECK(m["memory"]["device_peak_bytes"].get<uint64_t>() >= m["device_bytes"].get<uint64_t>());
@@ -128,6 +143,27 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
     r = run_kiln(tmp.path, args + " --no-pipeline-cache");
     REQUIRE(r.rc == 0);
     CHECK(read()["pipeline_cache"]["status"] == "disabled");
+}
+
+TEST_CASE("kiln bench --cost: the cost model's table, labelled a model, plan only", "[apps][bench][vulkan]") {
+    TmpDir tmp("cost");
+    const fs::path out = tmp.path / "stdout.txt";
+    const std::string cmd = "env -u KILN_CACHE_DIR XDG_CACHE_HOME=" + tmp.path.string() + " " +
+                            std::string(KILN_BUILD_DIR) +
+                            "/apps/kiln bench --synthetic dit-tiny --blocks 2 --mode eager,regional --steps 0 "
+                            "--warmup 0 --cost >" +
+                            out.string() + " 2>&1";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    std::ifstream f(out);
+    const std::string text((std::istreambuf_iterator<char>(f)), {});
+    INFO(text);
+    CHECK(text.find("cost model") != std::string::npos);
+    CHECK(text.find("not measured") != std::string::npos);
+    CHECK(text.find("H200 ms") != std::string::npos);
+    CHECK(text.find("Adreno 750 ms") != std::string::npos);
+    // One cost row per mode after the header.
+    CHECK(text.find("\neager ", text.find("cost model")) != std::string::npos);
+    CHECK(text.find("\nregional ", text.find("cost model")) != std::string::npos);
 }
 
 TEST_CASE("kiln bench --stream --vram-budget with activations over the binding limit: row chunks, bitwise",
@@ -266,7 +302,7 @@ TEST_CASE("kiln bench --kernels prints GFLOP/s of every linear variant and the p
     auto kiln = [&](const std::string& args, int& rc) {
         const std::string cmd =
             "env -u KILN_CACHE_DIR -u KILN_PIPELINE_CACHE -u KILN_LINEAR XDG_CACHE_HOME=" + d.path.string() + " " +
-            std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>&1";
+            kiln::test::cli_binary("kiln") + " " + args + " 2>&1";
         FILE* p = ::popen(cmd.c_str(), "r");
         REQUIRE(p);
         std::string out;

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/apps/cli_run.h"
+
 namespace fs = std::filesystem;
 
 TEST_CASE("kiln generate: out of device memory and a lost device are one clear error", "[apps][generate][faults]") {
@@ -14,8 +16,8 @@ TEST_CASE("kiln generate: out of device memory and a lost device are one clear e
     fs::create_directories(tmp);
     const fs::path png = tmp / "out.png", ef = tmp / "stderr.txt";
     auto run = [&](const std::string& env, std::string* err) {
-        const std::string cmd = env + " timeout 300 " + std::string(KILN_BUILD_DIR) +
-                                "/apps/kiln generate --class-labels 1,2 --grid --steps 3 -o " + png.string() + " 2>" +
+        const std::string cmd = env + " timeout 300 " + kiln::test::cli_binary("kiln") +
+                                " generate --class-labels 1,2 --grid --steps 3 -o " + png.string() + " 2>" +
                                 ef.string();
         int st = std::system(cmd.c_str());
         std::ifstream f(ef);
@@ -50,10 +52,10 @@ TEST_CASE("kiln generate: Ctrl-C stops at a step boundary with one clear error a
     // 200 steps, so the signal comes at step >= 200 (after the device loop has started) or, on a fast device, later.
     // timeout --foreground: a plain timeout forwards the SIGINT to kiln and again to its whole process group, and
     // a second Ctrl-C kills kiln at once (by design), which made this test flaky under load.
-    const std::string cmd = "cd " + tmp.string() + " && (timeout --foreground 300 " + std::string(KILN_BUILD_DIR) +
-                            "/apps/kiln generate --class-labels 1 --guidance 1 --steps 1000 -o " + png.string() +
-                            " 2>" + ef.string() + " & pid=$!; for i in $(seq 3000); do grep -q 'denoise ' " +
-                            ef.string() + " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; wait $pid)";
+    const std::string cmd = "cd " + tmp.string() + " && (timeout --foreground 300 " + kiln::test::cli_binary("kiln") +
+                            " generate --class-labels 1 --guidance 1 --steps 1000 -o " + png.string() + " 2>" +
+                            ef.string() + " & pid=$!; for i in $(seq 3000); do grep -q 'denoise ' " + ef.string() +
+                            " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; wait $pid)";
     int st = std::system(cmd.c_str());
     std::ifstream f(ef);
     std::string err(std::istreambuf_iterator<char>(f), {});

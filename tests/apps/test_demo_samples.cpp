@@ -17,6 +17,7 @@
 
 #include "runtime/core/safetensors.h"
 #include "runtime/core/torch_rng.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -34,9 +35,9 @@ TEST_CASE("kiln generate --seed S on the built-in model draws diffusers' samples
     test::TempDir tmp("kiln_demo");
     for (int seed = 0; seed < 4; ++seed) {
         const std::string dump = tmp / ("seed" + std::to_string(seed) + ".safetensors");
-        const std::string cmd = std::string(KILN_BUILD_DIR) +
-                                "/apps/kiln generate --class-labels 0,1,2,3,4,5,6,7,8,9 --seed " +
-                                std::to_string(seed) + " --dump " + dump + " -o " + (tmp / "out.png") + " 2>/dev/null";
+        const std::string cmd = kiln::test::cli_binary("kiln") +
+                                " generate --class-labels 0,1,2,3,4,5,6,7,8,9 --seed " + std::to_string(seed) +
+                                " --dump " + dump + " -o " + (tmp / "out.png") + " 2>/dev/null";
         REQUIRE(std::system(cmd.c_str()) == 0);
         const Tensor img = SafeTensors::open(dump).read("image");  // NHWC in [0, 1], as output_type="np"
         REQUIRE(img.shape == Shape{10, 32, 32, 3});
@@ -66,9 +67,8 @@ TEST_CASE("kiln generate --noise-dtype: the seed's noise as torch.randn draws it
     test::TempDir tmp("kiln_demo");
     auto run = [&](const std::string& args, const std::string& name) {
         const std::string dump = tmp / (name + ".safetensors");
-        const std::string cmd = std::string(KILN_BUILD_DIR) +
-                                "/apps/kiln generate --class-labels 3,7 --steps 2 --grid " + args + " --dump " + dump +
-                                " -o " + (tmp / (name + ".png")) + " 2>" + (tmp / "err.txt");
+        const std::string cmd = kiln::test::cli_binary("kiln") + " generate --class-labels 3,7 --steps 2 --grid " +
+                                args + " --dump " + dump + " -o " + (tmp / (name + ".png")) + " 2>" + (tmp / "err.txt");
         return std::system(cmd.c_str()) == 0 ? SafeTensors::open(dump).read("latents_init") : Tensor();
     };
     const Tensor f32 = run("--seed 5", "f32"), f16 = run("--seed 5 --noise-dtype f16", "f16"),

@@ -9,6 +9,7 @@
 #include "models/dit_pipeline.h"
 #include "models/vae_runner.h"
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -16,7 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 int kiln_forward(const std::string& args) {
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln forward " + args + " 2>/dev/null";
+    const std::string cmd = kiln::test::cli_binary("kiln") + " forward " + args + " 2>/dev/null";
     int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

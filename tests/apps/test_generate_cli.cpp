@@ -5,12 +5,16 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/generate_flags.h"
+#include "models/generate_options.h"
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -27,7 +31,7 @@ struct Result {
 // Runs `kiln generate ARGS` through /bin/sh; stderr captured.
 Result generate(const Tmp& tmp, const std::string& args, const std::string& env = "") {
     const std::string err_file = tmp / "stderr.txt";
-    const std::string cmd = env + " " + std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
+    const std::string cmd = env + " " + kiln::test::cli_binary("kiln") + " generate " + args + " 2>" + err_file;
     int status = std::system(cmd.c_str());
     Result r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -223,6 +227,61 @@ TEST_CASE("kiln generate rejects bad prompts and options before writing anything
     std::ofstream(tmp / "prompts.txt") << "a cat\na dog\n";
     expect_error(sd3 + " --prompt-file " + (tmp / "prompts.txt") + " --negative-prompt x --negative-prompt y",
                  "--prompt-file: give --negative-prompt once");
+}
+
+// Every float flag of the table, for every family: NaN, the infinities and a value past each end of its range stop
+// with one line naming the flag, before the model is read, and write nothing (issue 46: --guidance nan ran on the
+// built-in DiT and wrote a PNG).
+TEST_CASE("kiln generate: every float flag refuses NaN, infinities and values out of its range, for every family",
+          "[apps][generate]") {
+    Tmp tmp("kiln_gen_float");
+    const std::string png = tmp / "out.png";
+    const std::vector<std::string> models = {"", " --model " + fixture("sd3_pipeline") + " --prompt a",
+                                             " --model " + fixture("pixart_pipeline") + " --prompt a",
+                                             " --model " + fixture("flux_pipeline") + " --prompt a",
+                                             " --model " + fixture("sana_pipeline") + " --prompt a"};
+    int rows = 0;
+    for (const app::GenerateFlag& row : app::generate_flags()) {
+        const auto* ff = std::get_if<app::FloatFlag>(&row.target);
+        if (!ff) continue;
+        ++rows;
+        std::string flag = row.names;
+        flag = flag.substr(flag.find("--"));
+        flag = flag.substr(0, flag.find(','));
+        const models::FloatRange& range = models::float_range(ff->range);
+        std::vector<std::string> bad = {"nan", "inf", "-inf"};
+        char buf[64];
+        if (std::isfinite(range.lo))
+            bad.push_back(range.lo_open ? std::to_string(range.lo) : std::to_string(range.lo - 1));
+        if (std::isfinite(range.hi)) std::snprintf(buf, sizeof buf, "%g", range.hi + 1), bad.push_back(buf);
+        for (const std::string& model : models)
+            for (const std::string& v : bad) {
+                Result r = generate(tmp, model + " " + flag + "=" + v + " -o " + png);  // "=": -inf is a value
+                INFO(model << " " << flag << " " << v << "\n" << r.err);
+                CHECK(r.rc == 1);
+                CHECK(r.err.find("kiln: error: " + flag + " is ") != std::string::npos);
+                CHECK(r.err.find(std::isfinite(std::strtod(v.c_str(), nullptr))
+                                     ? ": outside "
+                                     : ": not a finite number") != std::string::npos);
+                CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+                CHECK(!fs::exists(png));
+            }
+    }
+    CHECK(rows == 7);  // --guidance, --true-cfg, --eta, --skip-layer-guidance-{scale,start,stop}, --strength
+    // The lists of numbers, element by element, as the C API checks them.
+    const std::string sd3 = " --model " + fixture("sd3_pipeline") + " --prompt a";
+    for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+             {sd3 + " --sigmas 1,nan", "sigmas[1] is nan: not a finite number"},
+             {" --model " + fixture("pixart_pipeline") + " --prompt a --timesteps 999,inf",
+              "timesteps[1] is inf: not a finite number"},
+             {" --model " + fixture("pixart_pipeline") + " --prompt a --timesteps 999,-1",
+              "timesteps[1] is -1: outside [0, inf)"}}) {
+        Result r = generate(tmp, args + " -o " + png);
+        INFO(args << "\n" << r.err);
+        CHECK(r.rc == 1);
+        CHECK(r.err.find(needle) != std::string::npos);
+        CHECK(!fs::exists(png));
+    }
 }
 
 TEST_CASE("kiln generate --negative-prompt per prompt, --prompt-2, --prompt-3: each text reaches its encoder",

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -31,7 +32,7 @@ using Tmp = kiln::test::TempDir;
 // `kiln generate ARGS` (the built-in digits model); the exit status, stderr in *err.
 int generate(const Tmp& tmp, const std::string& args, std::string* err) {
     const std::string ef = tmp / "stderr.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + ef;
+    const std::string cmd = kiln::test::cli_binary("kiln") + " generate " + args + " 2>" + ef;
     const int st = std::system(cmd.c_str());
     std::ifstream f(ef);
     err->assign(std::istreambuf_iterator<char>(f), {});

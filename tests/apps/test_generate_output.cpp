@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/apps/cli_run.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,9 +25,9 @@ struct Tmp {
 };
 
 // Runs `kiln ARGS` on a model that does not exist; the exit status, stderr in *err.
-int kiln(const Tmp& tmp, const std::string& args, std::string* err) {
+int run_kiln(const Tmp& tmp, const std::string& args, std::string* err) {
     const fs::path ef = tmp.path / "stderr.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " --model " +
+    const std::string cmd = kiln::test::cli_binary("kiln") + " " + args + " --model " +
                             (tmp.path / "absent.kiln").string() + " 2>" + ef.string();
     int st = std::system(cmd.c_str());
     std::ifstream f(ef);
@@ -51,7 +53,7 @@ TEST_CASE("kiln generate and kiln forward check their output paths before loadin
             if (flag == "generate --dump") args += " -o " + good;
             if (flag == "forward --output") args += " --inputs " + (tmp.path / "in.safetensors").string();
             INFO(args << "\n" << err);
-            CHECK(kiln(tmp, args, &err) == 1);
+            CHECK(run_kiln(tmp, args, &err) == 1);
             CHECK(err.find("kiln: error: " + flag.substr(flag.find(' ') + 1) + " " + path) != std::string::npos);
             CHECK(err.find(why) != std::string::npos);
             CHECK(err.find("absent.kiln") == std::string::npos);  // the model was not looked at
@@ -59,9 +61,9 @@ TEST_CASE("kiln generate and kiln forward check their output paths before loadin
     }
     // A good path gets past the check: the error is now the missing model.
     std::string err;
-    CHECK(kiln(tmp, "generate -o " + good + " --dump " + (tmp.path / "d.safetensors").string(), &err) == 1);
+    CHECK(run_kiln(tmp, "generate -o " + good + " --dump " + (tmp.path / "d.safetensors").string(), &err) == 1);
     CHECK(err.find("absent.kiln") != std::string::npos);
-    CHECK(kiln(tmp, "forward --inputs x.safetensors --output " + good, &err) == 1);
+    CHECK(run_kiln(tmp, "forward --inputs x.safetensors --output " + good, &err) == 1);
     CHECK(err.find("absent.kiln") != std::string::npos);
     CHECK(!fs::exists(good));
 }

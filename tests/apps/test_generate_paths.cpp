@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -20,7 +21,7 @@ struct Result {
 // Runs `kiln generate ARGS` through /bin/sh; stderr captured.
 Result generate(const test::TempDir& tmp, const std::string& args) {
     const std::string err_file = tmp / "stderr.txt";
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate " + args + " 2>" + err_file;
+    const std::string cmd = kiln::test::cli_binary("kiln") + " generate " + args + " 2>" + err_file;
     const int status = std::system(cmd.c_str());
     Result r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -16,7 +17,7 @@ TEST_CASE("kiln without a Vulkan loader or device: one error line, exit 1", "[ap
     kiln::test::TempDir tmp("kiln_no_vulkan");
     const std::string png = tmp / "out.png", ef = tmp / "stderr.txt";
     auto run = [&](const std::string& env, const std::string& args, std::string* err) {
-        const std::string cmd = env + " timeout 120 " + std::string(KILN_BUILD_DIR) + "/apps/kiln " + args + " 2>" + ef;
+        const std::string cmd = env + " timeout 120 " + kiln::test::cli_binary("kiln") + " " + args + " 2>" + ef;
         const int st = std::system(cmd.c_str());
         std::ifstream f(ef);
         err->assign(std::istreambuf_iterator<char>(f), {});

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "converter/convert.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -63,7 +64,7 @@ TEST_CASE("quantized digits grids against the f16 grid", "[.digits_psnr]") {
         o.quiet = true;
         converter::convert_folder(model, file, o);
         const std::string png = (out / (name + ".png")).string();
-        const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln generate --model " + file +
+        const std::string cmd = kiln::test::cli_binary("kiln") + " generate --model " + file +
                                 " --class-labels 0,1,2,3,4,5,6,7,8,9 --grid --upscale 4 -o " + png + " 2>/dev/null";
         REQUIRE(std::system(cmd.c_str()) == 0);
         fs::remove(file);

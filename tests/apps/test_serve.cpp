@@ -29,7 +29,7 @@ struct Server {
     explicit Server(const std::vector<std::string>& args, bool validation = true, int step_delay_ms = 0) {
         int out[2];
         REQUIRE(pipe(out) == 0);
-        const std::string err = tmp / "stderr.txt", bin = std::string(KILN_BUILD_DIR) + "/apps/kiln";
+        const std::string err = tmp / "stderr.txt";
         pid = fork();
         if (pid == 0) {
             dup2(out[1], 1);
@@ -37,12 +37,13 @@ struct Server {
             if (step_delay_ms > 0) setenv("KILN_TEST_SERVE_STEP_DELAY_MS", std::to_string(step_delay_ms).c_str(), 1);
             FILE* e = std::fopen(err.c_str(), "w");
             if (e) dup2(fileno(e), 2);
-            std::vector<std::string> a = {bin, "serve", "--port", "0"};
+            std::vector<std::string> a = kiln::test::cli_argv("kiln");  // after KILN_TEST_RUNNER, when set
+            for (const char* w : {"serve", "--port", "0"}) a.push_back(w);
             a.insert(a.end(), args.begin(), args.end());
             std::vector<char*> argv;
             for (auto& s : a) argv.push_back(s.data());
             argv.push_back(nullptr);
-            execv(bin.c_str(), argv.data());
+            execv(argv[0], argv.data());
             _exit(127);
         }
         close(out[1]);

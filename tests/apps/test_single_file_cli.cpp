@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "converter/assemble.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
@@ -136,6 +137,52 @@ TEST_CASE("Stability's SD3 single file, alone and with separate encoders", "[app
     INFO(r.err);
     REQUIRE(r.rc == 0);
     check_identical(parts, folder_dump("sd3_pipeline"));
+}
+
+// Issue 46: a --diffusion-model file that holds the VAE too (Stability's sd3_medium_incl_clips.safetensors) gives
+// it: `also needs a VAE (--vae)` was asked for a file already given. The log says where the VAE came from.
+TEST_CASE("A --diffusion-model file holding a VAE gives the VAE", "[apps][single_file]") {
+    const std::string sd3 = sd3_file("sd3-tiny.safetensors");
+    converter::ComponentFiles f;
+    f.diffusion_model = sd3;
+    f.config = fixture("sd3_pipeline");
+    converter::Assembly a = converter::assemble(f);
+    const converter::Part* vae = a.find("vae");
+    REQUIRE(vae);
+    CHECK(vae->path == sd3);
+    CHECK(vae->from == converter::Part::From::layout_file);
+    REQUIRE(a.notes.size() == 1);
+    CHECK(a.notes[0].find("the VAE from sd3-tiny.safetensors") != std::string::npos);
+    // What is still missing is the encoders, not the VAE (the file's encoders come only with --model).
+    CHECK(a.incomplete().find("VAE") == std::string::npos);
+    CHECK(a.incomplete().find("(--clip-l)") != std::string::npos);
+    // --vae names the VAE: no note, the flag's file.
+    f.vae = sd3;
+    a = converter::assemble(f);
+    CHECK(a.notes.empty());
+    REQUIRE(a.find("vae"));
+    // A transformer file without a VAE gives none (Flux's BFL file).
+    converter::ComponentFiles flux;
+    flux.diffusion_model = flux_file("flux1-tiny.safetensors");
+    flux.config = fixture("flux_pipeline");
+    a = converter::assemble(flux);
+    CHECK_FALSE(a.find("vae"));
+    CHECK(a.incomplete().find("a VAE (--vae)") != std::string::npos);
+}
+
+TEST_CASE("kiln generate --diffusion-model with the VAE inside: the folder's outputs, and the log says so",
+          "[apps][single_file][vulkan]") {
+    Tmp tmp("kiln_sf");
+    const std::string dump = tmp / "dm.safetensors";
+    Result r =
+        run(tmp, "kiln",
+            "generate --diffusion-model " + sd3_file("sd3-tiny.safetensors") + " --clip-l " +
+                sd3_file("clip_l.safetensors") + " --clip_g " + sd3_file("clip_g.safetensors") + " --t5xxl " +
+                sd3_file("t5xxl.safetensors") + " --config " + fixture("sd3_pipeline") + call("sd3_pipeline", dump));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("kiln: the VAE from sd3-tiny.safetensors") != std::string::npos);
+    check_identical(dump, folder_dump("sd3_pipeline"));
 }
 
 TEST_CASE("kiln-convert bundles single files, configs and tokenizers into a Kiln file that stands alone",

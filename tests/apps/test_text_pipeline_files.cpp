@@ -15,6 +15,7 @@
 #include "models/text/tokenizer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
+#include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -82,7 +83,7 @@ CmdResult kiln_tokenize(const std::string& args) {
     const std::string err_file =
         (fs::temp_directory_path() / ("kiln_tok_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
             .string();
-    const std::string cmd = std::string(KILN_BUILD_DIR) + "/apps/kiln tokenize " + args + " 2>" + err_file;
+    const std::string cmd = kiln::test::cli_binary("kiln") + " tokenize " + args + " 2>" + err_file;
     FILE* p = ::popen(cmd.c_str(), "r");
     REQUIRE(p);
     CmdResult r;
@@ -191,6 +192,48 @@ TEST_CASE("kiln tokenize prints the ids from a Kiln file, a pipeline folder or a
     json j = json::parse(r.out);
     CHECK(j["input_ids"].size() == 4);
     CHECK(j["attention_mask"].get<std::vector<int32_t>>() == std::vector<int32_t>{1, 1, 1, 1});
+}
+
+// Every tokenizer Kiln implements, from its folder as transformers' save_pretrained writes it (the tok_* fixtures:
+// CLIP's vocab.json + merges.txt, T5's spiece.model, Gemma's tokenizer.model, each with tokenizer_config.json and
+// special_tokens_map.json): the ids transformers gave, padded and truncated to the fixture's max_length.
+TEST_CASE("kiln tokenize reads each tokenizer's folder as transformers saves it", "[apps][text]") {
+    struct Case {
+        std::string folder, tensor;
+        int max_length;
+    };
+    const Case c = GENERATE(Case{"tok_clip", "input_ids", 77}, Case{"tok_t5", "input_ids_max_length_32", 32},
+                            Case{"tok_gemma", "input_ids_max_length_20", 20});
+    std::ifstream f(fixture(c.folder) + "/io.json");
+    const json io = json::parse(f);
+    TempDir tmp;
+    for (int row : {5, 10, 20}) {  // "a photo of a cat", a long prompt (truncated by Gemma's 20), "東京"
+        const std::string prompt = io["prompts"][(size_t)row].get<std::string>();
+        INFO(c.folder << " prompt " << row << ": " << prompt);
+        auto r = kiln_tokenize("--model " + sh_quote(fixture(c.folder)) + " --max-length " +
+                               std::to_string(c.max_length) + " --prompt " + sh_quote(prompt));
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        CHECK(json::parse(r.out)["input_ids"].get<std::vector<int32_t>>() == fixture_ids(c.folder, c.tensor, row));
+    }
+    // Without tokenizer_config.json the files alone say which tokenizer it is; with a tokenizer_class Kiln does not
+    // implement, one line names it.
+    fs::copy(fixture(c.folder), tmp / "bare");
+    fs::remove(tmp / "bare/tokenizer_config.json");
+    // (the configs hold nothing these prompts' ids depend on: the same ids.)
+    auto r = kiln_tokenize("--model " + sh_quote(tmp / "bare") + " --no-truncate --prompt 'a photo of a cat'");
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const auto whole =
+        kiln_tokenize("--model " + sh_quote(fixture(c.folder)) + " --no-truncate --prompt 'a photo of a cat'");
+    REQUIRE(whole.rc == 0);
+    CHECK(r.out == whole.out);
+    fs::copy(fixture(c.folder), tmp / "llama");
+    std::ofstream(tmp / "llama/tokenizer_config.json") << R"({"tokenizer_class": "LlamaTokenizer"})";
+    r = kiln_tokenize("--model " + sh_quote(tmp / "llama") + " --prompt 'a photo of a cat'");
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Catch::Contains("unsupported tokenizer class 'LlamaTokenizer'"));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
 TEST_CASE("kiln tokenize fails with one clear line", "[apps][text]") {

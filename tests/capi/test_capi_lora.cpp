@@ -139,7 +139,7 @@ TEST_CASE("C API: kiln_model_set_lora_scales on a resident transformer", "[capi]
     const auto a1 = image(m.get(), s1, 1, KILN_LORA_APPLY_DEFAULT, &reused);
     CHECK(reused == 0);
     set_error({1.0}, "1 LoRA scales given, the resident transformer has 2");
-    set_error({1.0, std::nan("")}, "not finite");
+    set_error({1.0, std::nan("")}, "scales[1] is nan: not a finite number");
     const std::vector<double> s2 = {1.2, 0.5};
     REQUIRE(kiln_model_set_lora_scales(m.get(), s2.data(), 2) == KILN_OK);
     const auto a2 = image(m.get(), s1, 1, KILN_LORA_APPLY_DEFAULT, &reused);  // s1 given; the set scales apply

@@ -260,7 +260,7 @@ TEST_CASE("a broken text side fails with one clear error and no output file", "[
              "tokenizer_2: CLIPTokenizer needs vocab.json and merges.txt; "
              "missing merges.txt",
              [](const std::string& d) { fs::remove(d + "/tokenizer_2/merges.txt"); }},
-        Case{"missing spiece.model", "flux_pipeline", "T5Tokenizer needs spiece.model, which is missing",
+        Case{"missing spiece.model", "flux_pipeline", "T5Tokenizer needs spiece.model; missing spiece.model",
              [](const std::string& d) { fs::remove(d + "/tokenizer_2/spiece.model"); }},
         Case{"no tokenizer folder", "pixart_pipeline", "component 'tokenizer' (T5Tokenizer) has no folder",
              [](const std::string& d) { fs::remove_all(d + "/tokenizer"); }},

@@ -107,3 +107,61 @@ TEST_CASE("platform: environment variables round-trip as UTF-8", "[platform]") {
     CHECK(platform::page_size() >= 4096);
     CHECK(platform::peak_rss() > 0);
 }
+
+// The advice that ends "no Vulkan device (...)" and "no Vulkan loader found (...)", for every system (the function
+// takes the system, so Linux tests Windows' text too). tests/apps/test_no_vulkan_cli.cpp and
+// tests/capi/test_capi_no_vulkan.cpp check the whole lines as the CLI and the C API print them on Linux.
+TEST_CASE("platform: what to install for Vulkan, per system", "[platform]") {
+    using platform::Os;
+    SECTION("Debian-like Linux: the packages") {
+        CHECK(platform::vulkan_driver_advice(Os::gnu_linux) ==
+              "install your GPU's Vulkan driver, or Mesa's lavapipe for a CPU device: apt-get install "
+              "mesa-vulkan-drivers");
+        CHECK(platform::vulkan_loader_advice(Os::gnu_linux) ==
+              "install one, e.g. Debian's libvulkan1, or set KILN_VULKAN_LOADER to its path");
+    }
+    SECTION("Windows: the GPU vendor's driver, which brings vulkan-1.dll") {
+        CHECK(platform::vulkan_driver_advice(Os::windows) ==
+              "install or update your GPU vendor's graphics driver (NVIDIA, AMD or Intel), which includes its Vulkan "
+              "driver");
+        CHECK(platform::vulkan_loader_advice(Os::windows) ==
+              "install or update your GPU vendor's graphics driver (NVIDIA, AMD or Intel), which installs "
+              "vulkan-1.dll, or set KILN_VULKAN_LOADER to its path");
+    }
+    SECTION("macOS and iOS: MoltenVK") {
+        CHECK(platform::vulkan_driver_advice(Os::apple) ==
+              "install MoltenVK (the LunarG Vulkan SDK, or Homebrew's molten-vk)");
+        CHECK(platform::vulkan_loader_advice(Os::apple) ==
+              "install the LunarG Vulkan SDK, or Homebrew's vulkan-loader and molten-vk, or set KILN_VULKAN_LOADER "
+              "to its path");
+    }
+    SECTION("Android: the system's") {
+        CHECK(platform::vulkan_driver_advice(Os::android) == "this device's GPU driver does not offer Vulkan 1.2");
+        CHECK(platform::vulkan_loader_advice(Os::android) ==
+              "Android 7.0 and later have one in the system image; or set KILN_VULKAN_LOADER to its path");
+    }
+    SECTION("only Linux's text names a Linux package tool or distribution") {
+        for (Os os : {Os::windows, Os::apple, Os::android}) {
+            CAPTURE((int)os);
+            for (const std::string& s : {platform::vulkan_driver_advice(os), platform::vulkan_loader_advice(os)}) {
+                CHECK(s.find("apt-get") == std::string::npos);
+                CHECK(s.find("Debian") == std::string::npos);
+                CHECK(s.find("lavapipe") == std::string::npos);
+            }
+        }
+    }
+    SECTION("the default is the system this test was built for") {
+#if defined(_WIN32)
+        const Os built_for = Os::windows;  // the windows preset (mingw-w64), run under wine
+#elif defined(__APPLE__)
+        const Os built_for = Os::apple;
+#elif defined(__ANDROID__)
+        const Os built_for = Os::android;
+#else
+        const Os built_for = Os::gnu_linux;
+#endif
+        STATIC_REQUIRE(platform::this_os() == built_for);
+        CHECK(platform::vulkan_driver_advice() == platform::vulkan_driver_advice(built_for));
+        CHECK(platform::vulkan_loader_advice() == platform::vulkan_loader_advice(built_for));
+    }
+}

@@ -9,13 +9,14 @@
 #include "runtime/core/quant.h"
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
 
 namespace {
 vk::Context& bench_context() {
-    static vk::Context ctx{test::settings()};
+    static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/exec/linear_select.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline_cache.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 vk::Context& ctx() {
-    static vk::Context c{test::settings()};
+    static vk::Context& c = test::exit_safe_context();
     return c;
 }
 

@@ -8,6 +8,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/memory.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -17,7 +18,7 @@ constexpr VkDeviceSize kMiB = 1ull << 20;
 constexpr VkDeviceSize kFirstBlock = kMiB;  // memory.cpp: the first block made without a reservation
 
 vk::Context& context() {
-    static vk::Context ctx{test::settings()};
+    static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
 

@@ -6,6 +6,7 @@
 
 #include "runtime/ir/graph.h"
 #include "runtime/vulkan/lower.h"
+#include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/shader_key.h"
 #include "runtime/vulkan/shader_table.h"
 
@@ -89,4 +90,29 @@ TEST_CASE("shader key: lowering names table shaders for every weight dtype", "[j
             }
         }
     }
+}
+
+// Uniform texel buffers are declared as textureBuffer (an OpTypeImage of Dim Buffer, Sampled 1, read with
+// texelFetch), never samplerBuffer: an OpTypeSampledImage of a Dim Buffer image is invalid from SPIR-V 1.6 on,
+// and Mesa's SPIR-V front end (lavapipe 25.0) warns about it in earlier versions, which a validation run counts.
+TEST_CASE("shader reflection: texel buffers are images, no shader declares a sampled buffer image",
+          "[jit][shader_key]") {
+    constexpr uint32_t OpTypeImage = 25, OpTypeSampledImage = 27, DimBuffer = 5;
+    int texel_shaders = 0;
+    for (size_t i = 0; i < vk::kShaderCount; ++i) {
+        const vk::ShaderBlob& b = vk::kShaderTable[i];
+        INFO(b.name);
+        std::set<uint32_t> buffer_images;
+        for (size_t w = 5; w < b.words;) {
+            const uint32_t op = b.code[w] & 0xffffu, len = b.code[w] >> 16;
+            REQUIRE(len > 0);
+            if (op == OpTypeImage && b.code[w + 3] == DimBuffer) buffer_images.insert(b.code[w + 1]);
+            if (op == OpTypeSampledImage) CHECK(!buffer_images.count(b.code[w + 2]));
+            w += len;
+        }
+        const vk::Reflection r = vk::reflect_spirv(b.code, b.words);  // throws on a sampled buffer image
+        CHECK((r.texel_bindings != 0) == !buffer_images.empty());
+        texel_shaders += r.texel_bindings != 0;
+    }
+    CHECK(texel_shaders > 0);  // the *_tex shaders were reflected as texel readers
 }

@@ -6,13 +6,14 @@
 #include "runtime/exec/executor.h"
 #include "runtime/exec/weight_stream.h"
 #include "runtime/vulkan/context.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
 
 namespace {
 vk::Context& context() {
-    static vk::Context ctx{test::settings()};
+    static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
 

@@ -9,11 +9,12 @@
 #include "models/forward.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/vulkan/context.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 namespace kiln::test {
 inline vk::Context& context() {
-    static vk::Context ctx{test::settings()};
+    static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
 

@@ -13,13 +13,14 @@
 #include "models/step_program.h"
 #include "runtime/core/error.h"
 #include "runtime/vulkan/context.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
 
 namespace {
 vk::Context& context() {
-    static vk::Context ctx{test::settings()};
+    static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
 

@@ -3,6 +3,7 @@
 // PixArt's `timesteps` (DPM-Solver, Euler) and `sigmas` (Euler): set_timesteps(timesteps= / sigmas=); and its
 // `eta` (DDIM's per-step noise from the seed's generator).
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "models/schedulers/scheduler.h"
 #include "models/t2i_pipeline.h"
@@ -216,6 +217,29 @@ TEST_CASE("eta where it does not apply", "[models][t2i]") {
     CHECK(models::plan_t2i(pixart, opt).eta == 1);
     opt.eta = -1;
     CHECK_THROWS_WITH(models::plan_t2i(pixart, opt), Catch::Contains("eta is -1"));
+}
+
+TEST_CASE("plan_t2i and generate_dit refuse NaN and infinite options, whichever family", "[models][t2i][vulkan]") {
+    // The C++ options as `kiln generate --profile` passes them (no C API in between): the same ranges.
+    for (const char* fx : {"pixart_pipeline", "sd3_pipeline", "flux_pipeline", "sana_pipeline"}) {
+        auto src = models::ModelSource::open(test::data_path(std::string("fixtures/") + fx));
+        INFO(fx);
+        models::T2IOptions opt;
+        opt.guidance = std::nan("");
+        CHECK_THROWS_WITH(models::plan_t2i(src, opt), Catch::Contains("guidance is nan: not a finite number"));
+        opt.guidance = HUGE_VAL;
+        CHECK_THROWS_WITH(models::plan_t2i(src, opt), Catch::Contains("guidance is inf: not a finite number"));
+        opt.guidance = -1;
+        CHECK_THROWS_WITH(models::plan_t2i(src, opt), Catch::Contains("guidance is -1: outside [0, inf)"));
+        opt.guidance.reset();
+        opt.eta = std::nan("");
+        CHECK_THROWS_WITH(models::plan_t2i(src, opt), Catch::Contains("eta is nan"));
+    }
+    auto dit = models::ModelSource::open(test::data_path("fixtures/dit_pipeline_ddim"));
+    models::GenerateOptions g;
+    g.labels = {1};
+    g.guidance = std::nan("");
+    CHECK_THROWS_WITH(models::generate_dit(test::context(), dit, g), Catch::Contains("guidance is nan"));
 }
 
 TEST_CASE("PixArt with DPM-Solver++ SDE through scheduler overrides: float32 step noise after the latents",

@@ -14,12 +14,13 @@
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/lower.h"
+#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
 
 namespace kiln::test {
 
 inline vk::Context& op_ctx() {
-    static vk::Context ctx{test::settings()};
+    static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
 

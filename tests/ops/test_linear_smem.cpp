@@ -58,6 +58,39 @@ TEST_CASE("linear_smem matches the CPU reference (quantized weights)", "[op:line
     check_smem(variant, M, N, K, wt, true);
 }
 
+// The selector (linear_select.h) picks a variant per device and row count from timings, and ir::fuse's
+// linear_multi always runs the register tile: a model's modes (eager, full, regional) and a fused group and its
+// plain linears agree bitwise only if every variant sums each output in the same order. linear_smem and
+// linear_tile.glsl both add x_k w_k for k = 0, 1, ..., K - 1 by one fma each, so no tolerance applies.
+TEST_CASE("linear_smem equals the register path bitwise", "[op:linear][smem]") {
+    const std::string variant = GENERATE("smem64", "smem128");
+    DType wt = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0,
+                        DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k);
+    const int64_t B = dtype_is_quant(wt) ? dtype_block(wt) : 1;
+    // Partial tiles in M and N, K not a multiple of the 16-value slice (f32/f16/bf16), 1-row adaLN shapes.
+    auto [M, N, K] = GENERATE_COPY(std::make_tuple(1, 13, dtype_is_quant(wt) ? B : 36),
+                                   std::make_tuple(77, 130, dtype_is_quant(wt) ? 3 * B : 68),
+                                   std::make_tuple(130, 67, dtype_is_quant(wt) ? B : 100));
+    const bool bias = GENERATE(false, true), gelu = GENERATE(false, true);
+    CAPTURE(variant, M, N, K, dtype_name(wt), bias, gelu);
+    ir::Graph g;
+    auto x = g.input("x", {M, K});
+    ir::Val y = g.linear(x, g.weight("w", {N, K}, wt), bias ? g.weight("b", {N}) : ir::Val{});
+    g.output(gelu ? g.gelu(y, true) : y, "y");  // fused into the store (ir::fuse)
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({M, K}, 60, -2.f, 2.f)}};
+    std::map<std::string, Tensor> w{{"w", test::random_weight({N, K}, wt, 61, -0.5f, 0.5f)}};
+    if (bias) w["b"] = test::random_tensor({N}, 62);
+    auto run_as = [&](const std::string& v) {
+        ForceLinear force(v);
+        return test::run_vk(g, in, w, exec::Mode::full, "1");
+    };
+    const auto reg = run_as("reg");
+    const uint64_t before = exec::linear_smem_dispatches();
+    const auto smem = run_as(variant);
+    CHECK(exec::linear_smem_dispatches() > before);  // the forced path ran
+    CHECK(smem.out.at("y").bytes == reg.out.at("y").bytes);
+}
+
 TEST_CASE("linear_smem leaves K % 4 != 0 to the register path", "[op:linear][smem][bad]") {
     ir::Graph g;
     auto x = g.input("x", {70, 13});

@@ -3,8 +3,13 @@
 // rotates with rope.comp's `precise` products, so fused equals unfused bitwise. Against the CPU (f64): each
 // normalised value within test_rms_norm's 1e-5, a rotation (|cos|, |sin| <= 1) adds at most the two errors plus
 // rope's 2 ulp of values below 4: 3e-5 max-abs.
+#include <array>
 #include <cmath>
+#include <set>
+#include <string>
+#include <vector>
 
+#include "runtime/vulkan/shader_table.h"
 #include "tests/ops/op_harness.h"
 
 using namespace kiln;
@@ -76,4 +81,34 @@ TEST_CASE("rms_norm_rope rejects shapes that do not fit", "[op:rms_norm_rope][ba
     REQUIRE_THROWS_WITH(g.rms_norm_rope(x, w, c3, s3, 1e-6f),
                         Catch::Contains("weight") && Catch::Contains("head dim 6"));
     REQUIRE_THROWS_WITH(g.rms_norm_rope(x, {}, c3, s3, -1.f), Catch::Contains("eps"));
+}
+
+// Fused equals unfused only if every multiply-add rounds the same way in both shaders. lavapipe never contracts
+// a * b + c into an FMA, NVIDIA does wherever SPIR-V allows it (the H200 run: D = 192 differed), so check what SPIR-V
+// allows: in rms_norm, rope and rms_norm_rope (each variant), no OpFAdd / OpFSub takes an OpFMul's result unless
+// both are NoContraction (GLSL `precise`).
+TEST_CASE("rms_norm, rope and rms_norm_rope leave the driver no multiply-add to contract", "[op:rms_norm_rope]") {
+    constexpr uint32_t OpDecorate = 71, DecNoContraction = 42, OpFAdd = 129, OpFSub = 131, OpFMul = 133;
+    int checked = 0;
+    for (size_t i = 0; i < vk::kShaderCount; ++i) {
+        const vk::ShaderBlob& b = vk::kShaderTable[i];
+        const std::string name = b.name;
+        if (name.rfind("rms_norm", 0) != 0 && name.rfind("rope", 0) != 0) continue;
+        INFO(name);
+        std::set<uint32_t> exact, fmul;
+        std::vector<std::array<uint32_t, 3>> adds;  // result, operands
+        for (size_t w = 5; w < b.words;) {
+            const uint32_t op = b.code[w] & 0xffffu, len = b.code[w] >> 16;
+            REQUIRE(len > 0);
+            if (op == OpDecorate && len >= 3 && b.code[w + 2] == DecNoContraction) exact.insert(b.code[w + 1]);
+            if (op == OpFMul) fmul.insert(b.code[w + 2]);
+            if ((op == OpFAdd || op == OpFSub) && len >= 5) adds.push_back({b.code[w + 2], b.code[w + 3], b.code[w + 4]});
+            w += len;
+        }
+        for (auto [r, a, c] : adds)
+            for (uint32_t m : {a, c})
+                if (fmul.count(m)) CHECK((exact.count(r) && exact.count(m)));
+        ++checked;
+    }
+    CHECK(checked >= 3);
 }

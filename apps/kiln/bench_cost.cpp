@@ -1,0 +1,84 @@
+#include "apps/kiln/bench_cost.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace kiln::app {
+
+const std::vector<CostDevice>& cost_devices() {
+    // Sources in docs/benchmarks.md#the-cost-model.
+    static const std::vector<CostDevice> d = {
+        {"H100", 989.4e12, 3.35e12,
+         "NVIDIA H100 SXM5 datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3 3.35 TB/s"},
+        {"H200", 989.4e12, 4.8e12,
+         "NVIDIA H200 SXM datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3e 4.8 TB/s"},
+        {"RTX 4090", 165.2e12, 1008e9,
+         "NVIDIA Ada (AD102) whitepaper: FP16 Tensor with FP32 accumulate 165.2 TFLOPS dense; GDDR6X 21 Gbps x 384 bit "
+         "= "
+         "1008 GB/s"},
+        {"Apple M3 Max", 14.3e12, 400e9,
+         "Apple publishes no FLOP figure: 40-core GPU, 5120 ALUs x 2 x 1.398 GHz (f16 at the f32 rate); Apple: 400 "
+         "GB/s"},
+        {"Adreno 750", 5.5e12, 76.8e9,
+         "Qualcomm publishes no FLOP figure: 1536 ALUs x 2 x 0.903 GHz x 2 (f16 at twice the f32 rate); LPDDR5X "
+         "4800 MHz x 64 bit = 76.8 GB/s"},
+    };
+    return d;
+}
+
+double floor_ms(const exec::StepCost& c, const CostDevice& d) {
+    double s = 0;
+    for (const exec::DispatchCost& x : c.per_dispatch)
+        s += x.per_run * std::max(x.flops / d.flops_per_s, x.bytes / d.bytes_per_s);
+    return s * 1e3;
+}
+
+nlohmann::json cost_json(const exec::StepCost& c) {
+    nlohmann::json floor = nlohmann::json::object();
+    for (const CostDevice& d : cost_devices()) floor[d.name] = floor_ms(c, d);
+    return {{"flops", c.flops},     {"bytes", c.bytes},       {"bytes_min", c.bytes_min}, {"dispatches", c.dispatches},
+            {"submits", c.submits}, {"barriers", c.barriers}, {"floor_ms", floor}};
+}
+
+nlohmann::json cost_by_shader(const exec::StepCost& c) {
+    nlohmann::json by = nlohmann::json::object();
+    for (const exec::DispatchCost& x : c.per_dispatch) {
+        if (x.per_run == 0) continue;
+        nlohmann::json& e = by[x.shader];
+        if (e.is_null()) e = {{"count", 0}, {"flops", 0.0}, {"bytes", 0.0}};
+        e["count"] = e["count"].get<int>() + x.per_run;
+        e["flops"] = e["flops"].get<double>() + x.per_run * x.flops;
+        e["bytes"] = e["bytes"].get<double>() + x.per_run * x.bytes;
+    }
+    return by;
+}
+
+nlohmann::json cost_model_json() {
+    nlohmann::json devices = nlohmann::json::object();
+    for (const CostDevice& d : cost_devices())
+        devices[d.name] = {{"flops_per_s", d.flops_per_s}, {"bytes_per_s", d.bytes_per_s}, {"source", d.source}};
+    return {{"note",
+             "a model, not a measurement: per step, each dispatch as planned with its FLOPs and the bytes its tiling "
+             "reads and writes (no cache between workgroups); floor_ms = sum over dispatches of max(flops / peak, "
+             "bytes / bandwidth); bytes_min = every weight once + each block's inputs and outputs"},
+            {"devices", devices}};
+}
+
+void print_cost(const std::string& label, const exec::StepCost& c, bool header) {
+    if (header) {
+        std::printf(
+            "cost model (per step, as planned; not measured: floor = sum over dispatches of max(FLOPs / peak, "
+            "bytes / bandwidth))\n");
+        std::printf("%-9s %9s %9s %9s %8s %6s %6s %8s", "mode", "GFLOP", "GB", "GB_min", "GB/min", "disp", "submit",
+                    "barriers");
+        for (const CostDevice& d : cost_devices()) std::printf(" %13s", (std::string(d.name) + " ms").c_str());
+        std::printf("\n");
+    }
+    std::printf("%-9s %9.1f %9.3f %9.3f %8.2f %6d %6d %8d", label.c_str(), c.flops * 1e-9, c.bytes * 1e-9,
+                c.bytes_min * 1e-9, c.bytes_min > 0 ? c.bytes / c.bytes_min : 0.0, c.dispatches, c.submits, c.barriers);
+    for (const CostDevice& d : cost_devices()) std::printf(" %13.3f", floor_ms(c, d));
+    std::printf("\n");
+    std::fflush(stdout);
+}
+
+}  // namespace kiln::app

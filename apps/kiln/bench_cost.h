@@ -1,0 +1,32 @@
+#pragma once
+// kiln bench's cost report (bench_cost.cpp; docs/benchmarks.md#the-cost-model): the executor's cost model of one step
+// (exec::StepCost) and the floor it implies on named devices. A model, not a measurement.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/exec/executor.h"
+
+namespace kiln::app {
+
+// A device's public peak figures: dense f16 FLOP/s (matrix units, f32 accumulation where the vendor says) and
+// memory bandwidth; where the vendor publishes no FLOP figure, derived as `source` says.
+struct CostDevice {
+    const char* name;
+    double flops_per_s, bytes_per_s;
+    const char* source;
+};
+const std::vector<CostDevice>& cost_devices();
+
+// The floor of one step on d: per dispatch max(FLOPs / peak, bytes / bandwidth), times its executions, summed (ms).
+double floor_ms(const exec::StepCost& c, const CostDevice& d);
+// A mode's "cost" object: flops, bytes, bytes_min, dispatches, submits, barriers, floor_ms {device: ms}.
+nlohmann::json cost_json(const exec::StepCost& c);
+// A mode's "cost_by_shader": per shader name, its executions, FLOPs and bytes per step (where the bytes go).
+nlohmann::json cost_by_shader(const exec::StepCost& c);
+// The report's "cost_model": what the figures are, and each device's peaks and their source.
+nlohmann::json cost_model_json();
+// --cost: one row of the cost table (header first when asked).
+void print_cost(const std::string& label, const exec::StepCost& c, bool header);
+
+}  // namespace kiln::app

@@ -1,0 +1,24 @@
+#pragma once
+// The traffic model of one dispatch (docs/benchmarks.md#the-cost-model): the bytes its workgroups read and write as
+// its tiling implies, not just the sizes of its buffers. One table keyed by shader family (traffic.cpp): a tiled GEMM
+// reads x once per column tile and W once per row tile, attention reads K and V once per query tile, and so on, all
+// from the dispatch's group counts, so a lowering that changes a kernel's tiles changes its cost with them. Every
+// binding not named there is read (or written) once. A model of DRAM traffic with no cache between workgroups: real
+// devices hit their L2 for part of the re-reads.
+#include <vector>
+
+#include "runtime/ir/graph.h"
+#include "runtime/vulkan/lower.h"
+
+namespace kiln::vk {
+
+struct Traffic {
+    double read = 0, written = 0;  // bytes
+};
+
+// Dispatch d of node n (d.groups its tile counts). bound[b] is what binding b (node.in in order, then the node's
+// outputs) covers in this dispatch: the value's bytes, its input view's, or a row chunk's; 0 for an absent one. A
+// block weight selected on the device is one instance's bytes, not the bound range of all instances.
+Traffic traffic(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const std::vector<double>& bound);
+
+}  // namespace kiln::vk

@@ -1,0 +1,133 @@
+// The cost model (docs/benchmarks.md#the-cost-model): the traffic table of each kernel family (vk::traffic) and the
+// executor's per-step cost (exec::StepCost), against hand-computed values.
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "runtime/exec/executor.h"
+#include "runtime/ir/cost.h"
+#include "runtime/vulkan/context.h"
+#include "runtime/vulkan/traffic.h"
+#include "tests/support/vk_context.h"
+#include "tests/support/test_support.h"
+
+using namespace kiln;
+
+namespace {
+vk::Context& context() {
+    static vk::Context& ctx = test::exit_safe_context();
+    return ctx;
+}
+// Bytes of each binding of the node that made v: its inputs in order, then its output (0: absent input).
+std::vector<double> bindings(const ir::Graph& g, const ir::Node& n) {
+    std::vector<double> b;
+    for (int v : n.in) b.push_back(v < 0 ? 0.0 : (double)dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape)));
+    b.push_back((double)dtype_nbytes(g.value(n.out).dtype, shape_numel(g.value(n.out).shape)));
+    return b;
+}
+const ir::Node& producer(const ir::Graph& g, ir::Val v) { return g.nodes().at((size_t)g.value(v).producer); }
+}  // namespace
+
+TEST_CASE("traffic: a tiled linear reads x once per column tile and W once per row tile", "[cost]") {
+    ir::Graph g;
+    // x [100, 64] f32 = 25600 bytes, W [200, 64] f16 = 25600, b [200] f32 = 800, y [100, 200] f32 = 80000.
+    ir::Val y = g.linear(g.input("x", {100, 64}), g.weight("w", {200, 64}, DType::f16), g.weight("b", {200}));
+    const ir::Node& n = producer(g, y);
+    vk::Dispatch d = vk::lower(g, n);
+    // lower_linear's register tile: 128 columns (N > 64), 16 rows (M = 100 pads least to 112).
+    REQUIRE(d.groups[0] == 2);
+    REQUIRE(d.groups[1] == 7);
+    vk::Traffic t = vk::traffic(g, n, d, bindings(g, n));
+    CHECK(t.read == 25600 * 2 + 25600 * 7 + 800 * 7);
+    CHECK(t.written == 80000);
+    // Any linear kernel: the shared-memory 64 x 64 tiles of linear_smem, as its lowering would set them.
+    d.shader = vk::ShaderKey::weights("linear", "smem", DType::f16);
+    d.groups[0] = 4, d.groups[1] = 2;
+    t = vk::traffic(g, n, d, bindings(g, n));
+    CHECK(t.read == 25600 * 4 + 25600 * 2 + 800 * 2);
+}
+
+TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads a shared b per batch", "[cost]") {
+    ir::Graph g;
+    // q [2, 256, 128] f32 = 262144 bytes, 2 heads of 64; k, v [2, 300, 128] = 307200 each.
+    ir::Val a = g.attention(g.input("q", {2, 256, 128}), g.input("k", {2, 300, 128}), g.input("v", {2, 300, 128}), 2);
+    const ir::Node& n = producer(g, a);
+    vk::Dispatch d = vk::lower(g, n);
+    // head_dim 64: 4 query rows per lane, 128-row query tiles: 2 tiles x 2 heads x 2 batches.
+    REQUIRE(d.groups[0] == 2);
+    vk::Traffic t = vk::traffic(g, n, d, bindings(g, n));
+    CHECK(t.read == 262144 + 2 * 307200 * 2);
+    CHECK(t.written == 262144);
+
+    // a [3, 100, 64] f32 = 76800 bytes, b [1, 64, 50] = 12800; N % 4 != 0: 64 x 64 tiles, groups (1, 2, 3).
+    ir::Val m = g.matmul(g.input("a", {3, 100, 64}), g.input("b", {1, 64, 50}));
+    const ir::Node& nm = producer(g, m);
+    d = vk::lower(g, nm);
+    REQUIRE((d.groups[0] == 1 && d.groups[1] == 2 && d.groups[2] == 3));
+    t = vk::traffic(g, nm, d, bindings(g, nm));
+    CHECK(t.read == 76800 * 1 + 12800 * 2 * 3);
+    CHECK(t.written == 3 * 100 * 50 * 4);
+
+    // Elementwise: every binding once.
+    ir::Val s = g.add(m, m);
+    t = vk::traffic(g, producer(g, s), vk::lower(g, producer(g, s)), bindings(g, producer(g, s)));
+    CHECK(t.read == 2 * 60000);
+    CHECK(t.written == 60000);
+}
+
+TEST_CASE("the executor's step cost: FLOPs, bytes as planned, bytes_min, dispatches, submits, barriers", "[cost]") {
+    test::ScopedEnv reg("KILN_LINEAR", "reg");  // lower_linear's tile, whatever this device's table picks
+    ir::Graph g;
+    ir::Val y = g.linear(g.input("x", {100, 64}), g.weight("w", {200, 64}), g.weight("b", {200}));
+    g.output(y, "y");
+    exec::WeightBytesFn none = [](const ir::Value&, void* dst, size_t n) { std::memset(dst, 0, n); };
+    for (exec::Mode mode : {exec::Mode::eager, exec::Mode::full, exec::Mode::regional}) {
+        INFO(exec::mode_name(mode));
+        exec::Executor ex(context(), g, none, mode);
+        const exec::StepCost& c = ex.cost();
+        CHECK(c.flops == 2.0 * 100 * 200 * 64);
+        // x [100, 64] f32 read by 2 column tiles, W [200, 64] f32 (51200 bytes) and b by 7 row tiles, y written once.
+        CHECK(c.bytes == 25600 * 2 + 51200 * 7 + 800 * 7 + 80000);
+        CHECK(c.bytes_min == 25600 + 51200 + 800 + 80000);
+        CHECK(c.dispatches == 1);
+        CHECK(c.submits == 1);
+        CHECK(c.barriers == 0);
+        REQUIRE(c.per_dispatch.size() == 1);
+        CHECK(c.per_dispatch[0].per_run == 1);
+    }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("the step cost counts every replay of a block: regional equals full", "[cost]") {
+    // Three blocks of x = x + linear(gelu(linear(x))), weights f16.
+    ir::Graph g;
+    ir::Val x = g.input("x", {2, 16, 32});
+    for (int i = 0; i < 3; ++i) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        g.begin_region("blocks", i);
+        ir::Val h = g.gelu(g.linear(x, g.weight(p + "w1", {64, 32}, DType::f16), g.weight(p + "b1", {64})), true);
+        x = g.add(x, g.linear(h, g.weight(p + "w2", {32, 64}, DType::f16), {}));
+        g.end_region();
+    }
+    g.output(x, "y");
+    exec::WeightBytesFn none = [](const ir::Value&, void* dst, size_t n) { std::memset(dst, 0, n); };
+    exec::Executor full(context(), g, none, exec::Mode::full), reg(context(), g, none, exec::Mode::regional),
+        eager(context(), g, none, exec::Mode::eager);
+    const exec::StepCost &f = full.cost(), &r = reg.cost(), &e = eager.cost();
+    for (const exec::StepCost* c : {&f, &r, &e}) {
+        int n = 0;
+        for (auto& d : c->per_dispatch)
+            if (d.shader != "copy") n += d.per_run;
+        CHECK(n == c->dispatches);
+        CHECK(c->submits == 1);
+        CHECK(c->barriers > 0);
+        // Weights once: 3 x (4096 + 256 + 4096) bytes; each block reads x [2, 16, 32] f32 (4096 bytes) and writes
+        // the next one.
+        CHECK(c->bytes_min == 3 * (4096 + 256 + 4096) + 3 * 2 * 4096);
+    }
+    CHECK(r.flops == f.flops);  // the same fused graph, replayed: select_advance adds no FLOPs
+    CHECK(r.bytes == f.bytes);
+    CHECK(r.dispatches == f.dispatches + 3);    // one select_advance per replay
+    CHECK(e.dispatches == 4 * 3);               // unfused: linear, gelu, linear, add per block
+    CHECK(e.flops == ir::count_cost(g).flops);  // the graph as built, node by node
+    CHECK(vk::Context::validation_errors() == 0);
+}
