@@ -311,6 +311,30 @@ ArchSpec gemma2(const Config& c) {
     return s;
 }
 
+// transformers' Qwen3Model (modeling_qwen3.py): the decoder layers without Gemma-2's sandwich norms, plus per-head
+// q_norm / k_norm. Qwen3ForCausalLM holds the same model under "model." and an LM head (tied to embed_tokens in the
+// small models, then absent), which the text encoder does not use.
+ArchSpec qwen3(const Config& c, const std::string& pre) {
+    ArchSpec s{"text_encoder", {}, {}, {}};
+    const bool causal_lm = !pre.empty();
+    Names n{s.expected, ""};
+    int64_t layers = c.positive("num_hidden_layers", 32);
+    const bool bias = c.boolean("attention_bias", false);
+    n.w(pre + "embed_tokens");
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub(pre + "layers." + std::to_string(i));
+        for (const char* p : {"input_layernorm", "post_attention_layernorm", "self_attn.q_norm", "self_attn.k_norm"})
+            b.w(p);
+        for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"}) b.lin(std::string("self_attn.") + p, bias);
+        for (const char* p : {"gate_proj", "up_proj", "down_proj"}) b.w(std::string("mlp.") + p);
+    }
+    n.w(pre + "norm");
+    s.blocks.push_back({pre + "layers", layers, std::vector<int>((size_t)layers, 0)});
+    if (causal_lm) s.ignored = {"lm_head."};
+    s.weights_base = "model";
+    return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_model_classes() {
@@ -360,6 +384,8 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
             return t5_encoder(c);
         case models::ComponentKind::gemma2:
             return gemma2(c);
+        case models::ComponentKind::qwen3:
+            return qwen3(c, k->weights_prefix);
         case models::ComponentKind::clip_tokenizer:
         case models::ComponentKind::t5_tokenizer:
         case models::ComponentKind::gemma_tokenizer:

@@ -13,6 +13,7 @@
 #include "models/sana.h"
 #include "models/sd3.h"
 #include "models/t5_encoder.h"
+#include "models/text/encoders/qwen3.h"
 #include "models/vae.h"
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
@@ -250,6 +251,25 @@ Inputs text_encoder_inputs(Builder& b, ComponentKind kind, const std::string& cl
         build_gemma2_encoder(b, c, B, S);
         return embed(gemma2_encoder_inputs(c, ids, mask), "embed_tokens.weight", c.vocab_size, c.hidden_size);
     }
+    if (kind == ComponentKind::qwen3) {
+        DecoderLlmConfig c = qwen3_config(config, cls);
+        // transformers loads either class from either layout (base_model_prefix "model"): follow the weights.
+        const std::string other = c.prefix.empty() ? "model." : "";
+        if (!b.has(c.prefix + "embed_tokens.weight") && b.has(other + "embed_tokens.weight")) c.prefix = other;
+        // hidden_states_layers (optional, integer [k]): the hidden_states entries to output, transformers' numbering
+        // (Z-Image: -2; FLUX.2 [klein]: 9, 18, 27); absent: every entry, as output_hidden_states=True.
+        std::vector<int64_t> want;
+        if (auto it = inputs.find("hidden_states_layers"); it != inputs.end()) {
+            Tensor l = it->second.astype(DType::i64);
+            KILN_CHECK(l.numel() > 0 && l.shape.size() <= 1, cls,
+                       ": hidden_states_layers must be a list of indices, got ", shape_str(l.shape));
+            want.assign(l.data<int64_t>(), l.data<int64_t>() + l.numel());
+        } else {
+            for (int64_t i = 0; i <= c.layers; ++i) want.push_back(i);
+        }
+        build_decoder_llm(b, c, B, S, mask != nullptr, resolve_hidden_states(c, want));
+        return embed(decoder_llm_inputs(c, ids, mask), c.prefix + "embed_tokens.weight", c.vocab_size, c.hidden_size);
+    }
     auto c = CLIPTextConfig::from_json(config, kind == ComponentKind::clip_text_projection);
     build_clip_text(b, c, B, S, mask != nullptr, co.clip_skip);
     return embed(clip_text_inputs(c, ids, mask), "text_model.embeddings.token_embedding.weight", c.vocab_size,
@@ -299,6 +319,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         case ComponentKind::clip_text_projection:
         case ComponentKind::t5_encoder:
         case ComponentKind::gemma2:
+        case ComponentKind::qwen3:
             in = text_encoder_inputs(b, kind, cls, config, inputs, co);
             break;
         case ComponentKind::clip_tokenizer:
@@ -411,6 +432,23 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
             }
         in["input_ids"] = ids;
         in["attention_mask"] = mask;
+        return in;
+    }
+    if (kind == ComponentKind::qwen3) {
+        // As Z-Image's pipeline: max_sequence_length 512 tokens, right padding after S/3 prompt tokens (the pad
+        // token, attention_mask 0), and the state it takes, hidden_states[-2].
+        const int S = 512, V = cfg.value("vocab_size", 151936);
+        Tensor ids(DType::i64, {B, S}), mask(DType::i64, {B, S}), layers(DType::i64, {1});
+        for (int b = 0; b < B; ++b)
+            for (int s = 0; s < S; ++s) {
+                const bool valid = s < S / 3;
+                ids.data<int64_t>()[(int64_t)b * S + s] = valid ? (s * 7919 + b * 13) % (V - 1) : V - 1;
+                mask.data<int64_t>()[(int64_t)b * S + s] = valid;
+            }
+        layers.data<int64_t>()[0] = -2;
+        in["input_ids"] = ids;
+        in["attention_mask"] = mask;
+        in["hidden_states_layers"] = layers;
         return in;
     }
     if (kind == ComponentKind::dc_ae) {  // a decode of h x w latents, as a pipeline's last call

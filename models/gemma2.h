@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "models/text/encoders/decoder_llm.h"
 #include "models/weights.h"
 
 namespace kiln::models {
@@ -22,6 +23,9 @@ struct Gemma2Config {
     // transformers' config.json keys; rejects what Kiln does not implement (hidden_activation other than the tanh
     // GELU, attention_bias) with one line naming the key and value.
     static Gemma2Config from_json(const nlohmann::json& j);
+    // The shared decoder block's settings (models/text/encoders/decoder_llm.h): sandwich norms, (1 + w) RMSNorm
+    // weights, embeddings * sqrt(hidden), soft-capping, a sliding window on even layers, GELU-tanh gate.
+    DecoderLlmConfig llm() const;
 };
 
 // The graph inputs for input_ids [B, S] and an optional 0/1 attention_mask [B, S] (right padding, as Sana's pipeline
@@ -35,7 +39,7 @@ std::map<std::string, Tensor> gemma2_encoder_inputs(const Gemma2Config& c, const
 // Forward graph for B sequences of S tokens. Output: last_hidden_state [B, S, hidden]. A row whose attention_mask is
 // 0 is implementation-defined (transformers averages every key where its window holds no valid one). Layers run in
 // pairs (sliding, global) as regions of kind "gemma2_layer_pairs", so one recorded pair replays with the same two
-// masks; an odd last layer is a region of its own kind.
+// masks; an odd last layer is a region of its own kind. The layers are the shared decoder block's (build_decoder_llm).
 void build_gemma2_encoder(Builder& b, const Gemma2Config& c, int B, int S);
 
 }  // namespace kiln::models

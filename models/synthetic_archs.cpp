@@ -33,6 +33,24 @@ SyntheticArch gemma2_2b_arch() {
                                              {"hidden_activation", "gelu_pytorch_tanh"}});
 }
 
+SyntheticArch qwen3_4b_arch() {
+    // Qwen/Qwen3-4B's config.json, as Z-Image-Turbo's text_encoder (Qwen3Model) and FLUX.2 [klein] 4B's
+    // (Qwen3ForCausalLM) carry it.
+    return synthetic(ComponentKind::qwen3, {{"vocab_size", 151936},
+                                            {"hidden_size", 2560},
+                                            {"intermediate_size", 9728},
+                                            {"num_hidden_layers", 36},
+                                            {"num_attention_heads", 32},
+                                            {"num_key_value_heads", 8},
+                                            {"head_dim", 128},
+                                            {"max_position_embeddings", 40960},
+                                            {"rms_norm_eps", 1e-6},
+                                            {"rope_theta", 1000000.0},
+                                            {"hidden_act", "silu"},
+                                            {"attention_bias", false},
+                                            {"tie_word_embeddings", true}});
+}
+
 SyntheticArch dc_ae_sana_arch() {
     // mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers (as diffusers' convert_dcae_to_diffusers.py writes
     // dc-ae-f32c32-sana-1.0; 1.1 has the same architecture): decoding 32 x 32 latents = 1024 px.
@@ -184,6 +202,7 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
         {"clip-g", clip(1280, 5120, 20, 32, "gelu")},
         {"t5-xxl", t5_xxl},
         {"gemma2-2b", gemma2_2b_arch()},
+        {"qwen3-4b", qwen3_4b_arch()},
         {"dc-ae-f32c32-sana-1.1", dc_ae_sana_arch()},
     };
     return archs;

@@ -21,8 +21,10 @@ const std::vector<ComponentClass>& component_classes() {
         {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
         {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},
-        {"T5EncoderModel", K::t5_encoder, Role::text_encoder},  // transformers modeling_t5.py
-        {"Gemma2Model", K::gemma2, Role::text_encoder},         // transformers modeling_gemma2.py
+        {"T5EncoderModel", K::t5_encoder, Role::text_encoder},         // transformers modeling_t5.py
+        {"Gemma2Model", K::gemma2, Role::text_encoder},                // transformers modeling_gemma2.py
+        {"Qwen3Model", K::qwen3, Role::text_encoder},                  // transformers modeling_qwen3.py
+        {"Qwen3ForCausalLM", K::qwen3, Role::text_encoder, "model."},  // its `model`; the LM head is unused
         // Fast tokenizers load from the same files (Kiln reads the slow tokenizers' files and runs them).
         {"CLIPTokenizer", K::clip_tokenizer, Role::tokenizer},
         {"CLIPTokenizerFast", K::clip_tokenizer, Role::tokenizer},

@@ -26,6 +26,7 @@ enum class ComponentKind {
     clip_text_projection,  // CLIP text model with the text_projection: text_embeds
     t5_encoder,
     gemma2,  // Gemma2Model: last_hidden_state (Sana's text encoder)
+    qwen3,   // Qwen3Model / Qwen3ForCausalLM: any hidden_states (Z-Image's and FLUX.2 [klein]'s text encoder)
     clip_tokenizer,
     t5_tokenizer,
     gemma_tokenizer,  // SentencePiece BPE with byte fallback (models/text/gemma_tokenizer.h)
@@ -36,6 +37,9 @@ struct ComponentClass {
     const char* name;  // diffusers' _class_name, transformers' architectures[0] or tokenizer_class
     ComponentKind kind;
     Role role;
+    // Where the class keeps the weights Kiln reads: "model." for transformers' *ForCausalLM wrappers (their
+    // base_model_prefix), "" for the others.
+    const char* weights_prefix = "";
 };
 
 // Every class Kiln reads, in the order messages list them.
