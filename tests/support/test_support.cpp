@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
@@ -42,4 +43,16 @@ TempDir::~TempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
 }
+std::vector<void (*)()>& exit_hooks() {
+    static std::vector<void (*)()> v;
+    return v;
+}
+
+int finish(int result) {
+    if (exit_hooks().empty()) return result;
+    for (auto it = exit_hooks().rbegin(); it != exit_hooks().rend(); ++it) (*it)();
+    std::fflush(nullptr);
+    std::_Exit(result);
+}
+
 }  // namespace kiln::test

@@ -17,6 +17,13 @@ Tensor random_tensor(const Shape& s, unsigned seed, float lo = -1.f, float hi = 
 // The settings of a test's vk::Context: the environment table (runtime/core/settings.h), with TestHooks::live set so
 // that a KILN_* variable set later (ScopedEnv) reaches the executors made on a Context the tests share.
 Settings settings();
+
+// Work to do when the tests have run, before main returns (vk_context.h: destroy the Vulkan contexts). finish()
+// runs it and returns `result`; where any hook ran, it ends the process there with std::_Exit(result): validation
+// layer 1.4.309 crashes in its own exit-time destructors once a process has made and destroyed a second instance
+// (rc 139 after every test passed; test_linear_tex's small-limit context), and nothing of Kiln's is left to destroy.
+std::vector<void (*)()>& exit_hooks();
+int finish(int result);
 // The same, read once: later changes to the environment do not reach the Context.
 Settings fixed_settings();
 

@@ -1,8 +1,7 @@
 #pragma once
 // The Vulkan context a test executable keeps for its whole run. A function-local `static vk::Context` is destroyed
-// after the exit handlers of the libraries loaded while it was made, the validation layer among them: layer
-// 1.4.309 then crashes in vkDestroyDevice (rc 139 after Catch2's summary). Contexts made here are destroyed by an
-// atexit handler registered after the first one was made, so it runs before the layer's handlers.
+// after the exit handlers of the libraries loaded while it was made, the validation layer among them. Contexts made
+// here are destroyed when the tests have run, before main returns (test::finish, test_support.h).
 #include <cstdlib>
 #include <vector>
 
@@ -20,10 +19,12 @@ inline std::vector<vk::Context*>& exit_contexts() {
 inline vk::Context& exit_safe_context(const Settings& s = settings()) {
     exit_contexts();
     auto* c = new vk::Context(s);
-    static const bool registered = std::atexit([] {
-        for (auto it = exit_contexts().rbegin(); it != exit_contexts().rend(); ++it) delete *it;
-        exit_contexts().clear();
-    }) == 0;
+    static const bool registered = (exit_hooks().push_back([] {
+                                        for (auto it = exit_contexts().rbegin(); it != exit_contexts().rend(); ++it)
+                                            delete *it;
+                                        exit_contexts().clear();
+                                    }),
+                                    true);
     (void)registered;
     exit_contexts().push_back(c);
     return *c;
