@@ -149,8 +149,8 @@ TEST_CASE("kiln bench --cost: the cost model's table, labelled a model, plan onl
     TmpDir tmp("cost");
     const fs::path out = tmp.path / "stdout.txt";
     const std::string cmd = "env -u KILN_CACHE_DIR XDG_CACHE_HOME=" + tmp.path.string() + " " +
-                            std::string(KILN_BUILD_DIR) +
-                            "/apps/kiln bench --synthetic dit-tiny --blocks 2 --mode eager,regional --steps 0 "
+                            kiln::test::cli_binary("kiln") +
+                            " bench --synthetic dit-tiny --blocks 2 --mode eager,regional --steps 0 "
                             "--warmup 0 --cost >" +
                             out.string() + " 2>&1";
     REQUIRE(std::system(cmd.c_str()) == 0);
