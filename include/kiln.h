@@ -308,8 +308,8 @@ typedef struct kiln_generate_params {
     const char* negative_prompt; /* NULL = the pipeline's default ("") */
     const int* class_labels;
     int class_label_count;
-    int width, height;     /* 0 = the model's (text models only; class-label models have one size) */
-    int steps;             /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
+    int width, height; /* 0 = the model's (text models only; class-label models have one size) */
+    int steps;         /* 0 = the pipeline's (DiT 25, PixArt 20, SD3/Flux 28) */
     /* Every double field (and each of sigmas, timesteps, loras[i].scale) must be finite and within its range
      * (the same for every family and the CLI's flags: docs/cli.md, Numbers), else KILN_INVALID_ARGUMENT naming
      * the field. */

@@ -20,9 +20,10 @@
 // per workgroup and slice) so |x 2^s| < 2^14, then split x 2^s = hi + lo with hi = f16(x 2^s), lo = f16(x 2^s - hi)
 // (the subtraction is exact). hi W and lo W are exact products accumulated in f32, and the slice's sum is scaled
 // back by 2^-s (exact). Per product: |x - (hi + lo) 2^-s| <= 2^-22 |x| + 2^-25 2^-s (f16 subnormals), i.e. f32-like
-// (2^-24) accuracy at twice the matrix operations, for any finite x (no f16 overflow). The summation order differs
-// from linear.glsl's, so results match it within the f32 bound, not bitwise. The epilogue (bias, activation, f16
-// storage) is linear_io.glsl's, shared with linear_smem.comp.
+// (2^-24) accuracy at twice the matrix operations, for any finite x (no f16 overflow), where the device's MulAdd
+// keeps f32 precision; the spec leaves that to the device, and lavapipe 26 keeps f16 (docs/jit.md). The summation
+// order differs from linear.glsl's, so results match it within that bound, not bitwise. The epilogue (bias,
+// activation, f16 storage) is linear_io.glsl's, shared with linear_smem.comp.
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"

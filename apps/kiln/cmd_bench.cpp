@@ -44,9 +44,9 @@ struct BenchOpts {
     std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
     int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0, interleave = 0;
     bool no_pipeline_cache = false, block_times = false;
-    bool cost = false;  // --cost: the cost model's table after the mode rows (always in the JSON)
+    bool cost = false;        // --cost: the cost model's table after the mode rows (always in the JSON)
     bool no_weights = false;  // --no-weights: plan only, weights never made nor written
-    bool kernels = false;  // --kernels: the linear selection table instead of a model
+    bool kernels = false;     // --kernels: the linear selection table instead of a model
     std::vector<std::string> kernel_shapes;
     std::string kernel_dtypes = "f32,f16,bf16";
     std::string vram_budget;  // streaming options (weight_stream.h)
@@ -213,7 +213,7 @@ struct ModeRun {
     std::string label;  // the mode, "+f" for the fused row of --fuse both
     ir::Cost cost;
     exec::StepCost step_cost;  // the executor's cost model of one step
-    exec::Counters c, cw;  // the cold and the warm executor's
+    exec::Counters c, cw;      // the cold and the warm executor's
     double cold = 0, warm = 0, record_again_ms = 0;
     std::vector<double> again, block_ms;
     std::vector<StepFigures> steps;

@@ -68,9 +68,9 @@ std::string class_list(const std::vector<Role>& roles) {
 
 const std::vector<TokenizerFormat>& tokenizer_formats() {
     static const std::vector<TokenizerFormat> v = {
-        {K::clip_tokenizer, {"vocab.json", "merges.txt"}},  // byte-level BPE (models/text/clip_tokenizer.h)
-        {K::t5_tokenizer, {"spiece.model"}},                // SentencePiece unigram
-        {K::gemma_tokenizer, {"tokenizer.model"}},          // SentencePiece BPE with byte fallback
+        {K::clip_tokenizer, {"vocab.json", "merges.txt"}},   // byte-level BPE (models/text/clip_tokenizer.h)
+        {K::t5_tokenizer, {"spiece.model"}},                 // SentencePiece unigram
+        {K::gemma_tokenizer, {"tokenizer.model"}},           // SentencePiece BPE with byte fallback
         {K::qwen2_tokenizer, {"vocab.json", "merges.txt"}},  // byte-level BPE, Qwen's regex (CLIP's files: by class)
     };
     return v;

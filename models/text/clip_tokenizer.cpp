@@ -68,8 +68,8 @@ private:
     std::vector<int32_t> tokenize(const std::string& text) const;
 
     std::string where_;
-    ByteBpe bpe_;  // vocab.json, merges.txt (CLIP's reading), "</w>" word ends
-    std::vector<AddedToken> added_;               // the added-tokens trie's entries (special tokens included)
+    ByteBpe bpe_;                    // vocab.json, merges.txt (CLIP's reading), "</w>" word ends
+    std::vector<AddedToken> added_;  // the added-tokens trie's entries (special tokens included)
     std::unordered_map<std::string, int32_t> added_ids_;
     int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1, unk_id_ = -1;
     int model_max_length_ = 0;
@@ -172,7 +172,8 @@ void ClipTokenizer::append_text_ids(const std::string& text, std::vector<int32_t
         if (piece == "<|startoftext|>" || piece == "<|endoftext|>")
             ids.push_back(token_id(piece));
         else
-            bpe_.append_ids(piece, [this](const std::string& t) { return token_id(t); }, ids);
+            bpe_.append_ids(
+                piece, [this](const std::string& t) { return token_id(t); }, ids);
     }
 }
 

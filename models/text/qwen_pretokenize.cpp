@@ -36,8 +36,7 @@ size_t match_at(const U32& s, size_t i) {
     // [^\r\n\p{L}\p{N}]?\p{L}+: the optional character is taken when a letter follows it; a letter itself is not in
     // its class, so otherwise the match starts at a letter or fails.
     size_t j = i;
-    if (!is_newline(s[i]) && !is_letter(s[i]) && !is_number(s[i]) && i + 1 < n && is_letter(s[i + 1]))
-        j = i + 1;
+    if (!is_newline(s[i]) && !is_letter(s[i]) && !is_number(s[i]) && i + 1 < n && is_letter(s[i + 1])) j = i + 1;
     if (is_letter(s[j])) {
         while (j < n && is_letter(s[j])) ++j;
         return j - i;

@@ -102,8 +102,8 @@ QwenTokenizer::QwenTokenizer(const TokenizerFiles& files, const std::string& whe
         model_max_length_ = (m > 1e6 || m < 0) ? 0 : static_cast<int>(m);  // transformers' "unset" is 1e30
     }
     for (const char* side : {"padding_side", "truncation_side"}) {
-        const std::string v = config.contains(side) && config[side].is_string() ? config[side].get<std::string>()
-                                                                                : std::string("right");
+        const std::string v =
+            config.contains(side) && config[side].is_string() ? config[side].get<std::string>() : std::string("right");
         KILN_CHECK(v == "right" || v == "left", where, "/tokenizer_config.json: ", side, " \"", v,
                    "\" is neither \"left\" nor \"right\"");
         (side[0] == 'p' ? pad_left_ : truncate_left_) = v == "left";
@@ -130,8 +130,9 @@ void QwenTokenizer::load_slow(const TokenizerFiles& files, const json& config, c
                ": a Qwen tokenizer needs tokenizer.json, or vocab.json and merges.txt");
     bpe_.read_vocab(vocab->second, where_ + "/vocab.json");
     bpe_.read_merges(merges->second, ByteBpe::MergesFormat::gpt2, where_ + "/merges.txt");
-    added_ = read_added_tokens(files, config, special_map, {}, static_cast<int32_t>(bpe_.vocab_size()),
-                               [this](const std::string& s) { return bpe_.find(s); }, where_);
+    added_ = read_added_tokens(
+        files, config, special_map, {}, static_cast<int32_t>(bpe_.vocab_size()),
+        [this](const std::string& s) { return bpe_.find(s); }, where_);
     nfc_ = true;  // Qwen2Tokenizer.prepare_for_tokenization: unicodedata.normalize("NFC", text)
 }
 
@@ -143,9 +144,8 @@ void QwenTokenizer::load_fast(const TokenizerFiles& files) {
     // normalizer: none, NFC, or a sequence of NFC.
     const json& norm = field(tj, "normalizer");
     auto is_nfc = [](const json& n) { return n.is_object() && n.value("type", "") == "NFC"; };
-    const bool nfc_seq = norm.is_object() && norm.value("type", "") == "Sequence" &&
-                         norm.contains("normalizers") && norm["normalizers"].is_array() &&
-                         !norm["normalizers"].empty() &&
+    const bool nfc_seq = norm.is_object() && norm.value("type", "") == "Sequence" && norm.contains("normalizers") &&
+                         norm["normalizers"].is_array() && !norm["normalizers"].empty() &&
                          std::all_of(norm["normalizers"].begin(), norm["normalizers"].end(), is_nfc);
     KILN_CHECK(norm.is_null() || is_nfc(norm) || nfc_seq, what, ": normalizer ", norm.dump().substr(0, 200),
                " is not supported (Qwen's tokenizer uses NFC)");
@@ -158,23 +158,23 @@ void QwenTokenizer::load_fast(const TokenizerFiles& files) {
     if (qwen_pre) {
         const json& split = pre["pretokenizers"][0];
         const json& bl = pre["pretokenizers"][1];
-        qwen_pre = split.is_object() && bl.is_object() && split.value("type", "") == "Split" && split.contains("pattern") && split["pattern"].is_object() &&
-                   split["pattern"].value("Regex", "") == qwen::kPattern &&
-                   split.value("behavior", "") == "Isolated" && !split.value("invert", false) &&
-                   bl.value("type", "") == "ByteLevel" && !bl.value("add_prefix_space", false) &&
-                   !bl.value("use_regex", true);
+        qwen_pre = split.is_object() && bl.is_object() && split.value("type", "") == "Split" &&
+                   split.contains("pattern") && split["pattern"].is_object() &&
+                   split["pattern"].value("Regex", "") == qwen::kPattern && split.value("behavior", "") == "Isolated" &&
+                   !split.value("invert", false) && bl.value("type", "") == "ByteLevel" &&
+                   !bl.value("add_prefix_space", false) && !bl.value("use_regex", true);
     }
     KILN_CHECK(qwen_pre, what, ": pre_tokenizer is not Qwen's (Split on its regex, then ByteLevel without a regex)");
     const json& post = field(tj, "post_processor");
-    KILN_CHECK(post.is_null() || (post.is_object() && post.value("type", "") == "ByteLevel"), what,
-               ": post_processor ", post.is_object() ? post.value("type", "?") : post.dump(),
+    KILN_CHECK(post.is_null() || (post.is_object() && post.value("type", "") == "ByteLevel"), what, ": post_processor ",
+               post.is_object() ? post.value("type", "?") : post.dump(),
                " is not supported (Qwen's adds no tokens: ByteLevel or none)");
 
     const json& model = field(tj, "model");
     KILN_CHECK(model.is_object() && model.value("type", "") == "BPE", what, ": model is not BPE");
-    KILN_CHECK(model.contains("vocab") && model["vocab"].is_object() && model.contains("merges") &&
-                   model["merges"].is_array(),
-               what, ": model.vocab / model.merges missing");
+    KILN_CHECK(
+        model.contains("vocab") && model["vocab"].is_object() && model.contains("merges") && model["merges"].is_array(),
+        what, ": model.vocab / model.merges missing");
     KILN_CHECK(!model.value("byte_fallback", false), what, ": BPE byte_fallback is not supported");
     KILN_CHECK(field(model, "dropout").is_null(), what, ": BPE dropout is not supported");
     const json& prefix = field(model, "continuing_subword_prefix");
@@ -196,8 +196,8 @@ void QwenTokenizer::load_fast(const TokenizerFiles& files) {
         if (m.is_string()) {
             const std::string s = m.get<std::string>();
             const size_t sp = s.find(' ');
-            KILN_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, what, ": merge ", i,
-                       " \"", s, "\" is not \"first second\"");
+            KILN_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, what, ": merge ", i, " \"",
+                       s, "\" is not \"first second\"");
             bpe_.add_merge(s.substr(0, sp), s.substr(sp + 1));
         } else {
             KILN_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), what, ": merge ", i,
@@ -262,7 +262,8 @@ std::vector<std::string> QwenTokenizer::tokenize(const std::string& utf8) const 
 std::vector<int32_t> QwenTokenizer::encode_ids(const std::string& utf8) const {
     auto id_of = [this](const std::string& t) {
         const int32_t id = token_id(t);
-        KILN_CHECK(id >= 0, where_, ": BPE token \"", t, "\" is not in the vocabulary (merges and vocabulary disagree)");
+        KILN_CHECK(id >= 0, where_, ": BPE token \"", t,
+                   "\" is not in the vocabulary (merges and vocabulary disagree)");
         return id;
     };
     std::vector<int32_t> ids;
@@ -307,9 +308,8 @@ std::string QwenTokenizer::chat_prompt(const std::string& user, bool enable_thin
     const bool user_turn = contains(t, R"('<|im_start|>'+message.role+'\n'+message.content+'<|im_end|>'+'\n')") ||
                            contains(t, R"('<|im_start|>'+message.role+'\n'+content+'<|im_end|>'+'\n')");
     const char* gen = R"({%-ifadd_generation_prompt%}{{-'<|im_start|>assistant\n'}})";
-    const std::string think = std::string(gen) +
-                              R"({%-ifenable_thinkingisdefinedandenable_thinkingisfalse%})"
-                              R"({{-'<think>\n\n</think>\n\n'}}{%-endif%}{%-endif%})";
+    const std::string think = std::string(gen) + R"({%-ifenable_thinkingisdefinedandenable_thinkingisfalse%})"
+                                                 R"({{-'<think>\n\n</think>\n\n'}}{%-endif%}{%-endif%})";
     const bool has_think = contains(t, think.c_str());
     const bool plain = contains(t, (std::string(gen) + "{%-endif%}").c_str());
     // Qwen2 / Qwen2.5 open with a default system message: a literal "<|im_start|>system\n" with text baked in

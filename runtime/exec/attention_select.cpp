@@ -15,7 +15,7 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
     for (size_t i = 0; i < 3; ++i) f16 = f16 || g.value(n.in[i]).dtype == DType::f16;
     uint32_t smem = ctx.info().max_shared_memory;
     if (uint32_t t = ctx.settings().test.max_shared_memory) smem = std::min(smem, t);  // KILN_TEST_MAX_SHARED_MEMORY
-    if (f16) {  // the rows kernel reads f32 only
+    if (f16) {                                                                         // the rows kernel reads f32 only
         d = vk::lower_attention_flash(g, n, smem);
         return true;
     }

@@ -176,8 +176,8 @@ void Executor::run() {
             VK_CHECK(vkGetQueryPoolResults(dev, m.queries, 0, m.n_queries, ts.size() * 8, ts.data(), 8,
                                            VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
             for (size_t i = 0; i < m.dispatches.size(); ++i)
-                m.op_ms.push_back({m.dispatches[i].d.shader.name(),
-                                   ts[i + 1] > ts[i] ? (double)(ts[i + 1] - ts[i]) * tick_ms : 0.0});
+                m.op_ms.push_back(
+                    {m.dispatches[i].d.shader.name(), ts[i + 1] > ts[i] ? (double)(ts[i + 1] - ts[i]) * tick_ms : 0.0});
             m.gpu_ms = ts.back() > ts[0] ? (double)(ts.back() - ts[0]) * tick_ms : 0.0;
             note_submission(ts[0], ts.back(), true);
         }

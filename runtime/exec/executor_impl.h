@@ -105,8 +105,8 @@ struct Executor::Impl {
     vk::Kernels kernels;
     Counters c;
     StepCost cost;
-    std::vector<int> runs_of;   // per dispatch: executions per run, counted while recording
-    double copy_bytes = 0;      // per run: bytes buffer copies read and write (chain carries), counted while recording
+    std::vector<int> runs_of;  // per dispatch: executions per run, counted while recording
+    double copy_bytes = 0;     // per run: bytes buffer copies read and write (chain carries), counted while recording
     std::vector<vk::BufferRange> range;  // per value id; views share their root's range
     std::vector<int> root;
     vk::BufferRange dummy;

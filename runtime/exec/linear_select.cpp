@@ -18,8 +18,8 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/platform.h"
-#include "runtime/exec/attention_select.h"
 #include "runtime/cpu/reference.h"
+#include "runtime/exec/attention_select.h"
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/linear_kernels.h"
 #include "runtime/vulkan/pipeline_cache.h"
@@ -448,6 +448,7 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     const vk::DeviceInfo& dev = ctx.info();
     const DType dt = g.value(n.in[1]).dtype;
     if (v == "coopmat" || v == "tex") {  // forced onto a device without the feature: an error, not a silent reg
+        // f16: a weight dtype both take, so only the device's features decide.
         const std::string why = vk::linear_kernel_unavailable(*vk::find_linear_kernel(v), dev, DType::f16);
         KILN_CHECK(why.empty(), "KILN_LINEAR=", v, ": device '", dev.name, "': ", why);
     }
@@ -456,7 +457,10 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     };
     // auto: the fastest measured kernel that admits n (the table ranks only those); forced: that kernel where it
     // admits n. Anything else stays on reg, which runs every linear.
-    if (v == "auto") v = consults_table(ctx, g, n) ? linear_table(ctx, dt).pick(dt, shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1], admits) : "reg";
+    if (v == "auto") {
+        const int64_t rows = shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1];
+        v = consults_table(ctx, g, n) ? linear_table(ctx, dt).pick(dt, rows, admits) : "reg";
+    }
     if (v == "reg" || !admits(v)) return;
     d = vk::find_linear_kernel(v)->lower(dev, g, n);
     if (v == "smem64" || v == "smem128") ++g_smem_dispatches;

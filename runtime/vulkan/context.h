@@ -26,7 +26,7 @@ struct DeviceInfo {
     std::string name, type, driver, api_version;
     VkPhysicalDeviceType vk_type{};
     uint64_t device_local_bytes = 0;  // the largest DEVICE_LOCAL heap (memory_type.h)
-    bool unified_memory = false;  // device blocks are host-visible device memory (vk::unified_memory)
+    bool unified_memory = false;      // device blocks are host-visible device memory (vk::unified_memory)
     bool fp16_storage = false, fp16_arith = false, int8_arith = false, int64 = false, fp64 = false;
     bool buffer_device_address = false, cooperative_matrix = false, timestamps = false;
     // VK_KHR_cooperative_matrix as shaders/linear_coopmat.comp uses it: the f16 x f16 + f32 -> f32 subgroup-scope
@@ -36,12 +36,12 @@ struct DeviceInfo {
     uint32_t coopmat_m = 0, coopmat_n = 0, coopmat_k = 0;
     std::string coopmat_why;
     bool memory_model_device_scope = false;  // vulkanMemoryModelDeviceScope (enabled with vulkanMemoryModel)
-    bool host_import = false;         // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
-    uint64_t host_import_align = 0;   // minImportedHostPointerAlignment
-    bool memory_budget = false;       // VK_EXT_memory_budget: the driver reports each heap's usage
-    bool portability_subset = false;  // VK_KHR_portability_subset (MoltenVK): must be enabled where offered
-    bool timeline_semaphore = false;  // Vulkan 1.2 timelineSemaphore (streamed copies in their own batches)
-    int transfer_family = -1;         // a queue family for transfers only (a DMA engine), or -1
+    bool host_import = false;                // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
+    uint64_t host_import_align = 0;          // minImportedHostPointerAlignment
+    bool memory_budget = false;              // VK_EXT_memory_budget: the driver reports each heap's usage
+    bool portability_subset = false;         // VK_KHR_portability_subset (MoltenVK): must be enabled where offered
+    bool timeline_semaphore = false;         // Vulkan 1.2 timelineSemaphore (streamed copies in their own batches)
+    int transfer_family = -1;                // a queue family for transfers only (a DMA engine), or -1
     uint32_t subgroup_size = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;

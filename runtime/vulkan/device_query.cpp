@@ -1,11 +1,11 @@
 #include "runtime/vulkan/device_query.h"
 
+#include <cstring>
+#include <string>
+
 #include "runtime/vulkan/khr_coopmat.h"
 #include "runtime/vulkan/linear_kernels.h"
 #include "runtime/vulkan/memory_type.h"
-
-#include <cstring>
-#include <string>
 
 namespace kiln::vk::detail {
 namespace {

@@ -47,8 +47,8 @@ Dispatch lower_tex(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n) {
 std::optional<CoopmatShape> choose_coopmat_shape(const std::vector<CoopmatShape>& listed, uint32_t subgroup) {
     std::optional<CoopmatShape> best;
     for (const CoopmatShape& s : listed) {
-        const bool fits = (s.m == 8 || s.m == 16) && (s.n == 8 || s.n == 16) && s.k > 0 && s.k <= 32 &&
-                          32 % s.k == 0 && subgroup > 0 && (8 * s.m) % subgroup == 0 && (8 * s.n) % subgroup == 0;
+        const bool fits = (s.m == 8 || s.m == 16) && (s.n == 8 || s.n == 16) && s.k > 0 && s.k <= 32 && 32 % s.k == 0 &&
+                          subgroup > 0 && (8 * s.m) % subgroup == 0 && (8 * s.n) % subgroup == 0;
         if (!fits) continue;
         if (s.m == 16 && s.n == 16 && s.k == 16) return s;
         if (!best || s.m * s.n * s.k > best->m * best->n * best->k) best = s;
@@ -62,8 +62,7 @@ const std::vector<LinearKernel>& linear_kernels() {
         {"reg", LinearCaps{}, lower_reg},
         {"smem64", LinearCaps{.k_multiple = 4}, lower_smem64},
         {"smem128", LinearCaps{.k_multiple = 4}, lower_smem128},
-        {"coopmat",
-         LinearCaps{.f32_w = false, .bf16_w = false, .quant_w = false, .k_multiple = 4, .needs = N::coopmat},
+        {"coopmat", LinearCaps{.f32_w = false, .bf16_w = false, .quant_w = false, .k_multiple = 4, .needs = N::coopmat},
          lower_linear_coopmat},
         {"tex", LinearCaps{.k_multiple = 4, .needs = N::texel_formats}, lower_tex},
     };
@@ -136,9 +135,9 @@ Dispatch lower_linear_coopmat(const DeviceInfo& dev, const ir::Graph& g, const i
                "' has no VK_KHR_cooperative_matrix shape Kiln runs (", dev.coopmat_why, ")");
     KILN_CHECK(has_shader("linear_coopmat_f16"),
                "linear_coopmat: not in this build (glslang without GL_KHR_cooperative_matrix)");
-    KILN_CHECK(coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n) <= dev.max_shared_memory,
-               "linear_coopmat: needs ", coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n),
-               " bytes of shared memory; the device has ", dev.max_shared_memory);
+    KILN_CHECK(coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n) <= dev.max_shared_memory, "linear_coopmat: needs ",
+               coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n), " bytes of shared memory; the device has ",
+               dev.max_shared_memory);
     Dispatch d = lower_linear(g, n);
     const params::LinearParams p = params_of(d);
     d.shader = ShaderKey("linear", "coopmat", "f16");

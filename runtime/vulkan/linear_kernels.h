@@ -33,9 +33,9 @@ std::optional<CoopmatShape> choose_coopmat_shape(const std::vector<CoopmatShape>
 // What a kernel declares it runs.
 struct LinearCaps {
     bool f32_w = true, f16_w = true, bf16_w = true, quant_w = true;  // weight dtypes
-    int k_multiple = 1;                                             // K % k_multiple == 0
-    bool f16_x = true, f16_y = true;                                // f16 activation storage (ir::store_f16)
-    bool act = true;                                                // fused activations (ir::Act)
+    int k_multiple = 1;                                              // K % k_multiple == 0
+    bool f16_x = true, f16_y = true;                                 // f16 activation storage (ir::store_f16)
+    bool act = true;                                                 // fused activations (ir::Act)
     enum class Needs { nothing, texel_formats, coopmat } needs = Needs::nothing;
 };
 

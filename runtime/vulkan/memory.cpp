@@ -126,8 +126,8 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, MemoryUse use, const c
         KILN_FAIL_AS(out_of_memory, "out of GPU memory allocating ", mib(size), " for ", what, " (", bytes_ >> 20,
                      " MiB already allocated on '", ctx_.info().name, "'; ", vk_result_name(r), " from ",
                      types.size() > 1 ? "each of " + std::to_string(types.size()) + " memory types, the last " : "",
-                     describe_memory_type(mp, type), heap_state(ctx_, mp.memoryTypes[type].heapIndex),
-                     "; Kiln holds ", mib(g_process_bytes.load()), " in this process)");
+                     describe_memory_type(mp, type), heap_state(ctx_, mp.memoryTypes[type].heapIndex), "; Kiln holds ",
+                     mib(g_process_bytes.load()), " in this process)");
     }
     VK_CHECK(r);
     b.memory_size = req.size;

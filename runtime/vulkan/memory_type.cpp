@@ -11,8 +11,7 @@ constexpr VkMemoryPropertyFlags DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = V
 // Types Kiln may not allocate from: protected memory needs protected buffers, lazily allocated memory is for
 // transient attachments, AMD's device-coherent/uncached types need the deviceCoherentMemory feature and
 // RDMA-capable ones externalMemoryRDMA (neither enabled).
-constexpr VkMemoryPropertyFlags kExcluded = VK_MEMORY_PROPERTY_PROTECTED_BIT |
-                                            VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT |
+constexpr VkMemoryPropertyFlags kExcluded = VK_MEMORY_PROPERTY_PROTECTED_BIT | VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT |
                                             VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD |
                                             VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD |
                                             VK_MEMORY_PROPERTY_RDMA_CAPABLE_BIT_NV;
@@ -32,8 +31,8 @@ std::string memory_use_needs(MemoryUse u) {
                                   : "DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT";
 }
 
-std::vector<uint32_t> memory_type_order(const VkPhysicalDeviceMemoryProperties& mp, uint32_t type_bits,
-                                        MemoryUse use, VkDeviceSize size) {
+std::vector<uint32_t> memory_type_order(const VkPhysicalDeviceMemoryProperties& mp, uint32_t type_bits, MemoryUse use,
+                                        VkDeviceSize size) {
     const VkMemoryPropertyFlags need = required(use);
     std::vector<uint32_t> out;
     for (uint32_t i = 0; i < mp.memoryTypeCount && i < 32; ++i) {
@@ -77,7 +76,8 @@ bool unified_memory(const VkPhysicalDeviceMemoryProperties& mp, VkPhysicalDevice
 uint64_t device_local_bytes(const VkPhysicalDeviceMemoryProperties& mp) {
     uint64_t best = 0;
     for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
-        if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) best = std::max<uint64_t>(best, mp.memoryHeaps[i].size);
+        if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+            best = std::max<uint64_t>(best, mp.memoryHeaps[i].size);
     return best;
 }
 

@@ -28,8 +28,8 @@ const char* memory_use_name(MemoryUse u);
 //   unified: DEVICE_LOCAL | HOST_VISIBLE | HOST_COHERENT, larger heap first.
 // A later entry is what the allocator tries when the driver reports the earlier one's heap out of memory. Empty
 // when the device has no type for `use` at all (a missing feature, not a lack of memory).
-std::vector<uint32_t> memory_type_order(const VkPhysicalDeviceMemoryProperties& mp, uint32_t type_bits,
-                                        MemoryUse use, VkDeviceSize size = 0);
+std::vector<uint32_t> memory_type_order(const VkPhysicalDeviceMemoryProperties& mp, uint32_t type_bits, MemoryUse use,
+                                        VkDeviceSize size = 0);
 
 // The flags `use` requires, as text ("HOST_VISIBLE|HOST_COHERENT"), for messages.
 std::string memory_use_needs(MemoryUse use);

@@ -9,8 +9,8 @@
 #include "runtime/core/quant.h"
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
-#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 

@@ -7,8 +7,8 @@
 #include "runtime/ir/cost.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/traffic.h"
-#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 

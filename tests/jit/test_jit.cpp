@@ -11,8 +11,8 @@
 #include "runtime/exec/regions.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline.h"
-#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 

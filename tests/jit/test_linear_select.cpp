@@ -15,8 +15,8 @@
 #include "runtime/exec/linear_select.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline_cache.h"
-#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;

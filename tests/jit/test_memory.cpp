@@ -8,8 +8,8 @@
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/memory.h"
-#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 

@@ -19,7 +19,8 @@ VkPhysicalDeviceMemoryProperties profile(std::initializer_list<std::pair<uint64_
                                          std::initializer_list<std::pair<VkMemoryPropertyFlags, uint32_t>> types) {
     VkPhysicalDeviceMemoryProperties mp{};
     for (auto [size, device_local] : heaps)
-        mp.memoryHeaps[mp.memoryHeapCount++] = {size, device_local ? (VkMemoryHeapFlags)VK_MEMORY_HEAP_DEVICE_LOCAL_BIT : 0u};
+        mp.memoryHeaps[mp.memoryHeapCount++] = {size,
+                                                device_local ? (VkMemoryHeapFlags)VK_MEMORY_HEAP_DEVICE_LOCAL_BIT : 0u};
     for (auto [flags, heap] : types) mp.memoryTypes[mp.memoryTypeCount++] = {flags, heap};
     return mp;
 }
@@ -60,14 +61,13 @@ TEST_CASE("memory types: NVIDIA discrete (the H200), BAR heap of 256 MiB and ReB
 
 TEST_CASE("memory types: AMD discrete, device-coherent types left out", "[jit][memory]") {
     const auto coherent = VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD | VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD;
-    const auto mp = profile({{16 * GiB, true}, {31 * GiB, false}, {256 * MiB, true}},
-                            {{DL, 0},
-                             {HV | HC, 1},
-                             {DL | HV | HC, 2},
-                             {HV | HC | CACHED, 1},
-                             {DL | coherent, 0},
-                             {HV | HC | coherent, 1},
-                             {DL | HV | HC | coherent, 2}});
+    const auto mp = profile({{16 * GiB, true}, {31 * GiB, false}, {256 * MiB, true}}, {{DL, 0},
+                                                                                       {HV | HC, 1},
+                                                                                       {DL | HV | HC, 2},
+                                                                                       {HV | HC | CACHED, 1},
+                                                                                       {DL | coherent, 0},
+                                                                                       {HV | HC | coherent, 1},
+                                                                                       {DL | HV | HC | coherent, 2}});
     CHECK(order(mp, MemoryUse::device) == Order{0, 2});
     CHECK(order(mp, MemoryUse::host) == Order{1, 3, 2});
     CHECK(vk::device_local_bytes(mp) == 16 * GiB);

@@ -9,8 +9,8 @@
 #include "models/forward.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/vulkan/context.h"
-#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 namespace kiln::test {
 inline vk::Context& context() {

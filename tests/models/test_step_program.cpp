@@ -13,8 +13,8 @@
 #include "models/step_program.h"
 #include "runtime/core/error.h"
 #include "runtime/vulkan/context.h"
-#include "tests/support/vk_context.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 

@@ -241,7 +241,8 @@ TEST_CASE("the flash kernel's smaller tiles match the CPU reference", "[op:atten
         int64_t D;
         uint32_t br, bc;
     };
-    const TileCase t = GENERATE(TileCase{"20000", 128, 16, 16}, TileCase{"8192", 64, 8, 16}, TileCase{"6000", 64, 8, 8});
+    const TileCase t =
+        GENERATE(TileCase{"20000", 128, 16, 16}, TileCase{"8192", 64, 8, 16}, TileCase{"6000", 64, 8, 8});
     CAPTURE(t.limit, t.D);
     const OptCase c{2, 37, 45, 4, 2, t.D, 1, true, 30.f};
     OptProblem a(c, 80);

@@ -105,7 +105,7 @@ TEST_CASE("cooperative-matrix shapes: 16x16x16 where listed, else one the shader
     s = vk::choose_coopmat_shape({{8, 8, 8}}, 8);
     REQUIRE(s.has_value());
     CHECK((s->m == 8 && s->k == 8));
-    CHECK(!vk::choose_coopmat_shape({{8, 8, 8}}, 128).has_value());   // 8 x 8 rows cannot feed 512 lanes evenly
+    CHECK(!vk::choose_coopmat_shape({{8, 8, 8}}, 128).has_value());    // 8 x 8 rows cannot feed 512 lanes evenly
     CHECK(!vk::choose_coopmat_shape({{32, 32, 16}}, 32).has_value());  // M, N in {8, 16} (shared memory)
     CHECK(!vk::choose_coopmat_shape({{16, 16, 12}}, 32).has_value());  // K must divide the 32-value slice
     CHECK(!vk::choose_coopmat_shape({}, 32).has_value());
@@ -114,8 +114,8 @@ TEST_CASE("cooperative-matrix shapes: 16x16x16 where listed, else one the shader
 // Every kernel the present device admits, every epilogue, against the CPU. Tolerance (test_linear.cpp's): f32
 // accumulation in another order than the f64 reference, |err| <= K 2^-24 sum|x w| with E|x w| = 1/4 -> max-abs
 // 2 K^2 2^-24 / 4 (x2 margin), relative L2 1e-5; coopmat: + 2 K / 4 2^-11 max-abs and relative L2 2^-11, the
-// f16 bound test_linear_smem.cpp derives (the spec leaves the MulAdd's precision to the device). The activations are 1-Lipschitz up to 1.13 (GELU's slope), so the
-// bound carries through them with that factor.
+// f16 bound test_linear_smem.cpp derives (the spec leaves the MulAdd's precision to the device). The activations are
+// 1-Lipschitz up to 1.13 (GELU's slope), so the bound carries through them with that factor.
 TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[op:linear][caps]") {
     vk::Context& ctx = test::op_ctx();
     const std::string kernel = GENERATE(from_range(exec::linear_variants()));
@@ -124,7 +124,8 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
     const int64_t K = dtype_is_quant(w) ? 3 * dtype_block(w) : 68, M = 77, N = 130;
     CAPTURE(kernel, dtype_name(w), (int)act);
     if (!exec::linear_variant_available(ctx, kernel, w)) {
-        SUCCEED("not on this device: " << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), w));
+        SUCCEED(
+            "not on this device: " << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), w));
         return;
     }
     ir::Graph g;

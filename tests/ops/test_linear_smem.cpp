@@ -141,7 +141,7 @@ TEST_CASE("linear_coopmat matches the CPU reference where the device has coopera
             vk::Dispatch d = vk::lower_linear_coopmat(h200, g, n);
             CHECK(d.shader.name() == "linear_coopmat_f16");
             CHECK((d.groups[0] == 3 && d.groups[1] == 2));  // 64 x 64 tiles
-            CHECK(d.spec.back() == 128);                     // 4 subgroups of 32
+            CHECK(d.spec.back() == 128);                    // 4 subgroups of 32
             for (const char* s : {"linear_coopmat_f16", "linear_coopmat_f16_ptr", "linear_coopmat_f16_off"})
                 CHECK(vk::has_shader(s));
         } else {
@@ -156,13 +156,14 @@ TEST_CASE("linear_coopmat matches the CPU reference where the device has coopera
         }
     }
     if (!exec::linear_variant_available(ctx, "coopmat", DType::f16)) {
-        WARN("linear_coopmat not run on '" << ctx.info().name << "': "
-                                          << vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat"),
-                                                                           ctx.info(), DType::f16));
+        WARN("linear_coopmat not run on '"
+             << ctx.info().name
+             << "': " << vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat"), ctx.info(), DType::f16));
         return;
     }
-    auto [M, N, K] = GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(77, 130, 68), std::make_tuple(130, 67, 100),
-                              std::make_tuple(200, 257, 36), std::make_tuple(64, 64, 32), std::make_tuple(33, 70, 1152));
+    auto [M, N, K] =
+        GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(77, 130, 68), std::make_tuple(130, 67, 100),
+                 std::make_tuple(200, 257, 36), std::make_tuple(64, 64, 32), std::make_tuple(33, 70, 1152));
     bool bias = GENERATE(false, true);
     bool wide = GENERATE(false, true);  // x spans 1e-6 .. 1e6
     CAPTURE(M, N, K, bias, wide);

@@ -102,7 +102,8 @@ TEST_CASE("rms_norm, rope and rms_norm_rope leave the driver no multiply-add to 
             REQUIRE(len > 0);
             if (op == OpDecorate && len >= 3 && b.code[w + 2] == DecNoContraction) exact.insert(b.code[w + 1]);
             if (op == OpFMul) fmul.insert(b.code[w + 2]);
-            if ((op == OpFAdd || op == OpFSub) && len >= 5) adds.push_back({b.code[w + 2], b.code[w + 3], b.code[w + 4]});
+            if ((op == OpFAdd || op == OpFSub) && len >= 5)
+                adds.push_back({b.code[w + 2], b.code[w + 3], b.code[w + 4]});
             w += len;
         }
         for (auto [r, a, c] : adds)

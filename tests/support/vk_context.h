@@ -20,10 +20,9 @@ inline vk::Context& exit_safe_context(const Settings& s = settings()) {
     exit_contexts();
     auto* c = new vk::Context(s);
     static const bool registered = (exit_hooks().push_back([] {
-                                        for (auto it = exit_contexts().rbegin(); it != exit_contexts().rend(); ++it)
-                                            delete *it;
-                                        exit_contexts().clear();
-                                    }),
+        for (auto it = exit_contexts().rbegin(); it != exit_contexts().rend(); ++it) delete *it;
+        exit_contexts().clear();
+    }),
                                     true);
     (void)registered;
     exit_contexts().push_back(c);

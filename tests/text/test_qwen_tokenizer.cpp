@@ -141,13 +141,13 @@ TEST_CASE("qwen tokenizer matches transformers on the tok_qwen3 prompts", "[qwen
     CHECK(tok.encode("", 4).mask == std::vector<int32_t>(4, 0));
 }
 
-TEST_CASE("qwen tokenizer applies the chat template as ZImagePipeline and Flux2KleinPipeline do",
-          "[qwen_tokenizer]") {
+TEST_CASE("qwen tokenizer applies the chat template as ZImagePipeline and Flux2KleinPipeline do", "[qwen_tokenizer]") {
     const QwenTokenizer tok = fixture_tokenizer();
     json io = read_json(test::data_path(kDir) + "/io.json");
     SafeTensors st = SafeTensors::open(test::data_path(kDir) + "/io.safetensors");
     const std::vector<std::string> prompts = ragged_text(st, "prompt_utf8");
-    const std::vector<std::string> ztext = ragged_text(st, "zimage_text_utf8"), ktext = ragged_text(st, "klein_text_utf8");
+    const std::vector<std::string> ztext = ragged_text(st, "zimage_text_utf8"),
+                                   ktext = ragged_text(st, "klein_text_utf8");
     const auto& counts = io["templated_token_counts_untruncated"];
     size_t truncated = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -239,34 +239,32 @@ TEST_CASE("qwen tokenizer reads tokenizer.json as the fast tokenizer does", "[qw
         a["id"] = std::stoi(id);
         added.push_back(a);
     }
-    const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                             {"use_regex", false}};
-    json tj = {{"version", "1.0"},
-               {"truncation", nullptr},
-               {"padding", nullptr},
-               {"added_tokens", added},
-               {"normalizer", {{"type", "NFC"}}},
-               {"pre_tokenizer",
-                {{"type", "Sequence"},
-                 {"pretokenizers",
-                  {{{"type", "Split"},
-                    {"pattern", {{"Regex", qwen::kPattern}}},
-                    {"behavior", "Isolated"},
-                    {"invert", false}},
-                   byte_level}}}},
-               {"post_processor", byte_level},
-               {"decoder", byte_level},
-               {"model",
-                {{"type", "BPE"},
-                 {"dropout", nullptr},
-                 {"unk_token", nullptr},
-                 {"continuing_subword_prefix", ""},
-                 {"end_of_word_suffix", ""},
-                 {"fuse_unk", false},
-                 {"byte_fallback", false},
-                 {"ignore_merges", false},
-                 {"vocab", vocab},
-                 {"merges", merges}}}};
+    const json byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+    json tj = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", added},
+        {"normalizer", {{"type", "NFC"}}},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", qwen::kPattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+            byte_level}}}},
+        {"post_processor", byte_level},
+        {"decoder", byte_level},
+        {"model",
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", ""},
+          {"end_of_word_suffix", ""},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"ignore_merges", false},
+          {"vocab", vocab},
+          {"merges", merges}}}};
     // Without added_tokens_decoder (the fast tokenizer takes the added tokens from tokenizer.json) and without
     // tokenizer_class (recognised by its pre-tokenizer).
     json cfg = config;
@@ -376,8 +374,8 @@ TEST_CASE("qwen tokenizer pads and truncates as tokenizer_config.json says", "[q
 TEST_CASE("qwen tokenizer refuses invalid UTF-8 and chat templates it cannot render", "[qwen_tokenizer]") {
     const QwenTokenizer tok = fixture_tokenizer();
     // transformers takes a Python str, which cannot hold invalid UTF-8: one clear error naming the byte.
-    for (const std::string& bad : {std::string("a\xff"), std::string("caf\xC3"), std::string("\xED\xA0\x80"),
-                                  std::string("\xC0\xAF")}) {
+    for (const std::string& bad :
+         {std::string("a\xff"), std::string("caf\xC3"), std::string("\xED\xA0\x80"), std::string("\xC0\xAF")}) {
         const std::string e = error_of([&] { tok.encode_ids(bad); });
         INFO(e);
         CHECK(e.find("invalid UTF-8 at byte") != std::string::npos);
@@ -405,20 +403,23 @@ TEST_CASE("qwen tokenizer refuses invalid UTF-8 and chat templates it cannot ren
     }
     // Qwen2.5's template opens with a default system message: refused rather than rendered without it.
     std::string qwen25 = qwen3;
-    const std::string sys_branch = "{%- if messages[0].role == 'system' %}\n        {{- '<|im_start|>system\\n' + "
-                                   "messages[0].content + '<|im_end|>\\n' }}\n    {%- endif %}";
+    const std::string sys_branch =
+        "{%- if messages[0].role == 'system' %}\n        {{- '<|im_start|>system\\n' + "
+        "messages[0].content + '<|im_end|>\\n' }}\n    {%- endif %}";
     const size_t at = qwen25.rfind(sys_branch);
     REQUIRE(at != std::string::npos);
-    qwen25.replace(at, sys_branch.size(),
-                   "{%- if messages[0].role == 'system' %}\n        {{- '<|im_start|>system\\n' + "
-                   "messages[0].content + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou "
-                   "are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}");
+    qwen25.replace(
+        at, sys_branch.size(),
+        "{%- if messages[0].role == 'system' %}\n        {{- '<|im_start|>system\\n' + "
+        "messages[0].content + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou "
+        "are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}");
     CHECK(error_of([&] { with_template(&qwen25).chat_prompt("a", true); }).find("not Qwen3's ChatML") !=
           std::string::npos);
     // A template without the thinking switch ignores enable_thinking (as Jinja would).
     std::string plain = qwen3;
-    const std::string think = "\n    {%- if enable_thinking is defined and enable_thinking is false %}\n        "
-                              "{{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}";
+    const std::string think =
+        "\n    {%- if enable_thinking is defined and enable_thinking is false %}\n        "
+        "{{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}";
     REQUIRE(plain.find(think) != std::string::npos);
     plain.erase(plain.find(think), think.size());
     CHECK(with_template(&plain).chat_prompt("a", false) == "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n");
