@@ -19,6 +19,7 @@
 #include "models/t2i_transformers.h"
 #include "models/vae.h"
 #include "models/vae_runner.h"
+#include "models/z_image_pipeline.h"
 #include "runtime/core/error.h"
 #include "runtime/core/torch_rng.h"
 
@@ -81,6 +82,37 @@ std::vector<float> repack_2x2(const float* src, int B, int C, int h, int w, bool
     return out;
 }
 std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) { return repack_2x2(x, B, C, h, w, true); }
+
+// [B, C, S] -> [B, S, C] (FLUX.2's _pack_latents: reshape(B, C, H*W).permute(0, 2, 1)).
+std::vector<float> channels_last(const std::vector<float>& x, int64_t B, int64_t C, int64_t S) {
+    std::vector<float> out(x.size());
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t s = 0; s < S; ++s) out[(size_t)((b * S + s) * C + c)] = x[(size_t)((b * C + c) * S + s)];
+    return out;
+}
+
+// FLUX.2 [klein]'s decode input: packed tokens [.., C4] (C4 = 4C patchified channels) times sqrt(bn.running_var +
+// batch_norm_eps) plus bn.running_mean, per channel, in f32 as diffusers (the std rounded to f32 first).
+void flux2_bn_denormalize(const ModelSource& src, std::vector<float>& x, int64_t C4) {
+    auto ws = src.weights("vae");
+    const double eps = src.config("vae").value("batch_norm_eps", 1e-4);
+    auto stat = [&](const char* name) {
+        KILN_CHECK(ws->find(name), src.path(), ": the vae (", src.class_of("vae"), ") has no '", name,
+                   "': FLUX.2 [klein] decodes with AutoencoderKLFlux2's BatchNorm statistics");
+        Tensor t = ws->read(name).astype(DType::f32);
+        KILN_CHECK(t.numel() == C4, src.path(), ": vae ", name, " has ", t.numel(), " values, the latents ", C4,
+                   " patchified channels");
+        return t;
+    };
+    const Tensor mean = stat("bn.running_mean"), var = stat("bn.running_var");
+    std::vector<float> sd((size_t)C4);
+    for (int64_t c = 0; c < C4; ++c) sd[(size_t)c] = std::sqrt(var.data<float>()[c] + (float)eps);
+    for (size_t i = 0; i < x.size(); ++i) {
+        const size_t c = i % (size_t)C4;
+        x[i] = x[i] * sd[c] + mean.data<float>()[c];
+    }
+}
 std::vector<float> unpack_2x2(const float* p, int B, int C, int h, int w) { return repack_2x2(p, B, C, h, w, false); }
 
 // The transformer's text conditioning for the guidance batch: cat([negative, prompt]) when p.cfg; PixArt's
@@ -124,16 +156,24 @@ std::map<std::string, Tensor> conditioning_inputs(const ModelSource& src, const 
 
 // Flux: the rotary ids of the packed tokens, img (0, row, col) and txt (zeros), and the embedded guidance, the same
 // for the negative rows.
+// FLUX.2 [klein]: 4-axis ids, img (0, row, col, 0) and txt (0, 0, 0, l) (_prepare_latent_ids, _prepare_text_ids),
+// and guidance=None.
 void flux_inputs(std::map<std::string, Tensor>& in, const T2IPlan& p, int64_t L_txt, int BB) {
     const int ph = p.latent_h / 2, pw = p.latent_w / 2;
-    Tensor img(DType::f32, {ph * pw, 3});
+    const bool klein = p.family->patchified_noise;
+    const int n = klein ? 4 : 3;
+    Tensor img(DType::f32, {ph * pw, n});
     for (int i = 0; i < ph; ++i)
         for (int j = 0; j < pw; ++j) {
-            float* id = img.data<float>() + ((size_t)i * pw + j) * 3;
-            id[0] = 0.f, id[1] = (float)i, id[2] = (float)j;
+            float* id = img.data<float>() + ((size_t)i * pw + j) * n;
+            id[1] = (float)i, id[2] = (float)j;  // axis 0 (and klein's axis 3) stay 0
         }
     in["img_ids"] = img;
-    in["txt_ids"] = Tensor(DType::f32, {L_txt, 3});  // zeros
+    in["txt_ids"] = Tensor(DType::f32, {L_txt, n});
+    if (klein) {
+        for (int64_t l = 0; l < L_txt; ++l) in["txt_ids"].data<float>()[l * n + 3] = (float)l;
+        return;
+    }
     Tensor g(DType::f32, {BB});
     for (int b = 0; b < BB; ++b) g.data<float>()[b] = (float)p.guidance;
     in["guidance"] = g;
@@ -148,8 +188,11 @@ void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOpti
     std::optional<double> mu;
     if (f.flow_matching && scfg.value("use_dynamic_shifting", false)) {
         const int64_t seq = (int64_t)(p.latent_h / p.token_patch) * (p.latent_w / p.token_patch);
-        mu = sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
-                                    scfg.value("base_shift", 0.5), scfg.value("max_shift", f.max_shift_default));
+        mu = f.empirical_mu ? sched::empirical_mu(seq, p.steps)
+                            : sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256),
+                                                     scfg.value("max_image_seq_len", 4096),
+                                                     scfg.value("base_shift", 0.5),
+                                                     scfg.value("max_shift", f.max_shift_default));
     }
     if (!opt.timesteps.empty()) {  // PixArt: the caller's timesteps (checked in plan_t2i)
         sched.set_custom_timesteps(opt.timesteps);
@@ -362,10 +405,12 @@ void keep_inputs(GenerateResult& res, const T2IPlan& p, const TextConditioning& 
         keep_schedule(sched, res);
 }
 
-// VAE decode, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC.
-void decode_images(LatentDecoder& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res) {
+}  // namespace
+
+void decode_images(LatentDecoder& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res,
+                   const char* input_name) {
     auto t_dec = Clock::now();
-    if (keep) res.intermediates.push_back({"final_latents_scaled", Tensor::from_f32(nchw, z)});
+    if (keep) res.intermediates.push_back({input_name ? input_name : "final_latents_scaled", Tensor::from_f32(nchw, z)});
     Tensor dec = vx.decode(Tensor::from_f32(nchw, z));  // [B, 3, H, W]
     if (keep) res.intermediates.push_back({"decoded", dec});
     const int64_t B = dec.shape[0];
@@ -381,7 +426,6 @@ void decode_images(LatentDecoder& vx, const std::vector<float>& z, const Shape& 
     if (keep) res.intermediates.push_back({"image", res.image});
     res.decode_ms = ms_since(t_dec);
 }
-}  // namespace
 
 TextConditioning TextConditioning::read(const SafeTensors& st) {
     TextConditioning t;
@@ -434,8 +478,6 @@ TextConditioning TextConditioning::repeat_each(int n) const {
     return out;
 }
 
-namespace {
-// The VAE's run: tiled as asked, eager when the transformer is, else one full recording.
 VaeOptions vae_options(const T2IOptions& opt) {
     VaeOptions vo;
     vo.tiled = opt.tiled_vae;
@@ -443,7 +485,6 @@ VaeOptions vae_options(const T2IOptions& opt) {
     vo.mode = opt.mode == exec::Mode::eager ? exec::Mode::eager : exec::Mode::full;
     return vo;
 }
-}  // namespace
 
 GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt) {
     GenerateResult res;
@@ -451,6 +492,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const T2IPlan p = plan_t2i(src, opt);
     for (const auto& w : p.warnings) std::fprintf(stderr, "kiln: warning: %s\n", w.c_str());
     const Family& f = *p.family;
+    if (f.z_image_loop) return generate_z_image(ctx, src, opt, p, ms_since(t_plan));
     KILN_CHECK(opt.images_per_prompt >= 1, "images per prompt is ", opt.images_per_prompt, " (at least 1)");
     const TextConditioning repeated =
         opt.images_per_prompt > 1 ? opt.text.repeat_each(opt.images_per_prompt) : TextConditioning{};
@@ -469,11 +511,13 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // ---- Latents: [B, C, h, w] noise * init_noise_sigma; Flux packs them 2x2 into [B, S, 4C].
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
     const Shape nchw{B, C, h, w};
+    // FLUX.2 [klein] draws the noise already 2x2-patchified, [B, 4C, h/2, w/2] (channel c*4 + dy*2 + dx).
+    const Shape noise_shape = f.patchified_noise ? Shape{B, 4 * C, h / 2, w / 2} : nchw;
     // One generator, as diffusers' `generator`: the initial latents (unless given), then every step's noise where
     // the scheduler draws one (DDIM with eta > 0: randn_tensor(model_output.shape), in the pipeline's dtype).
     // Images in: the image's VAE sample, then the noise (t2i_images.h), after the schedule that gives their sigma.
     TorchCpuGenerator gen(opt.seed);
-    Tensor init(DType::f32, nchw);
+    Tensor init(DType::f32, noise_shape);
     auto sched = make_t2i_scheduler(src, opt);
     if (p.eta > 0) sched->set_eta(p.eta);
     LatentDecoder vx(&ctx, src, vae_options(opt));
@@ -493,12 +537,15 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     } else {
         gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
     }
-    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
+    KILN_CHECK(init.shape == noise_shape, "initial latents have shape ", shape_str(init.shape), ", expected ",
+               shape_str(noise_shape),
                " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
     if (f.packed_2x2) {
-        x = pack_2x2(x.data(), (int)B, C, h, w);
+        // Klein's _pack_latents flattens [B, 4C, h/2, w/2] to tokens: the same layout as Flux's 2x2 packing of the
+        // unpatchified latents, so unpack_2x2 is its unpatchify.
+        x = f.patchified_noise ? channels_last(x, B, 4 * C, (h / 2) * (w / 2)) : pack_2x2(x.data(), (int)B, C, h, w);
         lat_shape = {B, (h / 2) * (w / 2), 4 * C};
         flux_inputs(in, p, tx.prompt_embeds.shape[1], BB);
         if (p.inpaint)  // the blend runs in the loop's layout
@@ -551,7 +598,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         return f.timestep_fraction ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i] * t_scale;
     };
     // Sana-Sprint decodes x0 / sigma_data / scaling_factor (final_latents_divisor: sigma_data).
-    const float sf = (float)(vc.scaling_factor * sched->final_latents_divisor()), shift = (float)vc.shift_factor;
+    // Klein: no scaling; the VAE's BatchNorm statistics instead (flux2_bn_denormalize).
+    const float sf = f.bn_latents ? 1.f : (float)(vc.scaling_factor * sched->final_latents_divisor());
+    const float shift = f.bn_latents ? 0.f : (float)vc.shift_factor;
     std::vector<float> z;
     StepLoopSpec ls;
     ls.rows = (int)B;
@@ -571,6 +620,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
             return f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf);
         });
+        if (f.bn_latents) flux2_bn_denormalize(src, z, 4 * C);
         if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
         std::function<void(int, std::vector<float>&)> blend;
@@ -588,10 +638,11 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                         {"step" + std::to_string(i) + "_init_latents_proper", Tensor::from_f32(lat_shape, proper)});
             };
         x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend, il.cond, ref);
+        if (f.bn_latents) flux2_bn_denormalize(src, x, 4 * C);
         z = f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
         for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }
-    decode_images(vx, z, nchw, opt.keep_intermediates, res);
+    decode_images(vx, z, nchw, opt.keep_intermediates, res, f.bn_latents ? "final_latents_unpatchified" : nullptr);
     return res;
 }
 

@@ -98,6 +98,10 @@ struct T2IOptions : CommonOptions {
     // Images in (SD3, Flux): --image, --mask, --strength, --noise (models/image_input.h). An image makes the call
     // diffusers' img2img pipeline, an image and a mask its inpainting pipeline.
     ImageInputs inputs;
+    // Z-Image: diffusers' cfg_truncation (classifier-free guidance is dropped at the steps whose (1000 - t) / 1000
+    // exceeds it; above 1: never) and cfg_normalization (> 0: each sample's guided prediction is scaled down to at
+    // most cfg_normalization x the norm of its positive prediction; True is 1.0; 0: off).
+    double cfg_truncation = 1.0, cfg_normalization = 0.0;
 };
 
 // The call as resolved from the model and the options, before any heavy work.
@@ -141,5 +145,16 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt);
 std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt);
 
 GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt);
+
+// Shared by the pipelines' loops (t2i_pipeline.cpp, z_image_pipeline.cpp):
+class LatentDecoder;
+struct VaeOptions;
+// The VAE's run: tiled as asked, eager when the transformer is, else one full recording.
+VaeOptions vae_options(const T2IOptions& opt);
+// VAE decode of latents already scaled for it, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC, into res.image;
+// with `keep`, the intermediates under the fixtures' names: the decoder's input as `input_name` (nullptr:
+// final_latents_scaled), decoded, image.
+void decode_images(LatentDecoder& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res,
+                   const char* input_name = nullptr);
 
 }  // namespace kiln::models

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "models/common.h"
 #include "models/flux.h"
 #include "models/pixart.h"
 #include "models/registry/registry.h"
@@ -46,6 +47,17 @@ TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg
             const auto c = SanaConfig::from_json(cfg);
             return {c.in_channels, c.patch, c.sample_size, c.layers, c.out_channels};
         }
+        case ComponentKind::flux2: {  // Flux2Transformer2DModel: tokens of 4C (the 2x2-patchified latents)
+            const int in = config_value(cfg, "in_channels", 128);
+            return {in, config_value(cfg, "patch_size", 1), 0, config_value(cfg, "num_layers", 8),
+                    config_value(cfg, "out_channels", in)};
+        }
+        case ComponentKind::z_image: {  // ZImageTransformer2DModel: all_patch_size[0] (the pipeline's patch 2)
+            const auto patches = config_value(cfg, "all_patch_size", std::vector<int>{2});
+            KILN_CHECK(!patches.empty(), class_name(kind), ": all_patch_size is empty");
+            const int in = config_value(cfg, "in_channels", 16);
+            return {in, patches[0], 0, config_value(cfg, "n_layers", 30), in};
+        }
         default:
             KILN_FAIL("internal: ", class_name(kind), " is not a text-to-image transformer");
     }
@@ -77,6 +89,7 @@ int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, Transforme
     }
     multiple = p.vae_scale_factor * p.token_patch;
     p.steps = f.steps, p.guidance = p.fill ? f.fill_guidance : f.guidance;
+    if (f.default_size_pixels) return f.default_size_pixels / p.vae_scale_factor;
     KILN_CHECK(vc.channels == p.latent_channels, src.path(), ": the VAE has ", vc.channels,
                " latent channels, the transformer ", p.latent_channels);
     return f.default_sample_size ? f.default_sample_size : ts.sample_size;
@@ -174,7 +187,7 @@ void plan_size(const T2IOptions& opt, const Family& f, int sample, int multiple,
 }
 
 // Classifier-free guidance (Flux: true CFG on top of the embedded guidance) and SD3's skip-layer guidance.
-void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& p) {
+void plan_guidance(const T2IOptions& opt, const Family& f, int layers, bool distilled, T2IPlan& p) {
     KILN_CHECK(!opt.true_cfg_scale || f.true_cfg, p.pipeline, ": true_cfg_scale applies to ",
                family_with(&Family::true_cfg).pipelines[0].name,
                " (this pipeline's classifier-free guidance scale is guidance)");
@@ -184,7 +197,15 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, T2IPlan& 
     } else {
         p.cfg_scale = p.guidance;
     }
-    p.cfg = p.cfg_scale > 1.0;
+    // Z-Image guides whenever guidance > 0 (its formula is pos + g (pos - neg)); the others above 1. A distilled
+    // klein (model_index.json is_distilled) never does, whatever the guidance, as diffusers (with a warning).
+    p.cfg = f.z_image_loop ? p.cfg_scale > 0.0 : p.cfg_scale > 1.0;
+    if (p.cfg && f.distilled_flag && distilled) {
+        p.cfg = false;
+        p.warnings.push_back(p.pipeline + ": guidance " + std::to_string(p.guidance) +
+                             " is ignored for step-wise distilled models (model_index.json is_distilled), as in "
+                             "diffusers");
+    }
     if (opt.skip_guidance_layers.empty()) return;
     KILN_CHECK(f.skip_layer_guidance, p.pipeline, ": skip-layer guidance (skip_guidance_layers) applies to ",
                family_with(&Family::skip_layer_guidance).pipelines[0].name);
@@ -319,7 +340,7 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     p.pipeline = t2i_pipeline_class(src);
     KILN_CHECK(!p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
                src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
-               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux, Sana, Sana-Sprint");
+               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux, Sana, Sana-Sprint, Z-Image, FLUX.2 [klein]");
     p.family = find_pipeline_family(p.pipeline);
     const Family& f = *p.family;
     KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(), ": a ", p.pipeline,
@@ -337,7 +358,10 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     const int64_t prompts = opt.text.prompt_embeds.shape.size() == 3 ? opt.text.prompt_embeds.shape[0] : 1;
     check_host_memory(p.pipeline, prompts * std::max(1, opt.images_per_prompt), p.latent_channels, p.latent_h,
                       p.latent_w, p.height, p.width);
-    plan_guidance(opt, f, ts.layers, p);
+    const auto& mi = src.model_index();
+    const bool distilled = mi.is_object() && mi.contains("is_distilled") && mi["is_distilled"].is_boolean() &&
+                           mi["is_distilled"].get<bool>();
+    plan_guidance(opt, f, ts.layers, distilled, p);
     plan_eta(src, opt, f, p);
     plan_images(opt, f, p);
     return p;

@@ -10,6 +10,8 @@
 #include "models/registry/registry.h"
 #include "models/sana_pipeline.h"
 #include "models/t2i_pipeline.h"
+#include "models/text/encoders/qwen3.h"
+#include "models/text/qwen_tokenizer.h"
 #include "models/text/tokenizer.h"
 #include "models/text/unicode.h"
 #include "runtime/core/error.h"
@@ -85,10 +87,16 @@ TokenBatch tokenize(const text::Tokenizer& tok, const ModelSource& src, const st
 std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const ModelSource& src,
                                                        const std::string& comp, const std::vector<TokenBatch>& batches,
                                                        bool with_mask, const PromptOptions& opt, EncodedPrompts& res,
-                                                       int clip_skip, const std::shared_ptr<const LoraSet>& loras) {
+                                                       int clip_skip, const std::shared_ptr<const LoraSet>& loras,
+                                                       const std::vector<int>& states = {}) {
     auto inputs = [&](const TokenBatch& t) {
         std::map<std::string, Tensor> in{{"input_ids", t.ids}};
         if (with_mask) in["attention_mask"] = t.mask;
+        if (!states.empty()) {  // a decoder LLM's hidden_states entries
+            Tensor l(DType::i64, {(int64_t)states.size()});
+            for (size_t i = 0; i < states.size(); ++i) l.data<int64_t>()[i] = states[i];
+            in["hidden_states_layers"] = l;
+        }
         return in;
     };
     auto t0 = Clock::now();
@@ -113,8 +121,10 @@ std::vector<std::map<std::string, Tensor>> run_encoder(vk::Context* ctx, const M
     } else {
         // One entry per encoder and input shape: the planned, uploaded executor with what it references. Its LoRAs
         // are part of the key (merged ones with their scales): another set replaces the entry of the same shape.
-        const std::string base = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "") +
-                                 (clip_skip ? "/skip" + std::to_string(clip_skip) : "");
+        // The hidden states a decoder LLM outputs are part of the graph: other states, another entry.
+        std::string base = comp + "/" + shape_str(batches.at(0).ids.shape) + (with_mask ? "/mask" : "") +
+                           (clip_skip ? "/skip" + std::to_string(clip_skip) : "");
+        for (size_t i = 0; i < states.size(); ++i) base += (i ? "," : "/states ") + std::to_string(states[i]);
         std::string key = base;
         if (loras) {
             key += "|lora " + opt.lora.apply;
@@ -313,6 +323,11 @@ void check_prompts(const ModelSource& src, const PromptOptions& opt) {
                family_with(&Family::complex_human_instruction).pipelines[0].name, " (", pipe, "'s __call__ has none)");
     if (opt.complex_human_instruction) text::check_utf8(*opt.complex_human_instruction, "complex_human_instruction");
     KILN_CHECK(opt.clip_skip >= 0, "clip_skip is ", opt.clip_skip, " (0 = none)");
+    KILN_CHECK(opt.text_encoder_layers.empty() || (f && f->text_encoder_layers_option), src.path(),
+               ": text_encoder_out_layers apply to ", family_with(&Family::text_encoder_layers_option).pipelines[0].name,
+               " (", pipe, "'s __call__ has none)");
+    KILN_CHECK(is_none(opt.negatives) || !f || !f->distilled_flag, src.path(), ": ", pipe,
+               " takes no negative_prompt (its classifier-free guidance always encodes \"\")");
     if (opt.clip_skip > 0)  // diffusers indexes hidden_states[-(clip_skip + 2)] of both CLIP encoders
         for (const auto& e : f->encoders)
             if (is_clip(e.kind) && src.has(e.component)) {
@@ -360,9 +375,10 @@ struct PromptRun {
         return t;
     }
     std::vector<std::map<std::string, Tensor>> run(const TextEncoderUse& e, const std::vector<TokenBatch>& t,
-                                                   bool with_mask, int clip_skip = 0) {
+                                                   bool with_mask, int clip_skip = 0,
+                                                   const std::vector<int>& states = {}) {
         return run_encoder(ctx, src, e.component, t, with_mask, opt, res, clip_skip,
-                           lora_component(loras, e.component));
+                           lora_component(loras, e.component), states);
     }
 };
 
@@ -459,6 +475,63 @@ void encode_sana(PromptRun& r, const Family& f) {
         r.res.tensors[pre(neg) + "prompt_attention_mask"] = neg ? t.mask : sana_select(t.mask, r.t5_tokens);
     }
 }
+
+// Z-Image, FLUX.2 [klein]: each prompt in the Qwen3 chat template, tokenized alone to max_sequence_length (padded,
+// truncated), Qwen3 with the mask, the family's hidden_states. Klein stacks them on features (layer-major) and keeps
+// every position; Z-Image's one state goes with the mask (its pipeline keeps each prompt's unmasked rows).
+void encode_qwen(PromptRun& r, const Family& f) {
+    const TextEncoderUse& e = f.encoders[0];
+    const std::string enc = e.component, comp = tokenizer_of(enc);
+    KILN_CHECK(r.src.has(comp), r.src.path(), ": this model has no '", comp,
+               "' (tokenizer files) for its text encoder; give --prompt-embeds FILE instead");
+    auto t0 = Clock::now();
+    auto tok = text::load_tokenizer(r.src.tokenizer_files(comp), r.src.path() + " (" + comp + ")");
+    const auto* q = dynamic_cast<const text::QwenTokenizer*>(tok.get());
+    KILN_CHECK(q, r.src.path(), " (", comp, "): ", f.pipelines[0].name, " encodes with Qwen3, whose tokenizer is ",
+               class_name(ComponentKind::qwen2_tokenizer), "; this one is ", tok->class_name());
+    const bool thinking = f.chat_template == ChatTemplate::qwen_thinking;
+    const int M = r.t5_tokens;
+    std::vector<TokenBatch> batches;
+    for (int neg = 0; neg < r.passes; ++neg) {
+        const std::vector<std::string>& texts = neg ? r.neg[1] : r.pos[1];
+        const int64_t B = (int64_t)texts.size();
+        TokenBatch t{Tensor(DType::i64, {B, M}), Tensor(DType::i64, {B, M})};
+        for (int64_t b = 0; b < B; ++b) {
+            const text::Tokens k = q->encode_chat(texts[(size_t)b], thinking, M);
+            KILN_CHECK((int)k.ids.size() == M, comp, ": tokenizer returned ", k.ids.size(), " ids, expected ", M);
+            if (k.untruncated > (size_t)M)
+                warn(r.opt, comp + ": " + (neg ? "negative prompt " : "prompt ") + std::to_string(b) + " has " +
+                                std::to_string(k.untruncated) + " tokens with its chat template; truncated to " +
+                                std::to_string(M) + " (as diffusers does: the template's tail is lost)");
+            for (int i = 0; i < M; ++i) {
+                t.ids.data<int64_t>()[b * M + i] = k.ids[(size_t)i];
+                t.mask.data<int64_t>()[b * M + i] = k.mask[(size_t)i];
+            }
+        }
+        r.keep(enc + (neg ? "_negative" : "") + "_input_ids", t.ids);
+        r.keep(enc + (neg ? "_negative" : "") + "_attention_mask", t.mask);
+        batches.push_back(std::move(t));
+    }
+    r.tok_ms += ms_since(t0);
+    const std::vector<int>& layers = r.opt.text_encoder_layers.empty() ? f.text_encoder_layers : r.opt.text_encoder_layers;
+    // Each requested entry in transformers' numbering -> the encoder's output name (negative: from the end).
+    const int n = qwen3_config(r.src.config(enc), r.src.class_of(enc)).layers;
+    std::vector<std::string> names;
+    for (int l : layers) {
+        KILN_CHECK(l >= -(n + 1) && l <= n, r.src.path(), ": text_encoder_out_layers: ", l,
+                   " is not a hidden_states entry of this ", n, "-layer Qwen3 (", -(n + 1), "..", n, ")");
+        names.push_back("hidden_states_" + std::to_string(l < 0 ? n + 1 + l : l));
+    }
+    auto out = r.run(e, batches, true, 0, layers);
+    for (int neg = 0; neg < r.passes; ++neg) {
+        const auto& o = out[(size_t)neg];
+        Tensor embeds = need(o, names[0], enc);
+        for (size_t i = 1; i < names.size(); ++i) embeds = cat3(embeds, need(o, names[i], enc), 2);
+        if (layers == std::vector<int>{-2}) r.keep(enc + (neg ? "_negative" : "") + "_hidden_states_m2", embeds);
+        r.res.tensors[pre(neg) + "prompt_embeds"] = embeds;
+        if (thinking) r.res.tensors[pre(neg) + "prompt_attention_mask"] = batches[(size_t)neg].mask;
+    }
+}
 }  // namespace
 
 std::shared_ptr<const LoraSet> load_model_loras(const ModelSource& src, const std::string& family,
@@ -513,6 +586,10 @@ EncodedPrompts encode_prompts(vk::Context* ctx, const ModelSource& src, const Pr
         case FamilyId::sana:
         case FamilyId::sana_sprint:
             encode_sana(r, *f);
+            break;
+        case FamilyId::z_image:
+        case FamilyId::flux2_klein:
+            encode_qwen(r, *f);
             break;
         case FamilyId::dit:
             break;  // not text-to-image: refused above

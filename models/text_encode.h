@@ -6,6 +6,10 @@
 //               then T5 along the sequence; pooled = cat(CLIP-L, CLIP-G text_embeds). T5 absent -> zeros.
 //   Flux.1:     CLIP pooler_output (pooled), T5 last_hidden_state (no mask; 512 dev, 256 schnell).
 //   Sana:       Gemma-2 last_hidden_state of instruction + prompt, <bos> + the last 299 positions, with the mask.
+//   Z-Image:    Qwen3 hidden_states[-2] of the chat-templated prompt (thinking on), with the mask (the pipeline keeps
+//               each prompt's unmasked rows).
+//   FLUX.2 [klein]: Qwen3 hidden_states[9], [18], [27] of the chat-templated prompt (thinking off) stacked on
+//               features, every position; the negative prompt is always "".
 // Each encoder runs as a JIT graph whose layers are replayed; its device memory is freed when it returns,
 // before the transformer is loaded, unless the caller keeps an EncoderCache.
 #include <functional>
@@ -58,6 +62,9 @@ struct PromptOptions {
     // SD3: diffusers' clip_skip. The prompts' CLIP embeddings are hidden_states[-(clip_skip + 2)] of CLIP-L and
     // CLIP-G instead of [-2]; the negative prompts keep [-2] (diffusers encodes them with clip_skip None).
     int clip_skip = 0;
+    // FLUX.2 [klein]: diffusers' text_encoder_out_layers, the Qwen3 hidden_states stacked into prompt_embeds
+    // (transformers' numbering: 0 the embeddings, i the output of layer i - 1); empty: the pipeline's (9, 18, 27).
+    std::vector<int> text_encoder_layers;
     exec::Mode mode = exec::Mode::regional;        // JIT mode of the encoders
     bool keep_intermediates = false;               // token ids and per-encoder outputs under the fixtures' names
     std::function<void(const std::string&)> warn;  // truncation warnings (stderr when empty)

@@ -17,6 +17,8 @@ const std::vector<ComponentClass>& component_classes() {
         {"SD3Transformer2DModel", K::sd3, Role::transformer},
         {"FluxTransformer2DModel", K::flux, Role::transformer},
         {"SanaTransformer2DModel", K::sana, Role::transformer},  // diffusers sana_transformer.py
+        {"Flux2Transformer2DModel", K::flux2, Role::transformer},    // diffusers transformer_flux2.py
+        {"ZImageTransformer2DModel", K::z_image, Role::transformer},  // diffusers transformer_z_image.py
         {"AutoencoderKL", K::vae, Role::vae},
         {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
@@ -120,7 +122,7 @@ std::string missing_tokenizer_files(ComponentKind kind, const std::function<bool
 
 const std::vector<Family>& families() {
     static const std::vector<Family> v = [] {
-        std::vector<Family> f(6);
+        std::vector<Family> f(8);
         // diffusers pipeline_dit.py: class labels, guidance against the null class 1000.
         Family& dit = f[0];
         dit.id = FamilyId::dit;
@@ -222,6 +224,45 @@ const std::vector<Family>& families() {
         sprint.encoders_summary = sana.encoders_summary;
         sprint.resolution_binning = true;
         sprint.bin_sample_sizes = sana.bin_sample_sizes;
+
+        // pipeline_z_image.py: Qwen3 hidden_states[-2] of the chat-templated prompt (thinking on), each prompt's
+        // unmasked rows; its own loop (models/z_image_pipeline.h); the FLUX.1 KL VAE with scaling and shift.
+        Family& zi = f[6];
+        zi.id = FamilyId::z_image;
+        zi.name = "Z-Image";
+        zi.pipelines = {{"ZImagePipeline", 512}};
+        zi.transformer = K::z_image;
+        zi.steps = 50, zi.guidance = 5.0;
+        zi.default_size_pixels = 1024;  // ZImagePipeline: height = height or 1024
+        zi.flow_matching = true, zi.max_shift_default = 1.15;
+        zi.vae_shift = zi.custom_sigmas = true;
+        zi.encoders = {{"text_encoder", K::qwen3, 1, 0, false, "llm"}};
+        zi.encoders_summary = "one text encoder (Qwen3)";
+        zi.chat_template = ChatTemplate::qwen_thinking;
+        zi.text_encoder_layers = {-2};
+        zi.z_image_loop = true;
+
+        // pipeline_flux2_klein.py: Qwen3 hidden_states 9, 18, 27 stacked on features, every position; 2x2-patchified
+        // noise packed into tokens; 4-axis ids; empirical mu; CFG with "" unless distilled; BatchNorm-denormalised
+        // latents for AutoencoderKLFlux2.
+        Family& kl = f[7];
+        kl.id = FamilyId::flux2_klein;
+        kl.name = "FLUX.2 [klein]";
+        kl.pipelines = {{"Flux2KleinPipeline", 512}};
+        kl.transformer = K::flux2;
+        kl.steps = 50, kl.guidance = 4.0;
+        kl.default_sample_size = 128;  // Flux2KleinPipeline.default_sample_size
+        kl.packed_2x2 = true;          // sizes: multiples of vae_scale_factor x 2 (diffusers rounds with a warning)
+        kl.round_size_down = true;
+        kl.timestep_fraction = true;
+        kl.flow_matching = true, kl.max_shift_default = 1.15;
+        kl.linspace_sigmas = kl.custom_sigmas = true;
+        kl.encoders = {{"text_encoder", K::qwen3, 1, 0, false, "llm"}};
+        kl.encoders_summary = "one text encoder (Qwen3)";
+        kl.chat_template = ChatTemplate::qwen_no_thinking;
+        kl.text_encoder_layers = {9, 18, 27};
+        kl.text_encoder_layers_option = true;
+        kl.patchified_noise = kl.empirical_mu = kl.bn_latents = kl.distilled_flag = true;
         return f;
     }();
     return v;

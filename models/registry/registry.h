@@ -20,6 +20,8 @@ enum class ComponentKind {
     sd3,
     flux,                  // transformers
     sana,                  // SanaTransformer2DModel (Sana, Sana-Sprint)
+    flux2,                 // Flux2Transformer2DModel (FLUX.2 [klein])
+    z_image,               // ZImageTransformer2DModel (Z-Image, Z-Image-Turbo)
     vae,                   // the KL autoencoder
     dc_ae,                 // the deep-compression autoencoder (Sana's VAE)
     clip_text,             // CLIP text model: pooler_output
@@ -73,7 +75,7 @@ std::string tokenizer_class_of(const std::string& config_class, const std::funct
 // "CLIPTokenizer needs vocab.json and merges.txt; missing merges.txt".
 std::string missing_tokenizer_files(ComponentKind kind, const std::function<bool(const std::string&)>& present);
 
-enum class FamilyId { dit, pixart, sd3, flux, sana, sana_sprint };
+enum class FamilyId { dit, pixart, sd3, flux, sana, sana_sprint, z_image, flux2_klein };
 
 // How the guidance scale reaches the model.
 enum class Conditioning {
@@ -81,6 +83,14 @@ enum class Conditioning {
     cfg,           // PixArt, SD3: classifier-free guidance with the negative prompt, scale = guidance
     embedded,      // Flux, Sana-Sprint: guidance is a transformer input; Flux: classifier-free guidance only via
                    // true_cfg_scale
+};
+
+// How a family's pipeline builds the text its decoder-LLM encoder reads (tokenizer.apply_chat_template of one user
+// message, add_generation_prompt=True).
+enum class ChatTemplate {
+    none,
+    qwen_thinking,     // Z-Image: enable_thinking=True ("<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n")
+    qwen_no_thinking,  // FLUX.2 [klein]: enable_thinking=False (the same + "<think>\n\n</think>\n\n")
 };
 
 // A text encoder of a family, as its pipeline's encode_prompt runs it.
@@ -110,6 +120,7 @@ struct Family {
     int steps = 0;
     double guidance = 0;
     int default_sample_size = 0;          // latent side without --width/--height; 0: the transformer's sample_size
+    int default_size_pixels = 0;          // image side without --width/--height whatever the VAE (Z-Image: 1024)
     int schnell_max_sequence_length = 0;  // Flux without a guidance embedding (FLUX.1-schnell): T5 tokens
     // Latents: Flux packs 2x2 patches into tokens, so sizes are multiples of vae_scale_factor x 2 (others:
     // x patch size), and rounds a size off that multiple down with a warning (the others raise).
@@ -130,6 +141,20 @@ struct Family {
     bool complex_human_instruction = false;
     // Sana-Sprint: the embedded guidance reaches the transformer as guidance * its config's guidance_embeds_scale.
     bool scaled_guidance_input = false;
+    // Qwen3-encoded families (Z-Image, FLUX.2 [klein]): the chat template around each prompt, and the hidden_states
+    // entries the prompt embeddings stack on features, layer-major (klein's text_encoder_out_layers 9, 18, 27;
+    // Z-Image's -2). Klein keeps every position (padding too); Z-Image only each prompt's unmasked rows.
+    ChatTemplate chat_template = ChatTemplate::none;
+    std::vector<int> text_encoder_layers;
+    bool text_encoder_layers_option = false;  // the pipeline takes them as an argument (klein)
+    // FLUX.2 [klein]: the initial noise is drawn 2x2-patchified, [B, 4C, h/2, w/2] (channel c*4 + dy*2 + dx), and
+    // packed by flattening; ids are 4-axis (t, h, w, l); mu = compute_empirical_mu(image tokens, steps); the VAE
+    // decodes x * sqrt(bn.running_var + eps) + bn.running_mean, unpatchified; CFG (negative "") only when guidance > 1
+    // and model_index.json's is_distilled is false.
+    bool patchified_noise = false, empirical_mu = false, bn_latents = false, distilled_flag = false;
+    // Z-Image: CFG iff guidance > 0, pred = pos + g (pos - neg), cfg_truncation and cfg_normalization, the transformer
+    // takes (1000 - t) / 1000 and lists of per-item latents and caption rows (models/z_image_pipeline.h).
+    bool z_image_loop = false;
     std::vector<TextEncoderUse> encoders;  // in encode_prompt's order; empty: class-conditional
     const char* encoders_summary = "";     // for messages: "one text encoder (T5)"
     // The call options that apply.

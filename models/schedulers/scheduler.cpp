@@ -295,4 +295,13 @@ double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_
     return (double)image_seq_len * m + b;
 }
 
+double empirical_mu(int64_t image_seq_len, int num_steps) {
+    const double a1 = 8.73809524e-05, b1 = 1.89833333, a2 = 0.00016927, b2 = 0.45666666;
+    const double seq = (double)image_seq_len;
+    if (image_seq_len > 4300) return a2 * seq + b2;
+    const double m_200 = a2 * seq + b2, m_10 = a1 * seq + b1;
+    const double a = (m_200 - m_10) / 190.0, b = m_200 - 200.0 * a;
+    return a * num_steps + b;
+}
+
 }  // namespace kiln::sched

@@ -145,5 +145,8 @@ nlohmann::json load_scheduler_config(const std::string& path);
 // (max_seq_len, max_shift).
 double calculate_shift(int64_t image_seq_len, int64_t base_seq_len = 256, int64_t max_seq_len = 4096,
                        double base_shift = 0.5, double max_shift = 1.15);
+// FLUX.2's compute_empirical_mu (pipeline_flux2.py): a2 * seq + b2 past 4300 image tokens, else linear in the step
+// count between the fitted lines of 10 and 200 steps.
+double empirical_mu(int64_t image_seq_len, int num_steps);
 
 }  // namespace kiln::sched
