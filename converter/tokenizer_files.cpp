@@ -84,13 +84,27 @@ FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::
             if (e.is_regular_file() &&
                 std::find(names.begin(), names.end(), e.path().filename().string()) == names.end())
                 skipped->push_back(e.path().filename().string());
-    const std::string fast_hint =
-        fs::exists(d / "tokenizer.json") ? " (only tokenizer.json: fast-only tokenizer folders are not supported)" : "";
+    // The Qwen tokenizer also reads its chat template (the pipelines apply it to every prompt) and, in a fast-only
+    // folder, tokenizer.json (megabytes: kept only where vocab.json + merges.txt are absent).
+    const bool qwen = tc->kind == models::ComponentKind::qwen2_tokenizer;
+    if (qwen && fs::exists(d / "chat_template.jinja")) files["chat_template.jinja"] = read_file(d / "chat_template.jinja");
     const std::string missing =
         models::missing_tokenizer_files(tc->kind, [&](const std::string& n) { return files.count(n) > 0; });
-    KILN_CHECK(missing.empty(), dir, ": ", missing, fast_hint);
-    for (const auto& n : models::tokenizer_format(tc->kind).model_files)
-        KILN_CHECK(!files.at(n).empty(), (d / n).string(), ": empty file");
+    if (qwen && !missing.empty() && fs::exists(d / "tokenizer.json")) {
+        files["tokenizer.json"] = read_file(d / "tokenizer.json");
+        KILN_CHECK(!files.at("tokenizer.json").empty(), (d / "tokenizer.json").string(), ": empty file");
+    } else {
+        const std::string fast_hint = fs::exists(d / "tokenizer.json")
+                                          ? " (only tokenizer.json: fast-only tokenizer folders are read for Qwen only)"
+                                          : "";
+        KILN_CHECK(missing.empty(), dir, ": ", missing, fast_hint);
+        for (const auto& n : models::tokenizer_format(tc->kind).model_files)
+            KILN_CHECK(!files.at(n).empty(), (d / n).string(), ": empty file");
+    }
+    if (skipped)
+        skipped->erase(std::remove_if(skipped->begin(), skipped->end(),
+                                      [&](const std::string& n) { return files.count(n) > 0; }),
+                       skipped->end());
     for (auto& [n, text] : files)
         if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) parse_object(text, (d / n).string());
     return files;
