@@ -16,7 +16,8 @@ const std::vector<ComponentClass>& component_classes() {
         {"PixArtTransformer2DModel", K::pixart, Role::transformer},
         {"SD3Transformer2DModel", K::sd3, Role::transformer},
         {"FluxTransformer2DModel", K::flux, Role::transformer},
-        {"SanaTransformer2DModel", K::sana, Role::transformer},  // diffusers sana_transformer.py
+        {"SanaTransformer2DModel", K::sana, Role::transformer},       // diffusers sana_transformer.py
+        {"ZImageTransformer2DModel", K::z_image, Role::transformer},  // diffusers transformer_z_image.py
         {"AutoencoderKL", K::vae, Role::vae},
         {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py

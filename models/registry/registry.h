@@ -20,6 +20,7 @@ enum class ComponentKind {
     sd3,
     flux,                  // transformers
     sana,                  // SanaTransformer2DModel (Sana, Sana-Sprint)
+    z_image,               // ZImageTransformer2DModel (Z-Image, Z-Image-Turbo)
     vae,                   // the KL autoencoder
     dc_ae,                 // the deep-compression autoencoder (Sana's VAE)
     clip_text,             // CLIP text model: pooler_output
