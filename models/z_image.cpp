@@ -133,42 +133,39 @@ std::map<std::string, Tensor> prepare_z_image(const ZImageConfig& c, const ZImag
     for (int i = 0; i < B; ++i) {
         const int n = lay.n[(size_t)i], np = lay.n_pad[(size_t)i], l = lay.l[(size_t)i], lp = lay.l_pad[(size_t)i];
         const int wt = lay.items[(size_t)i].width / c.patch;
+        // Position ids: image token j = (h, w) at (lp + 1, h, w), its pad slots at (0, 0, 0); caption slot j at
+        // (1 + j, 0, 0), pad slots included. Batch padding: (0, 0, 0) (diffusers: zeros; masked keys either way).
+        auto img_pos = [&](RopeTables& r, int64_t row, int j) {
+            j < n ? r.set(row, lp + 1, j / wt, j % wt) : r.set(row, 0, 0, 0);
+        };
+        auto cap_pos = [&](RopeTables& r, int64_t row, int j) { r.set(row, j < lp ? 1 + j : 0, 0, 0); };
         // x_gather: item i's token j is row off_n + j of the embedded tokens of all items; its pad slots and the batch
-        // padding take the x_pad_token row (sum_n). Image token (h, w) sits at (lp + 1, h, w), pad slots at (0, 0, 0).
+        // padding take the x_pad_token row (sum_n). cap_gather likewise (the cap_pad_token row: sum_l).
         for (int j = 0; j < lay.n_max; ++j) {
             const int64_t row = (int64_t)i * lay.n_max + j;
             xg.data<int32_t>()[row] = j < n ? off_n + j : sum_n;
-            if (j < n)
-                xr.set(row, lp + 1, j / wt, j % wt);
-            else
-                xr.set(row, 0, 0, 0);
+            img_pos(xr, row, j);
         }
-        // cap_gather likewise (cap_pad_token row sum_l); caption slot j sits at (1 + j, 0, 0), pad slots included.
         for (int j = 0; j < lay.l_max; ++j) {
             const int64_t row = (int64_t)i * lay.l_max + j;
             cg.data<int32_t>()[row] = j < l ? off_l + j : sum_l;
-            cr.set(row, j < lp ? 1 + j : 0, 0, 0);
+            cap_pos(cr, row, j);
         }
         // unified_gather: rows of cat(refined image [B * n_max], refined captions [B * l_max]): the item's n_pad image
         // slots, then its l_pad caption slots; batch padding reads the item's first row (its key is masked, its output
-        // dropped). The RoPE rows follow the same slots.
+        // dropped).
         for (int j = 0; j < lay.s_max; ++j) {
             const int64_t row = (int64_t)i * lay.s_max + j;
-            const bool img = j < np, cap = !img && j < np + lp;
-            const int64_t src = img   ? (int64_t)i * lay.n_max + j
-                                : cap ? (int64_t)B * lay.n_max + (int64_t)i * lay.l_max + (j - np)
-                                      : (int64_t)i * lay.n_max;
-            ug.data<int32_t>()[row] = (int32_t)src;
-            const int64_t rope_src = img ? src : cap ? src - (int64_t)B * lay.n_max : -1;
-            const float* from_c = img ? xr.cos.data<float>() : cr.cos.data<float>();
-            const float* from_s = img ? xr.sin.data<float>() : cr.sin.data<float>();
-            const int64_t half = c.head_dim() / 2;
-            if (rope_src < 0) {
+            if (j < np) {
+                ug.data<int32_t>()[row] = i * lay.n_max + j;
+                img_pos(ur, row, j);
+            } else if (j < np + lp) {
+                ug.data<int32_t>()[row] = B * lay.n_max + i * lay.l_max + (j - np);
+                cap_pos(ur, row, j - np);
+            } else {
+                ug.data<int32_t>()[row] = i * lay.n_max;
                 ur.set(row, 0, 0, 0);
-                continue;
             }
-            std::copy_n(from_c + rope_src * half, half, ur.cos.data<float>() + row * half);
-            std::copy_n(from_s + rope_src * half, half, ur.sin.data<float>() + row * half);
         }
         off_n += n, off_l += l;
     }
