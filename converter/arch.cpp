@@ -1,6 +1,7 @@
 #include "converter/arch.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "converter/arch_detail.h"
 #include "models/registry/registry.h"
@@ -224,6 +225,46 @@ ArchSpec sana(const Config& c) {
     return s;
 }
 
+// ZImageTransformer2DModel (transformer_z_image.py): an x embedder and final layer per (patch, f_patch) pair, the
+// modulated noise_refiner and main layers, the unmodulated context_refiner; no biases in the blocks but adaLN's.
+ArchSpec z_image(const Config& c) {
+    ArchSpec s{"transformer", {}, {}, {}};
+    Names n{s.expected, ""};
+    KILN_CHECK(!c.has("siglip_feat_dim"), c.where, ": Z-Image siglip_feat_dim (Omni) is not supported (null only)");
+    auto ps = c.ints("all_patch_size"), fs = c.ints("all_f_patch_size");
+    if (!c.has("all_patch_size")) ps = {2};
+    if (!c.has("all_f_patch_size")) fs = {1};
+    KILN_CHECK(ps.size() == fs.size(), c.where, ": all_patch_size and all_f_patch_size differ in length");
+    for (size_t i = 0; i < ps.size(); ++i) {
+        const std::string key = std::to_string(ps[i]) + "-" + std::to_string(fs[i]);
+        n.lin("all_x_embedder." + key);
+        n.lin("all_final_layer." + key + ".linear");
+        n.lin("all_final_layer." + key + ".adaLN_modulation.1");
+    }
+    n.lin("t_embedder.mlp.0");
+    n.lin("t_embedder.mlp.2");
+    n.w("cap_embedder.0");  // RMSNorm
+    n.lin("cap_embedder.1");
+    n.raw("x_pad_token");
+    n.raw("cap_pad_token");
+    const bool qk = c.boolean("qk_norm", true);
+    const int64_t refiners = c.positive("n_refiner_layers", 2), layers = c.positive("n_layers", 30);
+    for (auto [kind, count, modulation] :
+         {std::tuple{"noise_refiner", refiners, true}, std::tuple{"context_refiner", refiners, false},
+          std::tuple{"layers", layers, true}}) {
+        for (int64_t i = 0; i < count; ++i) {
+            Names b = n.sub(std::string(kind) + "." + std::to_string(i));
+            b.self_attention("attention", false, false);
+            b.qk_norm("attention", qk ? "rms_norm" : "", false, c.where);
+            for (const char* p : {"attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2"}) b.w(p);
+            for (const char* p : {"w1", "w2", "w3"}) b.w(std::string("feed_forward.") + p);
+            if (modulation) b.lin("adaLN_modulation.0");
+        }
+        s.blocks.push_back({kind, count, std::vector<int>((size_t)count, 0)});
+    }
+    return s;
+}
+
 // transformers' CLIP text model, with or without the text projection (modeling_clip.py).
 ArchSpec clip_text(const Config& c, bool projection) {
     ArchSpec s{"text_encoder", {}, {}, {}};
@@ -372,6 +413,8 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
             return flux(c);
         case models::ComponentKind::sana:
             return sana(c);
+        case models::ComponentKind::z_image:
+            return z_image(c);
         case models::ComponentKind::vae:
             return autoencoder_kl(c);
         case models::ComponentKind::dc_ae:

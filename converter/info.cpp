@@ -49,6 +49,8 @@ const char* kKeyFields[] = {
     "block_out_channels", "layers_per_block", "latent_channels", "norm_num_groups", "scaling_factor", "shift_factor",
     "num_train_timesteps", "beta_schedule", "beta_start", "beta_end", "prediction_type", "timestep_spacing",
     "steps_offset", "solver_order", "algorithm_type", "shift", "use_dynamic_shifting",
+    // Z-Image's transformer
+    "dim", "n_layers", "n_refiner_layers", "n_heads", "cap_feat_dim", "axes_dims",
     // transformers text encoders (CLIP, T5)
     "hidden_size", "intermediate_size", "projection_dim", "hidden_act", "d_model", "d_ff", "d_kv", "num_heads",
     "feed_forward_proj", "relative_attention_num_buckets", "relative_attention_max_distance", "vocab_size",

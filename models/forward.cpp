@@ -15,6 +15,7 @@
 #include "models/t5_encoder.h"
 #include "models/text/encoders/qwen3.h"
 #include "models/vae.h"
+#include "models/z_image.h"
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
 
@@ -178,6 +179,33 @@ Inputs flux_inputs(Builder& b, const std::string& cls, const nlohmann::json& con
     return in;
 }
 
+// Lists, as diffusers' ZImageTransformer2DModel takes them: x_0 .. x_{B-1} [C, 1, H_i, W_i], cap_feats_0 ..
+// [L_i, cap_feat_dim] (each item's unpadded caption), t [B]; outputs sample_0 .. (build_z_image).
+Inputs z_image_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    auto c = ZImageConfig::from_json(config);
+    std::vector<ZImageItem> items;
+    for (size_t i = 0; inputs.count("x_" + std::to_string(i)); ++i) {
+        const std::string xn = "x_" + std::to_string(i), cn = "cap_feats_" + std::to_string(i);
+        const Tensor &x = inputs.at(xn), &cap = need(inputs, cn, cls);
+        KILN_CHECK(x.shape.size() == 4 && x.shape[0] == c.in_channels && x.shape[1] == 1, cls, ": ", xn, " must be [",
+                   c.in_channels, ", 1, H, W], got ", shape_str(x.shape));
+        KILN_CHECK(cap.shape.size() == 2 && cap.shape[1] == c.cap_feat_dim, cls, ": ", cn, " must be [L, ",
+                   c.cap_feat_dim, "], got ", shape_str(cap.shape));
+        items.push_back({(int)x.shape[2], (int)x.shape[3], (int)cap.shape[0]});
+        in[xn] = x.astype(DType::f32);
+        in[cn] = cap.astype(DType::f32);
+    }
+    KILN_CHECK(!items.empty(), cls, ": missing input 'x_0' (the latents are a list: x_0, x_1, ...)");
+    KILN_CHECK(!inputs.count("cap_feats_" + std::to_string(items.size())), cls, ": more cap_feats_i than x_i (",
+               items.size(), ")");
+    const ZImageLayout lay = ZImageLayout::of(c, items);
+    build_z_image(b, c, lay);
+    for (auto& [name, t] : prepare_z_image(c, lay)) in[name] = t;
+    in["t"] = batch_vector(need(inputs, "t", cls), (int64_t)items.size(), DType::f32, "t");
+    return in;
+}
+
 // latents -> decoded; image -> latent_mean, latent_logvar; both when both are given (one graph).
 Inputs vae_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
     Inputs in;
@@ -308,6 +336,9 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
             break;
         case ComponentKind::sana:
             in = sana_inputs(b, cls, config, inputs);
+            break;
+        case ComponentKind::z_image:
+            in = z_image_inputs(b, cls, config, inputs);
             break;
         case ComponentKind::vae:
             in = vae_inputs(b, cls, config, inputs);

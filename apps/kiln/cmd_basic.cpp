@@ -107,11 +107,12 @@ Run add_forward(CLI::App& app) {
     app.add_option("--inputs", o->inputs,
                    "safetensors with inputs named as diffusers' forward arguments: hidden_states, timestep, "
                    "class_labels (DiT); + encoder_hidden_states, encoder_attention_mask (PixArt); "
-                   "+ pooled_projections (SD3); + img_ids, txt_ids, guidance (Flux); latents (VAE decode) or "
+                   "+ pooled_projections (SD3); + img_ids, txt_ids, guidance (Flux); x_0.., cap_feats_0.., t (Z-Image: "
+                   "lists, one tensor per item); latents (VAE decode) or "
                    "image (VAE encode); input_ids, attention_mask (text encoders)")
         ->required();
     app.add_option("--output", o->output,
-                   "safetensors to write: sample (transformer); decoded, or latent_mean and "
+                   "safetensors to write: sample (transformer; Z-Image: sample_0..); decoded, or latent_mean and "
                    "latent_logvar (VAE); last_hidden_state, penultimate_hidden_state, pooler_output or "
                    "text_embeds (CLIP); last_hidden_state (T5)")
         ->required();
