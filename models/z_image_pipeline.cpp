@@ -79,28 +79,21 @@ std::vector<Tensor> caption_rows(const Tensor& embeds, const Tensor& mask, const
 }
 
 namespace {
-// The transformer for a batch of BB items: its graph built once from the first step's raw inputs; each step's raw
-// inputs (x_i, cap_feats_i, t) are converted by the same forward code in a scratch graph and written.
+// The transformer for a batch of BB items, built once: its layout (gathers, RoPE tables, masks) depends on the
+// shapes only; each step writes the latents x_i and t, which are graph inputs as given (z_image.h).
 struct ZTransformer {
-    const ModelSource& src;
     std::unique_ptr<WeightStore> ws;
     ir::Graph g;
     std::unique_ptr<Builder> b;
     std::unique_ptr<exec::Executor> x;
 
-    ZTransformer(vk::Context& ctx, const ModelSource& s, const std::map<std::string, Tensor>& raw, exec::Mode mode)
-        : src(s), ws(s.weights("transformer")) {
+    ZTransformer(vk::Context& ctx, const ModelSource& src, const std::map<std::string, Tensor>& raw, exec::Mode mode)
+        : ws(src.weights("transformer")) {
         b = std::make_unique<Builder>(g, *ws);
         auto in = build_component(*b, src.class_of("transformer"), src.config("transformer"), raw);
         if (mode == exec::Mode::regional && g.regions().size() < 2) mode = exec::Mode::full;
         x = std::make_unique<exec::Executor>(ctx, g, b->weight_fn(), mode);
         for (auto& [name, t] : in) x->set_input(name, t);
-    }
-    void set(const std::map<std::string, Tensor>& raw) {
-        ir::Graph scratch;
-        Builder sb(scratch, *ws);
-        for (auto& [name, t] : build_component(sb, src.class_of("transformer"), src.config("transformer"), raw))
-            x->set_input(name, t);
     }
 };
 }  // namespace
@@ -188,7 +181,8 @@ GenerateResult generate_z_image(vk::Context& ctx, const ModelSource& src, const 
             std::memcpy(xi.data<float>(), x.data() + (size_t)(r % B) * row, row * 4);
         }
         for (int64_t r = 0; r < BB; ++r) raw["t"].data<float>()[r] = tn;
-        tr.set(raw);
+        for (int64_t r = 0; r < BB; ++r) tr.x->set_input("x_" + std::to_string(r), raw["x_" + std::to_string(r)]);
+        tr.x->set_input("t", raw["t"]);
         const auto t_run = Clock::now();
         tr.x->run();
         wait_ms += ms_since(t_run) - tr.x->last_host_ms();
