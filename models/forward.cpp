@@ -450,6 +450,18 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         if (c.guidance_embeds) in["guidance"] = gs;
         return in;
     }
+    if (kind == ComponentKind::z_image) {
+        // As ZImagePipeline with guidance: the batch is B items of h x w latents ([C, 1, h, w] each) and captions of
+        // 160 rows (a long prompt's unmasked Qwen3 states with the chat template), t = 0.5.
+        auto c = ZImageConfig::from_json(cfg);
+        const int L = 160;
+        for (int b = 0; b < B; ++b) {
+            in["x_" + std::to_string(b)] = ramp({c.in_channels, 1, h, w});
+            in["cap_feats_" + std::to_string(b)] = ramp({L, c.cap_feat_dim});
+        }
+        in["t"] = Tensor::from_f32({B}, std::vector<float>((size_t)B, 0.5f));
+        return in;
+    }
     if (kind == ComponentKind::gemma2) {
         // Sana's prompt part: max_sequence_length 300 tokens, <bos> (2), S/3 prompt tokens, then <pad> (0) with
         // attention_mask 0 (right padding, as SanaPipeline pads).

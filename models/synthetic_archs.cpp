@@ -140,6 +140,24 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                                                    {"guidance_embeds", true},
                                                    {"axes_dims_rope", {16, 56, 56}}},
                                                   128);
+    // Tongyi-MAI/Z-Image-Turbo transformer/config.json; latent 128 (1024 px) -> 4096 image tokens.
+    const SyntheticArch z_image_turbo_1024 = synthetic(ComponentKind::z_image,
+                                                       {{"all_patch_size", {2}},
+                                                        {"all_f_patch_size", {1}},
+                                                        {"in_channels", 16},
+                                                        {"dim", 3840},
+                                                        {"n_layers", 30},
+                                                        {"n_refiner_layers", 2},
+                                                        {"n_heads", 30},
+                                                        {"n_kv_heads", 30},
+                                                        {"norm_eps", 1e-5},
+                                                        {"qk_norm", true},
+                                                        {"cap_feat_dim", 2560},
+                                                        {"rope_theta", 256.0},
+                                                        {"t_scale", 1000.0},
+                                                        {"axes_dims", {32, 48, 48}},
+                                                        {"axes_lens", {1536, 512, 512}}},
+                                                       128);
     // Efficient-Large-Model/Sana_600M_1024px_diffusers, Sana_1600M_1024px_diffusers and
     // SANA_Sprint_0.6B_1024px_diffusers transformer configs, as diffusers' scripts/convert_sana_to_diffusers.py writes
     // them (SanaMS_600M_P1_D28, SanaMS_1600M_P1_D20, SanaSprint_600M_P1_D28 at 1024 px): latent 32 (DC-AE f32) -> 1024
@@ -195,6 +213,7 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
         {"pixart-sigma-1024", pixart_sigma_1024},
         {"sd3-medium-1024", sd3_medium_1024},
         {"flux-dev-1024", flux_dev_1024},
+        {"z-image-turbo-1024", z_image_turbo_1024},
         {"sana-600m-1024", sana(36, 28, 16, 72, false)},
         {"sana-1600m-1024", sana(70, 20, 20, 112, false)},
         {"sana-sprint-0.6b-1024", sana(36, 28, 16, 72, true)},
