@@ -119,3 +119,20 @@ TEST_CASE("Flux2 refuses guidance without a guidance embedding", "[models][flux2
     CHECK_THROWS_WITH(models::forward_component(nullptr, src, "transformer", in),
                       Catch::Contains("'guidance' given but the config has no guidance_embeds"));
 }
+
+TEST_CASE("flux2-klein-4b-1024 synthetic arch builds at its native size", "[models][flux2]") {
+    const auto& arch = models::synthetic_archs().at("flux2-klein-4b-1024");
+    auto ws = models::synthetic_store(DType::f16);
+    ir::Graph g;
+    models::Builder b(g, *ws);
+    auto in = models::build_component(b, arch.cls, arch.config,
+                                      models::example_inputs(arch.cls, arch.config, 1, arch.latent, arch.latent));
+    CHECK(in.at("hidden_states").shape == (Shape{1, 4096, 128}));
+    CHECK(in.at("encoder_hidden_states").shape == (Shape{1, 512, 7680}));
+    CHECK(in.at("rope_cos").shape == (Shape{512 + 4096, 64}));
+    CHECK(in.count("guidance") == 0);
+    CHECK(g.regions().size() == 5 + 20);
+    CHECK(g.shape(ir::Val{g.outputs().at(0).second}) == (Shape{1, 4096, 128}));
+    // Image token (row 1, col 2) of the 64 x 64 grid has ids (0, 1, 2, 0): its h angle (axis 1, frequency 1) is 1.
+    CHECK(in.at("rope_cos").data<float>()[(512 + 64 + 2) * 64 + 16] == (float)std::cos(1.0));
+}
