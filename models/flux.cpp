@@ -57,7 +57,8 @@ std::pair<Tensor, Tensor> axes_rope_tables(const std::vector<int>& axes_dims, do
                                            const Tensor& img) {
     const int64_t n_axes = (int64_t)axes_dims.size(), St = txt.shape[0], S = St + img.shape[0];
     KILN_CHECK(txt.shape.size() == 2 && img.shape.size() == 2 && txt.shape[1] >= n_axes && img.shape[1] >= n_axes,
-               "rope positions must be [S, >= ", n_axes, "], got ", shape_str(txt.shape), " and ", shape_str(img.shape));
+               "rope positions must be [S, >= ", n_axes, "], got ", shape_str(txt.shape), " and ",
+               shape_str(img.shape));
     int64_t half = 0;
     for (int d : axes_dims) half += d / 2;
     Tensor tc(DType::f32, {S, half}), ts(DType::f32, {S, half});

@@ -171,9 +171,9 @@ void build_flux2(Builder& b, const Flux2Config& c, int B, int S_img, int S_txt, 
     ir::Val temb = timestep_embedding_mlp(b, "time_guidance_embed.timestep_embedder",
                                           g.timestep_embedding(g.scale(t, 1000.f), tp), c.timestep_channels, D);
     if (guidance)
-        temb = g.add(temb, timestep_embedding_mlp(b, "time_guidance_embed.guidance_embedder",
-                                                  g.timestep_embedding(g.scale(gs, 1000.f), tp), c.timestep_channels,
-                                                  D));
+        temb =
+            g.add(temb, timestep_embedding_mlp(b, "time_guidance_embed.guidance_embedder",
+                                               g.timestep_embedding(g.scale(gs, 1000.f), tp), c.timestep_channels, D));
     const ir::Val temb_act = g.silu(temb);  // Flux2Modulation and AdaLayerNormContinuous start with silu(temb)
     // The shared modulations, Flux2Modulation.split: (shift, scale, gate) per set.
     s.mod_img = g.chunk(linear(b, "double_stream_modulation_img.linear", temb_act, D, 6 * D), 1, 6);

@@ -445,7 +445,8 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
         in["encoder_hidden_states"] = ramp({B, L, c.joint_attention_dim});
         Tensor t(DType::f32, {B}), img(DType::i64, {(int64_t)ph * pw, 4}), txt(DType::i64, {L, 4});
         for (int b = 0; b < B; ++b) t.data<float>()[b] = 0.5f;
-        for (int64_t i = 0; i < img.numel(); ++i) img.data<int64_t>()[i] = i % 4 == 1 ? i / 4 / pw : i % 4 == 2 ? i / 4 % pw : 0;
+        for (int64_t i = 0; i < img.numel(); ++i)
+            img.data<int64_t>()[i] = i % 4 == 1 ? i / 4 / pw : i % 4 == 2 ? i / 4 % pw : 0;
         for (int64_t i = 0; i < txt.numel(); ++i) txt.data<int64_t>()[i] = i % 4 == 3 ? i / 4 : 0;
         in["timestep"] = t;
         in["img_ids"] = img;

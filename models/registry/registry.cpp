@@ -17,7 +17,7 @@ const std::vector<ComponentClass>& component_classes() {
         {"SD3Transformer2DModel", K::sd3, Role::transformer},
         {"FluxTransformer2DModel", K::flux, Role::transformer},
         {"Flux2Transformer2DModel", K::flux2, Role::transformer},  // diffusers transformer_flux2.py
-        {"SanaTransformer2DModel", K::sana, Role::transformer},  // diffusers sana_transformer.py
+        {"SanaTransformer2DModel", K::sana, Role::transformer},    // diffusers sana_transformer.py
         {"AutoencoderKL", K::vae, Role::vae},
         {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py

@@ -90,8 +90,8 @@ inline void check_vulkan_parity(const std::string& fx, const std::vector<std::st
             auto out = models::forward_component(&context(), src, "transformer", in, m);
             ::unsetenv("KILN_BLOCK_WEIGHTS");
             double err = rel_l2(out["sample"].to_f32(), ref);
-            INFO(fx << " " << fc.expected << " " << dtype_name(dt) << " " << exec::mode_name(m) << (run == 3 ? " (weights on device)" : "")
-                    << " relative L2 " << err);
+            INFO(fx << " " << fc.expected << " " << dtype_name(dt) << " " << exec::mode_name(m)
+                    << (run == 3 ? " (weights on device)" : "") << " relative L2 " << err);
             CHECK(err <= (dt == DType::f32 ? 1e-4 : f16_bound));
             if (m == exec::Mode::eager)
                 first = out["sample"];

@@ -19,8 +19,8 @@ const char* kFixture = "flux2_klein_transformer";
 const std::vector<std::string> kInputs = {"hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids",
                                           "guidance"};  // guidance only where present
 // The fixture's second latent: 3 x 5 tokens with their ids.
-const test::FixtureCase kNonSquare{
-    {{"hidden_states", "hidden_states_nonsquare"}, {"img_ids", "img_ids_nonsquare"}}, "sample_nonsquare"};
+const test::FixtureCase kNonSquare{{{"hidden_states", "hidden_states_nonsquare"}, {"img_ids", "img_ids_nonsquare"}},
+                                   "sample_nonsquare"};
 }  // namespace
 
 TEST_CASE("Flux2 matches diffusers on the CPU reference", "[models][flux2]") {
