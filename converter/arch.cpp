@@ -179,6 +179,43 @@ ArchSpec flux(const Config& c) {
     return s;
 }
 
+// Flux2Transformer2DModel (transformer_flux2.py): every Linear without bias; modulations shared by the blocks.
+ArchSpec flux2(const Config& c) {
+    ArchSpec s{"transformer", {}, {}, {}};
+    Names n{s.expected, ""};
+    int64_t layers = c.positive("num_layers", 8), single = c.positive("num_single_layers", 48);
+    n.lin("x_embedder", false);
+    n.lin("context_embedder", false);
+    n.lin("time_guidance_embed.timestep_embedder.linear_1", false);
+    n.lin("time_guidance_embed.timestep_embedder.linear_2", false);
+    if (c.boolean("guidance_embeds", true)) {
+        n.lin("time_guidance_embed.guidance_embedder.linear_1", false);
+        n.lin("time_guidance_embed.guidance_embedder.linear_2", false);
+    }
+    for (const char* m : {"double_stream_modulation_img", "double_stream_modulation_txt", "single_stream_modulation"})
+        n.lin(std::string(m) + ".linear", false);
+    for (int64_t i = 0; i < layers; ++i) {
+        Names b = n.sub("transformer_blocks." + std::to_string(i));
+        b.self_attention("attn", false, false);
+        for (const char* p : {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+                              "ff.linear_in", "ff.linear_out", "ff_context.linear_in", "ff_context.linear_out"})
+            b.lin(p, false);
+        b.qk_norm("attn", "rms_norm", false, c.where);
+        b.qk_norm("attn", "rms_norm", true, c.where);
+    }
+    for (int64_t i = 0; i < single; ++i) {
+        Names b = n.sub("single_transformer_blocks." + std::to_string(i));
+        b.lin("attn.to_qkv_mlp_proj", false);
+        b.lin("attn.to_out", false);
+        b.qk_norm("attn", "rms_norm", false, c.where);
+    }
+    n.lin("norm_out.linear", false);
+    n.lin("proj_out", false);
+    s.blocks.push_back({"transformer_blocks", layers, std::vector<int>((size_t)layers, 0)});
+    s.blocks.push_back({"single_transformer_blocks", single, std::vector<int>((size_t)single, 0)});
+    return s;
+}
+
 // SanaTransformer2DModel (sana_transformer.py): the linears and GLUMBConv's 1x1 convolutions (read as linears, stored
 // [O, C]) are quantizable; the depthwise conv_depth and the patch embedding stay 4-D conv weights (f16/f32).
 ArchSpec sana(const Config& c) {
@@ -411,6 +448,8 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
             return sd3(c);
         case models::ComponentKind::flux:
             return flux(c);
+        case models::ComponentKind::flux2:
+            return flux2(c);
         case models::ComponentKind::sana:
             return sana(c);
         case models::ComponentKind::z_image:

@@ -50,17 +50,26 @@ std::pair<Tensor, Tensor> flux_rope_tables(const FluxConfig& c, const Tensor& tx
         t.shape = {S, n_axes};
         return t;
     };
-    Tensor txt = pos(txt_ids), img = pos(img_ids);
-    const int64_t St = txt.shape[0], S = St + img.shape[0], half = c.head_dim / 2;
+    return axes_rope_tables(c.axes_dims_rope, 10000.0, pos(txt_ids), pos(img_ids));
+}
+
+std::pair<Tensor, Tensor> axes_rope_tables(const std::vector<int>& axes_dims, double theta, const Tensor& txt,
+                                           const Tensor& img) {
+    const int64_t n_axes = (int64_t)axes_dims.size(), St = txt.shape[0], S = St + img.shape[0];
+    KILN_CHECK(txt.shape.size() == 2 && img.shape.size() == 2 && txt.shape[1] >= n_axes && img.shape[1] >= n_axes,
+               "rope positions must be [S, >= ", n_axes, "], got ", shape_str(txt.shape), " and ",
+               shape_str(img.shape));
+    int64_t half = 0;
+    for (int d : axes_dims) half += d / 2;
     Tensor tc(DType::f32, {S, half}), ts(DType::f32, {S, half});
     for (int64_t s = 0; s < S; ++s) {
-        const float* id = s < St ? txt.data<float>() + s * n_axes : img.data<float>() + (s - St) * n_axes;
+        const float* id = s < St ? txt.data<float>() + s * txt.shape[1] : img.data<float>() + (s - St) * img.shape[1];
         int64_t col = 0;
-        for (int a = 0; a < n_axes; ++a) {
-            const int dim = c.axes_dims_rope[(size_t)a];
+        for (int64_t a = 0; a < n_axes; ++a) {
+            const int dim = axes_dims[(size_t)a];
             for (int i = 0; i < dim / 2; ++i, ++col) {
                 // freqs = 1 / theta^(arange(0, dim, 2) / dim) in f64; angle = outer(pos, freqs).
-                double freq = 1.0 / std::pow(10000.0, (double)(2 * i) / (double)dim);
+                double freq = 1.0 / std::pow(theta, (double)(2 * i) / (double)dim);
                 double angle = (double)id[a] * freq;
                 tc.data<float>()[s * half + col] = (float)std::cos(angle);
                 ts.data<float>()[s * half + col] = (float)std::sin(angle);

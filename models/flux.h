@@ -25,6 +25,12 @@ struct FluxConfig {
 // tables [S, head_dim/2] (diffusers' [S, head_dim] repeat_interleave(2) holds each value twice).
 std::pair<Tensor, Tensor> flux_rope_tables(const FluxConfig& c, const Tensor& txt_ids, const Tensor& img_ids);
 
+// The tables of FluxPosEmbed / Flux2PosEmbed (get_1d_rotary_pos_embed per axis, repeat_interleave_real) for the
+// positions pos = concat(txt_pos, img_pos) [S, >= axes] (f32; axis a reads column a): angle pos * theta^(-2i/dim)
+// in f64, cos/sin cast to f32, as [S, sum(axes_dims)/2].
+std::pair<Tensor, Tensor> axes_rope_tables(const std::vector<int>& axes_dims, double theta, const Tensor& txt_pos,
+                                           const Tensor& img_pos);
+
 // Forward graph for a batch of B with S_img packed latent tokens and S_txt text tokens. Inputs: hidden_states
 // [B, S_img, in_channels], encoder_hidden_states [B, S_txt, joint_attention_dim], pooled_projections
 // [B, pooled_projection_dim], timestep [B] (t/1000), guidance [B] (guidance_embeds only), rope_cos/rope_sin

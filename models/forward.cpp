@@ -7,6 +7,7 @@
 #include "models/dc_ae.h"
 #include "models/dit.h"
 #include "models/flux.h"
+#include "models/flux2.h"
 #include "models/gemma2.h"
 #include "models/pixart.h"
 #include "models/registry/registry.h"
@@ -206,6 +207,35 @@ Inputs z_image_inputs(Builder& b, const std::string& cls, const nlohmann::json& 
     return in;
 }
 
+// hidden_states [B, S_img, in_channels] (packed latents), encoder_hidden_states [B, S_txt, joint_attention_dim],
+// timestep (t/1000), img_ids / txt_ids [S, 4] or [B, S, 4] (first row), and guidance: used when given and the config
+// has guidance_embeds (diffusers' `guidance is not None and guidance_embedder is not None`), refused without it.
+Inputs flux2_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
+    Inputs in;
+    const Tensor& x = need(inputs, "hidden_states", cls);
+    const Tensor& ctx = need(inputs, "encoder_hidden_states", cls);
+    auto c = Flux2Config::from_json(config);
+    KILN_CHECK(x.shape.size() == 3 && x.shape[2] == c.in_channels, cls, ": hidden_states must be [B, S, ",
+               c.in_channels, "] (packed latents), got ", shape_str(x.shape));
+    const int64_t B = x.shape[0], S_img = x.shape[1];
+    KILN_CHECK(ctx.shape.size() == 3 && ctx.shape[0] == B && ctx.shape[2] == c.joint_attention_dim, cls,
+               ": encoder_hidden_states must be [B, L, ", c.joint_attention_dim, "], got ", shape_str(ctx.shape));
+    const bool guidance = inputs.count("guidance") > 0;
+    KILN_CHECK(!guidance || c.guidance_embeds, cls, ": input 'guidance' given but the config has no guidance_embeds");
+    // Flux2PosEmbed on the host from the ids (f64 angles, as diffusers): the cos/sin tables are graph inputs.
+    auto [cos, sin] = flux2_rope_tables(c, need(inputs, "txt_ids", cls), need(inputs, "img_ids", cls));
+    KILN_CHECK(cos.shape[0] == ctx.shape[1] + S_img, cls, ": txt_ids/img_ids have ", cos.shape[0], " rows for ",
+               ctx.shape[1], " text and ", S_img, " image tokens");
+    build_flux2(b, c, (int)B, (int)S_img, (int)ctx.shape[1], guidance);
+    in["hidden_states"] = x.astype(DType::f32);
+    in["encoder_hidden_states"] = ctx.astype(DType::f32);
+    in["timestep"] = batch_vector(need(inputs, "timestep", cls), B, DType::f32, "timestep");
+    if (guidance) in["guidance"] = batch_vector(inputs.at("guidance"), B, DType::f32, "guidance");
+    in["rope_cos"] = cos;
+    in["rope_sin"] = sin;
+    return in;
+}
+
 // latents -> decoded; image -> latent_mean, latent_logvar; both when both are given (one graph).
 Inputs vae_inputs(Builder& b, const std::string& cls, const nlohmann::json& config, const Inputs& inputs) {
     Inputs in;
@@ -334,6 +364,9 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
         case ComponentKind::flux:
             in = flux_inputs(b, cls, config, inputs);
             break;
+        case ComponentKind::flux2:
+            in = flux2_inputs(b, cls, config, inputs);
+            break;
         case ComponentKind::sana:
             in = sana_inputs(b, cls, config, inputs);
             break;
@@ -430,6 +463,23 @@ std::map<std::string, Tensor> example_inputs(const std::string& cls, const nlohm
             }
         in["timestep"] = t;
         if (c.guidance_embeds) in["guidance"] = gs;
+        in["img_ids"] = img;
+        in["txt_ids"] = txt;
+        return in;
+    }
+    if (kind == ComponentKind::flux2) {
+        // As Flux2KleinPipeline: the h x w latent patchified 2x2 (128 channels for FLUX.2's 32-channel VAE), img ids
+        // (0, row, col, 0), 512 Qwen3 tokens with ids (0, 0, 0, l), no guidance (klein passes None).
+        auto c = Flux2Config::from_json(cfg);
+        const int L = 512, ph = h / 2, pw = w / 2;
+        in["hidden_states"] = ramp({B, (int64_t)ph * pw, c.in_channels});
+        in["encoder_hidden_states"] = ramp({B, L, c.joint_attention_dim});
+        Tensor t(DType::f32, {B}), img(DType::i64, {(int64_t)ph * pw, 4}), txt(DType::i64, {L, 4});
+        for (int b = 0; b < B; ++b) t.data<float>()[b] = 0.5f;
+        for (int64_t i = 0; i < img.numel(); ++i)
+            img.data<int64_t>()[i] = i % 4 == 1 ? i / 4 / pw : i % 4 == 2 ? i / 4 % pw : 0;
+        for (int64_t i = 0; i < txt.numel(); ++i) txt.data<int64_t>()[i] = i % 4 == 3 ? i / 4 : 0;
+        in["timestep"] = t;
         in["img_ids"] = img;
         in["txt_ids"] = txt;
         return in;

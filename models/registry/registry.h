@@ -19,6 +19,7 @@ enum class ComponentKind {
     pixart,
     sd3,
     flux,                  // transformers
+    flux2,                 // Flux2Transformer2DModel (FLUX.2 [klein], [dev])
     sana,                  // SanaTransformer2DModel (Sana, Sana-Sprint)
     flux2,                 // Flux2Transformer2DModel (FLUX.2 [klein])
     z_image,               // ZImageTransformer2DModel (Z-Image, Z-Image-Turbo)

@@ -42,32 +42,43 @@ inline std::string convert_fixture(const std::string& fx, DType dt, const std::s
     return file;
 }
 
-// The named inputs of a fixture's io.safetensors.
-inline std::map<std::string, Tensor> fixture_inputs(const SafeTensors& io, const std::vector<std::string>& names) {
+// A second case of a fixture: io tensors that replace inputs ({input, io name}: hidden_states_nonsquare as
+// hidden_states) and the io tensor the output is compared with (sample_nonsquare).
+struct FixtureCase {
+    std::map<std::string, std::string> replace;
+    std::string expected = "sample";
+};
+
+// The named inputs of a fixture's io.safetensors (with a case's replacements).
+inline std::map<std::string, Tensor> fixture_inputs(const SafeTensors& io, const std::vector<std::string>& names,
+                                                    const FixtureCase& fc = {}) {
     std::map<std::string, Tensor> in;
     for (auto& n : names)
         if (io.find(n)) in[n] = io.read(n);
+    for (auto& [input, name] : fc.replace) in[input] = io.read(name);
     return in;
 }
 
 // CPU reference vs diffusers' `sample`. f32 weights and activations, f64 accumulation: only diffusers'
 // own f32 rounding differs (~1e-6), so relative L2 <= 1e-4.
-inline void check_cpu_parity(const std::string& fx, const std::vector<std::string>& inputs) {
+inline void check_cpu_parity(const std::string& fx, const std::vector<std::string>& inputs,
+                             const FixtureCase& fc = {}) {
     auto src = models::ModelSource::open(data_path("fixtures/" + fx));
     auto io = SafeTensors::open(data_path("fixtures/" + fx + "/io.safetensors"));
-    auto out = models::forward_component(nullptr, src, "transformer", fixture_inputs(io, inputs));
-    double err = rel_l2(out["sample"].to_f32(), io.read("sample").to_f32());
-    INFO(fx << " CPU relative L2 " << err);
+    auto out = models::forward_component(nullptr, src, "transformer", fixture_inputs(io, inputs, fc));
+    double err = rel_l2(out["sample"].to_f32(), io.read(fc.expected).to_f32());
+    INFO(fx << " " << fc.expected << " CPU relative L2 " << err);
     CHECK(err <= 1e-4);
 }
 
 // Converts the fixture to a Kiln file with f32 and with f16 weights and runs it on Vulkan in eager, full
 // and regional modes: f32 within 1e-4 relative L2 of diffusers (as the CPU reference), f16 within
 // `f16_bound` (derived per model from io.json's weights_fp16_rounded figures), modes bitwise identical.
-inline void check_vulkan_parity(const std::string& fx, const std::vector<std::string>& inputs, double f16_bound) {
+inline void check_vulkan_parity(const std::string& fx, const std::vector<std::string>& inputs, double f16_bound,
+                                const FixtureCase& fc = {}) {
     auto io = SafeTensors::open(data_path("fixtures/" + fx + "/io.safetensors"));
-    const auto ref = io.read("sample").to_f32();
-    auto in = fixture_inputs(io, inputs);
+    const auto ref = io.read(fc.expected).to_f32();
+    auto in = fixture_inputs(io, inputs, fc);
     for (DType dt : {DType::f32, DType::f16}) {
         const std::string file = convert_fixture(fx, dt);
         auto src = models::ModelSource::open(file);
@@ -79,8 +90,8 @@ inline void check_vulkan_parity(const std::string& fx, const std::vector<std::st
             auto out = models::forward_component(&context(), src, "transformer", in, m);
             ::unsetenv("KILN_BLOCK_WEIGHTS");
             double err = rel_l2(out["sample"].to_f32(), ref);
-            INFO(fx << " " << dtype_name(dt) << " " << exec::mode_name(m) << (run == 3 ? " (weights on device)" : "")
-                    << " relative L2 " << err);
+            INFO(fx << " " << fc.expected << " " << dtype_name(dt) << " " << exec::mode_name(m)
+                    << (run == 3 ? " (weights on device)" : "") << " relative L2 " << err);
             CHECK(err <= (dt == DType::f32 ? 1e-4 : f16_bound));
             if (m == exec::Mode::eager)
                 first = out["sample"];
