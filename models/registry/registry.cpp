@@ -18,6 +18,7 @@ const std::vector<ComponentClass>& component_classes() {
         {"FluxTransformer2DModel", K::flux, Role::transformer},
         {"SanaTransformer2DModel", K::sana, Role::transformer},  // diffusers sana_transformer.py
         {"AutoencoderKL", K::vae, Role::vae},
+        {"AutoencoderKLFlux2", K::vae_flux2, Role::vae},      // diffusers autoencoder_kl_flux2.py
         {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
         {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},
