@@ -189,7 +189,7 @@ void check_norm(const Flux2LatentNorm& n, int64_t K, const char* what, const Sha
     KILN_CHECK(
         n.latent_channels > 0 && (int64_t)n.mean.size() == 4 * n.latent_channels && n.std.size() == n.mean.size(), what,
         ": no latent statistics (Flux2LatentNorm::from)");
-    KILN_CHECK(K == 4 * n.latent_channels, what, ": ", shape_str(s), " has ", K, " channels; the VAE's ",
+    KILN_CHECK(K == 4 * n.latent_channels, what, ": ", shape_str(s), " is ", K, " patchified channels; the VAE's ",
                n.latent_channels, " latent channels patchify to ", 4 * n.latent_channels);
 }
 }  // namespace

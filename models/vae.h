@@ -46,6 +46,8 @@ struct Flux2LatentNorm {
 // Flux2KleinPipeline's decode preamble: _unpack_latents_with_ids (img_ids (0, y, x, 0): tokens in row-major
 // order), x * std + mean per channel, _unpatchify_latents. Packed tokens [B, h*w, 4C] (the transformer's latents)
 // -> the VAE's decode input [B, C, 2h, 2w] (then VaeRunner::decode, no scaling). Any float dtype in, f32 out.
+// In a pipeline: `vae.decode(flux2_unpack_denormalize(tokens, vae.latent_norm(), h, w))` (VaeRunner vae). The token
+// layout is Flux.1's packing (channel c*4 + dy*2 + dx), so this is Flux.1's unpack with the affine per channel.
 Tensor flux2_unpack_denormalize(const Tensor& tokens, const Flux2LatentNorm& n, int h, int w);
 // The same from patchified latents [B, 4C, h, w] (without the token unpacking).
 Tensor flux2_denormalize_unpatchify(const Tensor& patchified, const Flux2LatentNorm& n);
