@@ -455,7 +455,9 @@ ArchSpec arch_spec(const std::string& cls, const nlohmann::json& config, const s
         case models::ComponentKind::z_image:
             return z_image(c);
         case models::ComponentKind::vae:
-            return autoencoder_kl(c);
+            return autoencoder_kl(c, false);
+        case models::ComponentKind::vae_flux2:
+            return autoencoder_kl(c, true);
         case models::ComponentKind::dc_ae:
             return autoencoder_dc(c);
         case models::ComponentKind::clip_text:

@@ -117,7 +117,8 @@ struct Names {
 };
 
 // The autoencoders' tensor lists (arch_vae.cpp).
-ArchSpec autoencoder_kl(const Config& c);
+// flux2: AutoencoderKLFlux2 (decoder_block_out_channels, the BatchNorm2d `bn` and its running statistics).
+ArchSpec autoencoder_kl(const Config& c, bool flux2);
 ArchSpec autoencoder_dc(const Config& c);
 
 }  // namespace kiln::converter::arch_detail

@@ -1,4 +1,5 @@
-// The autoencoders' tensor lists: diffusers' AutoencoderKL and AutoencoderDC, as save_pretrained names them.
+// The autoencoders' tensor lists: diffusers' AutoencoderKL, AutoencoderKLFlux2 and AutoencoderDC, as save_pretrained
+// names them.
 #include <algorithm>
 
 #include "converter/arch_detail.h"
@@ -27,23 +28,28 @@ void vae_mid_block(const Names& n, int64_t ch, bool attention) {
 
 }  // namespace
 
-ArchSpec autoencoder_kl(const Config& c) {
+ArchSpec autoencoder_kl(const Config& c, bool flux2) {
     ArchSpec s{"vae", {}, {}, {}};
     Names n{s.expected, ""};
+    // The classes' defaults: AutoencoderKL one block of 64 channels, AutoencoderKLFlux2 four (128, 256, 512, 512).
     auto ch = c.ints("block_out_channels");
-    if (ch.empty()) ch = {64};
+    if (ch.empty()) ch = flux2 ? std::vector<int64_t>{128, 256, 512, 512} : std::vector<int64_t>{64};
     auto down = c.strings("down_block_types"), up = c.strings("up_block_types");
-    if (down.empty()) down = {"DownEncoderBlock2D"};
-    if (up.empty()) up = {"UpDecoderBlock2D"};
-    KILN_CHECK(down.size() == ch.size() && up.size() == ch.size(), c.where,
-               ": block_out_channels, down_block_types and up_block_types must have the same length");
+    if (down.empty()) down.assign(flux2 ? 4 : 1, "DownEncoderBlock2D");
+    if (up.empty()) up.assign(flux2 ? 4 : 1, "UpDecoderBlock2D");
+    // AutoencoderKLFlux2: Decoder(block_out_channels=decoder_block_out_channels or block_out_channels).
+    auto dch = flux2 ? c.ints("decoder_block_out_channels") : std::vector<int64_t>{};
+    if (dch.empty()) dch = ch;
+    KILN_CHECK(down.size() == ch.size() && up.size() == dch.size(), c.where,
+               ": block_out_channels, down_block_types and up_block_types (decoder_block_out_channels) must have the "
+               "same length");
     for (auto& t : down)
         KILN_CHECK(t == "DownEncoderBlock2D", c.where, ": down block type '", t,
                    "' is not supported (supported: DownEncoderBlock2D)");
     for (auto& t : up)
         KILN_CHECK(t == "UpDecoderBlock2D", c.where, ": up block type '", t,
                    "' is not supported (supported: UpDecoderBlock2D)");
-    int64_t layers = c.positive("layers_per_block", 1, 64);
+    int64_t layers = c.positive("layers_per_block", flux2 ? 2 : 1, 64);
     bool attn = c.boolean("mid_block_add_attention", true);
     const size_t nb = ch.size();
 
@@ -61,18 +67,23 @@ ArchSpec autoencoder_kl(const Config& c) {
 
     Names dec = n.sub("decoder");  // Decoder: channels reversed, layers_per_block + 1 resnets per block
     dec.lin("conv_in");
-    vae_mid_block(dec.sub("mid_block"), ch.back(), attn);
-    std::vector<int64_t> rev(ch.rbegin(), ch.rend());
-    for (size_t i = 0; i < nb; ++i) {
+    vae_mid_block(dec.sub("mid_block"), dch.back(), attn);
+    std::vector<int64_t> rev(dch.rbegin(), dch.rend());
+    for (size_t i = 0; i < rev.size(); ++i) {
         Names u = dec.sub("up_blocks." + std::to_string(i));
         int64_t in = i ? rev[i - 1] : rev[0], out = rev[i];
         for (int64_t j = 0; j <= layers; ++j) resnet(u.sub("resnets." + std::to_string(j)), j ? out : in, out);
-        if (i + 1 < nb) u.lin("upsamplers.0.conv");
+        if (i + 1 < rev.size()) u.lin("upsamplers.0.conv");
     }
     dec.lin("conv_norm_out");
     dec.lin("conv_out");
     if (c.boolean("use_quant_conv", true)) n.lin("quant_conv");
     if (c.boolean("use_post_quant_conv", true)) n.lin("post_quant_conv");
+    if (flux2) {  // BatchNorm2d(affine=False, track_running_stats=True): buffers only; the pipelines read the stats
+        n.raw("bn.running_mean");
+        n.raw("bn.running_var");
+        n.raw("bn.num_batches_tracked");
+    }
     s.renames = {{".query.", ".to_q."}, {".key.", ".to_k."}, {".value.", ".to_v."}, {".proj_attn.", ".to_out.0."}};
     return s;
 }

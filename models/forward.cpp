@@ -374,6 +374,7 @@ std::map<std::string, Tensor> build_component(Builder& b, const std::string& cls
             in = z_image_inputs(b, cls, config, inputs);
             break;
         case ComponentKind::vae:
+        case ComponentKind::vae_flux2:  // the same graphs; the pipeline applies the bn statistics (vae.h)
             in = vae_inputs(b, cls, config, inputs);
             break;
         case ComponentKind::dc_ae:

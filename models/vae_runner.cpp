@@ -187,8 +187,9 @@ std::map<std::string, Tensor> VaePlans::run(bool decode, const char* in, const T
 VaeRunner::VaeRunner(vk::Context* ctx, const ModelSource& src, const std::string& component, VaeOptions opt)
     : VaeRunner(ctx, src.weights(component), src.config(component), opt) {
     const ComponentClass* c = find_component_class(src.class_of(component));
-    KILN_CHECK(c && c->kind == ComponentKind::vae, src.path(), ": component '", component, "' is ",
-               src.class_of(component), ", not ", class_name(ComponentKind::vae));
+    KILN_CHECK(c && (c->kind == ComponentKind::vae || c->kind == ComponentKind::vae_flux2), src.path(), ": component '",
+               component, "' is ", src.class_of(component), ", not ", class_name(ComponentKind::vae), " or ",
+               class_name(ComponentKind::vae_flux2));
 }
 
 VaeRunner::VaeRunner(vk::Context* ctx, std::unique_ptr<WeightStore> weights, const nlohmann::json& config,
@@ -203,6 +204,13 @@ VaeRunner::VaeRunner(vk::Context* ctx, std::unique_ptr<WeightStore> weights, con
               build_vae_encoder(b, cfg_, (int)in[0], (int)in[2], (int)in[3]);
       }) {
     if (opt_.tiled) tiling_ = VaeTiling::from(cfg_, opt_.tile_sample_size);
+    if (cfg_.latent_bn) norm_ = Flux2LatentNorm::from(*ws_, cfg_);
+}
+
+const Flux2LatentNorm& VaeRunner::latent_norm() const {
+    KILN_CHECK(norm_, class_name(ComponentKind::vae), ": no latent batch-norm statistics (those are ",
+               class_name(ComponentKind::vae_flux2), "'s)");
+    return *norm_;
 }
 
 VaeRunner::~VaeRunner() = default;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,9 @@ public:
     exec::Counters plan_decode(const Shape& latents);
 
     const VaeConfig& config() const { return cfg_; }
+    // AutoencoderKLFlux2: its bn statistics (read at construction), for flux2_unpack_denormalize before decode()
+    // and flux2_patchify_normalize after encode() (vae.h). kiln::Error for a VAE without them.
+    const Flux2LatentNorm& latent_norm() const;
     const VaeTiling& tiling() const { return tiling_; }
     // Per counter, the largest over the executors planned so far (one is resident at a time).
     const exec::Counters& peak_counters() const { return plans_.peak(); }
@@ -111,6 +115,7 @@ private:
     VaeConfig cfg_;
     VaeOptions opt_;
     VaeTiling tiling_;
+    std::optional<Flux2LatentNorm> norm_;
     VaePlans plans_;
     int forwards_ = 0;
 };

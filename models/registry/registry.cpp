@@ -20,6 +20,7 @@ const std::vector<ComponentClass>& component_classes() {
         {"Flux2Transformer2DModel", K::flux2, Role::transformer},    // diffusers transformer_flux2.py
         {"ZImageTransformer2DModel", K::z_image, Role::transformer},  // diffusers transformer_z_image.py
         {"AutoencoderKL", K::vae, Role::vae},
+        {"AutoencoderKLFlux2", K::vae_flux2, Role::vae},      // diffusers autoencoder_kl_flux2.py
         {"AutoencoderDC", K::dc_ae, Role::vae},               // diffusers autoencoder_dc.py
         {"CLIPTextModel", K::clip_text, Role::text_encoder},  // transformers modeling_clip.py
         {"CLIPTextModelWithProjection", K::clip_text_projection, Role::text_encoder},

@@ -24,6 +24,7 @@ enum class ComponentKind {
     flux2,                 // Flux2Transformer2DModel (FLUX.2 [klein])
     z_image,               // ZImageTransformer2DModel (Z-Image, Z-Image-Turbo)
     vae,                   // the KL autoencoder
+    vae_flux2,             // the KL autoencoder with FLUX.2's latent batch-norm statistics (models/vae.h)
     dc_ae,                 // the deep-compression autoencoder (Sana's VAE)
     clip_text,             // CLIP text model: pooler_output
     clip_text_projection,  // CLIP text model with the text_projection: text_embeds

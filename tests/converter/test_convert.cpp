@@ -1,9 +1,11 @@
 // Every fixture converts; every tensor reads back as the dtype policy says (bit-exact: f32 copies, or
 // the one f16/bf16 rounding of the source); block layout metadata matches the real offsets.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 
+#include "converter/arch.h"
 #include "converter/info.h"
 #include "tests/converter/converter_test_util.h"
 
@@ -108,8 +110,8 @@ converter::Options quiet(DType d = DType::f16) {
 }  // namespace
 
 TEST_CASE("every model fixture converts and round-trips", "[converter]") {
-    auto name =
-        GENERATE(as<std::string>{}, "dit", "vae", "pixart", "sd3", "sd3_qknorm_dual", "flux", "flux_noguidance");
+    auto name = GENERATE(as<std::string>{}, "dit", "vae", "flux2_klein_pipeline/vae", "pixart", "sd3",
+                         "sd3_qknorm_dual", "flux", "flux_noguidance");
     auto dt = GENERATE(DType::f32, DType::f16, DType::bf16);
     INFO(name << " " << dtype_name(dt));
     TempDir tmp;
@@ -117,7 +119,8 @@ TEST_CASE("every model fixture converts and round-trips", "[converter]") {
     auto sum = converter::convert_folder(fixture(name), out, quiet(dt));
     GgufFile g = GgufFile::open(out);
     check_common(g);
-    std::string comp = name == "vae" ? "vae" : "transformer";
+    // AutoencoderKLFlux2 (flux2_klein_pipeline/vae): bn.running_mean / _var (f32) and num_batches_tracked (i64) too.
+    std::string comp = name == "vae" || name == "flux2_klein_pipeline/vae" ? "vae" : "transformer";
     CHECK(g.get_string_array("kiln.components") == std::vector<std::string>{comp});
     CHECK(check_component(g, comp, fixture(name), dt) == sum.tensors);
     CHECK(g.tensors().size() == sum.tensors);
@@ -164,6 +167,33 @@ TEST_CASE("pipelines convert with transformer, vae and scheduler", "[converter]"
     print_model_info(out, info);
     CHECK_THAT(info.str(), Catch::Contains("[transformer] DiTTransformer2DModel") &&
                                Catch::Contains("blocks: transformer_blocks x") && Catch::Contains("[scheduler]"));
+}
+
+TEST_CASE("AutoencoderKLFlux2's tensors: the bn buffers, the decoder's own channels", "[converter]") {
+    auto has = [](const converter::ArchSpec& s, const std::string& n) {
+        return std::find(s.expected.begin(), s.expected.end(), n) != s.expected.end();
+    };
+    nlohmann::json cfg = {{"block_out_channels", {8, 16}},
+                          {"down_block_types", {"DownEncoderBlock2D", "DownEncoderBlock2D"}},
+                          {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D"}},
+                          {"layers_per_block", 1}};
+    auto kl = converter::arch_spec("AutoencoderKL", cfg, "config.json");
+    auto f2 = converter::arch_spec("AutoencoderKLFlux2", cfg, "config.json");
+    for (const char* n : {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}) {
+        CHECK(has(f2, n));
+        CHECK_FALSE(has(kl, n));
+    }
+    CHECK(f2.expected.size() == kl.expected.size() + 3);
+    // The decoder's last up block goes 16 -> 8 channels (a conv_shortcut); with decoder_block_out_channels
+    // [16, 16] it keeps 16 (none). AutoencoderKL has no such key (diffusers ignores it).
+    CHECK(has(f2, "decoder.up_blocks.1.resnets.0.conv_shortcut.weight"));
+    cfg["decoder_block_out_channels"] = {16, 16};
+    CHECK_FALSE(has(converter::arch_spec("AutoencoderKLFlux2", cfg, "config.json"),
+                    "decoder.up_blocks.1.resnets.0.conv_shortcut.weight"));
+    CHECK(has(converter::arch_spec("AutoencoderKL", cfg, "config.json"),
+              "decoder.up_blocks.1.resnets.0.conv_shortcut.weight"));
+    cfg["decoder_block_out_channels"] = {16, 16, 16};  // one entry per up block
+    CHECK_THROWS_AS(converter::arch_spec("AutoencoderKLFlux2", cfg, "config.json"), kiln::Error);
 }
 
 TEST_CASE("scheduler folders convert to a scheduler-only file", "[converter]") {
