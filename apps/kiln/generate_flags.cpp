@@ -317,7 +317,8 @@ CLI::Option* add_flag_row(CLI::App& app, GenerateFlags& f, const GenerateFlag& r
     if (row.check == FlagCheck::non_negative) op->check(CLI::NonNegativeNumber);
     if (row.check == FlagCheck::noise_dtype) op->check(CLI::IsMember({"f32", "f16", "bf16"}));
     if (row.show_default) op->capture_default_str();
-    if (row.alone) op->expected(0, 1)->default_str(row.alone);  // CLI11 takes default_str for a flag without value
+    if (row.alone)  // CLI11 takes default_str for a flag without value; --help shows "[FLOAT]", not it
+        op->expected(0, 1)->default_str(row.alone)->option_text("[FLOAT]");
     return op;
 }
 }  // namespace
