@@ -26,6 +26,10 @@ inline const std::vector<ComponentFlag>& component_flags() {
         {"--clip-l,--clip_l", &C::clip_l, "The CLIP-L text encoder: clip_l.safetensors" KILN_COMPONENT_FILE},
         {"--clip-g,--clip_g", &C::clip_g, "SD3: the CLIP-G text encoder: clip_g.safetensors" KILN_COMPONENT_FILE},
         {"--t5xxl", &C::t5xxl, "The T5 text encoder: t5xxl_fp16.safetensors, a T5 GGUF" KILN_COMPONENT_FILE},
+        {"--text-encoder,--llm", &C::llm,
+         "Z-Image, FLUX.2 [klein]: the Qwen3 text encoder (stable-diffusion.cpp's --llm), a transformers "
+         "text_encoder folder or a Kiln file. Single files of Qwen3 and of these transformers are not read yet: "
+         "give the diffusers pipeline folder to --model"},
         {"--config", &C::config,
          "With single files: a diffusers pipeline folder of the same model, for its configs, scheduler and "
          "tokenizers (no weights read from it). Default: the published configs of the model the shapes identify "

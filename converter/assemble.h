@@ -1,8 +1,8 @@
 #pragma once
 // A pipeline assembled from the files people download: a single file holding some components (--model), separate
-// component files (--diffusion-model, --vae, --clip-l, --clip-g, --t5xxl; a --diffusion-model file that holds a VAE
-// gives it too unless --vae or --model does), each a single file in another project's
-// layout (models/layouts), a diffusers component folder or a Kiln file. Configs, scheduler and tokenizers come from
+// component files (--diffusion-model, --vae, --clip-l, --clip-g, --t5xxl, --text-encoder; a --diffusion-model file that
+// holds a VAE gives it too unless --vae or --model does), each a single file in another project's layout
+// (models/layouts), a diffusers component folder or a Kiln file. Configs, scheduler and tokenizers come from
 // --config DIR (a diffusers pipeline folder: only its *.json and tokenizer files are read, never weights), else from
 // the published model the transformer's shapes identify (models/layouts/published.h) with its tokenizers from
 // --tokenizers DIR or the Hugging Face cache. Weights always come from the files given.
@@ -18,6 +18,7 @@ namespace kiln::converter {
 struct ComponentFiles {
     std::string model;  // a single file in another layout holding one or more components
     std::string diffusion_model, vae, clip_l, clip_g, t5xxl;
+    std::string llm;         // Z-Image, FLUX.2 [klein]: the Qwen3 text encoder (--text-encoder, --llm)
     std::string config;      // --config DIR
     std::string tokenizers;  // --tokenizers DIR
     std::string hf_home;     // Settings::hf_home: where the Hugging Face cache is

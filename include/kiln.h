@@ -201,6 +201,10 @@ typedef struct kiln_model_files {
     const char* t5xxl;
     const char* config;     /* a diffusers pipeline folder of the same model */
     const char* tokenizers; /* a folder holding tokenizer/, tokenizer_2/, ... */
+    /* Appended in 0.2: Z-Image, FLUX.2 [klein]: the Qwen3 text encoder (stable-diffusion.cpp's --llm). Single
+     * files of these families' transformers and of Qwen3 are not read yet: such a file is refused with a message
+     * naming it (give a diffusers pipeline folder to kiln_model_open). */
+    const char* llm;
 } kiln_model_files;
 #define KILN_MODEL_FILES_INIT KILN_INIT_(kiln_model_files)
 
@@ -452,6 +456,21 @@ typedef struct kiln_generate_params {
      * (diffusers' None or []): the prompts alone, to max_sequence_length tokens. Other pipelines, and with
      * prompt_embeds: KILN_INVALID_ARGUMENT. */
     const char* complex_human_instruction;
+    /* Appended in 0.2 (NULL/0 = the pipeline's). FLUX.2 [klein]: diffusers' text_encoder_out_layers, the Qwen3
+     * hidden_states entries the prompt embeddings stack on features, in order (transformers' numbering: 0 = the
+     * embeddings, i = after layer i; negative from the end, -1 = the last); the default is 9, 18, 27. Each must be
+     * an entry of the model's Qwen3. Other pipelines, and with prompt_embeds: KILN_INVALID_ARGUMENT. */
+    const int* text_encoder_layers;
+    int text_encoder_layer_count;
+    /* Appended in 0.2 (zero = the pipeline's). Z-Image: diffusers' cfg_truncation: classifier-free guidance is left
+     * out of the steps whose (1000 - t) / 1000 exceeds it; 1 or more: never (0 = 1, the default). diffusers' 0.0,
+     * guidance only where (1000 - t) / 1000 is 0, is any value in (0, 1e-45]: that fraction is an f32.
+     * cfg_normalization: > 0 caps each sample's guided prediction at cfg_normalization times the norm of its
+     * prompt's prediction (1 = diffusers' True); 0 = off (diffusers' False); negative: KILN_INVALID_ARGUMENT.
+     * Other pipelines: KILN_INVALID_ARGUMENT unless both are zero. Not in KILN_GENERATE_PARAMS_INIT's defaults: an
+     * appended field stays zero there, so that a library older than this header accepts the struct. */
+    double cfg_truncation;
+    double cfg_normalization;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -290,12 +290,13 @@ KILN_API kiln_status kiln_model_open_files(kiln_context* ctx, const kiln_model_f
         c.clip_l = str(f.clip_l);
         c.clip_g = str(f.clip_g);
         c.t5xxl = str(f.t5xxl);
+        c.llm = str(f.llm);
         c.config = str(f.config);
         c.tokenizers = str(f.tokenizers);
         c.hf_home = ctx->device->vk->settings().hf_home;
         KILN_ARG(c.any(), "files names no file");
         for (const std::string* p :
-             {&c.model, &c.diffusion_model, &c.vae, &c.clip_l, &c.clip_g, &c.t5xxl, &c.config, &c.tokenizers}) {
+             {&c.model, &c.diffusion_model, &c.vae, &c.clip_l, &c.clip_g, &c.t5xxl, &c.llm, &c.config, &c.tokenizers}) {
             std::error_code ec;
             if (!p->empty() && !std::filesystem::exists(*p, ec)) fail(KILN_NOT_FOUND, *p, ": no such file or folder");
         }

@@ -108,6 +108,8 @@ constexpr FloatField kFloatFields[] = {
     {&kiln_generate_params::skip_layer_guidance_scale, models::FloatOption::skip_layer_guidance_scale, true},
     {&kiln_generate_params::skip_layer_guidance_start, models::FloatOption::skip_layer_guidance_start, false},
     {&kiln_generate_params::skip_layer_guidance_stop, models::FloatOption::skip_layer_guidance_stop, false},
+    {&kiln_generate_params::cfg_truncation, models::FloatOption::cfg_truncation, true},
+    {&kiln_generate_params::cfg_normalization, models::FloatOption::cfg_normalization, false},
 };
 
 // The ranges of the numbers every call checks, whatever the model.
@@ -154,8 +156,12 @@ void check_true_cfg(const kiln_model& m, const kiln_generate_params& p) {
 Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const models::CommonOptions& common) {
     KILN_ARG(p.prompt_count == 0 && p.prompt_embeds_count == 0 && !p.negative_prompt && p.negative_prompt_count == 0 &&
                  p.prompt_2_count == 0 && p.prompt_3_count == 0 && p.negative_prompt_2_count == 0 &&
-                 p.negative_prompt_3_count == 0 && p.clip_skip == 0 && !p.complex_human_instruction,
+                 p.negative_prompt_3_count == 0 && p.clip_skip == 0 && !p.complex_human_instruction &&
+                 p.text_encoder_layer_count == 0,
              m.src.path(), " is a class-conditional DiT model: prompts do not apply (give class_labels)");
+    KILN_ARG(p.cfg_truncation == 0 && p.cfg_normalization == 0, m.src.path(),
+             " is a DiT model: cfg_truncation and cfg_normalization apply to ",
+             models::pipeline_for(models::family_with(&models::Family::z_image_loop)).name);
     KILN_ARG(p.eta == 0, m.src.path(), " is a DiT model: eta applies to the PixArt pipelines");
     KILN_ARG(!p.image && !p.mask && !p.image_tensor && !p.mask_tensor && p.strength == 0 && p.noise_count == 0 &&
                  p.max_area == 0 && p.no_auto_resize == 0,
@@ -221,9 +227,9 @@ models::PromptOptions prompt_texts(const kiln_generate_params& p) {
 models::TextConditioning read_prompt_embeds(const kiln_generate_params& p, const models::PromptOptions& po) {
     KILN_ARG(po.negatives.empty() && po.prompts_2.empty() && po.prompts_3.empty() && po.negatives_2.empty() &&
                  po.negatives_3.empty() && p.max_sequence_length == 0 && p.clip_skip == 0 &&
-                 !p.complex_human_instruction,
-             "negative prompts, prompts_2, prompts_3, max_sequence_length, clip_skip and complex_human_instruction "
-             "apply to prompts; with prompt_embeds give negative_prompt_embeds");
+                 !p.complex_human_instruction && p.text_encoder_layer_count == 0,
+             "negative prompts, prompts_2, prompts_3, max_sequence_length, clip_skip, complex_human_instruction and "
+             "text_encoder_layers apply to prompts; with prompt_embeds give negative_prompt_embeds");
     std::map<std::string, Tensor> named;
     for (int i = 0; i < p.prompt_embeds_count; ++i) {
         Tensor t = read_tensor(p.prompt_embeds[i], i, "prompt_embeds");
@@ -279,7 +285,8 @@ models::ImageInputs read_image_inputs(const kiln_generate_params& p) {
     return in;
 }
 
-// The text pipelines' schedule and guidance: steps, guidance, sigmas, timesteps, eta, skip-layer guidance, size.
+// The text pipelines' schedule and guidance: steps, guidance, sigmas, timesteps, eta, skip-layer guidance, size,
+// Z-Image's cfg_truncation and cfg_normalization.
 void text_schedule(const kiln_generate_params& p, models::T2IOptions& t) {
     if (p.steps) t.steps = p.steps;
     if (p.guidance != 0) t.guidance = p.guidance;
@@ -302,6 +309,8 @@ void text_schedule(const kiln_generate_params& p, models::T2IOptions& t) {
     if (p.width) t.width = p.width;
     if (p.height) t.height = p.height;
     t.resolution_binning = p.no_resolution_binning == 0;
+    if (p.cfg_truncation != 0) t.cfg_truncation = p.cfg_truncation;  // checked against the family by plan_t2i
+    t.cfg_normalization = p.cfg_normalization;
 }
 
 // prompt_embeds: the tensors this pipeline needs beyond prompt_embeds, checked before any work.
@@ -361,6 +370,10 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
         po.prompts.push_back(p.prompts[i]);
     }
     po.clip_skip = p.clip_skip;
+    KILN_ARG(p.text_encoder_layer_count >= 0 && (p.text_encoder_layer_count == 0 || p.text_encoder_layers),
+             "text_encoder_layers / text_encoder_layer_count (", p.text_encoder_layer_count,
+             ") do not describe a list");
+    po.text_encoder_layers.assign(p.text_encoder_layers, p.text_encoder_layers + p.text_encoder_layer_count);
     if (p.complex_human_instruction) po.complex_human_instruction = std::string(p.complex_human_instruction);
     if (!po.prompts.empty()) models::check_prompts(m.src, po);  // lengths, UTF-8, which texts apply
     KILN_ARG(p.max_sequence_length >= 0, "max_sequence_length is ", p.max_sequence_length);

@@ -39,6 +39,10 @@ const std::vector<FloatRange>& float_ranges() {
         {O::sigma, "sigmas", 0, kInf, false, "noise levels"},
         {O::timestep, "timesteps", 0, kInf, false, "training timesteps"},
         {O::lora_scale, "lora scale", -kInf, kInf, false, "a LoRA's weight"},
+        {O::cfg_truncation, "cfg_truncation", -kInf, kInf, false,
+         "Z-Image: guidance stops where (1000 - t) / 1000 exceeds it; 1 or more: never"},
+        {O::cfg_normalization, "cfg_normalization", 0, kInf, false,
+         "Z-Image: the guided prediction's norm capped at this times the prompt's; 0 = off, 1 = diffusers' True"},
     };
     return v;
 }

@@ -28,6 +28,8 @@ enum class FloatOption {
     sigma,                      // [0, inf): one custom sigma (flow matching: [0, 1], plan_t2i)
     timestep,                   // [0, inf): one custom timestep (the scheduler: below num_train_timesteps)
     lora_scale,                 // any finite
+    cfg_truncation,             // any finite: Z-Image's, guidance dropped where (1000 - t) / 1000 exceeds it
+    cfg_normalization,          // [0, inf): Z-Image's, 0 = off, 1 = diffusers' True
 };
 struct FloatRange {
     FloatOption option;

@@ -206,6 +206,14 @@ void plan_guidance(const T2IOptions& opt, const Family& f, int layers, bool dist
                              " is ignored for step-wise distilled models (model_index.json is_distilled), as in "
                              "diffusers");
     }
+    // Z-Image's cfg_truncation and cfg_normalization: T2IOptions' defaults (1, 0) mean neither is asked for.
+    check_float(FloatOption::cfg_truncation, opt.cfg_truncation);
+    check_float(FloatOption::cfg_normalization, opt.cfg_normalization);
+    const char* zi = family_with(&Family::z_image_loop).pipelines[0].name;
+    KILN_CHECK(f.z_image_loop || opt.cfg_truncation == 1.0, p.pipeline, ": cfg_truncation applies to ", zi, " (",
+               p.pipeline, "'s __call__ has none)");
+    KILN_CHECK(f.z_image_loop || opt.cfg_normalization == 0.0, p.pipeline, ": cfg_normalization applies to ", zi, " (",
+               p.pipeline, "'s __call__ has none)");
     if (opt.skip_guidance_layers.empty()) return;
     KILN_CHECK(f.skip_layer_guidance, p.pipeline, ": skip-layer guidance (skip_guidance_layers) applies to ",
                family_with(&Family::skip_layer_guidance).pipelines[0].name);

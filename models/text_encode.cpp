@@ -337,6 +337,14 @@ void check_prompts(const ModelSource& src, const PromptOptions& opt) {
                            " for a CLIP text model of ", layers, " layers (", enc, "; 0..", layers - 1,
                            ": hidden_states[-(clip_skip + 2)])");
             }
+    if (!opt.text_encoder_layers.empty())  // before any work, as encode_qwen indexes them
+        for (const auto& e : f->encoders)
+            if (e.kind == ComponentKind::qwen3 && src.has(e.component)) {
+                const int n = qwen3_config(src.config(e.component), src.class_of(e.component)).layers;
+                for (int l : opt.text_encoder_layers)
+                    KILN_CHECK(l >= -(n + 1) && l <= n, src.path(), ": text_encoder_out_layers: ", l,
+                               " is not a hidden_states entry of this ", n, "-layer Qwen3 (", -(n + 1), "..", n, ")");
+            }
 }
 
 namespace {

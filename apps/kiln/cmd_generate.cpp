@@ -180,9 +180,24 @@ void run_labels(Session& s) {
 
 // ---- Text-to-image: PixArt, SD3, Flux ----
 
+// A flag of one family's pipeline given for another: one line naming the flag, the pipeline it applies to and this one.
+void check_family_flags(const GenerateFlags& o, const models::Family* family, const std::string& pipeline) {
+    const std::pair<const char*, bool models::Family::*> only[] = {
+        {"--text-encoder-layers", &models::Family::text_encoder_layers_option},
+        {"--cfg-truncation", &models::Family::z_image_loop},
+        {"--cfg-normalization", &models::Family::z_image_loop},
+    };
+    for (const auto& [flag, member] : only)
+        KILN_CHECK(!o.given(flag) || (family && family->*member), flag, " applies to ",
+                   models::family_with(member).pipelines[0].name, "; this model's pipeline is ", pipeline);
+}
+
 // The pipeline's options from the flags (not the texts, which each job sets, nor the latents).
-models::T2IOptions text_options(const Session& s, bool flux) {
+models::T2IOptions text_options(const Session& s, const models::Family* family) {
     const GenerateFlags& o = s.o;
+    const bool flux = family && family->id == models::FamilyId::flux;
+    const std::string pipeline = models::t2i_pipeline_class(s.src);
+    check_family_flags(o, family, pipeline.empty() ? "not a text-to-image one" : pipeline);
     models::T2IOptions t;
     static_cast<models::CommonOptions&>(t) = common_options(o);
     if (o.given("--steps")) t.steps = o.steps;
@@ -215,6 +230,8 @@ models::T2IOptions text_options(const Session& s, bool flux) {
     t.skip_layer_guidance_scale = o.slg_scale;
     t.skip_layer_guidance_start = o.slg_start;
     t.skip_layer_guidance_stop = o.slg_stop;
+    t.cfg_truncation = o.cfg_truncation;
+    t.cfg_normalization = o.cfg_normalization;
     if (o.given("--width")) t.width = o.width;
     if (o.given("--height")) t.height = o.height;
     t.resolution_binning = !o.no_binning;
@@ -252,6 +269,9 @@ models::PromptOptions job_texts(const Session& s, const std::vector<std::vector<
     texts.max_sequence_length = o.max_sequence_length;
     texts.clip_skip = o.clip_skip;
     texts.complex_human_instruction = complex_instruction(o);
+    texts.text_encoder_layers = text_encoder_layers(o);
+    KILN_CHECK(texts.text_encoder_layers.empty() || o.prompt_embeds.empty(),
+               "--text-encoder-layers applies to --prompt; --prompt-embeds holds encoded prompts");
     KILN_CHECK(!o.clip_skip || o.prompt_embeds.empty(),
                "--clip-skip applies to --prompt; --prompt-embeds holds encoded prompts");
     KILN_CHECK(!texts.complex_human_instruction || o.prompt_embeds.empty(),
@@ -303,6 +323,10 @@ std::string text_settings(const GenerateFlags& o, const models::T2IPlan& plan, c
                    " skip_layer_guidance_stop=" + std::to_string(o.slg_stop)) +
         (o.clip_skip ? " clip_skip=" + std::to_string(o.clip_skip) : "") +
         (o.given("--complex-human-instruction") ? " complex_human_instruction=" + o.complex_human_instruction : "") +
+        (o.given("--text-encoder-layers") ? " text_encoder_layers=" + o.text_encoder_layers : "") +
+        (plan.family->z_image_loop ? " cfg_truncation=" + std::to_string(t.cfg_truncation) +
+                                         " cfg_normalization=" + std::to_string(t.cfg_normalization)
+                                   : "") +
         (o.prompt_embeds.empty() ? "" : " prompt_embeds=" + o.prompt_embeds) +
         (o.latents.empty() ? "" : " latents=" + o.latents) +
         (plan.img2img ? " strength=" + std::to_string(plan.strength) : "") +
@@ -387,7 +411,7 @@ void run_text(Session& s) {
                "): --class-labels does not apply (use --prompt-embeds)");
     const models::Family* family = models::model_family(s.src);
     const bool flux = family && family->id == models::FamilyId::flux;
-    models::T2IOptions t = text_options(s, flux);
+    models::T2IOptions t = text_options(s, family);
     const auto plan = models::plan_t2i(s.src, t);  // defaults and size checks before any heavy work
     std::vector<std::vector<std::string>> jobs = text_jobs(s, plan);
     const models::PromptOptions texts = job_texts(s, jobs);

@@ -91,7 +91,7 @@ std::string ModelSpec::display() const {
     if (!assembled()) return model;
     std::string s;
     for (const std::string* f :
-         {&model, &parts.diffusion_model, &parts.vae, &parts.clip_l, &parts.clip_g, &parts.t5xxl})
+         {&model, &parts.diffusion_model, &parts.vae, &parts.clip_l, &parts.clip_g, &parts.t5xxl, &parts.llm})
         if (!f->empty()) s += (s.empty() ? "" : " + ") + std::filesystem::path(*f).filename().string();
     return s;
 }
@@ -117,6 +117,7 @@ ModelPtr open_model(kiln_context* ctx, const ModelSpec& spec) {
     f.clip_l = c(files.clip_l);
     f.clip_g = c(files.clip_g);
     f.t5xxl = c(files.t5xxl);
+    f.llm = c(files.llm);
     f.config = c(files.config);
     f.tokenizers = c(files.tokenizers);
     kiln_model* m = nullptr;

@@ -3,6 +3,8 @@
 #include "apps/kiln/generate_args.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -103,8 +105,10 @@ std::vector<int> parse_indices(const std::string& list, const char* flag, const 
     std::stringstream ss(list);
     for (std::string item; std::getline(ss, item, ',');) {
         char* end = nullptr;
+        errno = 0;
         const long v = std::strtol(item.c_str(), &end, 10);
-        KILN_CHECK(!item.empty() && end && *end == 0, flag, ": '", item, "' is not ", what);
+        KILN_CHECK(!item.empty() && end && *end == 0 && errno == 0 && v >= INT_MIN && v <= INT_MAX, flag, ": '", item,
+                   "' is not ", what);
         out.push_back((int)v);
     }
     return out;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "apps/kiln/generate_params.h"
 #include "runtime/core/error.h"
 
 namespace kiln::app {
@@ -145,8 +146,7 @@ models::GenerateResult generate_text(kiln_model* m, const models::T2IOptions& t,
     if (t.height) p.height = *t.height;
     p.no_resolution_binning = !t.resolution_binning;
     if (t.steps) p.steps = *t.steps;
-    if (t.guidance) p.guidance = *t.guidance == 0 ? 1.0 : *t.guidance;  // the C API's 0 means the default
-    if (t.true_cfg_scale) p.true_cfg_scale = *t.true_cfg_scale;
+    set_guidance(p, t, x);
     p.sigmas = t.sigmas.empty() ? nullptr : t.sigmas.data();
     p.sigma_count = (int)t.sigmas.size();
     p.timesteps = t.timesteps.empty() ? nullptr : t.timesteps.data();

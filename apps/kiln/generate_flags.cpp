@@ -129,6 +129,12 @@ std::vector<GenerateFlag> prompt_rows() {
          "SD3: diffusers' clip_skip: the prompts' CLIP embeddings from hidden_states[-(N + 2)] instead of the "
          "penultimate layer's (the negative prompts keep it, as diffusers)",
          kText, false, false, FlagCheck::non_negative},
+        {"--text-encoder-layers", &F::text_encoder_layers,
+         "FLUX.2 [klein] (Flux2KleinPipeline): diffusers' text_encoder_out_layers, comma-separated: the Qwen3 "
+         "hidden_states whose outputs the prompt embeddings stack on features, in order (transformers' numbering: 0 = "
+         "the embeddings, i = after layer i, negative from the end, e.g. -2). Default: the pipeline's 9,18,27. The "
+         "transformer expects as many as it was trained with (its joint_attention_dim = their count x Qwen3's width)",
+         kText},
         {"--prompt-embeds", &F::prompt_embeds,
          "Text models: safetensors with encode_prompt's outputs (prompt_embeds, negative_prompt_embeds, "
          "pooled_prompt_embeds, negative_pooled_prompt_embeds, prompt_attention_mask, negative_prompt_attention_mask); "
@@ -167,6 +173,16 @@ std::vector<GenerateFlag> flag_table() {
              "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "
              "embedded --guidance, negative + s * (prompt - negative), at twice the transformer work (default 1: off)",
              kText},
+            {"--cfg-truncation", FloatFlag{&F::cfg_truncation, O::cfg_truncation},
+             "Z-Image (ZImagePipeline): diffusers' cfg_truncation. Classifier-free guidance is left out of the steps "
+             "whose (1000 - t) / 1000, the fraction of the way from noise to image, exceeds F: those steps use the "
+             "prompt's prediction alone. 1 or more: every step guided (default 1.0)",
+             kText, true},
+            {"--cfg-normalization", FloatFlag{&F::cfg_normalization, O::cfg_normalization},
+             "Z-Image (ZImagePipeline): diffusers' cfg_normalization. Each image's guided prediction is scaled down "
+             "where its norm exceeds F times the norm of the prompt's prediction. Given without F: 1.0 (diffusers' "
+             "True); default 0: off (False)",
+             kText, false, false, FlagCheck::none, nullptr, "1"},
             {"--sigmas", &F::sigmas,
              "diffusers' sigmas, comma-separated (default: the pipeline's; the step count is theirs). SD3, Flux: one "
              "per "
@@ -301,6 +317,8 @@ CLI::Option* add_flag_row(CLI::App& app, GenerateFlags& f, const GenerateFlag& r
     if (row.check == FlagCheck::non_negative) op->check(CLI::NonNegativeNumber);
     if (row.check == FlagCheck::noise_dtype) op->check(CLI::IsMember({"f32", "f16", "bf16"}));
     if (row.show_default) op->capture_default_str();
+    if (row.alone)  // CLI11 takes default_str for a flag without value; --help shows "[FLOAT]", not it
+        op->expected(0, 1)->default_str(row.alone)->option_text("[FLOAT]");
     return op;
 }
 }  // namespace
@@ -334,6 +352,14 @@ std::optional<std::string> complex_instruction(const GenerateFlags& f) {
     }
     KILN_CHECK(!in.bad(), "--complex-human-instruction ", v, ": error reading ", path);
     return text;
+}
+
+std::vector<int> text_encoder_layers(const GenerateFlags& f) {
+    if (!f.given("--text-encoder-layers")) return {};
+    std::vector<int> v = parse_indices(f.text_encoder_layers, "--text-encoder-layers",
+                                       "an integer (a hidden_states index: 9,18,27; -2)");
+    KILN_CHECK(!v.empty(), "--text-encoder-layers is empty: give the hidden_states indices, e.g. 9,18,27");
+    return v;
 }
 
 bool GenerateFlags::given(const std::string& flag) const {

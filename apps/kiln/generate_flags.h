@@ -40,8 +40,12 @@ struct GenerateFlags {
     uint64_t max_area = 0;
     bool no_auto_resize = false;
     std::string complex_human_instruction;  // --complex-human-instruction TEXT|@FILE|none (complex_instruction())
-    ComponentFlags parts;                   // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
-    std::vector<CLI::Option*> options;      // one per row of generate_flags(), in its order (nullptr: not registered)
+    // FLUX.2 [klein]'s --text-encoder-layers (a comma list: text_encoder_layers()); Z-Image's --cfg-truncation and
+    // --cfg-normalization (alone: 1).
+    std::string text_encoder_layers;
+    double cfg_truncation = 1.0, cfg_normalization = 0.0;
+    ComponentFlags parts;               // --diffusion-model, --vae, ... (apps/component_flags.h's rows)
+    std::vector<CLI::Option*> options;  // one per row of generate_flags(), in its order (nullptr: not registered)
 
     bool given(const std::string& flag) const;  // the flag ("--steps") was on the command line
     // The first flag given of those that apply only to text models, then of the sizes ("" if none): what a DiT
@@ -74,11 +78,16 @@ struct GenerateFlag {
     bool one_per_prompt = false;  // one value per occurrence; repeated, one per --prompt
     FlagCheck check = FlagCheck::none;
     const char* settings_key = nullptr;  // the text lists: their key in the image's settings ("negative")
+    const char* alone = nullptr;         // the value of the flag given without one (--cfg-normalization: "1")
 };
 
 const std::vector<GenerateFlag>& generate_flags();
 // Registers every row on app, filling f.options.
 void add_generate_flags(CLI::App& app, GenerateFlags& f);
+
+// --text-encoder-layers as PromptOptions::text_encoder_layers takes them: not given: none (the pipeline's); else the
+// comma list's integers ("9,18,27", "-2"), at least one. An entry that is not an integer: kiln::Error, one line.
+std::vector<int> text_encoder_layers(const GenerateFlags& f);
 
 // Every float flag's value against its range, whatever the model: kiln::Error with one line naming the flag
 // ("--guidance is nan: not a finite number (...)"). run_generate calls it before anything else.

@@ -135,6 +135,37 @@ bool read_field(const std::string& key, const json& v, const Limits& L, ImageReq
         }
         return true;
     }
+    if (key == "text_encoder_layers") {
+        const std::string range = std::to_string(kMaxTextEncoderLayers) + " integers in -" +
+                                  std::to_string(kMaxLayerIndex) + " .. " + std::to_string(kMaxLayerIndex);
+        if (!v.is_array())
+            return *err = bad(key, "'text_encoder_layers' must be an array of 1 .. " + range, "invalid_type"), false;
+        if (v.empty() || v.size() > kMaxTextEncoderLayers)
+            return *err = bad(key, "'text_encoder_layers' must hold 1 .. " + range, "invalid_value"), false;
+        for (const json& e : v) {
+            if (!e.is_number_integer())
+                return *err = bad(key, "'text_encoder_layers' must hold integers", "invalid_type"), false;
+            const bool in = e.is_number_unsigned() ? e.get<uint64_t>() <= (uint64_t)kMaxLayerIndex
+                                                   : e.get<int64_t>() >= -kMaxLayerIndex;
+            if (!in) return *err = bad(key, "'text_encoder_layers' must hold 1 .. " + range, "invalid_value"), false;
+            r.text_encoder_layers.push_back((int)e.get<int64_t>());
+        }
+        return true;
+    }
+    if (key == "cfg_truncation") {
+        if (!v.is_number()) return *err = bad(key, "'cfg_truncation' must be a number", "invalid_type"), false;
+        r.cfg_truncation = v.get<double>();
+        if (std::isfinite(r.cfg_truncation)) return true;
+        return *err = bad(key, "'cfg_truncation' must be finite", "invalid_value"), false;
+    }
+    if (key == "cfg_normalization") {  // diffusers takes a bool or a float
+        if (v.is_boolean()) return r.cfg_normalization = v.get<bool>() ? 1.0 : 0.0, true;
+        if (!v.is_number())
+            return *err = bad(key, "'cfg_normalization' must be a number or true/false", "invalid_type"), false;
+        r.cfg_normalization = v.get<double>();
+        if (std::isfinite(r.cfg_normalization) && r.cfg_normalization >= 0) return true;
+        return *err = bad(key, "'cfg_normalization' must be a number >= 0 (or true/false)", "invalid_value"), false;
+    }
     if (key == "stream") {
         if (!v.is_boolean()) return *err = bad(key, "'stream' must be true or false", "invalid_type"), false;
         r.stream = v.get<bool>();

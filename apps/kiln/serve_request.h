@@ -34,9 +34,16 @@ struct ImageRequest {
     // Kiln: the scales of the server's LoRAs (--lora), in their order; empty = theirs. The parser checks the count
     // (1 .. kMaxLoraScales), each finite and within +-kMaxLoraScale; the server checks it against its LoRA count.
     std::vector<double> lora_scales;
+    // Kiln: FLUX.2 [klein]'s text_encoder_out_layers (empty = the pipeline's; 1 .. kMaxTextEncoderLayers integers,
+    // each within +-kMaxLayerIndex; the model checks them against its Qwen3); Z-Image's cfg_truncation (any finite)
+    // and cfg_normalization (>= 0; true = 1, false = 0), at diffusers' defaults.
+    std::vector<int> text_encoder_layers;
+    double cfg_truncation = 1.0, cfg_normalization = 0.0;
 };
 constexpr size_t kMaxLoraScales = 16;
 constexpr double kMaxLoraScale = 16;
+constexpr size_t kMaxTextEncoderLayers = 16;
+constexpr int kMaxLayerIndex = 1024;
 
 // An answer other than 200: HTTP status and OpenAI's {"error": {"message", "type", "param", "code"}}.
 struct ApiError {

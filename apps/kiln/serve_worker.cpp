@@ -5,6 +5,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "apps/kiln/generate_params.h"
+
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
 #pragma GCC diagnostic push
@@ -97,6 +99,10 @@ kiln_generate_params generate_params(const ModelFacts& f, const ImageRequest& r,
     if (!r.scheduler.empty()) p.scheduler = r.scheduler.c_str();
     p.width = r.width, p.height = r.height, p.steps = r.steps, p.guidance = r.guidance_scale, p.seed = r.seed;
     p.images_per_prompt = r.n;
+    p.text_encoder_layers = r.text_encoder_layers.empty() ? nullptr : r.text_encoder_layers.data();
+    p.text_encoder_layer_count = (int)r.text_encoder_layers.size();
+    p.cfg_truncation = cfg_truncation_param(r.cfg_truncation);
+    p.cfg_normalization = r.cfg_normalization;
     return p;
 }
 

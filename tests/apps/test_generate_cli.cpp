@@ -267,7 +267,9 @@ TEST_CASE("kiln generate: every float flag refuses NaN, infinities and values ou
                 CHECK(!fs::exists(png));
             }
     }
-    CHECK(rows == 7);  // --guidance, --true-cfg, --eta, --skip-layer-guidance-{scale,start,stop}, --strength
+    // --guidance, --true-cfg, --cfg-truncation, --cfg-normalization, --eta, --skip-layer-guidance-{scale,start,stop},
+    // --strength
+    CHECK(rows == 9);
     // The lists of numbers, element by element, as the C API checks them.
     const std::string sd3 = " --model " + fixture("sd3_pipeline") + " --prompt a";
     for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/apps/cli_run.h"
+#include "tests/support/qwen3_pipelines.h"
 #include "tests/support/test_support.h"
 
 using json = nlohmann::json;
@@ -274,6 +275,36 @@ TEST_CASE("kiln serve: the text path (SD3 fixture pipeline)", "[serve]") {
     CHECK(planned != std::string::npos);
     CHECK(reused != std::string::npos);
     CHECK(planned < reused);
+}
+
+// Z-Image's and klein's fields reach kiln_generate_params: on a klein config pipeline (no transformer runs), a layer
+// its Qwen3 lacks and cfg_truncation are refused by the model's checks, with their message; wrong types and values
+// by the parser.
+TEST_CASE("kiln serve: text_encoder_layers, cfg_truncation, cfg_normalization", "[serve]") {
+    kiln::test::TempDir tmp("kiln_serve_qwen3");
+    Server s({"--model", kiln::test::write_qwen3_pipeline(tmp / "klein", true)});
+    auto refused = [&](const json& req, const std::string& code, const std::string& needle) {
+        auto r = s.post(req);
+        check_error(r, 400, code);
+        CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find(needle) != std::string::npos);
+    };
+    refused({{"prompt", "a"}, {"text_encoder_layers", {9, 29}}}, "KILN_INVALID_ARGUMENT",
+            "29 is not a hidden_states entry of this 28-layer Qwen3");
+    refused({{"prompt", "a"}, {"cfg_truncation", 0.5}}, "KILN_INVALID_ARGUMENT",
+            "Flux2KleinPipeline: cfg_truncation applies to ZImagePipeline");
+    refused({{"prompt", "a"}, {"cfg_truncation", 0}}, "KILN_INVALID_ARGUMENT", "cfg_truncation applies");
+    refused({{"prompt", "a"}, {"cfg_normalization", true}}, "KILN_INVALID_ARGUMENT",
+            "Flux2KleinPipeline: cfg_normalization applies to ZImagePipeline");
+    refused({{"prompt", "a"}, {"text_encoder_layers", json::array()}}, "invalid_value", "text_encoder_layers");
+    refused({{"prompt", "a"}, {"text_encoder_layers", {9, 2000}}}, "invalid_value", "text_encoder_layers");
+    refused({{"prompt", "a"}, {"text_encoder_layers", {9, -2000}}}, "invalid_value", "text_encoder_layers");
+    refused({{"prompt", "a"}, {"text_encoder_layers", std::vector<int>(17, 1)}}, "invalid_value",
+            "text_encoder_layers");
+    refused({{"prompt", "a"}, {"text_encoder_layers", {9, 1.5}}}, "invalid_type", "integers");
+    refused({{"prompt", "a"}, {"text_encoder_layers", 9}}, "invalid_type", "array");
+    refused({{"prompt", "a"}, {"cfg_truncation", "0.5"}}, "invalid_type", "cfg_truncation");
+    refused({{"prompt", "a"}, {"cfg_normalization", -1}}, "invalid_value", ">= 0");
+    refused({{"prompt", "a"}, {"cfg_normalization", "yes"}}, "invalid_type", "cfg_normalization");
 }
 
 // The Flux fixture with a LoRA through kiln serve: each image equals the PNG `kiln generate --lora` writes for the

@@ -94,6 +94,8 @@ TEST_CASE("C API: every double field refuses NaN, infinities and values out of r
         {&kiln_generate_params::skip_layer_guidance_scale, "skip_layer_guidance_scale", nan},
         {&kiln_generate_params::skip_layer_guidance_start, "skip_layer_guidance_start", 2},
         {&kiln_generate_params::skip_layer_guidance_stop, "skip_layer_guidance_stop", -0.5},
+        {&kiln_generate_params::cfg_truncation, "cfg_truncation", nan},
+        {&kiln_generate_params::cfg_normalization, "cfg_normalization", -1},
     };
     const int labels[1] = {3};
     const char* prompts[1] = {"a cat"};
