@@ -471,6 +471,10 @@ typedef struct kiln_generate_params {
      * appended field stays zero there, so that a library older than this header accepts the struct. */
     double cfg_truncation;
     double cfg_normalization;
+    /* Appended in 0.2. Nonzero: `guidance` is used as given, 0 included (Z-Image guides whenever guidance > 0:
+     * Z-Image-Turbo runs with 0, no classifier-free guidance; Flux's embedded guidance 0); zero: guidance 0 means
+     * the pipeline's default, as before. */
+    int guidance_exact;
 } kiln_generate_params;
 #define KILN_GENERATE_PARAMS_INIT KILN_INIT_(kiln_generate_params)
 

@@ -188,7 +188,7 @@ Request resolve_labels(const kiln_model& m, const kiln_generate_params& p, const
     r.g.labels.assign(p.class_labels, p.class_labels + p.class_label_count);
     r.g.images_per_label = std::max(1, p.images_per_prompt);
     if (p.steps) r.g.steps = p.steps;
-    if (p.guidance != 0) r.g.guidance = p.guidance;
+    if (p.guidance != 0 || p.guidance_exact) r.g.guidance = p.guidance;
     r.count = (int)r.g.labels.size() * r.g.images_per_label;
     r.width = m.default_width, r.height = m.default_height;
     if (p.latents) {
@@ -289,7 +289,7 @@ models::ImageInputs read_image_inputs(const kiln_generate_params& p) {
 // Z-Image's cfg_truncation and cfg_normalization.
 void text_schedule(const kiln_generate_params& p, models::T2IOptions& t) {
     if (p.steps) t.steps = p.steps;
-    if (p.guidance != 0) t.guidance = p.guidance;
+    if (p.guidance != 0 || p.guidance_exact) t.guidance = p.guidance;
     KILN_ARG(p.sigma_count >= 0 && (p.sigma_count == 0 || p.sigmas), "sigmas / sigma_count (", p.sigma_count,
              ") do not describe a list");
     t.sigmas.assign(p.sigmas, p.sigmas + p.sigma_count);

@@ -83,6 +83,13 @@ std::vector<float> repack_2x2(const float* src, int B, int C, int h, int w, bool
 }
 std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) { return repack_2x2(x, B, C, h, w, true); }
 
+// FLUX.2 [klein]: the packed tokens [B, S, 4C] -> the VAE's input [B, C, h, w]: x * std + mean per patchified channel
+// (AutoencoderKLFlux2's BatchNorm statistics), unpatchified (models/vae.h).
+std::vector<float> klein_decode_input(LatentDecoder& vx, const std::vector<float>& x, const Shape& tokens, int h, int w) {
+    const Tensor z = flux2_unpack_denormalize(Tensor::from_f32(tokens, x), vx.kl().latent_norm(), h / 2, w / 2);
+    return std::vector<float>(z.data<float>(), z.data<float>() + z.numel());
+}
+
 // [B, C, S] -> [B, S, C] (FLUX.2's _pack_latents: reshape(B, C, H*W).permute(0, 2, 1)).
 std::vector<float> channels_last(const std::vector<float>& x, int64_t B, int64_t C, int64_t S) {
     std::vector<float> out(x.size());
@@ -90,28 +97,6 @@ std::vector<float> channels_last(const std::vector<float>& x, int64_t B, int64_t
         for (int64_t c = 0; c < C; ++c)
             for (int64_t s = 0; s < S; ++s) out[(size_t)((b * S + s) * C + c)] = x[(size_t)((b * C + c) * S + s)];
     return out;
-}
-
-// FLUX.2 [klein]'s decode input: packed tokens [.., C4] (C4 = 4C patchified channels) times sqrt(bn.running_var +
-// batch_norm_eps) plus bn.running_mean, per channel, in f32 as diffusers (the std rounded to f32 first).
-void flux2_bn_denormalize(const ModelSource& src, std::vector<float>& x, int64_t C4) {
-    auto ws = src.weights("vae");
-    const double eps = src.config("vae").value("batch_norm_eps", 1e-4);
-    auto stat = [&](const char* name) {
-        KILN_CHECK(ws->find(name), src.path(), ": the vae (", src.class_of("vae"), ") has no '", name,
-                   "': FLUX.2 [klein] decodes with AutoencoderKLFlux2's BatchNorm statistics");
-        Tensor t = ws->read(name).astype(DType::f32);
-        KILN_CHECK(t.numel() == C4, src.path(), ": vae ", name, " has ", t.numel(), " values, the latents ", C4,
-                   " patchified channels");
-        return t;
-    };
-    const Tensor mean = stat("bn.running_mean"), var = stat("bn.running_var");
-    std::vector<float> sd((size_t)C4);
-    for (int64_t c = 0; c < C4; ++c) sd[(size_t)c] = std::sqrt(var.data<float>()[c] + (float)eps);
-    for (size_t i = 0; i < x.size(); ++i) {
-        const size_t c = i % (size_t)C4;
-        x[i] = x[i] * sd[c] + mean.data<float>()[c];
-    }
 }
 std::vector<float> unpack_2x2(const float* p, int B, int C, int h, int w) { return repack_2x2(p, B, C, h, w, false); }
 
@@ -598,7 +583,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         return f.timestep_fraction ? (float)ts[(size_t)i] / 1000.f : (float)ts[(size_t)i] * t_scale;
     };
     // Sana-Sprint decodes x0 / sigma_data / scaling_factor (final_latents_divisor: sigma_data).
-    // Klein: no scaling; the VAE's BatchNorm statistics instead (flux2_bn_denormalize).
+    // Klein: no scaling; the VAE's BatchNorm statistics instead (klein_decode_input).
     const float sf = f.bn_latents ? 1.f : (float)(vc.scaling_factor * sched->final_latents_divisor());
     const float shift = f.bn_latents ? 0.f : (float)vc.shift_factor;
     std::vector<float> z;
@@ -620,8 +605,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
             return f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf);
         });
-        if (f.bn_latents) flux2_bn_denormalize(src, z, 4 * C);
-        if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
+        if (f.bn_latents) z = klein_decode_input(vx, z, lat_shape, h, w);
+        else if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
         std::function<void(int, std::vector<float>&)> blend;
         if (p.inpaint)
@@ -638,8 +623,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                         {"step" + std::to_string(i) + "_init_latents_proper", Tensor::from_f32(lat_shape, proper)});
             };
         x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend, il.cond, ref);
-        if (f.bn_latents) flux2_bn_denormalize(src, x, 4 * C);
-        z = f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
+        z = f.bn_latents ? klein_decode_input(vx, x, lat_shape, h, w)
+            : f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
         for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }
     decode_images(vx, z, nchw, opt.keep_intermediates, res, f.bn_latents ? "final_latents_unpatchified" : nullptr);

@@ -92,6 +92,15 @@ int plan_latents(const ModelSource& src, const Family& f, T2IPlan& p, Transforme
     if (f.default_size_pixels) return f.default_size_pixels / p.vae_scale_factor;
     KILN_CHECK(vc.channels == p.latent_channels, src.path(), ": the VAE has ", vc.channels,
                " latent channels, the transformer ", p.latent_channels);
+    // FLUX.2's transformer works in the BatchNorm-normalised latent space of AutoencoderKLFlux2: a Flux.1 VAE of the
+    // same channel count would decode without error into the wrong image.
+    const ComponentClass* vk = find_component_class(src.class_of("vae"));
+    const bool bn = vk && vk->kind == ComponentKind::vae_flux2;
+    KILN_CHECK(bn == f.bn_latents, src.path(), ": ", f.pipelines[0].name, " decodes with ",
+               f.bn_latents ? class_name(ComponentKind::vae_flux2) : "its own VAE", ", this vae is ",
+               src.class_of("vae"),
+               f.bn_latents ? " (a FLUX.1 VAE? FLUX.2 [klein] needs its own, with the latent BatchNorm statistics)"
+                            : " (FLUX.2's VAE: its latents are not this pipeline's)");
     return f.default_sample_size ? f.default_sample_size : ts.sample_size;
 }
 

@@ -172,8 +172,16 @@ GenerateResult generate_z_image(vk::Context& ctx, const ModelSource& src, const 
     const auto t_loop = Clock::now();
     double wait_ms = 0;
     std::vector<float> noise(x.size());
+    const auto& sg = sched->sigmas();
     for (int i = 0; i < (int)ts.size(); ++i) {
         const auto t_step = Clock::now();
+        // diffusers' last step (sigma_min = 0: sigma 0 to 0) moves the latents by dt = 0 x the prediction: the same
+        // latents, bitwise. Kiln skips its transformer call, unless intermediates are kept (the fixtures record it).
+        if (!opt.keep_intermediates && (size_t)i + 1 < sg.size() && sg[(size_t)i + 1] == sg[(size_t)i]) {
+            res.step_ms.push_back(ms_since(t_step));
+            if (opt.progress) opt.progress(i + 1, (int)ts.size());
+            continue;
+        }
         const float tn = (1000.f - (float)ts[(size_t)i]) / 1000.f;  // (1000 - timestep) / 1000 in f32, as torch
         const bool cfg = p.cfg && !(opt.cfg_truncation <= 1 && (double)tn > opt.cfg_truncation);
         for (int64_t r = 0; r < BB; ++r) {

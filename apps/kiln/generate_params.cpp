@@ -12,7 +12,7 @@ double cfg_truncation_param(double v) {
 }
 
 void set_guidance(kiln_generate_params& p, const models::T2IOptions& t, const models::PromptOptions& x) {
-    if (t.guidance) p.guidance = *t.guidance == 0 ? 1.0 : *t.guidance;  // the C API's 0 means the default
+    if (t.guidance) p.guidance = *t.guidance, p.guidance_exact = 1;  // --guidance 0 is 0 (Z-Image-Turbo's)
     if (t.true_cfg_scale) p.true_cfg_scale = *t.true_cfg_scale;
     p.cfg_truncation = cfg_truncation_param(t.cfg_truncation);
     p.cfg_normalization = t.cfg_normalization;

@@ -115,6 +115,7 @@ bool read_field(const std::string& key, const json& v, const Limits& L, ImageReq
     if (key == "guidance_scale") {
         if (!v.is_number()) return *err = bad(key, "'guidance_scale' must be a number", "invalid_type"), false;
         r.guidance_scale = v.get<double>();
+        r.guidance_given = true;
         if (std::isfinite(r.guidance_scale) && r.guidance_scale >= 0 && r.guidance_scale <= 100) return true;
         return *err = bad(key, "'guidance_scale' must be in 0 .. 100", "invalid_value"), false;
     }

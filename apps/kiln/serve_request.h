@@ -29,6 +29,7 @@ struct ImageRequest {
     uint64_t seed = 0;            // Kiln: kiln generate's default seed is 0 as well
     int steps = 0;                // Kiln
     double guidance_scale = 0;    // Kiln
+    bool guidance_given = false;  // guidance_scale was in the request (0 then means 0: Z-Image-Turbo's)
     std::string scheduler;        // Kiln: "" = the model's
     bool stream = false;          // progress as server-sent events (docs/serve.md)
     // Kiln: the scales of the server's LoRAs (--lora), in their order; empty = theirs. The parser checks the count

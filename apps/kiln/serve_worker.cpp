@@ -98,6 +98,7 @@ kiln_generate_params generate_params(const ModelFacts& f, const ImageRequest& r,
     if (!r.negative_prompt.empty()) p.negative_prompt = r.negative_prompt.c_str();
     if (!r.scheduler.empty()) p.scheduler = r.scheduler.c_str();
     p.width = r.width, p.height = r.height, p.steps = r.steps, p.guidance = r.guidance_scale, p.seed = r.seed;
+    p.guidance_exact = r.guidance_given;
     p.images_per_prompt = r.n;
     p.text_encoder_layers = r.text_encoder_layers.empty() ? nullptr : r.text_encoder_layers.data();
     p.text_encoder_layer_count = (int)r.text_encoder_layers.size();

@@ -21,7 +21,6 @@ enum class ComponentKind {
     flux,                  // transformers
     flux2,                 // Flux2Transformer2DModel (FLUX.2 [klein], [dev])
     sana,                  // SanaTransformer2DModel (Sana, Sana-Sprint)
-    flux2,                 // Flux2Transformer2DModel (FLUX.2 [klein])
     z_image,               // ZImageTransformer2DModel (Z-Image, Z-Image-Turbo)
     vae,                   // the KL autoencoder
     vae_flux2,             // the KL autoencoder with FLUX.2's latent batch-norm statistics (models/vae.h)
