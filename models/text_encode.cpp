@@ -490,6 +490,8 @@ void encode_sana(PromptRun& r, const Family& f) {
 void encode_qwen(PromptRun& r, const Family& f) {
     const TextEncoderUse& e = f.encoders[0];
     const std::string enc = e.component, comp = tokenizer_of(enc);
+    KILN_CHECK(r.src.has(enc), r.src.path(), ": this model has no '", enc, "' (", f.pipelines[0].name,
+               " encodes the prompt with Qwen3): give --text-encoder FILE (--llm), or --prompt-embeds FILE");
     KILN_CHECK(r.src.has(comp), r.src.path(), ": this model has no '", comp,
                "' (tokenizer files) for its text encoder; give --prompt-embeds FILE instead");
     auto t0 = Clock::now();

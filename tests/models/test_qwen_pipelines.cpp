@@ -6,6 +6,7 @@
 // assembly_checks put diffusers' own float64 re-implementation within 6e-7 of it).
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "models/t2i_pipeline.h"
@@ -171,4 +172,69 @@ TEST_CASE("Z-Image skips the transformer call of its final dt = 0 step: the same
     CHECK(skipped.step_ms.size() == (size_t)*run.opt.steps);
     REQUIRE(skipped.image.shape == all.image.shape);
     CHECK(std::memcmp(skipped.image.bytes.data(), all.image.bytes.data(), all.image.nbytes()) == 0);
+}
+
+namespace {
+// A copy of a fixture pipeline folder in the tests' temp folder without `drop` (a component folder), with `swap`'s
+// folder as `as` when given.
+std::string variant(const std::string& fixture, const std::string& tag, const std::string& drop,
+                    const std::string& swap = "", const std::string& as = "") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / "kiln_test_qwen_pipelines" / (fixture + "_" + tag);
+    fs::remove_all(dir);
+    fs::create_directories(dir.parent_path());
+    fs::copy(test::data_path("fixtures/" + fixture), dir, fs::copy_options::recursive);
+    if (!drop.empty()) fs::remove_all(dir / drop);
+    if (!swap.empty()) {
+        fs::remove_all(dir / as);
+        fs::copy(test::data_path(swap), dir / as, fs::copy_options::recursive);
+    }
+    return dir.string();
+}
+}  // namespace
+
+TEST_CASE("Z-Image and FLUX.2 [klein]: bad inputs get one clear line", "[models][qwen_pipelines][errors]") {
+    models::PromptOptions po;
+    po.prompts = {"a fox"};
+    po.cfg = false;
+    SECTION("no tokenizer") {
+        auto src = models::ModelSource::open(variant("z_image_pipeline", "notok", "tokenizer"));
+        CHECK_THROWS_WITH(models::encode_prompts(nullptr, src, po),
+                          Catch::Contains("has no 'tokenizer'") && Catch::Contains("--prompt-embeds"));
+    }
+    SECTION("no text encoder") {
+        auto src = models::ModelSource::open(variant("flux2_klein_pipeline", "noenc", "text_encoder"));
+        CHECK_THROWS_WITH(models::encode_prompts(nullptr, src, po),
+                          Catch::Contains("has no 'text_encoder'") && Catch::Contains("--llm"));
+    }
+    SECTION("a klein transformer with a FLUX.1-style AutoencoderKL of the same latent channels") {
+        auto src =
+            models::ModelSource::open(variant("flux2_klein_pipeline", "flux1vae", "", "fixtures/vae", "vae"));
+        models::T2IOptions o;
+        o.height = o.width = 32;
+        CHECK_THROWS_WITH(models::plan_t2i(src, o), Catch::Contains("decodes with AutoencoderKLFlux2") &&
+                                                        Catch::Contains("this vae is AutoencoderKL"));
+    }
+    SECTION("a prompt over max_sequence_length: truncated with a warning, as diffusers") {
+        auto src = models::ModelSource::open(test::data_path("fixtures/flux2_klein_pipeline"));
+        std::vector<std::string> warnings;
+        po.warn = [&](const std::string& m) { warnings.push_back(m); };
+        po.max_sequence_length = 16;
+        po.prompts = {"a very long prompt about a small red fox floating above a misty forest in soft morning light"};
+        auto enc = models::encode_prompts(nullptr, src, po);
+        CHECK(enc.tensors.at("prompt_embeds").shape[1] == 16);
+        REQUIRE(warnings.size() == 1);
+        CHECK_THAT(warnings[0], Catch::Contains("truncated to 16"));
+    }
+    SECTION("options of the other pipeline") {
+        auto src = models::ModelSource::open(test::data_path("fixtures/z_image_pipeline"));
+        po.text_encoder_layers = {9};
+        CHECK_THROWS_WITH(models::encode_prompts(nullptr, src, po), Catch::Contains("Flux2KleinPipeline"));
+        auto klein = models::ModelSource::open(test::data_path("fixtures/flux2_klein_pipeline"));
+        po.text_encoder_layers = {40};
+        CHECK_THROWS_WITH(models::encode_prompts(nullptr, klein, po), Catch::Contains("40"));
+        po.text_encoder_layers = {};
+        po.negatives = {"blurry"};
+        CHECK_THROWS_WITH(models::encode_prompts(nullptr, klein, po), Catch::Contains("negative_prompt"));
+    }
 }
