@@ -317,12 +317,14 @@ typedef struct kiln_generate_params {
     /* Every double field (and each of sigmas, timesteps, loras[i].scale) must be finite and within its range
      * (the same for every family and the CLI's flags: docs/cli.md, Numbers), else KILN_INVALID_ARGUMENT naming
      * the field. */
-    double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5); 1 = no guidance; >= 0 */
+    double guidance;       /* 0 = the pipeline's (DiT 4, PixArt 4.5, SD3 7, Flux 3.5, Z-Image 5, klein 4) unless
+                            * guidance_exact; 1 = no guidance (Z-Image: 0 with guidance_exact); >= 0 */
     uint64_t seed;         /* the initial noise diffusers draws with generator=torch.manual_seed(seed) (f32) */
     const char* scheduler; /* NULL/"" = the model's; "ddim", "dpm", "euler", "euler_a", a diffusers class, or a
                             * preset: "dpm++2m-karras", "dpm++2m-sde", "dpm++2m-sde-karras", "euler-karras" */
     kiln_jit_mode jit_mode;
-    /* Optional exact initial noise, float32 NCHW [images, latent channels, h, w] (Flux: unpacked); NULL = seeded. */
+    /* Optional exact initial noise, float32 NCHW [images, latent channels, h, w] (Flux: unpacked; FLUX.2 [klein]: as
+     * diffusers draws it, 2x2-patchified [images, 4 x latent channels, h/2, w/2]); NULL = seeded. */
     const float* latents;
     const int64_t* latents_shape;
     int latents_ndim;

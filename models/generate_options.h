@@ -54,7 +54,7 @@ struct CommonOptions {
     // {"use_karras_sigmas": true}); one the scheduler does not read is an error.
     nlohmann::json scheduler_config = nlohmann::json::object();
     exec::Mode mode = exec::Mode::regional;
-    std::optional<Tensor> latents_init;  // [B, C, h, w] NCHW (Flux packs it); replaces seeded_normal(seed)
+    std::optional<Tensor> latents_init;  // t2i_noise_shape: [B, C, h, w] NCHW (Flux packs it; klein [B, 4C, h/2, w/2])
     bool keep_intermediates = false;     // the fixture names: step{i}_noise_pred, step{i}_latents, decoded, image, ...
     bool tiled_vae = false;              // diffusers vae.enable_tiling(): tiled decode beyond one tile
     int vae_tile_size = 0;               // tiled_vae: tile side in px (vae.tile_sample_min_size); 0 = sample_size

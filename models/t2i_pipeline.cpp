@@ -497,7 +497,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
     const Shape nchw{B, C, h, w};
     // FLUX.2 [klein] draws the noise already 2x2-patchified, [B, 4C, h/2, w/2] (channel c*4 + dy*2 + dx).
-    const Shape noise_shape = f.patchified_noise ? Shape{B, 4 * C, h / 2, w / 2} : nchw;
+    const Shape noise_shape = t2i_noise_shape(p, B);
     // One generator, as diffusers' `generator`: the initial latents (unless given), then every step's noise where
     // the scheduler draws one (DDIM with eta > 0: randn_tensor(model_output.shape), in the pipeline's dtype).
     // Images in: the image's VAE sample, then the noise (t2i_images.h), after the schedule that gives their sigma.

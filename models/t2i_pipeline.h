@@ -141,6 +141,10 @@ std::string t2i_pipeline_class(const ModelSource& src);
 // the host cannot hold -> kiln::Error). t2i_plan.cpp.
 T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt);
 
+// The shape of the initial latents (latents_init, --latents) for B images: [B, C, h, w]; FLUX.2 [klein] draws them
+// 2x2-patchified, [B, 4C, h/2, w/2].
+Shape t2i_noise_shape(const T2IPlan& p, int64_t B);
+
 // The scheduler a call runs: the model's scheduler config, opt.scheduler's class, opt.scheduler_config's fields.
 std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt);
 

@@ -333,6 +333,11 @@ void plan_eta(const ModelSource& src, const T2IOptions& opt, const Family& f, T2
 }
 }  // namespace
 
+Shape t2i_noise_shape(const T2IPlan& p, int64_t B) {
+    if (p.family && p.family->patchified_noise) return {B, 4 * p.latent_channels, p.latent_h / 2, p.latent_w / 2};
+    return {B, p.latent_channels, p.latent_h, p.latent_w};
+}
+
 std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt) {
     return sched::make_scheduler(src.config("scheduler"), opt.scheduler, opt.scheduler_config);
 }

@@ -33,9 +33,9 @@ inline std::string write_qwen3_pipeline(const std::string& dir, bool klein) {
                             {"shift", 3.0},
                             {"use_dynamic_shifting", klein}};
     write("scheduler/scheduler_config.json", scheduler);
-    // The VAE: an AutoencoderKL config (klein's AutoencoderKLFlux2 has the same fields the planning reads: block
-    // count, latent channels).
-    json vae = {{"_class_name", "AutoencoderKL"},
+    // The VAE: Z-Image's FLUX.1-style AutoencoderKL, klein's AutoencoderKLFlux2 (planning reads the class, the block
+    // count and the latent channels).
+    json vae = {{"_class_name", klein ? "AutoencoderKLFlux2" : "AutoencoderKL"},
                 {"block_out_channels", {8, 16}},
                 {"down_block_types", {"DownEncoderBlock2D", "DownEncoderBlock2D"}},
                 {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D"}},
@@ -46,6 +46,7 @@ inline std::string write_qwen3_pipeline(const std::string& dir, bool klein) {
                 {"norm_num_groups", 4},
                 {"sample_size", 32}};
     if (!klein) vae["scaling_factor"] = 0.3611, vae["shift_factor"] = 0.1159;
+    if (klein) vae["batch_norm_eps"] = 1e-4, vae["patch_size"] = {2, 2};
     write("vae/config.json", vae);
     const json transformer = klein ? json{{"_class_name", "Flux2Transformer2DModel"},
                                           {"attention_head_dim", 16},
@@ -79,7 +80,7 @@ inline std::string write_qwen3_pipeline(const std::string& dir, bool klein) {
                {"text_encoder", {"transformers", klein ? "Qwen3ForCausalLM" : "Qwen3Model"}},
                {"tokenizer", {"transformers", "Qwen2Tokenizer"}},
                {"transformer", {"diffusers", klein ? "Flux2Transformer2DModel" : "ZImageTransformer2DModel"}},
-               {"vae", {"diffusers", "AutoencoderKL"}}};
+               {"vae", {"diffusers", klein ? "AutoencoderKLFlux2" : "AutoencoderKL"}}};
     if (klein) mi["is_distilled"] = false;
     write("model_index.json", mi);
     return dir;
