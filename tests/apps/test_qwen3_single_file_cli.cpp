@@ -2,7 +2,8 @@
 // original layout (Z-Image's / ComfyUI's keys, BFL's), the VAE in the LDM layout (FLUX.1's ae.safetensors, FLUX.2's
 // flux2-vae.safetensors) and the Qwen3 encoder in transformers' or llama.cpp's names, all written from the tiny
 // diffusers pipelines (tests/support/original_layouts.h), must give the folder's image and intermediates byte for
-// byte; the assembly must hand the models the folder's tensors bitwise; the mistakes people make stop with one line.
+// byte (and so must kiln-convert's Kiln file of them); the assembly must hand the models the folder's tensors bitwise;
+// the mistakes people make stop with one line.
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -123,6 +124,19 @@ TEST_CASE("kiln generate from Z-Image / klein single files gives the folder's im
         REQUIRE(r.rc == 0);
         check_identical(dump, ref);
         CHECK(read_bytes(dump + ".png") == read_bytes(ref + ".png"));
+        if (gguf) continue;
+        // kiln-convert bundles the same files with the configs and tokenizer; f32 storage keeps every weight's bits,
+        // so the Kiln file alone gives the same image again.
+        const std::string kiln_file = tmp / (c + ".kiln"), dump2 = tmp / "kiln.safetensors";
+        r = test::run_cli(tmp, "kiln-convert",
+                          "--diffusion-model " + f.transformer + " --vae " + f.vae + " --llm " + f.llm + " --config " +
+                              fixture(c) + " --dtype f32 -o " + kiln_file);
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        r = test::run_cli(tmp, "kiln", "generate --model " + kiln_file + call(c, dump2));
+        INFO(r.err);
+        REQUIRE(r.rc == 0);
+        check_identical(dump2, ref);
     }
 }
 
