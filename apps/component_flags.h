@@ -21,7 +21,8 @@ inline const std::vector<ComponentFlag>& component_flags() {
     static const std::vector<ComponentFlag> rows = {
         {"--diffusion-model", &C::diffusion_model,
          "The transformer: flux1-dev.safetensors (BFL or ComfyUI keys), city96's flux1-dev-Q4_K_S.gguf, "
-         "sd3.5_large.safetensors, z_image_turbo_bf16.safetensors, flux-2-klein-4b.safetensors, ..." KILN_COMPONENT_FILE},
+         "sd3.5_large.safetensors, z_image_turbo_bf16.safetensors, flux-2-klein-4b.safetensors, "
+         "..." KILN_COMPONENT_FILE},
         {"--vae", &C::vae,
          "The VAE: ae.safetensors (LDM layout; Flux, Z-Image), flux2-vae.safetensors (FLUX.2 [klein]), "
          "..." KILN_COMPONENT_FILE},

@@ -176,8 +176,8 @@ const Family& transformer_family(const Given& t, const std::map<std::string, lay
 // Hidden size of a CLIP or T5 set from its token embedding, to tell CLIP-L from CLIP-G and catch encoders of another
 // model; -1 when the set has no such tensor.
 int64_t embedding_width(const layouts::TensorSet& s) {
-    for (const char* n : {"text_model.embeddings.token_embedding.weight", "shared.weight", "encoder.embed_tokens.weight",
-                          "embed_tokens.weight"})
+    for (const char* n : {"text_model.embeddings.token_embedding.weight", "shared.weight",
+                          "encoder.embed_tokens.weight", "embed_tokens.weight"})
         if (const layouts::TensorInfo* t = s.find(n); t && t->shape.size() == 2) return t->shape[1];
     return -1;
 }
@@ -235,11 +235,12 @@ void check_same_family(const layouts::FileInfo& info, const Given& g, const Fami
 void check_vae_kind(const layouts::Detected& d, const Part& p, const Given& g, const Family& fam) {
     const models::ComponentClass* k = models::find_component_class(p.cls);
     const bool want2 = k && k->kind == models::ComponentKind::vae_flux2, have2 = d.family == "flux2";
-    KILN_CHECK(want2 == have2, g.path, ": given as ", g.flag, " but it is ",
-               have2 ? "FLUX.2's VAE (it has the latent BatchNorm bn.*)" : "a FLUX.1-style VAE (no latent BatchNorm bn.*)",
-               "; ", fam.name, " needs ",
-               want2 ? std::string("FLUX.2's VAE (flux2-vae.safetensors)")
-                     : "an " + p.cls + " (FLUX.1's ae.safetensors for Flux and Z-Image)");
+    KILN_CHECK(
+        want2 == have2, g.path, ": given as ", g.flag, " but it is ",
+        have2 ? "FLUX.2's VAE (it has the latent BatchNorm bn.*)" : "a FLUX.1-style VAE (no latent BatchNorm bn.*)",
+        "; ", fam.name, " needs ",
+        want2 ? std::string("FLUX.2's VAE (flux2-vae.safetensors)")
+              : "an " + p.cls + " (FLUX.1's ae.safetensors for Flux and Z-Image)");
 }
 
 // Where the configs and tokenizers come from: component -> (class, config text), tokenizer -> folder.

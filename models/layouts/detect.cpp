@@ -68,40 +68,16 @@ std::string bucket_of(const std::string& k, bool llama_llm) {
     auto top = k.substr(0, k.find('.'));
     if (llama_llm && (top == "token_embd" || top == "output" || top == "output_norm" || top == "blk")) return "llm";
     if (qwen3_key(k)) return "llm";
-    static const char* const dm[] = {"double_blocks",
-                                     "single_blocks",
-                                     "img_in",
-                                     "txt_in",
-                                     "time_in",
-                                     "vector_in",
-                                     "guidance_in",
-                                     "final_layer",
-                                     "joint_blocks",
-                                     "x_embedder",
-                                     "t_embedder",
-                                     "y_embedder",
-                                     "context_embedder",
-                                     "pos_embed",
-                                     "transformer_blocks",
-                                     "single_transformer_blocks",
-                                     "time_text_embed",
-                                     "norm_out",
-                                     "proj_out",
+    static const char* const dm[] = {"double_blocks", "single_blocks", "img_in", "txt_in", "time_in", "vector_in",
+                                     "guidance_in", "final_layer", "joint_blocks", "x_embedder", "t_embedder",
+                                     "y_embedder", "context_embedder", "pos_embed", "transformer_blocks",
+                                     "single_transformer_blocks", "time_text_embed", "norm_out", "proj_out",
                                      // FLUX.2 (BFL and diffusers names)
-                                     "double_stream_modulation_img",
-                                     "double_stream_modulation_txt",
-                                     "single_stream_modulation",
-                                     "time_guidance_embed",
+                                     "double_stream_modulation_img", "double_stream_modulation_txt",
+                                     "single_stream_modulation", "time_guidance_embed",
                                      // Z-Image (original and diffusers names; its layers.N: see qwen3_key)
-                                     "layers",
-                                     "noise_refiner",
-                                     "context_refiner",
-                                     "cap_embedder",
-                                     "x_pad_token",
-                                     "cap_pad_token",
-                                     "norm_final",
-                                     "all_x_embedder",
-                                     "all_final_layer"};
+                                     "layers", "noise_refiner", "context_refiner", "cap_embedder", "x_pad_token",
+                                     "cap_pad_token", "norm_final", "all_x_embedder", "all_final_layer"};
     for (const char* p : dm)
         if (top == p) return "transformer";
     if (starts_with(k, "encoder.block.") || starts_with(k, "encoder.final_layer_norm.") ||
@@ -134,8 +110,8 @@ bool lumina2_blocks(const Group& g) {
 
 void finish_transformer(const Container& c, Group& g) {
     Detected& d = g.det;
-    const bool diffusers = any_key(g, "transformer_blocks.") || any_key(g, "single_transformer_blocks.") ||
-                           any_key(g, "all_x_embedder.");
+    const bool diffusers =
+        any_key(g, "transformer_blocks.") || any_key(g, "single_transformer_blocks.") || any_key(g, "all_x_embedder.");
     std::vector<std::string> keys;
     for (const auto& [k, i] : g.keys) keys.push_back(c.tensors[i].name);
     if (any_key(g, "double_stream_modulation_img.") || any_key(g, "single_stream_modulation.") ||
@@ -281,8 +257,9 @@ std::vector<Group> detect(const Container& c, const std::string& role_hint) {
     }
     // A GGUF's architecture and its tensors tell the same story (city96 files hold one component).
     for (const Group& g : out) {
-        KILN_CHECK(arch_fits(c.arch, g.det), c.path, ": GGUF architecture '", c.arch, "' but tensors of a ", g.det.family,
-                   g.det.family.empty() ? "" : " ", g.det.role, " ('", c.tensors[g.keys[0].second].name, "')");
+        KILN_CHECK(arch_fits(c.arch, g.det), c.path, ": GGUF architecture '", c.arch, "' but tensors of a ",
+                   g.det.family, g.det.family.empty() ? "" : " ", g.det.role, " ('", c.tensors[g.keys[0].second].name,
+                   "')");
     }
     for (size_t a = 0; a < out.size(); ++a)
         for (size_t b = a + 1; b < out.size(); ++b)

@@ -41,7 +41,7 @@ enum class Op {
 struct Entry {
     TensorInfo info;
     Op op = Op::copy;
-    size_t src = 0;  // index into Container::tensors
+    size_t src = 0;          // index into Container::tensors
     int64_t r0 = 0, r1 = 0;  // rows
 };
 
@@ -80,12 +80,12 @@ struct MapOut {
 void map_flux(const Group& g, MapOut& out);
 void map_sd3(const Group& g, MapOut& out);
 void map_vae_ldm(const Group& g, MapOut& out);
-void map_t5(const Group& g, MapOut& out);        // transformers names; `shared` kept, a tied duplicate dropped
-void map_t5_llama(const Group& g, MapOut& out);  // llama.cpp names (city96 / llama.cpp T5 GGUF)
-void map_identity(const Group& g, MapOut& out);  // diffusers/transformers names already (CLIP, diffusers files)
-void map_z_image(const Group& g, MapOut& out);   // Z-Image's original keys (Tongyi / ComfyUI) -> diffusers
-void map_flux2(const Group& g, MapOut& out);     // FLUX.2's BFL keys -> diffusers
-void map_vae_flux2(const Group& g, MapOut& out);  // FLUX.2's VAE: the LDM layout + nested quant convs and bn
+void map_t5(const Group& g, MapOut& out);           // transformers names; `shared` kept, a tied duplicate dropped
+void map_t5_llama(const Group& g, MapOut& out);     // llama.cpp names (city96 / llama.cpp T5 GGUF)
+void map_identity(const Group& g, MapOut& out);     // diffusers/transformers names already (CLIP, diffusers files)
+void map_z_image(const Group& g, MapOut& out);      // Z-Image's original keys (Tongyi / ComfyUI) -> diffusers
+void map_flux2(const Group& g, MapOut& out);        // FLUX.2's BFL keys -> diffusers
+void map_vae_flux2(const Group& g, MapOut& out);    // FLUX.2's VAE: the LDM layout + nested quant convs and bn
 void map_qwen3(const Group& g, MapOut& out);        // transformers' Qwen3 names, without "model."; lm_head dropped
 void map_qwen3_llama(const Group& g, MapOut& out);  // llama.cpp's names (GGUF architecture qwen3)
 

@@ -58,7 +58,7 @@ public:
 
 // One component found in a file.
 struct Detected {
-    std::string role;    // "transformer", "vae", "clip_l", "clip_g", "t5xxl", "llm" (a Qwen3 text encoder)
+    std::string role;  // "transformer", "vae", "clip_l", "clip_g", "t5xxl", "llm" (a Qwen3 text encoder)
     // A transformer's family: "flux", "sd3", "flux2", "z_image" (models::file_family); a VAE's: "flux2" when it holds
     // FLUX.2's latent BatchNorm (bn.*), else ""; "" otherwise.
     std::string family;

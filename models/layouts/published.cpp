@@ -123,17 +123,17 @@ bool matches_z_image(const json& c, const TensorSet& ts) {
     const int64_t p = patch("all_patch_size"), f = patch("all_f_patch_size");
     if (p != 2 || f != 1) return false;  // the single file's x_embedder / final_layer are diffusers' "2-1"
     if (!(has(ts, "all_x_embedder.2-1.weight", {D, p * p * f * in}) &&
-          has(ts, "all_final_layer.2-1.linear.weight", {p * p * f * in, D}) && has(ts, "cap_embedder.0.weight", {cap}) &&
-          has(ts, "cap_embedder.1.weight", {D, cap}) && has(ts, "x_pad_token", {1, D}) &&
-          has(ts, "cap_pad_token", {1, D}) && count_blocks(ts, "layers.") == L &&
+          has(ts, "all_final_layer.2-1.linear.weight", {p * p * f * in, D}) &&
+          has(ts, "cap_embedder.0.weight", {cap}) && has(ts, "cap_embedder.1.weight", {D, cap}) &&
+          has(ts, "x_pad_token", {1, D}) && has(ts, "cap_pad_token", {1, D}) && count_blocks(ts, "layers.") == L &&
           count_blocks(ts, "noise_refiner.") == R && count_blocks(ts, "context_refiner.") == R))
         return false;
-    for (const std::string& b : {std::string("layers.0."), "layers." + std::to_string(L - 1) + ".", std::string("noise_refiner.0."),
-                                std::string("context_refiner.0.")}) {
+    for (const std::string& b : {std::string("layers.0."), "layers." + std::to_string(L - 1) + ".",
+                                 std::string("noise_refiner.0."), std::string("context_refiner.0.")}) {
         const bool modulated = b.rfind("context_refiner.", 0) != 0;
-        if (!has(ts, b + "attention.to_q.weight", {heads * hd, D}) || !has(ts, b + "attention.to_k.weight", {kv * hd, D}) ||
-            !has(ts, b + "feed_forward.w1.weight", {ffn, D}) || !has(ts, b + "feed_forward.w2.weight", {D, ffn}) ||
-            qk != has(ts, b + "attention.norm_q.weight", {hd}) ||
+        if (!has(ts, b + "attention.to_q.weight", {heads * hd, D}) ||
+            !has(ts, b + "attention.to_k.weight", {kv * hd, D}) || !has(ts, b + "feed_forward.w1.weight", {ffn, D}) ||
+            !has(ts, b + "feed_forward.w2.weight", {D, ffn}) || qk != has(ts, b + "attention.norm_q.weight", {hd}) ||
             modulated != has(ts, b + "adaLN_modulation.0.weight", {4 * D, adaln}))
             return false;
     }
@@ -247,7 +247,7 @@ const Published* recognize(const std::string& family, const TensorSet& transform
         const bool match = family == "flux"      ? matches_flux(c, transformer)
                            : family == "sd3"     ? matches_sd3(c, transformer)
                            : family == "z_image" ? matches_z_image(c, transformer)
-                           : family == "flux2"   && matches_flux2(c, transformer);
+                                                 : family == "flux2" && matches_flux2(c, transformer);
         if (!match) continue;
         KILN_CHECK(!found, "internal: ", transformer.source(), " matches both ", found->id, " and ", p.id);
         found = &p;

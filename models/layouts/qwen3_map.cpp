@@ -14,10 +14,10 @@ namespace kiln::layouts::detail {
 namespace {
 
 bool qwen3_layer_rest(const std::string& rest) {
-    static const char* const known[] = {"input_layernorm.",  "post_attention_layernorm.", "self_attn.q_proj.",
-                                        "self_attn.k_proj.", "self_attn.v_proj.",         "self_attn.o_proj.",
-                                        "self_attn.q_norm.", "self_attn.k_norm.",         "mlp.gate_proj.",
-                                        "mlp.up_proj.",      "mlp.down_proj."};
+    static const char* const known[] = {
+        "input_layernorm.",  "post_attention_layernorm.", "self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.",
+        "self_attn.o_proj.", "self_attn.q_norm.",         "self_attn.k_norm.", "mlp.gate_proj.",    "mlp.up_proj.",
+        "mlp.down_proj."};
     for (const char* p : known)
         if (starts_with(rest, p)) return true;
     return false;
@@ -25,16 +25,11 @@ bool qwen3_layer_rest(const std::string& rest) {
 
 // blk.N.<name> -> layers.N.<name'>
 const std::vector<Rename> kLlamaBlock = {
-    {"attn_norm", "input_layernorm"},
-    {"attn_q_norm", "self_attn.q_norm"},
-    {"attn_k_norm", "self_attn.k_norm"},
-    {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},
-    {"attn_output", "self_attn.o_proj"},
-    {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},
-    {"ffn_up", "mlp.up_proj"},
+    {"attn_norm", "input_layernorm"},    {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"}, {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
 };
 
@@ -44,7 +39,8 @@ void map_qwen3(const Group& g, MapOut& out) {
     for (const auto& [k, i] : g.keys) {
         int n;
         std::string rest;
-        if (k == "embed_tokens.weight" || k == "norm.weight" || (block_key(k, "layers.", n, rest) && qwen3_layer_rest(rest)))
+        if (k == "embed_tokens.weight" || k == "norm.weight" ||
+            (block_key(k, "layers.", n, rest) && qwen3_layer_rest(rest)))
             out.copy(i, k);
         else if (!starts_with(k, "lm_head."))
             out.unexplained.push_back(out.src(i).name);

@@ -1,5 +1,6 @@
-// Z-Image: the original keys (Tongyi-MAI's checkpoint, ComfyUI's z_image_turbo_*.safetensors, their GGUFs) -> diffusers'
-// ZImageTransformer2DModel (diffusers single_file_utils.py convert_z_image_transformer_checkpoint_to_diffusers):
+// Z-Image: the original keys (Tongyi-MAI's checkpoint, ComfyUI's z_image_turbo_*.safetensors, their GGUFs) ->
+// diffusers' ZImageTransformer2DModel (diffusers single_file_utils.py
+// convert_z_image_transformer_checkpoint_to_diffusers):
 //   x_embedder / final_layer        -> all_x_embedder.2-1 / all_final_layer.2-1 (the patch 2, frame patch 1 entries)
 //   <block>.attention.qkv           -> to_q | to_k | to_v, equal thirds of dim 0 (torch.chunk(qkv, 3))
 //   <block>.attention.out           -> attention.to_out.0

@@ -90,10 +90,9 @@ TEST_CASE("Z-Image / klein single files assemble into the folder's tensors, bitw
         REQUIRE(p);
         CHECK(p->from == converter::Part::From::layout_file);
         const auto set = converter::open_part(*p);
-        const SafeTensors ref = SafeTensors::open(fixture(c) + "/" + comp + "/" +
-                                                  (std::string(comp) == "text_encoder"
-                                                       ? "model.safetensors"
-                                                       : "diffusion_pytorch_model.safetensors"));
+        const SafeTensors ref = SafeTensors::open(
+            fixture(c) + "/" + comp + "/" +
+            (std::string(comp) == "text_encoder" ? "model.safetensors" : "diffusion_pytorch_model.safetensors"));
         CHECK(set->tensors().size() == ref.tensors().size());
         for (const auto& t : ref.tensors()) {
             INFO(t.name);

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <tuple>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "models/layouts/published.h"
 #include "models/registry/registry.h"
@@ -154,9 +154,8 @@ ShapeSet z_image(int64_t D, int64_t heads, int64_t kv, int64_t L, int64_t R, int
     linear(s, "t_embedder.mlp.2", ada, 1024);
     s.add("x_pad_token", {1, D});
     s.add("cap_pad_token", {1, D});
-    for (const auto& [name, n, modulated] :
-         std::vector<std::tuple<std::string, int64_t, bool>>{{"layers", L, true}, {"noise_refiner", R, true},
-                                                             {"context_refiner", R, false}})
+    for (const auto& [name, n, modulated] : std::vector<std::tuple<std::string, int64_t, bool>>{
+             {"layers", L, true}, {"noise_refiner", R, true}, {"context_refiner", R, false}})
         for (int64_t i = 0; i < n; ++i) {
             const std::string b = name + "." + std::to_string(i) + ".";
             linear(s, b + "attention.to_q", heads * hd, D, false);
@@ -334,8 +333,8 @@ TEST_CASE("published: Z-Image-Turbo and FLUX.2 [klein] 4B / 9B with their Qwen3 
               models::file_family(p.family));
         const int64_t width = p.configs.at("text_encoder")["hidden_size"];
         const nlohmann::json& t = p.configs.at("transformer");
-        CHECK((p.family == "z_image" ? t["cap_feat_dim"].get<int64_t>() : t["joint_attention_dim"].get<int64_t>() / 3) ==
-              width);
+        CHECK((p.family == "z_image" ? t["cap_feat_dim"].get<int64_t>()
+                                     : t["joint_attention_dim"].get<int64_t>() / 3) == width);
     }
     CHECK(published("z-image-turbo").configs.at("vae")["latent_channels"] == 16);
     CHECK(published("z-image-turbo").configs.at("vae")["scaling_factor"] == 0.3611);
@@ -379,7 +378,8 @@ TEST_CASE("published: recognize() names Z-Image-Turbo and klein 4B / 9B, and not
     CHECK(id_of("flux2", s) == "none");
     // The tiny fixtures are no published size.
     CHECK(id_of("z_image", safetensors_shapes(test::data_path(
-                               "fixtures/z_image_pipeline/transformer/diffusion_pytorch_model.safetensors"))) == "none");
+                               "fixtures/z_image_pipeline/transformer/diffusion_pytorch_model.safetensors"))) ==
+          "none");
     CHECK(id_of("flux2", safetensors_shapes(test::data_path(
                              "fixtures/flux2_klein_pipeline/transformer/diffusion_pytorch_model.safetensors"))) ==
           "none");

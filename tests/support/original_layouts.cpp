@@ -106,13 +106,16 @@ void write_flux2_bfl(const std::string& path, const std::string& prefix) {
         {"proj_out.", "final_layer.linear."},
     };
     static const std::pair<const char*, const char*> dbl[] = {
-        {"attn.to_out.0.", "img_attn.proj."},         {"attn.to_add_out.", "txt_attn.proj."},
+        {"attn.to_out.0.", "img_attn.proj."},
+        {"attn.to_add_out.", "txt_attn.proj."},
         {"attn.norm_q.weight", "img_attn.norm.query_norm.scale"},
         {"attn.norm_k.weight", "img_attn.norm.key_norm.scale"},
         {"attn.norm_added_q.weight", "txt_attn.norm.query_norm.scale"},
         {"attn.norm_added_k.weight", "txt_attn.norm.key_norm.scale"},
-        {"ff.linear_in.", "img_mlp.0."},              {"ff.linear_out.", "img_mlp.2."},
-        {"ff_context.linear_in.", "txt_mlp.0."},      {"ff_context.linear_out.", "txt_mlp.2."},
+        {"ff.linear_in.", "img_mlp.0."},
+        {"ff.linear_out.", "img_mlp.2."},
+        {"ff_context.linear_in.", "txt_mlp.0."},
+        {"ff_context.linear_out.", "txt_mlp.2."},
     };
     static const std::pair<const char*, const char*> sgl[] = {
         {"attn.to_qkv_mlp_proj.", "linear1."},
@@ -138,7 +141,8 @@ void write_flux2_bfl(const std::string& path, const std::string& prefix) {
                 out[replace(replace(n, "transformer_blocks.", "double_blocks."), "attn.add_q_proj.", "txt_attn.qkv.")] =
                     t;
             else if (n.find(".attn.to_k.") == std::string::npos && n.find(".attn.to_v.") == std::string::npos &&
-                     n.find(".attn.add_k_proj.") == std::string::npos && n.find(".attn.add_v_proj.") == std::string::npos)
+                     n.find(".attn.add_k_proj.") == std::string::npos &&
+                     n.find(".attn.add_v_proj.") == std::string::npos)
                 out[rename("transformer_blocks.", "double_blocks.", dbl)] = src.read(n);
         } else if (n.rfind("single_transformer_blocks.", 0) == 0) {
             out[rename("single_transformer_blocks.", "single_blocks.", sgl)] = src.read(n);
@@ -183,9 +187,11 @@ void write_vae_ldm(const std::string& c, const std::string& path, bool tracked) 
             o = replace(o, "mid_block.resnets.1.", "mid.block_2.");
             o = replace(o, "mid_block.attentions.0.group_norm.", "mid.attn_1.norm.");
             for (const char* p : {"q", "k", "v"})
-                o = replace(o, std::string("mid_block.attentions.0.to_") + p + ".", std::string("mid.attn_1.") + p + ".");
+                o = replace(o, std::string("mid_block.attentions.0.to_") + p + ".",
+                            std::string("mid.attn_1.") + p + ".");
             o = replace(o, "mid_block.attentions.0.to_out.0.", "mid.attn_1.proj_out.");
-            if (o.find("mid.attn_1.") != std::string::npos && t.shape.size() == 2) t.shape.insert(t.shape.end(), {1, 1});
+            if (o.find("mid.attn_1.") != std::string::npos && t.shape.size() == 2)
+                t.shape.insert(t.shape.end(), {1, 1});
         }
         o = replace(o, ".conv_shortcut.", ".nin_shortcut.");
         o = replace(o, "coder.conv_norm_out.", "coder.norm_out.");
@@ -208,11 +214,11 @@ void write_qwen3_transformers(const std::string& c, const std::string& path, boo
 void write_qwen3_gguf(const std::string& c, const std::string& path, DType matrix) {
     const SafeTensors src = fixture(c, "text_encoder");
     static const std::pair<const char*, const char*> names[] = {
-        {"input_layernorm.", "attn_norm."},       {"self_attn.q_norm.", "attn_q_norm."},
-        {"self_attn.k_norm.", "attn_k_norm."},    {"self_attn.q_proj.", "attn_q."},
-        {"self_attn.k_proj.", "attn_k."},         {"self_attn.v_proj.", "attn_v."},
-        {"self_attn.o_proj.", "attn_output."},    {"post_attention_layernorm.", "ffn_norm."},
-        {"mlp.gate_proj.", "ffn_gate."},          {"mlp.up_proj.", "ffn_up."},
+        {"input_layernorm.", "attn_norm."},    {"self_attn.q_norm.", "attn_q_norm."},
+        {"self_attn.k_norm.", "attn_k_norm."}, {"self_attn.q_proj.", "attn_q."},
+        {"self_attn.k_proj.", "attn_k."},      {"self_attn.v_proj.", "attn_v."},
+        {"self_attn.o_proj.", "attn_output."}, {"post_attention_layernorm.", "ffn_norm."},
+        {"mlp.gate_proj.", "ffn_gate."},       {"mlp.up_proj.", "ffn_up."},
         {"mlp.down_proj.", "ffn_down."},
     };
     GgufWriter w;
