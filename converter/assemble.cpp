@@ -106,8 +106,6 @@ std::vector<Given> given_files(const ComponentFiles& f, std::map<std::string, la
         const std::string r = role;  // (clang: a lambda does not capture a structured binding)
         std::erase_if(out, [&](const Given& g) { return g.role == r; });
         out.push_back({flag_of(role), *path, role});
-        // models/layouts reads no Qwen3 single file yet: add_given refuses one, once the family wants it.
-        if (r == "llm") continue;
         if (!fs::is_directory(*path) && !layouts::is_kiln_file(*path) && !infos.count(*path))
             infos[*path] = layouts::inspect(*path);
     }
@@ -178,8 +176,8 @@ const Family& transformer_family(const Given& t, const std::map<std::string, lay
 // Hidden size of a CLIP or T5 set from its token embedding, to tell CLIP-L from CLIP-G and catch encoders of another
 // model; -1 when the set has no such tensor.
 int64_t embedding_width(const layouts::TensorSet& s) {
-    for (const char* n :
-         {"text_model.embeddings.token_embedding.weight", "shared.weight", "encoder.embed_tokens.weight"})
+    for (const char* n : {"text_model.embeddings.token_embedding.weight", "shared.weight",
+                          "encoder.embed_tokens.weight", "embed_tokens.weight"})
         if (const layouts::TensorInfo* t = s.find(n); t && t->shape.size() == 2) return t->shape[1];
     return -1;
 }
@@ -230,6 +228,19 @@ void check_same_family(const layouts::FileInfo& info, const Given& g, const Fami
         KILN_CHECK(!other || other == &fam, g.path, ": given as ", g.flag, " but it is a ", other->name,
                    " file (it holds a ", other->name, " transformer); this pipeline's transformer is ", fam.name);
     }
+}
+
+// FLUX.1's VAE (ae.safetensors, 16 latent channels) and FLUX.2's (flux2-vae.safetensors: 32 channels and the latent
+// BatchNorm bn.*) are told apart by bn.*, and named, before their tensors are counted against the other's config.
+void check_vae_kind(const layouts::Detected& d, const Part& p, const Given& g, const Family& fam) {
+    const models::ComponentClass* k = models::find_component_class(p.cls);
+    const bool want2 = k && k->kind == models::ComponentKind::vae_flux2, have2 = d.family == "flux2";
+    KILN_CHECK(
+        want2 == have2, g.path, ": given as ", g.flag, " but it is ",
+        have2 ? "FLUX.2's VAE (it has the latent BatchNorm bn.*)" : "a FLUX.1-style VAE (no latent BatchNorm bn.*)",
+        "; ", fam.name, " needs ",
+        want2 ? std::string("FLUX.2's VAE (flux2-vae.safetensors)")
+              : "an " + p.cls + " (FLUX.1's ae.safetensors for Flux and Z-Image)");
 }
 
 // Where the configs and tokenizers come from: component -> (class, config text), tokenizer -> folder.
@@ -331,12 +342,10 @@ Assembly assemble(const ComponentFiles& f) {
             p.from = Part::From::kiln_file;
             kiln_file_part(p, g);
         } else {
-            KILN_CHECK(g.role != "llm", g.path, ": ", g.flag,
-                       " takes a diffusers or transformers text_encoder folder (config.json and weights) or a Kiln "
-                       "file; Kiln reads no Qwen3 single file yet");
             p.from = Part::From::layout_file;
             p.role = detected_role(infos.at(g.path), g).role;
             check_same_family(infos.at(g.path), g, fam);
+            if (g.role == "vae") check_vae_kind(detected_role(infos.at(g.path), g), p, g, fam);
             if (g.role != "transformer" && g.role != "vae") check_encoder_width(p, g);
             // Names only, before any weight is read: missing tensors are counted and named here.
             match_tensors(*open_part(p), p.cls, parse_json_object(p.config_text, p.name),
@@ -381,6 +390,8 @@ std::unique_ptr<layouts::TensorSet> open_part(const Part& p) {
     const models::ComponentClass* k = models::find_component_class(p.cls);
     if (p.role == "clip_l" && k && k->kind == models::ComponentKind::clip_text_projection)
         return layouts::with_identity_projection(std::move(set));
+    // A Qwen3 file is read under Qwen3Model's names; Qwen3ForCausalLM keeps them under "model." (FLUX.2 [klein]).
+    if (p.role == "llm" && k && *k->weights_prefix) return layouts::with_prefix(std::move(set), k->weights_prefix);
     return set;
 }
 

@@ -145,7 +145,7 @@ void print_layout_info(const std::string& path, std::ostream& os, const std::str
     bool has_transformer = false;
     for (auto& d : info.components) has_transformer |= d.role == "transformer";
     if (!has_transformer) {
-        os << "  (no transformer: use it beside one, e.g. --vae / --clip-l / --t5xxl " << path << ")\n";
+        os << "  (no transformer: use it beside one, e.g. --vae / --clip-l / --t5xxl / --llm " << path << ")\n";
         return;
     }
     try {  // the same checks as generate: configs, every tensor present, tokenizers

@@ -201,9 +201,8 @@ typedef struct kiln_model_files {
     const char* t5xxl;
     const char* config;     /* a diffusers pipeline folder of the same model */
     const char* tokenizers; /* a folder holding tokenizer/, tokenizer_2/, ... */
-    /* Appended in 0.2: Z-Image, FLUX.2 [klein]: the Qwen3 text encoder (stable-diffusion.cpp's --llm). Single
-     * files of these families' transformers and of Qwen3 are not read yet: such a file is refused with a message
-     * naming it (give a diffusers pipeline folder to kiln_model_open). */
+    /* Appended in 0.2: Z-Image, FLUX.2 [klein]: the Qwen3 text encoder (stable-diffusion.cpp's --llm): a single
+     * file (transformers' names, or a llama.cpp GGUF), a transformers folder or a Kiln file. */
     const char* llm;
 } kiln_model_files;
 #define KILN_MODEL_FILES_INIT KILN_INIT_(kiln_model_files)

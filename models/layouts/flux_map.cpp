@@ -71,15 +71,23 @@ void MapOut::rows(size_t i, const std::vector<std::string>& names, std::vector<i
     }
 }
 
+void MapOut::thirds(size_t i, const std::vector<std::string>& names) {
+    const Source& s = src(i);
+    KILN_CHECK(names.size() == 3 && !s.shape.empty() && s.shape[0] % 3 == 0, c.path, ": fused qkv '", s.name,
+               "' of shape ", shape_str(s.shape), " has no three equal parts along dim 0");
+    const int64_t d = s.shape[0] / 3;
+    rows(i, names, {d, d, d});
+}
+
+void MapOut::zero(const std::string& name, DType dtype, Shape shape) {
+    entries.push_back({{name, dtype, std::move(shape)}, Op::zero, 0});
+}
+
 namespace {
 
 // qkv = [q; k; v] along dim 0, equal thirds; `names` are diffusers' modules ("attn.to_q"), `leaf` "weight"/"bias".
 void split_qkv(MapOut& out, size_t i, const std::string& base, const char* const (&names)[3], const std::string& leaf) {
-    const Source& s = out.src(i);
-    KILN_CHECK(!s.shape.empty() && s.shape[0] % 3 == 0, out.c.path, ": fused qkv '", s.name, "' of shape ",
-               shape_str(s.shape), " has no three equal parts along dim 0");
-    int64_t d = s.shape[0] / 3;
-    out.rows(i, {base + names[0] + "." + leaf, base + names[1] + "." + leaf, base + names[2] + "." + leaf}, {d, d, d});
+    out.thirds(i, {base + names[0] + "." + leaf, base + names[1] + "." + leaf, base + names[2] + "." + leaf});
 }
 
 const char* const kToQkv[3] = {"attn.to_q", "attn.to_k", "attn.to_v"};

@@ -35,13 +35,14 @@ enum class Op {
     rows,     // rows [r0, r1) of the source's dim 0
     swap,     // [a; b] -> [b; a] along dim 0 (BFL/Stability [shift; scale] -> diffusers [scale; shift])
     reshape,  // the source's bytes under `info.shape` (LDM 1x1 conv [C, C, 1, 1] -> [C, C])
+    zero,     // computed: zeros the file lacks (BatchNorm's num_batches_tracked, which torch fills in as 0)
 };
 
 struct Entry {
     TensorInfo info;
     Op op = Op::copy;
-    size_t src = 0;  // index into Container::tensors
-    int64_t r0 = 0, r1 = 0;
+    size_t src = 0;          // index into Container::tensors
+    int64_t r0 = 0, r1 = 0;  // rows
 };
 
 // One component of a file: its detection and its keys with the prefix stripped.
@@ -58,8 +59,8 @@ std::vector<Group> detect(const Container& c, const std::string& role_hint = "")
 // explain, and for fused tensors whose sizes do not split.
 std::vector<Entry> map_component(const Container& c, const Group& g);
 
-// The maps, one per layout family (flux_map.cpp, sd3_map.cpp, vae_map.cpp, text_map.cpp). Each appends entries and
-// the source keys it could not place to `unexplained`.
+// The maps, one per layout family (flux_map.cpp, sd3_map.cpp, vae_map.cpp, text_map.cpp, z_image_map.cpp,
+// flux2_map.cpp, qwen3_map.cpp). Each appends entries and the source keys it could not place to `unexplained`.
 struct MapOut {
     const Container& c;
     std::vector<Entry> entries;
@@ -71,13 +72,22 @@ struct MapOut {
     void swap(size_t i, const std::string& name);
     // Splits dim 0 of source i into consecutive row ranges of the given sizes (the last may be -1: the rest).
     void rows(size_t i, const std::vector<std::string>& names, std::vector<int64_t> sizes);
+    // A fused [q; k; v] (torch.chunk(x, 3, dim=0)): three equal row ranges named names[0..2].
+    void thirds(size_t i, const std::vector<std::string>& names);
+    // A zero-filled tensor the file lacks (no source).
+    void zero(const std::string& name, DType dtype, Shape shape);
 };
 void map_flux(const Group& g, MapOut& out);
 void map_sd3(const Group& g, MapOut& out);
 void map_vae_ldm(const Group& g, MapOut& out);
-void map_t5(const Group& g, MapOut& out);        // transformers names; `shared` kept, a tied duplicate dropped
-void map_t5_llama(const Group& g, MapOut& out);  // llama.cpp names (city96 / llama.cpp T5 GGUF)
-void map_identity(const Group& g, MapOut& out);  // diffusers/transformers names already (CLIP, diffusers files)
+void map_t5(const Group& g, MapOut& out);           // transformers names; `shared` kept, a tied duplicate dropped
+void map_t5_llama(const Group& g, MapOut& out);     // llama.cpp names (city96 / llama.cpp T5 GGUF)
+void map_identity(const Group& g, MapOut& out);     // diffusers/transformers names already (CLIP, diffusers files)
+void map_z_image(const Group& g, MapOut& out);      // Z-Image's original keys (Tongyi / ComfyUI) -> diffusers
+void map_flux2(const Group& g, MapOut& out);        // FLUX.2's BFL keys -> diffusers
+void map_vae_flux2(const Group& g, MapOut& out);    // FLUX.2's VAE: the LDM layout + nested quant convs and bn
+void map_qwen3(const Group& g, MapOut& out);        // transformers' Qwen3 names, without "model."; lm_head dropped
+void map_qwen3_llama(const Group& g, MapOut& out);  // llama.cpp's names (GGUF architecture qwen3)
 
 // A rename rule: `from` is a full key or a module prefix ("img_in" matches "img_in.weight" -> "x_embedder.weight").
 struct Rename {

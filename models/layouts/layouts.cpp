@@ -54,7 +54,8 @@ private:
 
 Tensor LayoutSet::read(const std::string& name) const {
     const Entry& e = at(name);
-    Tensor t(e.info.dtype, e.info.shape);
+    Tensor t(e.info.dtype, e.info.shape);  // zero-filled
+    if (e.op == Op::zero) return t;
     const detail::Source& s = c_.tensors[e.src];
     const MappedFile& f = *files_[(size_t)s.file];
     switch (e.op) {
@@ -64,6 +65,8 @@ Tensor LayoutSet::read(const std::string& name) const {
             break;
         case Op::rows:
             f.read(t.bytes.data(), t.bytes.size(), s.offset + row_offset(s, e.r0));
+            break;
+        case Op::zero:
             break;
         case Op::swap: {  // [a; b] -> [b; a]
             const uint64_t half = s.nbytes / 2;
@@ -77,7 +80,7 @@ Tensor LayoutSet::read(const std::string& name) const {
 
 Mapped LayoutSet::view(const std::string& name) const {
     const Entry& e = at(name);
-    if (e.op == Op::swap) return {};
+    if (e.op == Op::swap || e.op == Op::zero) return {};
     const detail::Source& s = c_.tensors[e.src];
     const uint64_t off = s.offset + (e.op == Op::rows ? row_offset(s, e.r0) : 0);
     return {files_[(size_t)s.file], off};
@@ -113,6 +116,35 @@ private:
     std::unique_ptr<TensorSet> base_;
     std::vector<TensorInfo> infos_;
     TensorInfo proj_;
+};
+
+// A set under prefixed names (see with_prefix).
+class Prefixed final : public TensorSet {
+public:
+    Prefixed(std::unique_ptr<TensorSet> base, std::string prefix) : base_(std::move(base)), prefix_(std::move(prefix)) {
+        for (TensorInfo t : base_->tensors()) {  // the order is kept: one prefix on every name
+            t.name = prefix_ + t.name;
+            infos_.push_back(std::move(t));
+        }
+    }
+    const std::vector<TensorInfo>& tensors() const override { return infos_; }
+    const TensorInfo* find(const std::string& name) const override {
+        auto it = std::lower_bound(infos_.begin(), infos_.end(), name,
+                                   [](const TensorInfo& t, const std::string& n) { return t.name < n; });
+        return it != infos_.end() && it->name == name ? &*it : nullptr;
+    }
+    Tensor read(const std::string& name) const override { return base_->read(strip(name)); }
+    Mapped view(const std::string& name) const override { return base_->view(strip(name)); }
+    std::string source() const override { return base_->source(); }
+
+private:
+    std::string strip(const std::string& name) const {
+        KILN_CHECK(name.compare(0, prefix_.size(), prefix_) == 0, "missing tensor '", name, "' in ", source());
+        return name.substr(prefix_.size());
+    }
+    std::unique_ptr<TensorSet> base_;
+    std::string prefix_;
+    std::vector<TensorInfo> infos_;
 };
 
 std::string roles_of(const std::vector<detail::Group>& groups) {
@@ -153,6 +185,10 @@ std::unique_ptr<TensorSet> open_component(const std::string& path, const std::st
     auto set = std::make_unique<LayoutSet>(std::move(c), std::move(entries), source);
     if (role == "clip_l" && sd3_file) return with_identity_projection(std::move(set));
     return set;
+}
+
+std::unique_ptr<TensorSet> with_prefix(std::unique_ptr<TensorSet> set, const std::string& prefix) {
+    return std::make_unique<Prefixed>(std::move(set), prefix);
 }
 
 std::unique_ptr<TensorSet> with_identity_projection(std::unique_ptr<TensorSet> clip) {

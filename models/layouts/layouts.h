@@ -5,15 +5,19 @@
 // (optionally under ComfyUI's "model.diffusion_model." prefix, sometimes twice), Stability's SD3/SD3.5 single
 // file (model.diffusion_model.*, first_stage_model.*, text_encoders.{clip_l,clip_g,t5xxl}.transformer.*), LDM-layout
 // VAEs (BFL's ae.safetensors), ComfyUI/Stability's separate CLIP-L, CLIP-G and T5 files, and city96's GGUF files
-// (general.architecture flux / sd3 with the original keys; T5 encoders in llama.cpp's names). The mappings follow
-// diffusers' single_file_utils.py converters; each diffusers tensor is one of:
+// (general.architecture flux / sd3 with the original keys; T5 encoders in llama.cpp's names); FLUX.2 transformers
+// in BFL's keys and FLUX.2's VAE (flux2-vae.safetensors), Z-Image transformers in their original keys (ComfyUI's
+// z_image_turbo_*.safetensors, GGUF lumina2), Qwen3 text encoders in transformers' names (qwen_3_4b.safetensors) or
+// llama.cpp's (GGUF qwen3). The mappings follow diffusers' single_file_utils.py converters; each diffusers tensor is
+// one of:
 //   copy            a file tensor as it is (read in place from the mapping),
 //   rows            a row range [r0, r1) of a fused file tensor (Flux's qkv, linear1): contiguous bytes, also read
 //                   in place, quantized or not (rows are whole blocks),
 //   swapped halves  [scale; shift] from BFL/Stability's [shift; scale] (final_layer, SD3's last context block):
 //                   assembled on read,
 //   reshaped        the same bytes under another shape (LDM attention's 1x1 convs [C, C, 1, 1] -> [C, C]),
-//   computed        a tensor the file lacks but the model defines (SD3's CLIP-L identity text_projection).
+//   computed        a tensor the file lacks but the model defines (SD3's CLIP-L identity text_projection, FLUX.2
+//                   VAE's bn.num_batches_tracked = 0).
 // Vulkan-free: kiln-convert links it.
 #include <map>
 #include <memory>
@@ -54,9 +58,12 @@ public:
 
 // One component found in a file.
 struct Detected {
-    std::string role;    // "transformer", "vae", "clip_l", "clip_g", "t5xxl"
-    std::string family;  // "flux" or "sd3" for a transformer (the registry's FamilyId); "" otherwise
-    std::string layout;  // "bfl", "comfyui", "stability", "ldm", "transformers", "diffusers", "city96"
+    std::string role;  // "transformer", "vae", "clip_l", "clip_g", "t5xxl", "llm" (a Qwen3 text encoder)
+    // A transformer's family: "flux", "sd3", "flux2", "z_image" (models::file_family); a VAE's: "flux2" when it holds
+    // FLUX.2's latent BatchNorm (bn.*), else ""; "" otherwise.
+    std::string family;
+    // "bfl", "comfyui", "stability", "original" (Z-Image), "ldm", "transformers", "diffusers", "city96", "llama.cpp"
+    std::string layout;
     std::string prefix;  // the key prefix stripped ("model.diffusion_model.", "text_encoders.clip_l.transformer.")
     size_t n_tensors = 0;
 };
@@ -97,5 +104,8 @@ std::unique_ptr<TensorSet> open_kiln_component(const std::string& path, const st
 // text_projection.weight added (computed: view() gives {}). A separate clip_l file cannot tell SD3's CLIP-L from
 // Flux's (which has no projection), so the caller that knows the family (SD3's text_encoder) applies it.
 std::unique_ptr<TensorSet> with_identity_projection(std::unique_ptr<TensorSet> clip);
+// The set with every name prefixed (a Qwen3 layout set, under Qwen3Model's names, read as Qwen3ForCausalLM's
+// "model.*"): views and reads unchanged.
+std::unique_ptr<TensorSet> with_prefix(std::unique_ptr<TensorSet> set, const std::string& prefix);
 
 }  // namespace kiln::layouts

@@ -104,6 +104,70 @@ bool matches_sd3(const json& c, const TensorSet& ts) {
     return true;
 }
 
+// Z-Image: the patch embedder [D, p^2 f in] and final linear [p^2 f out, D] of the (2, 1) patch entry, caption embedder
+// RMSNorm [cap] then [D, cap], n_layers / n_refiner_layers blocks (noise and context refiners alike), attention
+// [heads hd, D] and [kv_heads hd, D] with hd = D / heads, qk norms [hd] exactly when qk_norm, SwiGLU hidden
+// int(D / 3 * 8), modulation [4D, min(D, 256)] in the modulated blocks, and the pad tokens [1, D].
+bool matches_z_image(const json& c, const TensorSet& ts) {
+    const int64_t D = field(c, "dim", 3840), heads = field(c, "n_heads", 30), kv = field(c, "n_kv_heads", heads);
+    const int64_t in = field(c, "in_channels", 16), cap = field(c, "cap_feat_dim", 2560);
+    const int64_t L = field(c, "n_layers", 30), R = field(c, "n_refiner_layers", 2);
+    if (heads <= 0 || D % heads) return false;
+    const int64_t hd = D / heads, ffn = D * 8 / 3, adaln = std::min<int64_t>(D, 256);
+    const bool qk = c.value("qk_norm", true);
+    auto patch = [&](const char* key) {  // all_patch_size[0], all_f_patch_size[0]; diffusers' "2-1" entry
+        return c.contains(key) && c[key].is_array() && c[key].size() == 1 && c[key][0].is_number_integer()
+                   ? c[key][0].get<int64_t>()
+                   : -1;
+    };
+    const int64_t p = patch("all_patch_size"), f = patch("all_f_patch_size");
+    if (p != 2 || f != 1) return false;  // the single file's x_embedder / final_layer are diffusers' "2-1"
+    if (!(has(ts, "all_x_embedder.2-1.weight", {D, p * p * f * in}) &&
+          has(ts, "all_final_layer.2-1.linear.weight", {p * p * f * in, D}) &&
+          has(ts, "cap_embedder.0.weight", {cap}) && has(ts, "cap_embedder.1.weight", {D, cap}) &&
+          has(ts, "x_pad_token", {1, D}) && has(ts, "cap_pad_token", {1, D}) && count_blocks(ts, "layers.") == L &&
+          count_blocks(ts, "noise_refiner.") == R && count_blocks(ts, "context_refiner.") == R))
+        return false;
+    for (const std::string& b : {std::string("layers.0."), "layers." + std::to_string(L - 1) + ".",
+                                 std::string("noise_refiner.0."), std::string("context_refiner.0.")}) {
+        const bool modulated = b.rfind("context_refiner.", 0) != 0;
+        if (!has(ts, b + "attention.to_q.weight", {heads * hd, D}) ||
+            !has(ts, b + "attention.to_k.weight", {kv * hd, D}) || !has(ts, b + "feed_forward.w1.weight", {ffn, D}) ||
+            !has(ts, b + "feed_forward.w2.weight", {D, ffn}) || qk != has(ts, b + "attention.norm_q.weight", {hd}) ||
+            modulated != has(ts, b + "adaLN_modulation.0.weight", {4 * D, adaln}))
+            return false;
+    }
+    return true;
+}
+
+// FLUX.2: x_embedder [H, in], context_embedder [H, joint], the timestep embedder [H, channels], the guidance embedder
+// exactly when guidance_embeds, the shared modulations [6H, H] (double, img and txt) and [3H, H] (single), L double
+// and S single blocks of width H = heads * head_dim with an MLP of mlp_ratio H (SwiGLU: linear_in 2 mlp rows), the
+// single blocks' fused [3H + 2 mlp, H] in and [H, H + mlp] out, and proj_out [patch^2 out, H].
+bool matches_flux2(const json& c, const TensorSet& ts) {
+    const int64_t d = field(c, "attention_head_dim", 128), H = field(c, "num_attention_heads", 48) * d;
+    const int64_t in = field(c, "in_channels", 128), out = field(c, "out_channels", in), p = field(c, "patch_size", 1);
+    const int64_t L = field(c, "num_layers", 8), S = field(c, "num_single_layers", 48);
+    const int64_t mlp = (int64_t)(H * c.value("mlp_ratio", 3.0)), ch = field(c, "timestep_guidance_channels", 256);
+    const bool guidance = c.value("guidance_embeds", true);
+    const std::string tb = "transformer_blocks.", sb = "single_transformer_blocks.";
+    const std::string last = tb + std::to_string(L - 1) + ".", last_single = sb + std::to_string(S - 1) + ".";
+    const std::string g = "time_guidance_embed.guidance_embedder.linear_1.weight";
+    return has(ts, "x_embedder.weight", {H, in}) &&
+           has(ts, "context_embedder.weight", {H, field(c, "joint_attention_dim", 15360)}) &&
+           has(ts, "time_guidance_embed.timestep_embedder.linear_1.weight", {H, ch}) &&
+           guidance == has(ts, g, {H, ch}) && guidance == (ts.find(g) != nullptr) &&
+           has(ts, "double_stream_modulation_img.linear.weight", {6 * H, H}) &&
+           has(ts, "double_stream_modulation_txt.linear.weight", {6 * H, H}) &&
+           has(ts, "single_stream_modulation.linear.weight", {3 * H, H}) && count_blocks(ts, tb) == L &&
+           count_blocks(ts, sb) == S && has(ts, tb + "0.attn.to_q.weight", {H, H}) &&
+           has(ts, tb + "0.attn.norm_q.weight", {d}) && has(ts, last + "ff.linear_in.weight", {2 * mlp, H}) &&
+           has(ts, last + "ff_context.linear_out.weight", {H, mlp}) &&
+           has(ts, last_single + "attn.to_qkv_mlp_proj.weight", {3 * H + 2 * mlp, H}) &&
+           has(ts, last_single + "attn.to_out.weight", {H, H + mlp}) && has(ts, "norm_out.linear.weight", {2 * H, H}) &&
+           has(ts, "proj_out.weight", {p * p * out, H});
+}
+
 // What each tokenizer class needs (the files read_tokenizer_folder reads): `required` to be usable, `fetch` to
 // behave as published (tokenizer_config.json carries model_max_length; special_tokens_map.json the pad token).
 struct Need {
@@ -180,8 +244,11 @@ const Published* recognize(const std::string& family, const TensorSet& transform
     for (const Published& p : published_models()) {
         if (p.family != family) continue;
         const json& c = p.configs.at("transformer");
-        if (!(family == "flux" ? matches_flux(c, transformer) : family == "sd3" && matches_sd3(c, transformer)))
-            continue;
+        const bool match = family == "flux"      ? matches_flux(c, transformer)
+                           : family == "sd3"     ? matches_sd3(c, transformer)
+                           : family == "z_image" ? matches_z_image(c, transformer)
+                                                 : family == "flux2" && matches_flux2(c, transformer);
+        if (!match) continue;
         KILN_CHECK(!found, "internal: ", transformer.source(), " matches both ", found->id, " and ", p.id);
         found = &p;
     }

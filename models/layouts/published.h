@@ -11,10 +11,11 @@
 namespace kiln::layouts {
 
 struct Published {
-    std::string id;              // "flux-dev", "flux-schnell", "sd3-medium", "sd3.5-medium", "sd3.5-large"
-    std::string family;          // "flux" or "sd3"
-    std::string repo;            // the diffusers repository: "black-forest-labs/FLUX.1-dev", ...
-    nlohmann::json model_index;  // model_index.json as published
+    std::string id;      // "flux-dev", "flux-schnell", "sd3-medium", "sd3.5-medium", "sd3.5-large", "z-image-turbo",
+                         // "flux2-klein-4b", "flux2-klein-9b"
+    std::string family;  // layouts::Detected::family: "flux", "sd3", "z_image", "flux2"
+    std::string repo;    // the diffusers repository: "black-forest-labs/FLUX.1-dev", ...
+    nlohmann::json model_index;                     // model_index.json as published
     std::map<std::string, nlohmann::json> configs;  // component -> config.json / scheduler_config.json, _class_name set
     std::vector<std::string> tokenizers;            // tokenizer components: "tokenizer", "tokenizer_2", ...
 };

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/layouts/published.h"
+#include "models/layouts/published_entries.h"
 #include "runtime/core/error.h"
 
 namespace kiln::layouts {
@@ -80,7 +81,7 @@ const char* kFluxSchnellTransformer = R"({
   "pooled_projection_dim": 768
 })";
 
-// vae/config.json (BFL's ae.safetensors): the same in both repositories.
+// vae/config.json (BFL's ae.safetensors): the same in both repositories (and in Z-Image-Turbo's, which uses it).
 const char* kFluxVae = R"({
   "_class_name": "AutoencoderKL",
   "_diffusers_version": "0.30.0.dev0",
@@ -547,14 +548,7 @@ nlohmann::json parse(const std::string& text, const std::string& what) {
     }
 }
 
-struct Entry {
-    const char* id;
-    const char* family;
-    const char* repo;
-    std::string model_index;
-    std::vector<std::pair<const char*, std::string>> configs;  // component -> file text
-    std::vector<std::string> tokenizers;
-};
+using Entry = detail::PublishedEntry;
 
 Published make(const Entry& e) {
     Published p;
@@ -576,6 +570,8 @@ Published make(const Entry& e) {
 }
 
 }  // namespace
+
+const char* detail::flux1_vae_config() { return kFluxVae; }
 
 const std::vector<Published>& published_models() {
     static const std::vector<Published> models = [] {
@@ -638,6 +634,7 @@ const std::vector<Published>& published_models() {
         };
         std::vector<Published> v;
         for (const Entry& e : entries) v.push_back(make(e));
+        for (const Entry& e : detail::qwen3_published_entries()) v.push_back(make(e));
         return v;
     }();
     return models;

@@ -1,5 +1,8 @@
 // LDM-layout VAE (BFL's ae.safetensors, Stability's first_stage_model.*) -> diffusers' VAE (autoencoder_kl.py)
-// (diffusers single_file_utils.py convert_ldm_vae_checkpoint).
+// (diffusers single_file_utils.py convert_ldm_vae_checkpoint), and FLUX.2's VAE (BFL's flux2-vae.safetensors) ->
+// AutoencoderKLFlux2: the same LDM encoder and decoder, its quant convs inside them (encoder.quant_conv,
+// decoder.post_quant_conv) and the latent BatchNorm's buffers bn.* (diffusers' scripts/convert_flux2_to_diffusers.py;
+// single_file_utils.py has no FLUX.2 VAE converter).
 #include "models/layouts/layout_map.h"
 #include "runtime/core/error.h"
 
@@ -45,6 +48,24 @@ bool level_key(const std::string& rest, const std::string& kind, int levels, std
 }
 
 }  // namespace
+
+void map_vae_flux2(const Group& g, MapOut& out) {
+    Group ldm{g.det, {}};
+    bool tracked = false;
+    for (const auto& [k, i] : g.keys) {
+        if (starts_with(k, "encoder.quant_conv."))
+            out.copy(i, k.substr(8));  // quant_conv.*
+        else if (starts_with(k, "decoder.post_quant_conv."))
+            out.copy(i, k.substr(8));  // post_quant_conv.*
+        else if (k == "bn.running_mean" || k == "bn.running_var" || k == "bn.num_batches_tracked")
+            out.copy(i, k), tracked |= k == "bn.num_batches_tracked";
+        else
+            ldm.keys.emplace_back(k, i);
+    }
+    // torch's BatchNorm loads a state dict without num_batches_tracked as 0 (the diffusers conversion drops it).
+    if (!tracked) out.zero("bn.num_batches_tracked", DType::i64, {});
+    map_vae_ldm(ldm, out);
+}
 
 void map_vae_ldm(const Group& g, MapOut& out) {
     int up_levels = 0;

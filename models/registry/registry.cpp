@@ -306,6 +306,8 @@ const Family& family_with(bool Family::*option) {
 const Family* file_family(std::string_view name) {
     if (name == "flux") return &family(FamilyId::flux);
     if (name == "sd3") return &family(FamilyId::sd3);
+    if (name == "z_image") return &family(FamilyId::z_image);
+    if (name == "flux2") return &family(FamilyId::flux2_klein);  // FLUX.2 [dev] (Mistral encoder) is not run
     return nullptr;
 }
 

@@ -192,7 +192,8 @@ const Family* transformer_family(ComponentKind kind);
 const PipelineClass& pipeline_for(const Family& f, bool micro_conditions = false);
 // The first family where a call option applies (e.g. &Family::true_cfg), for messages that name it.
 const Family& family_with(bool Family::*option);
-// The family a single file's transformer names ("flux", "sd3": layouts::Detected::family), or nullptr.
+// The family a single file's transformer names ("flux", "sd3", "z_image", "flux2": layouts::Detected::family), or
+// nullptr.
 const Family* file_family(std::string_view name);
 
 }  // namespace kiln::models

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "models/layouts/published.h"
 #include "models/registry/registry.h"
@@ -137,6 +138,84 @@ ShapeSet sd3(int64_t heads, int64_t L, int64_t M, bool qk, const std::vector<int
 
 const std::vector<int64_t> kDual = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 
+// ZImageTransformer2DModel's tensors (transformer_z_image.py): width D, `heads` query and `kv` key-value heads of
+// D / heads, L layers and R noise / R context refiners (the context refiners unmodulated), SwiGLU of int(D / 3 * 8),
+// the (2, 1) patch embedder of `in` latent channels.
+ShapeSet z_image(int64_t D, int64_t heads, int64_t kv, int64_t L, int64_t R, int64_t cap, bool qk = true,
+                 int64_t in = 16) {
+    ShapeSet s;
+    const int64_t hd = D / heads, ffn = (int64_t)(D / 3.0 * 8), ada = std::min<int64_t>(D, 256);
+    linear(s, "all_x_embedder.2-1", D, 4 * in);
+    linear(s, "all_final_layer.2-1.linear", 4 * in, D);
+    linear(s, "all_final_layer.2-1.adaLN_modulation.1", D, ada);
+    s.add("cap_embedder.0.weight", {cap});
+    linear(s, "cap_embedder.1", D, cap);
+    linear(s, "t_embedder.mlp.0", 1024, 256);
+    linear(s, "t_embedder.mlp.2", ada, 1024);
+    s.add("x_pad_token", {1, D});
+    s.add("cap_pad_token", {1, D});
+    for (const auto& [name, n, modulated] : std::vector<std::tuple<std::string, int64_t, bool>>{
+             {"layers", L, true}, {"noise_refiner", R, true}, {"context_refiner", R, false}})
+        for (int64_t i = 0; i < n; ++i) {
+            const std::string b = name + "." + std::to_string(i) + ".";
+            linear(s, b + "attention.to_q", heads * hd, D, false);
+            linear(s, b + "attention.to_k", kv * hd, D, false);
+            linear(s, b + "attention.to_v", kv * hd, D, false);
+            linear(s, b + "attention.to_out.0", D, heads * hd, false);
+            if (qk)
+                for (const char* q : {"norm_q", "norm_k"}) s.add(b + "attention." + q + ".weight", {hd});
+            for (const char* nrm : {"attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2"})
+                s.add(b + nrm + ".weight", {D});
+            linear(s, b + "feed_forward.w1", ffn, D, false);
+            linear(s, b + "feed_forward.w3", ffn, D, false);
+            linear(s, b + "feed_forward.w2", D, ffn, false);
+            if (modulated) linear(s, b + "adaLN_modulation.0", 4 * D, ada);
+        }
+    return s;
+}
+
+// Flux2Transformer2DModel's tensors (transformer_flux2.py): H = heads * d, L double and S single blocks, MLP 3H
+// (SwiGLU), shared modulations, no biases.
+ShapeSet flux2(int64_t heads, int64_t d, int64_t L, int64_t S, bool guidance, int64_t joint, int64_t in = 128) {
+    ShapeSet s;
+    const int64_t H = heads * d, mlp = 3 * H;
+    linear(s, "x_embedder", H, in, false);
+    linear(s, "context_embedder", H, joint, false);
+    for (const char* e : {"timestep_embedder", "guidance_embedder"}) {
+        if (std::string(e) == "guidance_embedder" && !guidance) continue;
+        linear(s, std::string("time_guidance_embed.") + e + ".linear_1", H, 256, false);
+        linear(s, std::string("time_guidance_embed.") + e + ".linear_2", H, H, false);
+    }
+    linear(s, "double_stream_modulation_img.linear", 6 * H, H, false);
+    linear(s, "double_stream_modulation_txt.linear", 6 * H, H, false);
+    linear(s, "single_stream_modulation.linear", 3 * H, H, false);
+    for (int64_t i = 0; i < L; ++i) {
+        const std::string b = "transformer_blocks." + std::to_string(i) + ".";
+        for (const char* p :
+             {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out"})
+            linear(s, b + "attn." + p, H, H, false);
+        for (const char* n : {"norm_q", "norm_k", "norm_added_q", "norm_added_k"})
+            s.add(b + "attn." + n + ".weight", {d});
+        for (const char* f : {"ff", "ff_context"}) {
+            linear(s, b + f + ".linear_in", 2 * mlp, H, false);
+            linear(s, b + f + ".linear_out", H, mlp, false);
+        }
+    }
+    for (int64_t i = 0; i < S; ++i) {
+        const std::string b = "single_transformer_blocks." + std::to_string(i) + ".";
+        linear(s, b + "attn.to_qkv_mlp_proj", 3 * H + 2 * mlp, H, false);
+        linear(s, b + "attn.to_out", H, H + mlp, false);
+        for (const char* n : {"norm_q", "norm_k"}) s.add(b + "attn." + n + ".weight", {d});
+    }
+    linear(s, "norm_out.linear", 2 * H, H, false);
+    linear(s, "proj_out", in, H, false);
+    return s;
+}
+
+ShapeSet z_image_turbo() { return z_image(3840, 30, 30, 30, 2, 2560); }
+ShapeSet klein_4b() { return flux2(24, 128, 5, 20, false, 7680); }
+ShapeSet klein_9b() { return flux2(32, 128, 8, 24, false, 12288); }
+
 ShapeSet flux_dev() { return flux(24, 128, 19, 38, true); }
 ShapeSet flux_schnell() { return flux(24, 128, 19, 38, false); }
 ShapeSet sd3_medium() { return sd3(24, 24, 192, false, {}); }
@@ -193,8 +272,9 @@ TEST_CASE("published: every config parses and names the class model_index.json g
                                                       {"sd3-medium", "stabilityai/stable-diffusion-3-medium-diffusers"},
                                                       {"sd3.5-medium", "stabilityai/stable-diffusion-3.5-medium"},
                                                       {"sd3.5-large", "stabilityai/stable-diffusion-3.5-large"}};
-    REQUIRE(published_models().size() == repos.size());
+    REQUIRE(published_models().size() == repos.size() + 3);  // + the Qwen3-encoded models (next test case)
     for (const Published& p : published_models()) {
+        if (p.family != "flux" && p.family != "sd3") continue;
         CAPTURE(p.id);
         CHECK(repos.at(p.id) == p.repo);
         const size_t encoders = p.family == "flux" ? 2 : 3;
@@ -226,6 +306,83 @@ TEST_CASE("published: every config parses and names the class model_index.json g
     CHECK(published("flux-dev").configs.at("text_encoder_2")["_class_name"] == "T5EncoderModel");
     CHECK(published("sd3.5-medium").configs.at("transformer")["dual_attention_layers"].size() == 13);
     CHECK(published("sd3.5-large").configs.at("transformer")["caption_projection_dim"] == 2432);
+}
+
+TEST_CASE("published: Z-Image-Turbo and FLUX.2 [klein] 4B / 9B with their Qwen3 encoders", "[layouts][published]") {
+    const std::map<std::string, std::string> repos = {{"z-image-turbo", "Tongyi-MAI/Z-Image-Turbo"},
+                                                      {"flux2-klein-4b", "black-forest-labs/FLUX.2-klein-4B"},
+                                                      {"flux2-klein-9b", "black-forest-labs/FLUX.2-klein-9B"}};
+    for (const auto& [id, repo] : repos) {
+        const Published& p = published(id);
+        CAPTURE(id);
+        CHECK(p.repo == repo);
+        CHECK(p.configs.size() == 4);  // transformer, vae, text_encoder, scheduler
+        CHECK(p.tokenizers == std::vector<std::string>{"tokenizer"});
+        for (const auto& [component, config] : p.configs) {
+            CAPTURE(component);
+            REQUIRE(config.contains("_class_name"));
+            const std::string cls = config["_class_name"].get<std::string>();
+            CHECK(p.model_index.at(component).at(1).get<std::string>() == cls);
+            if (component != "scheduler") CHECK(models::find_component_class(cls) != nullptr);
+        }
+        const auto* tok = models::find_component_class(p.model_index.at("tokenizer").at(1).get<std::string>());
+        REQUIRE(tok);
+        CHECK(tok->kind == models::ComponentKind::qwen2_tokenizer);
+        // The pipeline the registry runs, and the encoder width the transformer takes (klein: 3 stacked layers).
+        CHECK(models::find_pipeline_family(p.model_index.at("_class_name").get<std::string>()) ==
+              models::file_family(p.family));
+        const int64_t width = p.configs.at("text_encoder")["hidden_size"];
+        const nlohmann::json& t = p.configs.at("transformer");
+        CHECK((p.family == "z_image" ? t["cap_feat_dim"].get<int64_t>()
+                                     : t["joint_attention_dim"].get<int64_t>() / 3) == width);
+    }
+    CHECK(published("z-image-turbo").configs.at("vae")["latent_channels"] == 16);
+    CHECK(published("z-image-turbo").configs.at("vae")["scaling_factor"] == 0.3611);
+    CHECK(published("z-image-turbo").configs.at("scheduler")["shift"] == 3.0);
+    CHECK(published("z-image-turbo").configs.at("scheduler")["use_dynamic_shifting"] == false);
+    CHECK(published("z-image-turbo").configs.at("text_encoder")["_class_name"] == "Qwen3Model");
+    CHECK(published("flux2-klein-4b").configs.at("vae")["latent_channels"] == 32);
+    CHECK(published("flux2-klein-4b").configs.at("text_encoder")["_class_name"] == "Qwen3ForCausalLM");
+    CHECK(published("flux2-klein-4b").configs.at("text_encoder")["hidden_size"] == 2560);
+    CHECK(published("flux2-klein-9b").configs.at("text_encoder")["hidden_size"] == 4096);
+    CHECK(published("flux2-klein-4b").model_index["is_distilled"] == true);
+    CHECK(published("flux2-klein-4b").configs.at("scheduler")["use_dynamic_shifting"] == true);
+}
+
+TEST_CASE("published: recognize() names Z-Image-Turbo and klein 4B / 9B, and nothing near them",
+          "[layouts][published]") {
+    CHECK(id_of("z_image", z_image_turbo()) == "z-image-turbo");
+    CHECK(id_of("flux2", klein_4b()) == "flux2-klein-4b");
+    CHECK(id_of("flux2", klein_9b()) == "flux2-klein-9b");
+    CHECK(id_of("flux", klein_4b()) == "none");
+    CHECK(id_of("flux2", z_image_turbo()) == "none");
+    CHECK(id_of("z_image", z_image(3840, 30, 30, 29, 2, 2560)) == "none");         // a layer short
+    CHECK(id_of("z_image", z_image(3840, 30, 30, 30, 1, 2560)) == "none");         // one refiner each
+    CHECK(id_of("z_image", z_image(3840, 30, 30, 30, 2, 4096)) == "none");         // another caption width
+    CHECK(id_of("z_image", z_image(3840, 30, 30, 30, 2, 2560, false)) == "none");  // no qk norm
+    CHECK(id_of("z_image", z_image(3840, 30, 10, 30, 2, 2560)) == "none");         // grouped key-value heads
+    CHECK(id_of("z_image", z_image(2560, 20, 20, 30, 2, 2560)) == "none");         // narrower
+    CHECK(id_of("flux2", flux2(48, 128, 8, 48, true, 15360)) == "none");           // FLUX.2 [dev]
+    CHECK(id_of("flux2", flux2(24, 128, 5, 20, true, 7680)) == "none");            // 4B + a guidance embedder
+    CHECK(id_of("flux2", flux2(24, 128, 5, 19, false, 7680)) == "none");           // a single block short
+    CHECK(id_of("flux2", flux2(24, 128, 5, 20, false, 12288)) == "none");          // 4B beside Qwen3-8B
+    CHECK(id_of("flux2", flux2(32, 128, 8, 24, false, 7680)) == "none");           // 9B beside Qwen3-4B
+    ShapeSet s = z_image_turbo();
+    s.erase("context_refiner.0.attention.norm_q.weight");  // a refiner without qk norm
+    CHECK(id_of("z_image", s) == "none");
+    s = z_image_turbo();
+    s.add("context_refiner.0.adaLN_modulation.0.weight", {15360, 256});  // a modulated context refiner
+    CHECK(id_of("z_image", s) == "none");
+    s = klein_4b();
+    s.erase("single_stream_modulation.linear.weight");
+    CHECK(id_of("flux2", s) == "none");
+    // The tiny fixtures are no published size.
+    CHECK(id_of("z_image", safetensors_shapes(test::data_path(
+                               "fixtures/z_image_pipeline/transformer/diffusion_pytorch_model.safetensors"))) ==
+          "none");
+    CHECK(id_of("flux2", safetensors_shapes(test::data_path(
+                             "fixtures/flux2_klein_pipeline/transformer/diffusion_pytorch_model.safetensors"))) ==
+          "none");
 }
 
 TEST_CASE("published: recognize() names each published transformer by its shapes", "[layouts][published]") {
