@@ -4,12 +4,10 @@
 #include <tuple>
 
 #include "models/core/common.h"
+#include "models/core/component_ops.h"
 #include "models/pipelines/t2i_pipeline.h"
 #include "models/registry/registry.h"
-#include "models/transformers/flux.h"
 #include "models/transformers/pixart.h"
-#include "models/transformers/sana.h"
-#include "models/transformers/sd3.h"
 #include "models/vae/t2i_decoder.h"
 #include "runtime/core/error.h"
 
@@ -24,43 +22,11 @@ int bin_side(const Family& f, int sample_size, int vae_scale_factor) {
     return 0;
 }
 
-// What the plan reads from the transformer's config.
-struct TransformerShape {
-    int in_channels = 0, patch = 1, sample_size = 0, layers = 0, out_channels = 0;
-};
-
+// What the plan reads from the transformer's config (component_ops.h).
 TransformerShape transformer_shape(ComponentKind kind, const nlohmann::json& cfg) {
-    switch (kind) {
-        case ComponentKind::pixart: {
-            const auto c = PixArtConfig::from_json(cfg);
-            return {c.in_channels, c.patch, c.sample_size, c.layers};
-        }
-        case ComponentKind::sd3: {
-            const auto c = SD3Config::from_json(cfg);
-            return {c.in_channels, c.patch, c.sample_size, c.layers};
-        }
-        case ComponentKind::flux: {
-            const auto c = FluxConfig::from_json(cfg);
-            return {c.in_channels, c.patch, 0, c.layers, c.out_channels};
-        }
-        case ComponentKind::sana: {
-            const auto c = SanaConfig::from_json(cfg);
-            return {c.in_channels, c.patch, c.sample_size, c.layers, c.out_channels};
-        }
-        case ComponentKind::flux2: {  // Flux2Transformer2DModel: tokens of 4C (the 2x2-patchified latents)
-            const int in = config_value(cfg, "in_channels", 128);
-            return {in, config_value(cfg, "patch_size", 1), 0, config_value(cfg, "num_layers", 8),
-                    config_value(cfg, "out_channels", in)};
-        }
-        case ComponentKind::z_image: {  // ZImageTransformer2DModel: all_patch_size[0] (the pipeline's patch 2)
-            const auto patches = config_value(cfg, "all_patch_size", std::vector<int>{2});
-            KILN_CHECK(!patches.empty(), class_name(kind), ": all_patch_size is empty");
-            const int in = config_value(cfg, "in_channels", 16);
-            return {in, patches[0], 0, config_value(cfg, "n_layers", 30), in};
-        }
-        default:
-            KILN_FAIL("internal: ", class_name(kind), " is not a text-to-image transformer");
-    }
+    const ComponentOps* ops = find_component_ops(kind);
+    KILN_CHECK(ops && ops->plan_shape, "internal: ", class_name(kind), " is not a text-to-image transformer");
+    return ops->plan_shape(cfg);
 }
 
 // The family's defaults, the latent layout and the size multiple; returns the default sample size (latent side).
