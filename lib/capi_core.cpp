@@ -7,8 +7,8 @@
 
 #include "converter/info.h"
 #include "lib/capi_internal.h"
-#include "models/forward.h"
-#include "models/t2i_pipeline.h"
+#include "models/core/forward.h"
+#include "models/pipelines/t2i_pipeline.h"
 
 namespace kiln::capi {
 

@@ -2,9 +2,9 @@
 #include <set>
 
 #include "lib/capi_internal.h"
-#include "models/dc_ae_runner.h"
-#include "models/forward.h"
-#include "models/vae_runner.h"
+#include "models/core/forward.h"
+#include "models/vae/dc_ae_runner.h"
+#include "models/vae/vae_runner.h"
 
 namespace kiln::capi {
 namespace {

@@ -5,11 +5,11 @@
 #include <set>
 
 #include "lib/capi_internal.h"
-#include "models/dit_pipeline.h"
+#include "models/pipelines/dit_pipeline.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/text_encode.h"
 #include "models/schedulers/scheduler.h"
-#include "models/t2i_pipeline.h"
-#include "models/text/tokenizer.h"
-#include "models/text_encode.h"
+#include "models/text/tokenizers/tokenizer.h"
 
 namespace kiln::capi {
 

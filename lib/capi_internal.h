@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "include/kiln.h"
-#include "models/source.h"
-#include "models/t2i_pipeline.h"
-#include "models/t2i_transformers.h"
-#include "models/text_encode.h"
+#include "models/core/source.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/t2i_transformers.h"
+#include "models/pipelines/text_encode.h"
 #include "runtime/core/error.h"
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"

@@ -1,4 +1,4 @@
-// Shared by the loop_* shaders (the denoising loop on the device, models/step_program.h).
+// Shared by the loop_* shaders (the denoising loop on the device, models/loop/step_program.h).
 // div_rn(a, b): a / b rounded to nearest even, as the host's float division. Vulkan lets a float OpFDiv be 2.5 ulp
 // off, so the variants (step_program.cpp picks one by device feature):
 //  i64: exact integer division of the 24-bit significands (A << 40) / B, rounded with guard and sticky bits;
@@ -8,7 +8,7 @@
 // i64 falls back to the float division for zeros, subnormals, infinities, NaNs and results outside the normal
 // range (not latents / a divisor of order 1).
 #include "common.glsl"
-#include "models/step_params.h"
+#include "models/core/step_params.h"
 
 #if defined(W_I64)
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "models/forward.h"
-#include "models/weights.h"
+#include "models/core/forward.h"
+#include "models/core/weights.h"
 #include "runtime/exec/executor.h"
 #include "runtime/ir/graph.h"
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "apps/kiln/bench.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
 #include "models/registry/registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"

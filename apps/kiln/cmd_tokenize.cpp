@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/kiln/commands.h"
-#include "models/source.h"
-#include "models/text/tokenizer.h"
+#include "models/core/source.h"
+#include "models/text/tokenizers/tokenizer.h"
 #include "runtime/core/error.h"
 
 namespace kiln::app {

@@ -3,9 +3,9 @@
 #include <string>
 
 #include "apps/kiln/commands.h"
-#include "models/dit_pipeline.h"
-#include "models/t2i_pipeline.h"
-#include "models/text_encode.h"
+#include "models/pipelines/dit_pipeline.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/text_encode.h"
 
 namespace kiln::app {
 

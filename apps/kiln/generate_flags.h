@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "apps/kiln/commands.h"
-#include "models/generate_options.h"
-#include "models/image_input.h"
-#include "models/text_encode.h"
+#include "models/core/generate_options.h"
+#include "models/pipelines/image_input.h"
+#include "models/pipelines/text_encode.h"
 
 namespace kiln::app {
 

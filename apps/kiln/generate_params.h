@@ -2,8 +2,8 @@
 // Fields of kiln_generate_params from the pipelines' options, where the C API's encoding differs from the options'
 // (its zero is the default): shared by kiln generate (generate_capi.cpp) and kiln serve (serve_worker.cpp).
 #include "include/kiln.h"
-#include "models/t2i_pipeline.h"
-#include "models/text_encode.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/text_encode.h"
 
 namespace kiln::app {
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/image_input.h"
+#include "models/pipelines/image_input.h"
 #include "runtime/core/tensor.h"
 
 namespace kiln::app {

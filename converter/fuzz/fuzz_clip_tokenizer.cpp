@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "models/text/tokenizer.h"
+#include "models/text/tokenizers/tokenizer.h"
 #include "runtime/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

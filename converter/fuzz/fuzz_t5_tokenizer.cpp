@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "models/text/tokenizer.h"
+#include "models/text/tokenizers/tokenizer.h"
 #include "runtime/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

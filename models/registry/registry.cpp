@@ -71,7 +71,7 @@ std::string class_list(const std::vector<Role>& roles) {
 
 const std::vector<TokenizerFormat>& tokenizer_formats() {
     static const std::vector<TokenizerFormat> v = {
-        {K::clip_tokenizer, {"vocab.json", "merges.txt"}},   // byte-level BPE (models/text/clip_tokenizer.h)
+        {K::clip_tokenizer, {"vocab.json", "merges.txt"}},   // byte-level BPE (models/text/tokenizers/clip_tokenizer.h)
         {K::t5_tokenizer, {"spiece.model"}},                 // SentencePiece unigram
         {K::gemma_tokenizer, {"tokenizer.model"}},           // SentencePiece BPE with byte fallback
         {K::qwen2_tokenizer, {"vocab.json", "merges.txt"}},  // byte-level BPE, Qwen's regex (CLIP's files: by class)
@@ -227,7 +227,7 @@ const std::vector<Family>& families() {
         sprint.bin_sample_sizes = sana.bin_sample_sizes;
 
         // pipeline_z_image.py: Qwen3 hidden_states[-2] of the chat-templated prompt (thinking on), each prompt's
-        // unmasked rows; its own loop (models/z_image_pipeline.h); the FLUX.1 KL VAE with scaling and shift.
+        // unmasked rows; its own loop (models/pipelines/z_image_pipeline.h); the FLUX.1 KL VAE with scaling and shift.
         Family& zi = f[6];
         zi.id = FamilyId::z_image;
         zi.name = "Z-Image";

@@ -23,7 +23,7 @@ enum class ComponentKind {
     sana,                  // SanaTransformer2DModel (Sana, Sana-Sprint)
     z_image,               // ZImageTransformer2DModel (Z-Image, Z-Image-Turbo)
     vae,                   // the KL autoencoder
-    vae_flux2,             // the KL autoencoder with FLUX.2's latent batch-norm statistics (models/vae.h)
+    vae_flux2,             // the KL autoencoder with FLUX.2's latent batch-norm statistics (models/vae/vae.h)
     dc_ae,                 // the deep-compression autoencoder (Sana's VAE)
     clip_text,             // CLIP text model: pooler_output
     clip_text_projection,  // CLIP text model with the text_projection: text_embeds
@@ -32,8 +32,8 @@ enum class ComponentKind {
     qwen3,   // Qwen3Model / Qwen3ForCausalLM: any hidden_states (Z-Image's and FLUX.2 [klein]'s text encoder)
     clip_tokenizer,
     t5_tokenizer,
-    gemma_tokenizer,  // SentencePiece BPE with byte fallback (models/text/gemma_tokenizer.h)
-    qwen2_tokenizer,  // byte-level BPE with Qwen's regex, Qwen2 / Qwen3 (models/text/qwen_tokenizer.h)
+    gemma_tokenizer,  // SentencePiece BPE with byte fallback (models/text/tokenizers/gemma_tokenizer.h)
+    qwen2_tokenizer,  // byte-level BPE with Qwen's regex, Qwen2 / Qwen3 (models/text/tokenizers/qwen_tokenizer.h)
 };
 
 struct ComponentClass {
@@ -138,7 +138,7 @@ struct Family {
     bool vae_shift = false;        // latents / scaling_factor + shift_factor for the VAE (PixArt: no shift)
     // Sana: the prompt goes to the text encoder after the complex_human_instruction (default_instruction's lines,
     // joined by "\n"), and the embeddings are those of <bos> + the last max_sequence_length - 1 positions
-    // (models/sana_pipeline.h).
+    // (models/pipelines/sana_pipeline.h).
     bool complex_human_instruction = false;
     // Sana-Sprint: the embedded guidance reaches the transformer as guidance * its config's guidance_embeds_scale.
     bool scaled_guidance_input = false;
@@ -154,7 +154,7 @@ struct Family {
     // and model_index.json's is_distilled is false.
     bool patchified_noise = false, empirical_mu = false, bn_latents = false, distilled_flag = false;
     // Z-Image: CFG iff guidance > 0, pred = pos + g (pos - neg), cfg_truncation and cfg_normalization, the transformer
-    // takes (1000 - t) / 1000 and lists of per-item latents and caption rows (models/z_image_pipeline.h).
+    // takes (1000 - t) / 1000 and lists of per-item latents and caption rows (models/pipelines/z_image_pipeline.h).
     bool z_image_loop = false;
     std::vector<TextEncoderUse> encoders;  // in encode_prompt's order; empty: class-conditional
     const char* encoders_summary = "";     // for messages: "one text encoder (T5)"

@@ -9,7 +9,7 @@ namespace kiln {
 
 // q8_0 .. q5_k: ggml's block-quantized weight formats (runtime/core/quant.h); only linear weights use them.
 // f8_e4m3 (e4m3fn: bias 7, no inf, S.1111.111 NaN) and f8_e5m2 (bias 15, IEEE-like: the top byte of an f16):
-// the fp8 safetensors types. Both are exact subsets of f16; models upcast them at load (models/weights.cpp).
+// the fp8 safetensors types. Both are exact subsets of f16; models upcast them at load (models/core/weights.cpp).
 // New values are appended: the numbering is part of no file format, but keep it stable anyway.
 enum class DType : uint8_t {
     f32,

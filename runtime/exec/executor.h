@@ -175,7 +175,7 @@ public:
     // share it out; KILN_EAGER_SUBMIT=op isolates each.
     const std::vector<std::pair<std::string, double>>& last_op_ms() const;
 
-    // For programs that run the recorded run() between commands of their own (commands.h; models/step_program.h):
+    // For programs that run the recorded run() between commands of their own (commands.h; models/loop/step_program.h):
     // the device range of graph input or output `name` (dtype: its dtype), the primary command buffer one run()
     // submits, recorded for simultaneous use (null in eager mode; the first of its compute batches where ring copies
     // have their own, so submit through submit_run()), and the executor's allocator (ranges taken from it live as

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "models/dit_pipeline.h"
-#include "models/vae_runner.h"
+#include "models/pipelines/dit_pipeline.h"
+#include "models/vae/vae_runner.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"

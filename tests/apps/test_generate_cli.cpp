@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/kiln/generate_flags.h"
-#include "models/generate_options.h"
+#include "models/core/generate_options.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"

@@ -15,9 +15,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/source.h"
-#include "models/vae.h"
-#include "models/vae_runner.h"
+#include "models/core/source.h"
+#include "models/vae/vae.h"
+#include "models/vae/vae_runner.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "models/core/source.h"
 #include "models/layouts/lora.h"
-#include "models/source.h"
-#include "models/text_encode.h"
+#include "models/pipelines/text_encode.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"
 #include "tests/support/single_files.h"

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "converter/convert.h"
-#include "models/source.h"
-#include "models/text/tokenizer.h"
+#include "models/core/source.h"
+#include "models/text/tokenizers/tokenizer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/apps/cli_run.h"

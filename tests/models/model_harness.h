@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "converter/convert.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/vulkan/context.h"
 #include "tests/support/test_support.h"

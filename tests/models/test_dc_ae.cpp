@@ -8,10 +8,10 @@
 #include <set>
 
 #include "converter/arch.h"
-#include "models/dc_ae.h"
-#include "models/dc_ae_runner.h"
-#include "models/dit_pipeline.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
+#include "models/pipelines/dit_pipeline.h"
+#include "models/vae/dc_ae.h"
+#include "models/vae/dc_ae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"

@@ -12,9 +12,9 @@
 #include <set>
 
 #include "converter/convert.h"
-#include "models/dc_ae.h"
-#include "models/dc_ae_runner.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
+#include "models/vae/dc_ae.h"
+#include "models/vae/dc_ae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"

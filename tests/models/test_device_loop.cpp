@@ -1,4 +1,4 @@
-// The denoising loop on the device (models/step_program.h) against the host loop: bitwise the same
+// The denoising loop on the device (models/loop/step_program.h) against the host loop: bitwise the same
 // latents, per-step intermediates and images for every scheduler, on the DiT fixture and the text-to-image
 // fixtures. The device repeats the host's float operations in the same order (`precise`, no contraction) and
 // divides with correct rounding (shaders/loop.glsl), so there is no tolerance to state.
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "models/device_loop.h"
-#include "models/t2i_pipeline.h"
+#include "models/loop/device_loop.h"
+#include "models/pipelines/t2i_pipeline.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"
 #include "tests/support/test_support.h"

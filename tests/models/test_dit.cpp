@@ -1,6 +1,6 @@
 // DiTTransformer2DModel parity with diffusers (fixture `dit`): CPU reference, and Vulkan in every JIT
 // mode from a converted Kiln file (f32 and f16 weights).
-#include "models/dit.h"
+#include "models/transformers/dit.h"
 #include "runtime/exec/linear_select.h"
 #include "tests/models/model_harness.h"
 

@@ -2,7 +2,7 @@
 // fixed latents_init, guidance 4, 4 steps): every step's noise prediction and latents, decoded, image.
 #include <catch2/catch.hpp>
 
-#include "models/dit_pipeline.h"
+#include "models/pipelines/dit_pipeline.h"
 #include "models/schedulers/scheduler.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/core/torch_rng.h"

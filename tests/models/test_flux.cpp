@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "converter/convert.h"
-#include "models/flux.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
+#include "models/transformers/flux.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "tests/models/model_harness.h"

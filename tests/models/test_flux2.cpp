@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "models/flux2.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
+#include "models/transformers/flux2.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "tests/models/model_harness.h"

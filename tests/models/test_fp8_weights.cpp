@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "models/weights.h"
+#include "models/core/weights.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "tests/models/model_harness.h"

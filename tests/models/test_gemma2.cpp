@@ -7,8 +7,8 @@
 #include <fstream>
 #include <limits>
 
-#include "models/forward.h"
-#include "models/gemma2.h"
+#include "models/core/forward.h"
+#include "models/text/encoders/gemma2.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "tests/models/model_harness.h"

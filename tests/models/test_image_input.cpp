@@ -1,9 +1,9 @@
-// models/image_input.h: the strength's cut, the resize filter, the image and mask preprocessing.
+// models/pipelines/image_input.h: the strength's cut, the resize filter, the image and mask preprocessing.
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "models/image_input.h"
-#include "models/t2i_pipeline.h"
+#include "models/pipelines/image_input.h"
+#include "models/pipelines/t2i_pipeline.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;

@@ -4,9 +4,9 @@
 // and the resident encoders keyed on them.
 #include <catch2/catch.hpp>
 
-#include "models/forward.h"
-#include "models/source.h"
-#include "models/text_encode.h"
+#include "models/core/forward.h"
+#include "models/core/source.h"
+#include "models/pipelines/text_encode.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/regions.h"

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "converter/convert.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "tests/models/model_harness.h"

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "converter/convert.h"
-#include "models/forward.h"
+#include "models/core/forward.h"
 #include "models/text/encoders/qwen3.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "models/t2i_pipeline.h"
-#include "models/text_encode.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/text_encode.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"
 #include "tests/support/test_support.h"

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "converter/arch.h"
-#include "models/forward.h"
-#include "models/sana.h"
+#include "models/core/forward.h"
+#include "models/transformers/sana.h"
 #include "runtime/core/gguf.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"

@@ -6,10 +6,10 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "models/sana_pipeline.h"
-#include "models/t2i_pipeline.h"
-#include "models/text/tokenizer.h"
-#include "models/text_encode.h"
+#include "models/pipelines/sana_pipeline.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/text_encode.h"
+#include "models/text/tokenizers/tokenizer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"

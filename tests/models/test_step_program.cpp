@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-#include "models/step_program.h"
+#include "models/loop/step_program.h"
 #include "runtime/core/error.h"
 #include "runtime/vulkan/context.h"
 #include "tests/support/test_support.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "models/t2i_pipeline.h"
+#include "models/pipelines/t2i_pipeline.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"

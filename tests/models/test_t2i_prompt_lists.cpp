@@ -8,9 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/forward.h"
-#include "models/t2i_pipeline.h"
-#include "models/text_encode.h"
+#include "models/core/forward.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/text_encode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"

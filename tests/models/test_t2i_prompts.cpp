@@ -6,8 +6,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "models/t2i_pipeline.h"
-#include "models/text_encode.h"
+#include "models/pipelines/t2i_pipeline.h"
+#include "models/pipelines/text_encode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"

@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "models/pipelines/t2i_pipeline.h"
 #include "models/schedulers/scheduler.h"
-#include "models/t2i_pipeline.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/core/torch_rng.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <fstream>
 
-#include "models/forward.h"
-#include "models/t5_encoder.h"
+#include "models/core/forward.h"
+#include "models/text/encoders/t5_encoder.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "tests/models/model_harness.h"

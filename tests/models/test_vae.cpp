@@ -1,7 +1,7 @@
 // AutoencoderKL parity with diffusers (fixture `vae`, f32 weights): CPU reference and Vulkan.
 #include <catch2/catch.hpp>
 
-#include "models/forward.h"
+#include "models/core/forward.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"
 #include "tests/support/test_support.h"

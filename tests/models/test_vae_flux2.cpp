@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "converter/convert.h"
-#include "models/vae.h"
-#include "models/vae_runner.h"
+#include "models/vae/vae.h"
+#include "models/vae/vae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"

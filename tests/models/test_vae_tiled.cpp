@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "models/dit_pipeline.h"
-#include "models/vae_runner.h"
-#include "models/weights.h"
+#include "models/core/weights.h"
+#include "models/pipelines/dit_pipeline.h"
+#include "models/vae/vae_runner.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/models/model_harness.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "models/forward.h"
-#include "models/z_image.h"
+#include "models/core/forward.h"
+#include "models/transformers/z_image.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/ir/fuse.h"

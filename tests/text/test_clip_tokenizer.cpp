@@ -9,8 +9,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "models/text/tokenizer.h"
-#include "models/text/unicode.h"
+#include "models/text/tokenizers/tokenizer.h"
+#include "models/text/tokenizers/unicode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/support/test_support.h"

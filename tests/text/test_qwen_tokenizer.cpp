@@ -13,10 +13,10 @@
 #include <set>
 #include <sstream>
 
-#include "models/text/byte_bpe.h"
-#include "models/text/qwen_pretokenize.h"
-#include "models/text/qwen_tokenizer.h"
-#include "models/text/unicode.h"
+#include "models/text/tokenizers/byte_bpe.h"
+#include "models/text/tokenizers/qwen_pretokenize.h"
+#include "models/text/tokenizers/qwen_tokenizer.h"
+#include "models/text/tokenizers/unicode.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/support/test_support.h"

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/text/sentencepiece.h"
-#include "models/text/tokenizer.h"
+#include "models/text/tokenizers/sentencepiece.h"
+#include "models/text/tokenizers/tokenizer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/safetensors.h"
 #include "tests/support/test_support.h"

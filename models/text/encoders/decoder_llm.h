@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "models/weights.h"
+#include "models/core/weights.h"
 
 namespace kiln::models {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "models/common.h"
+#include "models/core/common.h"
 #include "models/registry/registry.h"
 #include "runtime/core/error.h"
 
