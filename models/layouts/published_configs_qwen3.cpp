@@ -23,7 +23,7 @@ const char* kZImageModelIndex = R"({
 
 // transformer/config.json: 30 layers of dim 3840 (30 heads of 128), 2 refiner layers each for noise and caption,
 // Qwen3-4B's 2560-wide hidden states in, patch 2, 3-axis RoPE (32, 48, 48) with theta 256. As Kiln's synthetic
-// z-image-turbo-1024 architecture (models/synthetic_archs.cpp) quotes it.
+// z-image-turbo-1024 architecture (models/core/synthetic_archs.cpp) quotes it.
 const char* kZImageTurboTransformer = R"({
   "_class_name": "ZImageTransformer2DModel",
   "all_f_patch_size": [1],
