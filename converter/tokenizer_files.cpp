@@ -87,7 +87,8 @@ FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::
     // The Qwen tokenizer also reads its chat template (the pipelines apply it to every prompt) and, in a fast-only
     // folder, tokenizer.json (megabytes: kept only where vocab.json + merges.txt are absent).
     const bool qwen = tc->kind == models::ComponentKind::qwen2_tokenizer;
-    if (qwen && fs::exists(d / "chat_template.jinja")) files["chat_template.jinja"] = read_file(d / "chat_template.jinja");
+    if (qwen && fs::exists(d / "chat_template.jinja"))
+        files["chat_template.jinja"] = read_file(d / "chat_template.jinja");
     const std::string missing =
         models::missing_tokenizer_files(tc->kind, [&](const std::string& n) { return files.count(n) > 0; });
     if (qwen && !missing.empty() && fs::exists(d / "tokenizer.json")) {
@@ -102,9 +103,9 @@ FileMap read_tokenizer_dir(const std::string& dir, const std::string& cls, std::
             KILN_CHECK(!files.at(n).empty(), (d / n).string(), ": empty file");
     }
     if (skipped)
-        skipped->erase(std::remove_if(skipped->begin(), skipped->end(),
-                                      [&](const std::string& n) { return files.count(n) > 0; }),
-                       skipped->end());
+        skipped->erase(
+            std::remove_if(skipped->begin(), skipped->end(), [&](const std::string& n) { return files.count(n) > 0; }),
+            skipped->end());
     for (auto& [n, text] : files)
         if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) parse_object(text, (d / n).string());
     return files;

@@ -405,8 +405,7 @@ Request resolve_text(const kiln_model& m, const kiln_generate_params& p, const m
     if (!po.prompts.empty()) r.count = p.prompt_count * per;
     if (po.prompts.empty()) check_embeds_for(m, r.plan, r.t.text);
     r.width = r.plan.width, r.height = r.plan.height;
-    if (p.latents)
-        r.t.latents_init = read_latents(p, models::t2i_noise_shape(r.plan, r.count));
+    if (p.latents) r.t.latents_init = read_latents(p, models::t2i_noise_shape(r.plan, r.count));
     return r;
 }
 

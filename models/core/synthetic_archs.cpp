@@ -51,6 +51,50 @@ SyntheticArch qwen3_4b_arch() {
                                             {"tie_word_embeddings", true}});
 }
 
+// Tongyi-MAI/Z-Image-Turbo transformer/config.json; latent 128 (1024 px) -> 4096 image tokens.
+SyntheticArch z_image_turbo_1024_arch() {
+    return synthetic(ComponentKind::z_image,
+                     {{"all_patch_size", {2}},
+                      {"all_f_patch_size", {1}},
+                      {"in_channels", 16},
+                      {"dim", 3840},
+                      {"n_layers", 30},
+                      {"n_refiner_layers", 2},
+                      {"n_heads", 30},
+                      {"n_kv_heads", 30},
+                      {"norm_eps", 1e-5},
+                      {"qk_norm", true},
+                      {"cap_feat_dim", 2560},
+                      {"rope_theta", 256.0},
+                      {"t_scale", 1000.0},
+                      {"axes_dims", {32, 48, 48}},
+                      {"axes_lens", {1536, 512, 512}}},
+                     128);
+}
+
+// black-forest-labs/FLUX.2-klein-4B transformer/config.json (not in the corpus Kiln was built from; the values as
+// InvokeAI's Flux2VariantType.Klein4B preset and other ports quote it): 24 heads x 128, 5 double + 20 single
+// blocks, Qwen3-4B hidden states 9, 18, 27 concatenated (3 x 2560), no guidance embedding; latent 128 (1024 px,
+// 32 channels) -> 4096 patchified tokens of 128 channels.
+SyntheticArch flux2_klein_4b_1024_arch() {
+    return synthetic(ComponentKind::flux2,
+                     {{"num_attention_heads", 24},
+                      {"attention_head_dim", 128},
+                      {"num_layers", 5},
+                      {"num_single_layers", 20},
+                      {"in_channels", 128},
+                      {"out_channels", nullptr},
+                      {"patch_size", 1},
+                      {"joint_attention_dim", 7680},
+                      {"timestep_guidance_channels", 256},
+                      {"mlp_ratio", 3.0},
+                      {"axes_dims_rope", {32, 32, 32, 32}},
+                      {"rope_theta", 2000},
+                      {"eps", 1e-6},
+                      {"guidance_embeds", false}},
+                     128);
+}
+
 SyntheticArch dc_ae_sana_arch() {
     // mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers (as diffusers' convert_dcae_to_diffusers.py writes
     // dc-ae-f32c32-sana-1.0; 1.1 has the same architecture): decoding 32 x 32 latents = 1024 px.
@@ -140,44 +184,6 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
                                                    {"guidance_embeds", true},
                                                    {"axes_dims_rope", {16, 56, 56}}},
                                                   128);
-    // Tongyi-MAI/Z-Image-Turbo transformer/config.json; latent 128 (1024 px) -> 4096 image tokens.
-    const SyntheticArch z_image_turbo_1024 = synthetic(ComponentKind::z_image,
-                                                       {{"all_patch_size", {2}},
-                                                        {"all_f_patch_size", {1}},
-                                                        {"in_channels", 16},
-                                                        {"dim", 3840},
-                                                        {"n_layers", 30},
-                                                        {"n_refiner_layers", 2},
-                                                        {"n_heads", 30},
-                                                        {"n_kv_heads", 30},
-                                                        {"norm_eps", 1e-5},
-                                                        {"qk_norm", true},
-                                                        {"cap_feat_dim", 2560},
-                                                        {"rope_theta", 256.0},
-                                                        {"t_scale", 1000.0},
-                                                        {"axes_dims", {32, 48, 48}},
-                                                        {"axes_lens", {1536, 512, 512}}},
-                                                       128);
-    // black-forest-labs/FLUX.2-klein-4B transformer/config.json (not in the corpus Kiln was built from; the values as
-    // InvokeAI's Flux2VariantType.Klein4B preset and other ports quote it): 24 heads x 128, 5 double + 20 single
-    // blocks, Qwen3-4B hidden states 9, 18, 27 concatenated (3 x 2560), no guidance embedding; latent 128 (1024 px,
-    // 32 channels) -> 4096 patchified tokens of 128 channels.
-    const SyntheticArch flux2_klein_4b_1024 = synthetic(ComponentKind::flux2,
-                                                        {{"num_attention_heads", 24},
-                                                         {"attention_head_dim", 128},
-                                                         {"num_layers", 5},
-                                                         {"num_single_layers", 20},
-                                                         {"in_channels", 128},
-                                                         {"out_channels", nullptr},
-                                                         {"patch_size", 1},
-                                                         {"joint_attention_dim", 7680},
-                                                         {"timestep_guidance_channels", 256},
-                                                         {"mlp_ratio", 3.0},
-                                                         {"axes_dims_rope", {32, 32, 32, 32}},
-                                                         {"rope_theta", 2000},
-                                                         {"eps", 1e-6},
-                                                         {"guidance_embeds", false}},
-                                                        128);
     // Efficient-Large-Model/Sana_600M_1024px_diffusers, Sana_1600M_1024px_diffusers and
     // SANA_Sprint_0.6B_1024px_diffusers transformer configs, as diffusers' scripts/convert_sana_to_diffusers.py writes
     // them (SanaMS_600M_P1_D28, SanaMS_1600M_P1_D20, SanaSprint_600M_P1_D28 at 1024 px): latent 32 (DC-AE f32) -> 1024
@@ -233,8 +239,8 @@ const std::map<std::string, SyntheticArch>& synthetic_archs() {
         {"pixart-sigma-1024", pixart_sigma_1024},
         {"sd3-medium-1024", sd3_medium_1024},
         {"flux-dev-1024", flux_dev_1024},
-        {"z-image-turbo-1024", z_image_turbo_1024},
-        {"flux2-klein-4b-1024", flux2_klein_4b_1024},
+        {"z-image-turbo-1024", z_image_turbo_1024_arch()},
+        {"flux2-klein-4b-1024", flux2_klein_4b_1024_arch()},
         {"sana-600m-1024", sana(36, 28, 16, 72, false)},
         {"sana-1600m-1024", sana(70, 20, 20, 112, false)},
         {"sana-sprint-0.6b-1024", sana(36, 28, 16, 72, true)},

@@ -85,7 +85,8 @@ std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) { return
 
 // FLUX.2 [klein]: the packed tokens [B, S, 4C] -> the VAE's input [B, C, h, w]: x * std + mean per patchified channel
 // (AutoencoderKLFlux2's BatchNorm statistics), unpatchified (models/vae/vae.h).
-std::vector<float> klein_decode_input(LatentDecoder& vx, const std::vector<float>& x, const Shape& tokens, int h, int w) {
+std::vector<float> klein_decode_input(LatentDecoder& vx, const std::vector<float>& x, const Shape& tokens, int h,
+                                      int w) {
     const Tensor z = flux2_unpack_denormalize(Tensor::from_f32(tokens, x), vx.kl().latent_norm(), h / 2, w / 2);
     return std::vector<float>(z.data<float>(), z.data<float>() + z.numel());
 }
@@ -174,10 +175,9 @@ void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOpti
     if (f.flow_matching && scfg.value("use_dynamic_shifting", false)) {
         const int64_t seq = (int64_t)(p.latent_h / p.token_patch) * (p.latent_w / p.token_patch);
         mu = f.empirical_mu ? sched::empirical_mu(seq, p.steps)
-                            : sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256),
-                                                     scfg.value("max_image_seq_len", 4096),
-                                                     scfg.value("base_shift", 0.5),
-                                                     scfg.value("max_shift", f.max_shift_default));
+                            : sched::calculate_shift(
+                                  seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
+                                  scfg.value("base_shift", 0.5), scfg.value("max_shift", f.max_shift_default));
     }
     if (!opt.timesteps.empty()) {  // PixArt: the caller's timesteps (checked in plan_t2i)
         sched.set_custom_timesteps(opt.timesteps);
@@ -395,7 +395,8 @@ void keep_inputs(GenerateResult& res, const T2IPlan& p, const TextConditioning& 
 void decode_images(LatentDecoder& vx, const std::vector<float>& z, const Shape& nchw, bool keep, GenerateResult& res,
                    const char* input_name) {
     auto t_dec = Clock::now();
-    if (keep) res.intermediates.push_back({input_name ? input_name : "final_latents_scaled", Tensor::from_f32(nchw, z)});
+    if (keep)
+        res.intermediates.push_back({input_name ? input_name : "final_latents_scaled", Tensor::from_f32(nchw, z)});
     Tensor dec = vx.decode(Tensor::from_f32(nchw, z));  // [B, 3, H, W]
     if (keep) res.intermediates.push_back({"decoded", dec});
     const int64_t B = dec.shape[0];
@@ -471,6 +472,22 @@ VaeOptions vae_options(const T2IOptions& opt) {
     return vo;
 }
 
+namespace {
+// Flux Kontext: the reference image's tokens (returned), their ids appended to img_ids.
+std::vector<float> kontext_tokens(LatentDecoder& vx, const T2IOptions& opt, const T2IPlan& p, int64_t B,
+                                  std::map<std::string, Tensor>& in,
+                                  std::vector<std::pair<std::string, Tensor>>* dump) {
+    Tensor ref_ids;
+    std::vector<float> ref = kontext_reference(vx.kl(), opt, p, B, ref_ids, dump);
+    Tensor& img = in["img_ids"];
+    Tensor ids(DType::f32, {img.shape[0] + ref_ids.shape[0], 3});
+    std::memcpy(ids.bytes.data(), img.bytes.data(), img.nbytes());
+    std::memcpy(ids.bytes.data() + img.nbytes(), ref_ids.bytes.data(), ref_ids.nbytes());
+    img = std::move(ids);
+    return ref;
+}
+}  // namespace
+
 GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt) {
     GenerateResult res;
     auto t_plan = Clock::now();
@@ -479,15 +496,13 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     const Family& f = *p.family;
     if (f.z_image_loop) return generate_z_image(ctx, src, opt, p, ms_since(t_plan));
     KILN_CHECK(opt.images_per_prompt >= 1, "images per prompt is ", opt.images_per_prompt, " (at least 1)");
-    const TextConditioning repeated =
-        opt.images_per_prompt > 1 ? opt.text.repeat_each(opt.images_per_prompt) : TextConditioning{};
-    const TextConditioning& tx = opt.images_per_prompt > 1 ? repeated : opt.text;
+    const TextConditioning tx = opt.images_per_prompt > 1 ? opt.text.repeat_each(opt.images_per_prompt) : opt.text;
     const LatentSpace vc = latent_space(src);
 
     // ---- Conditioning: the guidance batch cat([negative, prompt]) when cfg.
-    KILN_CHECK(present(tx.prompt_embeds), p.pipeline, ": prompt_embeds missing (text encoders not wired yet)");
-    KILN_CHECK(tx.prompt_embeds.shape.size() == 3, "prompt_embeds must be [B, L, D], got ",
-               shape_str(tx.prompt_embeds.shape));
+    KILN_CHECK(present(tx.prompt_embeds) && tx.prompt_embeds.shape.size() == 3, p.pipeline,
+               ": prompt_embeds must be [B, L, D], got ",
+               present(tx.prompt_embeds) ? shape_str(tx.prompt_embeds.shape) : "none");
     const int64_t B = tx.prompt_embeds.shape[0];
     const int BB = (int)(p.cfg ? 2 * B : B);
     std::map<std::string, Tensor> in = conditioning_inputs(src, p, tx, B, BB);
@@ -495,9 +510,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
 
     // ---- Latents: [B, C, h, w] noise * init_noise_sigma; Flux packs them 2x2 into [B, S, 4C].
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
-    const Shape nchw{B, C, h, w};
-    // FLUX.2 [klein] draws the noise already 2x2-patchified, [B, 4C, h/2, w/2] (channel c*4 + dy*2 + dx).
-    const Shape noise_shape = t2i_noise_shape(p, B);
+    const Shape nchw{B, C, h, w}, noise_shape = t2i_noise_shape(p, B);  // klein's is 2x2-patchified
     // One generator, as diffusers' `generator`: the initial latents (unless given), then every step's noise where
     // the scheduler draws one (DDIM with eta > 0: randn_tensor(model_output.shape), in the pipeline's dtype).
     // Images in: the image's VAE sample, then the noise (t2i_images.h), after the schedule that gives their sigma.
@@ -523,13 +536,12 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
     }
     KILN_CHECK(init.shape == noise_shape, "initial latents have shape ", shape_str(init.shape), ", expected ",
-               shape_str(noise_shape),
-               " for ", B, " prompt(s) at ", p.width, "x", p.height, " (--no-resolution-binning)");
+               shape_str(noise_shape), " for ", B, " prompt(s) at ", p.width, "x", p.height,
+               " (--no-resolution-binning)");
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     Shape lat_shape = nchw;
     if (f.packed_2x2) {
-        // Klein's _pack_latents flattens [B, 4C, h/2, w/2] to tokens: the same layout as Flux's 2x2 packing of the
-        // unpatchified latents, so unpack_2x2 is its unpatchify.
+        // Klein's _pack_latents flattens [B, 4C, h/2, w/2]: Flux's 2x2 packing of the unpatchified latents.
         x = f.patchified_noise ? channels_last(x, B, 4 * C, (h / 2) * (w / 2)) : pack_2x2(x.data(), (int)B, C, h, w);
         lat_shape = {B, (h / 2) * (w / 2), 4 * C};
         flux_inputs(in, p, tx.prompt_embeds.shape[1], BB);
@@ -537,15 +549,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
             for (auto* v : {&il.image_latents, &il.noise, &il.mask}) *v = pack_2x2(v->data(), (int)B, C, h, w);
     }
     std::vector<float> ref;  // Flux Kontext: the reference's tokens, joined to the sequence with their own ids
-    if (p.kontext && p.ref_width) {
-        Tensor ref_ids;
-        ref = kontext_reference(vx.kl(), opt, p, B, ref_ids, opt.keep_intermediates ? &image_dump : nullptr);
-        Tensor& img = in["img_ids"];
-        Tensor ids(DType::f32, {img.shape[0] + ref_ids.shape[0], 3});
-        std::memcpy(ids.bytes.data(), img.bytes.data(), img.nbytes());
-        std::memcpy(ids.bytes.data() + img.nbytes(), ref_ids.bytes.data(), ref_ids.nbytes());
-        img = std::move(ids);
-    }
+    if (p.kontext && p.ref_width)
+        ref = kontext_tokens(vx, opt, p, B, in, opt.keep_intermediates ? &image_dump : nullptr);
 
     // ---- Timesteps; the steps' noise, drawn now in the order diffusers draws it (each step's after the previous
     // one's); the device loop holds all of it (steps x latents).
@@ -605,8 +610,10 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         z = denoise_on_device(ctx, t, *sched, x, guide, ls, opt, step_noise, timestep, res, [&](StepProgram& prog) {
             return f.vae_shift ? prog.latents(2, sf, shift) : prog.latents(1, sf);
         });
-        if (f.bn_latents) z = klein_decode_input(vx, z, lat_shape, h, w);
-        else if (f.packed_2x2) z = unpack_2x2(z.data(), (int)B, C, h, w);
+        if (f.bn_latents)
+            z = klein_decode_input(vx, z, lat_shape, h, w);
+        else if (f.packed_2x2)
+            z = unpack_2x2(z.data(), (int)B, C, h, w);
     } else {
         std::function<void(int, std::vector<float>&)> blend;
         if (p.inpaint)
@@ -623,8 +630,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
                         {"step" + std::to_string(i) + "_init_latents_proper", Tensor::from_f32(lat_shape, proper)});
             };
         x = denoise_on_host(t, *sched, std::move(x), guide, opt, step_noise, timestep, res, blend, il.cond, ref);
-        z = f.bn_latents ? klein_decode_input(vx, x, lat_shape, h, w)
-            : f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w) : x;
+        z = f.bn_latents   ? klein_decode_input(vx, x, lat_shape, h, w)
+            : f.packed_2x2 ? unpack_2x2(x.data(), (int)B, C, h, w)
+                           : x;
         for (auto& v : z) v = f.vae_shift ? v / sf + shift : v / sf;
     }
     decode_images(vx, z, nchw, opt.keep_intermediates, res, f.bn_latents ? "final_latents_unpatchified" : nullptr);

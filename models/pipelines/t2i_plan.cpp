@@ -326,9 +326,10 @@ std::string t2i_pipeline_class(const ModelSource& src) {
 T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt) {
     T2IPlan p;
     p.pipeline = t2i_pipeline_class(src);
-    KILN_CHECK(!p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
-               src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
-               "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux, Sana, Sana-Sprint, Z-Image, FLUX.2 [klein]");
+    KILN_CHECK(
+        !p.pipeline.empty(), src.path(), ": not a text-to-image model (transformer ",
+        src.has("transformer") ? src.class_of("transformer") : std::string("missing"),
+        "); supported: PixArt-alpha/Sigma, Stable Diffusion 3, Flux, Sana, Sana-Sprint, Z-Image, FLUX.2 [klein]");
     p.family = find_pipeline_family(p.pipeline);
     const Family& f = *p.family;
     KILN_CHECK(src.has("transformer") && src.has("vae") && src.has("scheduler"), src.path(), ": a ", p.pipeline,

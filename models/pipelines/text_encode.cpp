@@ -324,8 +324,8 @@ void check_prompts(const ModelSource& src, const PromptOptions& opt) {
     if (opt.complex_human_instruction) text::check_utf8(*opt.complex_human_instruction, "complex_human_instruction");
     KILN_CHECK(opt.clip_skip >= 0, "clip_skip is ", opt.clip_skip, " (0 = none)");
     KILN_CHECK(opt.text_encoder_layers.empty() || (f && f->text_encoder_layers_option), src.path(),
-               ": text_encoder_out_layers apply to ", family_with(&Family::text_encoder_layers_option).pipelines[0].name,
-               " (", pipe, "'s __call__ has none)");
+               ": text_encoder_out_layers apply to ",
+               family_with(&Family::text_encoder_layers_option).pipelines[0].name, " (", pipe, "'s __call__ has none)");
     KILN_CHECK(is_none(opt.negatives) || !f || !f->distilled_flag, src.path(), ": ", pipe,
                " takes no negative_prompt (its classifier-free guidance always encodes \"\")");
     if (opt.clip_skip > 0)  // diffusers indexes hidden_states[-(clip_skip + 2)] of both CLIP encoders
@@ -385,8 +385,8 @@ struct PromptRun {
     std::vector<std::map<std::string, Tensor>> run(const TextEncoderUse& e, const std::vector<TokenBatch>& t,
                                                    bool with_mask, int clip_skip = 0,
                                                    const std::vector<int>& states = {}) {
-        return run_encoder(ctx, src, e.component, t, with_mask, opt, res, clip_skip,
-                           lora_component(loras, e.component), states);
+        return run_encoder(ctx, src, e.component, t, with_mask, opt, res, clip_skip, lora_component(loras, e.component),
+                           states);
     }
 };
 
@@ -523,7 +523,8 @@ void encode_qwen(PromptRun& r, const Family& f) {
         batches.push_back(std::move(t));
     }
     r.tok_ms += ms_since(t0);
-    const std::vector<int>& layers = r.opt.text_encoder_layers.empty() ? f.text_encoder_layers : r.opt.text_encoder_layers;
+    const std::vector<int>& layers =
+        r.opt.text_encoder_layers.empty() ? f.text_encoder_layers : r.opt.text_encoder_layers;
     // Each requested entry in transformers' numbering -> the encoder's output name (negative: from the end).
     const int n = qwen3_config(r.src.config(enc), r.src.class_of(enc)).layers;
     std::vector<std::string> names;

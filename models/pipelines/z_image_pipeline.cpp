@@ -134,8 +134,8 @@ GenerateResult generate_z_image(vk::Context& ctx, const ModelSource& src, const 
         init = it->second.astype(DType::f32);
     else
         TorchCpuGenerator(opt.seed).randn(init.data<float>(), init.numel(), opt.noise_dtype);
-    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ",
-               shape_str(nchw), " for ", B, " image(s) at ", p.width, "x", p.height);
+    KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
+               " for ", B, " image(s) at ", p.width, "x", p.height);
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());
     auto sched = make_t2i_scheduler(src, opt);
     set_schedule(*sched, src, opt, p);
@@ -216,7 +216,8 @@ GenerateResult generate_z_image(vk::Context& ctx, const ModelSource& src, const 
             for (int64_t r = 0; r < used; ++r)
                 std::memcpy(in.data<float>() + r * row, x.data() + (size_t)(r % B) * row, row * 4);
             res.intermediates.push_back({si + "_transformer_in", in});
-            res.intermediates.push_back({si + "_transformer_t", Tensor::from_f32({used}, std::vector<float>(used, tn))});
+            res.intermediates.push_back(
+                {si + "_transformer_t", Tensor::from_f32({used}, std::vector<float>(used, tn))});
             res.intermediates.push_back({si + "_transformer_out", out});
             res.intermediates.push_back({si + "_noise_pred", Tensor::from_f32(nchw, noise)});
         }

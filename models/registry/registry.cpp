@@ -16,8 +16,8 @@ const std::vector<ComponentClass>& component_classes() {
         {"PixArtTransformer2DModel", K::pixart, Role::transformer},
         {"SD3Transformer2DModel", K::sd3, Role::transformer},
         {"FluxTransformer2DModel", K::flux, Role::transformer},
-        {"SanaTransformer2DModel", K::sana, Role::transformer},  // diffusers sana_transformer.py
-        {"Flux2Transformer2DModel", K::flux2, Role::transformer},    // diffusers transformer_flux2.py
+        {"SanaTransformer2DModel", K::sana, Role::transformer},       // diffusers sana_transformer.py
+        {"Flux2Transformer2DModel", K::flux2, Role::transformer},     // diffusers transformer_flux2.py
         {"ZImageTransformer2DModel", K::z_image, Role::transformer},  // diffusers transformer_z_image.py
         {"AutoencoderKL", K::vae, Role::vae},
         {"AutoencoderKLFlux2", K::vae_flux2, Role::vae},      // diffusers autoencoder_kl_flux2.py

@@ -32,7 +32,8 @@ std::string run_args(const std::string& name, int r, const std::string& latents)
     a += " --width " + std::to_string(c["width"].get<int>()) + " --height " + std::to_string(c["height"].get<int>());
     a += " --max-sequence-length " + std::to_string(c["max_sequence_length"].get<int>());
     if (c.contains("cfg_truncation")) a += " --cfg-truncation " + std::to_string(c["cfg_truncation"].get<double>());
-    if (c.contains("cfg_normalization") && c["cfg_normalization"].get<bool>()) a += " --cfg-normalization 1";  // diffusers' True
+    if (c.contains("cfg_normalization") && c["cfg_normalization"].get<bool>())
+        a += " --cfg-normalization 1";  // diffusers' True
     if (c.contains("text_encoder_out_layers")) {
         std::string l;
         for (auto& v : c["text_encoder_out_layers"]) l += (l.empty() ? "" : ",") + std::to_string(v.get<int>());
@@ -70,10 +71,10 @@ TEST_CASE("kiln generate reproduces diffusers' Z-Image and FLUX.2 [klein] pipeli
     const int r = GENERATE(0, 1);
     test::TempDir tmp("kiln_qwen_cli");
     const std::string dump = tmp / "dump.safetensors";
-    test::CliResult res = test::run_cli(tmp, "kiln",
-                                        "generate --model " + fixture(name) +
-                                            run_args(name, r, tmp / "latents.safetensors") + " --dump " + dump +
-                                            " -o " + (tmp / "out.png"));
+    test::CliResult res =
+        test::run_cli(tmp, "kiln",
+                      "generate --model " + fixture(name) + run_args(name, r, tmp / "latents.safetensors") +
+                          " --dump " + dump + " -o " + (tmp / "out.png"));
     INFO(res.err);
     REQUIRE(res.rc == 0);
     CHECK((fs::exists(tmp / "out.png") || fs::exists(tmp / "out-0.png")));
@@ -91,10 +92,9 @@ TEST_CASE("kiln-convert of a Z-Image or FLUX.2 [klein] folder, then kiln generat
     const std::string file = tmp / "model.kiln";
     converter::convert_folder(fixture(name), file, o);
     const std::string dump = tmp / "dump.safetensors";
-    test::CliResult res = test::run_cli(
-        tmp, "kiln",
-        "generate --model " + file + run_args(name, 1, tmp / "latents.safetensors") + " --dump " + dump + " -o " +
-            (tmp / "out.png"));
+    test::CliResult res = test::run_cli(tmp, "kiln",
+                                        "generate --model " + file + run_args(name, 1, tmp / "latents.safetensors") +
+                                            " --dump " + dump + " -o " + (tmp / "out.png"));
     INFO(res.err);
     REQUIRE(res.rc == 0);
     CHECK(compare(name, 1, dump) >= 10);

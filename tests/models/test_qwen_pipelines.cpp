@@ -89,10 +89,9 @@ TEST_CASE("Z-Image and FLUX.2 [klein] prompts encode as the pipelines do", "[mod
     std::map<std::string, Tensor> got(enc.intermediates.begin(), enc.intermediates.end());
     for (auto& kv : enc.tensors) got.insert(kv);
     int compared = 0;
-    for (const char* name :
-         {"text_encoder_input_ids", "text_encoder_attention_mask", "text_encoder_negative_input_ids",
-          "text_encoder_negative_attention_mask", "text_encoder_hidden_states_m2",
-          "text_encoder_negative_hidden_states_m2", "prompt_embeds", "negative_prompt_embeds"}) {
+    for (const char* name : {"text_encoder_input_ids", "text_encoder_attention_mask", "text_encoder_negative_input_ids",
+                             "text_encoder_negative_attention_mask", "text_encoder_hidden_states_m2",
+                             "text_encoder_negative_hidden_states_m2", "prompt_embeds", "negative_prompt_embeds"}) {
         if (!io.find(pre + name)) continue;
         REQUIRE(got.count(name));
         check_close(got.at(name), io.read(pre + name), name);
@@ -208,8 +207,7 @@ TEST_CASE("Z-Image and FLUX.2 [klein]: bad inputs get one clear line", "[models]
                           Catch::Contains("has no 'text_encoder'") && Catch::Contains("--llm"));
     }
     SECTION("a klein transformer with a FLUX.1-style AutoencoderKL of the same latent channels") {
-        auto src =
-            models::ModelSource::open(variant("flux2_klein_pipeline", "flux1vae", "", "fixtures/vae", "vae"));
+        auto src = models::ModelSource::open(variant("flux2_klein_pipeline", "flux1vae", "", "fixtures/vae", "vae"));
         models::T2IOptions o;
         o.height = o.width = 32;
         CHECK_THROWS_WITH(models::plan_t2i(src, o), Catch::Contains("decodes with AutoencoderKLFlux2") &&
