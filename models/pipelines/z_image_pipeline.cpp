@@ -18,8 +18,9 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 bool present(const Tensor& t) { return !t.bytes.empty(); }
 
-// The schedule: the caller's sigmas, else linspace(1, 0, N) (sigma_min = 0), shifted by the scheduler (static shift,
-// or exponential with mu = calculate_shift of the latent patch count when use_dynamic_shifting), then the final 0.
+// The schedule: the pipeline sets sigma_min = 0 and then set_timesteps(N, mu) (float64 linspace(1, 0, N), shifted,
+// then the final 0) or, with the caller's sigmas, set_timesteps(sigmas=..., mu) (float32, shifted). mu =
+// calculate_shift of the latent patch count, used only with use_dynamic_shifting.
 void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOptions& opt, const T2IPlan& p) {
     const nlohmann::json scfg = sched::with_overrides(src.config("scheduler"), opt.scheduler_config);
     std::optional<double> mu;
@@ -28,13 +29,11 @@ void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOpti
         mu = sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
                                     scfg.value("base_shift", 0.5), scfg.value("max_shift", 1.15));
     }
-    std::vector<double> sigmas = opt.sigmas;
-    if (sigmas.empty()) {
-        sigmas.resize((size_t)p.steps);
-        for (int i = 0; i < p.steps; ++i)  // np.linspace(1, 0, N) (t = linspace(1000, 0, N) / 1000)
-            sigmas[(size_t)i] = p.steps == 1 ? 1.0 : 1.0 - (double)i / (p.steps - 1);
-    }
-    sched.set_sigmas(sigmas, mu);
+    sched.set_sigma_min(0.0);
+    if (!opt.sigmas.empty())
+        sched.set_sigmas(opt.sigmas, mu);
+    else
+        sched.set_timesteps(p.steps, mu);
 }
 
 // The guided prediction of one sample (n values), negated for the scheduler: -(pos + g (pos - neg)), its norm capped

@@ -50,6 +50,8 @@ public:
         sigma_min_ = last;
     }
 
+    void set_sigma_min(double v) override { sigma_min_ = v; }
+
     void set_timesteps(int n, std::optional<double> mu) override {
         check_mu(mu);
         KILN_CHECK(n >= 1, name_, ": num_inference_steps must be >= 1, got ", n);

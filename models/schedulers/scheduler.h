@@ -55,6 +55,11 @@ public:
     // Euler does. Others throw.
     virtual void set_sigmas(const std::vector<double>& sigmas, std::optional<double> mu = std::nullopt);
 
+    // `scheduler.sigma_min = value` as ZImagePipeline does before set_timesteps (0: the schedule runs down to 0).
+    // FlowMatchEulerDiscreteScheduler reads it in set_timesteps; the others have no use for it (as in diffusers,
+    // where the assignment only adds an attribute).
+    virtual void set_sigma_min(double) {}
+
     // diffusers' set_timesteps(timesteps=...): a custom schedule of training timesteps, one per step, as the PixArt
     // pipelines pass their `timesteps` argument; sigmas are interpolated at them. DPMSolverMultistepScheduler
     // (integer timesteps) and EulerDiscreteScheduler take one; others throw, as diffusers' retrieve_timesteps does.
