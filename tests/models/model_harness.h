@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "converter/convert.h"
 #include "models/core/forward.h"
@@ -13,6 +15,13 @@
 #include "tests/support/vk_context.h"
 
 namespace kiln::test {
+// A fixture case's io.json.
+inline nlohmann::json fixture_json(const std::string& fixture) {
+    std::ifstream f(data_path("fixtures/" + fixture + "/io.json"));
+    REQUIRE(f);
+    return nlohmann::json::parse(f);
+}
+
 inline vk::Context& context() {
     static vk::Context& ctx = test::exit_safe_context();
     return ctx;

@@ -18,12 +18,6 @@
 using namespace kiln;
 
 namespace {
-nlohmann::json fixture_json(const std::string& fixture) {
-    std::ifstream f(test::data_path("fixtures/" + fixture + "/io.json"));
-    REQUIRE(f);
-    return nlohmann::json::parse(f);
-}
-
 void check_close(const Tensor& t, const Tensor& ref, const std::string& name) {
     INFO(name << ": got " << shape_str(t.shape) << ", diffusers " << shape_str(ref.shape));
     REQUIRE(t.shape == ref.shape);
@@ -83,7 +77,7 @@ TEST_CASE("Z-Image and FLUX.2 [klein] prompts encode as the pipelines do", "[mod
     INFO(fixture << " run " << r);
     auto src = models::ModelSource::open(test::data_path("fixtures/" + fixture));
     const auto io = SafeTensors::open(test::data_path("fixtures/" + fixture + "/io.safetensors"));
-    Run run = fixture_run(fixture_json(fixture), io, r);
+    Run run = fixture_run(test::fixture_json(fixture), io, r);
     const std::string pre = "run" + std::to_string(r) + "_";
     run.po.cfg = io.find(pre + "text_encoder_negative_input_ids") != nullptr;
     auto enc = models::encode_prompts(nullptr, src, run.po);
@@ -108,7 +102,7 @@ TEST_CASE("Z-Image and FLUX.2 [klein] match diffusers from the prompt, step by s
     INFO(fixture << " run " << r);
     auto src = models::ModelSource::open(test::data_path("fixtures/" + fixture));
     const auto io = SafeTensors::open(test::data_path("fixtures/" + fixture + "/io.safetensors"));
-    const auto j = fixture_json(fixture);
+    const auto j = test::fixture_json(fixture);
     Run run = fixture_run(j, io, r);
     const models::T2IPlan plan = models::plan_t2i(src, run.opt);
     CHECK(plan.pipeline == j["class"].get<std::string>());
@@ -161,7 +155,7 @@ TEST_CASE("Z-Image skips the transformer call of its final dt = 0 step: the same
     // that call must equal, bit for bit, the one of the run that makes it (kept intermediates make every call).
     auto src = models::ModelSource::open(test::data_path("fixtures/z_image_pipeline"));
     const auto io = SafeTensors::open(test::data_path("fixtures/z_image_pipeline/io.safetensors"));
-    Run run = fixture_run(fixture_json("z_image_pipeline"), io, 1);
+    Run run = fixture_run(test::fixture_json("z_image_pipeline"), io, 1);
     run.po.cfg = models::plan_t2i(src, run.opt).cfg;
     run.opt.text = models::TextConditioning::from(models::encode_prompts(&test::context(), src, run.po).tensors);
     const auto all = models::generate_t2i(test::context(), src, run.opt);

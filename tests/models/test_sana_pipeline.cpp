@@ -18,12 +18,6 @@
 using namespace kiln;
 
 namespace {
-nlohmann::json fixture_json(const std::string& fixture) {
-    std::ifstream f(test::data_path("fixtures/" + fixture + "/io.json"));
-    REQUIRE(f);
-    return nlohmann::json::parse(f);
-}
-
 std::vector<std::string> prompts_of(const nlohmann::json& j) {
     std::vector<std::string> v;
     for (auto& p : j["prompt"]) v.push_back(p.get<std::string>());
@@ -52,7 +46,7 @@ struct SanaCall {
     models::PromptOptions po;
 };
 SanaCall fixture_call(const std::string& fixture, const SafeTensors& io) {
-    const auto j = fixture_json(fixture);
+    const auto j = test::fixture_json(fixture);
     const auto& c = j["call"];
     SanaCall f;
     f.opt.steps = c["num_inference_steps"].get<int>();
@@ -75,7 +69,7 @@ TEST_CASE("Sana prompts tokenize as _get_gemma_prompt_embeds does", "[models][sa
     const std::string fixture = GENERATE("sana_pipeline", "sana_sprint_pipeline");
     INFO(fixture);
     const auto io = SafeTensors::open(test::data_path("fixtures/" + fixture + "/io.safetensors"));
-    const auto j = fixture_json(fixture);
+    const auto j = test::fixture_json(fixture);
     auto tok = text::load_tokenizer(text::read_tokenizer_folder(test::data_path("fixtures/" + fixture + "/tokenizer")),
                                     fixture);
     std::vector<std::string> warnings;

@@ -16,12 +16,6 @@
 using namespace kiln;
 
 namespace {
-nlohmann::json fixture_json(const std::string& fixture) {
-    std::ifstream f(test::data_path("fixtures/" + fixture + "/io.json"));
-    REQUIRE(f);
-    return nlohmann::json::parse(f);
-}
-
 // diffusers' negative_prompt as the fixture gives it: a string, a list (one per prompt) or null.
 std::vector<std::string> negative_prompts(const nlohmann::json& j) {
     const auto& n = j["negative_prompt"];
@@ -36,7 +30,7 @@ struct FixtureCall {
     models::PromptOptions po;
 };
 FixtureCall fixture_call(const std::string& fixture, const SafeTensors& io) {
-    auto j = fixture_json(fixture);
+    auto j = test::fixture_json(fixture);
     const auto& s = j["call"]["scalars"];
     FixtureCall f;
     f.opt.steps = s["num_inference_steps"].get<int>();
@@ -74,7 +68,7 @@ TEST_CASE("prompts encode as diffusers' encode_prompt does", "[models][t2i][prom
         {{"pixart_pipeline", false}, {"sd3_pipeline", false}, {"flux_pipeline", false}, {"sd3_pipeline", true}}));
     auto src = models::ModelSource::open(test::data_path(std::string("fixtures/") + fixture));
     auto io = SafeTensors::open(test::data_path(std::string("fixtures/") + fixture + "/io.safetensors"));
-    auto j = fixture_json(fixture);
+    auto j = test::fixture_json(fixture);
     models::PromptOptions po;
     for (auto& p : j["prompt"]) po.prompts.push_back(p.get<std::string>());
     po.negatives = negative_prompts(j);
