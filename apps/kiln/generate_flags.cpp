@@ -168,7 +168,8 @@ std::vector<GenerateFlag> flag_table() {
              kAny, true},
             {"--steps", &F::steps, "Denoising steps (default: the pipeline's; DiT 25)"},
             {"--guidance", FloatFlag{&F::guidance, O::guidance},
-             "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded). Z-Image guides whenever it is "
+             "Guidance scale, 1 = off (default: the pipeline's; DiT 4.0; Flux: embedded). Z-Image guides whenever it "
+             "is "
              "above 0: Z-Image-Turbo runs with 0 (its default is diffusers' 5.0)"},
             {"--true-cfg", FloatFlag{&F::true_cfg, O::true_cfg_scale},
              "Flux: diffusers' true_cfg_scale. Above 1 with --negative-prompt: classifier-free guidance on top of the "

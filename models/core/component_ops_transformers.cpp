@@ -280,9 +280,8 @@ Inputs flux2_example(ComponentKind, const nlohmann::json& cfg, int B, int h, int
 
 // Flux2Transformer2DModel: tokens of 4C (the 2x2-patchified latents).
 TransformerShape flux2_shape(const nlohmann::json& cfg) {
-    const int in = config_value(cfg, "in_channels", 128);
-    return {in, config_value(cfg, "patch_size", 1), 0, config_value(cfg, "num_layers", 8),
-            config_value(cfg, "out_channels", in)};
+    const auto c = Flux2Config::from_json(cfg);
+    return {c.in_channels, c.patch, 0, c.layers, c.out_channels};
 }
 
 // hidden_states [B, C, H, W], encoder_hidden_states [B, L, caption_channels], timestep, optional
@@ -375,12 +374,10 @@ Inputs z_image_example(ComponentKind, const nlohmann::json& cfg, int B, int h, i
     return in;
 }
 
-// ZImageTransformer2DModel: all_patch_size[0] (the pipeline's patch 2).
+// ZImageTransformer2DModel: all_patch_size[0] (the pipeline's patch 2); out channels = in channels.
 TransformerShape z_image_shape(const nlohmann::json& cfg) {
-    const auto patches = config_value(cfg, "all_patch_size", std::vector<int>{2});
-    KILN_CHECK(!patches.empty(), class_name(ComponentKind::z_image), ": all_patch_size is empty");
-    const int in = config_value(cfg, "in_channels", 16);
-    return {in, patches[0], 0, config_value(cfg, "n_layers", 30), in};
+    const auto c = ZImageConfig::from_json(cfg);
+    return {c.in_channels, c.patch, 0, c.layers, c.in_channels};
 }
 }  // namespace
 

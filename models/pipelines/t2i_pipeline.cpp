@@ -12,6 +12,7 @@
 #include "models/loop/step_program.h"
 #include "models/pipelines/sana_pipeline.h"
 #include "models/pipelines/t2i_images.h"
+#include "models/pipelines/t2i_tokens.h"
 #include "models/pipelines/t2i_transformers.h"
 #include "models/pipelines/z_image_pipeline.h"
 #include "models/registry/registry.h"
@@ -60,47 +61,6 @@ Tensor cat0(const Tensor& a, const Tensor& b, const std::string& what) {
     return out;
 }
 
-// Flux's pipeline _pack_latents ([B, C, h, w] -> [B, (h/2)(w/2), C*4], channel c*4 + dy*2 + dx) when `pack`, else
-// _unpack_latents (its inverse): the same index pair, read one way or the other.
-std::vector<float> repack_2x2(const float* src, int B, int C, int h, int w, bool pack) {
-    std::vector<float> out((size_t)B * C * h * w);
-    const int ph = h / 2, pw = w / 2;
-    for (int b = 0; b < B; ++b)
-        for (int i = 0; i < ph; ++i)
-            for (int j = 0; j < pw; ++j)
-                for (int c = 0; c < C; ++c)
-                    for (int dy = 0; dy < 2; ++dy)
-                        for (int dx = 0; dx < 2; ++dx) {
-                            const size_t packed =
-                                (((size_t)b * ph * pw + (size_t)i * pw + j) * C + c) * 4 + dy * 2 + dx;
-                            const size_t nchw = (((size_t)b * C + c) * h + 2 * i + dy) * w + 2 * j + dx;
-                            if (pack)
-                                out[packed] = src[nchw];
-                            else
-                                out[nchw] = src[packed];
-                        }
-    return out;
-}
-std::vector<float> pack_2x2(const float* x, int B, int C, int h, int w) { return repack_2x2(x, B, C, h, w, true); }
-
-// FLUX.2 [klein]: the packed tokens [B, S, 4C] -> the VAE's input [B, C, h, w]: x * std + mean per patchified channel
-// (AutoencoderKLFlux2's BatchNorm statistics), unpatchified (models/vae/vae.h).
-std::vector<float> klein_decode_input(LatentDecoder& vx, const std::vector<float>& x, const Shape& tokens, int h,
-                                      int w) {
-    const Tensor z = flux2_unpack_denormalize(Tensor::from_f32(tokens, x), vx.kl().latent_norm(), h / 2, w / 2);
-    return std::vector<float>(z.data<float>(), z.data<float>() + z.numel());
-}
-
-// [B, C, S] -> [B, S, C] (FLUX.2's _pack_latents: reshape(B, C, H*W).permute(0, 2, 1)).
-std::vector<float> channels_last(const std::vector<float>& x, int64_t B, int64_t C, int64_t S) {
-    std::vector<float> out(x.size());
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t c = 0; c < C; ++c)
-            for (int64_t s = 0; s < S; ++s) out[(size_t)((b * S + s) * C + c)] = x[(size_t)((b * C + c) * S + s)];
-    return out;
-}
-std::vector<float> unpack_2x2(const float* p, int B, int C, int h, int w) { return repack_2x2(p, B, C, h, w, false); }
-
 // The transformer's text conditioning for the guidance batch: cat([negative, prompt]) when p.cfg; PixArt's
 // attention mask and micro-conditions, or SD3's and Flux's pooled projections.
 std::map<std::string, Tensor> conditioning_inputs(const ModelSource& src, const T2IPlan& p, const TextConditioning& tx,
@@ -140,45 +100,11 @@ std::map<std::string, Tensor> conditioning_inputs(const ModelSource& src, const 
     return in;
 }
 
-// Flux: the rotary ids of the packed tokens, img (0, row, col) and txt (zeros), and the embedded guidance, the same
-// for the negative rows.
-// FLUX.2 [klein]: 4-axis ids, img (0, row, col, 0) and txt (0, 0, 0, l) (_prepare_latent_ids, _prepare_text_ids),
-// and guidance=None.
-void flux_inputs(std::map<std::string, Tensor>& in, const T2IPlan& p, int64_t L_txt, int BB) {
-    const int ph = p.latent_h / 2, pw = p.latent_w / 2;
-    const bool klein = p.family->patchified_noise;
-    const int n = klein ? 4 : 3;
-    Tensor img(DType::f32, {ph * pw, n});
-    for (int i = 0; i < ph; ++i)
-        for (int j = 0; j < pw; ++j) {
-            float* id = img.data<float>() + ((size_t)i * pw + j) * n;
-            id[1] = (float)i, id[2] = (float)j;  // axis 0 (and klein's axis 3) stay 0
-        }
-    in["img_ids"] = img;
-    in["txt_ids"] = Tensor(DType::f32, {L_txt, n});
-    if (klein) {
-        for (int64_t l = 0; l < L_txt; ++l) in["txt_ids"].data<float>()[l * n + 3] = (float)l;
-        return;
-    }
-    Tensor g(DType::f32, {BB});
-    for (int b = 0; b < BB; ++b) g.data<float>()[b] = (float)p.guidance;
-    in["guidance"] = g;
-}
-
-// The schedule: the caller's timesteps or sigmas, Flux's sigmas linspace(1, 1/N, N), or the scheduler's own. With
-// dynamic shifting (flow matching), mu from the image token count (Flux: the packed sequence, SD3: the patches).
+// The schedule: the caller's timesteps or sigmas, Flux's sigmas linspace(1, 1/N, N), or the scheduler's own, with
+// schedule_mu's mu.
 void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOptions& opt, const T2IPlan& p) {
     const Family& f = *p.family;
-    // with the caller's overrides, as diffusers' pipelines read the overridden scheduler.config
-    const nlohmann::json scfg = sched::with_overrides(src.config("scheduler"), opt.scheduler_config);
-    std::optional<double> mu;
-    if (f.flow_matching && scfg.value("use_dynamic_shifting", false)) {
-        const int64_t seq = (int64_t)(p.latent_h / p.token_patch) * (p.latent_w / p.token_patch);
-        mu = f.empirical_mu ? sched::empirical_mu(seq, p.steps)
-                            : sched::calculate_shift(
-                                  seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
-                                  scfg.value("base_shift", 0.5), scfg.value("max_shift", f.max_shift_default));
-    }
+    const std::optional<double> mu = schedule_mu(src, opt, p);
     if (!opt.timesteps.empty()) {  // PixArt: the caller's timesteps (checked in plan_t2i)
         sched.set_custom_timesteps(opt.timesteps);
     } else if (!opt.sigmas.empty()) {  // the caller's schedule, shifted as the scheduler shifts its own
@@ -464,6 +390,15 @@ TextConditioning TextConditioning::repeat_each(int n) const {
     return out;
 }
 
+Tensor initial_noise(const T2IOptions& opt, const Shape& shape, TorchCpuGenerator& gen) {
+    if (opt.latents_init) return opt.latents_init->astype(DType::f32);
+    if (auto it = opt.inputs.noise.find("noise"); it != opt.inputs.noise.end())
+        return it->second.astype(DType::f32);  // --noise: the draw by name
+    Tensor t(DType::f32, shape);
+    gen.randn(t.data<float>(), t.numel(), opt.noise_dtype);
+    return t;
+}
+
 VaeOptions vae_options(const T2IOptions& opt) {
     VaeOptions vo;
     vo.tiled = opt.tiled_vae;
@@ -515,7 +450,7 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
     // the scheduler draws one (DDIM with eta > 0: randn_tensor(model_output.shape), in the pipeline's dtype).
     // Images in: the image's VAE sample, then the noise (t2i_images.h), after the schedule that gives their sigma.
     TorchCpuGenerator gen(opt.seed);
-    Tensor init(DType::f32, noise_shape);
+    Tensor init;
     auto sched = make_t2i_scheduler(src, opt);
     if (p.eta > 0) sched->set_eta(p.eta);
     LatentDecoder vx(&ctx, src, vae_options(opt));
@@ -528,12 +463,8 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
         il = prepare_image_latents(vx.kl(), opt, p, gen, B, (float)sched->sigmas()[0],
                                    opt.keep_intermediates ? &image_dump : nullptr);
         init = Tensor::from_f32(nchw, il.init);
-    } else if (opt.latents_init) {
-        init = opt.latents_init->astype(DType::f32);
-    } else if (auto it = opt.inputs.noise.find("noise"); it != opt.inputs.noise.end()) {
-        init = it->second.astype(DType::f32);  // --noise: the draw by name
     } else {
-        gen.randn(init.data<float>(), init.numel(), opt.noise_dtype);
+        init = initial_noise(opt, noise_shape, gen);
     }
     KILN_CHECK(init.shape == noise_shape, "initial latents have shape ", shape_str(init.shape), ", expected ",
                shape_str(noise_shape), " for ", B, " prompt(s) at ", p.width, "x", p.height,

@@ -13,6 +13,7 @@
 #include "models/registry/registry.h"
 #include "models/schedulers/scheduler.h"
 #include "runtime/core/safetensors.h"
+#include "runtime/core/torch_rng.h"
 
 namespace kiln::models {
 
@@ -145,6 +146,10 @@ T2IPlan plan_t2i(const ModelSource& src, const T2IOptions& opt);
 // 2x2-patchified, [B, 4C, h/2, w/2].
 Shape t2i_noise_shape(const T2IPlan& p, int64_t B);
 
+// mu for a flow-matching scheduler with use_dynamic_shifting (nullopt otherwise), from the image token count (Flux:
+// the packed sequence; SD3, Z-Image: the patches): calculate_shift, or FLUX.2's compute_empirical_mu.
+std::optional<double> schedule_mu(const ModelSource& src, const T2IOptions& opt, const T2IPlan& p);
+
 // The scheduler a call runs: the model's scheduler config, opt.scheduler's class, opt.scheduler_config's fields.
 std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt);
 
@@ -153,6 +158,9 @@ GenerateResult generate_t2i(vk::Context& ctx, const ModelSource& src, const T2IO
 // Shared by the pipelines' loops (t2i_pipeline.cpp, z_image_pipeline.cpp):
 class LatentDecoder;
 struct VaeOptions;
+// The initial latents of a text-to-image call without images in: opt.latents_init, --noise's "noise", else `shape`
+// drawn from gen (torch.randn in opt.noise_dtype), as diffusers' prepare_latents.
+Tensor initial_noise(const T2IOptions& opt, const Shape& shape, TorchCpuGenerator& gen);
 // The VAE's run: tiled as asked, eager when the transformer is, else one full recording.
 VaeOptions vae_options(const T2IOptions& opt);
 // VAE decode of latents already scaled for it, then (decoded / 2 + 0.5) clamped to [0, 1], NHWC, into res.image;

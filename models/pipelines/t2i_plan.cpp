@@ -304,6 +304,17 @@ Shape t2i_noise_shape(const T2IPlan& p, int64_t B) {
     return {B, p.latent_channels, p.latent_h, p.latent_w};
 }
 
+std::optional<double> schedule_mu(const ModelSource& src, const T2IOptions& opt, const T2IPlan& p) {
+    const Family& f = *p.family;
+    // with the caller's overrides, as diffusers' pipelines read the overridden scheduler.config
+    const nlohmann::json scfg = sched::with_overrides(src.config("scheduler"), opt.scheduler_config);
+    if (!f.flow_matching || !scfg.value("use_dynamic_shifting", false)) return std::nullopt;
+    const int64_t seq = (int64_t)(p.latent_h / p.token_patch) * (p.latent_w / p.token_patch);
+    if (f.empirical_mu) return sched::empirical_mu(seq, p.steps);
+    return sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
+                                  scfg.value("base_shift", 0.5), scfg.value("max_shift", f.max_shift_default));
+}
+
 std::unique_ptr<sched::Scheduler> make_t2i_scheduler(const ModelSource& src, const T2IOptions& opt) {
     return sched::make_scheduler(src.config("scheduler"), opt.scheduler, opt.scheduler_config);
 }

@@ -500,27 +500,13 @@ void encode_qwen(PromptRun& r, const Family& f) {
     KILN_CHECK(q, r.src.path(), " (", comp, "): ", f.pipelines[0].name, " encodes with Qwen3, whose tokenizer is ",
                class_name(ComponentKind::qwen2_tokenizer), "; this one is ", tok->class_name());
     const bool thinking = f.chat_template == ChatTemplate::qwen_thinking;
-    const int M = r.t5_tokens;
     std::vector<TokenBatch> batches;
     for (int neg = 0; neg < r.passes; ++neg) {
-        const std::vector<std::string>& texts = neg ? r.neg[1] : r.pos[1];
-        const int64_t B = (int64_t)texts.size();
-        TokenBatch t{Tensor(DType::i64, {B, M}), Tensor(DType::i64, {B, M})};
-        for (int64_t b = 0; b < B; ++b) {
-            const text::Tokens k = q->encode_chat(texts[(size_t)b], thinking, M);
-            KILN_CHECK((int)k.ids.size() == M, comp, ": tokenizer returned ", k.ids.size(), " ids, expected ", M);
-            if (k.untruncated > (size_t)M)
-                warn(r.opt, comp + ": " + (neg ? "negative prompt " : "prompt ") + std::to_string(b) + " has " +
-                                std::to_string(k.untruncated) + " tokens with its chat template; truncated to " +
-                                std::to_string(M) + " (as diffusers does: the template's tail is lost)");
-            for (int i = 0; i < M; ++i) {
-                t.ids.data<int64_t>()[b * M + i] = k.ids[(size_t)i];
-                t.mask.data<int64_t>()[b * M + i] = k.mask[(size_t)i];
-            }
-        }
-        r.keep(enc + (neg ? "_negative" : "") + "_input_ids", t.ids);
-        r.keep(enc + (neg ? "_negative" : "") + "_attention_mask", t.mask);
-        batches.push_back(std::move(t));
+        std::vector<std::string> texts;  // the chat-templated prompts, each tokenized alone
+        for (const std::string& p : neg ? r.neg[1] : r.pos[1]) texts.push_back(q->chat_prompt(p, thinking));
+        batches.push_back(tokenize(*q, r.src, comp, texts, r.t5_tokens, r.opt));
+        r.keep(enc + (neg ? "_negative" : "") + "_input_ids", batches.back().ids);
+        r.keep(enc + (neg ? "_negative" : "") + "_attention_mask", batches.back().mask);
     }
     r.tok_ms += ms_since(t0);
     const std::vector<int>& layers =

@@ -19,16 +19,9 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 bool present(const Tensor& t) { return !t.bytes.empty(); }
 
 // The schedule: the pipeline sets sigma_min = 0 and then set_timesteps(N, mu) (float64 linspace(1, 0, N), shifted,
-// then the final 0) or, with the caller's sigmas, set_timesteps(sigmas=..., mu) (float32, shifted). mu =
-// calculate_shift of the latent patch count, used only with use_dynamic_shifting.
+// then the final 0) or, with the caller's sigmas, set_timesteps(sigmas=..., mu) (float32, shifted).
 void set_schedule(sched::Scheduler& sched, const ModelSource& src, const T2IOptions& opt, const T2IPlan& p) {
-    const nlohmann::json scfg = sched::with_overrides(src.config("scheduler"), opt.scheduler_config);
-    std::optional<double> mu;
-    if (scfg.value("use_dynamic_shifting", false)) {
-        const int64_t seq = (int64_t)(p.latent_h / p.token_patch) * (p.latent_w / p.token_patch);
-        mu = sched::calculate_shift(seq, scfg.value("base_image_seq_len", 256), scfg.value("max_image_seq_len", 4096),
-                                    scfg.value("base_shift", 0.5), scfg.value("max_shift", 1.15));
-    }
+    const std::optional<double> mu = schedule_mu(src, opt, p);
     sched.set_sigma_min(0.0);
     if (!opt.sigmas.empty())
         sched.set_sigmas(opt.sigmas, mu);
@@ -126,13 +119,8 @@ GenerateResult generate_z_image(vk::Context& ctx, const ModelSource& src, const 
     // ---- Latents [B, C, h, w]: given, or torch.randn from the seed.
     const int C = p.latent_channels, h = p.latent_h, w = p.latent_w;
     const Shape nchw{B, C, h, w};
-    Tensor init(DType::f32, nchw);
-    if (opt.latents_init)
-        init = opt.latents_init->astype(DType::f32);
-    else if (auto it = opt.inputs.noise.find("noise"); it != opt.inputs.noise.end())
-        init = it->second.astype(DType::f32);
-    else
-        TorchCpuGenerator(opt.seed).randn(init.data<float>(), init.numel(), opt.noise_dtype);
+    TorchCpuGenerator gen(opt.seed);
+    const Tensor init = initial_noise(opt, nchw, gen);
     KILN_CHECK(init.shape == nchw, "initial latents have shape ", shape_str(init.shape), ", expected ", shape_str(nchw),
                " for ", B, " image(s) at ", p.width, "x", p.height);
     std::vector<float> x(init.data<float>(), init.data<float>() + init.numel());

@@ -15,7 +15,8 @@ namespace kiln::models {
 
 // generate_t2i for a Z-Image model (it calls this): `p` is plan_t2i's, `plan_ms` the time spent planning so far.
 // opt.text: prompt_embeds [B, L, D] with prompt_attention_mask [B, L] (1 = a row of the caption; absent: every row),
-// and with guidance the negative_* likewise.
+// and with guidance the negative_* likewise. Not yet taken: opt.keep_transformer (the transformer is planned per call)
+// and LoRAs (refused).
 GenerateResult generate_z_image(vk::Context& ctx, const ModelSource& src, const T2IOptions& opt, const T2IPlan& p,
                                 double plan_ms);
 

@@ -89,9 +89,9 @@ TEST_CASE("registry: the converter specifies every class with weights; others ar
         }
     }
     // Every text encoder and the VAE have a spec from an empty config (diffusers' defaults).
-    for (ComponentKind k : {ComponentKind::vae, ComponentKind::vae_flux2, ComponentKind::clip_text,
-                            ComponentKind::clip_text_projection, ComponentKind::t5_encoder, ComponentKind::gemma2,
-                            ComponentKind::qwen3, ComponentKind::sd3, ComponentKind::flux, ComponentKind::flux2,
-                            ComponentKind::pixart})
+    for (ComponentKind k :
+         {ComponentKind::vae, ComponentKind::vae_flux2, ComponentKind::clip_text, ComponentKind::clip_text_projection,
+          ComponentKind::t5_encoder, ComponentKind::gemma2, ComponentKind::qwen3, ComponentKind::sd3,
+          ComponentKind::flux, ComponentKind::flux2, ComponentKind::pixart})
         CHECK(!converter::arch_spec(class_name(k), nlohmann::json::object(), "config.json").expected.empty());
 }
