@@ -1,4 +1,4 @@
-// variants: f16
+// variants: f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k
 // ptr variant
 // requires: GL_KHR_cooperative_matrix
 #version 450
@@ -9,21 +9,29 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_cooperative_matrix : require
 // linear on cooperative matrices (VK_KHR_cooperative_matrix): y[M, N] = act(x[M, K] @ W[N, K]^T + b[N]), K % 4 == 0,
-// W f16. The matrix shape CM x CN x CK (f16 A, B; f32 C) is one the device lists
-// (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: 16 x 16 x 16 on NVIDIA, 8 x 8 x 8 on lavapipe 26), and SG
-// its subgroup size: both specialization constants, nothing assumes 32 lanes.
+// W f16, bf16 or a ggml block format (linear_weights.glsl, as linear_smem.comp reads it). The matrix shape
+// CM x CN x CK (f16 A, B; f32 C) is one the device lists (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: 16 x 16 x
+// 16 on NVIDIA, 8 x 8 x 8 on lavapipe 26), and SG its subgroup size: both specialization constants, nothing assumes
+// 32 lanes.
 // Tiling as linear_smem.comp: a workgroup of 4 subgroups (2 x 2) owns a BM x BN = 4 CM x 4 CN output tile, each
 // subgroup 2 x 2 accumulators. K advances in slices of BK = 32, staged in shared memory as f16 (xs[m][k]: A
 // row-major; ws[n][k]: B = W^T column-major; row stride 40 halves), double-buffered, loads of slice t + 1 in
-// flight while slice t multiplies.
+// flight while slice t multiplies. Weights that are not f16 are dequantized to f32 on the way (WLOAD) and enter the
+// shared tile as f16, as ggml's mul_mm does, but scaled and split as x is (below).
 // Accuracy: x is not rounded to f16. Each slice is scaled by a power of two 2^s (from the slice's max |x|, one
 // per workgroup and slice) so |x 2^s| < 2^14, then split x 2^s = hi + lo with hi = f16(x 2^s), lo = f16(x 2^s - hi)
 // (the subtraction is exact). hi W and lo W are exact products accumulated in f32, and the slice's sum is scaled
 // back by 2^-s (exact). Per product: |x - (hi + lo) 2^-s| <= 2^-22 |x| + 2^-25 2^-s (f16 subnormals), i.e. f32-like
 // (2^-24) accuracy at twice the matrix operations, for any finite x (no f16 overflow), where the device's MulAdd
-// keeps f32 precision; the spec leaves that to the device, and lavapipe 26 keeps f16 (docs/jit.md). The summation
-// order differs from linear.glsl's, so results match it within that bound, not bitwise. The epilogue (bias,
-// activation, f16 storage) is linear_io.glsl's, shared with linear_smem.comp.
+// keeps f32 precision; the spec leaves that to the device, and lavapipe 26 keeps f16 (docs/jit.md).
+// W: f16 enters as stored (exact). Other dtypes get their own per-slice power of two 2^u (max |W| of the slice's
+// BN rows) so |W 2^u| < 2^14: bf16 (8 significant bits) is then exact in f16 wherever W 2^u is a normal f16 (|W| >
+// 2^-28 max |W|; below, 2^-25 2^-u absolute), so bf16 costs what f16 does. Dequantized ggml values (a block scale
+// times a small integer: up to 19 significant bits) are split like x (W_SPLIT: hi + lo, 2^-22 relative) and the
+// slice runs three products, lo x hi W, hi x lo W, hi x hi W (lo x lo W, <= 2^-22 |x W|, is left out): <= 3 2^-22
+// |x W| per product, still f32-like. The slice's sum is scaled back by 2^-s 2^-u (two exact multiplications).
+// The summation order differs from linear.glsl's, so results match it within that bound, not bitwise. The epilogue
+// (bias, activation, f16 storage) is linear_io.glsl's, shared with linear_smem.comp.
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
@@ -37,45 +45,70 @@ layout(local_size_x_id = 6) in;
 const uint SG = NT / 4u, BM = 4u * CM, BN = 4u * CN;
 const uint LX = 8u * BM / NT, LW = 8u * BN / NT;  // 4-vectors each invocation stages per slice (whole: 8 CM % SG == 0)
 SELECT_BUF(4)
-WEIGHT_BUF(1, Wt, f16vec4, w)
-WEIGHT_BUF(2, Bs, float, bias)
-#ifdef KILN_PTR
-#define w Wt_p.data
-#define bias Bs_p.data
+#include "linear_weights.glsl"  // W (WLOAD, W0) and the bias
+#ifndef W_F16
+#define W_SCALED  // W has its own per-slice power of two
+#endif
+#ifdef W_QUANT
+#define W_SPLIT  // and is split into hi + lo
 #endif
 #include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
 
 shared float16_t xh[2][BM * LDS];
 shared float16_t xl[2][BM * LDS];
 shared float16_t ws[2][BN * LDS];
+#ifdef W_SPLIT
+shared float16_t wl[2][BN * LDS];
+#endif
 shared uint smax[3];             // per slice (mod 3): max |x| as f32 bits (monotonic for x >= 0)
+#ifdef W_SCALED
+shared uint smaxw[3];            // the same for W
+#endif
 shared float stage[4][CM * CN];  // one accumulator per subgroup on its way to the epilogue
 
 #define ACC coopmat<float, gl_ScopeSubgroup, CM, CN, gl_MatrixUseAccumulator>
 
 // 2^s with |x 2^s| < 2^14 for the slice's max m (1 for 0 and non-finite: the latter propagate as in f32).
+// At most 2^100, so that 2^-s stays a normal f32 (slices with max < 2^-86 keep values below f16's normal range).
 float slice_scale(uint mbits) {
     const float m = uintBitsToFloat(mbits);
     if (m == 0.0 || isinf(m) || isnan(m)) return 1.0;
     int e;
     frexp(m, e);  // m = f 2^e, f in [0.5, 1)
-    return ldexp(1.0, 14 - e);
+    return ldexp(1.0, min(14 - e, 100));
+}
+
+// v = hi + lo: hi = f16(v), lo = f16(v - hi) (the subtraction is exact; 0 where hi overflowed).
+void split16(float v, out float16_t hi, out float16_t lo) {
+    precise const float16_t h = float16_t(v);
+    precise const float rest = v - float(h);  // precise keeps f32(f16(v)) from folding to v
+    hi = h;
+    lo = isinf(h) ? float16_t(0.0) : float16_t(rest);
 }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;
-    const uint w0 = WBASE(Wt);
+    const uint w0 = W0;
     // Staging map: 4-vector l = tid + NT r of a slice is row l / 8, quad l % 8 (8 quads = BK values per row).
     vec4 xv[LX];
+#ifdef W_SCALED
+    vec4 wv[LW];
+#else
     f16vec4 wv[LW];
-    if (tid < 3u) smax[tid] = 0u;
+#endif
+    if (tid < 3u) {
+        smax[tid] = 0u;
+#ifdef W_SCALED
+        smaxw[tid] = 0u;
+#endif
+    }
     ACC acc[2][2];
     [[unroll]] for (uint i = 0; i < 2u; ++i)
         [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = ACC(0.0);
     const uint slices = (kq + 7u) / 8u;
     barrier();
-    // Loads slice t into registers and adds its max |x| to smax[t % 3].
+    // Loads slice t into registers and adds its max |x| to smax[t % 3] (and its max |W| to smaxw[t % 3]).
     #define LOAD_SLICE(t)                                                                                          \
         {                                                                                                          \
             float mx = 0.0;                                                                                        \
@@ -85,35 +118,59 @@ void main() {
                 const vec4 a = abs(xv[r]);                                                                         \
                 mx = max(mx, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
             }                                                                                                      \
-            [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
-                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
-                wv[r] = k4 < kq ? w[w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4] : f16vec4(0.0);                  \
-            }                                                                                                      \
             mx = subgroupMax(mx);                                                                                  \
             if (subgroupElect()) atomicMax(smax[(t) % 3u], floatBitsToUint(mx));                                  \
+            LOAD_W(t)                                                                                              \
         }
-    // Stores the registers as slice buffer b, x scaled by sc and split into hi + lo.
-    #define STORE_SLICE(b, sc)                                                                                     \
+#ifdef W_SCALED
+    #define LOAD_W(t)                                                                                              \
+        {                                                                                                          \
+            float mw = 0.0;                                                                                        \
+            [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
+                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
+                wv[r] = k4 < kq ? WLOAD(w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4) : vec4(0.0);                 \
+                const vec4 a = abs(wv[r]);                                                                         \
+                mw = max(mw, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
+            }                                                                                                      \
+            mw = subgroupMax(mw);                                                                                  \
+            if (subgroupElect()) atomicMax(smaxw[(t) % 3u], floatBitsToUint(mw));                                 \
+        }
+#else
+    #define LOAD_W(t)                                                                                              \
+        [[unroll]] for (uint r = 0; r < LW; ++r) {                                                                 \
+            const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                                 \
+            wv[r] = k4 < kq ? WLOAD16(w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4) : f16vec4(0.0);                \
+        }
+#endif
+    // Stores the registers as slice buffer b: x scaled by sc and split into hi + lo; W as stored, or scaled by scw
+    // (and split, W_SPLIT).
+    #define STORE_SLICE(b, sc, scw)                                                                                \
         {                                                                                                          \
             [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
                 const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
-                [[unroll]] for (uint c = 0; c < 4u; ++c) {                                                         \
-                    precise const float v = xv[r][c] * (sc);                                                       \
-                    precise const float16_t h = float16_t(v);                                                      \
-                    precise const float rest = v - float(h); /* exact; precise keeps f32(f16(v)) from folding to v */\
-                    xh[b][o + c] = h;                                                                              \
-                    xl[b][o + c] = isinf(h) ? float16_t(0.0) : float16_t(rest);                                    \
-                }                                                                                                  \
+                [[unroll]] for (uint c = 0; c < 4u; ++c) split16(xv[r][c] * (sc), xh[b][o + c], xl[b][o + c]);     \
             }                                                                                                      \
             [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
                 const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
-                [[unroll]] for (uint c = 0; c < 4u; ++c) ws[b][o + c] = wv[r][c];                                  \
+                [[unroll]] for (uint c = 0; c < 4u; ++c) STORE_W(b, o + c, wv[r][c], scw)                          \
             }                                                                                                      \
         }
+#if defined(W_SPLIT)
+    #define STORE_W(b, i, v, scw) split16((v) * (scw), ws[b][i], wl[b][i]);
+#elif defined(W_SCALED)
+    #define STORE_W(b, i, v, scw) ws[b][i] = float16_t((v) * (scw));
+#else
+    #define STORE_W(b, i, v, scw) ws[b][i] = (v);
+#endif
+#ifdef W_SCALED
+    #define W_SCALE(t) slice_scale(smaxw[(t) % 3u])
+#else
+    #define W_SCALE(t) 1.0
+#endif
     LOAD_SLICE(0u)
     barrier();
-    float sc = slice_scale(smax[0]);
-    STORE_SLICE(0u, sc)
+    float sc = slice_scale(smax[0]), scw = W_SCALE(0u);
+    STORE_SLICE(0u, sc, scw)
     barrier();
     const uint sm = (sg >> 1) * 2u * CM, sn = (sg & 1u) * 2u * CN;  // this subgroup's quarter of the tile
     for (uint t = 0; t < slices; ++t) {
@@ -127,24 +184,44 @@ void main() {
             coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> b[2];
             [[unroll]] for (uint j = 0; j < 2u; ++j)
                 coopMatLoad(b[j], ws[cur], (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+#ifdef W_SPLIT
+            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> bl[2];
+            [[unroll]] for (uint j = 0; j < 2u; ++j)
+                coopMatLoad(bl[j], wl[cur], (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+#endif
             [[unroll]] for (uint i = 0; i < 2u; ++i) {
                 coopmat<float16_t, gl_ScopeSubgroup, CM, CK, gl_MatrixUseA> ah, al;
                 coopMatLoad(ah, xh[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
                 coopMatLoad(al, xl[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
                 [[unroll]] for (uint j = 0; j < 2u; ++j) {
                     part[i][j] = coopMatMulAdd(al, b[j], part[i][j]);
+#ifdef W_SPLIT
+                    part[i][j] = coopMatMulAdd(ah, bl[j], part[i][j]);
+#endif
                     part[i][j] = coopMatMulAdd(ah, b[j], part[i][j]);
                 }
             }
         }
-        const float inv = 1.0 / sc;  // a power of two: exact
+        const float inv = 1.0 / sc, invw = 1.0 / scw;  // powers of two (2^-100 .. 2^114): exact
         [[unroll]] for (uint i = 0; i < 2u; ++i)
-            [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = acc[i][j] + part[i][j] * inv;
+            [[unroll]] for (uint j = 0; j < 2u; ++j) {
+#ifdef W_SCALED
+                acc[i][j] = acc[i][j] + (part[i][j] * inv) * invw;
+#else
+                acc[i][j] = acc[i][j] + part[i][j] * inv;
+#endif
+            }
         barrier();  // slice t + 1's maxima are in; buffer cur ^ 1 was last read in slice t - 1
         if (more) {
             sc = slice_scale(smax[(t + 1u) % 3u]);
-            STORE_SLICE(cur ^ 1u, sc)
-            if (tid == 0u) smax[(t + 2u) % 3u] = 0u;  // its last reader (slice t - 1) passed the barrier above
+            scw = W_SCALE(t + 1u);
+            STORE_SLICE(cur ^ 1u, sc, scw)
+            if (tid == 0u) {
+                smax[(t + 2u) % 3u] = 0u;  // its last reader (slice t - 1) passed the barrier above
+#ifdef W_SCALED
+                smaxw[(t + 2u) % 3u] = 0u;
+#endif
+            }
         }
         barrier();
     }

@@ -25,30 +25,7 @@ layout(constant_id = 1) const uint TN = 4;
 const uint BM = 16u * TM, BN = 16u * TN;
 const uint LX = BM / 64u, LW = BN / 64u;  // 4-vectors each invocation stages per slice (BM BK / 4 / 256)
 SELECT_BUF(4)
-#if defined(W_F16)
-WEIGHT_BUF(1, Wt, f16vec4, w)
-#define WLOAD(i) vec4(w[i])
-#elif defined(W_BF16)
-WEIGHT_BUF(1, Wt, u16vec4, w)
-#define WLOAD(i) uintBitsToFloat(uvec4(w[i]) << 16)
-#elif defined(W_QUANT)
-WEIGHT_BUF(1, Wt, uint16_t, w)
-#ifdef KILN_PTR
-#define w Wt_p.data  // before quant.glsl, whose functions read w
-#endif
-#include "quant.glsl"
-#define WLOAD(i) dq4(i)
-#else
-WEIGHT_BUF(1, Wt, vec4, w)
-#define WLOAD(i) w[i]
-#endif
-WEIGHT_BUF(2, Bs, float, bias)
-#ifdef KILN_PTR
-#ifndef w
-#define w Wt_p.data
-#endif
-#define bias Bs_p.data
-#endif
+#include "linear_weights.glsl"  // W (WLOAD, W0) and the bias
 #include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
 
 shared float xs[2][BK][BM];
@@ -57,11 +34,7 @@ shared float ws[2][BK][BN];
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 16u + tx;
     const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;  // kq: 4-vectors per row
-#ifdef W_QUANT
-    const uint w0 = 0u;  // quant.glsl adds WBASE(Wt) to its 16-bit word indices
-#else
-    const uint w0 = WBASE(Wt);
-#endif
+    const uint w0 = W0;
     // Staging map: 4-vector l = tid + 256 r of a slice is row l / 4, quad l % 4 (4 quads = BK values per row).
     const uint q = tid & 3u, r0 = tid >> 2;
     uint xrow[LX], wrow[LW];

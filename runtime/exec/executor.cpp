@@ -8,6 +8,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/platform.h"
 #include "runtime/exec/executor_impl.h"
+#include "runtime/exec/linear_select.h"
 #include "runtime/ir/fuse.h"
 
 namespace kiln::exec {
@@ -49,8 +50,9 @@ namespace {
 // Slices are read in place (ir::InputView) only by ops no larger than one binding: row chunks (row_split.cpp) do
 // not split views.
 // act_f16: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
-ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& info, const ExecOptions& o,
-                        uint64_t max_binding, ir::FuseStats& st, Counters& c) {
+ir::Graph planned_graph(vk::Context& ctx, const ir::Graph& g, Mode mode, const ExecOptions& o, uint64_t max_binding,
+                        ir::FuseStats& st, Counters& c) {
+    const vk::DeviceInfo& info = ctx.info();
     const bool cpu_device = info.vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const std::string& e = o.fuse;
     KILN_CHECK(e == "0" || e == "1" || e == "all", "KILN_FUSE='", e, "' (0, 1 or all)");
@@ -59,6 +61,12 @@ ir::Graph planned_graph(const ir::Graph& g, Mode mode, const vk::DeviceInfo& inf
         ir::FuseOptions opt;
         // linear_multi binds 13 storage buffers (x, 4 weights, 4 biases, 4 outputs): never on a device that has fewer.
         opt.linear_multi = (e == "all" || !cpu_device) && info.max_storage_buffers_per_stage >= 13;
+        // linear_multi computes as reg (and tex) do: a linear the kernel table (or KILN_LINEAR) sends to another
+        // kernel, a tiled or cooperative-matrix GEMM, stays its own dispatch and runs there.
+        opt.multi_member = [&ctx](const ir::Graph& gg, const ir::Node& n) {
+            const std::string k = linear_choice(ctx, gg, n);
+            return k == "reg" || k == "tex";
+        };
         opt.view_max_bytes = max_binding;
         out = ir::fuse(g, &st, opt);
     }
@@ -76,7 +84,7 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     uint64_t max_binding = ctx.info().max_storage_buffer_range;
     if (s.test.max_binding_range)  // testing: lower the binding limit
         max_binding = std::min<uint64_t>(max_binding, s.test.max_binding_range);
-    impl_ = std::make_unique<Impl>(ctx, planned_graph(g, mode, ctx.info(), o, max_binding, fused, early), mode);
+    impl_ = std::make_unique<Impl>(ctx, planned_graph(ctx, g, mode, o, max_binding, fused, early), mode);
     impl_->c.f16_activations = early.f16_activations;
     impl_->c.f16_activation_bytes_saved = early.f16_activation_bytes_saved;
     impl_->c.nodes_fused = fused.nodes_removed;

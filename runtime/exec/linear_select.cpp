@@ -30,6 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<uint64_t> g_smem_dispatches{0};
+std::atomic<uint64_t> g_kernel_dispatches[8]{};  // per kernel of vk::linear_kernels(), in its order
 std::mutex g_mutex;  // the tables and the probe hook
 LinearProbeHook g_probe_hook;
 thread_local std::string t_override;
@@ -67,11 +68,12 @@ struct Problem {
 
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-// coopmat splits x into two f16 parts (relative 2^-22 per product, W f16 exact): + 2 K / 4 2^-22 max-abs.
-bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why,
-           bool x_split = false) {
+// coopmat splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): + 2 K / 4 2^-22 max-abs,
+// `splits` = 1; ggml-block W is split too and one of four products is left out: <= 3 2^-22 per product, splits = 3
+// (linear_coopmat.comp).
+bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why, int splits = 0) {
     double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
-    if (x_split) bound += 2.0 * (double)K / 4 * std::ldexp(1.0, -22);
+    bound += splits * 2.0 * (double)K / 4 * std::ldexp(1.0, -22);
     for (size_t i = 0; i < a.size(); ++i) {
         double d = std::abs((double)a[i] - (double)ref[i]);
         if (!(d == d)) d = INFINITY;
@@ -188,7 +190,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
             std::string why;
             bool ok = false;
             try {
-                const bool x_split = v == "coopmat";
+                const int x_split = v != "coopmat" ? 0 : dtype_is_quant(dt) ? 3 : 1;
                 t_override = v;
                 // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter; quantized weights: three
                 // blocks), against the CPU.
@@ -433,13 +435,8 @@ void choose_texel_op(vk::Context& ctx, const ir::Graph& g, vk::Dispatch& d, cons
     if (auto t = vk::texel_variant(d.shader)) d.shader = *t;
 }
 
-void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
-    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, g, d, "KILN_CONV2D", ctx.settings().exec.conv2d);
-    if (n.op == ir::Op::attention) {  // attention_select.h: the flash kernel, else the rows kernel's texel choice
-        if (choose_attention_flash(ctx, g, n, d)) return;
-        return choose_texel_op(ctx, g, d, "KILN_ATTENTION", attention_texel_choice(ctx.settings().exec.attention));
-    }
-    if (n.op != ir::Op::linear) return;
+std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& n) {
+    KILN_CHECK(n.op == ir::Op::linear, "internal: linear_choice of a ", ir::op_name(n.op));
     std::string v = t_override;
     if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
@@ -461,12 +458,34 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
         const int64_t rows = shape_numel(g.value(n.in[0]).shape) / g.value(n.in[1]).shape[1];
         v = consults_table(ctx, g, n) ? linear_table(ctx, dt).pick(dt, rows, admits) : "reg";
     }
-    if (v == "reg" || !admits(v)) return;
-    d = vk::find_linear_kernel(v)->lower(dev, g, n);
+    return v == "reg" || !admits(v) ? "reg" : v;
+}
+
+void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
+    if (n.op == ir::Op::conv2d) return choose_texel_op(ctx, g, d, "KILN_CONV2D", ctx.settings().exec.conv2d);
+    if (n.op == ir::Op::attention) {  // attention_select.h: the flash kernel, else the rows kernel's texel choice
+        if (choose_attention_flash(ctx, g, n, d)) return;
+        return choose_texel_op(ctx, g, d, "KILN_ATTENTION", attention_texel_choice(ctx.settings().exec.attention));
+    }
+    if (n.op != ir::Op::linear) return;
+    const std::string v = linear_choice(ctx, g, n);
+    if (v == "reg") return;
+    const vk::DeviceInfo& dev = ctx.info();
+    const vk::LinearKernel* k = vk::find_linear_kernel(v);
+    d = k->lower(dev, g, n);
     if (v == "smem64" || v == "smem128") ++g_smem_dispatches;
+    const size_t i = (size_t)(k - vk::linear_kernels().data());
+    KILN_CHECK(i < std::size(g_kernel_dispatches), "internal: more linear kernels than counters");
+    ++g_kernel_dispatches[i];
 }
 
 uint64_t linear_smem_dispatches() { return g_smem_dispatches.load(); }
+
+uint64_t linear_kernel_dispatches(const std::string& variant) {
+    const vk::LinearKernel* k = vk::find_linear_kernel(variant);
+    KILN_CHECK(k, "linear_kernel_dispatches: no kernel '", variant, "'");
+    return g_kernel_dispatches[(size_t)(k - vk::linear_kernels().data())].load();
+}
 
 void set_linear_probe_hook(LinearProbeHook hook) {
     std::lock_guard<std::mutex> l(g_mutex);

@@ -102,6 +102,10 @@ DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g);
 // compilation; it had added 1.7 s to dit-tiny's cold eager compile on a new machine).
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
+// The kernel linear node n runs on ctx: KILN_LINEAR's where it admits n, else under auto the table's pick among those
+// that admit n, else "reg". Throws for a forced coopmat or tex on a device without the feature.
+std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
+
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the
 // table. conv2d and attention nodes take their texel-buffer shaders where the table of texel_table_dtype (or a
 // forced KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are
@@ -110,6 +114,8 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
 
 // linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).
 uint64_t linear_smem_dispatches();
+// Dispatches choose_linear has rewritten to `variant` (not "reg": nodes left on it are not counted) in this process.
+uint64_t linear_kernel_dispatches(const std::string& variant);
 
 // Test hooks. Probe hook: sees (and may alter) each probe's device output before it is compared. Forced
 // variant: overrides KILN_LINEAR on this thread while set ("" clears).

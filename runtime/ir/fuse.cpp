@@ -12,6 +12,7 @@ namespace {
 // One fusion pass per method, over a copy of the graph's nodes; a fused-away node is marked dead, and rebuild()
 // makes the graph of the live ones. values: the graph's values (read only; ids are kept).
 struct Fuser {
+    const Graph& graph;  // as given (values are shared: ids are kept)
     const std::vector<Value>& values;
     const FuseOptions& opt;
     std::vector<Node> nodes;
@@ -19,9 +20,9 @@ struct Fuser {
     std::vector<int> readers;  // per value: node inputs, and graph outputs (readers that cannot be fused into)
     FuseStats st;
 
-    Fuser(const std::vector<Value>& vals, const std::vector<Node>& ns,
+    Fuser(const Graph& g, const std::vector<Value>& vals, const std::vector<Node>& ns,
           const std::vector<std::pair<std::string, int>>& outputs, const FuseOptions& o)
-        : values(vals), opt(o), nodes(ns), dead(ns.size(), false), readers(vals.size(), 0) {
+        : graph(g), values(vals), opt(o), nodes(ns), dead(ns.size(), false), readers(vals.size(), 0) {
         for (const Node& n : nodes)
             for (int v : n.in)
                 if (v >= 0) readers[(size_t)v]++;
@@ -172,6 +173,7 @@ struct Fuser {
             if (!opt.linear_multi || dead[i] || n.op != Op::linear) continue;
             const Value& w = values[(size_t)n.in[1]];
             if (w.shape[1] % 4 != 0) continue;  // linear_multi has the 4-vector form only
+            if (opt.multi_member && !opt.multi_member(graph, n)) continue;
             auto& m = open[{n.in[0], n.region, w.dtype}];
             m.push_back(i);
             if (m.size() == (size_t)kMultiLinear) close(m);
@@ -197,7 +199,7 @@ struct Fuser {
 }  // namespace
 
 Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
-    Fuser f(g.values_, g.nodes_, g.outputs_, opt);
+    Fuser f(g, g.values_, g.nodes_, g.outputs_, opt);
     f.linear_act();
     f.norm_modulate();
     f.mul_add();

@@ -6,7 +6,8 @@
 //  - layer_norm without affine then modulate, the norm read by nothing else -> norm_modulate;
 //  - linears of one input x (same weight dtype, K % 4 == 0, same region), e.g. attention's q, k, v -> groups of
 //    up to 4 in one linear_multi, at the first one's place (each weight, bias and output stays its own value).
-//    Optional (FuseOptions): on lavapipe it showed no gain (see exec::Executor);
+//    Optional (FuseOptions): on lavapipe it showed no gain (see exec::Executor); FuseOptions::multi_member can keep
+//    a linear out (one the device runs faster on another kernel);
 //  - add(mul(a, b), c), the product read by nothing else -> mul_add (a gated residual: gate * h + x);
 //  - a slice along the last axis (possibly reshaped, same last dim) read only by add/sub/mul/mul_add, or as
 //    modulate's / norm_modulate's shift or scale -> that op reads the slice's source in place (ir::InputView):
@@ -15,6 +16,8 @@
 //    by nothing else -> rms_norm_rope (Flux's qk-norm and rotary embedding); not where a row chunk would be needed.
 // Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
 // renumbered.
+#include <functional>
+
 #include "runtime/ir/graph.h"
 
 namespace kiln::ir {
@@ -32,6 +35,9 @@ struct FuseStats {
 
 struct FuseOptions {
     bool linear_multi = true;
+    // Where set, a linear joins a linear_multi group only if this says so for it (node n of the graph being fused):
+    // the executor keeps linears whose device kernel is not linear_multi's register tiling out of groups.
+    std::function<bool(const Graph& g, const Node& n)> multi_member;
     // Slices are read in place only by nodes whose activations (inputs and outputs) are no larger (0: any size).
     uint64_t view_max_bytes = 0;
 };

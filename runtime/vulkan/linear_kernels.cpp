@@ -21,10 +21,12 @@ params::LinearParams params_of(const Dispatch& d) {
 
 bool act_f16(const ir::Graph& g, int v) { return g.value(v).dtype == DType::f16; }
 
-// Shared memory of linear_coopmat.comp at shape s: x hi, x lo and W slices (double-buffered, f16) and one f32
-// accumulator stage per subgroup.
-uint32_t coopmat_shared_bytes(uint32_t m, uint32_t n) {
-    return 2 * (4 * m + 4 * m + 4 * n) * kCoopmatLDS * 2 + 4 * m * n * 4 + 3 * 4;
+// Shared memory of linear_coopmat.comp at shape m x n for weights of dtype dt: x hi, x lo and W slices (double-
+// buffered, f16; W lo too for ggml blocks), one f32 accumulator stage per subgroup, the slices' maxima (x; and W
+// where it is not f16).
+uint32_t coopmat_shared_bytes(uint32_t m, uint32_t n, DType dt) {
+    const uint32_t w_parts = dtype_is_quant(dt) ? 2 : 1, maxima = dt == DType::f16 ? 3 : 6;
+    return 2 * (4 * m + 4 * m + w_parts * 4 * n) * kCoopmatLDS * 2 + 4 * m * n * 4 + maxima * 4;
 }
 
 Dispatch lower_reg(const DeviceInfo&, const ir::Graph& g, const ir::Node& n) { return lower_linear(g, n); }
@@ -62,8 +64,7 @@ const std::vector<LinearKernel>& linear_kernels() {
         {"reg", LinearCaps{}, lower_reg},
         {"smem64", LinearCaps{.k_multiple = 4}, lower_smem64},
         {"smem128", LinearCaps{.k_multiple = 4}, lower_smem128},
-        {"coopmat", LinearCaps{.f32_w = false, .bf16_w = false, .quant_w = false, .k_multiple = 4, .needs = N::coopmat},
-         lower_linear_coopmat},
+        {"coopmat", LinearCaps{.f32_w = false, .k_multiple = 4, .needs = N::coopmat}, lower_linear_coopmat},
         {"tex", LinearCaps{.k_multiple = 4, .needs = N::texel_formats}, lower_tex},
     };
     return k;
@@ -89,9 +90,9 @@ std::string linear_kernel_unavailable(const LinearKernel& k, const DeviceInfo& d
         if (!d.coopmat_m)
             return "no VK_KHR_cooperative_matrix shape Kiln runs (" +
                    (d.coopmat_why.empty() ? std::string("not queried") : d.coopmat_why) + ")";
-        if (!has_shader("linear_coopmat_f16"))
+        if (!has_shader(ShaderKey::weights("linear", "coopmat", dt).name()))
             return "this Kiln build has no cooperative-matrix shader (its glslang lacks GL_KHR_cooperative_matrix)";
-        if (coopmat_shared_bytes(d.coopmat_m, d.coopmat_n) > d.max_shared_memory) return "shared memory too small";
+        if (coopmat_shared_bytes(d.coopmat_m, d.coopmat_n, dt) > d.max_shared_memory) return "shared memory too small";
     }
     return "";
 }
@@ -129,18 +130,19 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
 // linear_coopmat.comp: spec {CM, CN, ACT, CK, XF16, YF16, 4 x subgroup size}; a (4 CM) x (4 CN) tile per workgroup.
 Dispatch lower_linear_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n) {
     const ir::Value& w = g.value(n.in[1]);
-    KILN_CHECK(w.dtype == DType::f16, "linear_coopmat: weights not f16 (", dtype_name(w.dtype), ")");
+    KILN_CHECK(w.dtype != DType::f32, "linear_coopmat: f32 weights (f16, bf16 or ggml blocks)");
     KILN_CHECK(w.shape[1] % 4 == 0, "linear_coopmat: K % 4 != 0 (it loads 4-vectors along K)");
     KILN_CHECK(dev.coopmat_m && dev.coopmat_n && dev.coopmat_k, "linear_coopmat: device '", dev.name,
                "' has no VK_KHR_cooperative_matrix shape Kiln runs (", dev.coopmat_why, ")");
-    KILN_CHECK(has_shader("linear_coopmat_f16"),
-               "linear_coopmat: not in this build (glslang without GL_KHR_cooperative_matrix)");
-    KILN_CHECK(coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n) <= dev.max_shared_memory, "linear_coopmat: needs ",
-               coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n), " bytes of shared memory; the device has ",
-               dev.max_shared_memory);
-    Dispatch d = lower_linear(g, n);
+    const ShaderKey key = ShaderKey::weights("linear", "coopmat", w.dtype);
+    KILN_CHECK(has_shader(key.name()), "linear_coopmat: ", key.name(),
+               " not in this build (glslang without GL_KHR_cooperative_matrix)");
+    const uint32_t bytes = coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n, w.dtype);
+    KILN_CHECK(bytes <= dev.max_shared_memory, "linear_coopmat: needs ", bytes,
+               " bytes of shared memory; the device has ", dev.max_shared_memory);
+    Dispatch d = lower_linear(g, n);  // the checks (ggml rows of whole blocks), and LinearParams {M, N, K, has_bias}
     const params::LinearParams p = params_of(d);
-    d.shader = ShaderKey("linear", "coopmat", "f16");
+    d.shader = key;
     d.spec = {dev.coopmat_m, dev.coopmat_n, d.spec[2], dev.coopmat_k, d.spec[4], d.spec[5], 4 * dev.subgroup_size};
     const uint32_t bm = 4 * dev.coopmat_m, bn = 4 * dev.coopmat_n;
     d.groups[0] = (p.N + bn - 1) / bn;

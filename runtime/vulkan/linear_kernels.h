@@ -8,7 +8,8 @@
 //   reg      linear.glsl: register tiles, no shared memory. Runs every linear; the fallback.
 //   smem64   linear_smem.comp: 64 x 64 shared-memory tiles, double-buffered (GPUs).
 //   smem128  the same with 128 x 64 tiles.
-//   coopmat  linear_coopmat.comp: VK_KHR_cooperative_matrix at the device's f16 shape, the same tiling; f16 weights.
+//   coopmat  linear_coopmat.comp: VK_KHR_cooperative_matrix at the device's f16 shape, the same tiling; f16, bf16 and
+//            ggml-block weights (dequantized into its f16 shared tile).
 //   tex      reg's tiles with x and W read through uniform texel buffers (bitwise equal to reg).
 // Every kernel applies the same epilogue (bias, ir::Act activation, f16 or f32 y; linear_io.glsl / linear.glsl).
 #include <cstdint>

@@ -4,9 +4,11 @@
 // 1e-6), x1.2 for a fused activation's slope plus its own 1e-5 (see test_linear's fused-activation case).
 #include <tuple>
 
+#include "runtime/exec/linear_select.h"
 #include "tests/ops/op_harness.h"
 
 using namespace kiln;
+
 
 TEST_CASE("linear_multi equals its linears, bitwise", "[op:linear_multi]") {
     const DType wt = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_k);
@@ -27,6 +29,7 @@ TEST_CASE("linear_multi equals its linears, bitwise", "[op:linear_multi]") {
         if (i != 2) ws[b] = test::random_tensor({N}, 80 + (unsigned)i);
     }
     std::map<std::string, Tensor> in{{"x", test::random_tensor({2, M, K}, 90, -2.f, 2.f)}};
+    test::ForceLinear reg("reg");  // linears the table sends to a tiled kernel are not grouped (the next test)
     auto plain = test::run_vk(g, in, ws, exec::Mode::full, "0");
     auto fused = test::run_vk(g, in, ws, exec::Mode::full, "all");
     // The default (KILN_FUSE=1) groups linears on GPUs only: on CPU devices it folds the activation alone.
@@ -91,6 +94,41 @@ TEST_CASE("linears of one input are grouped only when they can be", "[op:linear_
           {"x13", test::random_tensor({4, 13}, 3)}};
     auto fused = test::run_vk(g, in, ws, exec::Mode::full, "all");
     CHECK(fused.c.nodes_fused == 0);
+}
+
+// Routing through the kernel table: a linear whose kernel (KILN_LINEAR or the table's pick) is not linear_multi's
+// register tiling stays its own dispatch on that kernel. smem64 runs on every device and is bitwise equal to reg,
+// so the outputs equal the unfused graph's bit for bit; a kernel that admits only some of the linears (coopmat: not
+// f32 weights) leaves the others to be grouped.
+TEST_CASE("linears the kernel table sends elsewhere stay out of linear_multi", "[op:linear_multi]") {
+    ir::Graph g;
+    auto x = g.input("x", {70, 64});
+    std::map<std::string, Tensor> ws;
+    for (int i = 0; i < 3; ++i) {  // attention's q, k, v
+        const std::string n = "w" + std::to_string(i);
+        g.output(g.linear(x, g.weight(n, {96, 64}, DType::f16), {}), "y" + std::to_string(i));
+        ws[n] = test::random_weight({96, 64}, DType::f16, 30 + (unsigned)i);
+    }
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({70, 64}, 39)}};
+    test::VkRun plain = [&] {
+        test::ForceLinear reg("reg");
+        return test::run_vk(g, in, ws, exec::Mode::full, "0");
+    }();
+    {
+        test::ForceLinear reg("reg");
+        CHECK(test::run_vk(g, in, ws, exec::Mode::full, "all").c.nodes_fused == 2);  // one linear_multi of three
+    }
+    test::ForceLinear smem("smem64");
+    const uint64_t before = exec::linear_smem_dispatches();
+    auto fused = test::run_vk(g, in, ws, exec::Mode::full, "all");
+    CHECK(fused.c.nodes_fused == 0);
+    CHECK(fused.c.dispatches_per_run == plain.c.dispatches_per_run);
+    CHECK(exec::linear_smem_dispatches() == before + 3);
+    for (int i = 0; i < 3; ++i) {
+        const std::string y = "y" + std::to_string(i);
+        CAPTURE(y);
+        CHECK(fused.out.at(y).bytes == plain.out.at(y).bytes);
+    }
 }
 
 TEST_CASE("linear_multi rejects bad weights", "[op:linear_multi][bad]") {

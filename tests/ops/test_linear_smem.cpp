@@ -15,10 +15,6 @@
 using namespace kiln;
 
 namespace {
-struct ForceLinear {
-    explicit ForceLinear(const std::string& v) { exec::set_linear_override(v); }
-    ~ForceLinear() { exec::set_linear_override(""); }
-};
 
 void check_smem(const std::string& variant, int64_t M, int64_t N, int64_t K, DType wt, bool bias) {
     ir::Graph g;
@@ -27,7 +23,7 @@ void check_smem(const std::string& variant, int64_t M, int64_t N, int64_t K, DTy
     g.output(g.linear(x, g.weight("w", {N, K}, wt), b), "y");
     std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, wt, 41)}};
     if (bias) ws["b"] = test::random_tensor({N}, 42);
-    ForceLinear force(variant);
+    test::ForceLinear force(variant);
     const uint64_t before = exec::linear_smem_dispatches();
     auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 40)}}, ws);
     CHECK(exec::linear_smem_dispatches() == before + 1);  // the forced path ran, not the register one
@@ -81,7 +77,7 @@ TEST_CASE("linear_smem equals the register path bitwise", "[op:linear][smem]") {
     std::map<std::string, Tensor> w{{"w", test::random_weight({N, K}, wt, 61, -0.5f, 0.5f)}};
     if (bias) w["b"] = test::random_tensor({N}, 62);
     auto run_as = [&](const std::string& v) {
-        ForceLinear force(v);
+        test::ForceLinear force(v);
         return test::run_vk(g, in, w, exec::Mode::full, "1");
     };
     const auto reg = run_as("reg");
@@ -105,7 +101,7 @@ TEST_CASE("linear_smem leaves K % 4 != 0 to the register path", "[op:linear][sme
         CHECK(exec::linear_unsupported(test::op_ctx(), "smem64", g16, n16).empty());
         CHECK_THROWS_WITH(vk::lower_linear_smem(g16, n16, {5, 4}), Catch::Contains("tile"));
     }
-    ForceLinear force("smem");
+    test::ForceLinear force("smem");
     const uint64_t before = exec::linear_smem_dispatches();
     auto r = test::run_op(g, {{"x", test::random_tensor({70, 13}, 43)}},
                           {{"w", test::random_weight({9, 13}, DType::f32, 44)}});
@@ -147,7 +143,7 @@ TEST_CASE("linear_coopmat matches the CPU reference where the device has coopera
         } else {
             WARN("this build has no linear_coopmat (glslang without GL_KHR_cooperative_matrix)");
         }
-        CHECK_THROWS_WITH(vk::lower_linear_coopmat(h200, g, n32), Catch::Contains("not f16"));
+        CHECK_THROWS_WITH(vk::lower_linear_coopmat(h200, g, n32), Catch::Contains("f32 weights"));
         if (!exec::linear_variant_available(ctx, "coopmat", DType::f16)) {
             exec::set_linear_override("coopmat");
             vk::Dispatch e = vk::lower(g, n);
@@ -176,11 +172,50 @@ TEST_CASE("linear_coopmat matches the CPU reference where the device has coopera
     Tensor xt = test::random_tensor({M, K}, 40);
     if (wide)
         for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] *= (float)std::pow(10.0, (double)(i * 7 % 13) - 6);
-    ForceLinear force("coopmat");
+    test::ForceLinear force("coopmat");
     auto r = test::run_op(g, {{"x", xt}}, ws);
     double scale = 1;  // the bounds above are for |x| <= 1: scale by max |x|
     for (int64_t i = 0; i < xt.numel(); ++i) scale = std::max(scale, (double)std::abs(xt.data<float>()[i]));
     CHECK(test::max_err(r.gpu, r.cpu) <=
           scale * (std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)) + 2.0 * K / 4 * std::ldexp(1.0, -11)));
+    CHECK(rel_l2(r.gpu, r.cpu) <= std::ldexp(1.0, -11));
+}
+
+// bf16 and ggml-block weights on cooperative matrices (linear_coopmat.comp dequantizes them into its f16 shared tile
+// with a per-slice power of two; bf16 is then exact in f16, ggml values are split hi + lo as x is: <= 3 2^-22 per
+// product). Bounds as the f16 test above, for the device's MulAdd at f16 precision (lavapipe 26): max-abs
+// max|x| max|W| (f32 bound + 2 K / 4 2^-11), relative L2 2^-11. bf16 weights span 1e-6 .. 1e6 (past f16's range
+// both ways) in the `wide` case; the bound scales with max |W|. Shapes: partial tiles in M and N, K of 3 and 5
+// ggml blocks (K = 36 and 1152 for bf16).
+TEST_CASE("linear_coopmat runs bf16 and ggml-block weights", "[op:linear][coopmat]") {
+    vk::Context& ctx = test::op_ctx();
+    const DType wt = GENERATE(DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
+                              DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k);
+    CAPTURE(dtype_name(wt));
+    if (!exec::linear_variant_available(ctx, "coopmat", wt)) {
+        WARN("linear_coopmat not run on '"
+             << ctx.info().name
+             << "': " << vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat"), ctx.info(), wt));
+        return;
+    }
+    const int64_t blk = dtype_is_quant(wt) ? dtype_block(wt) : 12;
+    auto [M, N, blocks] = GENERATE(std::make_tuple(77, 130, 3), std::make_tuple(33, 70, 5));
+    const int64_t K = wt == DType::bf16 && blocks == 5 ? 1152 : blocks * blk;
+    const bool wide = wt == DType::bf16 && GENERATE(false, true);
+    CAPTURE(M, N, K, wide);
+    ir::Graph g;
+    g.output(g.linear(g.input("x", {M, K}), g.weight("w", {N, K}, wt), g.weight("b", {N})), "y");
+    Tensor wf = test::random_tensor({N, K}, 51);
+    if (wide)
+        for (int64_t i = 0; i < wf.numel(); ++i) wf.data<float>()[i] *= (float)std::pow(10.0, (double)(i * 5 % 13) - 6);
+    std::map<std::string, Tensor> ws{{"w", wf.astype(wt)}, {"b", test::random_tensor({N}, 52)}};
+    double wmax = 1;
+    for (int64_t i = 0; i < wf.numel(); ++i) wmax = std::max(wmax, (double)std::abs(wf.data<float>()[i]));
+    test::ForceLinear force("coopmat");
+    const uint64_t before = exec::linear_kernel_dispatches("coopmat");
+    auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 50)}}, ws);
+    CHECK(exec::linear_kernel_dispatches("coopmat") == before + 1);  // the forced kernel ran, not reg
+    CHECK(test::max_err(r.gpu, r.cpu) <=
+          wmax * (std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)) + 2.0 * K / 4 * std::ldexp(1.0, -11)));
     CHECK(rel_l2(r.gpu, r.cpu) <= std::ldexp(1.0, -11));
 }

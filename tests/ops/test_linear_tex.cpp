@@ -12,14 +12,10 @@
 using namespace kiln;
 
 namespace {
-struct ForceLinear {
-    explicit ForceLinear(const std::string& v) { exec::set_linear_override(v); }
-    ~ForceLinear() { exec::set_linear_override(""); }
-};
 
 test::VkRun run_as(const std::string& variant, const ir::Graph& g, const std::map<std::string, Tensor>& in,
                    const std::map<std::string, Tensor>& w, exec::Mode mode = exec::Mode::full) {
-    ForceLinear force(variant);
+    test::ForceLinear force(variant);
     return test::run_vk(g, in, w, mode, "1");
 }
 }  // namespace
@@ -134,7 +130,7 @@ TEST_CASE("a linear whose texel view would exceed the device's limit runs the st
                                     {"b", test::random_tensor({96}, 82)}};
     auto wbytes = [&](const ir::Value& v, void* dst, size_t n) { std::memcpy(dst, w.at(v.name).bytes.data(), n); };
     auto run = [&](vk::Context& ctx) {
-        ForceLinear force("tex");
+        test::ForceLinear force("tex");
         exec::Executor ex(ctx, g, wbytes, exec::Mode::full);
         ex.set_input("x", in.at("x"));
         ex.run();
