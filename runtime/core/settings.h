@@ -41,7 +41,7 @@ struct ExecOptions {
     std::string block_layout = "auto";   // KILN_BLOCK_LAYOUT: auto|block|weight (block_weights.cpp)
     bool select_advance = true;          // KILN_SELECT_ADVANCE: replays counted on the device (regional mode)
     std::string eager_submit = "step";   // KILN_EAGER_SUBMIT: eager mode submits once per run (step) or per op (op)
-    std::string linear = "auto";         // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|tex
+    std::string linear = "auto";         // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|tex|gemm
     std::string conv2d = "auto";         // KILN_CONV2D: auto|buf|tex
     std::string attention = "auto";      // KILN_ATTENTION: auto|flash|rows|buf|tex
 };

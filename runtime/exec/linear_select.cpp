@@ -68,7 +68,7 @@ struct Problem {
 
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-// coopmat splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): + 2 K / 4 2^-22 max-abs,
+// coopmat (and gemm, its scalar form) splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): + 2 K / 4 2^-22 max-abs,
 // `splits` = 1; ggml-block W is split too and one of four products is left out: <= 3 2^-22 per product, splits = 3
 // (linear_coopmat.comp).
 bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why, int splits = 0) {
@@ -190,7 +190,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
             std::string why;
             bool ok = false;
             try {
-                const int x_split = v != "coopmat" ? 0 : dtype_is_quant(dt) ? 3 : 1;
+                const int x_split = v != "coopmat" && v != "gemm" ? 0 : dtype_is_quant(dt) ? 3 : 1;
                 t_override = v;
                 // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter; quantized weights: three
                 // blocks), against the CPU.
@@ -441,7 +441,7 @@ std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& 
     if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
     KILN_CHECK(v == "auto" || vk::find_linear_kernel(v), "KILN_LINEAR='", v,
-               "' (auto, reg, smem, smem64, smem128, coopmat or tex)");
+               "' (auto, reg, smem, smem64, smem128, coopmat, tex or gemm)");
     const vk::DeviceInfo& dev = ctx.info();
     const DType dt = g.value(n.in[1]).dtype;
     if (v == "coopmat" || v == "tex") {  // forced onto a device without the feature: an error, not a silent reg

@@ -66,6 +66,7 @@ const std::vector<LinearKernel>& linear_kernels() {
         {"smem128", LinearCaps{.k_multiple = 4}, lower_smem128},
         {"coopmat", LinearCaps{.f32_w = false, .k_multiple = 4, .needs = N::coopmat}, lower_linear_coopmat},
         {"tex", LinearCaps{.k_multiple = 4, .needs = N::texel_formats}, lower_tex},
+        {"gemm", LinearCaps{.f32_w = false, .k_multiple = 4, .needs = N::gemm_tile}, lower_linear_gemm},
     };
     return k;
 }
@@ -94,6 +95,8 @@ std::string linear_kernel_unavailable(const LinearKernel& k, const DeviceInfo& d
             return "this Kiln build has no cooperative-matrix shader (its glslang lacks GL_KHR_cooperative_matrix)";
         if (coopmat_shared_bytes(d.coopmat_m, d.coopmat_n, dt) > d.max_shared_memory) return "shared memory too small";
     }
+    if (c.needs == LinearCaps::Needs::gemm_tile && !gemm_scalar_shape(d, dt))
+        return "shared memory too small (" + std::to_string(coopmat_shared_bytes(8, 8, dt)) + " bytes at 8 x 8)";
     return "";
 }
 
@@ -149,6 +152,33 @@ Dispatch lower_linear_coopmat(const DeviceInfo& dev, const ir::Graph& g, const i
     d.groups[1] = (p.M + bm - 1) / bm;
     d.groups[2] = 1;
     KILN_CHECK(d.groups[1] <= 65535, "linear_coopmat: M = ", p.M, " rows exceed the dispatch limit");
+    return d;
+}
+
+std::optional<CoopmatShape> gemm_scalar_shape(const DeviceInfo& d, DType dt) {
+    for (uint32_t e : {16u, 8u})
+        if (coopmat_shared_bytes(e, e, dt) <= d.max_shared_memory) return CoopmatShape{e, e, e};
+    return std::nullopt;
+}
+
+// linear_gemm.comp: linear_coopmat.comp's spec with the scalar shape and 4 x (CM CN / 8) invocations (each holds 8
+// elements of each accumulator).
+Dispatch lower_linear_gemm(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n) {
+    const ir::Value& w = g.value(n.in[1]);
+    KILN_CHECK(w.dtype != DType::f32, "linear_gemm: f32 weights (f16, bf16 or ggml blocks)");
+    KILN_CHECK(w.shape[1] % 4 == 0, "linear_gemm: K % 4 != 0 (it loads 4-vectors along K)");
+    const auto s = gemm_scalar_shape(dev, w.dtype);
+    KILN_CHECK(s.has_value(), "linear_gemm: needs ", coopmat_shared_bytes(8, 8, w.dtype),
+               " bytes of shared memory; the device has ", dev.max_shared_memory);
+    Dispatch d = lower_linear(g, n);  // the checks (ggml rows of whole blocks), and LinearParams {M, N, K, has_bias}
+    const params::LinearParams p = params_of(d);
+    d.shader = ShaderKey::weights("linear", "gemm", w.dtype);
+    d.spec = {s->m, s->n, d.spec[2], s->k, d.spec[4], d.spec[5], s->m * s->n / 2};
+    const uint32_t bm = 4 * s->m, bn = 4 * s->n;
+    d.groups[0] = (p.N + bn - 1) / bn;
+    d.groups[1] = (p.M + bm - 1) / bm;
+    d.groups[2] = 1;
+    KILN_CHECK(d.groups[1] <= 65535, "linear_gemm: M = ", p.M, " rows exceed the dispatch limit");
     return d;
 }
 

@@ -11,6 +11,8 @@
 //   coopmat  linear_coopmat.comp: VK_KHR_cooperative_matrix at the device's f16 shape, the same tiling; f16, bf16 and
 //            ggml-block weights (dequantized into its f16 shared tile).
 //   tex      reg's tiles with x and W read through uniform texel buffers (bitwise equal to reg).
+//   gemm     linear_gemm.comp: coopmat's kernel (linear_gemm.glsl) with scalar inner products, on any device: the
+//            GPU path's tiling, loads, scaling and epilogue where lavapipe 22.3 runs them.
 // Every kernel applies the same epilogue (bias, ir::Act activation, f16 or f32 y; linear_io.glsl / linear.glsl).
 #include <cstdint>
 #include <optional>
@@ -37,7 +39,9 @@ struct LinearCaps {
     int k_multiple = 1;                                              // K % k_multiple == 0
     bool f16_x = true, f16_y = true;                                 // f16 activation storage (ir::store_f16)
     bool act = true;                                                 // fused activations (ir::Act)
-    enum class Needs { nothing, texel_formats, coopmat } needs = Needs::nothing;
+    // coopmat: VK_KHR_cooperative_matrix and its tile's shared memory; gemm_tile: the shared memory of
+    // linear_gemm.glsl's tile at its smallest shape.
+    enum class Needs { nothing, texel_formats, coopmat, gemm_tile } needs = Needs::nothing;
 };
 
 struct LinearKernel {
@@ -48,7 +52,7 @@ struct LinearKernel {
     Dispatch (*lower)(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
 };
 
-// reg first (the reference of the probes and the fallback), then smem64, smem128, coopmat, tex.
+// reg first (the reference of the probes and the fallback), then smem64, smem128, coopmat, tex, gemm.
 const std::vector<LinearKernel>& linear_kernels();
 // nullptr for an unknown name.
 const LinearKernel* find_linear_kernel(const std::string& name);
@@ -66,5 +70,9 @@ struct SmemTile {
 Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t);
 // linear_coopmat.comp's workgroup output tile on d: (4 M) x (4 N) of its shape.
 Dispatch lower_linear_coopmat(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
+// The shape linear_gemm.comp runs on d for weights of dtype dt: 16 x 16 x 16 where its shared memory fits, else
+// 8 x 8 x 8; nullopt where neither does.
+std::optional<CoopmatShape> gemm_scalar_shape(const DeviceInfo& d, DType dt);
+Dispatch lower_linear_gemm(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
 
 }  // namespace kiln::vk

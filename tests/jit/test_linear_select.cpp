@@ -54,7 +54,7 @@ TEST_CASE("a probe mismatch excludes a linear variant from the table", "[linear_
     });
     exec::LinearTable t = exec::measure_linear_table(ctx(), kShapes, {DType::f32, DType::f16}, 1);
     exec::set_linear_probe_hook(nullptr);
-    size_t variants = 0;  // per dtype: reg, smem64, smem128, + tex (texel buffers), + coopmat for f16 where present
+    size_t variants = 0;  // per dtype: reg, smem64, smem128, + tex (texel buffers), + coopmat, gemm (not for f32)
     for (DType dt : {DType::f32, DType::f16})
         for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_available(ctx(), v, dt);
     REQUIRE(t.rows.size() == variants * kShapes.size());  // dtypes x variants x shapes
@@ -65,8 +65,8 @@ TEST_CASE("a probe mismatch excludes a linear variant from the table", "[linear_
             CHECK(r.note.find("probe_mismatch") == 0);
             CHECK(r.gflops == 0);
         } else if (r.variant == "coopmat" && !r.admitted) {
-            // Admitted only at f32-grade accuracy; a device whose MulAdd keeps f16 precision (lavapipe 26, rel L2
-            // ~2e-4 here) is excluded by its probe, as it should be (test_linear_smem.cpp bounds it as f16).
+            // Admitted only at f32-grade accuracy: a device whose MulAdd keeps less precision than f32 is excluded by
+            // its probe, as it should be (lavapipe 26 keeps f32 since the split of x stopped being folded away).
             CHECK(r.note.find("probe_mismatch") == 0);
             CHECK(r.gflops == 0);
         } else {
@@ -154,7 +154,7 @@ TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline
     auto count = [](const exec::LinearTable& x, DType dt) {
         return std::count_if(x.rows.begin(), x.rows.end(), [&](const auto& r) { return r.dtype == dt; });
     };
-    long variants = 0;  // reg, smem64, smem128, and tex where the device has texel buffers (no coopmat for bf16)
+    long variants = 0;  // reg, smem64, smem128, gemm, and tex and coopmat where the device has them
     for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_available(ctx(), v, DType::bf16);
     const long n = variants * (long)exec::linear_table_shapes().size(),
                n_f32 = 3 * (long)exec::linear_table_shapes().size();

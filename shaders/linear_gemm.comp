@@ -1,0 +1,9 @@
+// variants: f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k
+// ptr variant
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// linear_coopmat.comp's GEMM with scalar inner products (linear_gemm.glsl without GEMM_COOPMAT): any device.
+#include "linear_gemm.glsl"

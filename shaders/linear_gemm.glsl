@@ -1,0 +1,305 @@
+// The tiled GEMM body of linear_coopmat.comp (GEMM_COOPMAT: the inner products on cooperative matrices) and
+// linear_gemm.comp (scalar f32 FMAs on the same f16 tiles, any device): the tiling, loads, dequantization, per-slice
+// scaling and hi / lo split, double buffering, barriers and epilogue are this one text, so lavapipe 22.3 (no
+// cooperative matrices) runs everything the GPU path runs but the innermost instructions, and checks its accuracy
+// at the f32-like bound below (so does lavapipe 26 with cooperative matrices: tests/ops/test_linear_smem.cpp).
+// y[M, N] = act(x[M, K] @ W[N, K]^T + b[N]), K % 4 == 0, W f16, bf16 or a ggml block format (linear_weights.glsl,
+// as linear_smem.comp reads it). The matrix shape CM x CN x CK (f16 A, B; f32 C) is one the device lists
+// (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: 16 x 16 x 16 on NVIDIA, 8 x 8 x 8 on lavapipe 26), SG its
+// subgroup size: both specialization constants, nothing assumes 32 lanes. The scalar form takes 16 x 16 x 16 or
+// 8 x 8 x 8 (what fits the device's shared memory) with "subgroups" of SG = CM CN / 8 invocations (not the
+// device's: only the per-slice maxima use real subgroup operations, and they are per subgroup whatever its size).
+// Tiling as linear_smem.comp: a workgroup of 4 subgroups (2 x 2) owns a BM x BN = 4 CM x 4 CN output tile, each
+// subgroup 2 x 2 accumulators. K advances in slices of BK = 32, staged in shared memory as f16 (xs[m][k]: A
+// row-major; ws[n][k]: B = W^T column-major; row stride 40 halves), double-buffered, loads of slice t + 1 in
+// flight while slice t multiplies. Weights that are not f16 are dequantized to f32 on the way (WLOAD) and enter the
+// shared tile as f16, as ggml's mul_mm does, but scaled and split as x is (below).
+// Accuracy: x is not rounded to f16. Each slice is scaled by a power of two 2^s (from the slice's max |x|, one
+// per workgroup and slice) so |x 2^s| < 2^14, then split x 2^s = hi + lo with hi = f16(x 2^s), lo = f16(x 2^s - hi)
+// (the subtraction is exact). hi W and lo W are exact products accumulated in f32, and the slice's sum is scaled
+// back by 2^-s (exact). Per product: |x - (hi + lo) 2^-s| <= 2^-22 |x| + 2^-25 2^-s (f16 subnormals), i.e. f32-like
+// (2^-24) accuracy at twice the matrix operations, for any finite x (no f16 overflow), where the device's MulAdd
+// keeps f32 precision (the spec leaves that to the device; the probe checks it, lavapipe 26 does). split16 rounds
+// hi through the float's bits: f16(v - f32(f16(v))) under `precise` was folded to 0 by lavapipe 26's compiler.
+// W: f16 enters as stored (exact). Other dtypes get their own per-slice power of two 2^u (max |W| of the slice's
+// BN rows) so |W 2^u| < 2^14: bf16 (8 significant bits) is then exact in f16 wherever W 2^u is a normal f16 (|W| >
+// 2^-28 max |W|; below, 2^-25 2^-u absolute), so bf16 costs what f16 does. Dequantized ggml values (a block scale
+// times a small integer: up to 19 significant bits) are split like x (W_SPLIT: hi + lo, 2^-22 relative) and the
+// slice runs three products, lo x hi W, hi x lo W, hi x hi W (lo x lo W, <= 2^-22 |x W|, is left out): <= 3 2^-22
+// |x W| per product, still f32-like. The slice's sum is scaled back by 2^-s 2^-u (two exact multiplications).
+// x stored f16 (XF16) is exact in f16: it enters unscaled, lo = 0 and its products are skipped (half the work).
+// The scalar form adds each f16 x f16 product (exact in f32) with one fma, k ascending within a CK block: exactly
+// what the bound above assumes of the MulAdd, so there it holds as stated on every device.
+// The summation order differs from linear.glsl's, so results match it within that bound, not bitwise. The epilogue
+// (bias, activation, f16 storage) is linear_io.glsl's, shared with linear_smem.comp.
+#include "common.glsl"
+#define USE_LINEAR
+#include "runtime/ir/params.h"
+#define BK 32u
+#define LDS 40u
+layout(constant_id = 0) const uint CM = 16;  // the matrix shape
+layout(constant_id = 1) const uint CN = 16;
+layout(constant_id = 3) const uint CK = 16;
+layout(constant_id = 6) const uint NT = 128;  // invocations: 4 subgroups (coopmat: of the device's size)
+layout(local_size_x_id = 6) in;
+const uint SG = NT / 4u, BM = 4u * CM, BN = 4u * CN;
+const uint LX = 8u * BM / NT, LW = 8u * BN / NT;  // 4-vectors each invocation stages per slice (whole: 8 CM % SG == 0)
+SELECT_BUF(4)
+#include "linear_weights.glsl"  // W (WLOAD, W0) and the bias
+#ifndef W_F16
+#define W_SCALED  // W has its own per-slice power of two
+#endif
+#ifdef W_QUANT
+#define W_SPLIT  // and is split into hi + lo
+#endif
+#include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
+// x stored f32 is scaled and split per slice; x stored f16 enters the tile as stored (exact: lo would be 0), and
+// its lo products are skipped.
+const bool XSPLIT = XF16 == 0u;
+
+shared float16_t xh[2][BM * LDS];
+shared float16_t xl[2][BM * LDS];
+shared float16_t ws[2][BN * LDS];
+#ifdef W_SPLIT
+shared float16_t wl[2][BN * LDS];
+#endif
+shared uint smax[3];             // per slice (mod 3): max |x| as f32 bits (monotonic for x >= 0)
+#ifdef W_SCALED
+shared uint smaxw[3];            // the same for W
+#endif
+shared float stage[4][CM * CN];  // one accumulator per subgroup on its way to the epilogue
+
+#ifdef GEMM_COOPMAT
+#define ACC coopmat<float, gl_ScopeSubgroup, CM, CN, gl_MatrixUseAccumulator>
+#define ACC_ZERO ACC(0.0)
+#define ACC_SCALE(a, f) ((a) * (f))
+#define ACC_ADD(a, b) a = (a) + (b)
+#else
+// The scalar form: subgroup sg's accumulator is spread over its SG invocations, element e = lane + SG u (u < EPT)
+// at row e / CN, column e % CN of the CM x CN tile (the lowering makes CM CN = 8 SG).
+#define EPT 8u
+struct Acc {
+    float e[EPT];
+};
+#define ACC Acc
+#define ACC_ZERO Acc(float[EPT](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+Acc ACC_SCALE(Acc a, float f) {
+    [[unroll]] for (uint u = 0; u < EPT; ++u) a.e[u] *= f;
+    return a;
+}
+#define ACC_ADD(a, b)                                      \
+    {                                                      \
+        const Acc b_ = (b);                                \
+        [[unroll]] for (uint u = 0; u < EPT; ++u) a.e[u] += b_.e[u]; \
+    }
+// P += A B over k in [kk, kk + CK): A = X's rows a0 .., B = W's rows (columns of W^T) b0 .. of slice buffer buf,
+// f16 x f16 products (exact in f32) added in k order, one fma each.
+#define SCALAR_MMA(P, X, W, buf, a0, b0, kk)                                                                    \
+    [[unroll]] for (uint u = 0; u < EPT; ++u) {                                                                \
+        const uint e = lane + SG * u, xo = ((a0) + e / CN) * LDS + (kk), wo = ((b0) + e % CN) * LDS + (kk);    \
+        float s = P.e[u];                                                                                      \
+        for (uint k = 0; k < CK; ++k) s = fma(float(X[buf][xo + k]), float(W[buf][wo + k]), s);                \
+        P.e[u] = s;                                                                                            \
+    }
+#endif
+
+// 2^s with |x 2^s| < 2^14 for the slice's max m (1 for 0 and non-finite: the latter propagate as in f32).
+// At most 2^100, so that 2^-s stays a normal f32 (slices with max < 2^-86 keep values below f16's normal range).
+float slice_scale(uint mbits) {
+    const float m = uintBitsToFloat(mbits);
+    if (m == 0.0 || isinf(m) || isnan(m)) return 1.0;
+    int e;
+    frexp(m, e);  // m = f 2^e, f in [0.5, 1)
+    return ldexp(1.0, min(14 - e, 100));
+}
+
+// v = hi + lo. hi: v rounded to 11 significant bits through its bits (round half away from zero), so no compiler
+// can fold f32(f16(v)) back to v and zero lo; exact in f16 wherever |v| >= 2^-14 (the slice scale puts the slice's
+// max in [2^13, 2^14)). lo = f16(v - hi): v - hi is exact in f32 and <= 2^-12 |v|, rounded to f16 (2^-11 relative of
+// it): |v - hi - lo| <= 2^-23 |v| for normal lo, 2^-25 absolute below. 0 where hi overflowed (v infinite).
+void split16(float v, out float16_t hi, out float16_t lo) {
+    const float h = uintBitsToFloat((floatBitsToUint(v) + 0x1000u) & 0xffffe000u);
+    hi = float16_t(h);
+    lo = isinf(h) ? float16_t(0.0) : float16_t(v - h);
+}
+
+void main() {
+#ifdef GEMM_COOPMAT
+    const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+#else
+    const uint tid = gl_LocalInvocationID.x, sg = tid / SG, lane = tid % SG;
+#endif
+    const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;
+    const uint w0 = W0;
+    // Staging map: 4-vector l = tid + NT r of a slice is row l / 8, quad l % 8 (8 quads = BK values per row).
+    vec4 xv[LX];
+#ifdef W_SCALED
+    vec4 wv[LW];
+#else
+    f16vec4 wv[LW];
+#endif
+    if (tid < 3u) {
+        smax[tid] = 0u;
+#ifdef W_SCALED
+        smaxw[tid] = 0u;
+#endif
+    }
+    ACC acc[2][2];
+    [[unroll]] for (uint i = 0; i < 2u; ++i)
+        [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = ACC_ZERO;
+    const uint slices = (kq + 7u) / 8u;
+    barrier();
+    // Loads slice t into registers and adds its max |x| to smax[t % 3] (and its max |W| to smaxw[t % 3]).
+    #define LOAD_SLICE(t)                                                                                          \
+        {                                                                                                          \
+            float mx = 0.0;                                                                                        \
+            [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
+                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
+                xv[r] = k4 < kq ? x_load4(min(m0 + (l >> 3), p.M - 1u) * kq + k4) : vec4(0.0);                     \
+                const vec4 a = abs(xv[r]);                                                                         \
+                mx = max(mx, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
+            }                                                                                                      \
+            mx = subgroupMax(mx);                                                                                  \
+            if (subgroupElect()) atomicMax(smax[(t) % 3u], floatBitsToUint(mx));                                  \
+            LOAD_W(t)                                                                                              \
+        }
+#ifdef W_SCALED
+    #define LOAD_W(t)                                                                                              \
+        {                                                                                                          \
+            float mw = 0.0;                                                                                        \
+            [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
+                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
+                wv[r] = k4 < kq ? WLOAD(w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4) : vec4(0.0);                 \
+                const vec4 a = abs(wv[r]);                                                                         \
+                mw = max(mw, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
+            }                                                                                                      \
+            mw = subgroupMax(mw);                                                                                  \
+            if (subgroupElect()) atomicMax(smaxw[(t) % 3u], floatBitsToUint(mw));                                 \
+        }
+#else
+    #define LOAD_W(t)                                                                                              \
+        [[unroll]] for (uint r = 0; r < LW; ++r) {                                                                 \
+            const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                                 \
+            wv[r] = k4 < kq ? WLOAD16(w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4) : f16vec4(0.0);                \
+        }
+#endif
+    // Stores the registers as slice buffer b: x scaled by sc and split into hi + lo; W as stored, or scaled by scw
+    // (and split, W_SPLIT).
+    #define STORE_SLICE(b, sc, scw)                                                                                \
+        {                                                                                                          \
+            [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
+                const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
+                if (XSPLIT)                                                                                        \
+                    [[unroll]] for (uint c = 0; c < 4u; ++c) split16(xv[r][c] * (sc), xh[b][o + c], xl[b][o + c]); \
+                else                                                                                               \
+                    [[unroll]] for (uint c = 0; c < 4u; ++c) xh[b][o + c] = float16_t(xv[r][c]);                   \
+            }                                                                                                      \
+            [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
+                const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
+                [[unroll]] for (uint c = 0; c < 4u; ++c) STORE_W(b, o + c, wv[r][c], scw)                          \
+            }                                                                                                      \
+        }
+#if defined(W_SPLIT)
+    #define STORE_W(b, i, v, scw) split16((v) * (scw), ws[b][i], wl[b][i]);
+#elif defined(W_SCALED)
+    #define STORE_W(b, i, v, scw) ws[b][i] = float16_t((v) * (scw));
+#else
+    #define STORE_W(b, i, v, scw) ws[b][i] = (v);
+#endif
+#ifdef W_SCALED
+    #define W_SCALE(t) slice_scale(smaxw[(t) % 3u])
+#else
+    #define W_SCALE(t) 1.0
+#endif
+    LOAD_SLICE(0u)
+    barrier();
+    float sc = XSPLIT ? slice_scale(smax[0]) : 1.0, scw = W_SCALE(0u);
+    STORE_SLICE(0u, sc, scw)
+    barrier();
+    const uint sm = (sg >> 1) * 2u * CM, sn = (sg & 1u) * 2u * CN;  // this subgroup's quarter of the tile
+    for (uint t = 0; t < slices; ++t) {
+        const uint cur = t & 1u;
+        const bool more = t + 1u < slices;
+        if (more) LOAD_SLICE(t + 1u)  // in flight while slice t multiplies
+        ACC part[2][2];
+        [[unroll]] for (uint i = 0; i < 2u; ++i)
+            [[unroll]] for (uint j = 0; j < 2u; ++j) part[i][j] = ACC_ZERO;
+        [[unroll]] for (uint kk = 0; kk < BK; kk += CK) {
+#ifdef GEMM_COOPMAT
+            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> b[2];
+            [[unroll]] for (uint j = 0; j < 2u; ++j)
+                coopMatLoad(b[j], ws[cur], (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+#ifdef W_SPLIT
+            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> bl[2];
+            [[unroll]] for (uint j = 0; j < 2u; ++j)
+                coopMatLoad(bl[j], wl[cur], (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+#endif
+            [[unroll]] for (uint i = 0; i < 2u; ++i) {
+                coopmat<float16_t, gl_ScopeSubgroup, CM, CK, gl_MatrixUseA> ah, al;
+                coopMatLoad(ah, xh[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
+                if (XSPLIT)
+                    coopMatLoad(al, xl[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint j = 0; j < 2u; ++j) {
+                    if (XSPLIT) part[i][j] = coopMatMulAdd(al, b[j], part[i][j]);
+#ifdef W_SPLIT
+                    part[i][j] = coopMatMulAdd(ah, bl[j], part[i][j]);
+#endif
+                    part[i][j] = coopMatMulAdd(ah, b[j], part[i][j]);
+                }
+            }
+#else
+            [[unroll]] for (uint i = 0; i < 2u; ++i)
+                [[unroll]] for (uint j = 0; j < 2u; ++j) {
+                    if (XSPLIT) SCALAR_MMA(part[i][j], xl, ws, cur, sm + CM * i, sn + CN * j, kk)
+#ifdef W_SPLIT
+                    SCALAR_MMA(part[i][j], xh, wl, cur, sm + CM * i, sn + CN * j, kk)
+#endif
+                    SCALAR_MMA(part[i][j], xh, ws, cur, sm + CM * i, sn + CN * j, kk)
+                }
+#endif
+        }
+        const float inv = 1.0 / sc, invw = 1.0 / scw;  // powers of two (2^-100 .. 2^114): exact
+        [[unroll]] for (uint i = 0; i < 2u; ++i)
+            [[unroll]] for (uint j = 0; j < 2u; ++j) {
+#ifdef W_SCALED
+                ACC_ADD(acc[i][j], ACC_SCALE(ACC_SCALE(part[i][j], inv), invw));
+#else
+                ACC_ADD(acc[i][j], ACC_SCALE(part[i][j], inv));
+#endif
+            }
+        barrier();  // slice t + 1's maxima are in; buffer cur ^ 1 was last read in slice t - 1
+        if (more) {
+            sc = XSPLIT ? slice_scale(smax[(t + 1u) % 3u]) : 1.0;
+            scw = W_SCALE(t + 1u);
+            STORE_SLICE(cur ^ 1u, sc, scw)
+            if (tid == 0u) {
+                smax[(t + 2u) % 3u] = 0u;  // its last reader (slice t - 1) passed the barrier above
+#ifdef W_SCALED
+                smaxw[(t + 2u) % 3u] = 0u;
+#endif
+            }
+        }
+        barrier();
+    }
+    [[unroll]] for (uint i = 0; i < 2u; ++i)
+        [[unroll]] for (uint j = 0; j < 2u; ++j) {
+#ifdef GEMM_COOPMAT
+            coopMatStore(acc[i][j], stage[sg], 0, CN, gl_CooperativeMatrixLayoutRowMajor);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+#else
+            [[unroll]] for (uint u = 0; u < EPT; ++u) stage[sg][lane + SG * u] = acc[i][j].e[u];
+            memoryBarrierShared();
+            barrier();
+#endif
+            for (uint e = lane; e < CM * CN; e += SG) {
+                const uint m = m0 + sm + CM * i + e / CN, n = n0 + sn + CN * j + e % CN;
+                if (m < p.M && n < p.N) y_store(m, n, stage[sg][e]);
+            }
+#ifdef GEMM_COOPMAT
+            subgroupBarrier();
+#else
+            barrier();
+#endif
+        }
+}
