@@ -331,7 +331,7 @@ TEST_CASE("the cooperative-matrix flash kernel matches the CPU reference", "[op:
         WARN("attention_coopmat not run on '" << ctx.info().name << "': " << why);
         return;
     }
-    // Head dims 64, 72 (DiT, padded to whole fragments), 128, 256 (Gemma-2); Sq = Sk = 269 (not a multiple of any
+    // Head dims 64, 72 (DiT; 80 in 16-wide fragments), 128, 256 (Gemma-2); Sq = Sk = 269 (not a multiple of any
     // tile; SD3-like joint lengths), a padding mask [B, 1, Sk], [B, Sq, Sk] finfo.min masks, causal (Sq < Sk, Sq > Sk),
     // grouped-query heads, soft-capping; q/k/v stored f32 and f16.
     OptCase c = GENERATE(OptCase{1, 269, 269, 2, 1, 64, 1, false, 0.f}, OptCase{2, 269, 269, 2, 2, 72, 1, false, 0.f},
