@@ -13,6 +13,8 @@
 // results do not depend on the subgroup size. Rows past Sq and keys past Sk are clamped for the loads; keys past
 // Sk or past the causal limit get P = 0, and K/V tiles beyond the workgroup's last visible key are skipped. Shared
 // memory: lower_attention.cpp.
+// FLASH_COOPMAT (attention_coopmat.comp) swaps steps 1 and 3 for cooperative matrices (attention_flash_cm.glsl);
+// the loads, step 2 and the barriers are this file's.
 // Workgroups: (ceil(Sq / BR), H, B).
 #include "common.glsl"
 #include "mathf.glsl"
@@ -26,7 +28,6 @@ layout(constant_id = 2) const uint BC = 32;  // keys per K/V tile
 layout(constant_id = 3) const uint F16 = 0;  // bit i: q, k, v (i = 0, 1, 2) stored f16
 const uint NI = 64;
 const uint T = NI / BR;          // invocations per query row
-const uint DS = D + 1;           // shared row stride
 const uint DT = (D + T - 1) / T; // output columns per invocation
 const uint NS = (BC + T - 1) / T; // scores per invocation
 
@@ -39,14 +40,24 @@ layout(binding = 2) readonly buffer V16 { float16_t v16[]; };
 layout(binding = 3) readonly buffer Mk { float mask[]; };
 layout(binding = 4) writeonly buffer O { float o[]; };
 
-shared float q_s[BR * DS];
-shared float kv_s[BC * DS + T];  // + the columns flash_pv reads past the last row's D
 shared float s_s[BR * BC];
 shared float red_m[NI], red_l[NI];  // per invocation: its keys' max and sum of P in the current tile
 
 float load_q(uint i) { return (F16 & 1u) != 0 ? float(q16[i]) : q[i]; }
 float load_k(uint i) { return (F16 & 2u) != 0 ? float(k16[i]) : k[i]; }
 float load_v(uint i) { return (F16 & 4u) != 0 ? float(v16[i]) : v[i]; }
+
+#ifdef FLASH_COOPMAT
+#include "attention_flash_cm.glsl"  // DL, store_q, store_kv, flash_scores, store_p, flash_init, flash_pv, flash_out
+#else
+const uint DL = D;      // columns of q / K / V the loads stage
+const uint DS = D + 1;  // shared row stride
+shared float q_s[BR * DS];
+shared float kv_s[BC * DS + T];  // + the columns flash_pv reads past the last row's D
+
+void store_q(uint r, uint d, float x) { q_s[r * DS + d] = x; }
+void store_kv(uint c, uint d, float x) { kv_s[c * DS + d] = x; }
+void store_p(uint r, uint c, float pc) { s_s[r * BC + c] = pc; }
 
 // s_s[r][c] = q_s[r] . kv_s[c] for this invocation's keys c = t + n T, n < NS (scalar: one dot per key and
 // invocation, d ascending; each q element loaded once for the NS keys).
@@ -65,15 +76,31 @@ void flash_scores(uint r, uint t) {
         if (t + n * T < BC) s_s[r * BC + t + n * T] = s[n];
 }
 
+float acc[DT];  // row r's output columns d = t + x T
+
+void flash_init() {
+    [[unroll]] for (uint x = 0; x < DT; ++x) acc[x] = 0.0;
+}
+
 // acc[x] = alpha acc[x] + sum_c s_s[r][c] kv_s[c][d], d = t + x T, c ascending (columns d >= D are computed from
 // padding and never stored).
-void flash_pv(uint r, uint t, float alpha, inout float acc[DT]) {
+void flash_pv(uint r, uint t, float alpha) {
     [[unroll]] for (uint x = 0; x < DT; ++x) acc[x] *= alpha;
     for (uint c = 0; c < BC; ++c) {
         float pc = s_s[r * BC + c];
         [[unroll]] for (uint x = 0; x < DT; ++x) acc[x] += pc * kv_s[c * DS + t + x * T];
     }
 }
+
+// out[row] = O / l (inv = 1 / l, 0 for a causal row that sees no key); obase: element (q0, 0) of the head's output.
+void flash_out(uint r, uint t, uint q0, uint obase, float inv) {
+    if (q0 + r >= p.Sq) return;
+    [[unroll]] for (uint x = 0; x < DT; ++x) {
+        uint d = t + x * T;
+        if (d < D) o[obase + r * p.H * D + d] = acc[x] * inv;
+    }
+}
+#endif
 
 void main() {
     uint tid = gl_LocalInvocationID.x, r = tid / T, t = tid % T;
@@ -85,19 +112,19 @@ void main() {
     uint kend = p.Sk;
     if (p.causal != 0) kend = uint(clamp(int(min(q0 + BR, p.Sq)) + int(p.Sk) - int(p.Sq), 0, int(p.Sk)));
 
-    for (uint e = tid; e < BR * D; e += NI) {
-        uint rr = e / D, d = e % D;
-        q_s[rr * DS + d] = load_q((b * p.Sq + min(q0 + rr, p.Sq - 1)) * W + h * D + d) * p.scale;
+    // Columns d in [D, DL) (the cooperative-matrix variant's padding to whole fragments) are staged as 0.
+    for (uint e = tid; e < BR * DL; e += NI) {
+        uint rr = e / DL, d = e % DL;
+        store_q(rr, d, d < D ? load_q((b * p.Sq + min(q0 + rr, p.Sq - 1)) * W + h * D + d) * p.scale : 0.0);
     }
-    float acc[DT];
-    [[unroll]] for (uint x = 0; x < DT; ++x) acc[x] = 0.0;
+    flash_init();
     float m = -3.402823466e38, l = 0.0;  // row r's running max and sum (the same in each of its T invocations)
 
     for (uint j0 = 0; j0 < kend; j0 += BC) {
         barrier();  // the previous tile's P V has read kv_s and s_s (first tile: q_s is written)
-        for (uint e = tid; e < BC * D; e += NI) {
-            uint c = e / D, d = e % D;
-            kv_s[c * DS + d] = load_k((b * p.Sk + min(j0 + c, p.Sk - 1)) * Wk + hk * D + d);
+        for (uint e = tid; e < BC * DL; e += NI) {
+            uint c = e / DL, d = e % DL;
+            store_kv(c, d, d < D ? load_k((b * p.Sk + min(j0 + c, p.Sk - 1)) * Wk + hk * D + d) : 0.0);
         }
         barrier();
         flash_scores(r, t);
@@ -122,26 +149,21 @@ void main() {
         float part = 0.0;
         for (uint c = t; c < BC; c += T) {
             float pc = c < cn ? exp(s_s[r * BC + c] - mx) : 0.0;
-            s_s[r * BC + c] = pc;
+            store_p(r, c, pc);
             part += pc;
         }
         red_l[tid] = part;
-        for (uint e = tid; e < BC * D; e += NI) {
-            uint c = e / D, d = e % D;
-            kv_s[c * DS + d] = load_v((b * p.Sk + min(j0 + c, p.Sk - 1)) * Wk + hk * D + d);
+        for (uint e = tid; e < BC * DL; e += NI) {
+            uint c = e / DL, d = e % DL;
+            store_kv(c, d, d < D ? load_v((b * p.Sk + min(j0 + c, p.Sk - 1)) * Wk + hk * D + d) : 0.0);
         }
         barrier();
         float alpha = exp(m - mx), sum = 0.0;
         for (uint u = 0; u < T; ++u) sum += red_l[r * T + u];
         l = l * alpha + sum;
         m = mx;
-        flash_pv(r, t, alpha, acc);
+        flash_pv(r, t, alpha);
     }
     float inv = l > 0.0 ? 1.0 / l : 0.0;  // 0: a causal row that sees no key
-    if (q0 + r >= p.Sq) return;
-    uint ooff = (b * p.Sq + q0 + r) * W + h * D;
-    [[unroll]] for (uint x = 0; x < DT; ++x) {
-        uint d = t + x * T;
-        if (d < D) o[ooff + d] = acc[x] * inv;
-    }
+    flash_out(r, t, q0, (b * p.Sq + q0) * W + h * D, inv);
 }

@@ -125,11 +125,12 @@ const std::vector<SettingInfo> kTable = {
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
-    {"KILN_ATTENTION", "choice: auto|flash|rows|buf|tex", "auto",
-     "the attention kernel: flash where it applies (auto: on GPUs; rows on CPU devices), rows (buf/tex: through "
-     "storage/texel buffers)", false,
+    {"KILN_ATTENTION", "choice: auto|coopmat|flash|rows|buf|tex", "auto",
+     "the attention kernel: flash where it applies, on cooperative matrices where the device has them (auto: on "
+     "GPUs; rows on CPU devices), rows (buf/tex: through storage/texel buffers)", false,
      [](Settings& s, const char* n, const std::string& v) {
-         s.exec.attention = choice(n, v, {"auto", "flash", "rows", "buf", "tex"}, "auto, flash, rows, buf or tex"); }},
+         s.exec.attention = choice(n, v, {"auto", "coopmat", "flash", "rows", "buf", "tex"},
+                                   "auto, coopmat, flash, rows, buf or tex"); }},
     // Models and the CLI.
     {"KILN_DEVICE_LOOP", "bool", "1", "0: kiln generate runs its step loop on the host (as --host-loop)",
      false, [](Settings& s, const char* n, const std::string& v) { s.device_loop = on_unless_0(v); }},

@@ -43,7 +43,7 @@ struct ExecOptions {
     std::string eager_submit = "step";   // KILN_EAGER_SUBMIT: eager mode submits once per run (step) or per op (op)
     std::string linear = "auto";         // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|tex|gemm
     std::string conv2d = "auto";         // KILN_CONV2D: auto|buf|tex
-    std::string attention = "auto";      // KILN_ATTENTION: auto|flash|rows|buf|tex
+    std::string attention = "auto";      // KILN_ATTENTION: auto|coopmat|flash|rows|buf|tex
 };
 
 // TEST-ONLY: fault injection and device limits smaller than the device's, so that tests reach paths a real device

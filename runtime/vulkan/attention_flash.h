@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/vulkan/context.h"
 #include "runtime/vulkan/lower.h"
 
 namespace kiln::vk {
@@ -27,5 +28,22 @@ std::string attention_flash_unsupported(const ir::Graph& g, const ir::Node& n, u
 // The dispatch of attention node n on the flash kernel (the same bindings and push constants as lower_attention).
 // Throws where unsupported.
 Dispatch lower_attention_flash(const ir::Graph& g, const ir::Node& n, uint32_t max_shared);
+
+// The cooperative-matrix variant (shaders/attention_coopmat.comp: the flash kernel with S = Q K^T and O += P V on
+// the device's f16 x f16 + f32 matrices, DeviceInfo::coopmat_m/n/k). Its tile: the largest of 16 x 32, 16 x 16,
+// 8 x 16, 8 x 8 whose rows and keys are whole fragments and whose shared memory fits max_shared; br = 0 when none.
+FlashTile flash_coopmat_tile(int64_t d, const DeviceInfo& dev, uint32_t max_shared);
+
+// "" when dev can run the cooperative-matrix variant at all, else why not: no cooperative matrices, not in this build,
+// or a subgroup size that does not divide 64.
+std::string attention_coopmat_unavailable(const DeviceInfo& dev);
+
+// "" when node n can take the cooperative-matrix variant on dev (with max_shared bytes of shared memory), else why
+// not: attention_coopmat_unavailable's reasons, head_dim over 256, or no tile fits.
+std::string attention_coopmat_unsupported(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n,
+                                          uint32_t max_shared);
+
+// The dispatch of attention node n on the cooperative-matrix variant. Throws where unsupported.
+Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared);
 
 }  // namespace kiln::vk

@@ -8,6 +8,7 @@
 #include "runtime/core/error.h"
 #include "runtime/vulkan/attention_flash.h"
 #include "runtime/vulkan/lower.h"
+#include "runtime/vulkan/pipeline.h"
 
 namespace kiln::vk {
 namespace {
@@ -57,6 +58,28 @@ params::AttentionParams attn_params(const ir::Graph& g, const ir::Node& n) {
 uint64_t flash_shared_bytes(FlashTile t, int64_t d) {
     return 4ull * ((uint64_t)(t.br + t.bc) * (uint64_t)(d + 1) + 64 / t.br + (uint64_t)t.br * t.bc + 128);
 }
+
+// Bit i: input i (q, k, v) stored f16 (the flash kernels' F16 constant).
+uint32_t f16_bits(const ir::Graph& g, const ir::Node& n) {
+    uint32_t f16 = 0;
+    for (uint32_t i = 0; i < 3; ++i)
+        if (g.value(n.in[i]).dtype == DType::f16) f16 |= 1u << i;
+    return f16;
+}
+
+// D rounded up to whole fragments of the cooperative-matrix variant (a multiple of its K and N).
+uint32_t coopmat_cols(int64_t d, const DeviceInfo& dev) {
+    const uint32_t a = std::max(dev.coopmat_k, dev.coopmat_n);
+    return (uint32_t)((d + a - 1) / a * a);
+}
+
+// Shared memory of attention_flash_cm.glsl: q and K/V tiles as f16 hi + lo (rows of DL + 8), P likewise (rows of
+// bc + 8), the f32 scores, two floats per invocation, a br x n row scaling and one m x n fragment per subgroup.
+uint64_t coopmat_shared_bytes(FlashTile t, int64_t d, const DeviceInfo& dev) {
+    const uint64_t lq = coopmat_cols(d, dev) + 8, lp = t.bc + 8, nsg = 64 / dev.subgroup_size;
+    return 4ull * ((t.br + t.bc) * lq + t.br * lp + (uint64_t)t.br * t.bc + 128 + t.br * dev.coopmat_n +
+                   nsg * dev.coopmat_m * dev.coopmat_n);
+}
 }  // namespace
 
 Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
@@ -104,13 +127,60 @@ Dispatch lower_attention_flash(const ir::Graph& g, const ir::Node& n, uint32_t m
     KILN_CHECK(why.empty(), "attention (flash kernel): ", why);
     const AttnShape s = attn_shape(g, n);
     const FlashTile t = flash_tile(s.D, max_shared);
-    uint32_t f16 = 0;  // bit i: input i (q, k, v) stored f16
-    for (uint32_t i = 0; i < 3; ++i)
-        if (g.value(n.in[i]).dtype == DType::f16) f16 |= 1u << i;
     Dispatch d;
     d.shader = ShaderKey("attention", "flash");
     d.set_push(attn_params(g, n));
-    d.spec = {(uint32_t)s.D, t.br, t.bc, f16};
+    d.spec = {(uint32_t)s.D, t.br, t.bc, f16_bits(g, n)};
+    d.groups[0] = (uint32_t)((s.Sq + t.br - 1) / t.br);
+    d.groups[1] = (uint32_t)s.H;
+    d.groups[2] = (uint32_t)s.B;
+    return d;
+}
+
+FlashTile flash_coopmat_tile(int64_t d, const DeviceInfo& dev, uint32_t max_shared) {
+    if (dev.coopmat_m == 0 || dev.subgroup_size == 0 || 64 % dev.subgroup_size != 0) return {0, 0};
+    for (FlashTile t : {FlashTile{16, 32}, FlashTile{16, 16}, FlashTile{8, 16}, FlashTile{8, 8}})
+        if (t.br % dev.coopmat_m == 0 && t.bc % dev.coopmat_n == 0 && t.bc % dev.coopmat_k == 0 &&
+            coopmat_shared_bytes(t, d, dev) <= max_shared)
+            return t;
+    return {0, 0};
+}
+
+std::string attention_coopmat_unavailable(const DeviceInfo& dev) {
+    if (dev.coopmat_m == 0) return "no cooperative matrices: " + dev.coopmat_why;
+    if (!has_shader("attention_coopmat"))
+        return "attention_coopmat is not in this build (glslang without GL_KHR_cooperative_matrix)";
+    if (dev.subgroup_size == 0 || dev.subgroup_size > 64 || 64 % dev.subgroup_size != 0)
+        return "subgroup size " + std::to_string(dev.subgroup_size) + " does not divide the 64 invocations";
+    return "";
+}
+
+std::string attention_coopmat_unsupported(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n,
+                                          uint32_t max_shared) {
+    if (std::string why = attention_coopmat_unavailable(dev); !why.empty()) return why;
+    const AttnShape s = attn_shape(g, n);
+    // 256: the families' largest head (Gemma-2); the output fragments hold br * D / 64 floats per invocation.
+    if (s.D > 256) return "head_dim " + std::to_string(s.D) + " exceeds 256";
+    if (flash_coopmat_tile(s.D, dev, max_shared).br == 0)
+        return "no tile fits " + std::to_string(max_shared) + " bytes of shared memory at head_dim " +
+               std::to_string(s.D);
+    return "";
+}
+
+Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared) {
+    const std::string why = attention_coopmat_unsupported(dev, g, n, max_shared);
+    KILN_CHECK(why.empty(), "attention (cooperative-matrix kernel): ", why);
+    const AttnShape s = attn_shape(g, n);
+    const FlashTile t = flash_coopmat_tile(s.D, dev, max_shared);
+    // q staged as q * scale * 2^qsh with 2^qsh ~ 1 / scale (within a factor sqrt 2): about q's own magnitude
+    // (attention_flash_cm.glsl; scale here is the kernel's, divided by softcap where set).
+    const params::AttentionParams p = attn_params(g, n);
+    const uint32_t qsh = (uint32_t)std::clamp<long>(std::lround(-std::log2((double)p.scale)), 0, 30);
+    Dispatch d;
+    d.shader = ShaderKey("attention", "coopmat");
+    d.set_push(p);
+    d.spec = {(uint32_t)s.D,   t.br,          t.bc,          f16_bits(g, n),        dev.coopmat_m,
+              dev.coopmat_n,   dev.coopmat_k, dev.subgroup_size, coopmat_cols(s.D, dev), qsh};
     d.groups[0] = (uint32_t)((s.Sq + t.br - 1) / t.br);
     d.groups[1] = (uint32_t)s.H;
     d.groups[2] = (uint32_t)s.B;

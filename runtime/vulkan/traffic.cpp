@@ -28,8 +28,10 @@ double reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b)
         return gy * (shared_b ? gz : 1.0);
     }
     if (op == "attention") {
-        // Groups (query tiles of 32 x rows-per-lane, heads, batch); every workgroup streams its head's K and V rows:
-        // K and V once per query tile. q once. A mask [B|1, Sq|1, Sk] is read by every head, and a row broadcast
+        // Groups (query tiles, heads, batch): rows kernel, tiles of 32 x rows-per-lane; flash and its
+        // cooperative-matrix variant (kernel "coopmat"), tiles of BR rows (flash_tile / flash_coopmat_tile). Every
+        // workgroup streams its head's K and V rows (the flash kernels in tiles of BC keys through shared memory):
+        // K and V once per query tile (causal tiles past a workgroup's last key are skipped: an upper bound). q once. A mask [B|1, Sq|1, Sk] is read by every head, and a row broadcast
         // over the queries (or a batch over the batch) by every query tile (batch).
         if (b == 0) return 1;
         if (b == 1 || b == 2) return gx;

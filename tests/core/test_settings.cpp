@@ -145,7 +145,7 @@ TEST_CASE("settings: a bad value is one error line naming the variable and what 
         {"KILN_SELECT_ADVANCE", "on", "KILN_SELECT_ADVANCE='on' (0 or 1)"},
         {"KILN_LINEAR", "fast", "KILN_LINEAR='fast' (auto, reg, smem, smem64, smem128, coopmat, tex or gemm)"},
         {"KILN_CONV2D", "img", "KILN_CONV2D='img' (auto, buf or tex)"},
-        {"KILN_ATTENTION", "fast", "KILN_ATTENTION='fast' (auto, flash, rows, buf or tex)"},
+        {"KILN_ATTENTION", "fast", "KILN_ATTENTION='fast' (auto, coopmat, flash, rows, buf or tex)"},
         {"KILN_MAX_BINDING_RANGE", "4K", "KILN_MAX_BINDING_RANGE='4K' (a whole number, 0 or more)"},
         {"KILN_TEST_MAX_STORAGE_BUFFERS", "-3", "KILN_TEST_MAX_STORAGE_BUFFERS='-3' (a whole number, 0 or more)"},
         {"KILN_TEST_MAX_TEXEL_ELEMENTS", "x", "KILN_TEST_MAX_TEXEL_ELEMENTS='x' (a whole number, 0 or more)"},

@@ -5,7 +5,9 @@
 
 #include "runtime/exec/executor.h"
 #include "runtime/ir/cost.h"
+#include "runtime/vulkan/attention_flash.h"
 #include "runtime/vulkan/context.h"
+#include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/traffic.h"
 #include "tests/support/test_support.h"
 #include "tests/support/vk_context.h"
@@ -57,6 +59,18 @@ TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads
     vk::Traffic t = vk::traffic(g, n, d, bindings(g, n));
     CHECK(t.read == 262144 + 2 * 307200 * 2);
     CHECK(t.written == 262144);
+    // The flash kernels' tiles of BR rows: flash 16 x 32 at head_dim 64 (16 KiB): 16 query tiles; the
+    // cooperative-matrix variant on an H200-like device (16 x 16 x 16, subgroups of 32, 48 KiB): 16 x 32 too.
+    d = vk::lower_attention_flash(g, n, 16384);
+    REQUIRE(d.groups[0] == 16);
+    CHECK(vk::traffic(g, n, d, bindings(g, n)).read == 262144 + 16 * 307200 * 2);
+    if (vk::has_shader("attention_coopmat")) {
+        vk::DeviceInfo h200;
+        h200.coopmat_m = h200.coopmat_n = h200.coopmat_k = 16, h200.subgroup_size = 32;
+        d = vk::lower_attention_coopmat(h200, g, n, 49152);
+        REQUIRE(d.groups[0] == 16);
+        CHECK(vk::traffic(g, n, d, bindings(g, n)).read == 262144 + 16 * 307200 * 2);
+    }
 
     // a [3, 100, 64] f32 = 76800 bytes, b [1, 64, 50] = 12800; N % 4 != 0: 64 x 64 tiles, groups (1, 2, 3).
     ir::Val m = g.matmul(g.input("a", {3, 100, 64}), g.input("b", {1, 64, 50}));

@@ -11,6 +11,7 @@
 // perturbation e of every score moves a convex combination of |v| <= 1 by at most 2 e: + 8 cap 2^-24.
 #include "runtime/exec/attention_select.h"
 #include "runtime/vulkan/attention_flash.h"
+#include "runtime/vulkan/pipeline.h"
 #include "tests/ops/op_harness.h"
 
 using namespace kiln;
@@ -199,8 +200,11 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
         exec::choose_attention_flash(test::op_ctx(), g, n, d);
         return d.shader.kernel;
     };
-    const bool cpu = test::op_ctx().info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;  // auto: rows on lavapipe
-    CHECK(kernel_of("auto") == (cpu ? "vec4" : "flash"));
+    const vk::DeviceInfo& dev = test::op_ctx().info();
+    const bool cpu = dev.vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;  // auto: rows on lavapipe
+    const bool cm = vk::attention_coopmat_unavailable(dev).empty();
+    CHECK(kernel_of("auto") == (cpu ? "vec4" : cm ? "coopmat" : "flash"));
+    if (cm) CHECK(kernel_of("coopmat") == "coopmat");
     CHECK(kernel_of("flash") == "flash");
     CHECK(kernel_of("rows") == "vec4");
     CHECK(kernel_of("buf") == "vec4");
@@ -217,6 +221,28 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
     CHECK(vk::flash_tile(256, 32768).br == 8);
     CHECK(vk::flash_tile(512, 32768).br == 4);
     CHECK(vk::flash_tile(512, 16384).br == 0);
+    // The cooperative-matrix variant's tiles: whole fragments, within shared memory (attention_flash_cm.glsl).
+    vk::DeviceInfo h200, lvp26, bare;
+    h200.coopmat_m = h200.coopmat_n = h200.coopmat_k = 16, h200.subgroup_size = 32;
+    lvp26.coopmat_m = lvp26.coopmat_n = lvp26.coopmat_k = 8, lvp26.subgroup_size = 8;
+    for (int64_t d : {64, 72, 128}) CHECK((vk::flash_coopmat_tile(d, h200, 49152).br == 16 &&
+                                            vk::flash_coopmat_tile(d, h200, 49152).bc == 32));
+    CHECK((vk::flash_coopmat_tile(256, h200, 49152).br == 16 && vk::flash_coopmat_tile(256, h200, 49152).bc == 16));
+    CHECK((vk::flash_coopmat_tile(128, lvp26, 32768).br == 16 && vk::flash_coopmat_tile(128, lvp26, 32768).bc == 16));
+    CHECK((vk::flash_coopmat_tile(256, lvp26, 32768).br == 8 && vk::flash_coopmat_tile(256, lvp26, 32768).bc == 16));
+    CHECK(vk::flash_coopmat_tile(64, bare, 49152).br == 0);
+    CHECK(vk::flash_coopmat_tile(256, h200, 16384).br == 0);
+    bare.coopmat_why = "no VK_KHR_cooperative_matrix";
+    CHECK_THAT(vk::attention_coopmat_unavailable(bare), Catch::Contains("no VK_KHR_cooperative_matrix"));
+    if (vk::has_shader("attention_coopmat")) {
+        CHECK(vk::attention_coopmat_unsupported(h200, g, n, 49152).empty());  // head_dim 64
+        CHECK(vk::attention_coopmat_unsupported(h200, g, nb, 49152).find("1024") != std::string::npos);
+        const vk::Dispatch d = vk::lower_attention_coopmat(h200, g, n, 49152);
+        CHECK(d.shader.name() == "attention_coopmat");
+        CHECK((d.spec[1] == 16 && d.spec[2] == 32 && d.groups[0] == 1 && d.groups[1] == 2));
+        CHECK((d.spec[4] == 16 && d.spec[7] == 32 && d.spec[8] == 64));  // shape, subgroup, D in whole fragments
+        CHECK(d.spec[9] == 3);                                            // q scaled by 2^3 = 1 / scale
+    }
 }
 
 TEST_CASE("attention rejects bad grouped-query shapes", "[op:attention][bad]") {
@@ -256,4 +282,77 @@ TEST_CASE("the flash kernel's smaller tiles match the CPU reference", "[op:atten
     auto r = test::run_op(a.g, a.in);
     CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c));
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
+
+namespace {
+// The cooperative-matrix variant's error beyond the scalar kernel's (docs/attention.md, attention_flash_cm.glsl):
+// every operand x is an f16 pair hi + lo with |x - hi - lo| <= 2^-21 |x| + 2^-23, and a product x y takes hi hi +
+// hi lo + lo hi: |error| <= 5 2^-22 |x y| + 2^-23 (|x| + |y|). q enters as q scale 2^qsh with 2^qsh within sqrt 2 of
+// 1 / scale (softcap: scale / cap, the cap's tanh is 1-Lipschitz), so a score moves by at most
+//   ds = 5 2^-22 scale sum_d |q_d k_d| + 2^-23 scale sum_d (|q_d| + sqrt2 |k_d|),
+// taken here from the data (the largest over query/key pairs); P enters as P 2^12 against v: relative 5 2^-22 on
+// the convex combination, + 2^-23 + Sk 2^-35 max|v|. A perturbation ds of every score moves a convex combination of
+// v by at most 2 ds max|v|. Where the device's MulAdd keeps f32 precision (the spec's f32 C type) that is all; the
+// spec leaves the precision to the device, so a device that rounds products to f16 fails this bound.
+double coopmat_extra(const OptProblem& a, const OptCase& c) {
+    const Tensor &q = a.in.at("q"), &k = a.in.at("k"), &v = a.in.at("v");
+    const int64_t W = c.H * c.D, Wk = c.Hkv * c.D;
+    const double scale = 1.0 / std::sqrt((double)c.D);
+    double ds = 0, vmax = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) vmax = std::max(vmax, (double)std::abs(v.data<float>()[i]));
+    for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.H; ++h) {
+            const int64_t hk = h / (c.H / c.Hkv);
+            for (int64_t i = 0; i < c.Sq; ++i)
+                for (int64_t j = 0; j < c.Sk; ++j) {
+                    const float* qr = q.data<float>() + (b * c.Sq + i) * W + h * c.D;
+                    const float* kr = k.data<float>() + (b * c.Sk + j) * Wk + hk * c.D;
+                    double prod = 0, sum = 0;
+                    for (int64_t d = 0; d < c.D; ++d) {
+                        prod += std::abs((double)qr[d] * kr[d]);
+                        sum += std::abs(qr[d]) + std::sqrt(2.0) * std::abs(kr[d]);
+                    }
+                    ds = std::max(ds, scale * (5 * std::ldexp(prod, -22) + std::ldexp(sum, -23)));
+                }
+        }
+    return 2 * ds * vmax + 5 * std::ldexp(vmax, -22) + std::ldexp(1.0, -23) + c.Sk * std::ldexp(vmax, -35);
+}
+}  // namespace
+
+TEST_CASE("the cooperative-matrix flash kernel matches the CPU reference", "[op:attention][coopmat]") {
+    vk::Context& ctx = test::op_ctx();
+    const std::string why = vk::attention_coopmat_unavailable(ctx.info());
+    if (!why.empty()) {
+        test::ScopedEnv env("KILN_ATTENTION", "coopmat");
+        OptProblem a(OptCase{1, 3, 3, 1, 1, 64, 0, false, 0.f}, 90);
+        const ir::Node& n = a.g.nodes().back();
+        vk::Dispatch d = vk::lower(a.g, n);
+        CHECK_THROWS_WITH(exec::choose_attention_flash(ctx, a.g, n, d), Catch::Contains("KILN_ATTENTION=coopmat"));
+        WARN("attention_coopmat not run on '" << ctx.info().name << "': " << why);
+        return;
+    }
+    // Head dims 64, 72 (DiT; 80 in 16-wide fragments), 128, 256 (Gemma-2); Sq = Sk = 269 (not a multiple of any
+    // tile; SD3-like joint lengths), a padding mask [B, 1, Sk], [B, Sq, Sk] finfo.min masks, causal (Sq < Sk, Sq > Sk),
+    // grouped-query heads, soft-capping; q/k/v stored f32 and f16.
+    OptCase c = GENERATE(OptCase{1, 269, 269, 2, 1, 64, 1, false, 0.f}, OptCase{2, 269, 269, 2, 2, 72, 1, false, 0.f},
+                         OptCase{1, 127, 127, 4, 1, 128, 2, false, 50.f}, OptCase{2, 13, 13, 8, 2, 72, 1, true, 50.f},
+                         OptCase{2, 37, 45, 2, 1, 256, 2, true, 5.f}, OptCase{1, 5, 40, 6, 3, 64, 0, true, 0.f},
+                         OptCase{1, 40, 5, 2, 2, 128, 0, true, 0.f}, OptCase{1, 70, 70, 2, 1, 256, 0, false, 20.f});
+    const bool f16 = GENERATE(false, true);
+    CAPTURE(c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap, f16);
+    OptProblem a(c, 90, f16);
+    test::ScopedEnv env("KILN_ATTENTION", "coopmat");
+    const ir::Node& n = a.g.nodes().back();
+    vk::Dispatch d = vk::lower(a.g, n);
+    REQUIRE(exec::choose_attention_flash(ctx, a.g, n, d));
+    REQUIRE(d.shader.kernel == "coopmat");
+    auto r = test::run_op(a.g, a.in);
+    const double extra = coopmat_extra(a, c);
+    CAPTURE(extra, test::max_err(r.gpu, r.cpu), rel_l2(r.gpu, r.cpu));
+    CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c) + extra);
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+    if (c.causal && c.Sq > c.Sk) {  // rows i < Sq - Sk see no key: exactly 0
+        const int64_t W = c.H * c.D;
+        for (int64_t i = 0; i < (c.Sq - c.Sk) * W; ++i) REQUIRE(r.gpu[(size_t)i] == 0.f);
+    }
 }
