@@ -15,7 +15,7 @@ double reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b)
     const std::string& op = d.shader.op;
     const double gx = d.groups[0], gy = d.groups[1], gz = d.groups[2];
     if (op == "linear") {
-        // Every kernel (reg / vec4 / tex: register tiles; smem*, coopmat: shared-memory tiles; multi: the parts'
+        // Every kernel (reg / vec4 / tex: register tiles; smem*, coopmat, gemm: shared-memory tiles; multi: the parts'
         // column tiles side by side): groups[0] column tiles of N, groups[1] row tiles of M. x [M, K] is read once
         // per column tile, each W [N, K] and bias once per row tile.
         return b == 0 ? gx : gy;
