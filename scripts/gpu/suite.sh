@@ -10,11 +10,15 @@
 #   kernels  kiln bench --kernels: the linear kernel table of this device
 #   bench    PyTorch's side (../shared/gpu-peer/bench_torch.py with diffusers, when bundle.sh --diffusers packed it), then
 #            kiln bench --mode all, on $ARCH (default dit-xl-2-256), in the same call so both share the card's clocks
+#   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28)
+#   variants kiln bench on $ARCH in regional mode once per attention kernel (KILN_ATTENTION=coopmat, flash, rows) and
+#            per forced linear kernel (KILN_LINEAR=coopmat, gemm, smem64, reg): which kernel pays on this card
 #   stream   (only when STAGES names it) the streaming tests on the transfer-only queue, kiln bench --stream (#12)
 # Here: bash scripts/gpu/suite.sh --ci  runs the same set-up and stages on this machine's lavapipe (Debian 12's 22.3)
 # with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
 # dit-tiny, no PyTorch. CI runs it, so a set-up that fails does so here, not on a lent device.
-# Env: STAGES ("info tests kernels bench"), BUDGET, ARCH, TESTS (executables, e.g. "jit models"), TORCH_MODES.
+# Env: STAGES ("info tests kernels bench variants"), BUDGET, ARCH, TESTS (executables, e.g. "jit models"),
+# TORCH_MODES.
 set -uo pipefail
 ci=0
 [ "${1:-}" = "--ci" ] && ci=1
@@ -73,7 +77,7 @@ if ! kiln devices > "$o/devices.txt" 2>&1 && [ $ci = 0 ]; then
 fi
 cat "$o/devices.txt"
 
-stages=${STAGES:-info tests kernels bench}
+stages=${STAGES:-info tests kernels bench variants}
 for st in $stages; do
   [ "$(left)" -lt 20 ] && { log "skip $st: no time left"; continue; }
   case $st in
@@ -109,6 +113,11 @@ for st in $stages; do
         > "$o/kernels.txt" 2>&1
       log "kernels rc=$?"
       cat "$o/kernels.txt"
+      if [ $ci = 0 ]; then  # the quantized rows (not written to the table file: bench measures what it needs)
+        timeout "$(lim 40)" "$run" "$bin/apps/kiln" bench --kernels --kernel-dtypes q8_0,q4_k > "$o/kernels-quant.txt" 2>&1
+        log "kernels quant rc=$?"
+        cat "$o/kernels-quant.txt"
+      fi
       ;;
     bench)
       arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
@@ -124,6 +133,20 @@ for st in $stages; do
         --json "$o/kiln-$arch.json" > "$o/kiln-$arch.txt" 2>&1
       log "kiln bench $arch rc=$?"
       tail -n 12 "$o/kiln-$arch.txt"
+      ;;
+    variants)  # one regional step time per forced kernel (each line: the variable, then kiln bench's regional row)
+      arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
+      steps=$([ $ci = 1 ] && echo 1 || echo 10)
+      vs="KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows KILN_LINEAR=coopmat KILN_LINEAR=gemm"
+      vs="$vs KILN_LINEAR=smem64 KILN_LINEAR=reg"
+      [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
+      for v in $vs; do
+        [ "$(left)" -lt 30 ] && { log "variants: no time left at $v"; break; }
+        r=$(env "$v" timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
+              --steps "$steps" --warmup 1 2>&1 | grep -E '^(regional|error|kiln: error)' | head -n 2 | tr -s ' \n' ' ')
+        echo "$v $r" | tee -a "$o/variants.txt"
+      done
+      log "variants done"
       ;;
     stream)  # not in the default stages: the streaming tests with ring copies on the transfer-only queue family
       # (KILN_TRANSFER_QUEUE=1), then kiln bench --stream on DiT-XL/2-256 with --transfer-queue 0 against 1
