@@ -9,27 +9,40 @@ const std::vector<CostDevice>& cost_devices() {
     // Sources in docs/benchmarks.md#the-cost-model.
     static const std::vector<CostDevice> d = {
         {"H100", 989.4e12, 3.35e12,
-         "NVIDIA H100 SXM5 datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3 3.35 TB/s"},
+         "NVIDIA H100 SXM5 datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3 3.35 TB/s", 50e6,
+         "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (H100 SXM5)"},
         {"H200", 989.4e12, 4.8e12,
-         "NVIDIA H200 SXM datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3e 4.8 TB/s"},
+         "NVIDIA H200 SXM datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3e 4.8 TB/s", 50e6,
+         "the H100 SXM5's GH100 configuration (50 MB L2); NVIDIA's H200 datasheet gives no L2 size"},
         {"RTX 4090", 165.2e12, 1008e9,
          "NVIDIA Ada (AD102) whitepaper: FP16 Tensor with FP32 accumulate 165.2 TFLOPS dense; GDDR6X 21 Gbps x 384 bit "
          "= "
-         "1008 GB/s"},
+         "1008 GB/s",
+         72e6, "NVIDIA Ada whitepaper, appendix: L2 cache 73728 KB (RTX 4090)"},
         {"Apple M3 Max", 14.3e12, 400e9,
          "Apple publishes no FLOP figure: 40-core GPU, 5120 ALUs x 2 x 1.398 GHz (f16 at the f32 rate); Apple: 400 "
-         "GB/s"},
+         "GB/s",
+         0, "Apple publishes no cache size: none modelled"},
         {"Adreno 750", 5.5e12, 76.8e9,
          "Qualcomm publishes no FLOP figure: 1536 ALUs x 2 x 0.903 GHz x 2 (f16 at twice the f32 rate); LPDDR5X "
-         "4800 MHz x 64 bit = 76.8 GB/s"},
+         "4800 MHz x 64 bit = 76.8 GB/s",
+         0, "Qualcomm publishes no cache size: none modelled"},
     };
     return d;
+}
+
+// One execution's bytes to and from memory on d (vk::memory_bytes of its traffic).
+double memory_bytes(const exec::DispatchCost& x, const CostDevice& d) {
+    vk::Traffic t;
+    t.read = x.bytes;  // read + written: memory_bytes only subtracts re-reads that hit
+    t.rereads = x.rereads;
+    return vk::memory_bytes(t, d.cache_bytes);
 }
 
 double floor_ms(const exec::StepCost& c, const CostDevice& d) {
     double s = 0;
     for (const exec::DispatchCost& x : c.per_dispatch)
-        s += x.per_run * std::max(x.flops / d.flops_per_s, x.bytes / d.bytes_per_s);
+        s += x.per_run * std::max(x.flops / d.flops_per_s, memory_bytes(x, d) / d.bytes_per_s);
     return s * 1e3;
 }
 
@@ -56,11 +69,17 @@ nlohmann::json cost_by_shader(const exec::StepCost& c) {
 nlohmann::json cost_model_json() {
     nlohmann::json devices = nlohmann::json::object();
     for (const CostDevice& d : cost_devices())
-        devices[d.name] = {{"flops_per_s", d.flops_per_s}, {"bytes_per_s", d.bytes_per_s}, {"source", d.source}};
+        devices[d.name] = {{"flops_per_s", d.flops_per_s},
+                           {"bytes_per_s", d.bytes_per_s},
+                           {"source", d.source},
+                           {"cache_bytes", d.cache_bytes},
+                           {"cache_source", d.cache_source}};
     return {{"note",
              "a model, not a measurement: per step, each dispatch as planned with its FLOPs and the bytes its tiling "
-             "reads and writes (no cache between workgroups); floor_ms = sum over dispatches of max(flops / peak, "
-             "bytes / bandwidth); bytes_min = every weight once + each block's inputs and outputs"},
+             "reads and writes (bytes: no cache between workgroups); floor_ms = sum over dispatches of max(flops / "
+             "peak, memory bytes / bandwidth), memory bytes: a binding re-read by the tiling counts once where the "
+             "bytes touched between two reads of it fit half the device's last-level cache; bytes_min = every weight "
+             "once + each block's inputs and outputs"},
             {"devices", devices}};
 }
 
@@ -68,7 +87,7 @@ void print_cost(const std::string& label, const exec::StepCost& c, bool header) 
     if (header) {
         std::printf(
             "cost model (per step, as planned; not measured: floor = sum over dispatches of max(FLOPs / peak, "
-            "bytes / bandwidth))\n");
+            "bytes / bandwidth), re-reads that fit half the last-level cache counted once)\n");
         std::printf("%-9s %9s %9s %9s %8s %6s %6s %8s", "mode", "GFLOP", "GB", "GB_min", "GB/min", "disp", "submit",
                     "barriers");
         for (const CostDevice& d : cost_devices()) std::printf(" %13s", (std::string(d.name) + " ms").c_str());

@@ -15,10 +15,14 @@ struct CostDevice {
     const char* name;
     double flops_per_s, bytes_per_s;
     const char* source;
+    double cache_bytes = 0;  // last-level cache (vk::memory_bytes); 0 where the vendor gives none
+    const char* cache_source = "";
 };
 const std::vector<CostDevice>& cost_devices();
 
-// The floor of one step on d: per dispatch max(FLOPs / peak, bytes / bandwidth), times its executions, summed (ms).
+// The floor of one step on d: per dispatch max(FLOPs / peak, memory bytes / bandwidth), times its executions, summed
+// (ms). Memory bytes: the dispatch's bytes less the re-reads its tiling leaves to d's last-level cache
+// (vk::memory_bytes).
 double floor_ms(const exec::StepCost& c, const CostDevice& d);
 // A mode's "cost" object: flops, bytes, bytes_min, dispatches, submits, barriers, floor_ms {device: ms}.
 nlohmann::json cost_json(const exec::StepCost& c);

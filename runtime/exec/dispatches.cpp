@@ -179,6 +179,7 @@ int Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int,
     }
     const vk::Traffic t = vk::traffic(g, node, rec.d, bound);
     rec.bytes = t.read + t.written;
+    rec.rereads = t.rereads;
     const size_t ob = node.in.size();  // the first output's binding
     rec.flops =
         ir::node_flops(g, node) * (part.sub[ob].size ? bound[ob] / (double)value_bytes(g.value(node.out)) : 1.0);

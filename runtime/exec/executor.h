@@ -26,6 +26,7 @@
 #include "runtime/ir/graph.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/memory.h"
+#include "runtime/vulkan/traffic.h"
 
 namespace kiln::exec {
 
@@ -122,6 +123,7 @@ struct DispatchCost {
     std::string shader;           // its kShaderTable name; "copy" for the run's buffer copies
     double flops = 0, bytes = 0;  // one execution
     int per_run = 0;              // executions per run
+    std::vector<vk::Traffic::Reread> rereads;  // its bindings read more than once (vk::memory_bytes)
 };
 struct StepCost {
     double flops = 0, bytes = 0;  // per run: the sum over per_dispatch, copies included (read + written)

@@ -10,48 +10,64 @@
 namespace kiln::vk {
 
 namespace {
-// How many times input binding b is read by the whole dispatch.
-double reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b) {
+struct Reads {
+    double times = 1, reuse = 0;  // reads of the binding by the whole dispatch; its reuse set (Traffic::Reread)
+};
+
+// How input binding b (bound[b] bytes) is read by the whole dispatch.
+Reads reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b, const std::vector<double>& bound) {
     const std::string& op = d.shader.op;
     const double gx = d.groups[0], gy = d.groups[1], gz = d.groups[2];
+    auto at = [&](size_t i) { return i < bound.size() ? bound[i] : 0.0; };
     if (op == "linear") {
         // Every kernel (reg / vec4 / tex: register tiles; smem*, coopmat, gemm: shared-memory tiles; multi: the parts'
         // column tiles side by side): groups[0] column tiles of N, groups[1] row tiles of M. x [M, K] is read once
-        // per column tile, each W [N, K] and bias once per row tile.
-        return b == 0 ? gx : gy;
+        // per column tile, each W [N, K] and bias once per row tile. Column tiles run first: an x row panel is
+        // re-read by consecutive workgroups; W is swept once per row of tiles.
+        double w = 0;  // every weight and bias (linear_multi: all parts)
+        for (size_t i = 1; i < n.in.size(); ++i) w += at(i);
+        const double panel = at(0) / std::max(gy, 1.0);
+        return b == 0 ? Reads{gx, panel + w / std::max(gx, 1.0)} : Reads{gy, w + panel};
     }
     if (op == "matmul") {
         // 64 x 64 (vec4: 64 x 128) tiles, groups (column tiles, row tiles, batch): a [B, M, K] once per column tile,
         // b [B|1, K, N] once per row tile of each batch.
-        if (b == 0) return gx;
         const bool shared_b = g.value(n.in[1]).shape[0] == 1;
-        return gy * (shared_b ? gz : 1.0);
+        const double panel = at(0) / std::max(gy * gz, 1.0), b_batch = at(1) / (shared_b ? 1.0 : std::max(gz, 1.0));
+        if (b == 0) return {gx, panel + b_batch / std::max(gx, 1.0)};
+        return {gy * (shared_b ? gz : 1.0), b_batch + panel};
     }
     if (op == "attention") {
         // Groups (query tiles, heads, batch): rows kernel, tiles of 32 x rows-per-lane; flash and its
         // cooperative-matrix variant (kernel "coopmat"), tiles of BR rows (flash_tile / flash_coopmat_tile). Every
         // workgroup streams its head's K and V rows (the flash kernels in tiles of BC keys through shared memory):
-        // K and V once per query tile (causal tiles past a workgroup's last key are skipped: an upper bound). q once. A mask [B|1, Sq|1, Sk] is read by every head, and a row broadcast
-        // over the queries (or a batch over the batch) by every query tile (batch).
-        if (b == 0) return 1;
-        if (b == 1 || b == 2) return gx;
+        // K and V once per query tile (causal tiles past a workgroup's last key are skipped: an upper bound). q
+        // once. A mask [B|1, Sq|1, Sk] is read by every head, and a row broadcast over the queries (or a batch over
+        // the batch) by every query tile (batch). Query tiles run first: one head's K and V are re-read by
+        // consecutive workgroups; the mask is swept once per head.
+        const double heads = std::max(gy * gz, 1.0), kv_head = (at(1) + at(2)) / heads;
+        if (b == 0) return {1, 0};
+        if (b == 1 || b == 2) return {gx, kv_head + at(0) / heads / std::max(gx, 1.0)};
         const Shape& sm = g.value(n.in[b]).shape;
-        return gy * (sm[1] == 1 ? gx : 1.0) * (sm[0] == 1 ? gz : 1.0);
+        return {gy * (sm[1] == 1 ? gx : 1.0) * (sm[0] == 1 ? gz : 1.0), at(b) + kv_head};
     }
     if (op == "conv2d") {
         // conv2d.comp / conv2d_tex.comp: groups (spatial tiles of 64 x 8 outputs, output-channel tiles of 8): x once
-        // per channel tile, W and bias once per spatial tile.
-        return b == 0 ? gy : gx;
+        // per channel tile, W and bias once per spatial tile. Spatial tiles run first: x is swept once per channel
+        // tile; a channel tile's weights are re-read by consecutive workgroups.
+        if (b == 0) return {gy, at(0) + at(1) / std::max(gy, 1.0)};
+        return {gx, (at(1) + at(2)) / std::max(gy, 1.0) + at(0) / std::max(gx, 1.0)};
     }
     if (op == "conv2d_grouped") {
         // One output per invocation; a workgroup's 64 outputs lie along a row, so x rows are re-read by the KH / stride
-        // output rows that cover them; the few weights of a grouped (depthwise) kernel once.
-        if (b != 0) return 1;
+        // output rows that cover them (neighbouring workgroups); the few weights of a grouped (depthwise) kernel once.
+        if (b != 0) return {1, 0};
         const auto& a = std::get<ir::Conv2dAttrs>(n.attrs);
         const double kh = (double)g.value(n.in[1]).shape[2];
-        return std::max(1.0, kh / (double)a.stride_h);
+        const double times = std::max(1.0, kh / (double)a.stride_h);
+        return {times, at(0) / std::max(gx, 1.0) * times};
     }
-    return 1;
+    return {1, 0};
 }
 }  // namespace
 
@@ -65,12 +81,21 @@ Traffic traffic(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const 
                 const ir::Value& table = g.value(n.in[0]);
                 bytes = std::min(bytes, (double)dtype_nbytes(table.dtype, shape_numel(g.value(n.out).shape)));
             }
-            t.read += bytes * reads(g, n, d, b);
+            const Reads r = reads(g, n, d, b, bound);
+            t.read += bytes * r.times;
+            if (r.times > 1) t.rereads.push_back({bytes, r.times, r.reuse});
         } else {
             t.written += bound[b];
         }
     }
     return t;
+}
+
+double memory_bytes(const Traffic& t, double cache) {
+    double b = t.read + t.written;
+    for (const Traffic::Reread& r : t.rereads)
+        if (cache > 0 && r.reuse <= cache / 2) b -= r.bytes * (r.times - 1);
+    return b;
 }
 
 }  // namespace kiln::vk

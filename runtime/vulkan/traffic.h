@@ -13,8 +13,21 @@
 namespace kiln::vk {
 
 struct Traffic {
-    double read = 0, written = 0;  // bytes
+    double read = 0, written = 0;  // bytes, with no cache between workgroups
+    // Each input binding its workgroups read more than once: its bytes, how many times, and its reuse set: the bytes
+    // the dispatch touches between two reads of the same bytes, in its workgroups' order (x-fastest group ids), e.g.
+    // a linear's W once per row tile: all of W and an x row panel; its x once per column tile: one panel and one W
+    // tile (consecutive workgroups share it).
+    struct Reread {
+        double bytes = 0, times = 1, reuse = 0;
+    };
+    std::vector<Reread> rereads;
 };
+
+// The bytes t moves to and from memory on a device whose last-level cache holds `cache` bytes: a re-read binding
+// is read once where its reuse set fits half the cache (the rest for everything else in flight), else every time
+// (a cyclic sweep larger than an LRU cache hits nothing). cache 0: t.read + t.written.
+double memory_bytes(const Traffic& t, double cache);
 
 // Dispatch d of node n (d.groups its tile counts). bound[b] is what binding b (node.in in order, then the node's
 // outputs) covers in this dispatch: the value's bytes, its input view's, or a row chunk's; 0 for an absent one. A

@@ -48,6 +48,28 @@ TEST_CASE("traffic: a tiled linear reads x once per column tile and W once per r
     CHECK(t.read == 25600 * 4 + 25600 * 2 + 800 * 2);
 }
 
+// The floors' cache model (vk::memory_bytes): a re-read binding counts once where its reuse set (the bytes touched
+// between two reads of the same bytes, in the kernel's workgroup order) fits half the cache.
+TEST_CASE("traffic: re-reads that fit half the last-level cache count once", "[cost]") {
+    ir::Graph g;
+    ir::Val y = g.linear(g.input("x", {100, 64}), g.weight("w", {200, 64}, DType::f16), g.weight("b", {200}));
+    const ir::Node& n = producer(g, y);
+    vk::Dispatch d = vk::lower(g, n);  // 2 column tiles, 7 row tiles (the test above)
+    REQUIRE((d.groups[0] == 2 && d.groups[1] == 7));
+    const vk::Traffic t = vk::traffic(g, n, d, bindings(g, n));
+    REQUIRE(t.rereads.size() == 3);  // x, W, b
+    // x: one row panel (25600 / 7) and one column tile of W and b ((25600 + 800) / 2) between its two reads; W and
+    // b: all of W and b and one x panel between two reads (a row of tiles).
+    CHECK(t.rereads[0].times == 2);
+    CHECK(t.rereads[0].reuse == Approx(25600.0 / 7 + 26400.0 / 2));
+    CHECK(t.rereads[1].times == 7);
+    CHECK(t.rereads[1].reuse == Approx(26400 + 25600.0 / 7));
+    const double all = t.read + t.written, once = 25600 + 25600 + 800 + 80000;
+    CHECK(vk::memory_bytes(t, 0) == all);                         // no cache
+    CHECK(vk::memory_bytes(t, 1e6) == Approx(once));              // everything fits
+    CHECK(vk::memory_bytes(t, 2 * 20000) == Approx(all - 25600)); // only x's panel set fits 20000 bytes
+}
+
 TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads a shared b per batch", "[cost]") {
     ir::Graph g;
     // q [2, 256, 128] f32 = 262144 bytes, 2 heads of 64; k, v [2, 300, 128] = 307200 each.
