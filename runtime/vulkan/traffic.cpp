@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <variant>
 
+#include "runtime/ir/fuse.h"
+
 namespace kiln::vk {
 
 namespace {
@@ -17,7 +19,9 @@ double reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b)
     if (op == "linear") {
         // Every kernel (reg / vec4 / tex: register tiles; smem*, coopmat: shared-memory tiles; multi: the parts'
         // column tiles side by side): groups[0] column tiles of N, groups[1] row tiles of M. x [M, K] is read once
-        // per column tile, each W [N, K] and bias once per row tile.
+        // per column tile, each W [N, K] and bias once per row tile. A gated linear's gate and residual (bindings
+        // 3, 4; ir::fuse): once, at the store of the element that reads them.
+        if (ir::linear_gated(n) && b >= 3) return 1;
         return b == 0 ? gx : gy;
     }
     if (op == "matmul") {
