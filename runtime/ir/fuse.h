@@ -59,10 +59,10 @@ int64_t gate_row_span(const Shape& gs, const Shape& out);
 
 // f16 activation storage (KILN_ACT_F16=1): every activation written by a linear (fused activation included) or
 // a concat and read only by linears as their x or by concats stored f16 themselves (not a gated linear's y: the
-// mul_add it replaces stores f32), e.g. a transformer MLP's hidden [tokens, 4 D] between fc1(+GELU) and fc2, or Flux's single-block concat of attention and GELU'd MLP
-// hidden before proj_out, is stored as f16: each value is rounded once, at the store of the op that computed it
-// in f32 (a concat copies f16 inputs unchanged and rounds f32 ones), and the readers convert back and accumulate
-// in f32. Graph outputs and values read by anything else stay f32. Returns how many values; *bytes_saved: the
+// mul_add it replaces stores f32), e.g. a transformer MLP's hidden [tokens, 4 D] between fc1(+GELU) and fc2, or
+// Flux's single-block concat of attention and GELU'd MLP hidden before proj_out, is stored as f16: each value is
+// rounded once, at the store of the op that computed it in f32 (a concat copies f16 inputs unchanged and rounds f32
+// ones), and the readers convert back and accumulate in f32. Graph outputs and values read by anything else stay f32. Returns how many values; *bytes_saved: the
 // bytes those values no longer take (an upper bound on the arena's saving). Applied after fuse.
 int store_f16(Graph& g, uint64_t* bytes_saved = nullptr);
 

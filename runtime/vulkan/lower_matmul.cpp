@@ -58,12 +58,13 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
         const ir::Value &gate = g.value(n.in[3]), &res = g.value(n.in[4]);
         const ir::InputView* gv = ir::input_view(n, 3);
         const int64_t span = ir::gate_row_span(gv ? gv->shape : gate.shape, so);
-        KILN_CHECK(gate.dtype == DType::f32 && res.dtype == DType::f32 && res.shape == so && !ir::input_view(n, 4) &&
-                       span > 0,
-                   "linear: gated residual: gate ", shape_str(gv ? gv->shape : gate.shape), " ",
-                   dtype_name(gate.dtype), " and residual ", shape_str(res.shape), " ", dtype_name(res.dtype),
-                   " against y ", shape_str(so), " (f32; gate broadcast over whole rows, residual of y's shape)");
-        KILN_CHECK(shape_numel(gate.shape) < (1ll << 32), "linear: gate ", shape_str(gate.shape), " has >= 2^32 elements");
+        KILN_CHECK(
+            gate.dtype == DType::f32 && res.dtype == DType::f32 && res.shape == so && !ir::input_view(n, 4) && span > 0,
+            "linear: gated residual: gate ", shape_str(gv ? gv->shape : gate.shape), " ", dtype_name(gate.dtype),
+            " and residual ", shape_str(res.shape), " ", dtype_name(res.dtype), " against y ", shape_str(so),
+            " (f32; gate broadcast over whole rows, residual of y's shape)");
+        KILN_CHECK(shape_numel(gate.shape) < (1ll << 32), "linear: gate ", shape_str(gate.shape),
+                   " has >= 2^32 elements");
         p.g_off = gv ? (params::uint)gv->start : 0u;
         p.g_stride = (params::uint)(gv ? gv->width : N);
         p.g_rows = (params::uint)span;

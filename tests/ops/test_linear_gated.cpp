@@ -57,7 +57,8 @@ TEST_CASE("a gated residual folds into its linear on every kernel, bitwise", "[o
     const bool gate_first = epi.act != ir::Act::gelu_tanh;
     CAPTURE(kernel, dtype_name(wt), epi.bias, (int)epi.act);
     if (!exec::linear_variant_available(ctx, kernel, wt)) {
-        SUCCEED("not on this device: " << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), wt));
+        SUCCEED(
+            "not on this device: " << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), wt));
         return;
     }
     Gated t = gated_graph(wt, epi.bias, epi.act, gate_first);
@@ -76,9 +77,8 @@ TEST_CASE("a gated residual folds into its linear on every kernel, bitwise", "[o
 
 namespace {
 // Runs g with fusion `fuse` in `mode`, block weights selected as `bw` (regional replays: "_off" / "_ptr" shaders).
-test::VkRun run_as(const ir::Graph& g, const std::map<std::string, Tensor>& in,
-                   const std::map<std::string, Tensor>& ws, exec::Mode mode, const char* fuse,
-                   exec::BlockWeights bw = exec::BlockWeights::automatic) {
+test::VkRun run_as(const ir::Graph& g, const std::map<std::string, Tensor>& in, const std::map<std::string, Tensor>& ws,
+                   exec::Mode mode, const char* fuse, exec::BlockWeights bw = exec::BlockWeights::automatic) {
     auto wbytes = [&](const ir::Value& v, void* dst, size_t n) {
         const Tensor& t = ws.at(v.name);
         REQUIRE(t.nbytes() == n);
@@ -204,11 +204,10 @@ TEST_CASE("which gated residuals fold into their linear", "[op:linear_gated]") {
     ir::Val res = name == "residual slice" ? g.chunk(g.input("r", {B, S, 2 * N}), 2, 2)[1] : g.input("r", {B, S, N});
     g.output(g.add(g.mul(gate, h), res), "y");
     if (name == "h read twice") g.output(h, "h");
-    std::map<std::string, Tensor> in{{"x", test::random_tensor({B, S, K}, 11)},
-                                     {"g", test::random_tensor(g.value(gate.id).shape, 12)},
-                                     {"r", test::random_tensor(name == "residual slice" ? Shape{B, S, 2 * N}
-                                                                                        : Shape{B, S, N},
-                                                               13)}};
+    std::map<std::string, Tensor> in{
+        {"x", test::random_tensor({B, S, K}, 11)},
+        {"g", test::random_tensor(g.value(gate.id).shape, 12)},
+        {"r", test::random_tensor(name == "residual slice" ? Shape{B, S, 2 * N} : Shape{B, S, N}, 13)}};
     std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, DType::f32, 14)},
                                      {"b", test::random_tensor({N}, 15)}};
     const auto plain = test::run_vk(g, in, ws, exec::Mode::full, "0");
