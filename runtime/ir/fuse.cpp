@@ -126,7 +126,8 @@ struct Fuser {
     // mul_add(gate, h, res) with h = linear(..) read by nothing else -> the linear with inputs {x, w, b, gate, res}
     // where the mul_add was (x, w, b exist there: the linear came first). Runs after slice_views: a gate read in place
     // stays so (as input 3). The residual has no view and the output's shape, as has h; all f32 (store_f16 comes
-    // later and keeps the fused linear's y f32, as the mul_add's was).
+    // later and keeps the fused linear's y f32, as the mul_add's was). A gate or residual that is a weight (a
+    // layer-scale parameter) stays a mul_add.
     void gated_residual() {
         for (size_t i = 0; i < nodes.size(); ++i) {
             Node& n = nodes[i];
@@ -143,8 +144,10 @@ struct Fuser {
                 if (values[(size_t)lin.out].shape != so || values[(size_t)res].shape != so ||
                     gate_row_span(gs, so) == 0)
                     continue;
+                // Gate and residual are activations: the "_off" / "_ptr" shaders select only W and b per block.
                 if (values[(size_t)gate].dtype != DType::f32 || values[(size_t)res].dtype != DType::f32 ||
-                    values[(size_t)lin.out].dtype != DType::f32)
+                    values[(size_t)lin.out].dtype != DType::f32 || values[(size_t)gate].role == Role::weight ||
+                    values[(size_t)res].role == Role::weight)
                     continue;
                 Node f{Op::linear, {lin.in[0], lin.in[1], lin.in[2], gate, res}, n.out, {}, lin.attrs, n.region};
                 if (gv) f.views.push_back(InputView{3, gv->start, gv->width, gv->shape});

@@ -18,7 +18,8 @@
 //    (linear_gated) where the mul_add was: y = res + gate * act(x W^T + b), the product rounded to f32 before the
 //    sum as mul_add rounds it. The adaLN-Zero residual of DiT / SD3 / Flux / PixArt / Sana blocks (attention
 //    out-proj, MLP fc2). h and res (f32, no view) have the output's shape; gate (f32, possibly a slice read in place)
-//    is broadcast over whole rows (gate_row_span); not where a row chunk would be needed. Never in a linear_multi.
+//    is broadcast over whole rows (gate_row_span); neither is a weight; not where a row chunk would be needed.
+//    Never in a linear_multi.
 // Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
 // renumbered.
 #include <functional>

@@ -182,8 +182,9 @@ TEST_CASE("a gated linear's y stays f32 under f16 activation storage", "[op:line
 }
 
 // Gate shapes the store reads by rows: full [B, S, N], [N] (every row), [B, 1, N] (per batch, also from a wider
-// value). Others stay a mul_add, as do an h read twice and a residual read through a slice; over the binding limit
-// (row chunks) nothing is fused either. Every plan gives the unfused bits.
+// value). Others stay a mul_add, as do an h read twice, a residual read through a slice and a gate that is a weight
+// (block weights are selected per replay for W and b only); over the binding limit (row chunks) nothing is fused
+// either. Every plan gives the unfused bits.
 TEST_CASE("which gated residuals fold into their linear", "[op:linear_gated]") {
     const int64_t B = 2, S = 5, N = 12, K = 8;
     struct Case {
@@ -191,7 +192,8 @@ TEST_CASE("which gated residuals fold into their linear", "[op:linear_gated]") {
         int gated;
     };
     const Case k = GENERATE(Case{"full gate", 1}, Case{"row gate", 1}, Case{"batch gate", 1}, Case{"per-position", 0},
-                            Case{"h read twice", 0}, Case{"residual slice", 0}, Case{"over the binding limit", 0});
+                            Case{"h read twice", 0}, Case{"residual slice", 0}, Case{"weight gate", 0},
+                            Case{"over the binding limit", 0});
     CAPTURE(k.name);
     ir::Graph g;
     auto x = g.input("x", {B, S, K});
@@ -200,6 +202,7 @@ TEST_CASE("which gated residuals fold into their linear", "[op:linear_gated]") {
     ir::Val gate = name == "full gate"      ? g.input("g", {B, S, N})
                    : name == "row gate"     ? g.input("g", {N})
                    : name == "per-position" ? g.input("g", {1, S, N})
+                   : name == "weight gate"  ? g.weight("g", {N})  // a layer-scale parameter
                                             : g.input("g", {B, 1, N});
     ir::Val res = name == "residual slice" ? g.chunk(g.input("r", {B, S, 2 * N}), 2, 2)[1] : g.input("r", {B, S, N});
     g.output(g.add(g.mul(gate, h), res), "y");
@@ -210,6 +213,7 @@ TEST_CASE("which gated residuals fold into their linear", "[op:linear_gated]") {
         {"r", test::random_tensor(name == "residual slice" ? Shape{B, S, 2 * N} : Shape{B, S, N}, 13)}};
     std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, DType::f32, 14)},
                                      {"b", test::random_tensor({N}, 15)}};
+    if (name == "weight gate") ws["g"] = in.at("g"), in.erase("g");
     const auto plain = test::run_vk(g, in, ws, exec::Mode::full, "0");
     if (name == "over the binding limit") ::setenv("KILN_MAX_BINDING_RANGE", std::to_string(S * N * 4).c_str(), 1);
     const auto fused = test::run_vk(g, in, ws, exec::Mode::full, "1");
