@@ -1,5 +1,6 @@
 // variants: f32 f16 bf16
 // ptr variant
+// gated variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require

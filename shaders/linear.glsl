@@ -15,6 +15,7 @@
 #include "activation.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
+#include "linear_gate.glsl"  // the "_gated" shaders' residual: bindings 3, 4; y at LINEAR_Y_BINDING
 layout(local_size_x = 16, local_size_y_id = 1) in;
 layout(constant_id = 0) const uint RM = 4;
 layout(constant_id = 1) const uint LY = 16;
@@ -24,7 +25,7 @@ layout(constant_id = 3) const uint RN = 8;
 // second declaration of the same binding; accumulation stays f32, y is rounded to f16 once at the store.
 layout(constant_id = 4) const uint XF16 = 0;
 layout(constant_id = 5) const uint YF16 = 0;
-SELECT_BUF(4)
+SELECT_BUF(LINEAR_SEL_BINDING)
 #if defined(LINEAR_TEX) || defined(LINEAR_VEC4)
 #define VT vec4
 #define KSTEPS (p.K / 4)
@@ -89,8 +90,8 @@ WEIGHT_BUF(2, Bs, float, bias)
 #endif
 #define bias Bs_p.data
 #endif
-layout(binding = 3) writeonly buffer Y { float y[]; };
-layout(binding = 3) writeonly buffer Y16 { float16_t y16[]; };
+layout(binding = LINEAR_Y_BINDING) writeonly buffer Y { float y[]; };
+layout(binding = LINEAR_Y_BINDING) writeonly buffer Y16 { float16_t y16[]; };
 VT xload(uint i) {
 #ifdef XLOAD_VT
     return XLOAD_VT(i);
@@ -99,7 +100,9 @@ VT xload(uint i) {
     return x[i];
 #endif
 }
-void ystore(uint i, float v) {
+// Output element i = m N + n, h = act(acc + b): the gated residual ("_gated"), then the store.
+void ystore(uint i, float h) {
+    const float v = LINEAR_EPILOGUE(i / p.N, i % p.N, h);
     if (YF16 != 0)
         y16[i] = float16_t(v);
     else

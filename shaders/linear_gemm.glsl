@@ -44,7 +44,8 @@ layout(constant_id = 6) const uint NT = 128;  // invocations: 4 subgroups (coopm
 layout(local_size_x_id = 6) in;
 const uint SG = NT / 4u, BM = 4u * CM, BN = 4u * CN;
 const uint LX = 8u * BM / NT, LW = 8u * BN / NT;  // 4-vectors each invocation stages per slice (whole: 8 CM % SG == 0)
-SELECT_BUF(4)
+#include "linear_gate.glsl"
+SELECT_BUF(LINEAR_SEL_BINDING)
 #include "linear_weights.glsl"  // W (WLOAD, W0) and the bias
 #ifndef W_F16
 #define W_SCALED  // W has its own per-slice power of two

@@ -1,5 +1,6 @@
 // variants: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k
 // ptr variant
+// gated variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -24,7 +25,8 @@ layout(constant_id = 0) const uint TM = 4;
 layout(constant_id = 1) const uint TN = 4;
 const uint BM = 16u * TM, BN = 16u * TN;
 const uint LX = BM / 64u, LW = BN / 64u;  // 4-vectors each invocation stages per slice (BM BK / 4 / 256)
-SELECT_BUF(4)
+#include "linear_gate.glsl"
+SELECT_BUF(LINEAR_SEL_BINDING)
 #include "linear_weights.glsl"  // W (WLOAD, W0) and the bias
 #include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
 

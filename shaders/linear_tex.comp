@@ -1,5 +1,6 @@
 // variants: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k
 // ptr variant
+// gated variant
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_samplerless_texture_functions : require  // texelFetch on a textureBuffer

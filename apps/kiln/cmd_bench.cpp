@@ -332,6 +332,7 @@ nlohmann::json mode_json(const ModeRun& m, exec::Mode mode) {
             {"cost", cost_json(m.step_cost)},
             {"cost_by_shader", cost_by_shader(m.step_cost)},
             {"nodes_fused", c.nodes_fused},
+            {"gated_linears", c.gated_linears},
             {"f16_activations", c.f16_activations},
             {"f16_activation_bytes_saved", c.f16_activation_bytes_saved},
             {"cold_compile_ms", m.cold - c.upload_ms},

@@ -5,6 +5,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
+#include "runtime/ir/fuse.h"
 
 namespace kiln::cpu {
 namespace {
@@ -111,8 +112,20 @@ void linear_into(const std::vector<float>& x, const std::vector<float>& w, const
 
 void linear(const ir::Graph& g, const ir::Node& n, Vals& v) {
     const Shape& sw = g.value(n.in[1]).shape;
+    auto& y = v[(size_t)n.out];
     linear_into(v[(size_t)n.in[0]], v[(size_t)n.in[1]], opt(n, 2, v), sw[0], sw[1],
-                std::get<ir::LinearAttrs>(n.attrs).act, v[(size_t)n.out]);
+                std::get<ir::LinearAttrs>(n.attrs).act, y);
+    if (!ir::linear_gated(n)) return;
+    // A gated linear (ir::fuse): y = res + gate * y, the product rounded to f32 first (as mul_add).
+    const int64_t N = sw[0], span = ir::gate_row_span(g.value(n.in[3]).shape, g.value(n.out).shape);
+    KILN_CHECK(span > 0, "linear: gate ", shape_str(g.value(n.in[3]).shape), " is not broadcast over rows of ",
+               shape_str(g.value(n.out).shape));
+    const auto &gate = v[(size_t)n.in[3]], &res = v[(size_t)n.in[4]];
+    for (size_t i = 0; i < y.size(); ++i) {
+        const int64_t m = (int64_t)i / N, j = (int64_t)i % N;
+        const float t = gate[(size_t)(m / span * N + j)] * y[i];
+        y[i] = t + res[i];
+    }
 }
 
 void linear_multi(const ir::Graph& g, const ir::Node& n, Vals& v) {

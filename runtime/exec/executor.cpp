@@ -88,6 +88,7 @@ Executor::Executor(vk::Context& ctx, const ir::Graph& g, const WeightBytesFn& we
     impl_->c.f16_activations = early.f16_activations;
     impl_->c.f16_activation_bytes_saved = early.f16_activation_bytes_saved;
     impl_->c.nodes_fused = fused.nodes_removed;
+    impl_->c.gated_linears = fused.linear_gated;
     impl_->profile = profile;
     impl_->budget = budget;
     if (o.stream_in_place == 0)

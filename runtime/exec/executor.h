@@ -78,6 +78,7 @@ struct Counters {
     int command_buffers_recorded = 0;
     int dispatches_per_run = 0;  // dispatches executed by one run()
     int nodes_fused = 0;         // IR nodes fusion removed before planning (ir::fuse; 0 when KILN_FUSE=0 or eager)
+    int gated_linears = 0;       // of those fusions, gated residuals (mul_add) folded into their linear
     int f16_activations = 0;     // activations stored as f16 (ir::store_f16, KILN_ACT_F16=1)
     int texel_dispatches = 0;    // dispatch records reading x and W through texel buffers (linear "tex")
     uint64_t f16_activation_bytes_saved = 0;

@@ -7,6 +7,7 @@
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
 #include "runtime/ir/cost.h"
+#include "runtime/ir/fuse.h"
 
 namespace kiln::exec {
 
@@ -69,7 +70,8 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
 
 // True when the template's chain output y may be written into its input x's buffer: nothing in the
 // block reads x after y is written, or y's producer reads x only at y's own element index (an
-// elementwise op on x's shape), so every read of x sees the block's input.
+// elementwise op on x's shape, or a gated linear's residual: read at the store of its element), so every read of x
+// sees the block's input.
 bool Executor::Impl::can_update_in_place(const ir::Region& t, int x, int y) const {
     const int rx = r(x), def = g.value(r(y)).producer;
     if (def < t.first || def >= t.end) return false;
@@ -78,13 +80,16 @@ bool Executor::Impl::can_update_in_place(const ir::Region& t, int x, int y) cons
     for (int n = t.first; n < t.end; ++n) {
         const ir::Node& node = g.nodes()[(size_t)n];
         if (ir::op_kind(node.op) == ir::OpKind::view) continue;  // its readers are counted instead
-        for (int v : node.in) {
+        for (size_t k = 0; k < node.in.size(); ++k) {
+            const int v = node.in[k];
             if (v < 0 || r(v) != rx) continue;
             last_read = std::max(last_read, n);
             if (n == def)
-                same_index &= (node.op == ir::Op::add || node.op == ir::Op::sub || node.op == ir::Op::mul ||
-                               node.op == ir::Op::div || node.op == ir::Op::mul_add) &&
-                              node.views.empty() && g.value(v).shape == g.value(node.out).shape;
+                same_index &= ((node.op == ir::Op::add || node.op == ir::Op::sub || node.op == ir::Op::mul ||
+                                node.op == ir::Op::div || node.op == ir::Op::mul_add) &&
+                               node.views.empty() && g.value(v).shape == g.value(node.out).shape) ||
+                              (ir::linear_gated(node) && k == 4 && !ir::input_view(node, k) &&
+                               g.value(v).shape == g.value(node.out).shape);
         }
     }
     return last_read < def || (last_read == def && same_index);

@@ -13,6 +13,7 @@
 #include "runtime/core/error.h"
 #include "runtime/exec/executor_impl.h"
 #include "runtime/exec/linear_select.h"
+#include "runtime/ir/fuse.h"
 
 namespace kiln::exec {
 namespace {
@@ -137,6 +138,8 @@ std::vector<Bind> binding_rows(const ir::Graph& g, const ir::Node& node, size_t 
     std::vector<Bind> how(nb, Bind::whole);
     for (size_t b = node.in.size(); b < nb; ++b) how[b] = Bind::row;
     using ir::Op;
+    if (ir::linear_gated(node))  // ir::fuse makes one only where no chunk is needed (FuseOptions::view_max_bytes)
+        fail("a gated linear (fused residual) is not split by rows");
     switch (node.op) {
         case Op::linear:
         case Op::linear_multi:

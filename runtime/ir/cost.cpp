@@ -9,8 +9,8 @@ double node_flops(const Graph& g, const Node& n) {
     const Shape& o = g.value(n.out).shape;
     const double out = (double)shape_numel(o);
     switch (n.op) {
-        case Op::linear:
-            return 2.0 * out * (double)g.value(n.in[1]).shape[1];
+        case Op::linear:  // a gated linear (ir::fuse) adds mul_add's product and sum
+            return 2.0 * out * (double)g.value(n.in[1]).shape[1] + (n.in.size() > 3 ? 2.0 * out : 0.0);
         case Op::linear_multi: {
             double f = 0;
             for (int v : node_outputs(n))

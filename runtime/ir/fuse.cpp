@@ -1,5 +1,6 @@
 #include "runtime/ir/fuse.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -122,6 +123,43 @@ struct Fuser {
         }
     }
 
+    // mul_add(gate, h, res) with h = linear(..) read by nothing else -> the linear with inputs {x, w, b, gate, res}
+    // where the mul_add was (x, w, b exist there: the linear came first). Runs after slice_views: a gate read in place
+    // stays so (as input 3). The residual has no view and the output's shape, as has h; all f32 (store_f16 comes
+    // later and keeps the fused linear's y f32, as the mul_add's was). A gate or residual that is a weight (a
+    // layer-scale parameter) stays a mul_add.
+    void gated_residual() {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            Node& n = nodes[i];
+            if (dead[i] || n.op != Op::mul_add || input_view(n, 2)) continue;
+            const Shape& so = values[(size_t)n.out].shape;
+            for (size_t k = 0; k < 2; ++k) {
+                const int p = single_use_producer(n.in[k], n);
+                if (p < 0 || nodes[(size_t)p].op != Op::linear || nodes[(size_t)p].in.size() != 3 || input_view(n, k))
+                    continue;
+                const Node& lin = nodes[(size_t)p];
+                const int gate = n.in[1 - k], res = n.in[2];
+                const InputView* gv = input_view(n, 1 - k);
+                const Shape& gs = gv ? gv->shape : values[(size_t)gate].shape;
+                if (values[(size_t)lin.out].shape != so || values[(size_t)res].shape != so ||
+                    gate_row_span(gs, so) == 0)
+                    continue;
+                // Gate and residual are activations: the "_off" / "_ptr" shaders select only W and b per block.
+                if (values[(size_t)gate].dtype != DType::f32 || values[(size_t)res].dtype != DType::f32 ||
+                    values[(size_t)lin.out].dtype != DType::f32 || values[(size_t)gate].role == Role::weight ||
+                    values[(size_t)res].role == Role::weight)
+                    continue;
+                Node f{Op::linear, {lin.in[0], lin.in[1], lin.in[2], gate, res}, n.out, {}, lin.attrs, n.region};
+                if (gv) f.views.push_back(InputView{3, gv->start, gv->width, gv->shape});
+                if (!fits(f)) continue;
+                n = std::move(f);
+                dead[(size_t)p] = true;
+                st.linear_gated++;
+                break;
+            }
+        }
+    }
+
     // Slices along the last axis read in place: the reader takes the slice's source with an InputView.
     void slice_views() {
         for (size_t i = 0; i < nodes.size(); ++i) {
@@ -170,7 +208,7 @@ struct Fuser {
         };
         for (size_t i = 0; i < nodes.size(); ++i) {
             const Node& n = nodes[i];
-            if (!opt.linear_multi || dead[i] || n.op != Op::linear) continue;
+            if (!opt.linear_multi || dead[i] || n.op != Op::linear || linear_gated(n)) continue;
             const Value& w = values[(size_t)n.in[1]];
             if (w.shape[1] % 4 != 0) continue;  // linear_multi has the 4-vector form only
             if (opt.multi_member && !opt.multi_member(graph, n)) continue;
@@ -205,6 +243,7 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
     f.mul_add();
     f.rms_norm_rope();
     f.slice_views();
+    f.gated_residual();
     f.linear_multi();
 
     // The new graph: same values, live nodes renumbered, regions remapped.
@@ -229,6 +268,20 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
     return out;
 }
 
+int64_t gate_row_span(const Shape& gs, const Shape& out) {
+    if (out.empty() || gs.empty() || gs.size() > out.size() || gs.back() != out.back()) return 0;
+    const size_t r = out.size(), pad = r - gs.size();
+    auto dim = [&](size_t i) { return i < pad ? int64_t{1} : gs[i - pad]; };  // gs left-padded with 1s
+    size_t j = 0;
+    while (j + 1 < r && dim(j) == out[j]) ++j;  // the dims gs shares with out
+    int64_t span = 1;
+    for (size_t i = j; i + 1 < r; ++i) {
+        if (dim(i) != 1) return 0;
+        span *= out[i];
+    }
+    return std::max<int64_t>(span, 1);
+}
+
 int store_f16(Graph& g, uint64_t* bytes_saved) {
     // Candidates: activations written by a linear or a concat. A candidate stays one while every reader is a
     // linear reading it as x, or a concat whose output stays a candidate (it then copies the f16 values on, or
@@ -239,7 +292,7 @@ int store_f16(Graph& g, uint64_t* bytes_saved) {
         const Node& n = g.nodes_[i];
         for (size_t k = 0; k < n.in.size(); ++k)
             if (n.in[k] >= 0) readers[(size_t)n.in[k]].push_back({(int)i, k});
-        if (n.op != Op::linear && n.op != Op::concat) continue;
+        if ((n.op != Op::linear && n.op != Op::concat) || linear_gated(n)) continue;
         const Value& v = g.values_[(size_t)n.out];
         // Concats read in place through views are not expected here; a concat reads whole values.
         if (v.role == Role::activation && v.dtype == DType::f32 && n.views.empty()) cand[(size_t)n.out] = true;

@@ -14,6 +14,12 @@
 //    the chunks of an adaLN embedding are never copied out.
 //  - rope of a per-head rms_norm (reshape to [B, S, H, D], rms_norm over D, reshape back), the intermediates read
 //    by nothing else -> rms_norm_rope (Flux's qk-norm and rotary embedding); not where a row chunk would be needed.
+//  - mul_add(gate, h, res) (either product operand) with h a linear's output read by nothing else -> a gated linear
+//    (linear_gated) where the mul_add was: y = res + gate * act(x W^T + b), the product rounded to f32 before the
+//    sum as mul_add rounds it. The adaLN-Zero residual of DiT / SD3 / Flux / PixArt / Sana blocks (attention
+//    out-proj, MLP fc2). h and res (f32, no view) have the output's shape; gate (f32, possibly a slice read in place)
+//    is broadcast over whole rows (gate_row_span); neither is a weight; not where a row chunk would be needed.
+//    Never in a linear_multi.
 // Value ids are kept (a fused-away intermediate stays in values() with no producer); nodes and regions are
 // renumbered.
 #include <functional>
@@ -30,6 +36,7 @@ struct FuseStats {
     int mul_add = 0;          // mul + add pairs
     int views = 0;            // slices read in place
     int rms_norm_rope = 0;    // per-head rms_norm + rope pairs
+    int linear_gated = 0;     // mul_adds folded into the linear making their h
     int nodes_removed = 0;
 };
 
@@ -44,12 +51,19 @@ struct FuseOptions {
 
 Graph fuse(const Graph& g, FuseStats* stats = nullptr, const FuseOptions& opt = {});
 
+// A gated linear (fuse): a linear with inputs {x, w, b, gate, res}, y = res + gate * act(x W^T + b).
+inline bool linear_gated(const Node& n) { return n.op == Op::linear && n.in.size() == 5; }
+// Output rows per row of a gate of shape gs broadcast over whole rows of out [.., N]: gs is out's shape (left-padded
+// with 1s) with every dim from some axis on, the last excepted, 1 ([B, 1, D] against [B, S, D]: S; [D]: all rows).
+// 0 where gs is not such a shape or its last dim is not N.
+int64_t gate_row_span(const Shape& gs, const Shape& out);
+
 // f16 activation storage (KILN_ACT_F16=1): every activation written by a linear (fused activation included) or
-// a concat and read only by linears as their x or by concats stored f16 themselves, e.g. a transformer MLP's
-// hidden [tokens, 4 D] between fc1(+GELU) and fc2, or Flux's single-block concat of attention and GELU'd MLP
-// hidden before proj_out, is stored as f16: each value is rounded once, at the store of the op that computed it
-// in f32 (a concat copies f16 inputs unchanged and rounds f32 ones), and the readers convert back and accumulate
-// in f32. Graph outputs and values read by anything else stay f32. Returns how many values; *bytes_saved: the
+// a concat and read only by linears as their x or by concats stored f16 themselves (not a gated linear's y: the
+// mul_add it replaces stores f32), e.g. a transformer MLP's hidden [tokens, 4 D] between fc1(+GELU) and fc2, or
+// Flux's single-block concat of attention and GELU'd MLP hidden before proj_out, is stored as f16: each value is
+// rounded once, at the store of the op that computed it in f32 (a concat copies f16 inputs unchanged and rounds f32
+// ones), and the readers convert back and accumulate in f32. Graph outputs and values read by anything else stay f32. Returns how many values; *bytes_saved: the
 // bytes those values no longer take (an upper bound on the arena's saving). Applied after fuse.
 int store_f16(Graph& g, uint64_t* bytes_saved = nullptr);
 

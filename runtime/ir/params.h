@@ -67,10 +67,13 @@ KILN_PARAMS(GroupNormParams) {
 } KILN_PARAMS_END(GroupNormParams)
 #endif
 
-// linear: y[M, N] = x[M, K] @ W[N, K]^T + b[N].
+// linear: y[M, N] = x[M, K] @ W[N, K]^T + b[N]. A gated linear (ir::fuse: the "_gated" shaders) also adds a gated
+// residual, y = res + gate * h: gate row m / g_rows starts at element g_off + (m / g_rows) g_stride (g_stride N and
+// g_off 0, or the view's width and start where the gate is read as a slice: ir::InputView).
 #if defined(__cplusplus) || defined(USE_LINEAR)
 KILN_PARAMS(LinearParams) {
     uint M, N, K, has_bias;
+    uint g_off, g_stride, g_rows;
 } KILN_PARAMS_END(LinearParams)
 #endif
 

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "runtime/core/error.h"
+#include "runtime/ir/fuse.h"
 #include "runtime/vulkan/pipeline.h"
 
 namespace kiln::vk {
@@ -122,6 +123,7 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
     Dispatch d = lower_linear(g, n);  // the checks, and LinearParams {M, N, K, has_bias}
     const params::LinearParams p = params_of(d);
     d.shader = ShaderKey::weights("linear", "smem", g.value(n.in[1]).dtype);
+    d.shader.gated = ir::linear_gated(n);
     d.spec = {t.tm, t.tn, d.spec[2], 0u, d.spec[4], d.spec[5]};  // ACT, XF16, YF16 from lower_linear
     d.groups[0] = (p.N + 16 * t.tn - 1) / (16 * t.tn);
     d.groups[1] = (p.M + 16 * t.tm - 1) / (16 * t.tm);
@@ -146,6 +148,7 @@ Dispatch lower_linear_coopmat(const DeviceInfo& dev, const ir::Graph& g, const i
     Dispatch d = lower_linear(g, n);  // the checks (ggml rows of whole blocks), and LinearParams {M, N, K, has_bias}
     const params::LinearParams p = params_of(d);
     d.shader = key;
+    d.shader.gated = ir::linear_gated(n);
     d.spec = {dev.coopmat_m, dev.coopmat_n, d.spec[2], dev.coopmat_k, d.spec[4], d.spec[5], 4 * dev.subgroup_size};
     const uint32_t bm = 4 * dev.coopmat_m, bn = 4 * dev.coopmat_n;
     d.groups[0] = (p.N + bn - 1) / bn;
@@ -173,6 +176,7 @@ Dispatch lower_linear_gemm(const DeviceInfo& dev, const ir::Graph& g, const ir::
     Dispatch d = lower_linear(g, n);  // the checks (ggml rows of whole blocks), and LinearParams {M, N, K, has_bias}
     const params::LinearParams p = params_of(d);
     d.shader = ShaderKey::weights("linear", "gemm", w.dtype);
+    d.shader.gated = ir::linear_gated(n);
     d.spec = {s->m, s->n, d.spec[2], s->k, d.spec[4], d.spec[5], s->m * s->n / 2};
     const uint32_t bm = 4 * s->m, bn = 4 * s->n;
     d.groups[0] = (p.N + bn - 1) / bn;

@@ -13,7 +13,8 @@
 //   tex      reg's tiles with x and W read through uniform texel buffers (bitwise equal to reg).
 //   gemm     linear_gemm.comp: coopmat's kernel (linear_gemm.glsl) with scalar inner products, on any device: the
 //            GPU path's tiling, loads, scaling and epilogue where lavapipe 22.3 runs them.
-// Every kernel applies the same epilogue (bias, ir::Act activation, f16 or f32 y; linear_io.glsl / linear.glsl).
+// Every kernel applies the same epilogue (bias, ir::Act activation, the gated residual of a gated linear: its
+// "_gated" shaders, linear_gate.glsl; f16 or f32 y; linear_io.glsl / linear.glsl).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "runtime/core/error.h"
+#include "runtime/ir/fuse.h"
 #include "runtime/vulkan/lower.h"
 
 namespace kiln::vk {
@@ -47,11 +48,28 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
                shape_str(w.shape), " has rows that are not whole blocks");
     KILN_CHECK(M * K < (1ll << 32) && N * K < (1ll << 32) && M * N < (1ll << 32), "linear: x ", shape_str(sx),
                " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
-    params::LinearParams p{(params::uint)M, (params::uint)N, (params::uint)K, n.in[2] >= 0 ? 1u : 0u};
+    params::LinearParams p{(params::uint)M, (params::uint)N, (params::uint)K, n.in[2] >= 0 ? 1u : 0u, 0u, 0u, 0u};
     Dispatch d;
     // K % 4 == 0: every row of x and W starts 16-byte aligned (bindings are 256-aligned), so the
     // 4-vector variant applies. Quantized weights (K a multiple of 32) have only that variant.
     d.shader = ShaderKey::weights("linear", K % 4 == 0 ? "vec4" : "", w.dtype);
+    if (ir::linear_gated(n)) {  // y = res + gate * h (ir::fuse; shaders/linear_gate.glsl)
+        const Shape& so = g.value(n.out).shape;
+        const ir::Value &gate = g.value(n.in[3]), &res = g.value(n.in[4]);
+        const ir::InputView* gv = ir::input_view(n, 3);
+        const int64_t span = ir::gate_row_span(gv ? gv->shape : gate.shape, so);
+        KILN_CHECK(
+            gate.dtype == DType::f32 && res.dtype == DType::f32 && res.shape == so && !ir::input_view(n, 4) && span > 0,
+            "linear: gated residual: gate ", shape_str(gv ? gv->shape : gate.shape), " ", dtype_name(gate.dtype),
+            " and residual ", shape_str(res.shape), " ", dtype_name(res.dtype), " against y ", shape_str(so),
+            " (f32; gate broadcast over whole rows, residual of y's shape)");
+        KILN_CHECK(shape_numel(gate.shape) < (1ll << 32), "linear: gate ", shape_str(gate.shape),
+                   " has >= 2^32 elements");
+        p.g_off = gv ? (params::uint)gv->start : 0u;
+        p.g_stride = (params::uint)(gv ? gv->width : N);
+        p.g_rows = (params::uint)span;
+        d.shader.gated = true;
+    }
     d.set_push(p);
     const LinTile t = linear_tile(M, N);
     const uint32_t rm = t.rm, ly = t.ly;

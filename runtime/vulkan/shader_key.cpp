@@ -29,6 +29,7 @@ std::string ShaderKey::name() const {
     std::string s = op;
     if (!kernel.empty()) s += "_" + kernel;
     if (!variant.empty()) s += "_" + variant;
+    if (gated) s += "_gated";
     if (selection == Selection::off) s += "_off";
     if (selection == Selection::ptr) s += "_ptr";
     return s;
@@ -50,6 +51,7 @@ std::optional<ShaderKey> parse_shader_name(const std::string& name) {
     std::string rest = name;
     const std::string sel = strip_suffix(rest, {"off", "ptr"});
     k.selection = sel == "off" ? Selection::off : sel == "ptr" ? Selection::ptr : Selection::none;
+    k.gated = !strip_suffix(rest, {"gated"}).empty();
     k.variant = strip_suffix(rest, shader_variants());
     k.kernel = strip_suffix(rest, shader_kernels());
     k.op = rest;

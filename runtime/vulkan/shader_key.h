@@ -1,7 +1,8 @@
 #pragma once
 // A shader variant as a key, not a string edit: the op's shader family, the kernel (tile / load path), the weight
-// dtype it was compiled for and how it selects block weights. name() forms the kShaderTable name
-// (shaders/CMakeLists.txt): op[_kernel][_variant][_off|_ptr], e.g. {linear, tex, f16, off} -> "linear_tex_f16_off".
+// dtype it was compiled for, the linear epilogue (plain or gated) and how it selects block weights. name() forms the
+// kShaderTable name (shaders/CMakeLists.txt): op[_kernel][_variant][_gated][_off|_ptr], e.g. {linear, tex, f16, off}
+// -> "linear_tex_f16_off".
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,6 +20,7 @@ struct ShaderKey {
     std::string op;       // the shader family: "linear", "attention", "add", "loop_prepare"
     std::string kernel;   // "" (the plain shader) or one of shader_kernels(): "vec4", "tex", "vec4_tex", "smem", ...
     std::string variant;  // the build variant: a weight dtype ("f16", "q4_k"), or "f64" / "i64" (loop_*); "" none
+    bool gated = false;  // a linear with the gated residual of ir::fuse (-DLINEAR_GATED, shaders/linear_gate.glsl)
     Selection selection = Selection::none;
 
     ShaderKey() = default;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <variant>
 
+#include "runtime/ir/fuse.h"
+
 namespace kiln::vk {
 
 namespace {
@@ -23,9 +25,12 @@ Reads reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b, 
         // Every kernel (reg / vec4 / tex: register tiles; smem*, coopmat, gemm: shared-memory tiles; multi: the parts'
         // column tiles side by side): groups[0] column tiles of N, groups[1] row tiles of M. x [M, K] is read once
         // per column tile, each W [N, K] and bias once per row tile. Column tiles run first: an x row panel is
-        // re-read by consecutive workgroups; W is swept once per row of tiles.
+        // re-read by consecutive workgroups; W is swept once per row of tiles. A gated linear's gate and residual
+        // (bindings 3, 4; ir::fuse): once, at the store of the element that reads them.
+        if (ir::linear_gated(n) && b >= 3) return {1, 0};
+        const size_t nw = ir::linear_gated(n) ? 3 : n.in.size();  // the weights and biases: inputs 1 .. nw - 1
         double w = 0;  // every weight and bias (linear_multi: all parts)
-        for (size_t i = 1; i < n.in.size(); ++i) w += at(i);
+        for (size_t i = 1; i < nw; ++i) w += at(i);
         const double panel = at(0) / std::max(gy, 1.0);
         return b == 0 ? Reads{gx, panel + w / std::max(gx, 1.0)} : Reads{gy, w + panel};
     }

@@ -5,6 +5,7 @@
 
 #include "runtime/exec/executor.h"
 #include "runtime/ir/cost.h"
+#include "runtime/ir/fuse.h"
 #include "runtime/vulkan/attention_flash.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline.h"
@@ -68,6 +69,27 @@ TEST_CASE("traffic: re-reads that fit half the last-level cache count once", "[c
     CHECK(vk::memory_bytes(t, 0) == all);                         // no cache
     CHECK(vk::memory_bytes(t, 1e6) == Approx(once));              // everything fits
     CHECK(vk::memory_bytes(t, 2 * 20000) == Approx(all - 25600)); // only x's panel set fits 20000 bytes
+}
+
+TEST_CASE("traffic: a gated linear reads its gate and residual once", "[cost]") {
+    ir::Graph g;
+    // x [2, 50, 64] f32 = 25600 bytes, W [200, 64] f16 = 25600, no bias; gate [2, 1, 200] f32 = 1600, residual and
+    // y [2, 50, 200] f32 = 80000.
+    auto x = g.input("x", {2, 50, 64}), gate = g.input("g", {2, 1, 200}), res = g.input("r", {2, 50, 200});
+    g.output(g.add(g.mul(gate, g.linear(x, g.weight("w", {200, 64}, DType::f16), {})), res), "y");
+    ir::FuseStats st;
+    const ir::Graph f = ir::fuse(g, &st);
+    REQUIRE(st.linear_gated == 1);
+    const ir::Node& n = f.nodes().back();
+    REQUIRE(ir::linear_gated(n));
+    const vk::Dispatch d = vk::lower(f, n);
+    REQUIRE(d.shader.gated);
+    REQUIRE(d.groups[0] == 2);  // as the plain linear: 128 columns, 16-row tiles (M = 100)
+    REQUIRE(d.groups[1] == 7);
+    const vk::Traffic t = vk::traffic(f, n, d, bindings(f, n));
+    CHECK(t.read == 25600 * 2 + 25600 * 7 + 1600 + 80000);
+    CHECK(t.written == 80000);
+    CHECK(ir::node_flops(f, n) == 2.0 * 2 * 50 * 200 * 64 + 2.0 * 2 * 50 * 200);  // the linear's, then mul_add's
 }
 
 TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads a shared b per batch", "[cost]") {

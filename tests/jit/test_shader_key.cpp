@@ -47,6 +47,14 @@ TEST_CASE("shader key: fields of known names", "[jit][shader_key]") {
     CHECK(t.name() == "linear_tex_q4_k_off");
     t.selection = Selection::ptr;
     CHECK(t.name() == "linear_tex_q4_k_ptr");
+    t.gated = true;
+    CHECK(t.name() == "linear_tex_q4_k_gated_ptr");
+    CHECK(key("linear_tex_q4_k_gated_ptr") == t);
+    CHECK(key("linear_smem_f16_gated") == [] {
+        vk::ShaderKey s("linear", "smem", "f16");
+        s.gated = true;
+        return s;
+    }());
     CHECK(vk::ShaderKey::weights("conv2d", "", DType::bf16).name() == "conv2d_bf16");
     CHECK_THROWS(vk::ShaderKey::weights("linear", "", DType::i32));
     CHECK(!vk::parse_shader_name(""));
@@ -84,9 +92,12 @@ TEST_CASE("shader key: lowering names table shaders for every weight dtype", "[j
             CAPTURE(dtype_name(dt), k, d.shader.name());
             CHECK(names.count(d.shader.name()));
             vk::ShaderKey sel = d.shader;
-            for (auto s : {vk::Selection::off, vk::Selection::ptr}) {
-                sel.selection = s;
-                CHECK(names.count(sel.name()));
+            for (bool gated : {false, true}) {  // the gated residual's shaders (ir::fuse), every selection
+                sel.gated = gated;
+                for (auto s : {vk::Selection::none, vk::Selection::off, vk::Selection::ptr}) {
+                    sel.selection = s;
+                    CHECK(names.count(sel.name()));
+                }
             }
         }
     }

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "runtime/exec/linear_select.h"
+#include "runtime/ir/fuse.h"
 #include "runtime/vulkan/linear_kernels.h"
 #include "runtime/vulkan/pipeline.h"
 #include "tests/ops/op_harness.h"
@@ -44,16 +45,23 @@ struct NodeCase {
     int64_t K;
     ir::Act act;
     bool x16, y16;
+    bool gated = false;
 };
 
 // One linear of case c: x [M, K] (stored f16 where x16: as the output of a relu, planned activation storage), y
-// stored f16 where y16.
+// stored f16 where y16; gated: with a gated residual (res + gate * h, fused into it by ir::fuse).
 ir::Graph linear_graph(const NodeCase& c, int64_t M = 70, int64_t N = 130) {
     ir::Graph g;
     auto x = g.relu(g.input("x", {M, c.K}));
     auto y = g.linear(x, g.weight("w", {N, c.K}, c.w), g.weight("b", {N}), c.act);
+    if (c.gated) y = g.add(g.mul(g.input("gate", {N}), y), g.input("res", {M, N}));
     g.output(g.relu(y), "y");
     if (c.x16) g.set_storage(x, DType::f16);  // after the graph is built: ops other than linear read f32
+    if (c.gated) {
+        ir::FuseStats st;
+        g = ir::fuse(g, &st);
+        REQUIRE(st.linear_gated == 1);
+    }
     if (c.y16) g.set_storage(y, DType::f16);
     return g;
 }
@@ -74,16 +82,19 @@ TEST_CASE("every linear kernel's declaration agrees with its lowering on every d
                 if (dtype_is_quant(w) && K % dtype_block(w) != 0) continue;  // not a quantized weight
                 for (ir::Act act : {ir::Act::none, ir::Act::gelu, ir::Act::gelu_tanh, ir::Act::silu})
                     for (bool x16 : {false, true})
-                        for (bool y16 : {false, true}) {
-                            const ir::Graph g = linear_graph({w, K, act, x16, y16});
+                        for (int y16_gated = 0; y16_gated < 4; ++y16_gated) {
+                            const bool y16 = y16_gated & 1, gated = y16_gated & 2;
+                            const ir::Graph g = linear_graph({w, K, act, x16, y16, gated});
                             const ir::Node& n = linear_node(g);
+                            REQUIRE(ir::linear_gated(n) == gated);
                             for (const vk::LinearKernel& k : vk::linear_kernels()) {
-                                CAPTURE(dev.name, k.name, dtype_name(w), K, (int)act, x16, y16);
+                                CAPTURE(dev.name, k.name, dtype_name(w), K, (int)act, x16, y16, gated);
                                 const std::string why = vk::linear_kernel_unsupported(k, dev, g, n);
                                 std::string lowered;
                                 try {
                                     vk::Dispatch d = k.lower(dev, g, n);
                                     CHECK(vk::has_shader(d.shader.name()));
+                                    CHECK(d.shader.gated == gated);
                                 } catch (const Error& e) {
                                     lowered = e.what();
                                 }
