@@ -16,8 +16,8 @@ std::string coopmat_note(vk::Context& ctx) {
     const vk::DeviceInfo& d = ctx.info();
     if (!exec::linear_variant_available(ctx, "coopmat", DType::f16))
         return "absent, " + vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat"), d, DType::f16);
-    return "f16, bf16 and ggml weights, VK_KHR_cooperative_matrix " + std::to_string(d.coopmat_m) + "x" + std::to_string(d.coopmat_n) +
-           "x" + std::to_string(d.coopmat_k);
+    return "f16, bf16 and ggml weights, VK_KHR_cooperative_matrix " + std::to_string(d.coopmat_m) + "x" +
+           std::to_string(d.coopmat_n) + "x" + std::to_string(d.coopmat_k);
 }
 }  // namespace
 
@@ -77,11 +77,12 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     }
     for (const auto& r : t.rows)
         if (!r.admitted) std::printf("excluded: %s %s: %s\n", dtype_name(r.dtype), r.variant.c_str(), r.note.c_str());
-    std::printf("(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s; gemm: "
-                "coopmat's kernel with scalar products; tex: %s)\n",
-                coopmat_note(ctx).c_str(),
-                ctx.info().texel_formats ? "x and W through uniform texel buffers"
-                                         : "absent, no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers");
+    std::printf(
+        "(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s; gemm: "
+        "coopmat's kernel with scalar products; tex: %s)\n",
+        coopmat_note(ctx).c_str(),
+        ctx.info().texel_formats ? "x and W through uniform texel buffers"
+                                 : "absent, no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers");
     const std::string path = exec::linear_table_path(ctx);
     std::string why;
     if (defaults && !path.empty()) {

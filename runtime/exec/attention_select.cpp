@@ -21,7 +21,8 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
         const std::string why = vk::attention_coopmat_unavailable(ctx.info());
         KILN_CHECK(why.empty(), "KILN_ATTENTION=coopmat on '", ctx.info().name, "': ", why);
     }
-    if ((v == "coopmat" || (v == "auto" && !cpu)) && vk::attention_coopmat_unsupported(ctx.info(), g, n, smem).empty()) {
+    if ((v == "coopmat" || (v == "auto" && !cpu)) &&
+        vk::attention_coopmat_unsupported(ctx.info(), g, n, smem).empty()) {
         d = vk::lower_attention_coopmat(ctx.info(), g, n, smem);
         return true;
     }

@@ -121,9 +121,9 @@ struct Counters {
 // (vk::traffic), times how often one run executes it (every replay of a block's recording counts). A model, not a
 // measurement.
 struct DispatchCost {
-    std::string shader;           // its kShaderTable name; "copy" for the run's buffer copies
-    double flops = 0, bytes = 0;  // one execution
-    int per_run = 0;              // executions per run
+    std::string shader;                        // its kShaderTable name; "copy" for the run's buffer copies
+    double flops = 0, bytes = 0;               // one execution
+    int per_run = 0;                           // executions per run
     std::vector<vk::Traffic::Reread> rereads;  // its bindings read more than once (vk::memory_bytes)
 };
 struct StepCost {

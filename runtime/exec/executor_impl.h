@@ -79,8 +79,8 @@ struct DispatchRec {
     VkDescriptorSet set;
     vk::Dispatch d;
     std::vector<Span> reads, writes;
-    double flops = 0, bytes = 0;                  // the cost model of one execution (StepCost)
-    std::vector<vk::Traffic::Reread> rereads;     // its re-read bindings (vk::Traffic)
+    double flops = 0, bytes = 0;               // the cost model of one execution (StepCost)
+    std::vector<vk::Traffic::Reread> rereads;  // its re-read bindings (vk::Traffic)
 };
 
 // One dispatch of a node (row_split.cpp): its lowering, and per binding (node.in..., then the output) the byte

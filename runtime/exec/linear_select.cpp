@@ -29,9 +29,8 @@ namespace kiln::exec {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-std::atomic<uint64_t> g_smem_dispatches{0};
 std::atomic<uint64_t> g_kernel_dispatches[8]{};  // per kernel of vk::linear_kernels(), in its order
-std::mutex g_mutex;  // the tables and the probe hook
+std::mutex g_mutex;                              // the tables and the probe hook
 LinearProbeHook g_probe_hook;
 thread_local std::string t_override;
 
@@ -68,9 +67,9 @@ struct Problem {
 
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-// coopmat (and gemm, its scalar form) splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): + 2 K / 4 2^-22 max-abs,
-// `splits` = 1; ggml-block W is split too and one of four products is left out: <= 3 2^-22 per product, splits = 3
-// (linear_coopmat.comp).
+// coopmat (and gemm, its scalar form) splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): +
+// 2 K / 4 2^-22 max-abs, `splits` = 1; ggml-block W is split too and one of four products is left out: <= 3 2^-22 per
+// product, splits = 3 (linear_coopmat.comp).
 bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why, int splits = 0) {
     double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
     bound += splits * 2.0 * (double)K / 4 * std::ldexp(1.0, -22);
@@ -473,13 +472,14 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     const vk::DeviceInfo& dev = ctx.info();
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
     d = k->lower(dev, g, n);
-    if (v == "smem64" || v == "smem128") ++g_smem_dispatches;
     const size_t i = (size_t)(k - vk::linear_kernels().data());
     KILN_CHECK(i < std::size(g_kernel_dispatches), "internal: more linear kernels than counters");
     ++g_kernel_dispatches[i];
 }
 
-uint64_t linear_smem_dispatches() { return g_smem_dispatches.load(); }
+uint64_t linear_smem_dispatches() {
+    return linear_kernel_dispatches("smem64") + linear_kernel_dispatches("smem128");
+}
 
 uint64_t linear_kernel_dispatches(const std::string& variant) {
     const vk::LinearKernel* k = vk::find_linear_kernel(variant);

@@ -63,8 +63,9 @@ int64_t gate_row_span(const Shape& gs, const Shape& out);
 // mul_add it replaces stores f32), e.g. a transformer MLP's hidden [tokens, 4 D] between fc1(+GELU) and fc2, or
 // Flux's single-block concat of attention and GELU'd MLP hidden before proj_out, is stored as f16: each value is
 // rounded once, at the store of the op that computed it in f32 (a concat copies f16 inputs unchanged and rounds f32
-// ones), and the readers convert back and accumulate in f32. Graph outputs and values read by anything else stay f32. Returns how many values; *bytes_saved: the
-// bytes those values no longer take (an upper bound on the arena's saving). Applied after fuse.
+// ones), and the readers convert back and accumulate in f32. Graph outputs and values read by anything else stay f32.
+// Returns how many values; *bytes_saved: the bytes those values no longer take (an upper bound on the arena's saving).
+// Applied after fuse.
 int store_f16(Graph& g, uint64_t* bytes_saved = nullptr);
 
 }  // namespace kiln::ir

@@ -179,8 +179,16 @@ Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, cons
     Dispatch d;
     d.shader = ShaderKey("attention", "coopmat");
     d.set_push(p);
-    d.spec = {(uint32_t)s.D,   t.br,          t.bc,          f16_bits(g, n),        dev.coopmat_m,
-              dev.coopmat_n,   dev.coopmat_k, dev.subgroup_size, coopmat_cols(s.D, dev), qsh};
+    d.spec = {(uint32_t)s.D,
+              t.br,
+              t.bc,
+              f16_bits(g, n),
+              dev.coopmat_m,
+              dev.coopmat_n,
+              dev.coopmat_k,
+              dev.subgroup_size,
+              coopmat_cols(s.D, dev),
+              qsh};
     d.groups[0] = (uint32_t)((s.Sq + t.br - 1) / t.br);
     d.groups[1] = (uint32_t)s.H;
     d.groups[2] = (uint32_t)s.B;

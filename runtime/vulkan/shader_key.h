@@ -20,7 +20,7 @@ struct ShaderKey {
     std::string op;       // the shader family: "linear", "attention", "add", "loop_prepare"
     std::string kernel;   // "" (the plain shader) or one of shader_kernels(): "vec4", "tex", "vec4_tex", "smem", ...
     std::string variant;  // the build variant: a weight dtype ("f16", "q4_k"), or "f64" / "i64" (loop_*); "" none
-    bool gated = false;  // a linear with the gated residual of ir::fuse (-DLINEAR_GATED, shaders/linear_gate.glsl)
+    bool gated = false;   // a linear with the gated residual of ir::fuse (-DLINEAR_GATED, shaders/linear_gate.glsl)
     Selection selection = Selection::none;
 
     ShaderKey() = default;

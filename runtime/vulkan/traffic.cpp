@@ -29,7 +29,7 @@ Reads reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b, 
         // (bindings 3, 4; ir::fuse): once, at the store of the element that reads them.
         if (ir::linear_gated(n) && b >= 3) return {1, 0};
         const size_t nw = ir::linear_gated(n) ? 3 : n.in.size();  // the weights and biases: inputs 1 .. nw - 1
-        double w = 0;  // every weight and bias (linear_multi: all parts)
+        double w = 0;                                             // every weight and bias (linear_multi: all parts)
         for (size_t i = 1; i < nw; ++i) w += at(i);
         const double panel = at(0) / std::max(gy, 1.0);
         return b == 0 ? Reads{gx, panel + w / std::max(gx, 1.0)} : Reads{gy, w + panel};

@@ -66,9 +66,9 @@ TEST_CASE("traffic: re-reads that fit half the last-level cache count once", "[c
     CHECK(t.rereads[1].times == 7);
     CHECK(t.rereads[1].reuse == Approx(26400 + 25600.0 / 7));
     const double all = t.read + t.written, once = 25600 + 25600 + 800 + 80000;
-    CHECK(vk::memory_bytes(t, 0) == all);                         // no cache
-    CHECK(vk::memory_bytes(t, 1e6) == Approx(once));              // everything fits
-    CHECK(vk::memory_bytes(t, 2 * 20000) == Approx(all - 25600)); // only x's panel set fits 20000 bytes
+    CHECK(vk::memory_bytes(t, 0) == all);                          // no cache
+    CHECK(vk::memory_bytes(t, 1e6) == Approx(once));               // everything fits
+    CHECK(vk::memory_bytes(t, 2 * 20000) == Approx(all - 25600));  // only x's panel set fits 20000 bytes
 }
 
 TEST_CASE("traffic: a gated linear reads its gate and residual once", "[cost]") {

@@ -225,8 +225,8 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
     vk::DeviceInfo h200, lvp26, bare;
     h200.coopmat_m = h200.coopmat_n = h200.coopmat_k = 16, h200.subgroup_size = 32;
     lvp26.coopmat_m = lvp26.coopmat_n = lvp26.coopmat_k = 8, lvp26.subgroup_size = 8;
-    for (int64_t d : {64, 72, 128}) CHECK((vk::flash_coopmat_tile(d, h200, 49152).br == 16 &&
-                                            vk::flash_coopmat_tile(d, h200, 49152).bc == 32));
+    for (int64_t d : {64, 72, 128})
+        CHECK((vk::flash_coopmat_tile(d, h200, 49152).br == 16 && vk::flash_coopmat_tile(d, h200, 49152).bc == 32));
     CHECK((vk::flash_coopmat_tile(256, h200, 49152).br == 16 && vk::flash_coopmat_tile(256, h200, 49152).bc == 16));
     CHECK((vk::flash_coopmat_tile(128, lvp26, 32768).br == 16 && vk::flash_coopmat_tile(128, lvp26, 32768).bc == 16));
     CHECK((vk::flash_coopmat_tile(256, lvp26, 32768).br == 8 && vk::flash_coopmat_tile(256, lvp26, 32768).bc == 16));
@@ -241,7 +241,7 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
         CHECK(d.shader.name() == "attention_coopmat");
         CHECK((d.spec[1] == 16 && d.spec[2] == 32 && d.groups[0] == 1 && d.groups[1] == 2));
         CHECK((d.spec[4] == 16 && d.spec[7] == 32 && d.spec[8] == 64));  // shape, subgroup, D in whole fragments
-        CHECK(d.spec[9] == 3);                                            // q scaled by 2^3 = 1 / scale
+        CHECK(d.spec[9] == 3);                                           // q scaled by 2^3 = 1 / scale
     }
 }
 

@@ -149,7 +149,8 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
     auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 70)}},
                           {{"w", test::random_weight({N, K}, w, 71)}, {"b", test::random_tensor({N}, 72)}});
     double bound = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
-    if (kernel == "coopmat" || kernel == "gemm") bound += (dtype_is_quant(w) ? 3 : 1) * 2.0 * K / 4 * std::ldexp(1.0, -22);
+    if (kernel == "coopmat" || kernel == "gemm")
+        bound += (dtype_is_quant(w) ? 3 : 1) * 2.0 * K / 4 * std::ldexp(1.0, -22);
     CHECK(test::max_err(r.gpu, r.cpu) <= 1.13 * bound);
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }

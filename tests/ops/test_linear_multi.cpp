@@ -9,7 +9,6 @@
 
 using namespace kiln;
 
-
 TEST_CASE("linear_multi equals its linears, bitwise", "[op:linear_multi]") {
     const DType wt = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_k);
     const int parts = GENERATE(2, 3, 4, 5);  // 5: a group of 4 and a lone linear

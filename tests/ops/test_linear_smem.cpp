@@ -157,8 +157,8 @@ void check_gemm(const std::string& kernel, int64_t M, int64_t N, int64_t K, DTyp
 bool gemm_here(const std::string& kernel, DType wt) {
     vk::Context& ctx = test::op_ctx();
     if (exec::linear_variant_available(ctx, kernel, wt)) return true;
-    WARN("linear " << kernel << " not run on '" << ctx.info().name << "': "
-                   << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), wt));
+    WARN("linear " << kernel << " not run on '" << ctx.info().name
+                   << "': " << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), wt));
     return false;
 }
 }  // namespace
@@ -217,8 +217,8 @@ TEST_CASE("the tiled GEMM matches the CPU reference (f16 weights)", "[op:linear]
 // N, K of 3 and 5 ggml blocks (K = 36 and 1152 for bf16).
 TEST_CASE("the tiled GEMM runs bf16 and ggml-block weights", "[op:linear][coopmat][gemm]") {
     const std::string kernel = GENERATE("gemm", "coopmat");
-    const DType wt = GENERATE(DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
-                              DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k);
+    const DType wt = GENERATE(DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k,
+                              DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k);
     if (!gemm_here(kernel, wt)) return;
     const int64_t blk = dtype_is_quant(wt) ? dtype_block(wt) : 12;
     auto [M, N, blocks] = GENERATE(std::make_tuple(77, 130, 3), std::make_tuple(33, 70, 5));
@@ -249,7 +249,8 @@ TEST_CASE("the tiled GEMM takes f16-stored x as it is", "[op:linear][coopmat][ge
     test::ForceLinear force(kernel);
     const uint64_t before = exec::linear_kernel_dispatches(kernel);
     auto r = test::run_op(
-        g, {{"xa", exact(test::random_tensor({M, K / 2}, 60))}, {"xb", exact(test::random_tensor({M, K / 2}, 61))}}, ws);
+        g, {{"xa", exact(test::random_tensor({M, K / 2}, 60))}, {"xb", exact(test::random_tensor({M, K / 2}, 61))}},
+        ws);
     CHECK(exec::linear_kernel_dispatches(kernel) == before + 1);
     const double f32 = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
     const int splits = dtype_is_quant(wt) ? 3 : 1;
