@@ -163,7 +163,10 @@ rm -rf .gpu && mkdir -p .gpu
   < MANIFEST.in) > .gpu/MANIFEST
 rm "$manifest"
 cp .gpu/MANIFEST "$stage/MANIFEST"
-tar -C "$stage" -cf - MANIFEST rt "$bin" | xz --x86 --lzma2=preset=9e,dict=192MiB -T1 > .gpu/kiln.tar.xz
+# BUNDLE_FAST=1 (CI: it checks the set-up, carries nothing): xz -1 on two threads, seconds instead of ~90 s of one
+# core, and no size check (the fast archive is larger than what a call would carry).
+if [ "${BUNDLE_FAST:-0}" = 1 ]; then xz_opts=(--x86 --lzma2=preset=1 -T2); else xz_opts=(--x86 --lzma2=preset=9e,dict=192MiB -T1); fi
+tar -C "$stage" -cf - MANIFEST rt "$bin" | xz "${xz_opts[@]}" > .gpu/kiln.tar.xz
 pwd > .gpu/built_in
 if [ -n "$diffusers" ]; then
   peer=$(mktemp -d /tmp/kiln-peer.XXXXXX)
@@ -189,4 +192,14 @@ total=$((tree + extra))
 awk -v e="$extra" -v t="$tree" -v s="$total" 'BEGIN {
   printf "bundle: .gpu %.1f MiB + working tree %.1f MiB = %.1f MiB of the 64 MiB a device call carries\n",
          e / 1048576, t / 1048576, s / 1048576 }'
-[ "$total" -le $((64 * 1048576)) ] || { echo "bundle: FAILED, over the 64 MiB a device call carries" >&2; exit 1; }
+# The device tool counts more than these file bytes (links, folders?): on 2026-11-28 it refused a call at 63.7 MiB
+# by this count and took one at 62.6. So the check keeps 62.6 MiB; over it, leave out test_apps (about 1 MiB:
+# BUNDLE_TESTS="ops jit models") or make room in the tree.
+limit=$((626 * 1048576 / 10))
+if [ "${BUNDLE_FAST:-0}" = 1 ]; then
+  echo "bundle: size not checked (BUNDLE_FAST=1: the fast archive is not what a call carries)"
+elif [ "$total" -gt "$limit" ]; then
+  echo "bundle: FAILED, over the 62.6 MiB a device call is known to carry (64 MiB by its own count, which is larger;" \
+       "BUNDLE_TESTS=\"ops jit models\" leaves out test_apps)" >&2
+  exit 1
+fi
