@@ -138,6 +138,11 @@ typedef struct kiln_context_options {
        1e-4 relative). 0 = the KILN_ACT_F16 environment variable decides (default off), 1 = on, -1 = off.
        Appended in 0.1. */
     int f16_activations;
+    /* Operands of the cooperative-matrix kernels (linear and attention, on devices that have them): 0 = the
+       KILN_PRECISION environment variable decides (default exact), -1 = exact (each split into two f16 parts:
+       f32-like results), 1 = fast (each rounded to one f16, accumulating in f32: half the matrix operations, about
+       1e-3 relative). Appended in 0.2. */
+    int fast_precision;
 } kiln_context_options;
 /* device -1 (auto), validation from the environment. */
 #ifdef __cplusplus

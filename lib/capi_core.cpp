@@ -205,6 +205,8 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
                  " (0 = environment, -1 = in the step, 1 = transfer queue, 2 = split)");
         KILN_ARG(o.f16_activations >= -1 && o.f16_activations <= 1, "options->f16_activations is ", o.f16_activations,
                  " (0 = environment, 1 = on, -1 = off)");
+        KILN_ARG(o.fast_precision >= -1 && o.fast_precision <= 1, "options->fast_precision is ", o.fast_precision,
+                 " (0 = environment, 1 = fast, -1 = exact)");
         // The environment is read here, once per context, from the one table (runtime/core/settings.h); the
         // options given win over it.
         Settings settings;
@@ -222,6 +224,7 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options* options, ki
         if (o.transfer_queue != 0)
             settings.context.transfer_queue = o.transfer_queue == -1 ? "0" : o.transfer_queue == 1 ? "1" : "split";
         if (o.f16_activations != 0) settings.exec.act_f16 = o.f16_activations == 1;
+        if (o.fast_precision != 0) settings.exec.precision = o.fast_precision == 1 ? "fast" : "exact";
         auto dev = std::make_shared<Device>();
         dev->vk = std::make_unique<vk::Context>(settings);
         if (o.vram_budget_bytes) dev->vk->set_vram_budget(o.vram_budget_bytes);

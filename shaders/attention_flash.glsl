@@ -25,7 +25,7 @@ layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint D = 64;   // head_dim
 layout(constant_id = 1) const uint BR = 16;  // query rows per workgroup (4, 8 or 16)
 layout(constant_id = 2) const uint BC = 32;  // keys per K/V tile
-layout(constant_id = 3) const uint F16 = 0;  // bit i: q, k, v (i = 0, 1, 2) stored f16
+layout(constant_id = 3) const uint F16 = 0;  // bit i: q, k, v (i = 0, 1, 2) stored f16; 8: KILN_PRECISION=fast
 const uint NI = 64;
 const uint T = NI / BR;          // invocations per query row
 const uint DT = (D + T - 1) / T; // output columns per invocation

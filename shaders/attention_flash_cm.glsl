@@ -8,6 +8,8 @@
 // q * scale * 2^QSH (2^QSH ~ 1 / scale: about q's own magnitude, so lo's f16 subnormals cost what K's do) and S scaled
 // back by 2^-QSH, P as P 2^PSH (P in [0, 1]) and O by 2^-PSH at the end: powers of two, exact. Error per product
 // (docs/attention.md): 5 2^-22 |x y| + 2^-23 (|x| + |y|), for |x|, |y| < 65504 (f16's range: beyond it hi overflows).
+// FAST (F16 bit 8, KILN_PRECISION=fast): every operand is hi alone (rounded to 11 significant bits, 2^-11 relative,
+// 2^-25 absolute below f16's normal range) and each product is one hi hi term: a third of the matrix operations.
 // alpha and 1 / l scale O's rows through a BR x CN matrix of the row's factor (component-wise product).
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -19,6 +21,7 @@ layout(constant_id = 7) const uint SG = 32;  // subgroup size (divides 64)
 layout(constant_id = 8) const uint DL = 64;  // D rounded up to a multiple of CK and CN
 layout(constant_id = 9) const uint QSH = 3;
 const uint PSH = 12u;
+const bool FAST = (F16 & 8u) != 0u;
 const uint NSG = NI / SG;
 const uint LQ = DL + 8u;  // f16 row stride of the q and K/V tiles
 const uint LP = BC + 8u;  // of P
@@ -50,7 +53,7 @@ void flash_init() {
 void split(float x, out float16_t hi, out float16_t lo) {
     const float h = uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xffffe000u);
     hi = float16_t(h);
-    lo = float16_t(x - h);
+    if (!FAST) lo = float16_t(x - h);  // FAST: the lo tiles are never read
 }
 
 void store_q(uint r, uint d, float x) { split(x * float(1u << QSH), q_hi[r * LQ + d], q_lo[r * LQ + d]); }
@@ -67,10 +70,12 @@ void flash_scores(uint r, uint t) {
             MA qh, ql;
             MB kh, kl;
             coopMatLoad(qh, q_hi, qo + kk, LQ, ROW);
-            coopMatLoad(ql, q_lo, qo + kk, LQ, ROW);
             coopMatLoad(kh, kv_hi, ko + kk, LQ, COL);  // B[d][c] = K[c][d]
-            s = coopMatMulAdd(ql, kh, s);
-            if ((F16 & 2u) == 0) {
+            if (!FAST) {
+                coopMatLoad(ql, q_lo, qo + kk, LQ, ROW);
+                s = coopMatMulAdd(ql, kh, s);
+            }
+            if ((F16 & 2u) == 0 && !FAST) {
                 coopMatLoad(kl, kv_lo, ko + kk, LQ, COL);
                 s = coopMatMulAdd(qh, kl, s);
             }
@@ -107,10 +112,12 @@ void flash_pv(uint r, uint t, float alpha) {
             MA ph, pl;
             MB vh, vl;
             coopMatLoad(ph, p_hi, po + kk, LP, ROW);
-            coopMatLoad(pl, p_lo, po + kk, LP, ROW);
             coopMatLoad(vh, kv_hi, kk * LQ + vo, LQ, ROW);  // B[c][d] = V[c][d]
-            o_acc[n] = coopMatMulAdd(pl, vh, o_acc[n]);
-            if ((F16 & 4u) == 0) {
+            if (!FAST) {
+                coopMatLoad(pl, p_lo, po + kk, LP, ROW);
+                o_acc[n] = coopMatMulAdd(pl, vh, o_acc[n]);
+            }
+            if ((F16 & 4u) == 0 && !FAST) {
                 coopMatLoad(vl, kv_lo, kk * LQ + vo, LQ, ROW);
                 o_acc[n] = coopMatMulAdd(ph, vl, o_acc[n]);
             }

@@ -121,6 +121,7 @@ Run add_forward(CLI::App& app) {
     app.add_option("--vram-budget", o->vram_budget, kVramBudgetHelp);
     add_f16_activations_flag(app);
     add_transfer_queue_option(app);
+    add_precision_option(app);
     app.add_flag("--cpu", o->cpu, "Run the CPU reference executor instead of Vulkan (slow; the oracle)");
     app.add_flag("--tiled", o->tiled,
                  "VAE: tiled decode/encode as diffusers' enable_tiling() (overlapping tiles, blended), for inputs "

@@ -97,6 +97,7 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
     app.add_option("--vram-budget", o.vram_budget, kVramBudgetHelp);
     add_f16_activations_flag(app);
     add_transfer_queue_option(app);
+    add_precision_option(app);
     app.add_flag("--stream", o.stream,
                  "Also run regional mode with the budget at all blocks resident, 1/2, 1/4 and the minimum (two block "
                  "slots), and at --vram-budget when given: step time, bytes streamed per step, bitwise equality");
@@ -398,6 +399,7 @@ nlohmann::json report_head(vk::Context& ctx, const BenchOpts& o, const models::S
         {"host", host_info()},
         {"device", ctx.info().name},
         {"driver", ctx.info().driver},
+        {"precision", ctx.settings().exec.precision},
         {"class", arch.cls},
         {"arch", o.synthetic.empty() ? o.model : o.synthetic},
         {"batch", o.batch},

@@ -36,6 +36,7 @@ inline constexpr const char* kVramBudgetHelp =
 struct DeviceFlags {
     bool f16_activations = false;  // --f16-activations
     std::string transfer_queue;    // --transfer-queue 0|1|split ("": the environment's)
+    std::string precision;         // --precision exact|fast ("": the environment's)
 };
 inline DeviceFlags& device_flags() {
     static DeviceFlags f;
@@ -47,6 +48,16 @@ inline void add_f16_activations_flag(CLI::App& app) {
         "--f16-activations", [] { device_flags().f16_activations = true; },
         "Store activations that pass from one linear to the next (a transformer MLP's 4x-wide hidden) as f16, "
         "accumulating in f32: that buffer halves; outputs move by about 1e-4 relative (as KILN_ACT_F16=1)");
+}
+// --precision, shared by generate, forward and bench.
+inline void add_precision_option(CLI::App& app) {
+    app.add_option_function<std::string>(
+           "--precision", [](const std::string& v) { device_flags().precision = v; },
+           "Operands of the cooperative-matrix kernels (linear and attention on GPUs that have them): exact = each "
+           "split into two f16 parts, results as f32 arithmetic gives (default); fast = each rounded to one f16, "
+           "accumulating in f32: half the matrix operations (a third with quantized weights), outputs move by about "
+           "1e-3 relative, as f16 inference does (as KILN_PRECISION; docs/precision.md)")
+        ->check(CLI::IsMember({"exact", "fast"}));
 }
 // --transfer-queue, shared by generate, forward and bench.
 inline void add_transfer_queue_option(CLI::App& app) {

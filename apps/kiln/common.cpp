@@ -66,6 +66,7 @@ ContextPtr open_context(int device, uint64_t vram_budget) {
     if (device_flags().f16_activations) o.f16_activations = 1;
     const std::string& q = device_flags().transfer_queue;
     if (!q.empty()) o.transfer_queue = q == "0" ? -1 : q == "1" ? 1 : 2;
+    if (!device_flags().precision.empty()) o.fast_precision = device_flags().precision == "fast" ? 1 : -1;
     kiln_context* c = nullptr;
     capi_check(kiln_context_create(&o, &c));
     return ContextPtr(c);

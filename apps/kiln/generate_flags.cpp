@@ -261,6 +261,7 @@ std::vector<GenerateFlag> flag_table() {
             {"--vram-budget", &F::vram_budget, kVramBudgetHelp},
             {"--f16-activations", &add_f16_activations_flag, nullptr},
             {"--transfer-queue", &add_transfer_queue_option, nullptr},
+            {"--precision", &add_precision_option, nullptr},
             {"--profile", &F::profile,
              "Print per denoising step: wall, GPU, host and host CPU time of the transformer run, device idle (between "
              "submissions, and before the step: host work between steps), submissions, barriers; and peak device "

@@ -20,6 +20,7 @@ Settings cli_settings(int device) {
     if (device >= 0) s.context.device = device;
     if (device_flags().f16_activations) s.exec.act_f16 = true;
     if (!device_flags().transfer_queue.empty()) s.context.transfer_queue = device_flags().transfer_queue;
+    if (!device_flags().precision.empty()) s.exec.precision = device_flags().precision;
     return s;
 }
 }  // namespace kiln::app

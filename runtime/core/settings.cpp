@@ -131,6 +131,11 @@ const std::vector<SettingInfo> kTable = {
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.attention = choice(n, v, {"auto", "coopmat", "flash", "rows", "buf", "tex"},
                                    "auto, coopmat, flash, rows, buf or tex"); }},
+    {"KILN_PRECISION", "choice: exact|fast", "exact",
+     "the cooperative-matrix kernels' operands: exact splits each into two f16 parts (f32-like results), fast rounds "
+     "each to one f16 (half or a third of the matrix operations; about 1e-3 relative, as f16 inference)", false,
+     [](Settings& s, const char* n, const std::string& v) {
+         s.exec.precision = choice(n, v, {"exact", "fast"}, "exact or fast"); }},
     // Models and the CLI.
     {"KILN_DEVICE_LOOP", "bool", "1", "0: kiln generate runs its step loop on the host (as --host-loop)",
      false, [](Settings& s, const char* n, const std::string& v) { s.device_loop = on_unless_0(v); }},

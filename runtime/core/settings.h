@@ -44,6 +44,7 @@ struct ExecOptions {
     std::string linear = "auto";         // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|tex|gemm
     std::string conv2d = "auto";         // KILN_CONV2D: auto|buf|tex
     std::string attention = "auto";      // KILN_ATTENTION: auto|coopmat|flash|rows|buf|tex
+    std::string precision = "exact";     // KILN_PRECISION: exact|fast (the cooperative-matrix kernels' operands)
 };
 
 // TEST-ONLY: fault injection and device limits smaller than the device's, so that tests reach paths a real device

@@ -23,7 +23,7 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
     }
     if ((v == "coopmat" || (v == "auto" && !cpu)) &&
         vk::attention_coopmat_unsupported(ctx.info(), g, n, smem).empty()) {
-        d = vk::lower_attention_coopmat(ctx.info(), g, n, smem);
+        d = vk::lower_attention_coopmat(ctx.info(), g, n, smem, ctx.settings().exec.precision == "fast");
         return true;
     }
     if (f16) {  // the rows kernel reads f32 only

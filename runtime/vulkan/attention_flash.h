@@ -44,6 +44,8 @@ std::string attention_coopmat_unsupported(const DeviceInfo& dev, const ir::Graph
                                           uint32_t max_shared);
 
 // The dispatch of attention node n on the cooperative-matrix variant. Throws where unsupported.
-Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared);
+// fast (KILN_PRECISION=fast): q, k, v and P each rounded to one f16 (F16 bit 8), a third of the matrix operations.
+Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared,
+                                 bool fast = false);
 
 }  // namespace kiln::vk

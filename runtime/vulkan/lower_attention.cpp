@@ -167,7 +167,8 @@ std::string attention_coopmat_unsupported(const DeviceInfo& dev, const ir::Graph
     return "";
 }
 
-Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared) {
+Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared,
+                                 bool fast) {
     const std::string why = attention_coopmat_unsupported(dev, g, n, max_shared);
     KILN_CHECK(why.empty(), "attention (cooperative-matrix kernel): ", why);
     const AttnShape s = attn_shape(g, n);
@@ -182,7 +183,7 @@ Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, cons
     d.spec = {(uint32_t)s.D,
               t.br,
               t.bc,
-              f16_bits(g, n),
+              f16_bits(g, n) | (fast ? 8u : 0u),
               dev.coopmat_m,
               dev.coopmat_n,
               dev.coopmat_k,

@@ -12,8 +12,8 @@
 #            kiln bench --mode all, on $ARCH (default dit-xl-2-256), in the same call so both share the card's clocks
 #   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28)
 #   variants kiln bench on $ARCH in regional mode, 3 steps, once per attention kernel (KILN_ATTENTION=coopmat, flash,
-#            rows), per forced linear kernel (KILN_LINEAR=coopmat, gemm, smem64, reg) and with f16 activations
-#            (KILN_ACT_F16=1): which kernel pays on this card
+#            rows), per forced linear kernel (KILN_LINEAR=coopmat, gemm, smem64, reg), with one f16 per
+#            cooperative-matrix operand (KILN_PRECISION=fast, first) and with f16 activations (KILN_ACT_F16=1)
 #   stream   (only when STAGES names it) the streaming tests on the transfer-only queue, kiln bench --stream (#12)
 # Here: bash scripts/gpu/suite.sh --ci  runs the same set-up and stages on this machine's lavapipe (Debian 12's 22.3)
 # with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
@@ -139,7 +139,7 @@ for st in $stages; do
       arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
       steps=$([ $ci = 1 ] && echo 1 || echo 3)  # 3: the 2026-11-28 run fitted 2 of 7 rows at 10 steps
       vs="KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows KILN_LINEAR=coopmat KILN_LINEAR=gemm"
-      vs="$vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
+      vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
       for v in $vs; do
         [ "$(left)" -lt 30 ] && { log "variants: no time left at $v"; break; }

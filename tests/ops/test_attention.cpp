@@ -356,3 +356,62 @@ TEST_CASE("the cooperative-matrix flash kernel matches the CPU reference", "[op:
         for (int64_t i = 0; i < (c.Sq - c.Sk) * W; ++i) REQUIRE(r.gpu[(size_t)i] == 0.f);
     }
 }
+
+namespace {
+// KILN_PRECISION=fast: every operand is hi alone, x rounded to 11 significant bits through its bits (2^-11 relative)
+// and to f16's subnormals below 2^-14 (2^-25 absolute), each product one hi hi term:
+//   |hi_x hi_y - x y| <= (2^-10 + 2^-22) |x y| + 2^-25 (1 + 2^-11) (|x| + |y|) + 2^-50.
+// As for the exact variant (coopmat_extra), q enters as q scale 2^qsh with 2^qsh within sqrt 2 of 1 / scale, so a
+// score moves by ds <= scale ((2^-10 + 2^-22) sum_d |q_d k_d| + 2^-24 sum_d (|q_d| + sqrt2 |k_d|)); a shift of every
+// score by at most ds moves the convex combination of v by (e^(2 ds) - 1) max|v|. P enters as P 2^12 against v: each
+// term P_j v_j relative 2^-10 + 2^-22, + 2^-24 for v's subnormals and Sk 2^-36 max|v| for P's.
+double coopmat_fast_extra(const OptProblem& a, const OptCase& c) {
+    const Tensor &q = a.in.at("q"), &k = a.in.at("k"), &v = a.in.at("v");
+    const int64_t W = c.H * c.D, Wk = c.Hkv * c.D;
+    const double scale = 1.0 / std::sqrt((double)c.D), rel = std::ldexp(1.0, -10) + std::ldexp(1.0, -22);
+    double ds = 0, vmax = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) vmax = std::max(vmax, (double)std::abs(v.data<float>()[i]));
+    for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.H; ++h)
+            for (int64_t i = 0; i < c.Sq; ++i)
+                for (int64_t j = 0; j < c.Sk; ++j) {
+                    const float* qr = q.data<float>() + (b * c.Sq + i) * W + h * c.D;
+                    const float* kr = k.data<float>() + (b * c.Sk + j) * Wk + h / (c.H / c.Hkv) * c.D;
+                    double prod = 0, sum = 0;
+                    for (int64_t d = 0; d < c.D; ++d) {
+                        prod += std::abs((double)qr[d] * kr[d]);
+                        sum += std::abs(qr[d]) + std::sqrt(2.0) * std::abs(kr[d]);
+                    }
+                    ds = std::max(ds, scale * (rel * prod + std::ldexp(sum, -24)));
+                }
+    return std::expm1(2 * ds) * vmax + rel * vmax + std::ldexp(1.0, -24) + c.Sk * std::ldexp(vmax, -36);
+}
+}  // namespace
+
+TEST_CASE("the cooperative-matrix flash kernel at KILN_PRECISION=fast: one f16 per operand, within its bound",
+          "[op:attention][coopmat][precision]") {
+    vk::Context& ctx = test::op_ctx();
+    if (!vk::attention_coopmat_unavailable(ctx.info()).empty()) {
+        WARN("attention_coopmat not run on '" << ctx.info().name << "'");
+        return;
+    }
+    OptCase c = GENERATE(OptCase{2, 269, 269, 2, 2, 72, 1, false, 0.f}, OptCase{1, 127, 127, 4, 1, 128, 2, false, 50.f},
+                         OptCase{2, 37, 45, 2, 1, 256, 2, true, 5.f}, OptCase{1, 40, 5, 2, 2, 64, 0, true, 0.f});
+    const bool f16 = GENERATE(false, true);
+    CAPTURE(c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap, f16);
+    OptProblem a(c, 91, f16);
+    test::ScopedEnv env("KILN_ATTENTION", "coopmat"), prec("KILN_PRECISION", "fast");
+    const ir::Node& n = a.g.nodes().back();
+    vk::Dispatch d = vk::lower(a.g, n);
+    REQUIRE(exec::choose_attention_flash(ctx, a.g, n, d));  // test contexts read the environment live
+    REQUIRE(d.shader.kernel == "coopmat");
+    REQUIRE((d.spec.at(3) & 8u) != 0u);
+    auto r = test::run_op(a.g, a.in);
+    const double bound = opt_tolerance(c) + coopmat_fast_extra(a, c);
+    CAPTURE(bound, test::max_err(r.gpu, r.cpu));
+    CHECK(test::max_err(r.gpu, r.cpu) <= bound);
+    // The bound is a worst case (about 100x the errors seen); that the shader took one f16 per operand shows in its
+    // result differing from the exact variant's.
+    test::ScopedEnv exact("KILN_PRECISION", "exact");
+    CHECK(test::run_op(a.g, a.in).gpu != r.gpu);
+}
