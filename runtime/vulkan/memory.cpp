@@ -137,9 +137,10 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, MemoryUse use, const c
     ctx_.sample_heap_usage();
     VK_CHECK(vkBindBufferMemory(ctx_.device(), b.buffer, b.memory, 0));
     // Mapped (uploads by memcpy, no flushes) only where coherent: a device block that fell back to a host-visible
-    // but non-coherent type is staged like device-local memory.
+    // but non-coherent type is staged like device-local memory. KILN_TEST_DISCRETE stages every device block.
     const VkMemoryPropertyFlags hv_hc = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    if ((mp.memoryTypes[type].propertyFlags & hv_hc) == hv_hc) {
+    const bool as_gpu = use == MemoryUse::device && ctx_.presented_discrete();
+    if ((mp.memoryTypes[type].propertyFlags & hv_hc) == hv_hc && !as_gpu) {
         void* p = nullptr;
         VK_CHECK(vkMapMemory(ctx_.device(), b.memory, 0, VK_WHOLE_SIZE, 0, &p));
         b.mapped = static_cast<uint8_t*>(p);
