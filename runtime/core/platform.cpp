@@ -306,6 +306,8 @@ uint64_t peak_rss() {
     return K32GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof pmc) ? pmc.PeakWorkingSetSize : 0;
 }
 
+std::string open_files() { return ""; }
+
 bool glob_match(const std::string& pattern, const std::string& name) { return glob_match_builtin(pattern, name); }
 
 std::filesystem::path utf8_path(const std::string& utf8) { return std::filesystem::path(wide(utf8)); }
@@ -424,6 +426,20 @@ uint64_t peak_rss() {
 #else
     return (uint64_t)ru.ru_maxrss * 1024;  // KiB on Linux
 #endif
+}
+
+std::string open_files() {
+    std::error_code ec;
+    std::filesystem::directory_iterator it("/proc/self/fd", ec), end;
+    if (ec) return "";
+    long n = 0;
+    for (; it != end; it.increment(ec)) {
+        if (ec) return "";
+        ++n;
+    }
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return std::to_string(n) + " open files";
+    return std::to_string(n) + " of " + std::to_string((unsigned long long)rl.rlim_cur) + " open files";
 }
 
 bool glob_match(const std::string& pattern, const std::string& name) {

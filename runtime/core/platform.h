@@ -68,6 +68,9 @@ std::optional<std::string> env(const char* name);
 void set_env(const char* name, const std::optional<std::string>& value);
 // The largest resident set (working set) this process has had, in bytes; 0 when unknown.
 uint64_t peak_rss();
+// "N of M open files": this process's file descriptors (Linux: /proc/self/fd) and RLIMIT_NOFILE; "" when unknown.
+// Error messages name it where a driver may report running out of them as out of memory.
+std::string open_files();
 
 // fnmatch(pattern, name, 0): '*' any run of characters (slashes too), '?' one, [abc] [a-z] [!a] a set, '\' escapes.
 bool glob_match(const std::string& pattern, const std::string& name);

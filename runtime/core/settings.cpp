@@ -159,6 +159,9 @@ const std::vector<SettingInfo> kTable = {
      "lowers maxComputeSharedMemorySize for the flash attention kernel's tiles", true,
      [](Settings& s, const char* n, const std::string& v) {
          s.test.max_shared_memory = (uint32_t)integer(n, v, 0, UINT32_MAX, "a whole number, 0 or more"); }},
+    {"KILN_TEST_DISCRETE", "bool", "0",
+     "1: the device is presented as a discrete GPU without unified memory (a CPU device takes a GPU's choices)",
+     true, [](Settings& s, const char* n, const std::string& v) { s.test.discrete = zero_or_one(n, v); }},
     {"KILN_TEST_DEVICE_MEMORY_LIMIT", "bytes", "0 (none)",
      "device memory a context's allocators may hold; past it allocations fail as out of device memory",
      true, [](Settings& s, const char* n, const std::string& v) {

@@ -58,6 +58,9 @@ struct TestHooks {
     uint64_t max_binding_range = 0;    // KILN_MAX_BINDING_RANGE: lowers maxStorageBufferRange for executors
     int convert_delay_ms = 0;          // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
     int serve_step_delay_ms = 0;       // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
+    // KILN_TEST_DISCRETE: the Context presents its device as a discrete GPU without unified memory (device-local
+    // blocks unmapped, uploads staged), so that a CPU device takes a GPU's choices (vk::Context::init).
+    bool discrete = false;
     // When set, Context::settings() answers live() instead of the settings the Context was made with (what the
     // Context made at construction stays). tests/support sets it to settings_from_env, so that a test may change a
     // KILN_* variable around one executor while sharing a Context. The library, the CLI and the converter never do.

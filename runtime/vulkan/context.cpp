@@ -255,6 +255,9 @@ void Context::init(const Settings& settings) {
     }
     phys_ = pds[(size_t)chosen];
     info_ = detail::query(phys_, chosen);
+    // Test hook: a CPU device presented as a discrete GPU without unified memory (KILN_TEST_DISCRETE): executors take
+    // a GPU's choices (block weights by address, ring slots, nothing read in place) and device blocks stay unmapped.
+    if (settings.test.discrete) detail::present_as_discrete(info_);
     // Test hook: a device with fewer storage buffers per stage than this one (KILN_TEST_MAX_STORAGE_BUFFERS).
     if (settings.test.max_storage_buffers)
         info_.max_storage_buffers_per_stage =

@@ -149,10 +149,14 @@ public:
         std::atomic<int64_t> lose_device_after{-1};
     };
     Faults& faults() { return faults_; }
+    // The test hook KILN_TEST_DISCRETE is on: info() says discrete GPU, and Allocators map no device-use block (as a
+    // GPU's device-local memory is not host-visible), so uploads and downloads go through staging.
+    bool presented_discrete() const { return settings_.test.discrete; }
     // Device memory held by this context's Allocators: reserve() before vkAllocateMemory (false: the test limit
     // is passed, treat as out of device memory), release() after vkFreeMemory.
     bool reserve_memory(uint64_t bytes);
     void release_memory(uint64_t bytes) { memory_bytes_ -= bytes; }
+    uint64_t memory_bytes() const { return memory_bytes_.load(); }
 
     // With validation on: names a Vulkan object (a pipeline by its shader) so that messages say which one.
     void name_object(VkObjectType type, uint64_t handle, const std::string& name) const;

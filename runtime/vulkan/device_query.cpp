@@ -135,6 +135,12 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     return d;
 }
 
+void present_as_discrete(DeviceInfo& d) {
+    d.vk_type = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    d.type = type_name(d.vk_type);
+    d.unified_memory = false;  // vk::unified_memory: never on a discrete GPU
+}
+
 std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
     uint32_t n = 0;
     VK_CHECK(vkEnumeratePhysicalDevices(inst, &n, nullptr));

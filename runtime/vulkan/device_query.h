@@ -10,6 +10,9 @@ namespace kiln::vk::detail {
 
 std::vector<VkPhysicalDevice> physical_devices(VkInstance inst);
 DeviceInfo query(VkPhysicalDevice pd, int index);
+// The test hook KILN_TEST_DISCRETE: d as a discrete GPU without unified memory (everything query() derives from the
+// device type), so that a CPU device takes a GPU's choices.
+void present_as_discrete(DeviceInfo& d);
 // discrete 4 > integrated 3 > virtual 2 > cpu 1 > other 0.
 int type_rank(VkPhysicalDeviceType t);
 // Sets DeviceInfo::coopmat_* and memory_model_device_scope. Needs the instance: the properties query is an

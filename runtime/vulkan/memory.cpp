@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/core/error.h"
+#include "runtime/core/platform.h"
 
 namespace kiln::vk {
 
@@ -25,12 +26,13 @@ constexpr VkDeviceSize kStagingSize = 32ull << 20;
 // fragmented heap. Flux's 22 GiB of f16 block weights still take only about a dozen such blocks. Where a reservation
 // is split, a request that does not fit one block's tail opens the next, leaving that tail (less than the request).
 constexpr VkDeviceSize kMaxReserved = 2048ull << 20;
-std::atomic<uint64_t> g_process_bytes{0}, g_process_peak{0};
+std::atomic<uint64_t> g_process_bytes{0}, g_process_peak{0}, g_process_allocations{0};
 
 void free_memory(Context& ctx, VkDeviceMemory& m, VkDeviceSize size) {
     if (!m) return;
     vkFreeMemory(ctx.device(), m, nullptr);
     g_process_bytes -= size;
+    g_process_allocations--;
     ctx.release_memory(size);
     m = VK_NULL_HANDLE;
 }
@@ -56,6 +58,12 @@ namespace {
 std::string mib(uint64_t bytes) {
     char b[32];
     std::snprintf(b, sizeof b, "%.1f MiB", (double)bytes / (1 << 20));
+    return b;
+}
+
+std::string hex(uint32_t v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%x", v);
     return b;
 }
 
@@ -112,34 +120,49 @@ Allocator::Block Allocator::make_block(VkDeviceSize size, MemoryUse use, const c
     // reports full gives way to the next one (system memory after the BAR, the BAR after system memory).
     VkResult r = VK_ERROR_OUT_OF_DEVICE_MEMORY;
     uint32_t type = types[0];
-    if (ctx_.reserve_memory(req.size)) {
+    const bool capped = !ctx_.reserve_memory(req.size);
+    std::string tried;  // each type's result, for the error below
+    if (!capped) {
         for (uint32_t t : types) {
             type = t;
             ai.memoryTypeIndex = t;
             r = vkAllocateMemory(ctx_.device(), &ai, nullptr, &b.memory);
+            tried += (tried.empty() ? "" : "; ") + describe_memory_type(mp, t) + ": " + vk_result_name(r) +
+                     heap_state(ctx_, mp.memoryTypes[t].heapIndex);
             if (r != VK_ERROR_OUT_OF_DEVICE_MEMORY && r != VK_ERROR_OUT_OF_HOST_MEMORY) break;
         }
         if (r != VK_SUCCESS) ctx_.release_memory(req.size);
     }
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
         vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
-        KILN_FAIL_AS(out_of_memory, "out of GPU memory allocating ", mib(size), " for ", what, " (", bytes_ >> 20,
-                     " MiB already allocated on '", ctx_.info().name, "'; ", vk_result_name(r), " from ",
-                     types.size() > 1 ? "each of " + std::to_string(types.size()) + " memory types, the last " : "",
-                     describe_memory_type(mp, type), heap_state(ctx_, mp.memoryTypes[type].heapIndex), "; Kiln holds ",
-                     mib(g_process_bytes.load()), " in this process)");
+        // Everything the next device run needs to tell a driver's refusal from Kiln's own: the allocation size the
+        // buffer asked for, each type tried with its result and heap, or the test cap; what this allocator and the
+        // process hold, in how many allocations; and the open files (a driver may report their exhaustion as this).
+        const std::string files = platform::open_files();
+        KILN_FAIL_AS(out_of_memory, "out of GPU memory allocating ", mib(size), " for ", what, " (allocationSize ",
+                     req.size, " bytes, alignment ", req.alignment, ", memoryTypeBits 0x", hex(req.memoryTypeBits),
+                     "; ",
+                     capped ? "refused by the test limit KILN_TEST_DEVICE_MEMORY_LIMIT of " +
+                                  mib(ctx_.faults().memory_limit.load()) + ", " + mib(ctx_.memory_bytes()) +
+                                  " held by this context"
+                            : "vkAllocateMemory: " + tried,
+                     "; this allocator holds ", mib(bytes_), " in ", blocks_.size(), " blocks on '", ctx_.info().name,
+                     "'; Kiln holds ", mib(g_process_bytes.load()), " in ", g_process_allocations.load(),
+                     " allocations in this process", files.empty() ? "" : ", " + files, ")");
     }
     VK_CHECK(r);
     b.memory_size = req.size;
+    g_process_allocations++;
     const uint64_t now = g_process_bytes += req.size;
     uint64_t peak = g_process_peak.load();
     while (now > peak && !g_process_peak.compare_exchange_weak(peak, now)) continue;
     ctx_.sample_heap_usage();
     VK_CHECK(vkBindBufferMemory(ctx_.device(), b.buffer, b.memory, 0));
     // Mapped (uploads by memcpy, no flushes) only where coherent: a device block that fell back to a host-visible
-    // but non-coherent type is staged like device-local memory.
+    // but non-coherent type is staged like device-local memory. KILN_TEST_DISCRETE stages every device block.
     const VkMemoryPropertyFlags hv_hc = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    if ((mp.memoryTypes[type].propertyFlags & hv_hc) == hv_hc) {
+    const bool as_gpu = use == MemoryUse::device && ctx_.presented_discrete();
+    if ((mp.memoryTypes[type].propertyFlags & hv_hc) == hv_hc && !as_gpu) {
         void* p = nullptr;
         VK_CHECK(vkMapMemory(ctx_.device(), b.memory, 0, VK_WHOLE_SIZE, 0, &p));
         b.mapped = static_cast<uint8_t*>(p);

@@ -47,6 +47,7 @@ TEST_CASE("settings: unset variables leave the defaults", "[settings]") {
     CHECK(s.test.max_texel_elements == 0);
     CHECK(s.test.max_shared_memory == 0);
     CHECK(s.test.max_binding_range == 0);
+    CHECK(!s.test.discrete);
     CHECK(s.test.convert_delay_ms == 0);
     CHECK(s.test.live == nullptr);
     // An empty value is unset.
@@ -76,6 +77,7 @@ TEST_CASE("settings: every variable parses into its field", "[settings]") {
                               {"KILN_TEST_MAX_STORAGE_BUFFERS", "8"},
                               {"KILN_TEST_MAX_TEXEL_ELEMENTS", "1000"},
                               {"KILN_TEST_MAX_SHARED_MEMORY", "8192"},
+                              {"KILN_TEST_DISCRETE", "1"},
                               {"KILN_TEST_DEVICE_MEMORY_LIMIT", "1048576"},
                               {"KILN_TEST_DEVICE_LOST_AFTER", "5"},
                               {"KILN_TEST_CONVERT_DELAY_MS", "20"}});
@@ -101,6 +103,7 @@ TEST_CASE("settings: every variable parses into its field", "[settings]") {
     CHECK(s.test.max_storage_buffers == 8);
     CHECK(s.test.max_texel_elements == 1000);
     CHECK(s.test.max_shared_memory == 8192);
+    CHECK(s.test.discrete);
     CHECK(s.test.device_memory_limit == 1048576);
     CHECK(s.test.device_lost_after == 5);
     CHECK(s.test.convert_delay_ms == 20);
@@ -149,6 +152,7 @@ TEST_CASE("settings: a bad value is one error line naming the variable and what 
         {"KILN_MAX_BINDING_RANGE", "4K", "KILN_MAX_BINDING_RANGE='4K' (a whole number, 0 or more)"},
         {"KILN_TEST_MAX_STORAGE_BUFFERS", "-3", "KILN_TEST_MAX_STORAGE_BUFFERS='-3' (a whole number, 0 or more)"},
         {"KILN_TEST_MAX_TEXEL_ELEMENTS", "x", "KILN_TEST_MAX_TEXEL_ELEMENTS='x' (a whole number, 0 or more)"},
+        {"KILN_TEST_DISCRETE", "yes", "KILN_TEST_DISCRETE='yes' (0 or 1)"},
         {"KILN_TEST_DEVICE_MEMORY_LIMIT", "-1", "KILN_TEST_DEVICE_MEMORY_LIMIT='-1' (a whole number, 0 or more)"},
         {"KILN_TEST_DEVICE_LOST_AFTER", "-2", "KILN_TEST_DEVICE_LOST_AFTER='-2' (a count, or -1 for never)"},
         {"KILN_TEST_CONVERT_DELAY_MS", "1s", "KILN_TEST_CONVERT_DELAY_MS='1s' (milliseconds, 0 or more)"},

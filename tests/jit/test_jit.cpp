@@ -305,13 +305,23 @@ TEST_CASE("block-major weights over the binding limit: split into windows, copie
     const size_t stride = 2 * 8192 + 2 * 256;
     SECTION("two blocks per window: three windows, one recording each, still no copies") {
         BindingLimit limit(2 * stride + 100);
-        exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional);
+        // Windows where offset selection is asked for, on every device.
+        exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional, false, exec::BlockWeights::offset);
         const auto& c = ex.counters();
         CHECK(c.block_kinds_by_offset == 1);
         CHECK(c.copies_per_run == 0);
         CHECK(c.command_buffers_recorded == 3 + 1);
         CHECK(c.block_weights_note.find("3 bound windows") != std::string::npos);
         CHECK(bitwise_equal(full, run_y(ex, in)));
+        // auto splits into windows only on a CPU device; a GPU selects by device address (one recording).
+        exec::Executor automatic(context(), toy.g, toy.gpu(), exec::Mode::regional);
+        const auto& a = automatic.counters();
+        const bool cpu = context().info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+        CHECK(a.block_kinds_on_device == 1);
+        CHECK(a.block_kinds_by_offset == (cpu ? 1 : 0));
+        CHECK(a.copies_per_run == 0);
+        CHECK(a.command_buffers_recorded == (cpu ? 3 + 1 : 1 + 1));
+        CHECK(bitwise_equal(full, run_y(automatic, in)));
     }
     SECTION("no block fits a binding but every weight does: copied on a CPU device, addresses elsewhere") {
         BindingLimit limit(stride - 256);
@@ -340,10 +350,11 @@ TEST_CASE("weight-major block weights past the binding limit: one recording, no 
     Toy toy(5, 2, 13, 32);
     auto in = inputs(2, 13, 32, 43);
     Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
-    auto regional = [&](size_t limit, const char* linear, const char* layout = "auto") {
+    auto regional = [&](size_t limit, const char* linear, const char* layout = "auto",
+                        exec::BlockWeights bw = exec::BlockWeights::automatic) {
         BindingLimit lim(limit);
         test::ScopedEnv lin("KILN_LINEAR", linear), lay("KILN_BLOCK_LAYOUT", layout);
-        return std::make_unique<exec::Executor>(context(), toy.g, toy.gpu(), exec::Mode::regional);
+        return std::make_unique<exec::Executor>(context(), toy.g, toy.gpu(), exec::Mode::regional, false, bw);
     };
     auto check_weight_major = [&](exec::Executor& ex) {
         const auto& c = ex.counters();
@@ -358,8 +369,9 @@ TEST_CASE("weight-major block weights past the binding limit: one recording, no 
     SECTION("storage-buffer readers: every weight's instances fit one binding, the kind does not") {
         auto ex = regional(5 * 8192 + 100, "reg");
         check_weight_major(*ex);
-        // Block-major at the same limit: two blocks per window, three recordings.
-        auto windows = regional(5 * 8192 + 100, "reg", "block");
+        // Block-major at the same limit, offset selection asked for (auto splits only on a CPU device): two blocks
+        // per window, three recordings.
+        auto windows = regional(5 * 8192 + 100, "reg", "block", exec::BlockWeights::offset);
         CHECK(windows->counters().block_kinds_weight_major == 0);
         CHECK(windows->counters().command_buffers_recorded == 3 + 1);
         CHECK(bitwise_equal(full, run_y(*windows, in)));
@@ -403,8 +415,11 @@ TEST_CASE("weight-major layout at every weight dtype, storage and texel linears:
     INFO("weight dtype " << dtype_name(wdt) << ", KILN_LINEAR=" << linear);
     Toy toy(5, 2, 13, D, wdt);
     auto in = inputs(2, 13, D, 47);
+    // The reference under the same linear kernel: the table may send full mode's linears elsewhere (coopmat, smem64),
+    // whose arithmetic differs.
+    test::ScopedEnv lin("KILN_LINEAR", linear);
     Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
-    test::ScopedEnv lin("KILN_LINEAR", linear), lay("KILN_BLOCK_LAYOUT", "weight");
+    test::ScopedEnv lay("KILN_BLOCK_LAYOUT", "weight");
     exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional);
     CHECK(ex.counters().block_kinds_weight_major == 1);
     CHECK(ex.counters().copies_per_run == 0);
@@ -507,7 +522,10 @@ TEST_CASE("replays counted on the device equal per-replay selection from the pri
     if (how == "windows") limit = std::make_unique<BindingLimit>(2 * stride + 100);
     if (how == "windows") layout = std::make_unique<test::ScopedEnv>("KILN_BLOCK_LAYOUT", "block");
     if (how == "weight-major") layout = std::make_unique<test::ScopedEnv>("KILN_BLOCK_LAYOUT", "weight");
-    const exec::BlockWeights bw = how == "device" ? exec::BlockWeights::device : exec::BlockWeights::automatic;
+    // Windows are asked for: auto splits into them only on a CPU device (a GPU selects by address).
+    const exec::BlockWeights bw = how == "device"    ? exec::BlockWeights::device
+                                  : how == "windows" ? exec::BlockWeights::offset
+                                                     : exec::BlockWeights::automatic;
     std::vector<Tensor> outs;
     for (bool on : {false, true}) {
         SelectAdvance env(on);
@@ -551,6 +569,9 @@ TEST_CASE("a device with few storage buffers per stage: no linear_multi, and a c
         std::memcpy(dst, w.at(v.name).bytes.data(), n);
     };
     ::setenv("KILN_FUSE", "all", 1);
+    // linear_multi groups only linears the kernel table keeps on reg or tex (exec::linear_choice); a GPU's table may
+    // send f32 linears to smem64.
+    test::ScopedEnv reg("KILN_LINEAR", "reg");
     const Tensor in = test::random_tensor({2, 5, 16}, 7);
     auto run = [&](vk::Context& ctx) {
         exec::Executor ex(ctx, g, fn, exec::Mode::full);

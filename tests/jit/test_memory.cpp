@@ -114,6 +114,37 @@ TEST_CASE("allocator: a range over maxStorageBufferRange is refused in one line"
     CHECK(a.bytes() == 0);
 }
 
+TEST_CASE("allocator: out of memory says what was asked, and whether the driver or the test limit refused",
+          "[jit][memory]") {
+    vk::Context& ctx = context();
+    struct Restore {
+        vk::Context& c;
+        ~Restore() { c.faults().memory_limit = 0; }
+    } restore{ctx};
+    vk::Allocator a(ctx);
+    ctx.faults().memory_limit = ctx.memory_bytes() + 1;  // the next allocation is refused
+    try {
+        a.alloc(1000, "a small table");
+        FAIL("no error");
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        CAPTURE(m);
+        CHECK(e.kind() == ErrorKind::out_of_memory);
+        CHECK(m.find("out of GPU memory allocating 1.0 MiB for a small table") != std::string::npos);
+        CHECK(m.find("allocationSize ") != std::string::npos);  // what vkAllocateMemory would have been asked
+        CHECK(m.find("refused by the test limit KILN_TEST_DEVICE_MEMORY_LIMIT") != std::string::npos);
+        CHECK(m.find("vkAllocateMemory") == std::string::npos);  // never called
+        CHECK(m.find("this allocator holds 0.0 MiB in 0 blocks") != std::string::npos);
+        CHECK(m.find(" allocations in this process") != std::string::npos);
+        CHECK(m.find('\n') == std::string::npos);
+    }
+    CHECK(a.blocks() == 0);
+    // Within the limit the same request succeeds.
+    ctx.faults().memory_limit = 0;
+    a.alloc(1000, "a small table");
+    CHECK(a.blocks() == 1);
+}
+
 TEST_CASE("allocator: many small requests stay within the doubling rule's block count", "[jit][memory]") {
     vk::Allocator a(context());
     const VkDeviceSize size = 3000, fp = a.footprint(size);

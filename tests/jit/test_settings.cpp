@@ -6,6 +6,7 @@
 
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
+#include "runtime/vulkan/memory.h"
 #include "tests/support/test_support.h"
 
 using namespace kiln;
@@ -15,7 +16,7 @@ namespace {
 Settings explicit_settings() {
     for (const char* n : {"KILN_DEVICE", "KILN_TEST_MAX_TEXEL_ELEMENTS", "KILN_TEST_MAX_STORAGE_BUFFERS",
                           "KILN_TEST_DEVICE_MEMORY_LIMIT", "KILN_TEST_DEVICE_LOST_AFTER", "KILN_FUSE", "KILN_ACT_F16",
-                          "KILN_MAX_BINDING_RANGE", "KILN_LINEAR"})
+                          "KILN_MAX_BINDING_RANGE", "KILN_LINEAR", "KILN_TEST_DISCRETE"})
         REQUIRE(std::getenv(n) == nullptr);  // what follows takes effect through the settings alone
     Settings s = test::fixed_settings();
     REQUIRE(s.test.live == nullptr);
@@ -55,6 +56,34 @@ TEST_CASE("settings: the device index and the test limits reach the Context", "[
 
     s.context.device = (int)vk::list_devices().size();
     CHECK_THROWS_WITH(vk::Context(s), Catch::Contains("does not exist"));
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("settings: KILN_TEST_DISCRETE presents the device as a discrete GPU without unified memory",
+          "[settings][vulkan]") {
+    Settings s = explicit_settings();
+    s.test.discrete = true;
+    vk::Context ctx(s);
+    CHECK(ctx.presented_discrete());
+    CHECK(ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU);
+    CHECK(ctx.info().type == "discrete");
+    CHECK(!ctx.info().unified_memory);
+    // Device blocks unmapped (uploads and downloads staged, as to a GPU's device-local memory); host blocks mapped.
+    vk::Allocator dev(ctx), host(ctx, true);
+    const vk::BufferRange r = dev.alloc(64, "device range");
+    CHECK(!dev.unified());
+    CHECK(r.mapped == nullptr);
+    CHECK(host.alloc(64, "host range").mapped != nullptr);
+    std::vector<uint32_t> up(16), down(16, 0);
+    for (uint32_t i = 0; i < 16; ++i) up[i] = 7 * i + 1;
+    dev.upload(r, up.data(), 64);
+    dev.download(r, down.data(), 64);
+    CHECK(down == up);
+    // Off: the device as it is.
+    s.test.discrete = false;
+    vk::Context plain(s);
+    CHECK(!plain.presented_discrete());
+    CHECK(plain.info().vk_type == vk::list_devices()[(size_t)plain.info().index].vk_type);
     CHECK(vk::Context::validation_errors() == 0);
 }
 
