@@ -1,7 +1,9 @@
 #include "runtime/core/platform.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -308,6 +310,8 @@ uint64_t peak_rss() {
 
 std::string open_files() { return ""; }
 
+uint64_t raise_open_file_limit() { return 0; }
+
 bool glob_match(const std::string& pattern, const std::string& name) { return glob_match_builtin(pattern, name); }
 
 std::filesystem::path utf8_path(const std::string& utf8) { return std::filesystem::path(wide(utf8)); }
@@ -440,6 +444,20 @@ std::string open_files() {
     rlimit rl{};
     if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return std::to_string(n) + " open files";
     return std::to_string(n) + " of " + std::to_string((unsigned long long)rl.rlim_cur) + " open files";
+}
+
+uint64_t raise_open_file_limit() {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    if (rl.rlim_cur != rl.rlim_max) {
+        rlimit up = rl;
+        up.rlim_cur = rl.rlim_max;
+#ifdef __APPLE__
+        up.rlim_cur = std::min<rlim_t>(rl.rlim_max, OPEN_MAX);  // macOS refuses more than OPEN_MAX
+#endif
+        if (::setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
 }
 
 bool glob_match(const std::string& pattern, const std::string& name) {

@@ -71,6 +71,11 @@ uint64_t peak_rss();
 // "N of M open files": this process's file descriptors (Linux: /proc/self/fd) and RLIMIT_NOFILE; "" when unknown.
 // Error messages name it where a driver may report running out of them as out of memory.
 std::string open_files();
+// Raises this process's soft limit on open files to its hard limit (Linux, macOS; nothing elsewhere). GPU
+// drivers may hold a file descriptor per device memory object (ROCm's hipMemCreate does; the H200 runs refused 1 MiB
+// allocations with an empty heap after a test process had made many contexts) and report the 1024 of a default
+// soft limit as out of device memory. Returns the soft limit in force after it (0: unknown).
+uint64_t raise_open_file_limit();
 
 // fnmatch(pattern, name, 0): '*' any run of characters (slashes too), '?' one, [abc] [a-z] [!a] a set, '\' escapes.
 bool glob_match(const std::string& pattern, const std::string& name);

@@ -224,6 +224,8 @@ void Context::choose_copy_queue(const std::string& q) {
 
 // A constructor that throws runs no destructor: what init() made is destroyed here (a C API caller may retry).
 Context::Context(const Settings& settings) : settings_(settings) {
+    static const uint64_t open_files = platform::raise_open_file_limit();  // a driver's descriptors per memory object
+    (void)open_files;
     try {
         init(settings);
     } catch (...) {

@@ -165,3 +165,27 @@ TEST_CASE("platform: what to install for Vulkan, per system", "[platform]") {
         CHECK(platform::vulkan_loader_advice() == platform::vulkan_loader_advice(built_for));
     }
 }
+
+#if !defined(_WIN32) && !defined(__APPLE__)  // macOS caps the soft limit at OPEN_MAX
+#include <sys/resource.h>
+TEST_CASE("platform: the soft limit on open files is raised to the hard limit", "[platform]") {
+    // As a default shell leaves it (1024 under a higher hard limit): lowered here, then raised by the call.
+    rlimit rl{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max <= 64) {
+        WARN("hard limit on open files " << rl.rlim_max << ": nothing to lower");
+        return;
+    }
+    rlimit low = rl;
+    low.rlim_cur = 64;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    const uint64_t after = platform::raise_open_file_limit();
+    rlimit now{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &now) == 0);
+    CHECK(now.rlim_cur == rl.rlim_max);
+    CHECK(after == (now.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)now.rlim_cur));
+    if (now.rlim_cur != RLIM_INFINITY)
+        CHECK(platform::open_files().find(" of " + std::to_string((unsigned long long)now.rlim_cur)) !=
+              std::string::npos);
+}
+#endif
