@@ -264,21 +264,15 @@ TEST_CASE("the tiled GEMM takes f16-stored x as it is", "[op:linear][coopmat][ge
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }
 
-// Each tile in every shape, K slice and buffering (linear_gemm.glsl: BK 32 or 16, two buffers or one) that
-// gemm_config chooses on this device under some shared-memory size: each candidate's own size as the limit
-// (KILN_TEST_MAX_SHARED_MEMORY), each distinct choice run once. Weights f16, bf16, q4_k; M, N ragged for both tiles, K
-// not a multiple of the slice (ggml: two blocks); bias and a fused activation, alone (f16) or under the gated
-// residual (res + gate * h, ir::fuse). Bound: check_gemm's on h (|x|, |W| <= 1), x1.13 through the activation's
-// slope; gated: times |gate| <= 1, plus two f32 roundings of values below 32 (2 2^-19 <= 1e-5).
-TEST_CASE("the tiled GEMM runs every slice and buffering its shared memory allows", "[op:linear][coopmat][gemm]") {
+namespace {
+// Kernel k forced under KILN_TEST_MAX_SHARED_MEMORY = limit, on x [150, K] W [200, K] of dtype wt (M, N ragged for
+// both tiles; K = 100, not a multiple of the slice, or two ggml blocks) with bias and a fused activation, alone or
+// under the gated residual (res + gate * h, ir::fuse), against the CPU: the dispatch has configuration c. Bound:
+// check_gemm's on h (|x|, |W| <= 1), x1.13 through the activation's slope; gated: times |gate| <= 1, plus two f32
+// roundings of values below 32 (2 2^-19 <= 1e-5).
+void check_config(const vk::LinearKernel& k, DType wt, bool gated, uint32_t limit, const vk::GemmConfig& c) {
     vk::Context& ctx = test::op_ctx();
-    const std::string kernel = GENERATE("gemm128", "coopmat128", "gemm", "coopmat");
-    const auto [wt, gated] = GENERATE(std::make_tuple(DType::f16, false), std::make_tuple(DType::bf16, true),
-                                      std::make_tuple(DType::q4_k, true));
-    CAPTURE(kernel, dtype_name(wt), gated);
-    if (!gemm_here(kernel, wt)) return;
-    const vk::LinearKernel& k = *vk::find_linear_kernel(kernel);
-    const bool cm = k.caps.needs == vk::LinearCaps::Needs::coopmat;
+    CAPTURE(k.name, dtype_name(wt), gated, limit, c.shape.m, c.bk, c.nbuf);
     const int64_t M = 150, N = 200, K = dtype_is_quant(wt) ? 2 * dtype_block(wt) : 100;
     ir::Graph g;
     ir::Val h = g.linear(g.input("x", {M, K}), g.weight("w", {N, K}, wt), g.weight("b", {N}),
@@ -293,39 +287,54 @@ TEST_CASE("the tiled GEMM runs every slice and buffering its shared memory allow
     double bound = 1.13 * (std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)) +
                            vk::linear_splits(k, wt) * 2.0 * K / 4 * std::ldexp(1.0, -22));
     if (gated) bound += 1e-5;
+    test::ScopedEnv env("KILN_TEST_MAX_SHARED_MEMORY", std::to_string(limit));
+    test::ForceLinear force(k.name);
+    vk::Dispatch d = vk::lower(g, n);
+    exec::choose_linear(ctx, g, n, d);  // what the executor runs under this limit
+    REQUIRE(d.spec.size() == 13);
+    CHECK((d.spec[0] == c.shape.m && d.spec[11] == c.bk && d.spec[12] == c.nbuf));
+    CHECK(d.spec[6] == c.invocations);
+    CHECK((d.groups[0] == (N + c.bn() - 1) / c.bn() && d.groups[1] == (M + c.bm() - 1) / c.bm()));
+    const uint64_t before = exec::linear_kernel_dispatches(k.name);
+    const auto r = test::run_vk(g, in, ws, exec::Mode::full, "1");
+    CHECK(exec::linear_kernel_dispatches(k.name) == before + 2);  // choose_linear above, and the run
+    CHECK(r.c.gated_linears == (gated ? 1 : 0));
+    const auto gpu = r.out.at("y").to_f32();
+    CHECK(test::max_err(gpu, cpu) <= bound);
+    CHECK(rel_l2(gpu, cpu) <= 1e-5);
+}
+}  // namespace
+
+// Each tile in every shape, K slice and buffering (linear_gemm.glsl: BK 32 or 16, two buffers or one) that
+// gemm_config chooses on this device under some shared-memory size: candidate i (shape, slice, buffers) in order,
+// with weights and epilogue i % 3 of (f16, activation), (bf16, gated), (q4_k, gated), its own size as the limit;
+// each distinct choice runs once (each costs lavapipe a pipeline compile of a fully unrolled GEMM: seconds to a
+// minute). The 128 kernels' f16, bf16 and ggml weights with every epilogue run in the tests above and in
+// test_linear_caps.cpp / test_linear_gated.cpp at the device's own configuration.
+TEST_CASE("the tiled GEMM runs every slice and buffering its shared memory allows", "[op:linear][coopmat][gemm]") {
+    vk::Context& ctx = test::op_ctx();
+    const std::string kernel = GENERATE("gemm128", "coopmat128", "gemm", "coopmat");
+    if (!gemm_here(kernel, DType::f16)) return;
+    const vk::LinearKernel& k = *vk::find_linear_kernel(kernel);
+    const bool cm = k.caps.needs == vk::LinearCaps::Needs::coopmat;
     const vk::DeviceInfo& info = ctx.info();
     std::vector<vk::CoopmatShape> shapes{{16, 16, 16}, {8, 8, 8}};
     if (cm) shapes = {{info.coopmat_m, info.coopmat_n, info.coopmat_k}};
-    std::vector<uint32_t> limits;
+    const std::pair<DType, bool> cases[] = {{DType::f16, false}, {DType::bf16, true}, {DType::q4_k, true}};
+    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> seen;  // shape, bk, nbuf
+    int i = 0;
     for (const vk::CoopmatShape& s : shapes)
         for (auto [bk, nbuf] : {std::pair{32u, 2u}, {16u, 2u}, {32u, 1u}, {16u, 1u}}) {
-            const uint32_t b =
+            const auto [wt, gated] = cases[i++ % 3];
+            const uint32_t limit =
                 vk::gemm_shared_bytes({s, k.caps.wm, k.caps.wn, k.caps.fm, k.caps.fn, bk, nbuf, 0, cm}, wt);
-            if (b <= info.max_shared_memory) limits.push_back(b);
+            if (limit > info.max_shared_memory) continue;
+            vk::DeviceInfo dev = info;
+            dev.max_shared_memory = limit;
+            const auto c = vk::gemm_config(k, dev, wt);
+            if (!c || !seen.insert({c->shape.m, c->bk, c->nbuf}).second) continue;
+            CHECK(vk::gemm_shared_bytes(*c, wt) <= limit);
+            check_config(k, wt, gated, limit, *c);
         }
-    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> seen;  // shape, bk, nbuf
-    for (uint32_t limit : limits) {
-        vk::DeviceInfo dev = info;
-        dev.max_shared_memory = limit;
-        const auto c = vk::gemm_config(k, dev, wt);
-        if (!c || !seen.insert({c->shape.m, c->bk, c->nbuf}).second) continue;
-        CAPTURE(limit, c->shape.m, c->bk, c->nbuf);
-        CHECK(vk::gemm_shared_bytes(*c, wt) <= limit);
-        test::ScopedEnv env("KILN_TEST_MAX_SHARED_MEMORY", std::to_string(limit));
-        test::ForceLinear force(kernel);
-        vk::Dispatch d = vk::lower(g, n);
-        exec::choose_linear(ctx, g, n, d);  // what the executor runs under this limit
-        REQUIRE(d.spec.size() == 13);
-        CHECK((d.spec[0] == c->shape.m && d.spec[11] == c->bk && d.spec[12] == c->nbuf));
-        CHECK(d.spec[6] == c->invocations);
-        CHECK((d.groups[0] == (N + c->bn() - 1) / c->bn() && d.groups[1] == (M + c->bm() - 1) / c->bm()));
-        const uint64_t before = exec::linear_kernel_dispatches(kernel);
-        const auto r = test::run_vk(g, in, ws, exec::Mode::full, "1");
-        CHECK(exec::linear_kernel_dispatches(kernel) == before + 2);  // choose_linear above, and the run
-        CHECK(r.c.gated_linears == (gated ? 1 : 0));
-        const auto gpu = r.out.at("y").to_f32();
-        CHECK(test::max_err(gpu, cpu) <= bound);
-        CHECK(rel_l2(gpu, cpu) <= 1e-5);
-    }
-    CHECK(!seen.empty());  // the kernel is admitted here, so its own configuration was among the candidates
+    CHECK(seen.size() >= 2);  // more than the device's own configuration
 }
