@@ -8,14 +8,15 @@
 // (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: 16 x 16 x 16 on NVIDIA, 8 x 8 x 8 on lavapipe 26), SG its
 // subgroup size: both specialization constants, nothing assumes 32 lanes. The scalar form takes 16 x 16 x 16 or
 // 8 x 8 x 8 (what fits the device's shared memory) with "subgroups" of SG = CM CN / 8 invocations (not the
-// device's: only the per-slice maxima use real subgroup operations, and they are per subgroup whatever its size).
+// device's: only the per-slice maxima use real subgroup operations, and they are per subgroup whatever its size);
+// it stores its results from registers, the cooperative form through a per-subgroup f32 stage.
 // Tiling (specialization constants 7-12, so one SPIR-V serves every tile): a workgroup of WM x WN subgroups owns a
 // BM x BN = (WM FM CM) x (WN FN CN) output tile, each subgroup FM x FN accumulators (kernel "coopmat" / "gemm": 2 x 2
 // subgroups of 2 x 2, 64 x 64 at 16 x 16 x 16; "coopmat128" / "gemm128": 4 x 2 subgroups of 2 x 4, 128 x 128). K
 // advances in slices of BK = 32 or 16, staged in shared memory as f16 (xs[m][k]: A row-major; ws[n][k]: B = W^T
 // column-major; row stride BK + 8 halves, 16-byte rows), in NBUF = 2 buffers (loads of slice t + 1 stored while
-// slice t multiplies) or 1; the lowering (runtime/vulkan/linear_kernels.cpp, gemm_config) takes the first of
-// (32, 2), (16, 2), (32, 1), (16, 1) whose shared memory fits the device. Either way the global loads of slice t + 1
+// slice t multiplies) or 1; the lowering (runtime/vulkan/linear_kernels.cpp, gemm_config) takes, per shape, the
+// first of (32, 2), (16, 2), (32, 1), (16, 1) whose shared memory fits the device (docs/jit.md has the sizes). Either way the global loads of slice t + 1
 // are in flight (in registers) while slice t multiplies. One barrier per slice (two with one buffer): it publishes
 // the stored slice t and the maxima of slice t + 1 (three rotating slots, each cleared two slices before its reuse).
 // Weights that are not f16 are dequantized to f32 on the way (WLOAD) and enter the shared tile as f16, as ggml's
