@@ -8,12 +8,19 @@
 // (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: 16 x 16 x 16 on NVIDIA, 8 x 8 x 8 on lavapipe 26), SG its
 // subgroup size: both specialization constants, nothing assumes 32 lanes. The scalar form takes 16 x 16 x 16 or
 // 8 x 8 x 8 (what fits the device's shared memory) with "subgroups" of SG = CM CN / 8 invocations (not the
-// device's: only the per-slice maxima use real subgroup operations, and they are per subgroup whatever its size).
-// Tiling as linear_smem.comp: a workgroup of 4 subgroups (2 x 2) owns a BM x BN = 4 CM x 4 CN output tile, each
-// subgroup 2 x 2 accumulators. K advances in slices of BK = 32, staged in shared memory as f16 (xs[m][k]: A
-// row-major; ws[n][k]: B = W^T column-major; row stride 40 halves), double-buffered, loads of slice t + 1 in
-// flight while slice t multiplies. Weights that are not f16 are dequantized to f32 on the way (WLOAD) and enter the
-// shared tile as f16, as ggml's mul_mm does, but scaled and split as x is (below).
+// device's: only the per-slice maxima use real subgroup operations, and they are per subgroup whatever its size);
+// it stores its results from registers, the cooperative form through a per-subgroup f32 stage.
+// Tiling (specialization constants 7-12, so one SPIR-V serves every tile): a workgroup of WM x WN subgroups owns a
+// BM x BN = (WM FM CM) x (WN FN CN) output tile, each subgroup FM x FN accumulators (kernel "coopmat" / "gemm": 2 x 2
+// subgroups of 2 x 2, 64 x 64 at 16 x 16 x 16; "coopmat128" / "gemm128": 4 x 2 subgroups of 2 x 4, 128 x 128). K
+// advances in slices of BK = 32 or 16, staged in shared memory as f16 (xs[m][k]: A row-major; ws[n][k]: B = W^T
+// column-major; row stride BK + 8 halves, 16-byte rows), in NBUF = 2 buffers (loads of slice t + 1 stored while
+// slice t multiplies) or 1; the lowering (runtime/vulkan/linear_kernels.cpp, gemm_config) takes, per shape, the
+// first of (32, 2), (16, 2), (32, 1), (16, 1) whose shared memory fits the device (docs/jit.md has the sizes). Either way the global loads of slice t + 1
+// are in flight (in registers) while slice t multiplies. One barrier per slice (two with one buffer): it publishes
+// the stored slice t and the maxima of slice t + 1 (three rotating slots, each cleared two slices before its reuse).
+// Weights that are not f16 are dequantized to f32 on the way (WLOAD) and enter the shared tile as f16, as ggml's
+// mul_mm does, but scaled and split as x is (below).
 // Accuracy: x is not rounded to f16. Each slice is scaled by a power of two 2^s (from the slice's max |x|, one
 // per workgroup and slice) so |x 2^s| < 2^14, then split x 2^s = hi + lo with hi = f16(x 2^s), lo = f16(x 2^s - hi)
 // (the subtraction is exact). hi W and lo W are exact products accumulated in f32, and the slice's sum is scaled
@@ -35,15 +42,21 @@
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
-#define BK 32u
-#define LDS 40u
 layout(constant_id = 0) const uint CM = 16;  // the matrix shape
 layout(constant_id = 1) const uint CN = 16;
 layout(constant_id = 3) const uint CK = 16;
-layout(constant_id = 6) const uint NT = 128;  // invocations: 4 subgroups (coopmat: of the device's size)
+layout(constant_id = 6) const uint NT = 128;  // invocations: WM WN subgroups (coopmat: of the device's size)
+layout(constant_id = 7) const uint WM = 2;    // the subgroup grid
+layout(constant_id = 8) const uint WN = 2;
+layout(constant_id = 9) const uint FM = 2;  // accumulators per subgroup
+layout(constant_id = 10) const uint FN = 2;
+layout(constant_id = 11) const uint BK = 32;   // K slice (16 or 32; CK divides it)
+layout(constant_id = 12) const uint NBUF = 2;  // slice buffers (1 or 2)
 layout(local_size_x_id = 6) in;
-const uint SG = NT / 4u, BM = 4u * CM, BN = 4u * CN;
-const uint LX = 8u * BM / NT, LW = 8u * BN / NT;  // 4-vectors each invocation stages per slice (whole: 8 CM % SG == 0)
+const uint NSG = WM * WN, SG = NT / NSG, BM = WM * FM * CM, BN = WN * FN * CN;
+const uint LDS = BK + 8u;  // shared row stride (halves)
+const uint QR = BK / 4u;   // 4-vectors per row and slice (not QK: quant.glsl's block size)
+const uint LX = QR * BM / NT, LW = QR * BN / NT;  // 4-vectors each invocation stages per slice (whole: the lowering)
 #include "linear_gate.glsl"
 SELECT_BUF(LINEAR_SEL_BINDING)
 #include "linear_weights.glsl"  // W (WLOAD, W0) and the bias
@@ -58,17 +71,20 @@ SELECT_BUF(LINEAR_SEL_BINDING)
 // its lo products are skipped.
 const bool XSPLIT = XF16 == 0u;
 
-shared float16_t xh[2][BM * LDS];
-shared float16_t xl[2][BM * LDS];
-shared float16_t ws[2][BN * LDS];
+// Slice buffer b of x starts at b BM LDS, of W at b BN LDS.
+shared float16_t xh[NBUF * BM * LDS];
+shared float16_t xl[NBUF * BM * LDS];
+shared float16_t ws[NBUF * BN * LDS];
 #ifdef W_SPLIT
-shared float16_t wl[2][BN * LDS];
+shared float16_t wl[NBUF * BN * LDS];
 #endif
-shared uint smax[3];             // per slice (mod 3): max |x| as f32 bits (monotonic for x >= 0)
+shared uint smax[3];               // per slice (mod 3): max |x| as f32 bits (monotonic for x >= 0)
 #ifdef W_SCALED
-shared uint smaxw[3];            // the same for W
+shared uint smaxw[3];              // the same for W
 #endif
-shared float stage[4][CM * CN];  // one accumulator per subgroup on its way to the epilogue
+#ifdef GEMM_COOPMAT
+shared float stage[NSG][CM * CN];  // one accumulator per subgroup on its way to the epilogue (its layout is opaque)
+#endif
 
 #ifdef GEMM_COOPMAT
 #define ACC coopmat<float, gl_ScopeSubgroup, CM, CN, gl_MatrixUseAccumulator>
@@ -93,13 +109,14 @@ Acc ACC_SCALE(Acc a, float f) {
         const Acc b_ = (b);                                \
         [[unroll]] for (uint u = 0; u < EPT; ++u) a.e[u] += b_.e[u]; \
     }
-// P += A B over k in [kk, kk + CK): A = X's rows a0 .., B = W's rows (columns of W^T) b0 .. of slice buffer buf,
-// f16 x f16 products (exact in f32) added in k order, one fma each.
-#define SCALAR_MMA(P, X, W, buf, a0, b0, kk)                                                                    \
+// P += A B over k in [kk, kk + CK): A = X's rows a0 .., B = W's rows (columns of W^T) b0 .., offsets in the slice
+// buffers xb, wb; f16 x f16 products (exact in f32) added in k order, one fma each.
+#define SCALAR_MMA(P, X, W, xb, wb, a0, b0, kk)                                                                  \
     [[unroll]] for (uint u = 0; u < EPT; ++u) {                                                                \
-        const uint e = lane + SG * u, xo = ((a0) + e / CN) * LDS + (kk), wo = ((b0) + e % CN) * LDS + (kk);    \
+        const uint e = lane + SG * u, xo = (xb) + ((a0) + e / CN) * LDS + (kk);                                \
+        const uint wo = (wb) + ((b0) + e % CN) * LDS + (kk);                                                   \
         float s = P.e[u];                                                                                      \
-        for (uint k = 0; k < CK; ++k) s = fma(float(X[buf][xo + k]), float(W[buf][wo + k]), s);                \
+        for (uint k = 0; k < CK; ++k) s = fma(float(X[xo + k]), float(W[wo + k]), s);                          \
         P.e[u] = s;                                                                                            \
     }
 #endif
@@ -132,7 +149,7 @@ void main() {
 #endif
     const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;
     const uint w0 = W0;
-    // Staging map: 4-vector l = tid + NT r of a slice is row l / 8, quad l % 8 (8 quads = BK values per row).
+    // Staging map: 4-vector l = tid + NT r of a slice is row l / QR, quad l % QR (QR quads = BK values per row).
     vec4 xv[LX];
 #ifdef W_SCALED
     vec4 wv[LW];
@@ -145,18 +162,18 @@ void main() {
         smaxw[tid] = 0u;
 #endif
     }
-    ACC acc[2][2];
-    [[unroll]] for (uint i = 0; i < 2u; ++i)
-        [[unroll]] for (uint j = 0; j < 2u; ++j) acc[i][j] = ACC_ZERO;
-    const uint slices = (kq + 7u) / 8u;
+    ACC acc[FM][FN];
+    [[unroll]] for (uint i = 0; i < FM; ++i)
+        [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = ACC_ZERO;
+    const uint slices = (kq + QR - 1u) / QR;
     barrier();
     // Loads slice t into registers and adds its max |x| to smax[t % 3] (and its max |W| to smaxw[t % 3]).
     #define LOAD_SLICE(t)                                                                                          \
         {                                                                                                          \
             float mx = 0.0;                                                                                        \
             [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
-                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
-                xv[r] = k4 < kq ? x_load4(min(m0 + (l >> 3), p.M - 1u) * kq + k4) : vec4(0.0);                     \
+                const uint l = tid + NT * r, k4 = QR * (t) + l % QR;                                               \
+                xv[r] = k4 < kq ? x_load4(min(m0 + l / QR, p.M - 1u) * kq + k4) : vec4(0.0);                       \
                 const vec4 a = abs(xv[r]);                                                                         \
                 mx = max(mx, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
             }                                                                                                      \
@@ -169,8 +186,8 @@ void main() {
         {                                                                                                          \
             float mw = 0.0;                                                                                        \
             [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
-                const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                             \
-                wv[r] = k4 < kq ? WLOAD(w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4) : vec4(0.0);                 \
+                const uint l = tid + NT * r, k4 = QR * (t) + l % QR;                                               \
+                wv[r] = k4 < kq ? WLOAD(w0 + min(n0 + l / QR, p.N - 1u) * kq + k4) : vec4(0.0);                   \
                 const vec4 a = abs(wv[r]);                                                                         \
                 mw = max(mw, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
             }                                                                                                      \
@@ -180,8 +197,8 @@ void main() {
 #else
     #define LOAD_W(t)                                                                                              \
         [[unroll]] for (uint r = 0; r < LW; ++r) {                                                                 \
-            const uint l = tid + NT * r, k4 = 8u * (t) + (l & 7u);                                                 \
-            wv[r] = k4 < kq ? WLOAD16(w0 + min(n0 + (l >> 3), p.N - 1u) * kq + k4) : f16vec4(0.0);                \
+            const uint l = tid + NT * r, k4 = QR * (t) + l % QR;                                                   \
+            wv[r] = k4 < kq ? WLOAD16(w0 + min(n0 + l / QR, p.N - 1u) * kq + k4) : f16vec4(0.0);                  \
         }
 #endif
     // Stores the registers as slice buffer b: x scaled by sc and split into hi + lo; W as stored, or scaled by scw
@@ -189,23 +206,23 @@ void main() {
     #define STORE_SLICE(b, sc, scw)                                                                                \
         {                                                                                                          \
             [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
-                const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
+                const uint l = tid + NT * r, o = (b) * BM * LDS + (l / QR) * LDS + 4u * (l % QR);                  \
                 if (XSPLIT)                                                                                        \
-                    [[unroll]] for (uint c = 0; c < 4u; ++c) split16(xv[r][c] * (sc), xh[b][o + c], xl[b][o + c]); \
+                    [[unroll]] for (uint c = 0; c < 4u; ++c) split16(xv[r][c] * (sc), xh[o + c], xl[o + c]);       \
                 else                                                                                               \
-                    [[unroll]] for (uint c = 0; c < 4u; ++c) xh[b][o + c] = float16_t(xv[r][c]);                   \
+                    [[unroll]] for (uint c = 0; c < 4u; ++c) xh[o + c] = float16_t(xv[r][c]);                      \
             }                                                                                                      \
             [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
-                const uint l = tid + NT * r, o = (l >> 3) * LDS + 4u * (l & 7u);                                  \
-                [[unroll]] for (uint c = 0; c < 4u; ++c) STORE_W(b, o + c, wv[r][c], scw)                          \
+                const uint l = tid + NT * r, o = (b) * BN * LDS + (l / QR) * LDS + 4u * (l % QR);                  \
+                [[unroll]] for (uint c = 0; c < 4u; ++c) STORE_W(o + c, wv[r][c], scw)                             \
             }                                                                                                      \
         }
 #if defined(W_SPLIT)
-    #define STORE_W(b, i, v, scw) split16((v) * (scw), ws[b][i], wl[b][i]);
+    #define STORE_W(i, v, scw) split16((v) * (scw), ws[i], wl[i]);
 #elif defined(W_SCALED)
-    #define STORE_W(b, i, v, scw) ws[b][i] = float16_t((v) * (scw));
+    #define STORE_W(i, v, scw) ws[i] = float16_t((v) * (scw));
 #else
-    #define STORE_W(b, i, v, scw) ws[b][i] = (v);
+    #define STORE_W(i, v, scw) ws[i] = (v);
 #endif
 #ifdef W_SCALED
     #define W_SCALE(t) slice_scale(smaxw[(t) % 3u])
@@ -216,31 +233,39 @@ void main() {
     barrier();
     float sc = XSPLIT ? slice_scale(smax[0]) : 1.0, scw = W_SCALE(0u);
     STORE_SLICE(0u, sc, scw)
-    barrier();
-    const uint sm = (sg >> 1) * 2u * CM, sn = (sg & 1u) * 2u * CN;  // this subgroup's quarter of the tile
+    const uint sm = (sg / WN) * FM * CM, sn = (sg % WN) * FN * CN;  // this subgroup's part of the tile
     for (uint t = 0; t < slices; ++t) {
-        const uint cur = t & 1u;
+        const uint xb = (t % NBUF) * BM * LDS, wb = (t % NBUF) * BN * LDS;
         const bool more = t + 1u < slices;
+        // Slot (t + 2) % 3 was last read by slice t - 1's store, before the previous barrier; slice t + 2 adds to it
+        // after the next one.
+        if (tid == 0u) {
+            smax[(t + 2u) % 3u] = 0u;
+#ifdef W_SCALED
+            smaxw[(t + 2u) % 3u] = 0u;
+#endif
+        }
         if (more) LOAD_SLICE(t + 1u)  // in flight while slice t multiplies
-        ACC part[2][2];
-        [[unroll]] for (uint i = 0; i < 2u; ++i)
-            [[unroll]] for (uint j = 0; j < 2u; ++j) part[i][j] = ACC_ZERO;
+        barrier();  // slice t is stored and slice t + 1's maxima are in; with two buffers, the other one is free
+        ACC part[FM][FN];
+        [[unroll]] for (uint i = 0; i < FM; ++i)
+            [[unroll]] for (uint j = 0; j < FN; ++j) part[i][j] = ACC_ZERO;
         [[unroll]] for (uint kk = 0; kk < BK; kk += CK) {
 #ifdef GEMM_COOPMAT
-            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> b[2];
-            [[unroll]] for (uint j = 0; j < 2u; ++j)
-                coopMatLoad(b[j], ws[cur], (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> b[FN];
+            [[unroll]] for (uint j = 0; j < FN; ++j)
+                coopMatLoad(b[j], ws, wb + (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
 #ifdef W_SPLIT
-            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> bl[2];
-            [[unroll]] for (uint j = 0; j < 2u; ++j)
-                coopMatLoad(bl[j], wl[cur], (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+            coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> bl[FN];
+            [[unroll]] for (uint j = 0; j < FN; ++j)
+                coopMatLoad(bl[j], wl, wb + (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
 #endif
-            [[unroll]] for (uint i = 0; i < 2u; ++i) {
+            [[unroll]] for (uint i = 0; i < FM; ++i) {
                 coopmat<float16_t, gl_ScopeSubgroup, CM, CK, gl_MatrixUseA> ah, al;
-                coopMatLoad(ah, xh[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(ah, xh, xb + (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
                 if (XSPLIT)
-                    coopMatLoad(al, xl[cur], (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
-                [[unroll]] for (uint j = 0; j < 2u; ++j) {
+                    coopMatLoad(al, xl, xb + (sm + CM * i) * LDS + kk, LDS, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint j = 0; j < FN; ++j) {
                     if (XSPLIT) part[i][j] = coopMatMulAdd(al, b[j], part[i][j]);
 #ifdef W_SPLIT
                     part[i][j] = coopMatMulAdd(ah, bl[j], part[i][j]);
@@ -249,58 +274,50 @@ void main() {
                 }
             }
 #else
-            [[unroll]] for (uint i = 0; i < 2u; ++i)
-                [[unroll]] for (uint j = 0; j < 2u; ++j) {
-                    if (XSPLIT) SCALAR_MMA(part[i][j], xl, ws, cur, sm + CM * i, sn + CN * j, kk)
+            [[unroll]] for (uint i = 0; i < FM; ++i)
+                [[unroll]] for (uint j = 0; j < FN; ++j) {
+                    if (XSPLIT) SCALAR_MMA(part[i][j], xl, ws, xb, wb, sm + CM * i, sn + CN * j, kk)
 #ifdef W_SPLIT
-                    SCALAR_MMA(part[i][j], xh, wl, cur, sm + CM * i, sn + CN * j, kk)
+                    SCALAR_MMA(part[i][j], xh, wl, xb, wb, sm + CM * i, sn + CN * j, kk)
 #endif
-                    SCALAR_MMA(part[i][j], xh, ws, cur, sm + CM * i, sn + CN * j, kk)
+                    SCALAR_MMA(part[i][j], xh, ws, xb, wb, sm + CM * i, sn + CN * j, kk)
                 }
 #endif
         }
         const float inv = 1.0 / sc, invw = 1.0 / scw;  // powers of two (2^-100 .. 2^114): exact
-        [[unroll]] for (uint i = 0; i < 2u; ++i)
-            [[unroll]] for (uint j = 0; j < 2u; ++j) {
+        [[unroll]] for (uint i = 0; i < FM; ++i)
+            [[unroll]] for (uint j = 0; j < FN; ++j) {
 #ifdef W_SCALED
                 ACC_ADD(acc[i][j], ACC_SCALE(ACC_SCALE(part[i][j], inv), invw));
 #else
                 ACC_ADD(acc[i][j], ACC_SCALE(part[i][j], inv));
 #endif
             }
-        barrier();  // slice t + 1's maxima are in; buffer cur ^ 1 was last read in slice t - 1
         if (more) {
+            if (NBUF == 1u) barrier();  // the one buffer: every subgroup has multiplied slice t
             sc = XSPLIT ? slice_scale(smax[(t + 1u) % 3u]) : 1.0;
             scw = W_SCALE(t + 1u);
-            STORE_SLICE(cur ^ 1u, sc, scw)
-            if (tid == 0u) {
-                smax[(t + 2u) % 3u] = 0u;  // its last reader (slice t - 1) passed the barrier above
-#ifdef W_SCALED
-                smaxw[(t + 2u) % 3u] = 0u;
-#endif
-            }
+            STORE_SLICE((t + 1u) % NBUF, sc, scw)
         }
-        barrier();
     }
-    [[unroll]] for (uint i = 0; i < 2u; ++i)
-        [[unroll]] for (uint j = 0; j < 2u; ++j) {
+    // The epilogue, element e of accumulator (i, j) at row e / CN, column e % CN of its tile: the cooperative form
+    // stages each accumulator through shared memory (one subgroup's own slot); the scalar form holds its elements.
+    [[unroll]] for (uint i = 0; i < FM; ++i)
+        [[unroll]] for (uint j = 0; j < FN; ++j) {
 #ifdef GEMM_COOPMAT
             coopMatStore(acc[i][j], stage[sg], 0, CN, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-#else
-            [[unroll]] for (uint u = 0; u < EPT; ++u) stage[sg][lane + SG * u] = acc[i][j].e[u];
-            memoryBarrierShared();
-            barrier();
-#endif
             for (uint e = lane; e < CM * CN; e += SG) {
                 const uint m = m0 + sm + CM * i + e / CN, n = n0 + sn + CN * j + e % CN;
                 if (m < p.M && n < p.N) y_store(m, n, stage[sg][e]);
             }
-#ifdef GEMM_COOPMAT
             subgroupBarrier();
 #else
-            barrier();
+            [[unroll]] for (uint u = 0; u < EPT; ++u) {
+                const uint e = lane + SG * u, m = m0 + sm + CM * i + e / CN, n = n0 + sn + CN * j + e % CN;
+                if (m < p.M && n < p.N) y_store(m, n, acc[i][j].e[u]);
+            }
 #endif
         }
 }

@@ -19,6 +19,22 @@ std::string coopmat_note(vk::Context& ctx) {
     return "f16, bf16 and ggml weights, VK_KHR_cooperative_matrix " + std::to_string(d.coopmat_m) + "x" +
            std::to_string(d.coopmat_n) + "x" + std::to_string(d.coopmat_k);
 }
+
+// The tiled GEMM kernels' tiles on this device for f16 weights: "coopmat 64x64 BK32x2 34828 B, ...".
+std::string gemm_tiles(vk::Context& ctx) {
+    std::string out;
+    for (const vk::LinearKernel& k : vk::linear_kernels()) {
+        if (!k.caps.wm || !exec::linear_variant_available(ctx, k.name, DType::f16)) continue;
+        const auto c = vk::gemm_config(k, ctx.info(), DType::f16);
+        if (!c) continue;
+        char b[160];
+        std::snprintf(b, sizeof b, "%s%s %ux%u (%ux%ux%u) BK%ux%u %u B", out.empty() ? "" : ", ", k.name.c_str(),
+                      c->bm(), c->bn(), c->shape.m, c->shape.n, c->shape.k, c->bk, c->nbuf,
+                      vk::gemm_shared_bytes(*c, DType::f16));
+        out += b;
+    }
+    return out.empty() ? "none" : out;
+}
 }  // namespace
 
 void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::string>& shapes,
@@ -79,8 +95,9 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
         if (!r.admitted) std::printf("excluded: %s %s: %s\n", dtype_name(r.dtype), r.variant.c_str(), r.note.c_str());
     std::printf(
         "(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s; gemm: "
-        "coopmat's kernel with scalar products; tex: %s)\n",
-        coopmat_note(ctx).c_str(),
+        "coopmat's kernel with scalar products; 128: the 128-row tile; f16 tiles, slices x buffers, shared memory: "
+        "%s; tex: %s)\n",
+        coopmat_note(ctx).c_str(), gemm_tiles(ctx).c_str(),
         ctx.info().texel_formats ? "x and W through uniform texel buffers"
                                  : "absent, no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers");
     const std::string path = exec::linear_table_path(ctx);

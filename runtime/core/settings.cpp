@@ -117,11 +117,12 @@ const std::vector<SettingInfo> kTable = {
      "(exact per-op GPU times)", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.eager_submit = choice(n, v, {"step", "op"}, "step or op"); }},
-    {"KILN_LINEAR", "choice: auto|reg|smem|smem64|smem128|coopmat|tex|gemm", "auto",
+    {"KILN_LINEAR", "choice: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128", "auto",
      "the linear kernel: auto follows the device's measured table", false,
      [](Settings& s, const char* n, const std::string& v) {
-         s.exec.linear = choice(n, v, {"auto", "reg", "smem", "smem64", "smem128", "coopmat", "tex", "gemm"},
-                                "auto, reg, smem, smem64, smem128, coopmat, tex or gemm"); }},
+         s.exec.linear = choice(n, v, {"auto", "reg", "smem", "smem64", "smem128", "coopmat", "coopmat128", "tex",
+                                       "gemm", "gemm128"},
+                                "auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm or gemm128"); }},
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
@@ -156,7 +157,7 @@ const std::vector<SettingInfo> kTable = {
          s.test.max_texel_elements = (uint32_t)integer(n, v, 0, UINT32_MAX,
                                                        "a whole number, 0 or more"); }},
     {"KILN_TEST_MAX_SHARED_MEMORY", "int", "the device's",
-     "lowers maxComputeSharedMemorySize for the flash attention kernel's tiles", true,
+     "lowers maxComputeSharedMemorySize for the flash attention kernel's and the tiled GEMM's tiles", true,
      [](Settings& s, const char* n, const std::string& v) {
          s.test.max_shared_memory = (uint32_t)integer(n, v, 0, UINT32_MAX, "a whole number, 0 or more"); }},
     {"KILN_TEST_DISCRETE", "bool", "0",

@@ -29,8 +29,8 @@ namespace kiln::exec {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-std::atomic<uint64_t> g_kernel_dispatches[8]{};  // per kernel of vk::linear_kernels(), in its order
-std::mutex g_mutex;                              // the tables and the probe hook
+std::atomic<uint64_t> g_kernel_dispatches[16]{};  // per kernel of vk::linear_kernels(), in its order
+std::mutex g_mutex;                               // the tables and the probe hook
 LinearProbeHook g_probe_hook;
 thread_local std::string t_override;
 
@@ -65,11 +65,19 @@ struct Problem {
     }
 };
 
+// The device as the linear kernels see it: KILN_TEST_MAX_SHARED_MEMORY lowers its shared memory (the tiled GEMM's
+// slice and buffering, and whether its tile fits at all).
+vk::DeviceInfo linear_device(vk::Context& ctx) {
+    vk::DeviceInfo d = ctx.info();
+    if (uint32_t t = ctx.settings().test.max_shared_memory) d.max_shared_memory = std::min(d.max_shared_memory, t);
+    return d;
+}
+
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-// coopmat (and gemm, its scalar form) splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): +
-// 2 K / 4 2^-22 max-abs, `splits` = 1; ggml-block W is split too and one of four products is left out: <= 3 2^-22 per
-// product, splits = 3 (linear_coopmat.comp).
+// The tiled GEMM (coopmat, gemm and their 128 tiles) splits x into two f16 parts (relative 2^-22 per product; W f16
+// or bf16 exact): + 2 K / 4 2^-22 max-abs, `splits` = 1; ggml-block W is split too and one of four products is left
+// out: <= 3 2^-22 per product, splits = 3 (vk::linear_splits, linear_gemm.glsl).
 bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why, int splits = 0) {
     double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
     bound += splits * 2.0 * (double)K / 4 * std::ldexp(1.0, -22);
@@ -123,13 +131,13 @@ const std::vector<std::string>& linear_variants() {
 
 bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) {
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
-    return k && vk::linear_kernel_unavailable(*k, ctx.info(), dt).empty();
+    return k && vk::linear_kernel_unavailable(*k, linear_device(ctx), dt).empty();
 }
 
 std::string linear_unsupported(vk::Context& ctx, const std::string& v, const ir::Graph& g, const ir::Node& n) {
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
     KILN_CHECK(k, "internal: no linear kernel '", v, "'");
-    return vk::linear_kernel_unsupported(*k, ctx.info(), g, n);
+    return vk::linear_kernel_unsupported(*k, linear_device(ctx), g, n);
 }
 
 // DiT-XL/2 at 256 px (256 tokens, hidden 1152) and its adaLN / timestep rows (M = batch = 2). Measured on first
@@ -189,7 +197,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
             std::string why;
             bool ok = false;
             try {
-                const int x_split = v != "coopmat" && v != "gemm" ? 0 : dtype_is_quant(dt) ? 3 : 1;
+                const int x_split = vk::linear_splits(*vk::find_linear_kernel(v), dt);
                 t_override = v;
                 // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter; quantized weights: three
                 // blocks), against the CPU.
@@ -358,8 +366,9 @@ namespace {
 // Whether linear node n has a choice: a kernel besides reg admits it on ctx's device.
 bool consults_table(vk::Context& ctx, const ir::Graph& g, const ir::Node& n) {
     if (n.op != ir::Op::linear) return false;
+    const vk::DeviceInfo dev = linear_device(ctx);
     for (const vk::LinearKernel& k : vk::linear_kernels())
-        if (k.name != "reg" && vk::linear_kernel_unsupported(k, ctx.info(), g, n).empty()) return true;
+        if (k.name != "reg" && vk::linear_kernel_unsupported(k, dev, g, n).empty()) return true;
     return false;
 }
 }  // namespace
@@ -440,12 +449,18 @@ std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& 
     if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
     KILN_CHECK(v == "auto" || vk::find_linear_kernel(v), "KILN_LINEAR='", v,
-               "' (auto, reg, smem, smem64, smem128, coopmat, tex or gemm)");
-    const vk::DeviceInfo& dev = ctx.info();
+               "' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm or gemm128)");
+    const vk::DeviceInfo dev = linear_device(ctx);
     const DType dt = g.value(n.in[1]).dtype;
-    if (v == "coopmat" || v == "tex") {  // forced onto a device without the feature: an error, not a silent reg
+    using N = vk::LinearCaps::Needs;
+    const vk::LinearKernel* forced = v == "auto" ? nullptr : vk::find_linear_kernel(v);
+    if (forced && (forced->caps.needs == N::coopmat || forced->caps.needs == N::texel_formats)) {
+        // Forced onto a device without the feature: an error, not a silent reg. Without its shader or the feature
+        // only (not for shared memory: that depends on the weights and the tile, and such nodes stay on reg).
+        vk::DeviceInfo roomy = dev;
+        roomy.max_shared_memory = UINT32_MAX / 2;
         // f16: a weight dtype both take, so only the device's features decide.
-        const std::string why = vk::linear_kernel_unavailable(*vk::find_linear_kernel(v), dev, DType::f16);
+        const std::string why = vk::linear_kernel_unavailable(*forced, roomy, DType::f16);
         KILN_CHECK(why.empty(), "KILN_LINEAR=", v, ": device '", dev.name, "': ", why);
     }
     auto admits = [&](const std::string& k) {
@@ -469,17 +484,14 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     if (n.op != ir::Op::linear) return;
     const std::string v = linear_choice(ctx, g, n);
     if (v == "reg") return;
-    const vk::DeviceInfo& dev = ctx.info();
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
-    d = k->lower(dev, g, n);
+    d = k->lower(linear_device(ctx), g, n);
     const size_t i = (size_t)(k - vk::linear_kernels().data());
     KILN_CHECK(i < std::size(g_kernel_dispatches), "internal: more linear kernels than counters");
     ++g_kernel_dispatches[i];
 }
 
-uint64_t linear_smem_dispatches() {
-    return linear_kernel_dispatches("smem64") + linear_kernel_dispatches("smem128");
-}
+uint64_t linear_smem_dispatches() { return linear_kernel_dispatches("smem64") + linear_kernel_dispatches("smem128"); }
 
 uint64_t linear_kernel_dispatches(const std::string& variant) {
     const vk::LinearKernel* k = vk::find_linear_kernel(variant);

@@ -1,15 +1,16 @@
 #pragma once
-// Which linear kernel (runtime/vulkan/linear_kernels.h: reg, smem64, smem128, coopmat, tex, gemm) each linear node runs
-// on, per device, from measurement rather than vendor names. Only kernels whose declaration admits the node on the
-// device are ranked; reg runs every linear and is the fallback. The table holds GFLOP/s of each kernel per weight
-// dtype at representative DiT/Flux-like shapes, measured once per device, driver and Kiln build and cached as text
-// next to the pipeline cache (pipeline_cache.h; not cached where that is disabled). A kernel is admitted for a dtype
-// only if its probe output matches the CPU reference on an awkward shape (partial tiles in M, N and K) and the "reg"
-// output at every timed shape: a driver that miscompiles a path we never ran keeps the old one.
-// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | tex | gemm forces a kernel; a
-// forced kernel applies to the nodes its declaration admits, the rest stay on reg; coopmat or tex on a device without
-// the feature is an error. Quantized weights are measured like the others (K rounded down to whole blocks; their probe
-// has three blocks per row).
+// Which linear kernel (runtime/vulkan/linear_kernels.h: reg, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128)
+// each linear node runs on, per device, from measurement rather than vendor names. Only kernels whose declaration
+// admits the node on the device are ranked; reg runs every linear and is the fallback. The table holds GFLOP/s of each
+// kernel per weight dtype at representative DiT/Flux-like shapes, measured once per device, driver and Kiln build and
+// cached as text next to the pipeline cache (pipeline_cache.h; not cached where that is disabled). A kernel is admitted
+// for a dtype only if its probe output matches the CPU reference on an awkward shape (partial tiles in M, N and K) and
+// the "reg" output at every timed shape: a driver that miscompiles a path we never ran keeps the old one.
+// KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | coopmat128 | tex | gemm | gemm128
+// forces a kernel; a forced kernel applies to the nodes its declaration admits (the tiled GEMM: where its tile fits
+// the shared memory for the node's weights), the rest stay on reg; coopmat, coopmat128 or tex on a device without the
+// feature is an error. KILN_TEST_MAX_SHARED_MEMORY lowers the shared memory every decision here sees. Quantized weights
+// are measured like the others (K rounded down to whole blocks; their probe has three blocks per row).
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -103,7 +104,7 @@ DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g);
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
 // The kernel linear node n runs on ctx: KILN_LINEAR's where it admits n, else under auto the table's pick among those
-// that admit n, else "reg". Throws for a forced coopmat or tex on a device without the feature.
+// that admit n, else "reg". Throws for a forced coopmat, coopmat128 or tex on a device without the feature.
 std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the

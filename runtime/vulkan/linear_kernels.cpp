@@ -12,8 +12,6 @@
 
 namespace kiln::vk {
 namespace {
-constexpr uint32_t kCoopmatLDS = 40;  // linear_coopmat.comp's shared row stride (halves; its K slice is 32)
-
 params::LinearParams params_of(const Dispatch& d) {
     params::LinearParams p;
     std::memcpy(&p, d.push.data(), sizeof p);
@@ -22,12 +20,8 @@ params::LinearParams params_of(const Dispatch& d) {
 
 bool act_f16(const ir::Graph& g, int v) { return g.value(v).dtype == DType::f16; }
 
-// Shared memory of linear_coopmat.comp at shape m x n for weights of dtype dt: x hi, x lo and W slices (double-
-// buffered, f16; W lo too for ggml blocks), one f32 accumulator stage per subgroup, the slices' maxima (x; and W
-// where it is not f16).
-uint32_t coopmat_shared_bytes(uint32_t m, uint32_t n, DType dt) {
-    const uint32_t w_parts = dtype_is_quant(dt) ? 2 : 1, maxima = dt == DType::f16 ? 3 : 6;
-    return 2 * (4 * m + 4 * m + w_parts * 4 * n) * kCoopmatLDS * 2 + 4 * m * n * 4 + maxima * 4;
+bool is_gemm(const LinearKernel& k) {
+    return k.caps.needs == LinearCaps::Needs::coopmat || k.caps.needs == LinearCaps::Needs::gemm_tile;
 }
 
 Dispatch lower_reg(const DeviceInfo&, const ir::Graph& g, const ir::Node& n) { return lower_linear(g, n); }
@@ -59,15 +53,29 @@ std::optional<CoopmatShape> choose_coopmat_shape(const std::vector<CoopmatShape>
     return best;
 }
 
+namespace {
+LinearCaps gemm_caps(LinearCaps::Needs needs, uint32_t wm, uint32_t wn, uint32_t fm, uint32_t fn) {
+    return LinearCaps{.f32_w = false, .k_multiple = 4, .needs = needs, .wm = wm, .wn = wn, .fm = fm, .fn = fn};
+}
+// The GEMM kernels' lowerings: kernel i of {coopmat, coopmat128, gemm, gemm128}.
+template <int i>
+Dispatch lower_gemm(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n) {
+    static const char* const names[] = {"coopmat", "coopmat128", "gemm", "gemm128"};
+    return lower_linear_gemm(*find_linear_kernel(names[i]), d, g, n);
+}
+}  // namespace
+
 const std::vector<LinearKernel>& linear_kernels() {
     using N = LinearCaps::Needs;
     static const std::vector<LinearKernel> k = {
         {"reg", LinearCaps{}, lower_reg},
         {"smem64", LinearCaps{.k_multiple = 4}, lower_smem64},
         {"smem128", LinearCaps{.k_multiple = 4}, lower_smem128},
-        {"coopmat", LinearCaps{.f32_w = false, .k_multiple = 4, .needs = N::coopmat}, lower_linear_coopmat},
+        {"coopmat", gemm_caps(N::coopmat, 2, 2, 2, 2), lower_gemm<0>},
+        {"coopmat128", gemm_caps(N::coopmat, 4, 2, 2, 4), lower_gemm<1>},
         {"tex", LinearCaps{.k_multiple = 4, .needs = N::texel_formats}, lower_tex},
-        {"gemm", LinearCaps{.f32_w = false, .k_multiple = 4, .needs = N::gemm_tile}, lower_linear_gemm},
+        {"gemm", gemm_caps(N::gemm_tile, 2, 2, 2, 2), lower_gemm<2>},
+        {"gemm128", gemm_caps(N::gemm_tile, 4, 2, 2, 4), lower_gemm<3>},
     };
     return k;
 }
@@ -77,6 +85,8 @@ const LinearKernel* find_linear_kernel(const std::string& name) {
         if (k.name == name) return &k;
     return nullptr;
 }
+
+int linear_splits(const LinearKernel& k, DType dt) { return !is_gemm(k) ? 0 : dtype_is_quant(dt) ? 3 : 1; }
 
 std::string linear_kernel_unavailable(const LinearKernel& k, const DeviceInfo& d, DType dt) {
     const LinearCaps& c = k.caps;
@@ -94,10 +104,10 @@ std::string linear_kernel_unavailable(const LinearKernel& k, const DeviceInfo& d
                    (d.coopmat_why.empty() ? std::string("not queried") : d.coopmat_why) + ")";
         if (!has_shader(ShaderKey::weights("linear", "coopmat", dt).name()))
             return "this Kiln build has no cooperative-matrix shader (its glslang lacks GL_KHR_cooperative_matrix)";
-        if (coopmat_shared_bytes(d.coopmat_m, d.coopmat_n, dt) > d.max_shared_memory) return "shared memory too small";
     }
-    if (c.needs == LinearCaps::Needs::gemm_tile && !gemm_scalar_shape(d, dt))
-        return "shared memory too small (" + std::to_string(coopmat_shared_bytes(8, 8, dt)) + " bytes at 8 x 8)";
+    if (is_gemm(k) && !gemm_config(k, d, dt))
+        return "shared memory too small (" + std::to_string(d.max_shared_memory) + " bytes; its tile's smallest " +
+               "configuration needs more, or its staging does not divide among the subgroups)";
     return "";
 }
 
@@ -132,57 +142,70 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
     return d;
 }
 
-// linear_coopmat.comp: spec {CM, CN, ACT, CK, XF16, YF16, 4 x subgroup size}; a (4 CM) x (4 CN) tile per workgroup.
-Dispatch lower_linear_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n) {
-    const ir::Value& w = g.value(n.in[1]);
-    KILN_CHECK(w.dtype != DType::f32, "linear_coopmat: f32 weights (f16, bf16 or ggml blocks)");
-    KILN_CHECK(w.shape[1] % 4 == 0, "linear_coopmat: K % 4 != 0 (it loads 4-vectors along K)");
-    KILN_CHECK(dev.coopmat_m && dev.coopmat_n && dev.coopmat_k, "linear_coopmat: device '", dev.name,
-               "' has no VK_KHR_cooperative_matrix shape Kiln runs (", dev.coopmat_why, ")");
-    const ShaderKey key = ShaderKey::weights("linear", "coopmat", w.dtype);
-    KILN_CHECK(has_shader(key.name()), "linear_coopmat: ", key.name(),
-               " not in this build (glslang without GL_KHR_cooperative_matrix)");
-    const uint32_t bytes = coopmat_shared_bytes(dev.coopmat_m, dev.coopmat_n, w.dtype);
-    KILN_CHECK(bytes <= dev.max_shared_memory, "linear_coopmat: needs ", bytes,
-               " bytes of shared memory; the device has ", dev.max_shared_memory);
-    Dispatch d = lower_linear(g, n);  // the checks (ggml rows of whole blocks), and LinearParams {M, N, K, has_bias}
-    const params::LinearParams p = params_of(d);
-    d.shader = key;
-    d.shader.gated = ir::linear_gated(n);
-    d.spec = {dev.coopmat_m, dev.coopmat_n, d.spec[2], dev.coopmat_k, d.spec[4], d.spec[5], 4 * dev.subgroup_size};
-    const uint32_t bm = 4 * dev.coopmat_m, bn = 4 * dev.coopmat_n;
-    d.groups[0] = (p.N + bn - 1) / bn;
-    d.groups[1] = (p.M + bm - 1) / bm;
-    d.groups[2] = 1;
-    KILN_CHECK(d.groups[1] <= 65535, "linear_coopmat: M = ", p.M, " rows exceed the dispatch limit");
-    return d;
+uint32_t gemm_shared_bytes(const GemmConfig& c, DType dt) {
+    const uint32_t w_parts = dtype_is_quant(dt) ? 2 : 1, maxima = dt == DType::f16 ? 3 : 6, lds = c.bk + 8;
+    const uint32_t tiles = c.nbuf * (2 * c.bm() + w_parts * c.bn()) * lds * 2;
+    return tiles + (c.coopmat ? c.wm * c.wn * c.shape.m * c.shape.n * 4 : 0) + maxima * 4;
 }
 
-std::optional<CoopmatShape> gemm_scalar_shape(const DeviceInfo& d, DType dt) {
-    for (uint32_t e : {16u, 8u})
-        if (coopmat_shared_bytes(e, e, dt) <= d.max_shared_memory) return CoopmatShape{e, e, e};
+std::optional<GemmConfig> gemm_config(const LinearKernel& k, const DeviceInfo& d, DType dt) {
+    const LinearCaps& c = k.caps;
+    KILN_CHECK(is_gemm(k), "internal: gemm_config of linear kernel '", k.name, "'");
+    const bool cm = c.needs == LinearCaps::Needs::coopmat;
+    std::vector<CoopmatShape> shapes;
+    if (cm && d.coopmat_m) shapes.push_back({d.coopmat_m, d.coopmat_n, d.coopmat_k});
+    if (!cm) shapes = {{16, 16, 16}, {8, 8, 8}};
+    for (const CoopmatShape& s : shapes)
+        for (auto [bk, nbuf] : {std::pair{32u, 2u}, {16u, 2u}, {32u, 1u}, {16u, 1u}}) {
+            GemmConfig g{s, c.wm, c.wn, c.fm, c.fn, bk, nbuf, 0, cm};
+            const uint32_t sg = cm ? d.subgroup_size : s.m * s.n / 8;  // the scalar form's "subgroups" (EPT 8)
+            g.invocations = c.wm * c.wn * sg;
+            const uint32_t q = bk / 4;  // staged 4-vectors per row
+            const bool even = sg > 0 && (q * g.bm()) % g.invocations == 0 && (q * g.bn()) % g.invocations == 0;
+            if (s.k > 0 && bk % s.k == 0 && even && gemm_shared_bytes(g, dt) <= d.max_shared_memory) return g;
+        }
     return std::nullopt;
 }
 
-// linear_gemm.comp: linear_coopmat.comp's spec with the scalar shape and 4 x (CM CN / 8) invocations (each holds 8
-// elements of each accumulator).
-Dispatch lower_linear_gemm(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n) {
+// A tile of (wm fm M) x (wn fn N) per workgroup: groups (column tiles, row tiles, 1).
+Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n) {
+    const std::string what = "linear " + k.name;
+    KILN_CHECK(is_gemm(k), "internal: ", what, " is not a tiled GEMM");
     const ir::Value& w = g.value(n.in[1]);
-    KILN_CHECK(w.dtype != DType::f32, "linear_gemm: f32 weights (f16, bf16 or ggml blocks)");
-    KILN_CHECK(w.shape[1] % 4 == 0, "linear_gemm: K % 4 != 0 (it loads 4-vectors along K)");
-    const auto s = gemm_scalar_shape(dev, w.dtype);
-    KILN_CHECK(s.has_value(), "linear_gemm: needs ", coopmat_shared_bytes(8, 8, w.dtype),
-               " bytes of shared memory; the device has ", dev.max_shared_memory);
+    KILN_CHECK(w.dtype != DType::f32, what, ": f32 weights (f16, bf16 or ggml blocks)");
+    KILN_CHECK(w.shape[1] % 4 == 0, what, ": K % 4 != 0 (it loads 4-vectors along K)");
+    const bool cm = k.caps.needs == LinearCaps::Needs::coopmat;
+    if (cm) {
+        KILN_CHECK(dev.coopmat_m && dev.coopmat_n && dev.coopmat_k, what, ": device '", dev.name,
+                   "' has no VK_KHR_cooperative_matrix shape Kiln runs (", dev.coopmat_why, ")");
+        KILN_CHECK(has_shader(ShaderKey::weights("linear", "coopmat", w.dtype).name()), what, ": linear_coopmat_",
+                   dtype_name(w.dtype), " not in this build (glslang without GL_KHR_cooperative_matrix)");
+    }
+    const std::optional<GemmConfig> c = gemm_config(k, dev, w.dtype);
+    if (!c) {
+        const GemmConfig least{cm ? CoopmatShape{dev.coopmat_m, dev.coopmat_n, dev.coopmat_k} : CoopmatShape{8, 8, 8},
+                               k.caps.wm,
+                               k.caps.wn,
+                               k.caps.fm,
+                               k.caps.fn,
+                               16,
+                               1,
+                               0,
+                               cm};
+        KILN_CHECK(false, what, ": no tile configuration fits ", dev.max_shared_memory,
+                   " bytes of shared memory (the smallest, 16-value slices in one buffer, needs ",
+                   gemm_shared_bytes(least, w.dtype), ", or its staging does not divide among the subgroups)");
+    }
     Dispatch d = lower_linear(g, n);  // the checks (ggml rows of whole blocks), and LinearParams {M, N, K, has_bias}
     const params::LinearParams p = params_of(d);
-    d.shader = ShaderKey::weights("linear", "gemm", w.dtype);
+    d.shader = ShaderKey::weights("linear", cm ? "coopmat" : "gemm", w.dtype);
     d.shader.gated = ir::linear_gated(n);
-    d.spec = {s->m, s->n, d.spec[2], s->k, d.spec[4], d.spec[5], s->m * s->n / 2};
-    const uint32_t bm = 4 * s->m, bn = 4 * s->n;
-    d.groups[0] = (p.N + bn - 1) / bn;
-    d.groups[1] = (p.M + bm - 1) / bm;
+    d.spec = {c->shape.m, c->shape.n, d.spec[2], c->shape.k, d.spec[4], d.spec[5], c->invocations,
+              c->wm,      c->wn,      c->fm,     c->fn,      c->bk,     c->nbuf};
+    d.groups[0] = (p.N + c->bn() - 1) / c->bn();
+    d.groups[1] = (p.M + c->bm() - 1) / c->bm();
     d.groups[2] = 1;
-    KILN_CHECK(d.groups[1] <= 65535, "linear_gemm: M = ", p.M, " rows exceed the dispatch limit");
+    KILN_CHECK(d.groups[1] <= 65535, what, ": M = ", p.M, " rows exceed the dispatch limit");
     return d;
 }
 

@@ -8,11 +8,15 @@
 //   reg      linear.glsl: register tiles, no shared memory. Runs every linear; the fallback.
 //   smem64   linear_smem.comp: 64 x 64 shared-memory tiles, double-buffered (GPUs).
 //   smem128  the same with 128 x 64 tiles.
-//   coopmat  linear_coopmat.comp: VK_KHR_cooperative_matrix at the device's f16 shape, the same tiling; f16, bf16 and
-//            ggml-block weights (dequantized into its f16 shared tile).
+//   coopmat  linear_coopmat.comp: VK_KHR_cooperative_matrix at the device's f16 shape, 2 x 2 subgroups of 2 x 2
+//            fragments (64 x 64 at 16 x 16 x 16); f16, bf16 and ggml-block weights (dequantized into its f16 shared
+//            tile).
+//   coopmat128  the same kernel with 4 x 2 subgroups of 2 x 4 fragments (128 x 128 at 16 x 16 x 16), its K slice and
+//            buffering chosen by the shared memory they take (gemm_config).
 //   tex      reg's tiles with x and W read through uniform texel buffers (bitwise equal to reg).
 //   gemm     linear_gemm.comp: coopmat's kernel (linear_gemm.glsl) with scalar inner products, on any device: the
 //            GPU path's tiling, loads, scaling and epilogue where lavapipe 22.3 runs them.
+//   gemm128  the same with coopmat128's tile.
 // Every kernel applies the same epilogue (bias, ir::Act activation, the gated residual of a gated linear: its
 // "_gated" shaders, linear_gate.glsl; f16 or f32 y; linear_io.glsl / linear.glsl).
 #include <cstdint>
@@ -43,6 +47,9 @@ struct LinearCaps {
     // coopmat: VK_KHR_cooperative_matrix and its tile's shared memory; gemm_tile: the shared memory of
     // linear_gemm.glsl's tile at its smallest shape.
     enum class Needs { nothing, texel_formats, coopmat, gemm_tile } needs = Needs::nothing;
+    // The tiled GEMM (coopmat, gemm: Needs::coopmat / gemm_tile): its block tile, subgroups and fragments
+    // (linear_gemm.glsl). x is split into two f16 parts there (linear_splits).
+    uint32_t wm = 0, wn = 0, fm = 0, fn = 0;
 };
 
 struct LinearKernel {
@@ -53,10 +60,16 @@ struct LinearKernel {
     Dispatch (*lower)(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
 };
 
-// reg first (the reference of the probes and the fallback), then smem64, smem128, coopmat, tex, gemm.
+// reg first (the reference of the probes and the fallback), then smem64, smem128, coopmat, coopmat128, tex, gemm,
+// gemm128.
 const std::vector<LinearKernel>& linear_kernels();
 // nullptr for an unknown name.
 const LinearKernel* find_linear_kernel(const std::string& name);
+
+// How many f16 splits kernel k's products carry beyond f32 accumulation, for its error bound: 0 (every kernel but
+// the tiled GEMM), 1 (the GEMM: x split hi + lo, 2^-22 relative per product; W f16 or bf16 exact), 3 (the GEMM with
+// ggml-block W, split too, one of four products left out: <= 3 2^-22). Bounds add splits 2 K / 4 2^-22 (|x|, |W| <= 1).
+int linear_splits(const LinearKernel& k, DType dt);
 
 // "" when k's declaration admits weights of dtype dt on device d (dtype and device features), else why not.
 std::string linear_kernel_unavailable(const LinearKernel& k, const DeviceInfo& d, DType dt);
@@ -69,11 +82,28 @@ struct SmemTile {
     uint32_t tm = 4, tn = 4;
 };
 Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t);
-// linear_coopmat.comp's workgroup output tile on d: (4 M) x (4 N) of its shape.
-Dispatch lower_linear_coopmat(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
-// The shape linear_gemm.comp runs on d for weights of dtype dt: 16 x 16 x 16 where its shared memory fits, else
-// 8 x 8 x 8; nullopt where neither does.
-std::optional<CoopmatShape> gemm_scalar_shape(const DeviceInfo& d, DType dt);
-Dispatch lower_linear_gemm(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
+// One configuration of the tiled GEMM (linear_gemm.glsl's specialization constants): the matrix shape, a wm x wn grid
+// of subgroups of fm x fn fragments each (a (wm fm M) x (wn fn N) block tile), K slices of bk (16 or 32) values in
+// nbuf (1 or 2) shared buffers, `invocations` per workgroup; coopmat: the cooperative form (else the scalar one).
+struct GemmConfig {
+    CoopmatShape shape;
+    uint32_t wm = 2, wn = 2, fm = 2, fn = 2, bk = 32, nbuf = 2, invocations = 0;
+    bool coopmat = true;
+    uint32_t bm() const { return wm * fm * shape.m; }
+    uint32_t bn() const { return wn * fn * shape.n; }
+};
+// Shared memory of configuration c for weights of dtype dt (bytes): x hi and lo and W (and W lo for ggml blocks)
+// slices, nbuf each, f16 rows of bk + 8; the cooperative form's f32 accumulator stage, one per subgroup (the scalar
+// form stores from its registers); the slices' maxima.
+uint32_t gemm_shared_bytes(const GemmConfig& c, DType dt);
+// The configuration kernel k (a tiled GEMM: coopmat, coopmat128, gemm, gemm128) runs for weights of dtype dt on d:
+// the first shape (coopmat: the device's; scalar: 16 x 16 x 16, then 8 x 8 x 8: the tile first) and within it the
+// first (bk, nbuf) of (32, 2), (16, 2), (32, 1), (16, 1) (largest first) whose shared memory fits
+// d.max_shared_memory and whose staging divides evenly among its invocations (coopmat: subgroups of d's size; scalar:
+// of M N / 8). nullopt where none does.
+std::optional<GemmConfig> gemm_config(const LinearKernel& k, const DeviceInfo& d, DType dt);
+// The tiled GEMM kernel k (Needs::coopmat: linear_coopmat.comp; gemm_tile: linear_gemm.comp) for node n on d, at
+// gemm_config's configuration: spec {M, N, ACT, K, XF16, YF16, invocations, wm, wn, fm, fn, bk, nbuf}.
+Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
 
 }  // namespace kiln::vk

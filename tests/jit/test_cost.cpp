@@ -8,6 +8,7 @@
 #include "runtime/ir/fuse.h"
 #include "runtime/vulkan/attention_flash.h"
 #include "runtime/vulkan/context.h"
+#include "runtime/vulkan/linear_kernels.h"
 #include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/traffic.h"
 #include "tests/support/test_support.h"
@@ -47,6 +48,29 @@ TEST_CASE("traffic: a tiled linear reads x once per column tile and W once per r
     d.groups[0] = 4, d.groups[1] = 2;
     t = vk::traffic(g, n, d, bindings(g, n));
     CHECK(t.read == 25600 * 4 + 25600 * 2 + 800 * 2);
+}
+
+// The tiled GEMM's tiles (linear_kernels.h): as their lowering sets the groups, x is read once per column tile and
+// W once per row tile. x [300, 64] f32 = 76800 bytes, W [200, 64] f16 = 25600, b [200] f32 = 800. The 64 tile:
+// 4 column tiles, 5 row tiles; the 128 tile (gemm128 at 16 x 16 x 16 with room for it): 2 and 3.
+TEST_CASE("traffic: the tiled GEMM's 128 tile re-reads x and W half as often as its 64 tile", "[cost]") {
+    ir::Graph g;
+    ir::Val y = g.linear(g.input("x", {300, 64}), g.weight("w", {200, 64}, DType::f16), g.weight("b", {200}));
+    const ir::Node& n = producer(g, y);
+    vk::DeviceInfo dev;
+    dev.name = "roomy", dev.subgroup_size = 32, dev.max_shared_memory = 65536;
+    const vk::Dispatch d64 = vk::find_linear_kernel("gemm")->lower(dev, g, n);
+    const vk::Dispatch d128 = vk::find_linear_kernel("gemm128")->lower(dev, g, n);
+    REQUIRE((d64.groups[0] == 4 && d64.groups[1] == 5));
+    REQUIRE((d128.groups[0] == 2 && d128.groups[1] == 3));
+    const vk::Traffic t64 = vk::traffic(g, n, d64, bindings(g, n)), t128 = vk::traffic(g, n, d128, bindings(g, n));
+    CHECK(t64.read == 76800 * 4 + 25600 * 5 + 800 * 5);
+    CHECK(t128.read == 76800 * 2 + 25600 * 3 + 800 * 3);
+    CHECK(t128.written == 300 * 200 * 4);
+    REQUIRE(t128.rereads.size() == 3);  // x, W, b
+    CHECK(t128.rereads[0].times == 2);
+    CHECK(t128.rereads[0].reuse == Approx(76800.0 / 3 + 26400.0 / 2));  // an x row panel, a column tile of W and b
+    CHECK(t128.rereads[1].times == 3);
 }
 
 // The floors' cache model (vk::memory_bytes): a re-read binding counts once where its reuse set (the bytes touched

@@ -1,6 +1,7 @@
 // The linear kernels' declarations against their lowerings and their shaders (runtime/vulkan/linear_kernels.h).
 // 1. On every device profile Kiln knows (lavapipe 22.3, lavapipe 26 with cooperative matrices, the H200 of the
-//    first GPU run, a device with neither cooperative matrices nor texel buffers, and the present device), for every
+//    first GPU run, a device with neither cooperative matrices nor texel buffers, the H200 with 16 KiB of shared
+//    memory, and the present device), for every
 //    linear node kind, weight dtype, K, activation storage and epilogue: a kernel's declaration admits the node
 //    exactly where its lowering succeeds. The selector ranks only admitted kernels, so it can never pick one that
 //    throws (the H200's "linear_coopmat: fused activation not implemented").
@@ -37,7 +38,9 @@ std::vector<vk::DeviceInfo> profiles() {
     vk::DeviceInfo bare;  // no cooperative matrices, no texel formats, 64-wide subgroups
     bare.name = "bare";
     bare.subgroup_size = 64, bare.max_shared_memory = 32768, bare.coopmat_why = "no VK_KHR_cooperative_matrix";
-    return {lvp22, lvp26, h200, bare, test::op_ctx().info()};
+    vk::DeviceInfo small = h200;  // the H200's features with 16 KiB of shared memory: the 128 tiles do not fit
+    small.name = "H200 at 16 KiB", small.max_shared_memory = 16384;
+    return {lvp22, lvp26, h200, bare, small, test::op_ctx().info()};
 }
 
 struct NodeCase {
@@ -122,11 +125,71 @@ TEST_CASE("cooperative-matrix shapes: 16x16x16 where listed, else one the shader
     CHECK(!vk::choose_coopmat_shape({}, 32).has_value());
 }
 
+// The tiled GEMM's configuration (linear_kernels.h, gemm_config) and its shared memory on the profiles, by hand:
+// nbuf (2 BM + parts BN) (BK + 8) 2 bytes of f16 slices (x hi, x lo, W; W lo too for ggml blocks: parts 2), one f32
+// M x N accumulator per subgroup (the cooperative form's stage), 4 bytes per slice maximum (3 slots; 6 where W is
+// scaled: not f16).
+TEST_CASE("the tiled GEMM's tiles, slices and shared memory on each profile", "[op:linear][caps]") {
+    const std::vector<vk::DeviceInfo> p = profiles();  // lvp22, lvp26, h200, bare, small, present
+    struct Want {
+        size_t profile;
+        const char* kernel;
+        DType w;
+        uint32_t m, bk, nbuf, tile, invocations, bytes;
+    };
+    const Want wants[] = {
+        // H200, 48 KiB, 16 x 16 x 16, subgroups of 32. 64 tile: 2 (128 + 64) 40 2 + 4 1024 + 12.
+        {2, "coopmat", DType::f16, 16, 32, 2, 64, 128, 34828},
+        {2, "coopmat", DType::q4_k, 16, 32, 2, 64, 128, 45080},  // 2 (128 + 128) 80 + 4096 + 24
+        // 128 tile: BK 32 double-buffered would be 2 (256 + 128) 80 + 8 1024 + 12 = 69644; BK 16: 2 (384) 48 + ...
+        {2, "coopmat128", DType::f16, 16, 16, 2, 128, 256, 45068},
+        {2, "coopmat128", DType::bf16, 16, 16, 2, 128, 256, 45080},
+        // ggml: BK 16 double 57368, BK 32 single 512 80 + 8192 + 24 = 49176 (24 bytes over), BK 16 single:
+        {2, "coopmat128", DType::q4_k, 16, 16, 1, 128, 256, 32792},
+        // lavapipe 22.3, 32 KiB, scalar (no stage: each invocation stores its own elements), 16 x 16 x 16 ("subgroups"
+        // of 32). 64 tile: 2 (128 + 64) 80 + 12.
+        {0, "gemm", DType::f16, 16, 32, 2, 64, 128, 30732},
+        {0, "gemm", DType::q4_k, 16, 16, 2, 64, 128, 24600},  // BK 32: 2 (256) 80 + 24 = 40984; BK 16: 2 (256) 48 + 24
+        // 128 tile: BK 32 double 2 (384) 80 + 12 = 61452, BK 16 double 36876, BK 32 single:
+        {0, "gemm128", DType::f16, 16, 32, 1, 128, 256, 30732},
+        {0, "gemm128", DType::q4_k, 16, 16, 1, 128, 256, 24600},  // 512 48 + 24 (BK 32 single: 40984)
+        // lavapipe 26: 8 x 8 x 8 cooperative matrices, subgroups of 8: as the scalar form.
+        {1, "coopmat", DType::f16, 8, 32, 2, 32, 32, 16396},
+        {1, "coopmat128", DType::f16, 8, 16, 2, 64, 64, 20492},
+        // 16 KiB: the 64 tile in 16-value slices, one buffer: 192 48 + 4096 + 12 (BK 16 double-buffered, 22540, and
+        // BK 32 single, 19468, do not fit).
+        {4, "coopmat", DType::f16, 16, 16, 1, 64, 128, 13324},
+    };
+    for (const Want& w : wants) {
+        CAPTURE(p[w.profile].name, w.kernel, dtype_name(w.w));
+        const vk::LinearKernel& k = *vk::find_linear_kernel(w.kernel);
+        const auto c = vk::gemm_config(k, p[w.profile], w.w);
+        REQUIRE(c.has_value());
+        CHECK((c->shape.m == w.m && c->bk == w.bk && c->nbuf == w.nbuf));
+        CHECK((c->bm() == w.tile && c->bn() == w.tile && c->invocations == w.invocations));
+        CHECK(vk::gemm_shared_bytes(*c, w.w) == w.bytes);
+    }
+    // Where no configuration fits, the kernel is not admitted: the 128 tile needs 26636 bytes at its smallest
+    // (16 x 16, BK 16, one buffer) on the H200 at 16 KiB; no cooperative matrices, no coopmat.
+    CHECK(!vk::gemm_config(*vk::find_linear_kernel("coopmat128"), p[4], DType::f16));
+    CHECK(!vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat128"), p[4], DType::f16).empty());
+    CHECK(!vk::gemm_config(*vk::find_linear_kernel("coopmat128"), p[3], DType::f16));
+    for (const vk::DeviceInfo& d : p)
+        for (const vk::LinearKernel& k : vk::linear_kernels())
+            for (DType w : {DType::f16, DType::bf16, DType::q8_0, DType::q4_k})
+                if (k.caps.wm) {  // a tiled GEMM (its shader is in this build: the coopmat one may not be)
+                    const auto c = vk::gemm_config(k, d, w);
+                    if (c) CHECK(vk::gemm_shared_bytes(*c, w) <= d.max_shared_memory);
+                    if (k.caps.needs == vk::LinearCaps::Needs::gemm_tile || vk::has_shader("linear_coopmat_f16"))
+                        CHECK(c.has_value() == vk::linear_kernel_unavailable(k, d, w).empty());
+                }
+}
+
 // Every kernel the present device admits, every epilogue, against the CPU. Tolerance (test_linear.cpp's): f32
 // accumulation in another order than the f64 reference, |err| <= K 2^-24 sum|x w| with E|x w| = 1/4 -> max-abs
-// 2 K^2 2^-24 / 4 (x2 margin), relative L2 1e-5; coopmat and gemm: + splits 2 K / 4 2^-22 (x, and ggml W, split
-// into two f16 parts; splits 3 for ggml W; test_linear_smem.cpp's check_gemm). The activations are
-// 1-Lipschitz up to 1.13 (GELU's slope), so the bound carries through them with that factor.
+// 2 K^2 2^-24 / 4 (x2 margin), relative L2 1e-5; the tiled GEMM (coopmat, gemm, their 128 tiles): + splits 2 K / 4
+// 2^-22 (x, and ggml W, split into two f16 parts; splits 3 for ggml W; test_linear_smem.cpp's check_gemm). The
+// activations are 1-Lipschitz up to 1.13 (GELU's slope), so the bound carries through them with that factor.
 TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[op:linear][caps]") {
     vk::Context& ctx = test::op_ctx();
     const std::string kernel = GENERATE(from_range(exec::linear_variants()));
@@ -149,8 +212,7 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
     auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 70)}},
                           {{"w", test::random_weight({N, K}, w, 71)}, {"b", test::random_tensor({N}, 72)}});
     double bound = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
-    if (kernel == "coopmat" || kernel == "gemm")
-        bound += (dtype_is_quant(w) ? 3 : 1) * 2.0 * K / 4 * std::ldexp(1.0, -22);
+    bound += vk::linear_splits(*vk::find_linear_kernel(kernel), w) * 2.0 * K / 4 * std::ldexp(1.0, -22);
     CHECK(test::max_err(r.gpu, r.cpu) <= 1.13 * bound);
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }

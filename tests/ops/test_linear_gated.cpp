@@ -39,7 +39,7 @@ Gated gated_graph(DType wt, bool bias, ir::Act act, bool gate_first, int64_t B =
 
 double h_bound(const std::string& kernel, DType wt, int64_t K) {
     double b = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
-    if (kernel == "coopmat" || kernel == "gemm") b += (dtype_is_quant(wt) ? 3 : 1) * 2.0 * K / 4 * std::ldexp(1.0, -22);
+    b += vk::linear_splits(*vk::find_linear_kernel(kernel), wt) * 2.0 * K / 4 * std::ldexp(1.0, -22);
     return 1.13 * b;
 }
 }  // namespace

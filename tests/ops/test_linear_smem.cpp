@@ -4,6 +4,7 @@
 // (f16/bf16 convert exactly to f32; quantized blocks dequantize bitwise as kiln::dequantize), so only the f32
 // accumulation order differs from the f64 reference: |err| <= K 2^-24 sum|x_k w_k|, E|x w| = 1/4 for U(-1, 1)
 // -> max-abs 2 K^2 2^-24 / 4 (x2 margin), floor 1e-6; random signs -> relative L2 1e-5.
+#include <set>
 #include <tuple>
 
 #include "runtime/core/quant.h"
@@ -165,7 +166,8 @@ bool gemm_here(const std::string& kernel, DType wt) {
 
 // f16 weights on the tiled GEMM's two forms (check_gemm's bounds), after the coopmat lowering's checks on every
 // device. Values up to 1e6 (past f16's 65504) and down to 1e-6 in one slice: the per-slice power-of-two scale keeps
-// them finite and exact.
+// them finite and exact. Each kernel where this device admits it (gemm_here; until 2026-11-28 the scalar form was
+// skipped wherever coopmat was absent, lavapipe 22.3 included). 128-tile shapes: M and N past one tile, ragged.
 TEST_CASE("the tiled GEMM matches the CPU reference (f16 weights)", "[op:linear][coopmat][gemm]") {
     vk::Context& ctx = test::op_ctx();
     {
@@ -178,17 +180,26 @@ TEST_CASE("the tiled GEMM matches the CPU reference (f16 weights)", "[op:linear]
         const ir::Node& n32 = g.nodes()[(size_t)g.value(g.outputs()[1].second).producer];
         vk::DeviceInfo h200 = ctx.info();
         h200.coopmat_m = h200.coopmat_n = h200.coopmat_k = 16, h200.subgroup_size = 32, h200.max_shared_memory = 49152;
+        const vk::LinearKernel &cm = *vk::find_linear_kernel("coopmat"), &cm128 = *vk::find_linear_kernel("coopmat128");
         if (vk::has_shader("linear_coopmat_f16")) {
-            vk::Dispatch d = vk::lower_linear_coopmat(h200, g, n);
+            vk::Dispatch d = vk::lower_linear_gemm(cm, h200, g, n);
             CHECK(d.shader.name() == "linear_coopmat_f16");
             CHECK((d.groups[0] == 3 && d.groups[1] == 2));  // 64 x 64 tiles
-            CHECK(d.spec.back() == 128);                    // 4 subgroups of 32
+            CHECK(d.spec[6] == 128);                        // 4 subgroups of 32
+            CHECK((d.spec[11] == 32 && d.spec[12] == 2));   // K slices of 32, double-buffered
+            d = vk::lower_linear_gemm(cm128, h200, g, n);
+            CHECK(d.shader.name() == "linear_coopmat_f16");  // the same SPIR-V, specialized
+            CHECK((d.groups[0] == 2 && d.groups[1] == 1));   // 128 x 128 tiles
+            CHECK(d.spec[6] == 256);                         // 8 subgroups of 32: 4 x 2 of 2 x 4 fragments
+            CHECK((d.spec[7] == 4 && d.spec[8] == 2 && d.spec[9] == 2 && d.spec[10] == 4));
+            CHECK((d.spec[11] == 16 && d.spec[12] == 2));  // 32-value slices double-buffered would take 69644 bytes
             for (const char* s : {"linear_coopmat_f16", "linear_coopmat_f16_ptr", "linear_coopmat_f16_off"})
                 CHECK(vk::has_shader(s));
         } else {
             WARN("this build has no linear_coopmat (glslang without GL_KHR_cooperative_matrix)");
         }
-        CHECK_THROWS_WITH(vk::lower_linear_coopmat(h200, g, n32), Catch::Contains("f32 weights"));
+        CHECK_THROWS_WITH(vk::lower_linear_gemm(cm, h200, g, n32), Catch::Contains("f32 weights"));
+        CHECK_THROWS_WITH(vk::lower_linear_gemm(cm128, h200, g, n32), Catch::Contains("f32 weights"));
         if (!exec::linear_variant_available(ctx, "coopmat", DType::f16)) {
             exec::set_linear_override("coopmat");
             vk::Dispatch e = vk::lower(g, n);
@@ -196,17 +207,11 @@ TEST_CASE("the tiled GEMM matches the CPU reference (f16 weights)", "[op:linear]
             exec::set_linear_override("");
         }
     }
-    if (!exec::linear_variant_available(ctx, "coopmat", DType::f16)) {
-        WARN("linear_coopmat not run on '"
-             << ctx.info().name
-             << "': " << vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat"), ctx.info(), DType::f16));
-        return;
-    }
-    const std::string kernel = GENERATE("gemm", "coopmat");
+    const std::string kernel = GENERATE("gemm", "coopmat", "gemm128", "coopmat128");
     if (!gemm_here(kernel, DType::f16)) return;
-    auto [M, N, K] =
-        GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(77, 130, 68), std::make_tuple(130, 67, 100),
-                 std::make_tuple(200, 257, 36), std::make_tuple(64, 64, 32), std::make_tuple(33, 70, 1152));
+    auto [M, N, K] = GENERATE(std::make_tuple(1, 1, 4), std::make_tuple(77, 130, 68), std::make_tuple(130, 67, 100),
+                              std::make_tuple(200, 257, 36), std::make_tuple(64, 64, 32), std::make_tuple(33, 70, 1152),
+                              std::make_tuple(257, 300, 132));
     const bool bias = GENERATE(false, true);
     const bool wide = GENERATE(false, true);  // x spans 1e-6 .. 1e6
     check_gemm(kernel, M, N, K, DType::f16, bias, wide, false);
@@ -216,12 +221,13 @@ TEST_CASE("the tiled GEMM matches the CPU reference (f16 weights)", "[op:linear]
 // values split hi + lo as x is). bf16 weights span 1e-6 .. 1e6 in the `wide` case. Shapes: partial tiles in M and
 // N, K of 3 and 5 ggml blocks (K = 36 and 1152 for bf16).
 TEST_CASE("the tiled GEMM runs bf16 and ggml-block weights", "[op:linear][coopmat][gemm]") {
-    const std::string kernel = GENERATE("gemm", "coopmat");
+    const std::string kernel = GENERATE("gemm", "coopmat", "gemm128", "coopmat128");
     const DType wt = GENERATE(DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k,
                               DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k);
     if (!gemm_here(kernel, wt)) return;
     const int64_t blk = dtype_is_quant(wt) ? dtype_block(wt) : 12;
-    auto [M, N, blocks] = GENERATE(std::make_tuple(77, 130, 3), std::make_tuple(33, 70, 5));
+    auto [M, N, blocks] =
+        GENERATE(std::make_tuple(77, 130, 3), std::make_tuple(33, 70, 5), std::make_tuple(150, 200, 2));
     const int64_t K = wt == DType::bf16 && blocks == 5 ? 1152 : blocks * blk;
     const bool wide = wt == DType::bf16 && GENERATE(false, true);
     check_gemm(kernel, M, N, K, wt, true, wide, wide);
@@ -231,7 +237,7 @@ TEST_CASE("the tiled GEMM runs bf16 and ggml-block weights", "[op:linear][coopma
 // skips the lo products. x holds multiples of 2^-10 in [-1, 1], exact in f16 whichever way a device rounds, so the
 // CPU and the device read the same x, and check_gemm's bounds apply (with no x split, the GEMM is tighter still).
 TEST_CASE("the tiled GEMM takes f16-stored x as it is", "[op:linear][coopmat][gemm]") {
-    const std::string kernel = GENERATE("gemm", "coopmat");
+    const std::string kernel = GENERATE("gemm", "coopmat", "gemm128", "coopmat128");
     const DType wt = GENERATE(DType::f16, DType::q4_k);
     if (!gemm_here(kernel, wt)) return;
     const int64_t K = wt == DType::f16 ? 100 : 512, M = 70, N = 130;
@@ -256,4 +262,79 @@ TEST_CASE("the tiled GEMM takes f16-stored x as it is", "[op:linear][coopmat][ge
     const int splits = dtype_is_quant(wt) ? 3 : 1;
     CHECK(test::max_err(r.gpu, r.cpu) <= f32 + splits * 2.0 * K / 4 * std::ldexp(1.0, -22));
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
+
+namespace {
+// Kernel k forced under KILN_TEST_MAX_SHARED_MEMORY = limit, on x [150, K] W [200, K] of dtype wt (M, N ragged for
+// both tiles; K = 100, not a multiple of the slice, or two ggml blocks) with bias and a fused activation, alone or
+// under the gated residual (res + gate * h, ir::fuse), against the CPU: the dispatch has configuration c. Bound:
+// check_gemm's on h (|x|, |W| <= 1), x1.13 through the activation's slope; gated: times |gate| <= 1, plus two f32
+// roundings of values below 32 (2 2^-19 <= 1e-5).
+void check_config(const vk::LinearKernel& k, DType wt, bool gated, uint32_t limit, const vk::GemmConfig& c) {
+    vk::Context& ctx = test::op_ctx();
+    CAPTURE(k.name, dtype_name(wt), gated, limit, c.shape.m, c.bk, c.nbuf);
+    const int64_t M = 150, N = 200, K = dtype_is_quant(wt) ? 2 * dtype_block(wt) : 100;
+    ir::Graph g;
+    ir::Val h = g.linear(g.input("x", {M, K}), g.weight("w", {N, K}, wt), g.weight("b", {N}),
+                         gated ? ir::Act::silu : ir::Act::gelu_tanh);
+    g.output(gated ? g.add(g.mul(g.input("gate", {N}), h), g.input("res", {M, N})) : h, "y");
+    const ir::Node& n = g.nodes()[(size_t)g.value(h).producer];
+    std::map<std::string, Tensor> in{{"x", test::random_tensor({M, K}, 80)}};
+    if (gated) in["gate"] = test::random_tensor({N}, 81), in["res"] = test::random_tensor({M, N}, 82);
+    std::map<std::string, Tensor> ws{{"w", test::random_weight({N, K}, wt, 83, -0.5f, 0.5f)},
+                                     {"b", test::random_tensor({N}, 84)}};
+    const auto cpu = cpu::run(g, in, [&](const ir::Value& v) { return ws.at(v.name); }).at("y").to_f32();
+    double bound = 1.13 * (std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24)) +
+                           vk::linear_splits(k, wt) * 2.0 * K / 4 * std::ldexp(1.0, -22));
+    if (gated) bound += 1e-5;
+    test::ScopedEnv env("KILN_TEST_MAX_SHARED_MEMORY", std::to_string(limit));
+    test::ForceLinear force(k.name);
+    vk::Dispatch d = vk::lower(g, n);
+    exec::choose_linear(ctx, g, n, d);  // what the executor runs under this limit
+    REQUIRE(d.spec.size() == 13);
+    CHECK((d.spec[0] == c.shape.m && d.spec[11] == c.bk && d.spec[12] == c.nbuf));
+    CHECK(d.spec[6] == c.invocations);
+    CHECK((d.groups[0] == (N + c.bn() - 1) / c.bn() && d.groups[1] == (M + c.bm() - 1) / c.bm()));
+    const uint64_t before = exec::linear_kernel_dispatches(k.name);
+    const auto r = test::run_vk(g, in, ws, exec::Mode::full, "1");
+    CHECK(exec::linear_kernel_dispatches(k.name) == before + 1);  // the forced kernel ran, not reg
+    CHECK(r.c.gated_linears == (gated ? 1 : 0));
+    const auto gpu = r.out.at("y").to_f32();
+    CHECK(test::max_err(gpu, cpu) <= bound);
+    CHECK(rel_l2(gpu, cpu) <= 1e-5);
+}
+}  // namespace
+
+// Each tile in every shape, K slice and buffering (linear_gemm.glsl: BK 32 or 16, two buffers or one) that
+// gemm_config chooses on this device under some shared-memory size: candidate i (shape, slice, buffers) in order,
+// with weights and epilogue i % 3 of (f16, activation), (bf16, gated), (q4_k, gated), its own size as the limit;
+// each distinct choice runs once (each costs lavapipe a pipeline compile of a fully unrolled GEMM: seconds to a
+// minute). The 128 kernels' f16, bf16 and ggml weights with every epilogue run in the tests above and in
+// test_linear_caps.cpp / test_linear_gated.cpp at the device's own configuration.
+TEST_CASE("the tiled GEMM runs every slice and buffering its shared memory allows", "[op:linear][coopmat][gemm]") {
+    vk::Context& ctx = test::op_ctx();
+    const std::string kernel = GENERATE("gemm128", "coopmat128", "gemm", "coopmat");
+    if (!gemm_here(kernel, DType::f16)) return;
+    const vk::LinearKernel& k = *vk::find_linear_kernel(kernel);
+    const bool cm = k.caps.needs == vk::LinearCaps::Needs::coopmat;
+    const vk::DeviceInfo& info = ctx.info();
+    std::vector<vk::CoopmatShape> shapes{{16, 16, 16}, {8, 8, 8}};
+    if (cm) shapes = {{info.coopmat_m, info.coopmat_n, info.coopmat_k}};
+    const std::pair<DType, bool> cases[] = {{DType::f16, false}, {DType::bf16, true}, {DType::q4_k, true}};
+    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> seen;  // shape, bk, nbuf
+    int i = 0;
+    for (const vk::CoopmatShape& s : shapes)
+        for (auto [bk, nbuf] : {std::pair{32u, 2u}, {16u, 2u}, {32u, 1u}, {16u, 1u}}) {
+            const auto [wt, gated] = cases[i++ % 3];
+            const uint32_t limit =
+                vk::gemm_shared_bytes({s, k.caps.wm, k.caps.wn, k.caps.fm, k.caps.fn, bk, nbuf, 0, cm}, wt);
+            if (limit > info.max_shared_memory) continue;
+            vk::DeviceInfo dev = info;
+            dev.max_shared_memory = limit;
+            const auto c = vk::gemm_config(k, dev, wt);
+            if (!c || !seen.insert({c->shape.m, c->bk, c->nbuf}).second) continue;
+            CHECK(vk::gemm_shared_bytes(*c, wt) <= limit);
+            check_config(k, wt, gated, limit, *c);
+        }
+    CHECK(seen.size() >= 2);  // more than the device's own configuration
 }
