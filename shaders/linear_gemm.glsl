@@ -52,6 +52,9 @@ layout(constant_id = 9) const uint FM = 2;  // accumulators per subgroup
 layout(constant_id = 10) const uint FN = 2;
 layout(constant_id = 11) const uint BK = 32;   // K slice (16 or 32; CK divides it)
 layout(constant_id = 12) const uint NBUF = 2;  // slice buffers (1 or 2)
+// KILN_PRECISION=fast: x and ggml W enter as hi alone (no lo tiles read, one product per term; docs/precision.md):
+// per product (2^-10 + 2^-22) |x W| + 2^-25 2^-s |W| (f16 subnormals of the scaled x) instead of the split's bound.
+layout(constant_id = 13) const uint FAST = 0;
 layout(local_size_x_id = 6) in;
 const uint NSG = WM * WN, SG = NT / NSG, BM = WM * FM * CM, BN = WN * FN * CN;
 const uint LDS = BK + 8u;  // shared row stride (halves)
@@ -69,7 +72,8 @@ SELECT_BUF(LINEAR_SEL_BINDING)
 #include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
 // x stored f32 is scaled and split per slice; x stored f16 enters the tile as stored (exact: lo would be 0), and
 // its lo products are skipped.
-const bool XSPLIT = XF16 == 0u;
+// FAST: x stored f32 is still scaled (f16's range), but rounded to hi alone.
+const bool XSCALE = XF16 == 0u, XSPLIT = XSCALE && FAST == 0u;
 
 // Slice buffer b of x starts at b BM LDS, of W at b BN LDS.
 shared float16_t xh[NBUF * BM * LDS];
@@ -140,6 +144,8 @@ void split16(float v, out float16_t hi, out float16_t lo) {
     hi = float16_t(h);
     lo = isinf(h) ? float16_t(0.0) : float16_t(v - h);
 }
+// split16's hi alone (FAST): v rounded to 11 significant bits, |v - hi| <= 2^-11 |v| (2^-25 absolute below 2^-14).
+float16_t hi16(float v) { return float16_t(uintBitsToFloat((floatBitsToUint(v) + 0x1000u) & 0xffffe000u)); }
 
 void main() {
 #ifdef GEMM_COOPMAT
@@ -209,6 +215,8 @@ void main() {
                 const uint l = tid + NT * r, o = (b) * BM * LDS + (l / QR) * LDS + 4u * (l % QR);                  \
                 if (XSPLIT)                                                                                        \
                     [[unroll]] for (uint c = 0; c < 4u; ++c) split16(xv[r][c] * (sc), xh[o + c], xl[o + c]);       \
+                else if (XSCALE)                                                                                   \
+                    [[unroll]] for (uint c = 0; c < 4u; ++c) xh[o + c] = hi16(xv[r][c] * (sc));                    \
                 else                                                                                               \
                     [[unroll]] for (uint c = 0; c < 4u; ++c) xh[o + c] = float16_t(xv[r][c]);                      \
             }                                                                                                      \
@@ -218,7 +226,9 @@ void main() {
             }                                                                                                      \
         }
 #if defined(W_SPLIT)
-    #define STORE_W(i, v, scw) split16((v) * (scw), ws[i], wl[i]);
+    #define STORE_W(i, v, scw)                                       \
+        if (FAST == 0u) split16((v) * (scw), ws[i], wl[i]);          \
+        else ws[i] = hi16((v) * (scw));
 #elif defined(W_SCALED)
     #define STORE_W(i, v, scw) ws[i] = float16_t((v) * (scw));
 #else
@@ -231,7 +241,7 @@ void main() {
 #endif
     LOAD_SLICE(0u)
     barrier();
-    float sc = XSPLIT ? slice_scale(smax[0]) : 1.0, scw = W_SCALE(0u);
+    float sc = XSCALE ? slice_scale(smax[0]) : 1.0, scw = W_SCALE(0u);
     STORE_SLICE(0u, sc, scw)
     const uint sm = (sg / WN) * FM * CM, sn = (sg % WN) * FN * CN;  // this subgroup's part of the tile
     for (uint t = 0; t < slices; ++t) {
@@ -257,8 +267,9 @@ void main() {
                 coopMatLoad(b[j], ws, wb + (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
 #ifdef W_SPLIT
             coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> bl[FN];
-            [[unroll]] for (uint j = 0; j < FN; ++j)
-                coopMatLoad(bl[j], wl, wb + (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
+            if (FAST == 0u)
+                [[unroll]] for (uint j = 0; j < FN; ++j)
+                    coopMatLoad(bl[j], wl, wb + (sn + CN * j) * LDS + kk, LDS, gl_CooperativeMatrixLayoutColumnMajor);
 #endif
             [[unroll]] for (uint i = 0; i < FM; ++i) {
                 coopmat<float16_t, gl_ScopeSubgroup, CM, CK, gl_MatrixUseA> ah, al;
@@ -268,7 +279,7 @@ void main() {
                 [[unroll]] for (uint j = 0; j < FN; ++j) {
                     if (XSPLIT) part[i][j] = coopMatMulAdd(al, b[j], part[i][j]);
 #ifdef W_SPLIT
-                    part[i][j] = coopMatMulAdd(ah, bl[j], part[i][j]);
+                    if (FAST == 0u) part[i][j] = coopMatMulAdd(ah, bl[j], part[i][j]);
 #endif
                     part[i][j] = coopMatMulAdd(ah, b[j], part[i][j]);
                 }
@@ -278,7 +289,7 @@ void main() {
                 [[unroll]] for (uint j = 0; j < FN; ++j) {
                     if (XSPLIT) SCALAR_MMA(part[i][j], xl, ws, xb, wb, sm + CM * i, sn + CN * j, kk)
 #ifdef W_SPLIT
-                    SCALAR_MMA(part[i][j], xh, wl, xb, wb, sm + CM * i, sn + CN * j, kk)
+                    if (FAST == 0u) SCALAR_MMA(part[i][j], xh, wl, xb, wb, sm + CM * i, sn + CN * j, kk)
 #endif
                     SCALAR_MMA(part[i][j], xh, ws, xb, wb, sm + CM * i, sn + CN * j, kk)
                 }
@@ -295,7 +306,7 @@ void main() {
             }
         if (more) {
             if (NBUF == 1u) barrier();  // the one buffer: every subgroup has multiplied slice t
-            sc = XSPLIT ? slice_scale(smax[(t + 1u) % 3u]) : 1.0;
+            sc = XSCALE ? slice_scale(smax[(t + 1u) % 3u]) : 1.0;
             scw = W_SCALE(t + 1u);
             STORE_SLICE((t + 1u) % NBUF, sc, scw)
         }

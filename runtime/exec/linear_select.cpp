@@ -33,6 +33,7 @@ std::atomic<uint64_t> g_kernel_dispatches[16]{};  // per kernel of vk::linear_ke
 std::mutex g_mutex;                               // the tables and the probe hook
 LinearProbeHook g_probe_hook;
 thread_local std::string t_override;
+thread_local bool t_measuring = false;  // measure_linear_table: probes and timings at exact precision
 
 // Uniform(-1, 1) values, deterministic (the probes compare devices, not seeds).
 Tensor pseudo_random(const Shape& s, uint32_t seed) {
@@ -186,8 +187,11 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
     const std::string saved = t_override;
     struct Restore {
         const std::string& s;
-        ~Restore() { t_override = s; }
+        ~Restore() { t_override = s, t_measuring = false; }
     } restore{saved};
+    // The probe bounds the f32-like arithmetic of KILN_PRECISION=exact (a device's MulAdd keeping f32): measured at
+    // fast, it would refuse every GEMM. Picks measured at exact hold at fast too (fewer products, same loads).
+    t_measuring = true;
     for (DType dt : dtypes) {
         std::map<int, std::vector<float>> ref_out;             // "reg" output per shape index
         std::vector<double> fastest(shapes.size(), INFINITY);  // ms, over the variants timed so far
@@ -486,6 +490,12 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     if (v == "reg") return;
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
     d = k->lower(linear_device(ctx), g, n);
+    // KILN_PRECISION=fast: the tiled GEMMs' constant 13 (linear_gemm.glsl: one f16 per operand).
+    const bool gemm = k->caps.needs == vk::LinearCaps::Needs::coopmat || k->caps.needs == vk::LinearCaps::Needs::gemm_tile;
+    if (gemm && ctx.settings().exec.precision == "fast" && !t_measuring) {
+        KILN_CHECK(d.spec.size() == 13, "internal: the tiled GEMM's constants changed");
+        d.spec.push_back(1u);
+    }
     const size_t i = (size_t)(k - vk::linear_kernels().data());
     KILN_CHECK(i < std::size(g_kernel_dispatches), "internal: more linear kernels than counters");
     ++g_kernel_dispatches[i];

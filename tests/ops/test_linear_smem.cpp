@@ -338,3 +338,45 @@ TEST_CASE("the tiled GEMM runs every slice and buffering its shared memory allow
         }
     CHECK(seen.size() >= 2);  // more than the device's own configuration
 }
+
+// KILN_PRECISION=fast: x (scaled per slice) and ggml W enter the tile as hi alone, x rounded to 11 significant bits
+// (linear_gemm.glsl's hi16): per product |hi_x hi_W - x W| <= (2^-10 + 2^-22) |x W| plus the f16 subnormal floors of
+// the scaled operands (a slice's max sits in [2^13, 2^14): 2^-25 2^-13 of the slice's max, <= 2^-37 K max|x| max|W|
+// over a row), then the f32 sum of K products. The bound is taken per output from the data; that the shader took one
+// f16 per operand shows in its result differing from the exact one (f16 and bf16 W: x rounded; ggml: both).
+TEST_CASE("the tiled GEMM at KILN_PRECISION=fast: one f16 per operand, within its bound",
+          "[op:linear][coopmat][gemm][precision]") {
+    // Both tiles and both forms, x alone rounded (f16 W) and x and W (q8_0); each pipeline costs lavapipe seconds.
+    const std::string kernel = GENERATE("gemm", "coopmat", "gemm128", "coopmat128");
+    const DType wt = kernel == "gemm" || kernel == "coopmat128" ? DType::f16 : DType::q8_0;
+    if (!gemm_here(kernel, wt)) return;
+    const int64_t M = 77, N = 130, K = dtype_is_quant(wt) ? 3 * dtype_block(wt) : 1152;
+    CAPTURE(kernel, dtype_name(wt), K);
+    ir::Graph g;
+    g.output(g.linear(g.input("x", {M, K}), g.weight("w", {N, K}, wt), g.weight("b", {N})), "y");
+    const Tensor xt = test::random_tensor({M, K}, 50), w = test::random_tensor({N, K}, 51).astype(wt);
+    const std::map<std::string, Tensor> ws{{"w", w}, {"b", test::random_tensor({N}, 52)}};
+    const Tensor wf = w.astype(DType::f32);
+    double worst = 0;  // max over outputs of sum_k |x W|
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            double s = 0;
+            for (int64_t k = 0; k < K; ++k)
+                s += std::abs((double)xt.data<float>()[m * K + k] * wf.data<float>()[n * K + k]);
+            worst = std::max(worst, s);
+        }
+    test::ForceLinear force(kernel);
+    std::vector<float> fast;
+    {
+        test::ScopedEnv prec("KILN_PRECISION", "fast");
+        const uint64_t before = exec::linear_kernel_dispatches(kernel);
+        auto r = test::run_op(g, {{"x", xt}}, ws);
+        CHECK(exec::linear_kernel_dispatches(kernel) == before + 1);
+        const double f32 = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
+        const double bound = (std::ldexp(1.0, -10) + std::ldexp(1.0, -22)) * worst + f32 + std::ldexp((double)K, -37);
+        CAPTURE(bound, test::max_err(r.gpu, r.cpu));
+        CHECK(test::max_err(r.gpu, r.cpu) <= bound);
+        fast = r.gpu;
+    }
+    CHECK(test::run_op(g, {{"x", xt}}, ws).gpu != fast);
+}
