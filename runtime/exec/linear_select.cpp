@@ -135,6 +135,12 @@ bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) 
     return k && vk::linear_kernel_unavailable(*k, linear_device(ctx), dt).empty();
 }
 
+bool linear_variant_timed(vk::Context& ctx, const std::string& v, DType dt) {
+    if (!linear_variant_available(ctx, v, dt)) return false;
+    return !(ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU &&
+             vk::find_linear_kernel(v)->caps.needs == vk::LinearCaps::Needs::gemm_tile);
+}
+
 std::string linear_unsupported(vk::Context& ctx, const std::string& v, const ir::Graph& g, const ir::Node& n) {
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
     KILN_CHECK(k, "internal: no linear kernel '", v, "'");
@@ -196,7 +202,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
         std::map<int, std::vector<float>> ref_out;             // "reg" output per shape index
         std::vector<double> fastest(shapes.size(), INFINITY);  // ms, over the variants timed so far
         for (const std::string& v : linear_variants()) {
-            if (!linear_variant_available(ctx, v, dt)) continue;
+            if (!linear_variant_timed(ctx, v, dt)) continue;
             const size_t first_row = t.rows.size();
             std::string why;
             bool ok = false;

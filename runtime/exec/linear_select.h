@@ -49,6 +49,10 @@ struct LinearTable {
 // the default table shapes.
 const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
+// Whether the table measures it: available, and not the tiled GEMM's scalar twins (gemm, gemm128) on a CPU device,
+// which run them at about 1 GFLOP/s (never its pick) and take lavapipe up to a minute per pipeline to compile; the
+// forced tests run them there (KILN_LINEAR=gemm still works).
+bool linear_variant_timed(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
 
 // Why variant v cannot run linear node n on ctx ("" when it can), from its declaration (vk::linear_kernels()). (A

@@ -56,7 +56,7 @@ TEST_CASE("a probe mismatch excludes a linear variant from the table", "[linear_
     exec::set_linear_probe_hook(nullptr);
     size_t variants = 0;  // per dtype: reg, smem64, smem128, + tex (texel buffers), + coopmat, gemm (not for f32)
     for (DType dt : {DType::f32, DType::f16})
-        for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_available(ctx(), v, dt);
+        for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_timed(ctx(), v, dt);
     REQUIRE(t.rows.size() == variants * kShapes.size());  // dtypes x variants x shapes
     for (const auto& r : t.rows) {
         CAPTURE(dtype_name(r.dtype), r.variant, r.shape.M, r.note);
@@ -155,7 +155,7 @@ TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline
         return std::count_if(x.rows.begin(), x.rows.end(), [&](const auto& r) { return r.dtype == dt; });
     };
     long variants = 0;  // reg, smem64, smem128, gemm, and tex and coopmat where the device has them
-    for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_available(ctx(), v, DType::bf16);
+    for (const auto& v : exec::linear_variants()) variants += exec::linear_variant_timed(ctx(), v, DType::bf16);
     const long n = variants * (long)exec::linear_table_shapes().size(),
                n_f32 = 3 * (long)exec::linear_table_shapes().size();
     CHECK(count(back, DType::f32) == n_f32);
