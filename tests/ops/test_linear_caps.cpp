@@ -6,6 +6,7 @@
 //    exactly where its lowering succeeds. The selector ranks only admitted kernels, so it can never pick one that
 //    throws (the H200's "linear_coopmat: fused activation not implemented").
 // 2. On the present device, every kernel it admits runs every epilogue against the CPU reference.
+#include <algorithm>
 #include <tuple>
 
 #include "runtime/exec/linear_select.h"
@@ -197,6 +198,15 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
     const ir::Act act = GENERATE(ir::Act::none, ir::Act::gelu, ir::Act::gelu_tanh, ir::Act::silu);
     const int64_t K = dtype_is_quant(w) ? 3 * dtype_block(w) : 68, M = 77, N = 130;
     CAPTURE(kernel, dtype_name(w), (int)act);
+    // The 128 tiles run the 64 tiles' epilogue text (linear_io.glsl): two activations per weight dtype, all four
+    // over f16, bf16 and q4_k (f32 W is not theirs), as each pipeline costs lavapipe up to a minute to compile.
+    if (kernel.find("128") != std::string::npos) {
+        const DType ws[] = {DType::f32, DType::f16, DType::bf16, DType::q4_k};
+        const ir::Act as[] = {ir::Act::none, ir::Act::gelu, ir::Act::gelu_tanh, ir::Act::silu};
+        const size_t i = (size_t)(std::find(std::begin(ws), std::end(ws), w) - std::begin(ws));
+        const size_t a = (size_t)(std::find(std::begin(as), std::end(as), act) - std::begin(as));
+        if ((i + a) % 2 == 0) return;
+    }
     if (!exec::linear_variant_available(ctx, kernel, w)) {
         SUCCEED(
             "not on this device: " << vk::linear_kernel_unavailable(*vk::find_linear_kernel(kernel), ctx.info(), w));
