@@ -206,6 +206,8 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
         const size_t i = (size_t)(std::find(std::begin(ws), std::end(ws), w) - std::begin(ws));
         const size_t a = (size_t)(std::find(std::begin(as), std::end(as), act) - std::begin(as));
         if ((i + a) % 2 == 0) return;
+        // The scalar twin's 128 tile compiles slowest of all on lavapipe (up to 100 s a pipeline): f16 only.
+        if (kernel == "gemm128" && w != DType::f16) return;
     }
     if (!exec::linear_variant_available(ctx, kernel, w)) {
         SUCCEED(
