@@ -41,10 +41,10 @@ struct ExecOptions {
     std::string block_layout = "auto";   // KILN_BLOCK_LAYOUT: auto|block|weight (block_weights.cpp)
     bool select_advance = true;          // KILN_SELECT_ADVANCE: replays counted on the device (regional mode)
     std::string eager_submit = "step";   // KILN_EAGER_SUBMIT: eager mode submits once per run (step) or per op (op)
-    std::string linear = "auto";         // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128
-    std::string conv2d = "auto";         // KILN_CONV2D: auto|buf|tex
-    std::string attention = "auto";      // KILN_ATTENTION: auto|coopmat|flash|rows|buf|tex
-    std::string precision = "exact";     // KILN_PRECISION: exact|fast (the cooperative-matrix kernels' operands)
+    std::string linear = "auto";      // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128
+    std::string conv2d = "auto";      // KILN_CONV2D: auto|buf|tex
+    std::string attention = "auto";   // KILN_ATTENTION: auto|coopmat|flash|rows|buf|tex
+    std::string precision = "exact";  // KILN_PRECISION: exact|fast (the cooperative-matrix kernels' operands)
 };
 
 // TEST-ONLY: fault injection and device limits smaller than the device's, so that tests reach paths a real device
@@ -54,10 +54,10 @@ struct TestHooks {
     int64_t device_lost_after = -1;    // KILN_TEST_DEVICE_LOST_AFTER: submissions before the device is "lost"
     uint32_t max_storage_buffers = 0;  // KILN_TEST_MAX_STORAGE_BUFFERS: lowers maxPerStageDescriptorStorageBuffers
     uint32_t max_texel_elements = 0;   // KILN_TEST_MAX_TEXEL_ELEMENTS: lowers maxTexelBufferElements
-    uint32_t max_shared_memory = 0;    // KILN_TEST_MAX_SHARED_MEMORY: lowers what flash attention and GEMM tiles may use
-    uint64_t max_binding_range = 0;    // KILN_MAX_BINDING_RANGE: lowers maxStorageBufferRange for executors
-    int convert_delay_ms = 0;          // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
-    int serve_step_delay_ms = 0;       // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
+    uint32_t max_shared_memory = 0;  // KILN_TEST_MAX_SHARED_MEMORY: lowers what flash attention and GEMM tiles may use
+    uint64_t max_binding_range = 0;  // KILN_MAX_BINDING_RANGE: lowers maxStorageBufferRange for executors
+    int convert_delay_ms = 0;        // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
+    int serve_step_delay_ms = 0;     // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
     // KILN_TEST_DISCRETE: the Context presents its device as a discrete GPU without unified memory (device-local
     // blocks unmapped, uploads staged), so that a CPU device takes a GPU's choices (vk::Context::init).
     bool discrete = false;

@@ -497,7 +497,8 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
     d = k->lower(linear_device(ctx), g, n);
     // KILN_PRECISION=fast: the tiled GEMMs' constant 13 (linear_gemm.glsl: one f16 per operand).
-    const bool gemm = k->caps.needs == vk::LinearCaps::Needs::coopmat || k->caps.needs == vk::LinearCaps::Needs::gemm_tile;
+    const bool gemm =
+        k->caps.needs == vk::LinearCaps::Needs::coopmat || k->caps.needs == vk::LinearCaps::Needs::gemm_tile;
     if (gemm && ctx.settings().exec.precision == "fast" && !t_measuring) {
         KILN_CHECK(d.spec.size() == 13, "internal: the tiled GEMM's constants changed");
         d.spec.push_back(1u);
