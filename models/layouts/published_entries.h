@@ -18,6 +18,9 @@ struct PublishedEntry {
 // FLUX.1's vae/config.json (published_configs.cpp), which Z-Image-Turbo publishes too.
 const char* flux1_vae_config();
 
+// SD3 medium, SD3.5 medium and large (published_configs_sd3.cpp).
+std::vector<PublishedEntry> sd3_published_entries();
+
 // Z-Image-Turbo and FLUX.2 [klein] 4B / 9B, with their Qwen3 text encoders (published_configs_qwen3.cpp).
 std::vector<PublishedEntry> qwen3_published_entries();
 
