@@ -70,7 +70,7 @@ public:
         double fan_in = m.shape.size() >= 2 ? (double)shape_numel(m.shape) / (double)m.shape[0] : 1.0;
         float sc = m.shape.size() >= 2 ? (float)(1.0 / std::sqrt(fan_in)) : 0.05f;
         float* p = t.data<float>();
-        for (int64_t i = 0; i < t.numel(); ++i) {  // xorshift64*: cheap and deterministic
+        for (int64_t i = 0, n = t.numel(); i < n; ++i) {  // xorshift64*: cheap and deterministic
             h ^= h >> 12, h ^= h << 25, h ^= h >> 27;
             p[i] = sc * ((float)((h * 2685821657736338717ull) >> 40) / (float)(1ull << 24) * 2.f - 1.f);
         }

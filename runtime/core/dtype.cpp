@@ -148,12 +148,15 @@ uint16_t f32_to_f16(float f) {
         uint32_t h = man >> shift;
         uint32_t rem = man & ((1u << shift) - 1u);
         uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1u))) h++;
+        h += (uint32_t)(rem + (h & 1u) > half);  // round to nearest, ties to even (see below)
         return (uint16_t)(sign | h);
     }
     uint32_t h = ((uint32_t)e << 10) | (man >> 13);
     uint32_t rem = man & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;  // may carry into exponent: correct
+    // Round to nearest, ties to even, without a branch on the dropped bits (a random branch where weights are
+    // converted: most of a model load's time was mispredicts): rem + odd > half is rem > half, or rem == half with
+    // h odd (rem < half: rem + 1 <= half). May carry into the exponent: correct, up to inf.
+    h += (uint32_t)(rem + (h & 1u) > 0x1000u);
     return (uint16_t)(sign | h);
 }
 
@@ -295,7 +298,24 @@ void convert(const void* src, DType from, void* dst, DType to, size_t n) {
         }
         return;
     }
-    // Float conversions go through f32 (not double) so that f32->f16 rounds exactly once.
+    // Float conversions go through f32 (not double) so that f32->f16 rounds exactly once. The common pairs of
+    // weight loading (f32 / bf16 / f16 to f16, f32 or bf16 and back) run without the per-element type switch: the
+    // same functions, so the same bits.
+    const auto each = [n](auto f) {
+        for (size_t i = 0; i < n; ++i) f(i);
+    };
+    const auto* s16 = (const uint16_t*)src;
+    const auto* s32 = (const float*)src;
+    auto* d16 = (uint16_t*)dst;
+    auto* d32 = (float*)dst;
+    if (from == DType::f32 && to == DType::f16) return each([&](size_t i) { d16[i] = f32_to_f16(s32[i]); });
+    if (from == DType::f32 && to == DType::bf16) return each([&](size_t i) { d16[i] = f32_to_bf16(s32[i]); });
+    if (from == DType::f16 && to == DType::f32) return each([&](size_t i) { d32[i] = f16_to_f32(s16[i]); });
+    if (from == DType::bf16 && to == DType::f32) return each([&](size_t i) { d32[i] = bf16_to_f32(s16[i]); });
+    if (from == DType::bf16 && to == DType::f16)
+        return each([&](size_t i) { d16[i] = f32_to_f16(bf16_to_f32(s16[i])); });
+    if (from == DType::f16 && to == DType::bf16)
+        return each([&](size_t i) { d16[i] = f32_to_bf16(f16_to_f32(s16[i])); });
     for (size_t i = 0; i < n; ++i) {
         if (to == DType::f16) {
             ((uint16_t*)dst)[i] = f32_to_f16((float)load(src, from, i));

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
@@ -18,6 +20,92 @@ TEST_CASE("f16 conversion is exact on representable values and rounds to nearest
         uint16_t b = (uint16_t)h;
         float f = f16_to_f32(b);
         if (!std::isnan(f)) REQUIRE(f32_to_f16(f) == b);
+    }
+}
+
+namespace {
+// The f16 nearest to f by its definition, independent of f32_to_f16's bit tricks: f16 values grow with their bit
+// patterns (0 .. 0x7bff), so binary-search the largest value <= |f| and pick the nearer neighbour in double (f,
+// both neighbours and their midpoint are exact there), ties to the even pattern; from 65520 (the midpoint of
+// 65504 and 2^16, whose tie goes to the even 0x7c00) on: inf. NaN: the quiet NaN 0x7e00.
+uint16_t nearest_f16(float f) {
+    const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+    if (std::isnan(f)) return sign | 0x7e00;
+    const double a = std::fabs((double)f);
+    if (a >= 65520.0) return sign | 0x7c00;
+    uint32_t lo = 0, hi = 0x7bff;  // v(lo) <= a; find the largest
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi + 1) / 2;
+        if ((double)f16_to_f32((uint16_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (lo == 0x7bff) return sign | (uint16_t)(a - 65504.0 < 65536.0 - a ? 0x7bff : 0x7c00);
+    const double d0 = a - f16_to_f32((uint16_t)lo), d1 = (double)f16_to_f32((uint16_t)(lo + 1)) - a;
+    return sign | (uint16_t)(d0 < d1 || (d0 == d1 && lo % 2 == 0) ? lo : lo + 1);
+}
+float bits_f32(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+}  // namespace
+
+// Every float whose 13 dropped bits (f16 normals) are a tie or a neighbour of one, for every exponent, sign and kept
+// mantissa; every float in f16's subnormal range at a stride (their ties fall on other bits); and a stride over all
+// 2^32 patterns. [.exhaustive] checks all 2^32 (about a minute; run by hand when f32_to_f16 changes).
+TEST_CASE("f32 to f16 rounds as the nearest f16 by definition", "[core]") {
+    uint64_t n = 0;
+    const auto check = [&n](uint32_t b) {
+        const float f = bits_f32(b);
+        const uint16_t got = f32_to_f16(f), want = nearest_f16(f);
+        if (got != want) FAIL_CHECK("f32 bits 0x" << std::hex << b << ": f16 0x" << got << ", nearest 0x" << want);
+        ++n;
+    };
+    for (uint32_t s = 0; s < 2; ++s)
+        for (uint32_t e = 0; e < 256; ++e)
+            for (uint32_t m = 0; m < 1024; ++m)
+                for (uint32_t low : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu})
+                    check(s << 31 | e << 23 | m << 13 | low);
+    for (uint32_t b = 0x33000000u; b < 0x38800000u; b += 61) check(b), check(b | 0x80000000u);  // 2^-25 .. 2^-14
+    for (uint64_t b = 0; b < (1ull << 32); b += 4099) check((uint32_t)b);
+    CHECK(n > 4000000);
+}
+
+TEST_CASE("f32 to f16 on every float", "[core][.exhaustive]") {
+    uint64_t bad = 0;
+    for (uint64_t b = 0; b < (1ull << 32); ++b) {
+        const float f = bits_f32((uint32_t)b);
+        if (f32_to_f16(f) != nearest_f16(f)) ++bad;
+    }
+    CHECK(bad == 0);
+}
+
+TEST_CASE("convert's fast pairs give convert's element-wise bits", "[core]") {
+    std::vector<float> x;
+    for (uint64_t b = 0; b < (1ull << 32); b += 65537) x.push_back(bits_f32((uint32_t)b));
+    std::vector<uint16_t> h(x.size()), bf(x.size()), h2(x.size()), bf2(x.size());
+    std::vector<float> back(x.size());
+    convert(x.data(), DType::f32, h.data(), DType::f16, x.size());
+    convert(x.data(), DType::f32, bf.data(), DType::bf16, x.size());
+    convert(bf.data(), DType::bf16, h2.data(), DType::f16, x.size());
+    convert(h.data(), DType::f16, bf2.data(), DType::bf16, x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        REQUIRE(h[i] == f32_to_f16(x[i]));
+        REQUIRE(bf[i] == f32_to_bf16(x[i]));
+        REQUIRE(h2[i] == f32_to_f16(bf16_to_f32(bf[i])));
+        REQUIRE(bf2[i] == f32_to_bf16(f16_to_f32(h[i])));
+    }
+    convert(h.data(), DType::f16, back.data(), DType::f32, x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const float want = f16_to_f32(h[i]);
+        REQUIRE(std::memcmp(&back[i], &want, 4) == 0);
+    }
+    convert(bf.data(), DType::bf16, back.data(), DType::f32, x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const float want = bf16_to_f32(bf[i]);
+        REQUIRE(std::memcmp(&back[i], &want, 4) == 0);
     }
 }
 
