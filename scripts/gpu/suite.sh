@@ -19,7 +19,8 @@
 # with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
 # dit-tiny, no PyTorch. CI runs it, so a set-up that fails does so here, not on a lent device.
 # Env: STAGES ("info tests kernels bench variants"), BUDGET, ARCH, TESTS (executables, e.g. "jit models"),
-# TORCH_MODES.
+# TEST_FILTERS ("jit=[stream];ops=[coopmat]": a Catch2 test spec per executable), VARIANTS (the variants stage's
+# list, space-separated VAR=value), TORCH_MODES.
 set -uo pipefail
 ci=0
 [ "${1:-}" = "--ci" ] && ci=1
@@ -95,6 +96,10 @@ for st in $stages; do
           [text]="[clip_tokenizer]" [ops]="[op:softmax]" [jit]="[pipeline_cache]" [models]="[dit]"
           [apps]="[vulkan_loader],[text]")  # apps: kiln spawned through rt/run, ICU's data through the tokenizers
       fi
+      # TEST_FILTERS="jit=[stream],[window];models=[flux]": a Catch2 test spec per executable (e.g. only the cases
+      # that failed on the last run, or a new kernel's), to spend the call's minutes on what is unknown.
+      IFS=';' read -ra tfs <<< "${TEST_FILTERS:-}"
+      for tf in "${tfs[@]}"; do [ -n "$tf" ] && filt[${tf%%=*}]=${tf#*=}; done
       tl=$(lim $([ $ci = 1 ] && echo 150 || echo 300) 150)
       log "tests: ${TESTS:-all packed}, validation on, ${tl} s each at most"
       for t in ${TESTS:-core ir converter layouts schedulers text ops jit models apps}; do
@@ -141,6 +146,7 @@ for st in $stages; do
       vs="KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows KILN_LINEAR=coopmat KILN_LINEAR=gemm"
       vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
+      vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y": these, in this order
       for v in $vs; do
         [ "$(left)" -lt 30 ] && { log "variants: no time left at $v"; break; }
         r=$(env "$v" timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
