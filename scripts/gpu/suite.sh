@@ -18,7 +18,8 @@
 # Here: bash scripts/gpu/suite.sh --ci  runs the same set-up and stages on this machine's lavapipe (Debian 12's 22.3)
 # with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
 # dit-tiny, no PyTorch. CI runs it, so a set-up that fails does so here, not on a lent device.
-# Env: STAGES ("info tests kernels bench variants"), BUDGET, ARCH, TESTS (executables, e.g. "jit models"),
+# Env: STAGES ("info tests kernels bench variants"), BUDGET, ARCH (a list: bench runs each, variants the first),
+# BENCH_STEPS, TESTS (executables, e.g. "jit models"),
 # TEST_FILTERS ("jit=[stream];ops=[coopmat]": a Catch2 test spec per executable), VARIANTS (the variants stage's
 # list, space-separated VAR=value), TORCH_MODES.
 set -uo pipefail
@@ -125,31 +126,33 @@ for st in $stages; do
         cat "$o/kernels-quant.txt"
       fi
       ;;
-    bench)
-      arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
-      if [ $ci = 0 ] && [ -f .gpu/peer.tar.xz ]; then
-        mkdir -p "$work/peer" && xz -dc .gpu/peer.tar.xz | tar -C "$work/peer" -xf -
-        (cd "$work/peer" && PYTHONPATH="$work/peer" timeout "$(lim 200 60)" python3 bench_torch.py --arch "$arch" \
-           --modes "${TORCH_MODES:-eager,regional,cudagraphs}" --iters 20 > "$o/torch-$arch.jsonl" 2> "$o/torch-$arch.err")
-        log "bench_torch $arch rc=$?"
-        cat "$o/torch-$arch.jsonl"
-      fi
-      steps=$([ $ci = 1 ] && echo 1 || echo 10)
-      timeout "$(lim 120 5)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode all --steps "$steps" --warmup 1 \
-        --json "$o/kiln-$arch.json" > "$o/kiln-$arch.txt" 2>&1
-      log "kiln bench $arch rc=$?"
-      tail -n 12 "$o/kiln-$arch.txt"
+    bench)  # per arch of ARCH (a list; the variants stage takes the first)
+      for arch in ${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}; do
+        if [ $ci = 0 ] && [ -f .gpu/peer.tar.xz ]; then
+          [ -d "$work/peer" ] || { mkdir -p "$work/peer" && xz -dc .gpu/peer.tar.xz | tar -C "$work/peer" -xf -; }
+          (cd "$work/peer" && PYTHONPATH="$work/peer" timeout "$(lim 200 60)" python3 bench_torch.py --arch "$arch" \
+             --modes "${TORCH_MODES:-eager,regional,cudagraphs}" --iters 20 > "$o/torch-$arch.jsonl" 2> "$o/torch-$arch.err")
+          log "bench_torch $arch rc=$?"
+          cat "$o/torch-$arch.jsonl"
+        fi
+        steps=${BENCH_STEPS:-$([ $ci = 1 ] && echo 1 || echo 10)}
+        timeout "$(lim 120 5)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode all --steps "$steps" --warmup 1 \
+          --json "$o/kiln-$arch.json" > "$o/kiln-$arch.txt" 2>&1
+        log "kiln bench $arch rc=$?"
+        tail -n 12 "$o/kiln-$arch.txt"
+      done
       ;;
     variants)  # one regional step time per forced kernel (each line: the variable, then kiln bench's regional row)
       arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
+      arch=${arch%% *}
       steps=$([ $ci = 1 ] && echo 1 || echo 3)  # 3: the 2026-11-28 run fitted 2 of 7 rows at 10 steps
       vs="KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows KILN_LINEAR=coopmat KILN_LINEAR=gemm"
       vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
-      vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y": these, in this order
+      vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y,C=z": these, in this order (commas join variables in one variant)
       for v in $vs; do
         [ "$(left)" -lt 30 ] && { log "variants: no time left at $v"; break; }
-        r=$(env "$v" timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
+        r=$(env ${v//,/ } timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
               --steps "$steps" --warmup 1 2>&1 | grep -E '^(regional|error|kiln: error)' | head -n 2 | tr -s ' \n' ' ')
         echo "$v $r" | tee -a "$o/variants.txt"
       done
