@@ -137,8 +137,7 @@ bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) 
 
 bool linear_variant_timed(vk::Context& ctx, const std::string& v, DType dt) {
     if (!linear_variant_available(ctx, v, dt)) return false;
-    return !(ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU &&
-             vk::find_linear_kernel(v)->caps.needs == vk::LinearCaps::Needs::gemm_tile);
+    return ctx.info().vk_type != VK_PHYSICAL_DEVICE_TYPE_CPU || vk::find_linear_kernel(v)->caps.cpu_table;
 }
 
 std::string linear_unsupported(vk::Context& ctx, const std::string& v, const ir::Graph& g, const ir::Node& n) {

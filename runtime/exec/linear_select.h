@@ -49,9 +49,9 @@ struct LinearTable {
 // the default table shapes.
 const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
-// Whether the table measures it: available, and not the tiled GEMM's scalar twins (gemm, gemm128) on a CPU device,
-// which run them at about 1 GFLOP/s (never its pick) and take lavapipe up to a minute per pipeline to compile; the
-// forced tests run them there (KILN_LINEAR=gemm still works).
+// Whether the table measures it: available, and on a CPU device only where its declaration says so
+// (LinearCaps::cpu_table: not the tiled GEMM's scalar twins, about 1 GFLOP/s there and up to a minute per pipeline to
+// compile, nor gemv); the forced tests run them there (KILN_LINEAR=gemm still works).
 bool linear_variant_timed(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
 

@@ -55,8 +55,16 @@ std::optional<CoopmatShape> choose_coopmat_shape(const std::vector<CoopmatShape>
 
 namespace {
 LinearCaps gemm_caps(LinearCaps::Needs needs, uint32_t wm, uint32_t wn, uint32_t fm, uint32_t fn) {
-    return LinearCaps{.f32_w = false, .k_multiple = 4, .needs = needs, .wm = wm, .wn = wn, .fm = fm, .fn = fn};
+    return LinearCaps{.f32_w = false,
+                      .k_multiple = 4,
+                      .needs = needs,
+                      .wm = wm,
+                      .wn = wn,
+                      .fm = fm,
+                      .fn = fn,
+                      .cpu_table = needs != LinearCaps::Needs::gemm_tile};
 }
+Dispatch lower_gemv(const DeviceInfo&, const ir::Graph& g, const ir::Node& n) { return lower_linear_gemv(g, n); }
 // The GEMM kernels' lowerings: kernel i of {coopmat, coopmat128, gemm, gemm128}.
 template <int i>
 Dispatch lower_gemm(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n) {
@@ -76,6 +84,7 @@ const std::vector<LinearKernel>& linear_kernels() {
         {"tex", LinearCaps{.k_multiple = 4, .needs = N::texel_formats}, lower_tex},
         {"gemm", gemm_caps(N::gemm_tile, 2, 2, 2, 2), lower_gemm<2>},
         {"gemm128", gemm_caps(N::gemm_tile, 4, 2, 2, 4), lower_gemm<3>},
+        {"gemv", LinearCaps{.k_multiple = 4, .cpu_table = false}, lower_gemv},
     };
     return k;
 }
@@ -139,6 +148,23 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
     d.groups[1] = (p.M + 16 * t.tm - 1) / (16 * t.tm);
     d.groups[2] = 1;
     KILN_CHECK(d.groups[1] <= 65535, "linear_smem: M = ", p.M, " rows exceed the dispatch limit");
+    return d;
+}
+
+Dispatch lower_linear_gemv(const ir::Graph& g, const ir::Node& n) {
+    KILN_CHECK(g.value(n.in[1]).shape[1] % 4 == 0, "linear_gemv: K % 4 != 0 (it loads 4-vectors along K)");
+    Dispatch d = lower_linear(g, n);  // the checks, and LinearParams {M, N, K, has_bias}
+    const params::LinearParams p = params_of(d);
+    d.shader = ShaderKey::weights("linear", "gemv", g.value(n.in[1]).dtype);
+    d.shader.gated = ir::linear_gated(n);
+    constexpr uint32_t kCols = 4, kInvocations = 128;
+    const uint32_t rows = std::clamp<uint32_t>(p.M, 1, 8);
+    d.spec = {rows, kCols, d.spec[2], 0u, d.spec[4], d.spec[5], kInvocations};  // ACT, XF16, YF16 from lower_linear
+    d.groups[0] = (p.N + kCols - 1) / kCols;
+    d.groups[1] = (p.M + rows - 1) / rows;
+    d.groups[2] = 1;
+    KILN_CHECK(d.groups[0] <= 65535 && d.groups[1] <= 65535, "linear_gemv: N = ", p.N, ", M = ", p.M,
+               " exceed the dispatch limit");
     return d;
 }
 

@@ -17,6 +17,8 @@
 //   gemm     linear_gemm.comp: coopmat's kernel (linear_gemm.glsl) with scalar inner products, on any device: the
 //            GPU path's tiling, loads, scaling and epilogue where lavapipe 22.3 runs them.
 //   gemm128  the same with coopmat128's tile.
+//   gemv     linear_gemv.comp: few rows (M = batch: adaLN, timestep and modulation linears), a workgroup per 4 output
+//            columns and up to 8 rows, its lanes splitting K; every weight dtype.
 // Every kernel applies the same epilogue (bias, ir::Act activation, the gated residual of a gated linear: its
 // "_gated" shaders, linear_gate.glsl; f16 or f32 y; linear_io.glsl / linear.glsl).
 #include <cstdint>
@@ -50,6 +52,10 @@ struct LinearCaps {
     // The tiled GEMM (coopmat, gemm: Needs::coopmat / gemm_tile): its block tile, subgroups and fragments
     // (linear_gemm.glsl). x is split into two f16 parts there (linear_splits).
     uint32_t wm = 0, wn = 0, fm = 0, fn = 0;
+    // Timed by the kernel table on a CPU device (lavapipe). false: GPU-shaped kernels (the scalar GEMM twins, gemv)
+    // whose timing there costs minutes of compilation for a pick a CPU never makes, and whose other summation order
+    // would change lavapipe's bits; tests force them.
+    bool cpu_table = true;
 };
 
 struct LinearKernel {
@@ -61,7 +67,7 @@ struct LinearKernel {
 };
 
 // reg first (the reference of the probes and the fallback), then smem64, smem128, coopmat, coopmat128, tex, gemm,
-// gemm128.
+// gemm128, gemv.
 const std::vector<LinearKernel>& linear_kernels();
 // nullptr for an unknown name.
 const LinearKernel* find_linear_kernel(const std::string& name);
@@ -82,6 +88,9 @@ struct SmemTile {
     uint32_t tm = 4, tn = 4;
 };
 Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t);
+// linear_gemv.comp for node n: spec {R, C, ACT, -, XF16, YF16, NT}, R = min(M, 8) rows and C = 4 columns per
+// workgroup of NT = 128 invocations; groups (N / C, M / R, 1), rounded up.
+Dispatch lower_linear_gemv(const ir::Graph& g, const ir::Node& n);
 // One configuration of the tiled GEMM (linear_gemm.glsl's specialization constants): the matrix shape, a wm x wn grid
 // of subgroups of fm x fn fragments each (a (wm fm M) x (wn fn N) block tile), K slices of bk (16 or 32) values in
 // nbuf (1 or 2) shared buffers, `invocations` per workgroup; coopmat: the cooperative form (else the scalar one).

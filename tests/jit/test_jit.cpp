@@ -8,6 +8,7 @@
 #include "runtime/core/quant.h"
 #include "runtime/cpu/reference.h"
 #include "runtime/exec/executor.h"
+#include "runtime/exec/linear_select.h"
 #include "runtime/exec/regions.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/pipeline.h"
@@ -425,6 +426,31 @@ TEST_CASE("weight-major layout at every weight dtype, storage and texel linears:
     CHECK(ex.counters().copies_per_run == 0);
     CHECK(ex.counters().command_buffers_recorded == 2);
     CHECK(bitwise_equal(full, run_y(ex, in)));
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+// The few-row kernel (gemv: never the table's pick on a CPU device) reads block weights through each selection's
+// shader form: "_off" (weight-major and block-major windows) and "_ptr" (device addresses). Its "_gated" forms run
+// in test_linear_gated.cpp, which forces every kernel.
+TEST_CASE("gemv under every block weight selection: bitwise equal to full", "[jit][gemv]") {
+    Toy toy(5, 2, 13, 32, DType::f16);
+    auto in = inputs(2, 13, 32, 49);
+    test::ScopedEnv lin("KILN_LINEAR", "gemv");
+    const uint64_t before = exec::linear_kernel_dispatches("gemv");
+    Tensor full = exec::run_graph(context(), toy.g, toy.gpu(), in, exec::Mode::full)["y"];
+    CHECK(exec::linear_kernel_dispatches("gemv") > before);
+    const auto regional = [&](const char* layout, exec::BlockWeights bw) {
+        test::ScopedEnv lay("KILN_BLOCK_LAYOUT", layout);
+        exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional, false, bw);
+        CHECK(ex.counters().copies_per_run == 0);
+        CHECK(bitwise_equal(full, run_y(ex, in)));
+        return ex.counters();
+    };
+    CHECK(regional("weight", exec::BlockWeights::automatic).block_kinds_weight_major == 1);
+    CHECK(regional("block", exec::BlockWeights::offset).block_kinds_by_offset == 1);
+    const auto by_address = regional("block", exec::BlockWeights::device);
+    CHECK(by_address.block_kinds_on_device == 1);
+    CHECK(by_address.block_kinds_by_offset == 0);
     CHECK(vk::Context::validation_errors() == 0);
 }
 
