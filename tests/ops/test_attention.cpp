@@ -261,6 +261,21 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
         CHECK((d.spec[4] == 16 && d.spec[7] == 32 && d.spec[8] == 64));  // shape, subgroup, D in whole fragments
         CHECK(d.spec[9] == 3);                                           // q scaled by 2^3 = 1 / scale
     }
+    if (cm && vk::attention_coopmat4_unavailable(dev).empty()) {
+        // coopmat4 where none of its tiles fits but one of coopmat's does: coopmat (head_dim 256 in 22000 bytes on
+        // lavapipe 26: coopmat's 8 x 8 takes 20480, coopmat4's smallest 26176; an H200 at head_dim 256 in its 48 KiB).
+        ir::Graph g2;  // not g: a node added there would move n and nb
+        auto q256 = g2.input("q256", {1, 9, 512});
+        auto y256 = g2.attention(q256, q256, q256, 2);
+        const ir::Node& n256 = g2.nodes()[(size_t)g2.value(y256).producer];
+        test::ScopedEnv env("KILN_ATTENTION", "coopmat4"), smem("KILN_TEST_MAX_SHARED_MEMORY", "22000");
+        if (!vk::attention_coopmat4_unsupported(dev, g2, n256, 22000).empty() &&
+            vk::attention_coopmat_unsupported(dev, g2, n256, 22000).empty()) {
+            vk::Dispatch d = vk::lower(g2, n256);
+            REQUIRE(exec::choose_attention_flash(test::op_ctx(), g2, n256, d));
+            CHECK(d.shader.kernel == "coopmat");
+        }
+    }
     if (vk::has_shader("attention_coopmat4")) {
         CHECK(vk::attention_coopmat4_unsupported(h200, g, nb, 49152).find("1024") != std::string::npos);
         const vk::Dispatch d = vk::lower_attention_coopmat4(h200, g, n, 49152);
