@@ -47,14 +47,7 @@ void flash_init() {
     [[unroll]] for (uint n = 0; n < FO; ++n) o_acc[n] = ACC(0.0);
 }
 
-// x = hi + lo + e. hi: x rounded to 11 significant bits through its bits (no compiler can fold lo to 0), exact in f16
-// for 2^-14 <= |x| < 65504; lo = f16(x - hi), x - hi exact in f32 and <= 2^-11 |x|. f16 rounding (RTE or RTZ) and
-// subnormals: |e| <= 2^-21 |x| + 2^-23.
-void split(float x, out float16_t hi, out float16_t lo) {
-    const float h = uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xffffe000u);
-    hi = float16_t(h);
-    if (!FAST) lo = float16_t(x - h);  // FAST: the lo tiles are never read
-}
+#include "attention_split.glsl"  // split(x, hi, lo)
 
 void store_q(uint r, uint d, float x) { split(x * float(1u << QSH), q_hi[r * LQ + d], q_lo[r * LQ + d]); }
 void store_kv(uint c, uint d, float x) { split(x, kv_hi[c * LQ + d], kv_lo[c * LQ + d]); }

@@ -126,12 +126,13 @@ const std::vector<SettingInfo> kTable = {
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
-    {"KILN_ATTENTION", "choice: auto|coopmat|flash|rows|buf|tex", "auto",
-     "the attention kernel: flash where it applies, on cooperative matrices where the device has them (auto: on "
-     "GPUs; rows on CPU devices), rows (buf/tex: through storage/texel buffers)", false,
+    {"KILN_ATTENTION", "choice: auto|coopmat4|coopmat|flash|rows|buf|tex", "auto",
+     "the attention kernel: flash where it applies (auto: on GPUs; rows on CPU devices), on cooperative matrices "
+     "(coopmat4: query rows split over subgroups; coopmat: 64 invocations per query tile), rows (buf/tex: through "
+     "storage/texel buffers)", false,
      [](Settings& s, const char* n, const std::string& v) {
-         s.exec.attention = choice(n, v, {"auto", "coopmat", "flash", "rows", "buf", "tex"},
-                                   "auto, coopmat, flash, rows, buf or tex"); }},
+         s.exec.attention = choice(n, v, {"auto", "coopmat4", "coopmat", "flash", "rows", "buf", "tex"},
+                                   "auto, coopmat4, coopmat, flash, rows, buf or tex"); }},
     {"KILN_PRECISION", "choice: exact|fast", "exact",
      "the cooperative-matrix kernels' operands: exact splits each into two f16 parts (f32-like results), fast rounds "
      "each to one f16 (half or a third of the matrix operations; about 1e-3 relative, as f16 inference)", false,
@@ -160,6 +161,10 @@ const std::vector<SettingInfo> kTable = {
      "lowers maxComputeSharedMemorySize for the flash attention kernel's and the tiled GEMM's tiles", true,
      [](Settings& s, const char* n, const std::string& v) {
          s.test.max_shared_memory = (uint32_t)integer(n, v, 0, UINT32_MAX, "a whole number, 0 or more"); }},
+    {"KILN_TEST_ATTENTION_LANES", "int", "0 (subgroup / rows, at least 1)",
+     "lanes per query row in the coopmat4 attention kernel's softmax (a subgroup of 8 then takes a 32-wide one's path)",
+     true, [](Settings& s, const char* n, const std::string& v) {
+         s.test.attention_lanes = (uint32_t)integer(n, v, 0, 128, "a whole number from 0 to 128"); }},
     {"KILN_TEST_DISCRETE", "bool", "0",
      "1: the device is presented as a discrete GPU without unified memory (a CPU device takes a GPU's choices)",
      true, [](Settings& s, const char* n, const std::string& v) { s.test.discrete = zero_or_one(n, v); }},

@@ -43,7 +43,7 @@ struct ExecOptions {
     std::string eager_submit = "step";   // KILN_EAGER_SUBMIT: eager mode submits once per run (step) or per op (op)
     std::string linear = "auto";      // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128
     std::string conv2d = "auto";      // KILN_CONV2D: auto|buf|tex
-    std::string attention = "auto";   // KILN_ATTENTION: auto|coopmat|flash|rows|buf|tex
+    std::string attention = "auto";   // KILN_ATTENTION: auto|coopmat4|coopmat|flash|rows|buf|tex
     std::string precision = "exact";  // KILN_PRECISION: exact|fast (the cooperative-matrix kernels' operands)
 };
 
@@ -56,6 +56,7 @@ struct TestHooks {
     uint32_t max_texel_elements = 0;   // KILN_TEST_MAX_TEXEL_ELEMENTS: lowers maxTexelBufferElements
     uint32_t max_shared_memory = 0;  // KILN_TEST_MAX_SHARED_MEMORY: lowers what flash attention and GEMM tiles may use
     uint64_t max_binding_range = 0;  // KILN_MAX_BINDING_RANGE: lowers maxStorageBufferRange for executors
+    uint32_t attention_lanes = 0;    // KILN_TEST_ATTENTION_LANES: lanes per row of coopmat4 attention's softmax
     int convert_delay_ms = 0;        // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
     int serve_step_delay_ms = 0;     // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
     // KILN_TEST_DISCRETE: the Context presents its device as a discrete GPU without unified memory (device-local

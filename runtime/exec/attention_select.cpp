@@ -9,29 +9,39 @@ namespace kiln::exec {
 
 bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
     const std::string& v = ctx.settings().exec.attention;
-    KILN_CHECK(v == "auto" || v == "coopmat" || v == "flash" || v == "rows" || v == "buf" || v == "tex",
-               "KILN_ATTENTION='", v, "' (auto, coopmat, flash, rows, buf or tex)");
+    KILN_CHECK(
+        v == "auto" || v == "coopmat4" || v == "coopmat" || v == "flash" || v == "rows" || v == "buf" || v == "tex",
+        "KILN_ATTENTION='", v, "' (auto, coopmat4, coopmat, flash, rows, buf or tex)");
     bool f16 = false;
     for (size_t i = 0; i < 3; ++i) f16 = f16 || g.value(n.in[i]).dtype == DType::f16;
     uint32_t smem = ctx.info().max_shared_memory;
     if (uint32_t t = ctx.settings().test.max_shared_memory) smem = std::min(smem, t);  // KILN_TEST_MAX_SHARED_MEMORY
     const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    // coopmat: forced, or auto on a GPU (a CPU device keeps the rows kernel: docs/attention.md), where it applies.
-    if (v == "coopmat") {  // where the device has none: an error, not a silent fallback
-        const std::string why = vk::attention_coopmat_unavailable(ctx.info());
-        KILN_CHECK(why.empty(), "KILN_ATTENTION=coopmat on '", ctx.info().name, "': ", why);
+    const bool fast = ctx.settings().exec.precision == "fast";
+    const bool cm = v == "coopmat" || v == "coopmat4";
+    // Forced cooperative matrices where the device has none: an error, not a silent fallback.
+    if (cm) {
+        const std::string why = v == "coopmat4" ? vk::attention_coopmat4_unavailable(ctx.info())
+                                                : vk::attention_coopmat_unavailable(ctx.info());
+        KILN_CHECK(why.empty(), "KILN_ATTENTION=", v, " on '", ctx.info().name, "': ", why);
     }
-    if ((v == "coopmat" || (v == "auto" && !cpu)) &&
-        vk::attention_coopmat_unsupported(ctx.info(), g, n, smem).empty()) {
-        d = vk::lower_attention_coopmat(ctx.info(), g, n, smem, ctx.settings().exec.precision == "fast");
+    // coopmat4: the rows-per-subgroup variant where a tile fits, else as coopmat (head_dim 256 in 48 KiB).
+    const uint32_t lanes = ctx.settings().test.attention_lanes;  // KILN_TEST_ATTENTION_LANES
+    if (v == "coopmat4" && vk::attention_coopmat4_unsupported(ctx.info(), g, n, smem, lanes).empty()) {
+        d = vk::lower_attention_coopmat4(ctx.info(), g, n, smem, fast, lanes);
+        return true;
+    }
+    if (cm && vk::attention_coopmat_unsupported(ctx.info(), g, n, smem).empty()) {
+        d = vk::lower_attention_coopmat(ctx.info(), g, n, smem, fast);
         return true;
     }
     if (f16) {  // the rows kernel reads f32 only
         d = vk::lower_attention_flash(g, n, smem);
         return true;
     }
-    if (v != "auto" && v != "flash" && v != "coopmat") return false;
-    // auto on a CPU device (lavapipe): the rows kernel, 7-17x faster there (docs/attention.md).
+    if (v != "auto" && v != "flash" && !cm) return false;
+    // auto: the scalar flash kernel on a GPU (the fastest measured, docs/attention.md); on a CPU device (lavapipe)
+    // the rows kernel, 7-17x faster there.
     if (v == "auto" && cpu) return false;
     if (!vk::attention_flash_unsupported(g, n, smem).empty()) return false;
     d = vk::lower_attention_flash(g, n, smem);

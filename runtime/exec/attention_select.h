@@ -10,11 +10,12 @@
 namespace kiln::exec {
 
 // Rewrites d (vk::lower of attention node n) to a flash kernel and returns true:
-//  - the cooperative-matrix variant where it applies on ctx's device and KILN_ATTENTION is coopmat, or auto on a GPU
-//    (coopmat on a device without cooperative matrices throws);
-//  - else the scalar flash kernel where it applies and KILN_ATTENTION is flash or coopmat, or auto on a GPU (not a
-//    CPU device: there the rows kernel is faster), or where q/k/v are stored f16 (only flash reads them; throws
-//    where it does not apply).
+//  - KILN_ATTENTION=coopmat4: the cooperative-matrix variant with the query rows split over subgroups where it applies
+//    on ctx's device, else as coopmat; coopmat: the cooperative-matrix variant with 64 invocations per query tile
+//    where it applies, else the scalar flash kernel (either on a device without cooperative matrices throws);
+//  - else the scalar flash kernel where it applies and KILN_ATTENTION is flash, or auto on a GPU (not a CPU device:
+//    there the rows kernel is faster), or where q/k/v are stored f16 (only flash reads them; throws where it does not
+//    apply).
 // Returns false, d untouched, where the rows kernel stays.
 bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 

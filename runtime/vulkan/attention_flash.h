@@ -48,4 +48,31 @@ std::string attention_coopmat_unsupported(const DeviceInfo& dev, const ir::Graph
 Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared,
                                  bool fast = false);
 
+// The variant with the query rows split over subgroups (shaders/attention_coopmat4.comp): nsg subgroups of rs query
+// rows each (br = nsg * rs rows per workgroup, one K/V staging for all of them) against bc keys per tile.
+struct Coopmat4Tile {
+    uint32_t nsg = 0, rs = 0, bc = 0;
+    uint32_t br() const { return nsg * rs; }
+};
+
+// Its tile: the first of nsg 4, 2, 1 (at most 128 invocations), rs 16 then one fragment, bc 32, 16, 8 whose rows and
+// keys are whole fragments and whose shared memory fits max_shared; nsg = 0 when none does. lanes: the softmax's
+// lanes per row (0: max(1, subgroup / rs); another, KILN_TEST_ATTENTION_LANES, must divide the subgroup and bc, and
+// rs lanes must be a multiple of the subgroup).
+Coopmat4Tile flash_coopmat4_tile(int64_t d, const DeviceInfo& dev, uint32_t max_shared, uint32_t lanes = 0);
+
+// "" when dev can run it at all, else why not: no cooperative matrices, not in this build, or a subgroup size that
+// is not a power of two up to 128.
+std::string attention_coopmat4_unavailable(const DeviceInfo& dev);
+
+// "" when node n can take it on dev with max_shared bytes of shared memory, else why not (also head_dim over 256, or
+// no tile fits).
+std::string attention_coopmat4_unsupported(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n,
+                                           uint32_t max_shared, uint32_t lanes = 0);
+
+// Its dispatch (the same bindings, push constants and precision scheme as lower_attention_coopmat). Throws where
+// unsupported.
+Dispatch lower_attention_coopmat4(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared,
+                                  bool fast = false, uint32_t lanes = 0);
+
 }  // namespace kiln::vk

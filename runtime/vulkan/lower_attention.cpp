@@ -80,6 +80,25 @@ uint64_t coopmat_shared_bytes(FlashTile t, int64_t d, const DeviceInfo& dev) {
     return 4ull * ((t.br + t.bc) * lq + t.br * lp + (uint64_t)t.br * t.bc + 128 + t.br * dev.coopmat_n +
                    nsg * dev.coopmat_m * dev.coopmat_n);
 }
+
+// Shared memory of attention_coopmat4.comp: the q tile (br rows) and the K and V tiles as f16 hi + lo (rows of
+// DL + 8), P likewise (rows of bc + 8), the f32 scores, and each subgroup's partial max and sum per row and lane
+// (rs x lr lanes per row).
+uint64_t coopmat4_shared_bytes(Coopmat4Tile t, int64_t d, const DeviceInfo& dev, uint32_t lr) {
+    const uint64_t lq = coopmat_cols(d, dev) + 8, br = t.br();
+    return 4 * br * lq + 8ull * t.bc * lq + 4 * br * (t.bc + 8) + 4 * br * t.bc + 8ull * t.nsg * t.rs * lr;
+}
+
+// Lanes per row of coopmat4's softmax: `lanes` where set (KILN_TEST_ATTENTION_LANES), else max(1, subgroup / rs).
+uint32_t coopmat4_lanes(uint32_t rs, const DeviceInfo& dev, uint32_t lanes) {
+    return lanes ? lanes : std::max(1u, dev.subgroup_size / rs);
+}
+
+// The cooperative-matrix kernels stage q as q * scale * 2^qsh with 2^qsh ~ 1 / scale (within a factor sqrt 2): about
+// q's own magnitude (attention_flash_cm.glsl; scale here is the kernel's, divided by softcap where set).
+uint32_t q_shift(const params::AttentionParams& p) {
+    return (uint32_t)std::clamp<long>(std::lround(-std::log2((double)p.scale)), 0, 30);
+}
 }  // namespace
 
 Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
@@ -173,15 +192,70 @@ Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, cons
     KILN_CHECK(why.empty(), "attention (cooperative-matrix kernel): ", why);
     const AttnShape s = attn_shape(g, n);
     const FlashTile t = flash_coopmat_tile(s.D, dev, max_shared);
-    // q staged as q * scale * 2^qsh with 2^qsh ~ 1 / scale (within a factor sqrt 2): about q's own magnitude
-    // (attention_flash_cm.glsl; scale here is the kernel's, divided by softcap where set).
     const params::AttentionParams p = attn_params(g, n);
-    const uint32_t qsh = (uint32_t)std::clamp<long>(std::lround(-std::log2((double)p.scale)), 0, 30);
     Dispatch d;
     d.shader = ShaderKey("attention", "coopmat");
     d.set_push(p);
+    d.spec = {(uint32_t)s.D,          t.br,          t.bc,          f16_bits(g, n) | (fast ? 8u : 0u),
+              dev.coopmat_m,          dev.coopmat_n, dev.coopmat_k, dev.subgroup_size,
+              coopmat_cols(s.D, dev), q_shift(p)};
+    d.groups[0] = (uint32_t)((s.Sq + t.br - 1) / t.br);
+    d.groups[1] = (uint32_t)s.H;
+    d.groups[2] = (uint32_t)s.B;
+    return d;
+}
+
+Coopmat4Tile flash_coopmat4_tile(int64_t d, const DeviceInfo& dev, uint32_t max_shared, uint32_t lanes) {
+    const uint32_t m = dev.coopmat_m, sg = dev.subgroup_size;
+    if (m == 0 || sg == 0 || (sg & (sg - 1)) != 0 || sg > 128) return {};
+    // Rows per subgroup: 16 (one 16-row fragment on NVIDIA, two of lavapipe's 8), else one fragment.
+    const uint32_t r16 = 16 % m == 0 ? 16 : m;
+    for (uint32_t nsg : {4u, 2u, 1u})
+        for (uint32_t rs : {r16, m})
+            for (uint32_t bc : {32u, 16u, 8u}) {
+                const Coopmat4Tile t{nsg, rs, bc};
+                const uint32_t lr = coopmat4_lanes(rs, dev, lanes);
+                if (nsg * sg <= 128 && rs % m == 0 && bc % dev.coopmat_n == 0 && bc % dev.coopmat_k == 0 &&
+                    sg % lr == 0 && rs * lr % sg == 0 && bc % lr == 0 &&
+                    coopmat4_shared_bytes(t, d, dev, lr) <= max_shared)
+                    return t;
+            }
+    return {};
+}
+
+std::string attention_coopmat4_unavailable(const DeviceInfo& dev) {
+    if (dev.coopmat_m == 0) return "no cooperative matrices: " + dev.coopmat_why;
+    if (!has_shader("attention_coopmat4"))
+        return "attention_coopmat4 is not in this build (glslang without GL_KHR_cooperative_matrix)";
+    const uint32_t sg = dev.subgroup_size;
+    if (sg == 0 || sg > 128 || (sg & (sg - 1)) != 0)
+        return "subgroup size " + std::to_string(sg) + " is not a power of two up to 128";
+    return "";
+}
+
+std::string attention_coopmat4_unsupported(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n,
+                                           uint32_t max_shared, uint32_t lanes) {
+    if (std::string why = attention_coopmat4_unavailable(dev); !why.empty()) return why;
+    const AttnShape s = attn_shape(g, n);
+    if (s.D > 256) return "head_dim " + std::to_string(s.D) + " exceeds 256";
+    if (flash_coopmat4_tile(s.D, dev, max_shared, lanes).nsg == 0)
+        return "no tile fits " + std::to_string(max_shared) + " bytes of shared memory at head_dim " +
+               std::to_string(s.D);
+    return "";
+}
+
+Dispatch lower_attention_coopmat4(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n, uint32_t max_shared,
+                                  bool fast, uint32_t lanes) {
+    const std::string why = attention_coopmat4_unsupported(dev, g, n, max_shared, lanes);
+    KILN_CHECK(why.empty(), "attention (cooperative-matrix kernel, rows per subgroup): ", why);
+    const AttnShape s = attn_shape(g, n);
+    const Coopmat4Tile t = flash_coopmat4_tile(s.D, dev, max_shared, lanes);
+    const params::AttentionParams p = attn_params(g, n);
+    Dispatch d;
+    d.shader = ShaderKey("attention", "coopmat4");
+    d.set_push(p);
     d.spec = {(uint32_t)s.D,
-              t.br,
+              t.br(),
               t.bc,
               f16_bits(g, n) | (fast ? 8u : 0u),
               dev.coopmat_m,
@@ -189,8 +263,11 @@ Dispatch lower_attention_coopmat(const DeviceInfo& dev, const ir::Graph& g, cons
               dev.coopmat_k,
               dev.subgroup_size,
               coopmat_cols(s.D, dev),
-              qsh};
-    d.groups[0] = (uint32_t)((s.Sq + t.br - 1) / t.br);
+              q_shift(p),
+              t.nsg * dev.subgroup_size,
+              t.rs,
+              coopmat4_lanes(t.rs, dev, lanes)};
+    d.groups[0] = (uint32_t)((s.Sq + t.br() - 1) / t.br());
     d.groups[1] = (uint32_t)s.H;
     d.groups[2] = (uint32_t)s.B;
     return d;

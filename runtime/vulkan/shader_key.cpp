@@ -36,7 +36,8 @@ std::string ShaderKey::name() const {
 }
 
 const std::vector<std::string>& shader_kernels() {
-    static const std::vector<std::string> k = {"vec4_tex", "coopmat", "multi", "flash", "smem", "vec4", "tex"};
+    static const std::vector<std::string> k = {"vec4_tex", "coopmat4", "coopmat", "multi",
+                                               "flash",    "smem",     "vec4",    "tex"};
     return k;
 }
 

@@ -44,8 +44,9 @@ Reads reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b, 
     }
     if (op == "attention") {
         // Groups (query tiles, heads, batch): rows kernel, tiles of 32 x rows-per-lane; flash and its
-        // cooperative-matrix variant (kernel "coopmat"), tiles of BR rows (flash_tile / flash_coopmat_tile). Every
-        // workgroup streams its head's K and V rows (the flash kernels in tiles of BC keys through shared memory):
+        // cooperative-matrix variants, tiles of BR rows (flash_tile, flash_coopmat_tile; coopmat4: its subgroups'
+        // rows together, flash_coopmat4_tile, one K/V staging serving them all). Every workgroup streams its head's
+        // K and V rows (the flash kernels in tiles of BC keys through shared memory):
         // K and V once per query tile (causal tiles past a workgroup's last key are skipped: an upper bound). q
         // once. A mask [B|1, Sq|1, Sk] is read by every head, and a row broadcast over the queries (or a batch over
         // the batch) by every query tile (batch). Query tiles run first: one head's K and V are re-read by

@@ -11,9 +11,11 @@
 #   bench    PyTorch's side (../shared/gpu-peer/bench_torch.py with diffusers, when bundle.sh --diffusers packed it), then
 #            kiln bench --mode all, on $ARCH (default dit-xl-2-256), in the same call so both share the card's clocks
 #   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28)
-#   variants kiln bench on $ARCH in regional mode, 3 steps, once per attention kernel (KILN_ATTENTION=coopmat, flash,
-#            rows), per forced linear kernel (KILN_LINEAR=coopmat, gemm, smem64, reg), with one f16 per
-#            cooperative-matrix operand (KILN_PRECISION=fast, first) and with f16 activations (KILN_ACT_F16=1)
+#   variants the attention op alone per kernel (test_ops "attention throughput": rows, flash, coopmat, coopmat4 on
+#            DiT-XL/2-256's and Gemma-2's shapes), then kiln bench on $ARCH in regional mode, 3 steps, once per
+#            attention kernel (KILN_ATTENTION=coopmat4, coopmat, flash, rows), per forced linear kernel
+#            (KILN_LINEAR=coopmat, gemm, smem64, reg), with one f16 per cooperative-matrix operand (KILN_PRECISION=fast,
+#            first) and with f16 activations (KILN_ACT_F16=1)
 #   stream   (only when STAGES names it) the streaming tests on the transfer-only queue, kiln bench --stream (#12)
 # Here: bash scripts/gpu/suite.sh --ci  runs the same set-up and stages on this machine's lavapipe (Debian 12's 22.3)
 # with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
@@ -146,7 +148,13 @@ for st in $stages; do
       arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
       arch=${arch%% *}
       steps=$([ $ci = 1 ] && echo 1 || echo 3)  # 3: the 2026-11-28 run fitted 2 of 7 rows at 10 steps
-      vs="KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows KILN_LINEAR=coopmat KILN_LINEAR=gemm"
+      if [ $ci = 0 ] && [ -x "$bin/tests/test_ops" ]; then  # the op alone, each kernel: attention-ops.txt
+        (cd "$bin/tests" && timeout "$(lim 40)" "$run" ./test_ops "attention throughput" > "$o/attention-ops.txt" 2>&1)
+        log "attention throughput rc=$?"
+        grep '^attention' "$o/attention-ops.txt"
+      fi
+      vs="KILN_ATTENTION=coopmat4 KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows"
+      vs="$vs KILN_LINEAR=coopmat KILN_LINEAR=gemm"
       vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
       vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y,C=z": these, in this order (commas join variables in one variant)

@@ -149,7 +149,7 @@ TEST_CASE("settings: a bad value is one error line naming the variable and what 
         {"KILN_LINEAR", "fast",
          "KILN_LINEAR='fast' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128 or gemv)"},
         {"KILN_CONV2D", "img", "KILN_CONV2D='img' (auto, buf or tex)"},
-        {"KILN_ATTENTION", "fast", "KILN_ATTENTION='fast' (auto, coopmat, flash, rows, buf or tex)"},
+        {"KILN_ATTENTION", "fast", "KILN_ATTENTION='fast' (auto, coopmat4, coopmat, flash, rows, buf or tex)"},
         {"KILN_MAX_BINDING_RANGE", "4K", "KILN_MAX_BINDING_RANGE='4K' (a whole number, 0 or more)"},
         {"KILN_TEST_MAX_STORAGE_BUFFERS", "-3", "KILN_TEST_MAX_STORAGE_BUFFERS='-3' (a whole number, 0 or more)"},
         {"KILN_TEST_MAX_TEXEL_ELEMENTS", "x", "KILN_TEST_MAX_TEXEL_ELEMENTS='x' (a whole number, 0 or more)"},

@@ -139,6 +139,15 @@ TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads
         REQUIRE(d.groups[0] == 16);
         CHECK(vk::traffic(g, n, d, bindings(g, n)).read == 262144 + 16 * 307200 * 2);
     }
+    // The rows-per-subgroup variant there: 4 subgroups of 16 rows share each K/V tile, 64-row query tiles: K and V
+    // read 4 times per head, not 16.
+    if (vk::has_shader("attention_coopmat4")) {
+        vk::DeviceInfo h200;
+        h200.coopmat_m = h200.coopmat_n = h200.coopmat_k = 16, h200.subgroup_size = 32;
+        d = vk::lower_attention_coopmat4(h200, g, n, 49152);
+        REQUIRE(d.groups[0] == 4);
+        CHECK(vk::traffic(g, n, d, bindings(g, n)).read == 262144 + 4 * 307200 * 2);
+    }
 
     // a [3, 100, 64] f32 = 76800 bytes, b [1, 64, 50] = 12800; N % 4 != 0: 64 x 64 tiles, groups (1, 2, 3).
     ir::Val m = g.matmul(g.input("a", {3, 100, 64}), g.input("b", {1, 64, 50}));

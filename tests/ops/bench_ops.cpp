@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "runtime/vulkan/attention_flash.h"
 #include "tests/ops/op_harness.h"
 
 using namespace kiln;
@@ -38,13 +39,22 @@ TEST_CASE("linear throughput", "[.bench]") {
 
 TEST_CASE("attention throughput", "[.bench]") {
     // DiT-XL/2 at 256 px: 256 tokens, 16 heads of 72; Gemma-2 2B's layer shape at 300 tokens (8 q heads, 4 kv heads
-    // of 256, soft-capped). The rows kernel (texel or storage buffers as the table picks) and the flash kernel.
+    // of 256, soft-capped). The rows kernel (texel or storage buffers as the table picks), the flash kernel and its
+    // cooperative-matrix variants where the device has them (coopmat4 at head_dim 256 may run coopmat: its fallback).
     struct Size {
         int64_t B, S, H, Hkv, D;
         float softcap;
     };
     for (Size z : {Size{2, 256, 16, 16, 72, 0.f}, Size{1, 300, 8, 4, 256, 50.f}})
-        for (const char* kernel : {"rows", "flash"}) {
+        for (const char* kernel : {"rows", "flash", "coopmat", "coopmat4"}) {
+            const std::string kn = kernel,
+                              why = kn == "coopmat"    ? vk::attention_coopmat_unavailable(test::op_ctx().info())
+                                    : kn == "coopmat4" ? vk::attention_coopmat4_unavailable(test::op_ctx().info())
+                                                       : "";
+            if (!why.empty()) {
+                std::printf("attention %s: not available (%s)\n", kernel, why.c_str());
+                continue;
+            }
             test::ScopedEnv env("KILN_ATTENTION", kernel);
             ir::Graph g;
             Shape s{z.B, z.S, z.H * z.D}, skv{z.B, z.S, z.Hkv * z.D};
@@ -66,9 +76,10 @@ TEST_CASE("attention throughput", "[.bench]") {
                 best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             }
             double gflops = 4.0 * z.B * z.H * z.S * z.S * z.D / best * 1e-9;
-            std::printf("attention %s B=%lld S=%lld H=%lld Hkv=%lld D=%lld: %.2f ms, %.1f GFLOP/s\n", kernel,
-                        (long long)z.B, (long long)z.S, (long long)z.H, (long long)z.Hkv, (long long)z.D, best * 1e3,
-                        gflops);
+            std::printf(
+                "attention %s B=%lld S=%lld H=%lld Hkv=%lld D=%lld: %.2f ms, %.1f GFLOP/s (gpu timer %.3f ms)\n",
+                kernel, (long long)z.B, (long long)z.S, (long long)z.H, (long long)z.Hkv, (long long)z.D, best * 1e3,
+                gflops, ex.last_gpu_ms());
         }
 }
 

@@ -9,6 +9,8 @@
 // factor shrinks), and the PV sums run per tile: the same ~Sk 2^-24 order, so the same bounds (docs/attention.md).
 // Soft-capping adds the tanh error: cap * tanh_accurate(s / cap) is a few (<= 4) ulp of cap in score, and a
 // perturbation e of every score moves a convex combination of |v| <= 1 by at most 2 e: + 8 cap 2^-24.
+#include <array>
+
 #include "runtime/exec/attention_select.h"
 #include "runtime/vulkan/attention_flash.h"
 #include "runtime/vulkan/pipeline.h"
@@ -203,8 +205,9 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
     const vk::DeviceInfo& dev = test::op_ctx().info();
     const bool cpu = dev.vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;  // auto: rows on lavapipe
     const bool cm = vk::attention_coopmat_unavailable(dev).empty();
-    CHECK(kernel_of("auto") == (cpu ? "vec4" : cm ? "coopmat" : "flash"));
+    CHECK(kernel_of("auto") == (cpu ? "vec4" : "flash"));
     if (cm) CHECK(kernel_of("coopmat") == "coopmat");
+    if (vk::attention_coopmat4_unavailable(dev).empty()) CHECK(kernel_of("coopmat4") == "coopmat4");
     CHECK(kernel_of("flash") == "flash");
     CHECK(kernel_of("rows") == "vec4");
     CHECK(kernel_of("buf") == "vec4");
@@ -232,7 +235,22 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
     CHECK((vk::flash_coopmat_tile(256, lvp26, 32768).br == 8 && vk::flash_coopmat_tile(256, lvp26, 32768).bc == 16));
     CHECK(vk::flash_coopmat_tile(64, bare, 49152).br == 0);
     CHECK(vk::flash_coopmat_tile(256, h200, 16384).br == 0);
+    // The rows-per-subgroup variant: 4 subgroups of 16 rows (64) against 16 keys on an H200 up to head dim 72, 2 at
+    // 128, none at 256 (coopmat4 falls back to coopmat there); on lavapipe 26 (8 x 8 x 8, subgroups of 8, 32 KiB)
+    // 4 x 16 rows against 8 keys at 64 and 72, 4 x 8 at 128, 1 x 8 at 256.
+    auto cm4 = [](int64_t d, const vk::DeviceInfo& dev, uint32_t smem) {
+        const vk::Coopmat4Tile t = vk::flash_coopmat4_tile(d, dev, smem);
+        return std::array<uint32_t, 3>{t.nsg, t.rs, t.bc};
+    };
+    for (int64_t d : {64, 72}) CHECK(cm4(d, h200, 49152) == std::array<uint32_t, 3>{4, 16, 16});
+    CHECK(cm4(128, h200, 49152) == std::array<uint32_t, 3>{2, 16, 16});
+    CHECK(cm4(256, h200, 49152)[0] == 0);
+    for (int64_t d : {64, 72}) CHECK(cm4(d, lvp26, 32768) == std::array<uint32_t, 3>{4, 16, 8});
+    CHECK(cm4(128, lvp26, 32768) == std::array<uint32_t, 3>{4, 8, 8});
+    CHECK(cm4(256, lvp26, 32768) == std::array<uint32_t, 3>{1, 8, 8});
+    CHECK(cm4(64, bare, 49152)[0] == 0);
     bare.coopmat_why = "no VK_KHR_cooperative_matrix";
+    CHECK_THAT(vk::attention_coopmat4_unavailable(bare), Catch::Contains("no VK_KHR_cooperative_matrix"));
     CHECK_THAT(vk::attention_coopmat_unavailable(bare), Catch::Contains("no VK_KHR_cooperative_matrix"));
     if (vk::has_shader("attention_coopmat")) {
         CHECK(vk::attention_coopmat_unsupported(h200, g, n, 49152).empty());  // head_dim 64
@@ -242,6 +260,29 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
         CHECK((d.spec[1] == 16 && d.spec[2] == 32 && d.groups[0] == 1 && d.groups[1] == 2));
         CHECK((d.spec[4] == 16 && d.spec[7] == 32 && d.spec[8] == 64));  // shape, subgroup, D in whole fragments
         CHECK(d.spec[9] == 3);                                           // q scaled by 2^3 = 1 / scale
+    }
+    if (cm && vk::attention_coopmat4_unavailable(dev).empty()) {
+        // coopmat4 where none of its tiles fits but one of coopmat's does: coopmat (head_dim 256 in 22000 bytes on
+        // lavapipe 26: coopmat's 8 x 8 takes 20480, coopmat4's smallest 26176; an H200 at head_dim 256 in its 48 KiB).
+        ir::Graph g2;  // not g: a node added there would move n and nb
+        auto q256 = g2.input("q256", {1, 9, 512});
+        auto y256 = g2.attention(q256, q256, q256, 2);
+        const ir::Node& n256 = g2.nodes()[(size_t)g2.value(y256).producer];
+        test::ScopedEnv env("KILN_ATTENTION", "coopmat4"), smem("KILN_TEST_MAX_SHARED_MEMORY", "22000");
+        if (!vk::attention_coopmat4_unsupported(dev, g2, n256, 22000).empty() &&
+            vk::attention_coopmat_unsupported(dev, g2, n256, 22000).empty()) {
+            vk::Dispatch d = vk::lower(g2, n256);
+            REQUIRE(exec::choose_attention_flash(test::op_ctx(), g2, n256, d));
+            CHECK(d.shader.kernel == "coopmat");
+        }
+    }
+    if (vk::has_shader("attention_coopmat4")) {
+        CHECK(vk::attention_coopmat4_unsupported(h200, g, nb, 49152).find("1024") != std::string::npos);
+        const vk::Dispatch d = vk::lower_attention_coopmat4(h200, g, n, 49152);
+        CHECK(d.shader.name() == "attention_coopmat4");
+        CHECK((d.spec[1] == 64 && d.spec[2] == 16 && d.groups[0] == 1 && d.groups[1] == 2));
+        CHECK((d.spec[8] == 64 && d.spec[9] == 3 && d.spec[10] == 128 && d.spec[11] == 16));  // 4 subgroups of 16 rows
+        CHECK(d.spec[12] == 2);  // 2 lanes per row in the softmax
     }
 }
 
@@ -319,16 +360,42 @@ double coopmat_extra(const OptProblem& a, const OptCase& c) {
 }
 }  // namespace
 
-TEST_CASE("the cooperative-matrix flash kernel matches the CPU reference", "[op:attention][coopmat]") {
+namespace {
+// "" when KILN_ATTENTION=kernel (coopmat or coopmat4) can run on ctx's device, else why not.
+std::string coopmat_unavailable(vk::Context& ctx, const std::string& kernel) {
+    return kernel == "coopmat4" ? vk::attention_coopmat4_unavailable(ctx.info())
+                                : vk::attention_coopmat_unavailable(ctx.info());
+}
+
+// As test::run_op under the caller's KILN_ATTENTION, checking that the plan ran attention_<kernel> once.
+test::OpRun run_kernel(const OptProblem& a, const std::string& kernel) {
+    exec::Executor ex(
+        test::op_ctx(), a.g, [](const ir::Value&, void*, size_t) {}, exec::Mode::full);
+    for (const auto& [name, t] : a.in) ex.set_input(name, t);
+    ex.run();
+    int runs = 0;
+    for (const exec::DispatchCost& c : ex.cost().per_dispatch)
+        if (c.shader == "attention_" + kernel) runs += c.per_run;
+    CHECK(runs == 1);
+    INFO("last validation message: " << vk::Context::last_validation_message());
+    CHECK(vk::Context::validation_errors() == 0);
+    const auto cpu = cpu::run(a.g, a.in, [](const ir::Value&) { return Tensor{}; });
+    return {ex.output("y").to_f32(), cpu.at("y").to_f32()};
+}
+}  // namespace
+
+TEST_CASE("the cooperative-matrix flash kernels match the CPU reference", "[op:attention][coopmat]") {
     vk::Context& ctx = test::op_ctx();
-    const std::string why = vk::attention_coopmat_unavailable(ctx.info());
+    // coopmat: 64 invocations per query tile; coopmat4: the query rows split over subgroups.
+    const std::string kernel = GENERATE("coopmat", "coopmat4");
+    const std::string why = coopmat_unavailable(ctx, kernel);
     if (!why.empty()) {
-        test::ScopedEnv env("KILN_ATTENTION", "coopmat");
+        test::ScopedEnv env("KILN_ATTENTION", kernel.c_str());
         OptProblem a(OptCase{1, 3, 3, 1, 1, 64, 0, false, 0.f}, 90);
         const ir::Node& n = a.g.nodes().back();
         vk::Dispatch d = vk::lower(a.g, n);
-        CHECK_THROWS_WITH(exec::choose_attention_flash(ctx, a.g, n, d), Catch::Contains("KILN_ATTENTION=coopmat"));
-        WARN("attention_coopmat not run on '" << ctx.info().name << "': " << why);
+        CHECK_THROWS_WITH(exec::choose_attention_flash(ctx, a.g, n, d), Catch::Contains("KILN_ATTENTION=" + kernel));
+        WARN("attention_" << kernel << " not run on '" << ctx.info().name << "': " << why);
         return;
     }
     // Head dims 64, 72 (DiT; 80 in 16-wide fragments), 128, 256 (Gemma-2); Sq = Sk = 269 (not a multiple of any
@@ -339,14 +406,15 @@ TEST_CASE("the cooperative-matrix flash kernel matches the CPU reference", "[op:
                          OptCase{2, 37, 45, 2, 1, 256, 2, true, 5.f}, OptCase{1, 5, 40, 6, 3, 64, 0, true, 0.f},
                          OptCase{1, 40, 5, 2, 2, 128, 0, true, 0.f}, OptCase{1, 70, 70, 2, 1, 256, 0, false, 20.f});
     const bool f16 = GENERATE(false, true);
-    CAPTURE(c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap, f16);
+    CAPTURE(kernel, c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap, f16);
     OptProblem a(c, 90, f16);
-    test::ScopedEnv env("KILN_ATTENTION", "coopmat");
+    test::ScopedEnv env("KILN_ATTENTION", kernel.c_str());
     const ir::Node& n = a.g.nodes().back();
     vk::Dispatch d = vk::lower(a.g, n);
     REQUIRE(exec::choose_attention_flash(ctx, a.g, n, d));
-    REQUIRE(d.shader.kernel == "coopmat");
-    auto r = test::run_op(a.g, a.in);
+    REQUIRE(d.shader.kernel == kernel);
+    CAPTURE(d.spec[1], d.spec[2]);  // the tile
+    auto r = run_kernel(a, kernel);
     const double extra = coopmat_extra(a, c);
     CAPTURE(extra, test::max_err(r.gpu, r.cpu), rel_l2(r.gpu, r.cpu));
     CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c) + extra);
@@ -388,25 +456,26 @@ double coopmat_fast_extra(const OptProblem& a, const OptCase& c) {
 }
 }  // namespace
 
-TEST_CASE("the cooperative-matrix flash kernel at KILN_PRECISION=fast: one f16 per operand, within its bound",
+TEST_CASE("the cooperative-matrix flash kernels at KILN_PRECISION=fast: one f16 per operand, within their bound",
           "[op:attention][coopmat][precision]") {
     vk::Context& ctx = test::op_ctx();
-    if (!vk::attention_coopmat_unavailable(ctx.info()).empty()) {
-        WARN("attention_coopmat not run on '" << ctx.info().name << "'");
+    const std::string kernel = GENERATE("coopmat", "coopmat4");
+    if (!coopmat_unavailable(ctx, kernel).empty()) {
+        WARN("attention_" << kernel << " not run on '" << ctx.info().name << "'");
         return;
     }
     OptCase c = GENERATE(OptCase{2, 269, 269, 2, 2, 72, 1, false, 0.f}, OptCase{1, 127, 127, 4, 1, 128, 2, false, 50.f},
                          OptCase{2, 37, 45, 2, 1, 256, 2, true, 5.f}, OptCase{1, 40, 5, 2, 2, 64, 0, true, 0.f});
     const bool f16 = GENERATE(false, true);
-    CAPTURE(c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap, f16);
+    CAPTURE(kernel, c.B, c.Sq, c.Sk, c.H, c.Hkv, c.D, c.mask, c.causal, c.softcap, f16);
     OptProblem a(c, 91, f16);
-    test::ScopedEnv env("KILN_ATTENTION", "coopmat"), prec("KILN_PRECISION", "fast");
+    test::ScopedEnv env("KILN_ATTENTION", kernel.c_str()), prec("KILN_PRECISION", "fast");
     const ir::Node& n = a.g.nodes().back();
     vk::Dispatch d = vk::lower(a.g, n);
     REQUIRE(exec::choose_attention_flash(ctx, a.g, n, d));  // test contexts read the environment live
-    REQUIRE(d.shader.kernel == "coopmat");
+    REQUIRE(d.shader.kernel == kernel);
     REQUIRE((d.spec.at(3) & 8u) != 0u);
-    auto r = test::run_op(a.g, a.in);
+    auto r = run_kernel(a, kernel);
     const double bound = opt_tolerance(c) + coopmat_fast_extra(a, c);
     CAPTURE(bound, test::max_err(r.gpu, r.cpu));
     CHECK(test::max_err(r.gpu, r.cpu) <= bound);
@@ -414,4 +483,40 @@ TEST_CASE("the cooperative-matrix flash kernel at KILN_PRECISION=fast: one f16 p
     // result differing from the exact variant's.
     test::ScopedEnv exact("KILN_PRECISION", "exact");
     CHECK(test::run_op(a.g, a.in).gpu != r.gpu);
+}
+
+TEST_CASE("the rows-per-subgroup cooperative-matrix kernel's other tiles and lane splits match the CPU reference",
+          "[op:attention][coopmat]") {
+    // KILN_TEST_MAX_SHARED_MEMORY: fewer or smaller subgroups per workgroup than the device's shared memory gives
+    // (lavapipe 26, head_dim 64: 4 x 8 rows at 20000 bytes, 2 x 8 at 12000). KILN_TEST_ATTENTION_LANES: lanes per row
+    // in the softmax, the partial max and sum combined across them (lavapipe's subgroups of 8 take one lane per row;
+    // NVIDIA's 32 with 16 rows two): 2 (4 x 16 rows, 4 rows per lane), 8 (4 x 8 rows, 1 key per lane and row).
+    // Bounds as the test above.
+    vk::Context& ctx = test::op_ctx();
+    if (const std::string why = vk::attention_coopmat4_unavailable(ctx.info()); !why.empty()) {
+        WARN("attention_coopmat4 not run on '" << ctx.info().name << "': " << why);
+        return;
+    }
+    struct Split {
+        uint32_t limit, lanes;
+    };
+    const Split t = GENERATE(Split{20000, 0}, Split{12000, 0}, Split{0, 2}, Split{0, 8}, Split{12000, 2});
+    const OptCase c{2, 37, 45, 4, 2, 64, 1, true, 30.f};
+    CAPTURE(t.limit, t.lanes);
+    OptProblem a(c, 92);
+    test::ScopedEnv env("KILN_ATTENTION", "coopmat4"), smem("KILN_TEST_MAX_SHARED_MEMORY", std::to_string(t.limit)),
+        lanes("KILN_TEST_ATTENTION_LANES", std::to_string(t.lanes));
+    const ir::Node& n = a.g.nodes().back();
+    vk::Dispatch d = vk::lower(a.g, n);
+    REQUIRE(exec::choose_attention_flash(ctx, a.g, n, d));
+    REQUIRE(d.shader.kernel == "coopmat4");
+    const uint32_t smem_all = ctx.info().max_shared_memory, smem_t = t.limit ? std::min(t.limit, smem_all) : smem_all;
+    const vk::Coopmat4Tile tile = vk::flash_coopmat4_tile(c.D, ctx.info(), smem_t, t.lanes);
+    CAPTURE(tile.nsg, tile.rs, tile.bc);
+    if (t.limit) CHECK(tile.br() < vk::flash_coopmat4_tile(c.D, ctx.info(), smem_all).br());
+    CHECK((d.spec[1] == tile.br() && d.spec[2] == tile.bc && d.spec[11] == tile.rs));
+    if (t.lanes) CHECK(d.spec[12] == t.lanes);
+    auto r = run_kernel(a, "coopmat4");
+    CHECK(test::max_err(r.gpu, r.cpu) <= opt_tolerance(c) + coopmat_extra(a, c));
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }
