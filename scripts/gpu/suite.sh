@@ -13,14 +13,16 @@
 #   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28)
 #   variants kiln bench on $ARCH in regional mode, 3 steps, once per attention kernel (KILN_ATTENTION=coopmat, flash,
 #            rows), per forced linear kernel (KILN_LINEAR=coopmat, gemm, smem64, reg), with one f16 per
-#            cooperative-matrix operand (KILN_PRECISION=fast, first) and with f16 activations (KILN_ACT_F16=1)
+#            cooperative-matrix operand (KILN_PRECISION=fast, first) and with f16 activations (KILN_ACT_F16=1), then
+#            the VK_NV_cooperative_matrix2 linear, which takes x stored f16 only: KILN_ACT_F16=1+KILN_LINEAR=coopmat2
+#            (a variant may join several VAR=value with '+')
 #   stream   (only when STAGES names it) the streaming tests on the transfer-only queue, kiln bench --stream (#12)
 # Here: bash scripts/gpu/suite.sh --ci  runs the same set-up and stages on this machine's lavapipe (Debian 12's 22.3)
 # with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
 # dit-tiny, no PyTorch. CI runs it, so a set-up that fails does so here, not on a lent device.
 # Env: STAGES ("info tests kernels bench variants"), BUDGET, ARCH, TESTS (executables, e.g. "jit models"),
 # TEST_FILTERS ("jit=[stream];ops=[coopmat]": a Catch2 test spec per executable), VARIANTS (the variants stage's
-# list, space-separated VAR=value), TORCH_MODES.
+# list, space-separated VAR=value[+VAR=value]), TORCH_MODES.
 set -uo pipefail
 ci=0
 [ "${1:-}" = "--ci" ] && ci=1
@@ -144,12 +146,13 @@ for st in $stages; do
       arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
       steps=$([ $ci = 1 ] && echo 1 || echo 3)  # 3: the 2026-11-28 run fitted 2 of 7 rows at 10 steps
       vs="KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows KILN_LINEAR=coopmat KILN_LINEAR=gemm"
-      vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
+      vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1 KILN_ACT_F16=1+KILN_LINEAR=coopmat2"
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
       vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y": these, in this order
       for v in $vs; do
         [ "$(left)" -lt 30 ] && { log "variants: no time left at $v"; break; }
-        r=$(env "$v" timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
+        # shellcheck disable=SC2046  # "A=x+B=y": two assignments (values without spaces)
+        r=$(env $(printf '%s' "$v" | tr '+' ' ') timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
               --steps "$steps" --warmup 1 2>&1 | grep -E '^(regional|error|kiln: error)' | head -n 2 | tr -s ' \n' ' ')
         echo "$v $r" | tee -a "$o/variants.txt"
       done
