@@ -224,15 +224,20 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                 const int64_t pk = dtype_is_quant(dt) ? 3 * dtype_block(dt) : 68 % kern.caps.k_multiple ? 72 : 68;
                 const LinearShape ps{77, 130, pk};
                 Problem pp(ps, dt, x16);
+                const uint64_t ran = linear_kernel_dispatches(v);
                 auto gpu = run_graph(ctx, pp.g, pp.bytes(), {{"x", pp.x}}, Mode::full).at("y").to_f32();
                 if (hook) hook(v, dt, gpu);
+                // A kernel of f16 x only must have run itself, not reg in its place (its admission differs most).
+                KILN_CHECK(!x16 || linear_kernel_dispatches(v) > ran, "the probe ran reg in place of ", v);
                 auto cpu_w = [&](const ir::Value& val) { return val.name == "w" ? pp.w : pp.b; };
                 auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
                 ok = close(gpu, cpu, ps.K, why, x_split);
                 for (size_t si = 0; si < shapes.size(); ++si) {
                     const LinearShape s = whole_blocks(shapes[si], dt);
                     LinearTable::Row row{dt, v, s, 0, false, why};
-                    if (ok) {
+                    if (ok && s.K % kern.caps.k_multiple != 0) {  // (kiln bench --shape) reg would run in its place
+                        row.note = "K_%_" + std::to_string(kern.caps.k_multiple) + "_!=_0";
+                    } else if (ok) {
                         Problem p(s, dt, x16);
                         if (x16 && !ref16_out.count((int)si)) {  // reg on the same problem (not timed)
                             t_override = "reg";
