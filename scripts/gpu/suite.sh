@@ -146,7 +146,8 @@ for st in $stages; do
       arch=${ARCH:-$([ $ci = 1 ] && echo dit-tiny || echo dit-xl-2-256)}
       steps=$([ $ci = 1 ] && echo 1 || echo 3)  # 3: the 2026-11-28 run fitted 2 of 7 rows at 10 steps
       vs="KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows KILN_LINEAR=coopmat KILN_LINEAR=gemm"
-      vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1 KILN_ACT_F16=1+KILN_LINEAR=coopmat2"
+      vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
+      vs="$vs KILN_ACT_F16=1+KILN_LINEAR=coopmat2"  # coopmat2 takes x stored f16 only
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
       vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y": these, in this order
       for v in $vs; do
