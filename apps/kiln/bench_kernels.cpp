@@ -20,6 +20,16 @@ std::string coopmat_note(vk::Context& ctx) {
            std::to_string(d.coopmat_n) + "x" + std::to_string(d.coopmat_k);
 }
 
+// The coopmat2 column's legend: its tile on this device, or why it is absent.
+std::string coopmat2_note(vk::Context& ctx) {
+    const vk::DeviceInfo& d = ctx.info();
+    if (!exec::linear_variant_available(ctx, "coopmat2", DType::f16))
+        return "absent, " + vk::linear_kernel_unavailable(*vk::find_linear_kernel("coopmat2"), d, DType::f16);
+    return "f16 weights, x stored f16 (timed so), VK_NV_cooperative_matrix2 " + std::to_string(d.cm2_bm) + "x" +
+           std::to_string(d.cm2_bn) + " BK" + std::to_string(d.cm2_bk) + ", " + std::to_string(d.cm2_invocations) +
+           " invocations";
+}
+
 // The tiled GEMM kernels' tiles on this device for f16 weights: "coopmat 64x64 BK32x2 34828 B, ...".
 std::string gemm_tiles(vk::Context& ctx) {
     std::string out;
@@ -96,8 +106,8 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     std::printf(
         "(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s; gemm: "
         "coopmat's kernel with scalar products; 128: the 128-row tile; f16 tiles, slices x buffers, shared memory: "
-        "%s; tex: %s)\n",
-        coopmat_note(ctx).c_str(), gemm_tiles(ctx).c_str(),
+        "%s; coopmat2: %s; tex: %s)\n",
+        coopmat_note(ctx).c_str(), gemm_tiles(ctx).c_str(), coopmat2_note(ctx).c_str(),
         ctx.info().texel_formats ? "x and W through uniform texel buffers"
                                  : "absent, no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers");
     const std::string path = exec::linear_table_path(ctx);

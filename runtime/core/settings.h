@@ -41,7 +41,8 @@ struct ExecOptions {
     std::string block_layout = "auto";   // KILN_BLOCK_LAYOUT: auto|block|weight (block_weights.cpp)
     bool select_advance = true;          // KILN_SELECT_ADVANCE: replays counted on the device (regional mode)
     std::string eager_submit = "step";   // KILN_EAGER_SUBMIT: eager mode submits once per run (step) or per op (op)
-    std::string linear = "auto";      // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128
+    std::string linear =
+        "auto";  // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128|coopmat2
     std::string conv2d = "auto";      // KILN_CONV2D: auto|buf|tex
     std::string attention = "auto";   // KILN_ATTENTION: auto|coopmat4|coopmat|flash|rows|buf|tex
     std::string precision = "exact";  // KILN_PRECISION: exact|fast (the cooperative-matrix kernels' operands)

@@ -47,13 +47,17 @@ Tensor pseudo_random(const Shape& s, uint32_t seed) {
     return t;
 }
 
+// x16: x stored f16 (for kernels that take only that, coopmat2): its values are f16 already, so the CPU reference
+// reads what the device reads.
 struct Problem {
     ir::Graph g;
     Tensor x, w, b;
-    Problem(LinearShape s, DType dt) {
+    Problem(LinearShape s, DType dt, bool x16 = false) {
         auto xv = g.input("x", {s.M, s.K});
+        if (x16) g.set_storage(xv, DType::f16);
         g.output(g.linear(xv, g.weight("w", {s.N, s.K}, dt), g.weight("b", {s.N})), "y");
         x = pseudo_random({s.M, s.K}, 1);
+        if (x16) x = x.astype(DType::f16).astype(DType::f32);
         w = pseudo_random({s.N, s.K}, 2).astype(dt);  // the CPU reads the same rounded weights
         b = pseudo_random({s.N}, 3);
     }
@@ -199,6 +203,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
     t_measuring = true;
     for (DType dt : dtypes) {
         std::map<int, std::vector<float>> ref_out;             // "reg" output per shape index
+        std::map<int, std::vector<float>> ref16_out;           // the same with x stored f16 (for kernels of f16 x)
         std::vector<double> fastest(shapes.size(), INFINITY);  // ms, over the variants timed so far
         for (const std::string& v : linear_variants()) {
             if (!linear_variant_timed(ctx, v, dt)) continue;
@@ -206,22 +211,38 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
             std::string why;
             bool ok = false;
             try {
-                const int x_split = vk::linear_splits(*vk::find_linear_kernel(v), dt);
+                const vk::LinearKernel& kern = *vk::find_linear_kernel(v);
+                const int x_split = vk::linear_splits(kern, dt);
+                // A kernel that takes only x stored f16 (coopmat2) runs problems of such x; its timed outputs are
+                // compared with reg's on the same problems.
+                const bool x16 = !kern.caps.f32_x;
                 t_override = v;
                 // Probe: partial tiles in M (77), N (130) and K (68 = 4 slices + a quarter; quantized weights: three
-                // blocks), against the CPU.
-                const LinearShape ps{77, 130, dtype_is_quant(dt) ? 3 * dtype_block(dt) : 68};
-                Problem pp(ps, dt);
+                // blocks; 72 = 2 slices + a quarter where the kernel needs K % 8), against the CPU.
+                const int64_t pk = dtype_is_quant(dt) ? 3 * dtype_block(dt) : 68 % kern.caps.k_multiple ? 72 : 68;
+                const LinearShape ps{77, 130, pk};
+                Problem pp(ps, dt, x16);
+                const uint64_t ran = linear_kernel_dispatches(v);
                 auto gpu = run_graph(ctx, pp.g, pp.bytes(), {{"x", pp.x}}, Mode::full).at("y").to_f32();
                 if (hook) hook(v, dt, gpu);
+                // A kernel of f16 x only must have run itself, not reg in its place (its admission differs most).
+                KILN_CHECK(!x16 || linear_kernel_dispatches(v) > ran, "the probe ran reg in place of ", v);
                 auto cpu_w = [&](const ir::Value& val) { return val.name == "w" ? pp.w : pp.b; };
                 auto cpu = cpu::run(pp.g, {{"x", pp.x}}, cpu_w).at("y").to_f32();
                 ok = close(gpu, cpu, ps.K, why, x_split);
                 for (size_t si = 0; si < shapes.size(); ++si) {
                     const LinearShape s = whole_blocks(shapes[si], dt);
                     LinearTable::Row row{dt, v, s, 0, false, why};
-                    if (ok) {
-                        Problem p(s, dt);
+                    if (ok && s.K % kern.caps.k_multiple != 0) {  // (kiln bench --shape) reg would run in its place
+                        row.note = "K_%_" + std::to_string(kern.caps.k_multiple) + "_!=_0";
+                    } else if (ok) {
+                        Problem p(s, dt, x16);
+                        if (x16 && !ref16_out.count((int)si)) {  // reg on the same problem (not timed)
+                            t_override = "reg";
+                            ref16_out[(int)si] =
+                                run_graph(ctx, p.g, p.bytes(), {{"x", p.x}}, Mode::full).at("y").to_f32();
+                            t_override = v;
+                        }
                         Executor ex(ctx, p.g, p.bytes(), Mode::full);
                         ex.set_input("x", p.x);
                         LinearTiming timing{fastest[si], reps, early_exit};
@@ -236,10 +257,11 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                         fastest[si] = std::min(fastest[si], best);
                         row.gflops = 2.0 * (double)s.M * s.N * s.K / (best * 1e6);
                         auto out = ex.output("y").to_f32();
+                        std::map<int, std::vector<float>>& refs = x16 ? ref16_out : ref_out;
                         if (v == "reg")
                             ref_out[(int)si] = std::move(out);
-                        else if (ref_out.count((int)si))  // absent when "reg" itself failed its probe
-                            ok = close(out, ref_out.at((int)si), s.K, why, x_split);
+                        else if (refs.count((int)si))  // absent when "reg" itself failed its probe
+                            ok = close(out, refs.at((int)si), s.K, why, x_split);
                         row.admitted = ok;
                         row.note = ok ? "" : why;
                     }
@@ -458,12 +480,13 @@ std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& 
     if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
     KILN_CHECK(v == "auto" || vk::find_linear_kernel(v), "KILN_LINEAR='", v,
-               "' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm or gemm128)");
+               "' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, gemv or coopmat2)");
     const vk::DeviceInfo dev = linear_device(ctx);
     const DType dt = g.value(n.in[1]).dtype;
     using N = vk::LinearCaps::Needs;
     const vk::LinearKernel* forced = v == "auto" ? nullptr : vk::find_linear_kernel(v);
-    if (forced && (forced->caps.needs == N::coopmat || forced->caps.needs == N::texel_formats)) {
+    if (forced && (forced->caps.needs == N::coopmat || forced->caps.needs == N::texel_formats ||
+                   forced->caps.needs == N::coopmat2)) {
         // Forced onto a device without the feature: an error, not a silent reg. Without its shader or the feature
         // only (not for shared memory: that depends on the weights and the tile, and such nodes stay on reg).
         vk::DeviceInfo roomy = dev;

@@ -7,10 +7,12 @@
 // for a dtype only if its probe output matches the CPU reference on an awkward shape (partial tiles in M, N and K) and
 // the "reg" output at every timed shape: a driver that miscompiles a path we never ran keeps the old one.
 // KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | coopmat128 | tex | gemm | gemm128
-// forces a kernel; a forced kernel applies to the nodes its declaration admits (the tiled GEMM: where its tile fits
-// the shared memory for the node's weights), the rest stay on reg; coopmat, coopmat128 or tex on a device without the
-// feature is an error. KILN_TEST_MAX_SHARED_MEMORY lowers the shared memory every decision here sees. Quantized weights
-// are measured like the others (K rounded down to whole blocks; their probe has three blocks per row).
+// | coopmat2 forces a kernel; a forced kernel applies to the nodes its declaration admits (the tiled GEMM: where its
+// tile fits the shared memory for the node's weights; coopmat2: f16 W and x stored f16), the rest stay on reg;
+// coopmat, coopmat128, tex or coopmat2 on a device without the feature is an error. A kernel of x stored f16 only
+// (coopmat2) is probed and timed on problems of such x, against reg on the same problems. KILN_TEST_MAX_SHARED_MEMORY
+// lowers the shared memory every decision here sees. Quantized weights are measured like the others (K rounded down
+// to whole blocks; their probe has three blocks per row).
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -51,7 +53,8 @@ const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
 // Whether the table measures it: available, and on a CPU device only where its declaration says so
 // (LinearCaps::cpu_table: not the tiled GEMM's scalar twins, about 1 GFLOP/s there and up to a minute per pipeline to
-// compile, nor gemv); the forced tests run them there (KILN_LINEAR=gemm still works).
+// compile, nor gemv, nor coopmat2, a GPU kernel no CPU driver Kiln knows has the features of); the forced tests run
+// them there (KILN_LINEAR=gemm still works).
 bool linear_variant_timed(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
 
@@ -108,7 +111,7 @@ DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g);
 void prepare_linear_table(vk::Context& ctx, const ir::Graph& g);
 
 // The kernel linear node n runs on ctx: KILN_LINEAR's where it admits n, else under auto the table's pick among those
-// that admit n, else "reg". Throws for a forced coopmat, coopmat128 or tex on a device without the feature.
+// that admit n, else "reg". Throws for a forced coopmat, coopmat128, tex or coopmat2 on a device without the feature.
 std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& n);
 
 // Post-lowering pass for linear node n: rewrites d (from vk::lower) to the variant chosen by KILN_LINEAR or the

@@ -11,6 +11,7 @@
 #include "runtime/core/platform.h"
 #include "runtime/vulkan/device_query.h"
 #include "runtime/vulkan/khr_coopmat.h"
+#include "runtime/vulkan/nv_coopmat2.h"
 #include "runtime/vulkan/pipeline.h"
 #include "runtime/vulkan/pipeline_cache.h"
 
@@ -134,7 +135,7 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "kiln";
     app.pEngineName = "kiln";
-    app.apiVersion = VK_API_VERSION_1_2;
+    app.apiVersion = detail::instance_api_version();  // 1.3 where the loader has it (linear_cm2.comp's SPIR-V 1.6)
     VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
     ci.flags = flags;
     ci.pApplicationInfo = &app;
@@ -308,6 +309,18 @@ void Context::init(const Settings& settings) {
         f12.vulkanMemoryModelDeviceScope = VK_TRUE;
         f12.pNext = &cmf;
     }
+    // linear_cm2.comp (DeviceInfo::cm2_bm): workgroup-scope matrices of flexible dimensions, per-element operations,
+    // tensor addressing; maintenance4 for its LocalSizeId. Chained only where the query found all of them.
+    VkPhysicalDeviceCooperativeMatrix2FeaturesNV cm2{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV};
+    VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES, &cm2};
+    if (info_.coopmat_m && info_.cm2_bm) {
+        cm2.cooperativeMatrixWorkgroupScope = cm2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
+        cm2.cooperativeMatrixPerElementOperations = cm2.cooperativeMatrixTensorAddressing = VK_TRUE;
+        f13.maintenance4 = VK_TRUE;
+        cm2.pNext = f12.pNext;
+        f12.pNext = &f13;
+    }
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
     f11.storageBuffer16BitAccess = VK_TRUE;
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
@@ -321,6 +334,7 @@ void Context::init(const Settings& settings) {
     if (info_.memory_budget) dev_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     if (info_.host_import) dev_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
     if (info_.coopmat_m) dev_exts.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (info_.coopmat_m && info_.cm2_bm) dev_exts.push_back(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
     // The spec requires enabling VK_KHR_portability_subset where the device offers it (MoltenVK). Kiln's compute
     // shaders use none of what it restricts (triangle fans, image view swizzles, events, ...).
     if (info_.portability_subset) dev_exts.push_back("VK_KHR_portability_subset");

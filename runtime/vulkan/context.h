@@ -35,6 +35,13 @@ struct DeviceInfo {
     // when the shape is set). coopmat_why says why not where it is 0.
     uint32_t coopmat_m = 0, coopmat_n = 0, coopmat_k = 0;
     std::string coopmat_why;
+    // VK_NV_cooperative_matrix2 as shaders/linear_cm2.comp uses it (the "coopmat2" linear): the block tile it runs
+    // (cm2_bm x cm2_bn, K slices of cm2_bk; vk::choose_cm2_tile from the device's workgroup-scope f16 x f16 + f32
+    // flexible dimensions) and its workgroup size, 0 with cm2_why where not. Needs coopmat_m's features, the
+    // cooperativeMatrixWorkgroupScope, FlexibleDimensions, PerElementOperations and TensorAddressing features,
+    // maintenance4 (the SPIR-V 1.6 shader's LocalSizeId) and Vulkan 1.3 (instance and device); all enabled when set.
+    uint32_t cm2_bm = 0, cm2_bn = 0, cm2_bk = 0, cm2_invocations = 0;
+    std::string cm2_why;
     bool memory_model_device_scope = false;  // vulkanMemoryModelDeviceScope (enabled with vulkanMemoryModel)
     bool host_import = false;                // VK_EXT_external_memory_host: host pages (an mmapped file) read in place
     uint64_t host_import_align = 0;          // minImportedHostPointerAlignment

@@ -6,6 +6,7 @@
 #include "runtime/vulkan/khr_coopmat.h"
 #include "runtime/vulkan/linear_kernels.h"
 #include "runtime/vulkan/memory_type.h"
+#include "runtime/vulkan/nv_coopmat2.h"
 
 namespace kiln::vk::detail {
 namespace {
@@ -24,7 +25,69 @@ const char* type_name(VkPhysicalDeviceType t) {
     }
 }
 
+// See DeviceInfo::cm2_bm: called after the VK_KHR_cooperative_matrix query (its features are the base of these).
+void query_coopmat2(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d) {
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
+    std::vector<VkExtensionProperties> exts(ne);
+    vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
+    bool ext = false;
+    for (auto& e : exts) ext |= !std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
+    if (!ext) return void(d.cm2_why = "no VK_NV_cooperative_matrix2");
+    if (!d.coopmat_m)  // its shaders use VK_KHR_cooperative_matrix's types and the memory model enabled with them
+        return void(d.cm2_why = "VK_NV_cooperative_matrix2 without a VK_KHR_cooperative_matrix shape Kiln runs (" +
+                                d.coopmat_why + ")");
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(pd, &props);
+    if (instance_api_version() < VK_API_VERSION_1_3 || props.apiVersion < VK_API_VERSION_1_3)
+        return void(d.cm2_why = "no Vulkan 1.3 (its shader is SPIR-V 1.6)");
+    VkPhysicalDeviceCooperativeMatrix2FeaturesNV cf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV};
+    VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES, &cf};
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f13};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    std::string missing;
+    for (auto [on, name] : {std::pair{cf.cooperativeMatrixWorkgroupScope, "cooperativeMatrixWorkgroupScope"},
+                            {cf.cooperativeMatrixFlexibleDimensions, "cooperativeMatrixFlexibleDimensions"},
+                            {cf.cooperativeMatrixPerElementOperations, "cooperativeMatrixPerElementOperations"},
+                            {cf.cooperativeMatrixTensorAddressing, "cooperativeMatrixTensorAddressing"},
+                            {f13.maintenance4, "maintenance4"}})
+        if (!on) missing += (missing.empty() ? "" : ", ") + std::string(name);
+    if (!missing.empty()) return void(d.cm2_why = "VK_NV_cooperative_matrix2 without " + missing);
+    VkPhysicalDeviceCooperativeMatrix2PropertiesNV cp{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV};
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &cp};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    auto flex_fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV)vkGetInstanceProcAddr(
+        inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+    if (!flex_fn) return void(d.cm2_why = "no vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+    uint32_t n = 0;
+    flex_fn(pd, &n, nullptr);
+    std::vector<VkCooperativeMatrixFlexibleDimensionsPropertiesNV> fl(
+        n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV});
+    flex_fn(pd, &n, fl.data());
+    std::vector<Cm2Flex> listed;
+    const int32_t workgroup_scope = 2;  // VK_SCOPE_WORKGROUP_KHR
+    for (const auto& f : fl)
+        if (f.AType == VK_COMPONENT_TYPE_FLOAT16_KHR && f.BType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+            f.CType == VK_COMPONENT_TYPE_FLOAT32_KHR && f.ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
+            f.scope == workgroup_scope && !f.saturatingAccumulation)
+            listed.push_back({f.MGranularity, f.NGranularity, f.KGranularity, f.workgroupInvocations});
+    const auto t = choose_cm2_tile(listed, cp.cooperativeMatrixFlexibleDimensionsMaxDimension,
+                                   cp.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize);
+    if (!t)
+        return void(d.cm2_why = "no workgroup-scope f16 x f16 + f32 flexible dimensions Kiln runs (" +
+                                std::to_string(listed.size()) + " listed, max dimension " +
+                                std::to_string(cp.cooperativeMatrixFlexibleDimensionsMaxDimension) + ")");
+    d.cm2_bm = t->bm, d.cm2_bn = t->bn, d.cm2_bk = t->bk, d.cm2_invocations = t->invocations;
+    d.cm2_why.clear();
+}
 }  // namespace
+
+uint32_t instance_api_version() {
+    uint32_t v = VK_API_VERSION_1_0;
+    if (!vkEnumerateInstanceVersion || vkEnumerateInstanceVersion(&v) != VK_SUCCESS) v = VK_API_VERSION_1_0;
+    return v >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2;
+}
 
 int type_rank(VkPhysicalDeviceType t) {
     switch (t) {
@@ -149,8 +212,9 @@ std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
     return pds;
 }
 
+namespace {
 // See DeviceInfo::coopmat_m. The properties query is an instance-level extension function.
-void query_coopmat(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d) {
+void query_coopmat_khr(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d) {
     d.coopmat_m = d.coopmat_n = d.coopmat_k = 0;
     uint32_t ne = 0;
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
@@ -188,6 +252,14 @@ void query_coopmat(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d) {
         d.coopmat_why = "no f16 x f16 + f32 subgroup shape with M, N in {8, 16} and 32 % K == 0 (subgroup size " +
                         std::to_string(d.subgroup_size) + ")";
     }
+}
+
+}  // namespace
+
+void query_coopmat(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d) {
+    query_coopmat_khr(inst, pd, d);
+    d.cm2_bm = d.cm2_bn = d.cm2_bk = d.cm2_invocations = 0;
+    query_coopmat2(inst, pd, d);
 }
 
 }  // namespace kiln::vk::detail

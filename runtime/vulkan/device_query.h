@@ -15,8 +15,10 @@ DeviceInfo query(VkPhysicalDevice pd, int index);
 void present_as_discrete(DeviceInfo& d);
 // discrete 4 > integrated 3 > virtual 2 > cpu 1 > other 0.
 int type_rank(VkPhysicalDeviceType t);
-// Sets DeviceInfo::coopmat_* and memory_model_device_scope. Needs the instance: the properties query is an
-// instance-level function.
+// Sets DeviceInfo::coopmat_*, cm2_* and memory_model_device_scope. Needs the instance: the properties queries are
+// instance-level functions.
 void query_coopmat(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d);
+// The API version Kiln's instance asks for: 1.3 where the loader has it (SPIR-V 1.6: linear_cm2.comp), else 1.2.
+uint32_t instance_api_version();
 
 }  // namespace kiln::vk::detail

@@ -53,6 +53,19 @@ std::optional<CoopmatShape> choose_coopmat_shape(const std::vector<CoopmatShape>
     return best;
 }
 
+std::optional<Cm2Tile> choose_cm2_tile(const std::vector<Cm2Flex>& listed, uint32_t max_dim, uint32_t max_workgroup) {
+    auto up = [](uint32_t v, uint32_t g) { return (v + g - 1) / g * g; };
+    std::optional<Cm2Tile> best;
+    for (const Cm2Flex& f : listed) {
+        if (!f.mg || !f.ng || !f.kg || !f.invocations || f.invocations > 256) continue;
+        if (max_workgroup && f.invocations > max_workgroup) continue;
+        const Cm2Tile t{up(128, f.mg), up(128, f.ng), up(32, f.kg), f.invocations};
+        if (max_dim && std::max({t.bm, t.bn, t.bk}) > max_dim) continue;
+        if (!best || t.invocations > best->invocations) best = t;
+    }
+    return best;
+}
+
 namespace {
 LinearCaps gemm_caps(LinearCaps::Needs needs, uint32_t wm, uint32_t wn, uint32_t fm, uint32_t fn) {
     return LinearCaps{.f32_w = false,
@@ -85,6 +98,15 @@ const std::vector<LinearKernel>& linear_kernels() {
         {"gemm", gemm_caps(N::gemm_tile, 2, 2, 2, 2), lower_gemm<2>},
         {"gemm128", gemm_caps(N::gemm_tile, 4, 2, 2, 4), lower_gemm<3>},
         {"gemv", LinearCaps{.k_multiple = 4, .cpu_table = false}, lower_gemv},
+        {"coopmat2",
+         LinearCaps{.f32_w = false,
+                    .bf16_w = false,
+                    .quant_w = false,
+                    .k_multiple = 8,
+                    .f32_x = false,
+                    .needs = N::coopmat2,
+                    .cpu_table = false},
+         lower_linear_cm2},
     };
     return k;
 }
@@ -114,6 +136,14 @@ std::string linear_kernel_unavailable(const LinearKernel& k, const DeviceInfo& d
         if (!has_shader(ShaderKey::weights("linear", "coopmat", dt).name()))
             return "this Kiln build has no cooperative-matrix shader (its glslang lacks GL_KHR_cooperative_matrix)";
     }
+    if (c.needs == LinearCaps::Needs::coopmat2) {
+        if (!d.coopmat_m || !d.cm2_bm)
+            return "no VK_NV_cooperative_matrix2 as Kiln runs it (" +
+                   (d.cm2_why.empty() ? std::string("not queried") : d.cm2_why) + ")";
+        if (!has_shader("linear_cm2_f16"))
+            return "this Kiln build has no VK_NV_cooperative_matrix2 shader (its glslang lacks "
+                   "GL_NV_cooperative_matrix2)";
+    }
     if (is_gemm(k) && !gemm_config(k, d, dt))
         return "shared memory too small (" + std::to_string(d.max_shared_memory) + " bytes; its tile's smallest " +
                "configuration needs more, or its staging does not divide among the subgroups)";
@@ -129,6 +159,7 @@ std::string linear_kernel_unsupported(const LinearKernel& k, const DeviceInfo& d
     const LinearCaps& c = k.caps;
     if (w.shape[1] % c.k_multiple != 0) return "K % " + std::to_string(c.k_multiple) + " != 0";
     if (!c.f16_x && act_f16(g, n.in[0])) return "f16 x";
+    if (!c.f32_x && !act_f16(g, n.in[0])) return "x stored f32 (f16 only: ir::store_f16, KILN_ACT_F16=1)";
     if (!c.f16_y && act_f16(g, n.out)) return "f16 y";
     if (!c.act && std::get<ir::LinearAttrs>(n.attrs).act != ir::Act::none) return "fused activation";
     return "";
@@ -232,6 +263,31 @@ Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& dev, const i
     d.groups[1] = (p.M + c->bm() - 1) / c->bm();
     d.groups[2] = 1;
     KILN_CHECK(d.groups[1] <= 65535, what, ": M = ", p.M, " rows exceed the dispatch limit");
+    return d;
+}
+
+// One workgroup per BM x BN block of y (linear_cm2.comp). Its tensor loads clamp at M, N and K, so any shape runs;
+// K % 8 == 0 keeps every row of x and W 16-byte aligned (the others' K % 4 gives 8 bytes for f16), the alignment
+// the tensor loads' vector path wants (llama.cpp's mul_mm_cm2 takes its aligned path at strides % 8 == 0 only).
+Dispatch lower_linear_cm2(const DeviceInfo& dev, const ir::Graph& g, const ir::Node& n) {
+    const ir::Value& w = g.value(n.in[1]);
+    KILN_CHECK(w.dtype == DType::f16, "linear coopmat2: ", dtype_name(w.dtype), " weights (f16 only)");
+    KILN_CHECK(w.shape[1] % 8 == 0, "linear coopmat2: K = ", w.shape[1], " is not a multiple of 8 (16-byte rows)");
+    KILN_CHECK(act_f16(g, n.in[0]), "linear coopmat2: x stored f32 (f16 only: ir::store_f16)");
+    KILN_CHECK(dev.coopmat_m && dev.cm2_bm && dev.cm2_bn && dev.cm2_bk && dev.cm2_invocations,
+               "linear coopmat2: device '", dev.name, "' has no VK_NV_cooperative_matrix2 as Kiln runs it (",
+               dev.cm2_why, ")");
+    KILN_CHECK(has_shader("linear_cm2_f16"),
+               "linear coopmat2: linear_cm2_f16 not in this build (glslang without GL_NV_cooperative_matrix2)");
+    Dispatch d = lower_linear(g, n);  // the checks, and LinearParams {M, N, K, has_bias} (and the gate's)
+    const params::LinearParams p = params_of(d);
+    d.shader = ShaderKey::weights("linear", "cm2", w.dtype);
+    d.shader.gated = ir::linear_gated(n);
+    d.spec = {dev.cm2_bm, dev.cm2_bn, d.spec[2], dev.cm2_bk, d.spec[4], d.spec[5], dev.cm2_invocations};
+    d.groups[0] = (p.N + dev.cm2_bn - 1) / dev.cm2_bn;
+    d.groups[1] = (p.M + dev.cm2_bm - 1) / dev.cm2_bm;
+    d.groups[2] = 1;
+    KILN_CHECK(d.groups[1] <= 65535, "linear coopmat2: M = ", p.M, " rows exceed the dispatch limit");
     return d;
 }
 

@@ -19,6 +19,9 @@
 //   gemm128  the same with coopmat128's tile.
 //   gemv     linear_gemv.comp: few rows (M = batch: adaLN, timestep and modulation linears), a workgroup per 4 output
 //            columns and up to 8 rows, its lanes splitting K; every weight dtype.
+//   coopmat2  linear_cm2.comp: VK_NV_cooperative_matrix2, one workgroup-scope accumulator per block tile of the
+//            device's flexible dimensions, x and W loaded by clamped tensor loads; f16 W and x stored f16 only (exact
+//            products, f32 sums: no split), K % 8 == 0.
 // Every kernel applies the same epilogue (bias, ir::Act activation, the gated residual of a gated linear: its
 // "_gated" shaders, linear_gate.glsl; f16 or f32 y; linear_io.glsl / linear.glsl).
 #include <cstdint>
@@ -40,15 +43,32 @@ struct CoopmatShape {
 // 8 M, 8 N multiples of the subgroup size (its staging map); nullopt where none fits.
 std::optional<CoopmatShape> choose_coopmat_shape(const std::vector<CoopmatShape>& listed, uint32_t subgroup);
 
+// One workgroup-scope f16 x f16 + f32 -> f32 entry of
+// vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV: M, N, K granularities and the workgroup size it
+// needs.
+struct Cm2Flex {
+    uint32_t mg = 0, ng = 0, kg = 0, invocations = 0;
+};
+// linear_cm2.comp's block tile: bm x bn, K slices of bk, `invocations` per workgroup.
+struct Cm2Tile {
+    uint32_t bm = 0, bn = 0, bk = 0, invocations = 0;
+};
+// The tile linear_cm2.comp runs among those listed: the entry with the most invocations up to 256 (and up to
+// max_workgroup where that is not 0), 128 x 128 x 32 rounded up to its granularities, each at most max_dim;
+// nullopt where none fits.
+std::optional<Cm2Tile> choose_cm2_tile(const std::vector<Cm2Flex>& listed, uint32_t max_dim, uint32_t max_workgroup);
+
 // What a kernel declares it runs.
 struct LinearCaps {
     bool f32_w = true, f16_w = true, bf16_w = true, quant_w = true;  // weight dtypes
     int k_multiple = 1;                                              // K % k_multiple == 0
     bool f16_x = true, f16_y = true;                                 // f16 activation storage (ir::store_f16)
+    bool f32_x = true;                                               // x stored f32 (coopmat2: f16 only)
     bool act = true;                                                 // fused activations (ir::Act)
     // coopmat: VK_KHR_cooperative_matrix and its tile's shared memory; gemm_tile: the shared memory of
     // linear_gemm.glsl's tile at its smallest shape.
-    enum class Needs { nothing, texel_formats, coopmat, gemm_tile } needs = Needs::nothing;
+    // coopmat2: VK_NV_cooperative_matrix2 as DeviceInfo::cm2_bm describes it.
+    enum class Needs { nothing, texel_formats, coopmat, gemm_tile, coopmat2 } needs = Needs::nothing;
     // The tiled GEMM (coopmat, gemm: Needs::coopmat / gemm_tile): its block tile, subgroups and fragments
     // (linear_gemm.glsl). x is split into two f16 parts there (linear_splits).
     uint32_t wm = 0, wn = 0, fm = 0, fn = 0;
@@ -67,7 +87,7 @@ struct LinearKernel {
 };
 
 // reg first (the reference of the probes and the fallback), then smem64, smem128, coopmat, coopmat128, tex, gemm,
-// gemm128, gemv.
+// gemm128, gemv, coopmat2.
 const std::vector<LinearKernel>& linear_kernels();
 // nullptr for an unknown name.
 const LinearKernel* find_linear_kernel(const std::string& name);
@@ -114,5 +134,8 @@ std::optional<GemmConfig> gemm_config(const LinearKernel& k, const DeviceInfo& d
 // The tiled GEMM kernel k (Needs::coopmat: linear_coopmat.comp; gemm_tile: linear_gemm.comp) for node n on d, at
 // gemm_config's configuration: spec {M, N, ACT, K, XF16, YF16, invocations, wm, wn, fm, fn, bk, nbuf}.
 Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
+// linear_cm2.comp for node n on d (kernel "coopmat2"): spec {BM, BN, ACT, BK, XF16, YF16, invocations} from d's
+// cm2_* tile; groups (column tiles, row tiles, 1).
+Dispatch lower_linear_cm2(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
 
 }  // namespace kiln::vk

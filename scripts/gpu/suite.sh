@@ -15,7 +15,8 @@
 #            DiT-XL/2-256's and Gemma-2's shapes), then kiln bench on $ARCH in regional mode, 3 steps, once per
 #            attention kernel (KILN_ATTENTION=coopmat4, coopmat, flash, rows), per forced linear kernel
 #            (KILN_LINEAR=coopmat, gemm, smem64, reg), with one f16 per cooperative-matrix operand (KILN_PRECISION=fast,
-#            first) and with f16 activations (KILN_ACT_F16=1)
+#            first) and with f16 activations (KILN_ACT_F16=1), then the VK_NV_cooperative_matrix2 linear, which takes x
+#            stored f16 only: KILN_ACT_F16=1+KILN_LINEAR=coopmat2 (a variant joins several VAR=value with '+' or ',')
 #   stream   (only when STAGES names it) the streaming tests on the transfer-only queue, kiln bench --stream (#12)
 # Here: bash scripts/gpu/suite.sh --ci  runs the same set-up and stages on this machine's lavapipe (Debian 12's 22.3)
 # with short limits: each test executable on a few quick test cases, the kernel table at one shape, kiln bench on
@@ -23,7 +24,7 @@
 # Env: STAGES ("info tests kernels bench variants"), BUDGET, ARCH (a list: bench runs each, variants the first),
 # BENCH_STEPS, TESTS (executables, e.g. "jit models"),
 # TEST_FILTERS ("jit=[stream];ops=[coopmat]": a Catch2 test spec per executable), VARIANTS (the variants stage's
-# list, space-separated VAR=value), TORCH_MODES.
+# list, space-separated VAR=value[+VAR=value]), TORCH_MODES.
 set -uo pipefail
 ci=0
 [ "${1:-}" = "--ci" ] && ci=1
@@ -156,11 +157,13 @@ for st in $stages; do
       vs="KILN_ATTENTION=coopmat4 KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows"
       vs="$vs KILN_LINEAR=coopmat KILN_LINEAR=gemm"
       vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
+      vs="$vs KILN_ACT_F16=1+KILN_LINEAR=coopmat2"  # coopmat2 takes x stored f16 only
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
       vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y,C=z": these, in this order (commas join variables in one variant)
       for v in $vs; do
         [ "$(left)" -lt 30 ] && { log "variants: no time left at $v"; break; }
-        r=$(env ${v//,/ } timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
+        # shellcheck disable=SC2046  # "A=x+B=y" or "A=x,B=y": two assignments (values without spaces)
+        r=$(env $(printf '%s' "$v" | tr '+,' '  ') timeout "$(lim 30)" "$run" "$bin/apps/kiln" bench --synthetic "$arch" --mode regional \
               --steps "$steps" --warmup 1 2>&1 | grep -E '^(regional|error|kiln: error)' | head -n 2 | tr -s ' \n' ' ')
         echo "$v $r" | tee -a "$o/variants.txt"
       done

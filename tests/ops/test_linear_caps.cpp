@@ -1,7 +1,7 @@
 // The linear kernels' declarations against their lowerings and their shaders (runtime/vulkan/linear_kernels.h).
 // 1. On every device profile Kiln knows (lavapipe 22.3, lavapipe 26 with cooperative matrices, the H200 of the
-//    first GPU run, a device with neither cooperative matrices nor texel buffers, the H200 with 16 KiB of shared
-//    memory, and the present device), for every
+//    first GPU run (with VK_NV_cooperative_matrix2), a device with neither cooperative matrices nor texel buffers,
+//    the H200 with 16 KiB of shared memory, and the present device), for every
 //    linear node kind, weight dtype, K, activation storage and epilogue: a kernel's declaration admits the node
 //    exactly where its lowering succeeds. The selector ranks only admitted kernels, so it can never pick one that
 //    throws (the H200's "linear_coopmat: fused activation not implemented").
@@ -36,6 +36,15 @@ std::vector<vk::DeviceInfo> profiles() {
     auto s16 = vk::choose_coopmat_shape({{16, 8, 16}, {16, 8, 8}, {16, 16, 16}}, 32);
     REQUIRE(s16.has_value());
     h200.coopmat_m = s16->m, h200.coopmat_n = s16->n, h200.coopmat_k = s16->k;
+    // VK_NV_cooperative_matrix2: lavapipe 26.1 lists the extension with subgroup-scope flexible dimensions only (no
+    // workgroup scope, no tensor addressing), so it has no coopmat2. The H200's vulkaninfo (1.4.309) printed the
+    // extension but none of its features or flexible dimensions: this profile assumes all features and
+    // 16-granular workgroup-scope f16 entries of 256 invocations (test_linear_cm2.cpp's).
+    lvp26.cm2_why =
+        "VK_NV_cooperative_matrix2 without cooperativeMatrixWorkgroupScope, cooperativeMatrixTensorAddressing";
+    auto t2 = vk::choose_cm2_tile({{16, 16, 16, 256}}, 65535, 1024);
+    REQUIRE(t2.has_value());
+    h200.cm2_bm = t2->bm, h200.cm2_bn = t2->bn, h200.cm2_bk = t2->bk, h200.cm2_invocations = t2->invocations;
     vk::DeviceInfo bare;  // no cooperative matrices, no texel formats, 64-wide subgroups
     bare.name = "bare";
     bare.subgroup_size = 64, bare.max_shared_memory = 32768, bare.coopmat_why = "no VK_KHR_cooperative_matrix";
@@ -79,10 +88,10 @@ const ir::Node& linear_node(const ir::Graph& g) {
 }  // namespace
 
 TEST_CASE("every linear kernel's declaration agrees with its lowering on every device profile", "[op:linear][caps]") {
-    int admitted = 0, refused = 0;
+    int admitted = 0, refused = 0, cm2_admitted = 0;
     for (const vk::DeviceInfo& dev : profiles())
         for (DType w : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_k})
-            for (int64_t K : {dtype_is_quant(w) ? 3 * dtype_block(w) : 68, int64_t{30}}) {
+            for (int64_t K : {dtype_is_quant(w) ? 3 * dtype_block(w) : 68, int64_t{30}, int64_t{72}}) {
                 if (dtype_is_quant(w) && K % dtype_block(w) != 0) continue;  // not a quantized weight
                 for (ir::Act act : {ir::Act::none, ir::Act::gelu, ir::Act::gelu_tanh, ir::Act::silu})
                     for (bool x16 : {false, true})
@@ -105,12 +114,15 @@ TEST_CASE("every linear kernel's declaration agrees with its lowering on every d
                                 INFO("declared: '" << why << "', lowering: '" << lowered << "'");
                                 CHECK(why.empty() == lowered.empty());
                                 (why.empty() ? admitted : refused)++;
+                                cm2_admitted += k.name == "coopmat2" && why.empty();
                                 if (k.name == "reg") CHECK(why.empty());  // the fallback runs everything
                             }
                         }
             }
     CHECK(admitted > 0);
     CHECK(refused > 0);
+    // The H200 profile admits coopmat2 (f16 W, x stored f16, K 72) wherever this build has its shader.
+    CHECK((cm2_admitted > 0) == vk::has_shader("linear_cm2_f16"));
 }
 
 TEST_CASE("cooperative-matrix shapes: 16x16x16 where listed, else one the shader's staging fits", "[op:linear][caps]") {
@@ -196,7 +208,9 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
     const std::string kernel = GENERATE(from_range(exec::linear_variants()));
     const DType w = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q4_k);
     const ir::Act act = GENERATE(ir::Act::none, ir::Act::gelu, ir::Act::gelu_tanh, ir::Act::silu);
-    const int64_t K = dtype_is_quant(w) ? 3 * dtype_block(w) : 68, M = 77, N = 130;
+    const vk::LinearKernel& kk = *vk::find_linear_kernel(kernel);
+    // coopmat2 takes K % 8 == 0 and x stored f16 only: K 72, x f16 (values exact in f16, so the CPU reads them too).
+    const int64_t K = dtype_is_quant(w) ? 3 * dtype_block(w) : 68 % kk.caps.k_multiple ? 72 : 68, M = 77, N = 130;
     CAPTURE(kernel, dtype_name(w), (int)act);
     // The 128 tiles run the 64 tiles' epilogue text (linear_io.glsl): two activations per weight dtype, all four
     // over f16, bf16 and q4_k (f32 W is not theirs), as each pipeline costs lavapipe up to a minute to compile.
@@ -215,14 +229,18 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
         return;
     }
     ir::Graph g;
-    g.output(g.linear(g.input("x", {M, K}), g.weight("w", {N, K}, w), g.weight("b", {N}), act), "y");
+    auto xin = g.input("x", {M, K});
+    if (!kk.caps.f32_x) g.set_storage(xin, DType::f16);
+    g.output(g.linear(xin, g.weight("w", {N, K}, w), g.weight("b", {N}), act), "y");
     REQUIRE(exec::linear_unsupported(ctx, kernel, g, linear_node(g)).empty());
     exec::set_linear_override(kernel);
     struct Clear {
         ~Clear() { exec::set_linear_override(""); }
     } clear;
-    auto r = test::run_op(g, {{"x", test::random_tensor({M, K}, 70)}},
-                          {{"w", test::random_weight({N, K}, w, 71)}, {"b", test::random_tensor({N}, 72)}});
+    Tensor x = test::random_tensor({M, K}, 70);
+    if (!kk.caps.f32_x) x = x.astype(DType::f16).astype(DType::f32);
+    auto r =
+        test::run_op(g, {{"x", x}}, {{"w", test::random_weight({N, K}, w, 71)}, {"b", test::random_tensor({N}, 72)}});
     double bound = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
     bound += vk::linear_splits(*vk::find_linear_kernel(kernel), w) * 2.0 * K / 4 * std::ldexp(1.0, -22);
     CHECK(test::max_err(r.gpu, r.cpu) <= 1.13 * bound);
