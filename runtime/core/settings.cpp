@@ -117,12 +117,13 @@ const std::vector<SettingInfo> kTable = {
      "(exact per-op GPU times)", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.eager_submit = choice(n, v, {"step", "op"}, "step or op"); }},
-    {"KILN_LINEAR", "choice: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128", "auto",
+    {"KILN_LINEAR", "choice: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128|coopmat_sk|gemm_sk", "auto",
      "the linear kernel: auto follows the device's measured table", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.linear = choice(n, v, {"auto", "reg", "smem", "smem64", "smem128", "coopmat", "coopmat128", "tex",
-                                       "gemm", "gemm128"},
-                                "auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm or gemm128"); }},
+                                       "gemm", "gemm128", "coopmat_sk", "gemm_sk"},
+                                "auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, coopmat_sk "
+                                "or gemm_sk"); }},
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},

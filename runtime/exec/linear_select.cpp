@@ -137,8 +137,9 @@ bool linear_variant_available(vk::Context& ctx, const std::string& v, DType dt) 
 
 bool linear_variant_timed(vk::Context& ctx, const std::string& v, DType dt) {
     if (!linear_variant_available(ctx, v, dt)) return false;
+    const vk::LinearCaps& c = vk::find_linear_kernel(v)->caps;
     return !(ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU &&
-             vk::find_linear_kernel(v)->caps.needs == vk::LinearCaps::Needs::gemm_tile);
+             (c.needs == vk::LinearCaps::Needs::gemm_tile || c.split));
 }
 
 std::string linear_unsupported(vk::Context& ctx, const std::string& v, const ir::Graph& g, const ir::Node& n) {
@@ -459,7 +460,7 @@ std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& 
     if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
     KILN_CHECK(v == "auto" || vk::find_linear_kernel(v), "KILN_LINEAR='", v,
-               "' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm or gemm128)");
+               "' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, coopmat_sk or gemm_sk)");
     const vk::DeviceInfo dev = linear_device(ctx);
     const DType dt = g.value(n.in[1]).dtype;
     using N = vk::LinearCaps::Needs;
@@ -496,12 +497,16 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     if (v == "reg") return;
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
     d = k->lower(linear_device(ctx), g, n);
-    // KILN_PRECISION=fast: the tiled GEMMs' constant 13 (linear_gemm.glsl: one f16 per operand).
+    // KILN_PRECISION=fast: the tiled GEMMs' constant 13 (linear_gemm.glsl: one f16 per operand); a split one's
+    // partial pass has it already (then PHASE, 14), its reduce keeps 0 (it multiplies nothing).
     const bool gemm =
         k->caps.needs == vk::LinearCaps::Needs::coopmat || k->caps.needs == vk::LinearCaps::Needs::gemm_tile;
     if (gemm && ctx.settings().exec.precision == "fast" && !t_measuring) {
-        KILN_CHECK(d.spec.size() == 13, "internal: the tiled GEMM's constants changed");
-        d.spec.push_back(1u);
+        KILN_CHECK(d.spec.size() == (d.scratch ? 15 : 13), "internal: the tiled GEMM's constants changed");
+        if (d.scratch)
+            d.spec[13] = 1u;
+        else
+            d.spec.push_back(1u);
     }
     const size_t i = (size_t)(k - vk::linear_kernels().data());
     KILN_CHECK(i < std::size(g_kernel_dispatches), "internal: more linear kernels than counters");

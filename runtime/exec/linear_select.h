@@ -1,5 +1,6 @@
 #pragma once
-// Which linear kernel (runtime/vulkan/linear_kernels.h: reg, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128)
+// Which linear kernel (runtime/vulkan/linear_kernels.h: reg, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128,
+// coopmat_sk, gemm_sk)
 // each linear node runs on, per device, from measurement rather than vendor names. Only kernels whose declaration
 // admits the node on the device are ranked; reg runs every linear and is the fallback. The table holds GFLOP/s of each
 // kernel per weight dtype at representative DiT/Flux-like shapes, measured once per device, driver and Kiln build and
@@ -7,6 +8,7 @@
 // for a dtype only if its probe output matches the CPU reference on an awkward shape (partial tiles in M, N and K) and
 // the "reg" output at every timed shape: a driver that miscompiles a path we never ran keeps the old one.
 // KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | coopmat128 | tex | gemm | gemm128
+// | coopmat_sk | gemm_sk
 // forces a kernel; a forced kernel applies to the nodes its declaration admits (the tiled GEMM: where its tile fits
 // the shared memory for the node's weights), the rest stay on reg; coopmat, coopmat128 or tex on a device without the
 // feature is an error. KILN_TEST_MAX_SHARED_MEMORY lowers the shared memory every decision here sees. Quantized weights
@@ -49,8 +51,9 @@ struct LinearTable {
 // the default table shapes.
 const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
-// Whether the table measures it: available, and not the tiled GEMM's scalar twins (gemm, gemm128) on a CPU device,
-// which run them at about 1 GFLOP/s (never its pick) and take lavapipe up to a minute per pipeline to compile; the
+// Whether the table measures it: available, and not the tiled GEMM's scalar twins (gemm, gemm128, gemm_sk) nor the
+// split-K kernels (coopmat_sk: more workgroups help a GPU's idle units, not a CPU's threads) on a CPU device, which
+// runs the twins at about 1 GFLOP/s (never its pick) and takes lavapipe up to a minute per pipeline to compile; the
 // forced tests run them there (KILN_LINEAR=gemm still works).
 bool linear_variant_timed(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
