@@ -192,7 +192,7 @@ void main() {
         {                                                                                                          \
             float mx = 0.0;                                                                                        \
             [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
-                const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                               \
+                const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                       \
                 xv[r] = k4 < kq ? x_load4(min(m0 + l / QR, p.M - 1u) * kq + k4) : vec4(0.0);                       \
                 const vec4 a = abs(xv[r]);                                                                         \
                 mx = max(mx, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
@@ -206,7 +206,7 @@ void main() {
         {                                                                                                          \
             float mw = 0.0;                                                                                        \
             [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
-                const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                               \
+                const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                       \
                 wv[r] = k4 < kq ? WLOAD(w0 + min(n0 + l / QR, p.N - 1u) * kq + k4) : vec4(0.0);                   \
                 const vec4 a = abs(wv[r]);                                                                         \
                 mw = max(mw, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
@@ -217,7 +217,7 @@ void main() {
 #else
     #define LOAD_W(t)                                                                                              \
         [[unroll]] for (uint r = 0; r < LW; ++r) {                                                                 \
-            const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                                   \
+            const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                           \
             wv[r] = k4 < kq ? WLOAD16(w0 + min(n0 + l / QR, p.N - 1u) * kq + k4) : f16vec4(0.0);                  \
         }
 #endif

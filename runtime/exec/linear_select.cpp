@@ -76,9 +76,10 @@ vk::DeviceInfo linear_device(vk::Context& ctx) {
 
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-// The tiled GEMM (coopmat, gemm and their 128 tiles) splits x into two f16 parts (relative 2^-22 per product; W f16
-// or bf16 exact): + 2 K / 4 2^-22 max-abs, `splits` = 1; ggml-block W is split too and one of four products is left
-// out: <= 3 2^-22 per product, splits = 3 (vk::linear_splits, linear_gemm.glsl).
+// The tiled GEMM (coopmat, gemm, their 128 tiles and split-K forms, which add the same products in another order,
+// within the same bound) splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): + 2 K / 4
+// 2^-22 max-abs, `splits` = 1; ggml-block W is split too and one of four products is left out: <= 3 2^-22 per
+// product, splits = 3 (vk::linear_splits, linear_gemm.glsl).
 bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why, int splits = 0) {
     double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
     bound += splits * 2.0 * (double)K / 4 * std::ldexp(1.0, -22);
