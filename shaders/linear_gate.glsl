@@ -8,7 +8,12 @@
 #define KILN_LINEAR_GATE_GLSL
 #ifdef LINEAR_GATED
 #define LINEAR_Y_BINDING 5
+#ifdef GEMM_SPLITK  // linear_splitk.glsl's scratch after y, then the slot
+#define LINEAR_SCRATCH_BINDING 6
+#define LINEAR_SEL_BINDING 7
+#else
 #define LINEAR_SEL_BINDING 6
+#endif
 layout(binding = 3) readonly buffer Gate { float gate[]; };
 layout(binding = 4) readonly buffer Res { float res[]; };
 // h is a parameter: `precise` marks the product and the sum only, not the computation of h (as in the plain shader).
@@ -20,7 +25,12 @@ float gate_residual(uint m, uint n, float h) {
 #define LINEAR_EPILOGUE(m, n, h) gate_residual(m, n, h)
 #else
 #define LINEAR_Y_BINDING 3
+#ifdef GEMM_SPLITK
+#define LINEAR_SCRATCH_BINDING 4
+#define LINEAR_SEL_BINDING 5
+#else
 #define LINEAR_SEL_BINDING 4
+#endif
 #define LINEAR_EPILOGUE(m, n, h) (h)
 #endif
 #endif

@@ -38,7 +38,7 @@
 // The scalar form adds each f16 x f16 product (exact in f32) with one fma, k ascending within a CK block: exactly
 // what the bound above assumes of the MulAdd, so there it holds as stated on every device.
 // The summation order differs from linear.glsl's, so results match it within that bound, not bitwise. The epilogue
-// (bias, activation, f16 storage) is linear_io.glsl's, shared with linear_smem.comp.
+// (bias, activation, f16 storage) is linear_io.glsl's, shared with linear_smem.comp. GEMM_SPLITK: linear_splitk.glsl.
 #include "common.glsl"
 #define USE_LINEAR
 #include "runtime/ir/params.h"
@@ -74,6 +74,11 @@ SELECT_BUF(LINEAR_SEL_BINDING)
 // its lo products are skipped.
 // FAST: x stored f32 is still scaled (f16's range), but rounded to hi alone.
 const bool XSCALE = XF16 == 0u, XSPLIT = XSCALE && FAST == 0u;
+#ifdef GEMM_SPLITK
+#include "linear_splitk.glsl"  // K ranges, partial sums to scratch (GEMM_STORE) and the reduce
+#else
+#define GEMM_STORE y_store
+#endif
 
 // Slice buffer b of x starts at b BM LDS, of W at b BN LDS.
 shared float16_t xh[NBUF * BM * LDS];
@@ -153,6 +158,15 @@ void main() {
 #else
     const uint tid = gl_LocalInvocationID.x, sg = tid / SG, lane = tid % SG;
 #endif
+#ifdef GEMM_SPLITK
+    if (PHASE != 0u) {
+        splitk_reduce();
+        return;
+    }
+    const uvec2 kr = splitk_range((p.K / 4u + QR - 1u) / QR);  // this workgroup's K slices (first, count)
+#else
+    const uvec2 kr = uvec2(0u, (p.K / 4u + QR - 1u) / QR);
+#endif
     const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;
     const uint w0 = W0;
     // Staging map: 4-vector l = tid + NT r of a slice is row l / QR, quad l % QR (QR quads = BK values per row).
@@ -171,14 +185,14 @@ void main() {
     ACC acc[FM][FN];
     [[unroll]] for (uint i = 0; i < FM; ++i)
         [[unroll]] for (uint j = 0; j < FN; ++j) acc[i][j] = ACC_ZERO;
-    const uint slices = (kq + QR - 1u) / QR;
+    const uint kt0 = kr.x, slices = kr.y;
     barrier();
     // Loads slice t into registers and adds its max |x| to smax[t % 3] (and its max |W| to smaxw[t % 3]).
     #define LOAD_SLICE(t)                                                                                          \
         {                                                                                                          \
             float mx = 0.0;                                                                                        \
             [[unroll]] for (uint r = 0; r < LX; ++r) {                                                             \
-                const uint l = tid + NT * r, k4 = QR * (t) + l % QR;                                               \
+                const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                       \
                 xv[r] = k4 < kq ? x_load4(min(m0 + l / QR, p.M - 1u) * kq + k4) : vec4(0.0);                       \
                 const vec4 a = abs(xv[r]);                                                                         \
                 mx = max(mx, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
@@ -192,7 +206,7 @@ void main() {
         {                                                                                                          \
             float mw = 0.0;                                                                                        \
             [[unroll]] for (uint r = 0; r < LW; ++r) {                                                             \
-                const uint l = tid + NT * r, k4 = QR * (t) + l % QR;                                               \
+                const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                       \
                 wv[r] = k4 < kq ? WLOAD(w0 + min(n0 + l / QR, p.N - 1u) * kq + k4) : vec4(0.0);                   \
                 const vec4 a = abs(wv[r]);                                                                         \
                 mw = max(mw, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
@@ -203,7 +217,7 @@ void main() {
 #else
     #define LOAD_W(t)                                                                                              \
         [[unroll]] for (uint r = 0; r < LW; ++r) {                                                                 \
-            const uint l = tid + NT * r, k4 = QR * (t) + l % QR;                                                   \
+            const uint l = tid + NT * r, k4 = QR * (kt0 + (t)) + l % QR;                                           \
             wv[r] = k4 < kq ? WLOAD16(w0 + min(n0 + l / QR, p.N - 1u) * kq + k4) : f16vec4(0.0);                  \
         }
 #endif
@@ -321,13 +335,13 @@ void main() {
             subgroupBarrier();
             for (uint e = lane; e < CM * CN; e += SG) {
                 const uint m = m0 + sm + CM * i + e / CN, n = n0 + sn + CN * j + e % CN;
-                if (m < p.M && n < p.N) y_store(m, n, stage[sg][e]);
+                if (m < p.M && n < p.N) GEMM_STORE(m, n, stage[sg][e]);
             }
             subgroupBarrier();
 #else
             [[unroll]] for (uint u = 0; u < EPT; ++u) {
                 const uint e = lane + SG * u, m = m0 + sm + CM * i + e / CN, n = n0 + sn + CN * j + e % CN;
-                if (m < p.M && n < p.N) y_store(m, n, acc[i][j].e[u]);
+                if (m < p.M && n < p.N) GEMM_STORE(m, n, acc[i][j].e[u]);
             }
 #endif
         }

@@ -45,6 +45,23 @@ std::string gemm_tiles(vk::Context& ctx) {
     }
     return out.empty() ? "none" : out;
 }
+
+// The split-K kernels' split factor S at each shape for f16 weights (1: the unsplit kernel's one dispatch), at
+// coopmat_sk's tile where the device runs it, else gemm_sk's.
+std::string split_note(vk::Context& ctx, const std::vector<exec::LinearShape>& shapes) {
+    const bool cm = exec::linear_variant_available(ctx, "coopmat_sk", DType::f16);
+    const auto c = vk::gemm_config(*vk::find_linear_kernel(cm ? "coopmat_sk" : "gemm_sk"), ctx.info(), DType::f16);
+    if (!c) return "absent";
+    const uint32_t units = ctx.info().compute_units;
+    std::string out = std::to_string(c->bm()) + "x" + std::to_string(c->bn()) + " tiles split along K for " +
+                      (units ? std::to_string(units) + " compute units"
+                             : std::to_string(vk::kDefaultComputeUnits) + " compute units (assumed)") +
+                      ", S per tile";
+    for (const exec::LinearShape& s : shapes)
+        out += " " + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) + ":" +
+               std::to_string(vk::splitk_factor(*c, ctx.info(), (uint32_t)s.M, (uint32_t)s.N, (uint32_t)s.K));
+    return out;
+}
 }  // namespace
 
 void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::string>& shapes,
@@ -106,8 +123,8 @@ void bench_kernels(int device, bool no_pipeline_cache, const std::vector<std::st
     std::printf(
         "(GFLOP/s = 2 M N K / time; pick: the fastest admitted variant at that shape; coopmat: %s; gemm: "
         "coopmat's kernel with scalar products; 128: the 128-row tile; f16 tiles, slices x buffers, shared memory: "
-        "%s; coopmat2: %s; tex: %s)\n",
-        coopmat_note(ctx).c_str(), gemm_tiles(ctx).c_str(), coopmat2_note(ctx).c_str(),
+        "%s; coopmat2: %s; _sk: %s; tex: %s)\n",
+        coopmat_note(ctx).c_str(), gemm_tiles(ctx).c_str(), coopmat2_note(ctx).c_str(), split_note(ctx, sh).c_str(),
         ctx.info().texel_formats ? "x and W through uniform texel buffers"
                                  : "absent, no RGBA32F/RGBA16F/RGBA16_UINT uniform texel buffers");
     const std::string path = exec::linear_table_path(ctx);

@@ -117,13 +117,14 @@ const std::vector<SettingInfo> kTable = {
      "(exact per-op GPU times)", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.eager_submit = choice(n, v, {"step", "op"}, "step or op"); }},
-    {"KILN_LINEAR", "choice: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128|gemv|coopmat2", "auto",
-     "the linear kernel: auto follows the device's measured table", false,
+    {"KILN_LINEAR",
+     "choice: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128|coopmat_sk|gemm_sk|gemv|coopmat2",
+     "auto", "the linear kernel: auto follows the device's measured table", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.linear = choice(n, v, {"auto", "reg", "smem", "smem64", "smem128", "coopmat", "coopmat128", "tex",
-                                       "gemm", "gemm128", "gemv", "coopmat2"},
-                                "auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, gemv or "
-                                "coopmat2"); }},
+                                       "gemm", "gemm128", "coopmat_sk", "gemm_sk", "gemv", "coopmat2"},
+                                "auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, coopmat_sk, "
+                                "gemm_sk, gemv or coopmat2"); }},
     {"KILN_CONV2D", "choice: auto|buf|tex", "auto", "conv2d through storage or texel buffers", false,
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},

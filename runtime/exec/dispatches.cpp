@@ -2,6 +2,7 @@
 // buffers, off / ptr weight selection: vk::ShaderKey), its descriptor set and the ranges it reads and writes; and the
 // texel views those sets hold. Recording is in record.cpp, running in executor.cpp.
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 
@@ -66,7 +67,8 @@ void Executor::Impl::make_descriptor_pool(const std::vector<int>& active) {
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
 }
 
-int Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window) {
+std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap,
+                                               size_t window) {
     const ir::Node& node = g.nodes()[(size_t)n];
     const Part& part = node_parts.at(n)[j];
     vk::Dispatch d = part.d;  // linear: the variant measured fastest here, chosen in parts() (linear_select.h)
@@ -76,7 +78,9 @@ int Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int,
     const bool by_offset = slot != ptr_slot.end() && how[(size_t)kind] == Select::offset;
     if (slot != ptr_slot.end()) d.shader.selection = by_offset ? vk::Selection::off : vk::Selection::ptr;
     const std::vector<int> outs = ir::node_outputs(node);
-    const size_t want = node.in.size() + outs.size() + (by_offset ? 1 : 0);
+    // A split-K linear binds its scratch after the outputs (linear_splitk.glsl).
+    const size_t scratch_b = d.scratch ? node.in.size() + outs.size() : SIZE_MAX;
+    const size_t want = node.in.size() + outs.size() + (d.scratch ? 1 : 0) + (by_offset ? 1 : 0);
     // "_off": the index of the block weight input v reads, else -1.
     auto selected = [&](int v) { return by_offset && v >= 0 ? tmpl_weight((size_t)kind, r(v)) : -1; };
     // What binding b < want - (by_offset) reads or writes: the value's range, its row chunk, or the weight
@@ -135,6 +139,12 @@ int Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int,
             bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
             continue;
         }
+        if (b == scratch_b) {  // the node's scratch (plan_activations), this part's bytes of it
+            const vk::BufferRange& sr = scratch.at(n);
+            KILN_CHECK(rec.d.scratch <= sr.size, "internal: split-K scratch larger than planned");
+            bi[b] = {sr.buffer, sr.offset, rec.d.scratch};
+            continue;
+        }
         int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
         // An absent input reads the shared dummy, which nothing writes. An absent output (a linear_multi of
         // fewer parts than its shader has) gets a dummy of its own: its shader never stores there, but
@@ -177,14 +187,34 @@ int Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int,
                    : view           ? (double)dtype_nbytes(g.value(v).dtype, shape_numel(view->shape))
                                     : (double)value_bytes(g.value(v));
     }
-    const vk::Traffic t = vk::traffic(g, node, rec.d, bound);
-    rec.bytes = t.read + t.written;
-    rec.rereads = t.rereads;
     const size_t ob = node.in.size();  // the first output's binding
     rec.flops =
         ir::node_flops(g, node) * (part.sub[ob].size ? bound[ob] / (double)value_bytes(g.value(node.out)) : 1.0);
+    if (!rec.d.scratch) {
+        const vk::Traffic t = vk::traffic(g, node, rec.d, bound);
+        rec.bytes = t.read + t.written;
+        rec.rereads = t.rereads;
+        dispatches.push_back(std::move(rec));
+        return {(int)dispatches.size() - 1};
+    }
+    // Split-K: the partial pass writes the scratch; the reduce, the same shader at PHASE 1 with the same bindings
+    // (its layout is the same SPIR-V's, so the same descriptor set), reads it and writes the outputs. Its FLOPs (S - 1
+    // additions per output) are left out: it is bound by its bytes.
+    const Span sc{bi[scratch_b].buffer, bi[scratch_b].offset, bi[scratch_b].range};
+    DispatchRec red = rec;
+    red.kernel = &kernels.get(red.d.shader.name(), red.d.then_spec);
+    red.d.spec = red.d.then_spec;
+    std::copy(red.d.then_groups, red.d.then_groups + 3, red.d.groups);
+    red.reads.push_back(sc);
+    red.flops = 0;
+    rec.writes = {sc};
+    const vk::Traffic tp = vk::traffic_splitk(g, node, rec.d, bound, false);
+    const vk::Traffic tr = vk::traffic_splitk(g, node, rec.d, bound, true);
+    rec.bytes = tp.read + tp.written, rec.rereads = tp.rereads;
+    red.bytes = tr.read + tr.written, red.rereads = tr.rereads;
     dispatches.push_back(std::move(rec));
-    return (int)dispatches.size() - 1;
+    dispatches.push_back(std::move(red));
+    return {(int)dispatches.size() - 2, (int)dispatches.size() - 1};
 }
 
 void Executor::Impl::build_dispatches(const std::vector<int>& active) {
@@ -193,7 +223,8 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     // The dispatches of node n, in order.
     auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window) {
         std::vector<int> ids;
-        for (size_t j = 0; j < node_parts.at(n).size(); ++j) ids.push_back(make_dispatch(n, j, kind, swap, window));
+        for (size_t j = 0; j < node_parts.at(n).size(); ++j)
+            for (int id : make_dispatch(n, j, kind, swap, window)) ids.push_back(id);
         return ids;
     };
 

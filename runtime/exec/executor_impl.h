@@ -305,6 +305,9 @@ struct Executor::Impl {
     void plan_activations(const std::vector<int>& active);
     std::vector<Part> parts(int n) const;         // row_split.cpp; throws naming the op when it cannot be split
     std::map<int, std::vector<Part>> node_parts;  // per active compute node: one part, or its row chunks
+    // Per split-K linear (a part with Dispatch::scratch): its f32 partial sums, in the activation arena, live during
+    // the node only (plan_activations); its parts run one after another and share it.
+    std::map<int, vk::BufferRange> scratch;
     // Dispatches of node n; each has its own slot of the selection table (ptr_slot[n] + j * slot_size).
     size_t n_parts(int n) const {
         auto it = node_parts.find(n);
@@ -317,7 +320,8 @@ struct Executor::Impl {
     void make_descriptor_pool(const std::vector<int>& active);
     // One dispatch record of node n's part j (of block kind `kind`, or -1); `swap` exchanges the buffers of the
     // kind's chain roots (parity 1 of a ping-pong); `window`: the weight window an off-selecting dispatch binds.
-    int make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window);
+    // Its ids: one, or a split-K linear's two (partial sums, then the reduce).
+    std::vector<int> make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window);
     // record.cpp
     void record();
     void record_eager();  // eager mode: counts what run() records (no command buffer is kept)

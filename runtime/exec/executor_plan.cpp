@@ -38,15 +38,16 @@ void Executor::Impl::plan(const WeightBytesFn& weights) {
     }
     plan_chains();
 
+    // Each compute node's dispatches: row chunks where it binds an activation over one binding (row_split.cpp). First:
+    // a split-K linear's scratch is planned with the activations.
+    for (int n : active)
+        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute) node_parts[n] = parts(n);
     // Weights outside blocks and activations first: block weights get what the budget leaves (weight_stream.cpp).
     // Both reserve their bytes before either allocates, so they share one block of exactly their size.
     range.resize(g.values().size());
     const std::vector<int> upload = plan_weights(weights, active);
     plan_activations(active);
     upload_weights(weights, upload);
-    // Each compute node's dispatches: row chunks where it binds an activation over one binding (row_split.cpp).
-    for (int n : active)
-        if (ir::op_kind(nodes[(size_t)n].op) == ir::OpKind::compute) node_parts[n] = parts(n);
     auto tb = Clock::now();
     plan_block_weights(weights);
     c.upload_ms += ms_since(tb);
@@ -184,8 +185,19 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     for (auto& [name, v] : outputs) pinned.insert(r(v));
     // Liveness over the active order: [def, last use]; block chain inputs live to their kind's end.
     std::map<int, std::pair<int, int>> life;
+    // A split-K linear's scratch (Dispatch::scratch: the largest of its parts') lives while the node runs: key -2 - n.
+    std::map<int, VkDeviceSize> scratch_bytes;
     for (int t = 0; t < (int)active.size(); ++t) {
         const ir::Node& n = nodes[(size_t)active[(size_t)t]];
+        if (auto it = node_parts.find(active[(size_t)t]); it != node_parts.end())
+            for (const Part& p : it->second)
+                if (p.d.scratch) {
+                    const int key = -2 - active[(size_t)t];
+                    KILN_CHECK(p.d.scratch <= max_binding, "split-K linear: ", p.d.scratch,
+                               " bytes of partial sums exceed the binding limit (", max_binding, ")");
+                    scratch_bytes[key] = std::max<VkDeviceSize>(scratch_bytes[key], p.d.scratch);
+                    life[key] = {t, t};
+                }
         for (int out : ir::node_outputs(n)) {
             if (out < 0) continue;
             int o = r(out);
@@ -226,7 +238,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     std::sort(order.begin(), order.end());
     for (auto [def, v] : order) {
         live.erase(std::remove_if(live.begin(), live.end(), [&](const Live& l) { return l.end < def; }), live.end());
-        VkDeviceSize size = align_up(dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape)));
+        VkDeviceSize size = align_up(v < 0 ? scratch_bytes.at(v) : value_bytes(g.value(v)));
         c.activation_bytes_naive += size;
         std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.off < b.off; });
         VkDeviceSize at = 0;
@@ -256,8 +268,9 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
         auto arena = alloc.alloc(total, "activations", false);
         // A value over one binding is bound in row chunks by the dispatches that read or write it (row_split.cpp).
         for (auto& [v, off] : offset) {
-            VkDeviceSize n = dtype_nbytes(g.value(v).dtype, shape_numel(g.value(v).shape));
-            range[(size_t)v] = {arena.buffer, arena.offset + off, n, arena.mapped ? arena.mapped + off : nullptr};
+            VkDeviceSize n = v < 0 ? scratch_bytes.at(v) : value_bytes(g.value(v));
+            (v < 0 ? scratch[-2 - v] : range[(size_t)v]) = {arena.buffer, arena.offset + off, n,
+                                                            arena.mapped ? arena.mapped + off : nullptr};
         }
     }
 }

@@ -80,9 +80,10 @@ vk::DeviceInfo linear_device(vk::Context& ctx) {
 
 // f32 sums of K products in two orders (or against the f64 CPU reference): per output |err| <= K 2^-24 sum|x w|,
 // E|x w| = 1/4 for U(-1, 1) -> max-abs 2 K^2 2^-24 / 4 (x2 margin); random signs: relative L2 ~ sqrt(K) 2^-24.
-// The tiled GEMM (coopmat, gemm and their 128 tiles) splits x into two f16 parts (relative 2^-22 per product; W f16
-// or bf16 exact): + 2 K / 4 2^-22 max-abs, `splits` = 1; ggml-block W is split too and one of four products is left
-// out: <= 3 2^-22 per product, splits = 3 (vk::linear_splits, linear_gemm.glsl).
+// The tiled GEMM (coopmat, gemm, their 128 tiles and split-K forms, which add the same products in another order,
+// within the same bound) splits x into two f16 parts (relative 2^-22 per product; W f16 or bf16 exact): + 2 K / 4
+// 2^-22 max-abs, `splits` = 1; ggml-block W is split too and one of four products is left out: <= 3 2^-22 per
+// product, splits = 3 (vk::linear_splits, linear_gemm.glsl).
 bool close(const std::vector<float>& a, const std::vector<float>& ref, int64_t K, std::string& why, int splits = 0) {
     double bound = std::max(1e-6, 2.0 * (double)K * (double)K / 4 * std::ldexp(1.0, -24)), m = 0, num = 0, den = 0;
     bound += splits * 2.0 * (double)K / 4 * std::ldexp(1.0, -22);
@@ -479,8 +480,10 @@ std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& 
     std::string v = t_override;
     if (v.empty()) v = ctx.settings().exec.linear;
     if (v == "smem") v = "smem64";
-    KILN_CHECK(v == "auto" || vk::find_linear_kernel(v), "KILN_LINEAR='", v,
-               "' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, gemv or coopmat2)");
+    KILN_CHECK(
+        v == "auto" || vk::find_linear_kernel(v), "KILN_LINEAR='", v,
+        "' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, coopmat_sk, gemm_sk, gemv "
+        "or coopmat2)");
     const vk::DeviceInfo dev = linear_device(ctx);
     const DType dt = g.value(n.in[1]).dtype;
     using N = vk::LinearCaps::Needs;
@@ -518,12 +521,16 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
     if (v == "reg") return;
     const vk::LinearKernel* k = vk::find_linear_kernel(v);
     d = k->lower(linear_device(ctx), g, n);
-    // KILN_PRECISION=fast: the tiled GEMMs' constant 13 (linear_gemm.glsl: one f16 per operand).
+    // KILN_PRECISION=fast: the tiled GEMMs' constant 13 (linear_gemm.glsl: one f16 per operand); a split one's
+    // partial pass has it already (then PHASE, 14), its reduce keeps 0 (it multiplies nothing).
     const bool gemm =
         k->caps.needs == vk::LinearCaps::Needs::coopmat || k->caps.needs == vk::LinearCaps::Needs::gemm_tile;
     if (gemm && ctx.settings().exec.precision == "fast" && !t_measuring) {
-        KILN_CHECK(d.spec.size() == 13, "internal: the tiled GEMM's constants changed");
-        d.spec.push_back(1u);
+        KILN_CHECK(d.spec.size() == (d.scratch ? 15 : 13), "internal: the tiled GEMM's constants changed");
+        if (d.scratch)
+            d.spec[13] = 1u;
+        else
+            d.spec.push_back(1u);
     }
     const size_t i = (size_t)(k - vk::linear_kernels().data());
     KILN_CHECK(i < std::size(g_kernel_dispatches), "internal: more linear kernels than counters");

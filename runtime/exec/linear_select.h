@@ -1,5 +1,6 @@
 #pragma once
-// Which linear kernel (runtime/vulkan/linear_kernels.h: reg, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128)
+// Which linear kernel (runtime/vulkan/linear_kernels.h: reg, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128,
+// coopmat_sk, gemm_sk)
 // each linear node runs on, per device, from measurement rather than vendor names. Only kernels whose declaration
 // admits the node on the device are ranked; reg runs every linear and is the fallback. The table holds GFLOP/s of each
 // kernel per weight dtype at representative DiT/Flux-like shapes, measured once per device, driver and Kiln build and
@@ -7,12 +8,12 @@
 // for a dtype only if its probe output matches the CPU reference on an awkward shape (partial tiles in M, N and K) and
 // the "reg" output at every timed shape: a driver that miscompiles a path we never ran keeps the old one.
 // KILN_LINEAR=auto (default) | reg | smem (= smem64) | smem64 | smem128 | coopmat | coopmat128 | tex | gemm | gemm128
-// | coopmat2 forces a kernel; a forced kernel applies to the nodes its declaration admits (the tiled GEMM: where its
-// tile fits the shared memory for the node's weights; coopmat2: f16 W and x stored f16), the rest stay on reg;
-// coopmat, coopmat128, tex or coopmat2 on a device without the feature is an error. A kernel of x stored f16 only
-// (coopmat2) is probed and timed on problems of such x, against reg on the same problems. KILN_TEST_MAX_SHARED_MEMORY
-// lowers the shared memory every decision here sees. Quantized weights are measured like the others (K rounded down
-// to whole blocks; their probe has three blocks per row).
+// | coopmat_sk | gemm_sk | coopmat2 forces a kernel; a forced kernel applies to the nodes its declaration admits (the
+// tiled GEMM: where its tile fits the shared memory for the node's weights; coopmat2: f16 W and x stored f16), the rest
+// stay on reg; coopmat, coopmat128, tex or coopmat2 on a device without the feature is an error. A kernel of x stored
+// f16 only (coopmat2) is probed and timed on problems of such x, against reg on the same problems.
+// KILN_TEST_MAX_SHARED_MEMORY lowers the shared memory every decision here sees. Quantized weights are measured like
+// the others (K rounded down to whole blocks; their probe has three blocks per row).
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -52,9 +53,10 @@ struct LinearTable {
 const std::vector<std::string>& linear_variants();
 bool linear_variant_available(vk::Context& ctx, const std::string& variant, DType dt);
 // Whether the table measures it: available, and on a CPU device only where its declaration says so
-// (LinearCaps::cpu_table: not the tiled GEMM's scalar twins, about 1 GFLOP/s there and up to a minute per pipeline to
-// compile, nor gemv, nor coopmat2, a GPU kernel no CPU driver Kiln knows has the features of); the forced tests run
-// them there (KILN_LINEAR=gemm still works).
+// (LinearCaps::cpu_table): not the tiled GEMM's scalar twins (gemm, gemm128, gemm_sk: about 1 GFLOP/s there and up to
+// a minute per pipeline to compile), the split-K kernels (more workgroups help a GPU's idle units, not a CPU's
+// threads), gemv, nor coopmat2 (a GPU kernel no CPU driver Kiln knows has the features of); the forced tests run them
+// there (KILN_LINEAR=gemm still works).
 bool linear_variant_timed(vk::Context& ctx, const std::string& variant, DType dt);
 const std::vector<LinearShape>& linear_table_shapes();
 

@@ -50,6 +50,9 @@ struct DeviceInfo {
     bool timeline_semaphore = false;         // Vulkan 1.2 timelineSemaphore (streamed copies in their own batches)
     int transfer_family = -1;                // a queue family for transfers only (a DMA engine), or -1
     uint32_t subgroup_size = 0;
+    // Compute units (NVIDIA SMs: VK_NV_shader_sm_builtins' shaderSMCount; AMD CUs: VK_AMD_shader_core_properties'
+    // engines x arrays x CUs per array); 0 where the device reports none (the split-K linear then assumes a default).
+    uint32_t compute_units = 0;
     bool subgroup_arithmetic = false;  // in compute shaders (the reductions of softmax / norms use it)
     uint64_t max_storage_buffer_range = 0, max_allocation = 0, min_storage_offset_align = 0;
     uint64_t min_uniform_offset_align = 0;

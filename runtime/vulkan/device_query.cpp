@@ -161,6 +161,7 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
     std::vector<VkExtensionProperties> exts(ne);
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
+    bool sm_builtins = false, amd_cores = false;
     for (auto& e : exts)
         if (!std::strcmp(e.extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME))
             d.memory_budget = true;
@@ -171,6 +172,22 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
             d.host_import = true;
         else if (!std::strcmp(e.extensionName, "VK_KHR_portability_subset"))  // vulkan_beta.h names it
             d.portability_subset = true;
+        else if (!std::strcmp(e.extensionName, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME))
+            sm_builtins = true;
+        else if (!std::strcmp(e.extensionName, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME))
+            amd_cores = true;
+    if (sm_builtins) {  // properties of a supported extension may be queried without enabling it
+        VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+        VkPhysicalDeviceProperties2 ps{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sm};
+        vkGetPhysicalDeviceProperties2(pd, &ps);
+        d.compute_units = sm.shaderSMCount;
+    } else if (amd_cores) {
+        VkPhysicalDeviceShaderCorePropertiesAMD cp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+        VkPhysicalDeviceProperties2 ps{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &cp};
+        vkGetPhysicalDeviceProperties2(pd, &ps);
+        d.compute_units = cp.shaderEngineCount * cp.shaderArraysPerEngineCount * cp.computeUnitsPerShaderArray;
+    }
     if (d.host_import) {
         VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{
             VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};

@@ -67,7 +67,7 @@ std::optional<Cm2Tile> choose_cm2_tile(const std::vector<Cm2Flex>& listed, uint3
 }
 
 namespace {
-LinearCaps gemm_caps(LinearCaps::Needs needs, uint32_t wm, uint32_t wn, uint32_t fm, uint32_t fn) {
+LinearCaps gemm_caps(LinearCaps::Needs needs, uint32_t wm, uint32_t wn, uint32_t fm, uint32_t fn, bool split = false) {
     return LinearCaps{.f32_w = false,
                       .k_multiple = 4,
                       .needs = needs,
@@ -75,14 +75,19 @@ LinearCaps gemm_caps(LinearCaps::Needs needs, uint32_t wm, uint32_t wn, uint32_t
                       .wn = wn,
                       .fm = fm,
                       .fn = fn,
-                      .cpu_table = needs != LinearCaps::Needs::gemm_tile};
+                      .split = split,
+                      .cpu_table = needs != LinearCaps::Needs::gemm_tile && !split};
 }
 Dispatch lower_gemv(const DeviceInfo&, const ir::Graph& g, const ir::Node& n) { return lower_linear_gemv(g, n); }
-// The GEMM kernels' lowerings: kernel i of {coopmat, coopmat128, gemm, gemm128}.
+// The GEMM kernels' lowerings: kernel i of {coopmat, coopmat128, gemm, gemm128, coopmat_sk, gemm_sk}.
 template <int i>
 Dispatch lower_gemm(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n) {
-    static const char* const names[] = {"coopmat", "coopmat128", "gemm", "gemm128"};
+    static const char* const names[] = {"coopmat", "coopmat128", "gemm", "gemm128", "coopmat_sk", "gemm_sk"};
     return lower_linear_gemm(*find_linear_kernel(names[i]), d, g, n);
+}
+// The shader kernel of GEMM kernel k, split in S > 1 or not: coopmat, coopmat_sk, gemm or gemm_sk.
+std::string gemm_shader(const LinearKernel& k, bool split) {
+    return std::string(k.caps.needs == LinearCaps::Needs::coopmat ? "coopmat" : "gemm") + (split ? "_sk" : "");
 }
 }  // namespace
 
@@ -97,6 +102,8 @@ const std::vector<LinearKernel>& linear_kernels() {
         {"tex", LinearCaps{.k_multiple = 4, .needs = N::texel_formats}, lower_tex},
         {"gemm", gemm_caps(N::gemm_tile, 2, 2, 2, 2), lower_gemm<2>},
         {"gemm128", gemm_caps(N::gemm_tile, 4, 2, 2, 4), lower_gemm<3>},
+        {"coopmat_sk", gemm_caps(N::coopmat, 2, 2, 2, 2, true), lower_gemm<4>},
+        {"gemm_sk", gemm_caps(N::gemm_tile, 2, 2, 2, 2, true), lower_gemm<5>},
         {"gemv", LinearCaps{.k_multiple = 4, .cpu_table = false}, lower_gemv},
         {"coopmat2",
          LinearCaps{.f32_w = false,
@@ -133,7 +140,7 @@ std::string linear_kernel_unavailable(const LinearKernel& k, const DeviceInfo& d
         if (!d.coopmat_m)
             return "no VK_KHR_cooperative_matrix shape Kiln runs (" +
                    (d.coopmat_why.empty() ? std::string("not queried") : d.coopmat_why) + ")";
-        if (!has_shader(ShaderKey::weights("linear", "coopmat", dt).name()))
+        if (!has_shader(ShaderKey::weights("linear", gemm_shader(k, c.split), dt).name()))
             return "this Kiln build has no cooperative-matrix shader (its glslang lacks GL_KHR_cooperative_matrix)";
     }
     if (c.needs == LinearCaps::Needs::coopmat2) {
@@ -235,8 +242,9 @@ Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& dev, const i
     if (cm) {
         KILN_CHECK(dev.coopmat_m && dev.coopmat_n && dev.coopmat_k, what, ": device '", dev.name,
                    "' has no VK_KHR_cooperative_matrix shape Kiln runs (", dev.coopmat_why, ")");
-        KILN_CHECK(has_shader(ShaderKey::weights("linear", "coopmat", w.dtype).name()), what, ": linear_coopmat_",
-                   dtype_name(w.dtype), " not in this build (glslang without GL_KHR_cooperative_matrix)");
+        KILN_CHECK(has_shader(ShaderKey::weights("linear", gemm_shader(k, k.caps.split), w.dtype).name()), what,
+                   ": linear_", gemm_shader(k, k.caps.split), "_", dtype_name(w.dtype),
+                   " not in this build (glslang without GL_KHR_cooperative_matrix)");
     }
     const std::optional<GemmConfig> c = gemm_config(k, dev, w.dtype);
     if (!c) {
@@ -255,14 +263,22 @@ Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& dev, const i
     }
     Dispatch d = lower_linear(g, n);  // the checks (ggml rows of whole blocks), and LinearParams {M, N, K, has_bias}
     const params::LinearParams p = params_of(d);
-    d.shader = ShaderKey::weights("linear", cm ? "coopmat" : "gemm", w.dtype);
+    const uint32_t S = k.caps.split ? splitk_factor(*c, dev, p.M, p.N, p.K) : 1;
+    d.shader = ShaderKey::weights("linear", gemm_shader(k, S > 1), w.dtype);
     d.shader.gated = ir::linear_gated(n);
     d.spec = {c->shape.m, c->shape.n, d.spec[2], c->shape.k, d.spec[4], d.spec[5], c->invocations,
               c->wm,      c->wn,      c->fm,     c->fn,      c->bk,     c->nbuf};
     d.groups[0] = (p.N + c->bn() - 1) / c->bn();
     d.groups[1] = (p.M + c->bm() - 1) / c->bm();
-    d.groups[2] = 1;
+    d.groups[2] = S;
     KILN_CHECK(d.groups[1] <= 65535, what, ": M = ", p.M, " rows exceed the dispatch limit");
+    if (S > 1) {  // linear_splitk.glsl: partial sums (PHASE 0), then the reduce (PHASE 1) on the same grid
+        d.spec.insert(d.spec.end(), {0u, 0u});
+        d.then_spec = d.spec;
+        d.then_spec.back() = 1u;
+        std::copy(d.groups, d.groups + 3, d.then_groups);
+        d.scratch = (uint64_t)S * p.M * p.N * 4;
+    }
     return d;
 }
 
@@ -289,6 +305,16 @@ Dispatch lower_linear_cm2(const DeviceInfo& dev, const ir::Graph& g, const ir::N
     d.groups[2] = 1;
     KILN_CHECK(d.groups[1] <= 65535, "linear coopmat2: M = ", p.M, " rows exceed the dispatch limit");
     return d;
+}
+
+uint32_t splitk_factor(const GemmConfig& c, const DeviceInfo& d, uint32_t M, uint32_t N, uint32_t K) {
+    const uint64_t tiles = (uint64_t)((N + c.bn() - 1) / c.bn()) * ((M + c.bm() - 1) / c.bm());
+    const uint64_t target = (uint64_t)kSplitWaves * (d.compute_units ? d.compute_units : kDefaultComputeUnits);
+    const uint64_t T = (K + c.bk - 1) / c.bk, bytes = (uint64_t)M * N * 4;
+    uint64_t S = std::min<uint64_t>((target + tiles - 1) / tiles, T / kSplitMinSlices);
+    S = std::min<uint64_t>({S, bytes ? d.max_storage_buffer_range / bytes : 1, 65535});
+    if (S < 2) return 1;
+    return (uint32_t)((T + (T + S - 1) / S - 1) / ((T + S - 1) / S));
 }
 
 }  // namespace kiln::vk

@@ -17,6 +17,11 @@
 //   gemm     linear_gemm.comp: coopmat's kernel (linear_gemm.glsl) with scalar inner products, on any device: the
 //            GPU path's tiling, loads, scaling and epilogue where lavapipe 22.3 runs them.
 //   gemm128  the same with coopmat128's tile.
+//   coopmat_sk, gemm_sk  coopmat's and gemm's kernels split along K (linear_splitk.glsl): where the node's 64 x 64
+//            tiles are fewer than the device's compute units can keep busy, S workgroups per tile each sum a
+//            contiguous range of whole K slices into an f32 scratch [S, M, N], and a reduce dispatch adds the S
+//            partials in a fixed order and applies the epilogue (splitk_factor); where S would be 1, the unsplit
+//            kernel's one dispatch.
 //   gemv     linear_gemv.comp: few rows (M = batch: adaLN, timestep and modulation linears), a workgroup per 4 output
 //            columns and up to 8 rows, its lanes splitting K; every weight dtype.
 //   coopmat2  linear_cm2.comp: VK_NV_cooperative_matrix2, one workgroup-scope accumulator per block tile of the
@@ -72,6 +77,7 @@ struct LinearCaps {
     // The tiled GEMM (coopmat, gemm: Needs::coopmat / gemm_tile): its block tile, subgroups and fragments
     // (linear_gemm.glsl). x is split into two f16 parts there (linear_splits).
     uint32_t wm = 0, wn = 0, fm = 0, fn = 0;
+    bool split = false;  // split-K (coopmat_sk, gemm_sk): splitk_factor
     // Timed by the kernel table on a CPU device (lavapipe). false: GPU-shaped kernels (the scalar GEMM twins, gemv)
     // whose timing there costs minutes of compilation for a pick a CPU never makes, and whose other summation order
     // would change lavapipe's bits; tests force them.
@@ -87,7 +93,7 @@ struct LinearKernel {
 };
 
 // reg first (the reference of the probes and the fallback), then smem64, smem128, coopmat, coopmat128, tex, gemm,
-// gemm128, gemv, coopmat2.
+// gemm128, coopmat_sk, gemm_sk, gemv, coopmat2.
 const std::vector<LinearKernel>& linear_kernels();
 // nullptr for an unknown name.
 const LinearKernel* find_linear_kernel(const std::string& name);
@@ -131,11 +137,21 @@ uint32_t gemm_shared_bytes(const GemmConfig& c, DType dt);
 // d.max_shared_memory and whose staging divides evenly among its invocations (coopmat: subgroups of d's size; scalar:
 // of M N / 8). nullopt where none does.
 std::optional<GemmConfig> gemm_config(const LinearKernel& k, const DeviceInfo& d, DType dt);
-// The tiled GEMM kernel k (Needs::coopmat: linear_coopmat.comp; gemm_tile: linear_gemm.comp) for node n on d, at
-// gemm_config's configuration: spec {M, N, ACT, K, XF16, YF16, invocations, wm, wn, fm, fn, bk, nbuf}.
+// The tiled GEMM kernel k (Needs::coopmat: linear_coopmat.comp; gemm_tile: linear_gemm.comp; split: their "_sk"
+// forms) for node n on d, at gemm_config's configuration: spec {M, N, ACT, K, XF16, YF16, invocations, wm, wn, fm,
+// fn, bk, nbuf}; split in S > 1: + {FAST 0, PHASE 0}, groups (column tiles, row tiles, S), Dispatch::scratch and the
+// reduce (PHASE 1, the same groups).
 Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
 // linear_cm2.comp for node n on d (kernel "coopmat2"): spec {BM, BN, ACT, BK, XF16, YF16, invocations} from d's
 // cm2_* tile; groups (column tiles, row tiles, 1).
 Dispatch lower_linear_cm2(const DeviceInfo& d, const ir::Graph& g, const ir::Node& n);
+
+// Split-K: the workgroups the device should be given (kSplitWaves per compute unit, kDefaultComputeUnits where it
+// reports none), and the number S of workgroups per output tile for an M x N x K linear at configuration c: enough
+// that tiles x S reaches that target, at most T / kSplitMinSlices (each split sums at least that many of the T =
+// ceil(K / bk) K slices) and S M N f32 within one binding; then S = ceil(T / ceil(T / S)), so no split is empty. 1:
+// not split.
+constexpr uint32_t kSplitWaves = 4, kDefaultComputeUnits = 128, kSplitMinSlices = 4;
+uint32_t splitk_factor(const GemmConfig& c, const DeviceInfo& d, uint32_t M, uint32_t N, uint32_t K);
 
 }  // namespace kiln::vk

@@ -19,6 +19,13 @@ struct Dispatch {
     std::vector<uint8_t> push;
     uint32_t groups[3] = {1, 1, 1};
     std::vector<uint32_t> spec;  // specialization constants, ids 0..n-1
+    // Split-K (the linear kernels coopmat_sk, gemm_sk; shaders/linear_splitk.glsl): `scratch` bytes of f32 partial
+    // sums the shader binds after its outputs (the executor plans them with the activations), and a second dispatch
+    // of the same shader, bindings and push constants, run after this one with `then_spec` and `then_groups` (the
+    // reduce). 0: one dispatch, no scratch.
+    uint64_t scratch = 0;
+    std::vector<uint32_t> then_spec;
+    uint32_t then_groups[3] = {1, 1, 1};
 
     template <class P>
     void set_push(const P& p) {

@@ -97,6 +97,27 @@ Traffic traffic(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const 
     return t;
 }
 
+Traffic traffic_splitk(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const std::vector<double>& bound,
+                       bool reduce) {
+    const size_t nin = n.in.size();
+    std::vector<double> part(bound.size(), 0.0);  // the bindings this pass touches (their bytes), others 0
+    if (!reduce) {
+        part[0] = bound[0], part[1] = bound[1];
+        Traffic t = traffic(g, n, d, part);
+        t.written += (double)d.scratch;
+        return t;
+    }
+    Traffic t;
+    t.read = (double)d.scratch;
+    for (size_t b = 2; b < nin && b < bound.size(); ++b) {
+        const double times = b == 2 ? std::max<double>(d.then_groups[1], 1.0) : 1.0;  // the bias: per row tile
+        t.read += bound[b] * times;
+        if (times > 1 && bound[b] > 0) t.rereads.push_back({bound[b], times, bound[b]});
+    }
+    for (size_t b = nin; b < bound.size(); ++b) t.written += bound[b];
+    return t;
+}
+
 double memory_bytes(const Traffic& t, double cache) {
     double b = t.read + t.written;
     for (const Traffic::Reread& r : t.rereads)

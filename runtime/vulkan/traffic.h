@@ -33,5 +33,11 @@ double memory_bytes(const Traffic& t, double cache);
 // outputs) covers in this dispatch: the value's bytes, its input view's, or a row chunk's; 0 for an absent one. A
 // block weight selected on the device is one instance's bytes, not the bound range of all instances.
 Traffic traffic(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const std::vector<double>& bound);
+// The two dispatches of a split-K linear (d.scratch > 0; shaders/linear_splitk.glsl), reduce false / true: the partial
+// pass reads x once per column tile and W once per row tile, as the unsplit kernel does (each of the S workgroups of
+// a tile reads its K range), and writes the S M N f32 partials (d.scratch bytes); the reduce reads them, the bias once
+// per row tile and a gated linear's gate and residual once, and writes y.
+Traffic traffic_splitk(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const std::vector<double>& bound,
+                       bool reduce);
 
 }  // namespace kiln::vk

@@ -10,11 +10,12 @@
 #   kernels  kiln bench --kernels: the linear kernel table of this device
 #   bench    PyTorch's side (../shared/gpu-peer/bench_torch.py with diffusers, when bundle.sh --diffusers packed it), then
 #            kiln bench --mode all, on $ARCH (default dit-xl-2-256), in the same call so both share the card's clocks
-#   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28)
+#   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28), and
+#            f16 at DiT-XL/2's own linear shapes (M = 512: the split-K kernels' case)
 #   variants the attention op alone per kernel (test_ops "attention throughput": rows, flash, coopmat, coopmat4 on
 #            DiT-XL/2-256's and Gemma-2's shapes), then kiln bench on $ARCH in regional mode, 3 steps, once per
 #            attention kernel (KILN_ATTENTION=coopmat4, coopmat, flash, rows), per forced linear kernel
-#            (KILN_LINEAR=coopmat, gemm, smem64, reg), with one f16 per cooperative-matrix operand (KILN_PRECISION=fast,
+#            (KILN_LINEAR=coopmat, coopmat_sk, gemm, smem64, reg), with one f16 per cooperative-matrix operand (KILN_PRECISION=fast,
 #            first) and with f16 activations (KILN_ACT_F16=1), then the VK_NV_cooperative_matrix2 linear, which takes x
 #            stored f16 only: KILN_ACT_F16=1+KILN_LINEAR=coopmat2 (a variant joins several VAR=value with '+' or ',')
 #   stream   (only when STAGES names it) the streaming tests on the transfer-only queue, kiln bench --stream (#12)
@@ -127,6 +128,11 @@ for st in $stages; do
         timeout "$(lim 40)" "$run" "$bin/apps/kiln" bench --kernels --kernel-dtypes q8_0,q4_k > "$o/kernels-quant.txt" 2>&1
         log "kernels quant rc=$?"
         cat "$o/kernels-quant.txt"
+        # DiT-XL/2-256's linears (M = 2 x 256 tokens): 144 tiles of 64 x 64 for 132 SMs, where split-K should help
+        timeout "$(lim 40)" "$run" "$bin/apps/kiln" bench --kernels --kernel-dtypes f16 --shape 512x1152x1152 \
+          --shape 512x1152x4608 > "$o/kernels-dit.txt" 2>&1
+        log "kernels dit rc=$?"
+        cat "$o/kernels-dit.txt"
       fi
       ;;
     bench)  # per arch of ARCH (a list; the variants stage takes the first)
@@ -155,7 +161,7 @@ for st in $stages; do
         grep '^attention' "$o/attention-ops.txt"
       fi
       vs="KILN_ATTENTION=coopmat4 KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows"
-      vs="$vs KILN_LINEAR=coopmat KILN_LINEAR=gemm"
+      vs="$vs KILN_LINEAR=coopmat KILN_LINEAR=coopmat_sk KILN_LINEAR=gemm"
       vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
       vs="$vs KILN_ACT_F16=1+KILN_LINEAR=coopmat2"  # coopmat2 takes x stored f16 only
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused

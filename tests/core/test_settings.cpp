@@ -147,8 +147,8 @@ TEST_CASE("settings: a bad value is one error line naming the variable and what 
         {"KILN_STREAM_IN_PLACE", "2", "KILN_STREAM_IN_PLACE='2' (0 or 1)"},
         {"KILN_SELECT_ADVANCE", "on", "KILN_SELECT_ADVANCE='on' (0 or 1)"},
         {"KILN_LINEAR", "fast",
-         "KILN_LINEAR='fast' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, gemv or "
-         "coopmat2)"},
+         "KILN_LINEAR='fast' (auto, reg, smem, smem64, smem128, coopmat, coopmat128, tex, gemm, gemm128, coopmat_sk, "
+         "gemm_sk, gemv or coopmat2)"},
         {"KILN_CONV2D", "img", "KILN_CONV2D='img' (auto, buf or tex)"},
         {"KILN_ATTENTION", "fast", "KILN_ATTENTION='fast' (auto, coopmat4, coopmat, flash, rows, buf or tex)"},
         {"KILN_MAX_BINDING_RANGE", "4K", "KILN_MAX_BINDING_RANGE='4K' (a whole number, 0 or more)"},
