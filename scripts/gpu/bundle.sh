@@ -53,7 +53,9 @@ put() {  # FILE DEST-IN-STAGE ORIGIN: copy (following links), record
 # Kiln: the programs and the Vulkan test executables, stripped (no debug info in a release build; the symbol tables are
 # half their size). Not the CPU-only ones (core ir converter layouts schedulers text: no GPU code, 1.3 MiB packed;
 # BUNDLE_TESTS="core ... apps" packs them too), the soak, the fuzzers or the C API test (it builds the examples).
-for f in apps/kiln apps/kiln-convert; do put "$bin/$f" "$bin/$f" "build"; done
+# kiln-convert makes the built-in model (dit-digits.kiln), which only test_apps reads: packed with it.
+put "$bin/apps/kiln" "$bin/apps/kiln" "build"
+case " ${BUNDLE_TESTS:-ops jit models apps} " in *" apps "*) put "$bin/apps/kiln-convert" "$bin/apps/kiln-convert" "build" ;; esac
 for t in ${BUNDLE_TESTS:-ops jit models apps}; do
   [ -x "$bin/tests/test_$t" ] && put "$bin/tests/test_$t" "$bin/tests/test_$t" "build"
 done

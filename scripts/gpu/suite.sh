@@ -70,8 +70,9 @@ if [ $ci = 1 ]; then
 elif [ -f "$icd" ]; then
   export VK_ICD_FILENAMES="$icd"
 fi
-# The built-in model, as apps/CMakeLists.txt makes it (the bundle packs kiln-convert, not the 6 MiB file).
-[ -f "$bin/dit-digits.kiln" ] ||
+# The built-in model, as apps/CMakeLists.txt makes it (the bundle packs kiln-convert with test_apps, its only reader,
+# not the 6 MiB file).
+[ -f "$bin/dit-digits.kiln" ] || [ ! -x "$bin/apps/kiln-convert" ] ||
   "$run" "$bin/apps/kiln-convert" models/default/dit-digits -o "$bin/dit-digits.kiln" --dtype f16 --quiet
 kiln() { "$run" "$bin/apps/kiln" "$@"; }
 log "set-up done: $(head -n1 "$tree/MANIFEST" >/dev/null && wc -l < "$tree/MANIFEST") packed files, driver ${VK_ICD_FILENAMES:-found by the loader}"
