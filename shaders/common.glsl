@@ -69,6 +69,20 @@
 #define SELECT_BUF(B)
 #endif
 
+// The tile (column tile x, row tile y) of a 2-D tiled dispatch (the linear kernels: gx column tiles of N, gy row tiles
+// of M) that this workgroup computes, in a grouped order: workgroups, taken in id order (x fastest), walk bands of
+// `group` row tiles, each band column tile by column tile, down the band's rows. Consecutive workgroups share
+// a W tile (read by the band's rows one after another), an x row panel is re-read within its band, and W is swept once
+// per band instead of once per row tile (docs/jit.md, "Workgroup order"). `group` (>= 1), the band's row tiles, is the
+// lowering's (push constant tile_group; vk::linear_tile_group), which gives the traffic model the same value.
+// Independent of the arithmetic: each tile is computed as before, only by another workgroup.
+uvec2 tile_xy(uint group) {
+    const uint gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y, id = gl_WorkGroupID.y * gx + gl_WorkGroupID.x;
+    const uint band = id / (group * gx), r0 = band * group, rows = min(group, gy - r0);
+    const uint at = id - r0 * gx;  // within the band: column tile at / rows, its row at % rows
+    return uvec2(at / rows, r0 + at % rows);
+}
+
 // 1-D dispatch helper: invocations beyond n return. Groups may be spread over x and y when
 // n / local_size exceeds maxComputeWorkGroupCount[0] (65535).
 uint flat_id() { return gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x; }

@@ -124,4 +124,7 @@ void ystore(uint i, float h) {
 #define LT_ACT ACT
 #include "linear_tile.glsl"
 
-void main() { linear_tile(gl_WorkGroupID.x); }
+void main() {
+    const uvec2 t = tile_xy(p.tile_group);
+    linear_tile(t.x, t.y);
+}

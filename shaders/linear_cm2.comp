@@ -50,7 +50,8 @@ float epilogue(const in uint r, const in uint c, const in float v, const in uint
 }
 
 void main() {
-    const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
+    const uvec2 tile = tile_xy(p.tile_group);
+    const uint m0 = tile.y * BM, n0 = tile.x * BN;
 #define CLAMPED tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>
     CLAMPED lx = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     CLAMPED lw = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);

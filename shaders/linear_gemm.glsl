@@ -167,7 +167,8 @@ void main() {
 #else
     const uvec2 kr = uvec2(0u, (p.K / 4u + QR - 1u) / QR);
 #endif
-    const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;
+    const uvec2 tile = tile_xy(p.tile_group);
+    const uint m0 = tile.y * BM, n0 = tile.x * BN, kq = p.K / 4u;
     const uint w0 = W0;
     // Staging map: 4-vector l = tid + NT r of a slice is row l / QR, quad l % QR (QR quads = BK values per row).
     vec4 xv[LX];

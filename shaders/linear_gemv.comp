@@ -33,7 +33,8 @@ shared float part[R * NT];  // partial sums: row r, column c, lane j at r NT + c
 
 void main() {
     const uint tid = gl_LocalInvocationID.x, c = tid / L, lane = tid % L;
-    const uint n0 = gl_WorkGroupID.x * C, m0 = gl_WorkGroupID.y * R, kq = p.K / 4u;
+    const uvec2 tile = tile_xy(p.tile_group);
+    const uint n0 = tile.x * C, m0 = tile.y * R, kq = p.K / 4u;
     const uint wrow = W0 + min(n0 + c, p.N - 1u) * kq;  // columns past N repeat the last one, not stored
     uint xrow[R];
     float acc[R];

@@ -184,13 +184,14 @@ layout(binding = 12) writeonly buffer Y3 { float y3[]; };
 #undef LT_WLOAD
 
 void main() {
-    uint t = gl_WorkGroupID.x;
+    const uvec2 tt = tile_xy(p.tile_group);  // the column tiles of all parts side by side
+    const uint t = tt.x;
     if (PARTS == 1 || t < p.tile0[1])
-        part0(t);
+        part0(t, tt.y);
     else if (PARTS == 2 || t < p.tile0[2])
-        part1(t - p.tile0[1]);
+        part1(t - p.tile0[1], tt.y);
     else if (PARTS == 3 || t < p.tile0[3])
-        part2(t - p.tile0[2]);
+        part2(t - p.tile0[2], tt.y);
     else
-        part3(t - p.tile0[3]);
+        part3(t - p.tile0[3], tt.y);
 }

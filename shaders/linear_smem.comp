@@ -35,7 +35,8 @@ shared float ws[2][BK][BN];
 
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 16u + tx;
-    const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN, kq = p.K / 4u;  // kq: 4-vectors per row
+    const uvec2 tile = tile_xy(p.tile_group);
+    const uint m0 = tile.y * BM, n0 = tile.x * BN, kq = p.K / 4u;  // kq: 4-vectors per row
     const uint w0 = W0;
     // Staging map: 4-vector l = tid + 256 r of a slice is row l / 4, quad l % 4 (4 quads = BK values per row).
     const uint q = tid & 3u, r0 = tid >> 2;

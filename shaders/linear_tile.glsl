@@ -1,6 +1,6 @@
 // One linear's output tile (the body of linear.glsl, shared with linear_multi.comp so both compute every
-// output element by the same code): void LT_FN(uint tile_x) computes columns [16 RN tile_x, 16 RN (tile_x + 1))
-// of rows owned by this workgroup (gl_WorkGroupID.y), see linear.glsl. The includer defines:
+// output element by the same code): void LT_FN(uint tile_x, uint tile_y) computes columns [16 RN tile_x,
+// 16 RN (tile_x + 1)) of row tile tile_y (LY RM rows), see linear.glsl. The includer defines:
 //   LT_FN (name), LT_N (columns), LT_WLOAD(i) (one VT of W at index i), LT_W0 (index of W's first element),
 //   LT_HAS_BIAS / LT_BIAS(n) (bias), LT_Y (output array) or LT_STORE(i, v), LT_ACT (activation code,
 //   activation.glsl), optionally LT_XLOAD(i) (one VT of x; default x[i]);
@@ -22,10 +22,10 @@ float lt_fma(vec4 a, vec4 b, float acc) {  // indices, not .xyzw: KILN_PTR #defi
 #ifndef LT_STORE
 #define LT_STORE(i, v) LT_Y[i] = (v)
 #endif
-void LT_FN(uint tile_x) {
+void LT_FN(uint tile_x, uint tile_y) {
     const uint N = LT_N;
     uint n0 = tile_x * (16 * RN) + gl_LocalInvocationID.x;
-    uint m0 = gl_WorkGroupID.y * (LY * RM) + gl_LocalInvocationID.y;
+    uint m0 = tile_y * (LY * RM) + gl_LocalInvocationID.y;
     uint ks = KSTEPS;
     uint xr[RM], wr[RN];  // row starts in units of VT
     [[unroll]] for (uint i = 0; i < RM; ++i) xr[i] = min(m0 + LY * i, p.M - 1) * ks;

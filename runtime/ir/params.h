@@ -74,6 +74,7 @@ KILN_PARAMS(GroupNormParams) {
 KILN_PARAMS(LinearParams) {
     uint M, N, K, has_bias;
     uint g_off, g_stride, g_rows;
+    uint tile_group;  // row tiles per band of the grouped workgroup order (vk::linear_tile_group)
 } KILN_PARAMS_END(LinearParams)
 #endif
 
@@ -84,6 +85,7 @@ KILN_PARAMS(LinearMultiParams) {
     uint M, K, has_bias, parts;
     uint N[4];
     uint tile0[5];
+    uint tile_group;  // as LinearParams'
 } KILN_PARAMS_END(LinearMultiParams)
 #endif
 

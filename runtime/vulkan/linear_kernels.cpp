@@ -186,6 +186,7 @@ Dispatch lower_linear_smem(const ir::Graph& g, const ir::Node& n, SmemTile t) {
     d.groups[1] = (p.M + 16 * t.tm - 1) / (16 * t.tm);
     d.groups[2] = 1;
     KILN_CHECK(d.groups[1] <= 65535, "linear_smem: M = ", p.M, " rows exceed the dispatch limit");
+    set_linear_tile_group(d, g, n);
     return d;
 }
 
@@ -203,6 +204,7 @@ Dispatch lower_linear_gemv(const ir::Graph& g, const ir::Node& n) {
     d.groups[2] = 1;
     KILN_CHECK(d.groups[0] <= 65535 && d.groups[1] <= 65535, "linear_gemv: N = ", p.N, ", M = ", p.M,
                " exceed the dispatch limit");
+    set_linear_tile_group(d, g, n);
     return d;
 }
 
@@ -272,6 +274,7 @@ Dispatch lower_linear_gemm(const LinearKernel& k, const DeviceInfo& dev, const i
     d.groups[1] = (p.M + c->bm() - 1) / c->bm();
     d.groups[2] = S;
     KILN_CHECK(d.groups[1] <= 65535, what, ": M = ", p.M, " rows exceed the dispatch limit");
+    set_linear_tile_group(d, g, n);  // the partial pass's order (the reduce walks its own grid)
     if (S > 1) {  // linear_splitk.glsl: partial sums (PHASE 0), then the reduce (PHASE 1) on the same grid
         d.spec.insert(d.spec.end(), {0u, 0u});
         d.then_spec = d.spec;
@@ -304,6 +307,7 @@ Dispatch lower_linear_cm2(const DeviceInfo& dev, const ir::Graph& g, const ir::N
     d.groups[1] = (p.M + dev.cm2_bm - 1) / dev.cm2_bm;
     d.groups[2] = 1;
     KILN_CHECK(d.groups[1] <= 65535, "linear coopmat2: M = ", p.M, " rows exceed the dispatch limit");
+    set_linear_tile_group(d, g, n);
     return d;
 }
 

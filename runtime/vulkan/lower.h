@@ -26,6 +26,9 @@ struct Dispatch {
     uint64_t scratch = 0;
     std::vector<uint32_t> then_spec;
     uint32_t then_groups[3] = {1, 1, 1};
+    // A tiled linear's grouped workgroup order: row tiles per band (its push constant tile_group, which the traffic
+    // model reads from here; linear_tile_group). 1 for every other dispatch.
+    uint32_t tile_group = 1;
 
     template <class P>
     void set_push(const P& p) {
@@ -40,6 +43,18 @@ void groups_1d(Dispatch& d, uint64_t n, uint32_t local = 256);
 // off 0, stride C, or the slice's start and its source's width where one is read as a slice (ir::InputView).
 void modulate_rows(const ir::Node& n, int64_t C, uint32_t& sh_off, uint32_t& sh_stride, uint32_t& sc_off,
                    uint32_t& sc_stride);
+
+// The grouped workgroup order of the tiled linears (tile_xy, shaders/common.glsl; docs/jit.md, "Workgroup order"): a
+// band of row tiles walks the column tiles with its x row panels held in the cache, so it takes as many row tiles as
+// their panels fit kTileGroupBytes (a share of a GPU's last-level cache: 8 MiB, a sixth of an H100's 50 MB L2, a
+// ninth of an RTX 4090's 72 MB), at most kTileGroupMax (cuBLAS's and Triton's usual 8), at least 1: x [M, K] of
+// x_bytes in row_tiles panels.
+constexpr double kTileGroupBytes = 8.0 * 1024 * 1024;
+constexpr uint32_t kTileGroupMax = 8;
+uint32_t linear_tile_group(double x_bytes, uint32_t row_tiles);
+// Sets a linear dispatch's tile_group (Dispatch and LinearParams' push constant) from its groups[1] row tiles: every
+// linear kernel's lowering ends with it.
+void set_linear_tile_group(Dispatch& d, const ir::Graph& g, const ir::Node& n);
 
 // One lowering per op (views excluded: reshape has no dispatch).
 #define KILN_X(name, kind) Dispatch lower_##name(const ir::Graph& g, const ir::Node& n);

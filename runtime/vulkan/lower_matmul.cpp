@@ -37,6 +37,21 @@ LinTile linear_tile(int64_t M, int64_t N) {
 }
 }  // namespace
 
+uint32_t linear_tile_group(double x_bytes, uint32_t row_tiles) {
+    const double panel = x_bytes / std::max<uint32_t>(row_tiles, 1);
+    if (panel <= 0) return kTileGroupMax;
+    return (uint32_t)std::clamp(std::floor(kTileGroupBytes / panel), 1.0, (double)kTileGroupMax);
+}
+
+void set_linear_tile_group(Dispatch& d, const ir::Graph& g, const ir::Node& n) {
+    params::LinearParams p;
+    KILN_CHECK(d.push.size() == sizeof p, "internal: set_linear_tile_group on a dispatch without LinearParams");
+    std::memcpy(&p, d.push.data(), sizeof p);
+    const double x_bytes = (double)p.M * (double)p.K * (g.value(n.in[0]).dtype == DType::f16 ? 2 : 4);
+    p.tile_group = d.tile_group = linear_tile_group(x_bytes, d.groups[1]);
+    d.set_push(p);
+}
+
 Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     const ir::Value& w = g.value(n.in[1]);
     const Shape& sx = g.value(n.in[0]).shape;
@@ -48,7 +63,7 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
                shape_str(w.shape), " has rows that are not whole blocks");
     KILN_CHECK(M * K < (1ll << 32) && N * K < (1ll << 32) && M * N < (1ll << 32), "linear: x ", shape_str(sx),
                " @ weight ", shape_str(w.shape), " has >= 2^32 elements in one operand");
-    params::LinearParams p{(params::uint)M, (params::uint)N, (params::uint)K, n.in[2] >= 0 ? 1u : 0u, 0u, 0u, 0u};
+    params::LinearParams p{(params::uint)M, (params::uint)N, (params::uint)K, n.in[2] >= 0 ? 1u : 0u, 0u, 0u, 0u, 1u};
     Dispatch d;
     // K % 4 == 0: every row of x and W starts 16-byte aligned (bindings are 256-aligned), so the
     // 4-vector variant applies. Quantized weights (K a multiple of 32) have only that variant.
@@ -83,6 +98,7 @@ Dispatch lower_linear(const ir::Graph& g, const ir::Node& n) {
     d.groups[0] = (uint32_t)((N + 16 * t.rn - 1) / (16 * t.rn));
     d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
     KILN_CHECK(d.groups[1] <= 65535, "linear: M = ", M, " rows exceed the dispatch limit");
+    set_linear_tile_group(d, g, n);
     return d;
 }
 
@@ -121,9 +137,11 @@ Dispatch lower_linear_multi(const ir::Graph& g, const ir::Node& n) {
     p.tile0[ir::kMultiLinear] = tiles;
     KILN_CHECK(p.parts > 0, "linear_multi: no weight");
     d.spec.push_back(p.parts);  // PARTS
-    d.set_push(p);
     d.groups[0] = tiles;
     d.groups[1] = (uint32_t)((M + rm * ly - 1) / (rm * ly));
+    const bool xf16 = g.value(n.in[0]).dtype == DType::f16;
+    p.tile_group = d.tile_group = linear_tile_group((double)M * (double)K * (xf16 ? 2 : 4), d.groups[1]);
+    d.set_push(p);
     KILN_CHECK(d.groups[1] <= 65535 && tiles <= 65535, "linear_multi: M = ", M, " rows exceed the dispatch limit");
     return d;
 }

@@ -5,6 +5,7 @@
 #include "runtime/vulkan/traffic.h"
 
 #include <algorithm>
+#include <cmath>
 #include <variant>
 
 #include "runtime/ir/fuse.h"
@@ -12,9 +13,16 @@
 namespace kiln::vk {
 
 namespace {
+// How a dispatch reads one input binding: `times` in all, of which the re-reads fall in up to two tiers, each with
+// its count and its reuse set (Traffic::Reread).
 struct Reads {
-    double times = 1, reuse = 0;  // reads of the binding by the whole dispatch; its reuse set (Traffic::Reread)
+    double times = 1;
+    struct Tier {
+        double extra = 0, reuse = 0;
+    } tier[2];
 };
+Reads once() { return {}; }
+Reads every(double times, double reuse) { return {times, {{times - 1, reuse}, {}}}; }
 
 // How input binding b (bound[b] bytes) is read by the whole dispatch.
 Reads reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b, const std::vector<double>& bound) {
@@ -22,25 +30,30 @@ Reads reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b, 
     const double gx = d.groups[0], gy = d.groups[1], gz = d.groups[2];
     auto at = [&](size_t i) { return i < bound.size() ? bound[i] : 0.0; };
     if (op == "linear") {
-        // Every kernel (reg / vec4 / tex: register tiles; smem*, coopmat, gemm: shared-memory tiles; multi: the parts'
-        // column tiles side by side): groups[0] column tiles of N, groups[1] row tiles of M. x [M, K] is read once
-        // per column tile, each W [N, K] and bias once per row tile. Column tiles run first: an x row panel is
-        // re-read by consecutive workgroups; W is swept once per row of tiles. A gated linear's gate and residual
-        // (bindings 3, 4; ir::fuse): once, at the store of the element that reads them.
-        if (ir::linear_gated(n) && b >= 3) return {1, 0};
+        // Every kernel (reg / vec4 / tex: register tiles; smem*, coopmat*, gemm*, gemv, cm2: shared-memory tiles;
+        // multi: the parts' column tiles side by side): groups[0] column tiles of N, groups[1] row tiles of M. x [M, K]
+        // is read once per column tile, each W [N, K] and bias once per row tile. The grouped order (tile_xy,
+        // shaders/common.glsl): bands of G = d.tile_group row tiles, each walked column tile by column tile. An x
+        // row panel is re-read once per column tile, with its band's G panels and one W tile in between; a W tile is
+        // read by the G rows of a band one after another (a W tile and a panel in between), and W is swept once per
+        // band (all of W and G panels in between). A gated linear's gate and residual (bindings 3, 4; ir::fuse): once,
+        // at the store of the element that reads them.
+        if (ir::linear_gated(n) && b >= 3) return once();
         const size_t nw = ir::linear_gated(n) ? 3 : n.in.size();  // the weights and biases: inputs 1 .. nw - 1
         double w = 0;                                             // every weight and bias (linear_multi: all parts)
         for (size_t i = 1; i < nw; ++i) w += at(i);
-        const double panel = at(0) / std::max(gy, 1.0);
-        return b == 0 ? Reads{gx, panel + w / std::max(gx, 1.0)} : Reads{gy, w + panel};
+        const double G = std::clamp<double>(d.tile_group, 1.0, std::max(gy, 1.0)), bands = std::ceil(gy / G);
+        const double panel = at(0) / std::max(gy, 1.0), w_tile = w / std::max(gx, 1.0);
+        if (b == 0) return every(gx, G * panel + w_tile);
+        return {gy, {{gy - bands, w_tile + panel}, {bands - 1, w + G * panel}}};
     }
     if (op == "matmul") {
         // 64 x 64 (vec4: 64 x 128) tiles, groups (column tiles, row tiles, batch): a [B, M, K] once per column tile,
         // b [B|1, K, N] once per row tile of each batch.
         const bool shared_b = g.value(n.in[1]).shape[0] == 1;
         const double panel = at(0) / std::max(gy * gz, 1.0), b_batch = at(1) / (shared_b ? 1.0 : std::max(gz, 1.0));
-        if (b == 0) return {gx, panel + b_batch / std::max(gx, 1.0)};
-        return {gy * (shared_b ? gz : 1.0), b_batch + panel};
+        if (b == 0) return every(gx, panel + b_batch / std::max(gx, 1.0));
+        return every(gy * (shared_b ? gz : 1.0), b_batch + panel);
     }
     if (op == "attention") {
         // Groups (query tiles, heads, batch): rows kernel, tiles of 32 x rows-per-lane; flash and its
@@ -52,28 +65,28 @@ Reads reads(const ir::Graph& g, const ir::Node& n, const Dispatch& d, size_t b, 
         // the batch) by every query tile (batch). Query tiles run first: one head's K and V are re-read by
         // consecutive workgroups; the mask is swept once per head.
         const double heads = std::max(gy * gz, 1.0), kv_head = (at(1) + at(2)) / heads;
-        if (b == 0) return {1, 0};
-        if (b == 1 || b == 2) return {gx, kv_head + at(0) / heads / std::max(gx, 1.0)};
+        if (b == 0) return once();
+        if (b == 1 || b == 2) return every(gx, kv_head + at(0) / heads / std::max(gx, 1.0));
         const Shape& sm = g.value(n.in[b]).shape;
-        return {gy * (sm[1] == 1 ? gx : 1.0) * (sm[0] == 1 ? gz : 1.0), at(b) + kv_head};
+        return every(gy * (sm[1] == 1 ? gx : 1.0) * (sm[0] == 1 ? gz : 1.0), at(b) + kv_head);
     }
     if (op == "conv2d") {
         // conv2d.comp / conv2d_tex.comp: groups (spatial tiles of 64 x 8 outputs, output-channel tiles of 8): x once
         // per channel tile, W and bias once per spatial tile. Spatial tiles run first: x is swept once per channel
         // tile; a channel tile's weights are re-read by consecutive workgroups.
-        if (b == 0) return {gy, at(0) + at(1) / std::max(gy, 1.0)};
-        return {gx, (at(1) + at(2)) / std::max(gy, 1.0) + at(0) / std::max(gx, 1.0)};
+        if (b == 0) return every(gy, at(0) + at(1) / std::max(gy, 1.0));
+        return every(gx, (at(1) + at(2)) / std::max(gy, 1.0) + at(0) / std::max(gx, 1.0));
     }
     if (op == "conv2d_grouped") {
         // One output per invocation; a workgroup's 64 outputs lie along a row, so x rows are re-read by the KH / stride
         // output rows that cover them (neighbouring workgroups); the few weights of a grouped (depthwise) kernel once.
-        if (b != 0) return {1, 0};
+        if (b != 0) return once();
         const auto& a = std::get<ir::Conv2dAttrs>(n.attrs);
         const double kh = (double)g.value(n.in[1]).shape[2];
         const double times = std::max(1.0, kh / (double)a.stride_h);
-        return {times, at(0) / std::max(gx, 1.0) * times};
+        return every(times, at(0) / std::max(gx, 1.0) * times);
     }
-    return {1, 0};
+    return once();
 }
 }  // namespace
 
@@ -89,7 +102,8 @@ Traffic traffic(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const 
             }
             const Reads r = reads(g, n, d, b, bound);
             t.read += bytes * r.times;
-            if (r.times > 1) t.rereads.push_back({bytes, r.times, r.reuse});
+            for (const Reads::Tier& tier : r.tier)
+                if (tier.extra > 0) t.rereads.push_back({bytes, 1 + tier.extra, tier.reuse});
         } else {
             t.written += bound[b];
         }

@@ -14,10 +14,11 @@ namespace kiln::vk {
 
 struct Traffic {
     double read = 0, written = 0;  // bytes, with no cache between workgroups
-    // Each input binding its workgroups read more than once: its bytes, how many times, and its reuse set: the bytes
-    // the dispatch touches between two reads of the same bytes, in its workgroups' order (x-fastest group ids), e.g.
-    // a linear's W once per row tile: all of W and an x row panel; its x once per column tile: one panel and one W
-    // tile (consecutive workgroups share it).
+    // Each input binding its workgroups read more than once: its bytes, how many times (1 + the re-reads of this
+    // entry), and its reuse set: the bytes the dispatch touches between two reads of the same bytes, in its
+    // workgroups' order (x-fastest group ids), e.g. a linear's x once per column tile: its band's row panels and one
+    // W tile. A binding whose re-reads have two reuse sets has two entries, e.g. a linear's W: re-read by the next row
+    // tile of a band (one W tile and a panel in between) and by the next band (all of W and a band's panels).
     struct Reread {
         double bytes = 0, times = 1, reuse = 0;
     };

@@ -67,32 +67,65 @@ TEST_CASE("traffic: the tiled GEMM's 128 tile re-reads x and W half as often as 
     CHECK(t64.read == 76800 * 4 + 25600 * 5 + 800 * 5);
     CHECK(t128.read == 76800 * 2 + 25600 * 3 + 800 * 3);
     CHECK(t128.written == 300 * 200 * 4);
+    // One band of the grouped order (3 row tiles): x's three panels and a column tile of W and b between two reads
+    // of a panel; a W tile read by the band's 3 rows one after another (that tile and a panel in between).
     REQUIRE(t128.rereads.size() == 3);  // x, W, b
     CHECK(t128.rereads[0].times == 2);
-    CHECK(t128.rereads[0].reuse == Approx(76800.0 / 3 + 26400.0 / 2));  // an x row panel, a column tile of W and b
+    CHECK(t128.rereads[0].reuse == Approx(76800.0 + 26400.0 / 2));
     CHECK(t128.rereads[1].times == 3);
+    CHECK(t128.rereads[1].reuse == Approx(26400.0 / 2 + 76800.0 / 3));
 }
 
 // The floors' cache model (vk::memory_bytes): a re-read binding counts once where its reuse set (the bytes touched
-// between two reads of the same bytes, in the kernel's workgroup order) fits half the cache.
+// between two reads of the same bytes, in the kernel's workgroup order) fits half the cache. The grouped order
+// (tile_xy, shaders/common.glsl): bands of tile_group row tiles, each walked column tile by column tile.
 TEST_CASE("traffic: re-reads that fit half the last-level cache count once", "[cost]") {
     ir::Graph g;
+    // x [100, 64] f32 = 25600 bytes, W [200, 64] f16 = 25600, b [200] f32 = 800, y [100, 200] f32 = 80000.
     ir::Val y = g.linear(g.input("x", {100, 64}), g.weight("w", {200, 64}, DType::f16), g.weight("b", {200}));
     const ir::Node& n = producer(g, y);
-    vk::Dispatch d = vk::lower(g, n);  // 2 column tiles, 7 row tiles (the test above)
-    REQUIRE((d.groups[0] == 2 && d.groups[1] == 7));
+    vk::Dispatch d = vk::lower(g, n);
+    d.groups[0] = 2, d.groups[1] = 20;  // 2 column tiles, 20 row tiles (x panels of 1280 bytes): bands of 8, 8, 4
+    d.tile_group = 8;
     const vk::Traffic t = vk::traffic(g, n, d, bindings(g, n));
-    REQUIRE(t.rereads.size() == 3);  // x, W, b
-    // x: one row panel (25600 / 7) and one column tile of W and b ((25600 + 800) / 2) between its two reads; W and
-    // b: all of W and b and one x panel between two reads (a row of tiles).
+    CHECK(t.read == 25600 * 2 + (25600 + 800) * 20);
+    REQUIRE(t.rereads.size() == 5);  // x; W within bands, W across; b within, b across
+    // x: its band's 8 panels and one column tile of W and b ((25600 + 800) / 2) between two reads of a panel.
     CHECK(t.rereads[0].times == 2);
-    CHECK(t.rereads[0].reuse == Approx(25600.0 / 7 + 26400.0 / 2));
-    CHECK(t.rereads[1].times == 7);
-    CHECK(t.rereads[1].reuse == Approx(26400 + 25600.0 / 7));
+    CHECK(t.rereads[0].reuse == Approx(8 * 1280 + 13200));
+    // W: 20 reads; 17 by the next row of a band (a W tile and a panel in between), 2 by the next band (all of W and
+    // b, and a band's 8 panels).
+    CHECK(t.rereads[1].times == 1 + 17);
+    CHECK(t.rereads[1].reuse == Approx(13200 + 1280));
+    CHECK(t.rereads[2].times == 1 + 2);
+    CHECK(t.rereads[2].reuse == Approx(26400 + 8 * 1280));
+    CHECK(t.rereads[3].bytes == 800);
     const double all = t.read + t.written, once = 25600 + 25600 + 800 + 80000;
-    CHECK(vk::memory_bytes(t, 0) == all);                          // no cache
-    CHECK(vk::memory_bytes(t, 1e6) == Approx(once));               // everything fits
-    CHECK(vk::memory_bytes(t, 2 * 20000) == Approx(all - 25600));  // only x's panel set fits 20000 bytes
+    CHECK(vk::memory_bytes(t, 0) == all);                                            // no cache
+    CHECK(vk::memory_bytes(t, 1e6) == Approx(once));                                 // everything fits
+    CHECK(vk::memory_bytes(t, 2 * 15000) == Approx(all - 26400.0 * 17));            // the band's W tiles
+    CHECK(vk::memory_bytes(t, 2 * 30000) == Approx(all - 25600 - 26400.0 * 17));     // and x's panels, not all of W
+    // The order before bands (one row tile at a time) read W from memory 20 times here: with the bands, 3.
+    CHECK(vk::memory_bytes(t, 2 * 30000) == Approx(25600 + 26400.0 * 3 + 80000));
+}
+
+// The band's row tiles: as many x row panels as fit 8 MiB, 1 to 8 (vk::linear_tile_group), set in the push constants
+// the shader reads and in the Dispatch the model reads.
+TEST_CASE("traffic: a band of the grouped order holds the row panels that fit 8 MiB", "[cost]") {
+    // Flux-dev at 1024^2, batch 2, 128-row tiles: x [9216, 3072] f32 in 72 panels of 1.5 MiB: 5 of them; its
+    // single blocks' proj_out x [9216, 15360] (7.5 MiB panels): 1; DiT-XL/2's x [512, 1152] in 8 panels: 8.
+    CHECK(vk::linear_tile_group(9216.0 * 3072 * 4, 72) == 5);
+    CHECK(vk::linear_tile_group(9216.0 * 15360 * 4, 72) == 1);
+    CHECK(vk::linear_tile_group(512.0 * 1152 * 4, 8) == 8);
+    CHECK(vk::linear_tile_group(9216.0 * 3072 * 2, 72) == 8);  // x stored f16: 0.75 MiB panels, 10 would fit
+    ir::Graph g;
+    ir::Val y = g.linear(g.input("x", {4096, 3072}), g.weight("w", {64, 3072}, DType::f16), g.weight("b", {64}));
+    const vk::Dispatch d = vk::lower(g, producer(g, y));
+    params::LinearParams p;
+    REQUIRE(d.push.size() == sizeof p);
+    std::memcpy(&p, d.push.data(), sizeof p);
+    CHECK(d.tile_group == vk::linear_tile_group(4096.0 * 3072 * 4, d.groups[1]));
+    CHECK(p.tile_group == d.tile_group);
 }
 
 TEST_CASE("traffic: a gated linear reads its gate and residual once", "[cost]") {

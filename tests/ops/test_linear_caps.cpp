@@ -246,3 +246,45 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
     CHECK(test::max_err(r.gpu, r.cpu) <= 1.13 * bound);
     CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
 }
+
+// The grouped workgroup order (tile_xy, shaders/common.glsl): each kernel's grid is walked in bands of
+// tile_group row tiles (8 here: small panels), the last band partial; every output tile must be computed once. M = 1413 rows give
+// every kernel more than one band (16-row tiles: 89 row tiles, 11 bands and one of 1 row; 64: 23, the last band 7;
+// 128: 12, the last band 4) and N = 130 columns 2 to 9 column tiles, so a tile taken twice or skipped leaves a band of
+// wrong or unwritten rows. f16 W and no activation: the pipelines of the epilogue case above. Tolerance: that case's.
+TEST_CASE("every admitted linear kernel computes every tile of a grid of several bands", "[op:linear][caps]") {
+    vk::Context& ctx = test::op_ctx();
+    const std::string kernel = GENERATE(from_range(exec::linear_variants()));
+    const vk::LinearKernel& kk = *vk::find_linear_kernel(kernel);
+    const int64_t K = 68 % kk.caps.k_multiple ? 72 : 68, M = 1413, N = 130;
+    CAPTURE(kernel);
+    if (!exec::linear_variant_available(ctx, kernel, DType::f16)) {
+        SUCCEED("not on this device: " << vk::linear_kernel_unavailable(kk, ctx.info(), DType::f16));
+        return;
+    }
+    ir::Graph g;
+    auto xin = g.input("x", {M, K});
+    if (!kk.caps.f32_x) g.set_storage(xin, DType::f16);
+    g.output(g.linear(xin, g.weight("w", {N, K}, DType::f16), g.weight("b", {N})), "y");
+    const std::string why = exec::linear_unsupported(ctx, kernel, g, linear_node(g));
+    if (!why.empty()) {  // gemv: a few rows only
+        SUCCEED(kernel << " does not take " << M << " rows: " << why);
+        return;
+    }
+    const vk::Dispatch d = kk.lower(ctx.info(), g, linear_node(g));
+    REQUIRE(d.tile_group == vk::kTileGroupMax);
+    CHECK(d.groups[1] > d.tile_group);
+    CHECK(d.groups[1] % d.tile_group != 0);
+    exec::set_linear_override(kernel);
+    struct Clear {
+        ~Clear() { exec::set_linear_override(""); }
+    } clear;
+    Tensor x = test::random_tensor({M, K}, 73);
+    if (!kk.caps.f32_x) x = x.astype(DType::f16).astype(DType::f32);
+    auto r = test::run_op(g, {{"x", x}},
+                          {{"w", test::random_weight({N, K}, DType::f16, 74)}, {"b", test::random_tensor({N}, 75)}});
+    double bound = std::max(1e-6, 2.0 * K * K / 4 * std::ldexp(1.0, -24));
+    bound += vk::linear_splits(kk, DType::f16) * 2.0 * K / 4 * std::ldexp(1.0, -22);
+    CHECK(test::max_err(r.gpu, r.cpu) <= bound);
+    CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);
+}
