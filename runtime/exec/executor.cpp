@@ -10,6 +10,7 @@
 #include "runtime/exec/executor_impl.h"
 #include "runtime/exec/linear_select.h"
 #include "runtime/ir/fuse.h"
+#include "runtime/vulkan/attention_flash.h"
 
 namespace kiln::exec {
 
@@ -49,7 +50,7 @@ namespace {
 // fuse "all": every fusion, every mode, every device.
 // Slices are read in place (ir::InputView) only by ops no larger than one binding: row chunks (row_split.cpp) do
 // not split views.
-// act_f16: then f16 storage of linear-to-linear activations (ir::store_f16), in every mode.
+// act_f16: then f16 storage of the activations only linears and attention read (ir::store_f16), in every mode.
 ir::Graph planned_graph(vk::Context& ctx, const ir::Graph& g, Mode mode, const ExecOptions& o, uint64_t max_binding,
                         ir::FuseStats& st, Counters& c) {
     const vk::DeviceInfo& info = ctx.info();
@@ -70,7 +71,16 @@ ir::Graph planned_graph(vk::Context& ctx, const ir::Graph& g, Mode mode, const E
         opt.view_max_bytes = max_binding;
         out = ir::fuse(g, &st, opt);
     }
-    if (o.act_f16) c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved);
+    if (o.act_f16) {
+        // Attention reads f16 q, k, v with the flash kernels (exec::choose_attention_flash): on a GPU, where its head
+        // size fits. Not on a CPU device, whose rows kernel (f32 only) is 7-17x faster than flash there.
+        uint32_t smem = info.max_shared_memory;
+        if (uint32_t t = ctx.settings().test.max_shared_memory) smem = std::min(smem, t);
+        auto flash = [smem, cpu_device](const ir::Graph& gg, const ir::Node& n) {
+            return !cpu_device && vk::attention_flash_unsupported(gg, n, smem).empty();
+        };
+        c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved, flash);
+    }
     return out;
 }
 }  // namespace

@@ -282,20 +282,23 @@ int64_t gate_row_span(const Shape& gs, const Shape& out) {
     return std::max<int64_t>(span, 1);
 }
 
-int store_f16(Graph& g, uint64_t* bytes_saved) {
-    // Candidates: activations written by a linear or a concat. A candidate stays one while every reader is a
-    // linear reading it as x, or a concat whose output stays a candidate (it then copies the f16 values on, or
-    // rounds its f32 inputs once at its own store); to a fixed point, since dropping a concat drops its inputs.
+int store_f16(Graph& g, uint64_t* bytes_saved, const std::function<bool(const Graph&, const Node&)>& f16_attention) {
+    // Candidates: activations written by a linear, a concat, or the adaLN modulation before a linear (modulate,
+    // norm_modulate). A candidate stays one while every reader is a linear reading it as x, attention reading it as
+    // q, k or v, or a concat whose output stays a candidate (it then copies the f16 values on, or rounds its f32
+    // inputs once at its own store); to a fixed point, since dropping a concat drops its inputs.
     std::vector<bool> cand(g.values_.size(), false);
     std::vector<std::vector<std::pair<int, size_t>>> readers(g.values_.size());  // (node, input slot)
     for (size_t i = 0; i < g.nodes_.size(); ++i) {
         const Node& n = g.nodes_[i];
         for (size_t k = 0; k < n.in.size(); ++k)
             if (n.in[k] >= 0) readers[(size_t)n.in[k]].push_back({(int)i, k});
-        if ((n.op != Op::linear && n.op != Op::concat) || linear_gated(n)) continue;
+        const bool modulation = n.op == Op::modulate || n.op == Op::norm_modulate;  // shift/scale may be views
+        if ((n.op != Op::linear && n.op != Op::concat && !modulation) || linear_gated(n)) continue;
         const Value& v = g.values_[(size_t)n.out];
         // Concats read in place through views are not expected here; a concat reads whole values.
-        if (v.role == Role::activation && v.dtype == DType::f32 && n.views.empty()) cand[(size_t)n.out] = true;
+        if (v.role == Role::activation && v.dtype == DType::f32 && (n.views.empty() || modulation))
+            cand[(size_t)n.out] = true;
     }
     for (auto& [name, v] : g.outputs_) cand[(size_t)v] = false;  // graph outputs stay f32
     for (size_t v = 0; v < cand.size(); ++v)
@@ -306,7 +309,9 @@ int store_f16(Graph& g, uint64_t* bytes_saved) {
             if (!cand[v]) continue;
             for (auto [ni, k] : readers[v]) {
                 const Node& r = g.nodes_[(size_t)ni];
-                const bool ok = (r.op == Op::linear && k == 0) || (r.op == Op::concat && cand[(size_t)r.out]);
+                const bool ok = (r.op == Op::linear && k == 0) ||
+                                (r.op == Op::attention && k < 3 && f16_attention && f16_attention(g, r)) ||
+                                (r.op == Op::concat && cand[(size_t)r.out]);
                 if (!ok) {
                     cand[v] = false, changed = true;
                     break;

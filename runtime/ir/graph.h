@@ -2,6 +2,7 @@
 // The tensor IR: values (shape, dtype, role) and nodes (op, inputs, attrs), built by model code
 // through the builder methods below. Building is pure: it records ops and infers shapes (throwing
 // kiln::Error that names the op and shapes on mismatch); nothing is computed.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -149,7 +150,8 @@ public:
 
 private:
     friend Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt);
-    friend int store_f16(Graph& g, uint64_t* bytes_saved);
+    friend int store_f16(Graph& g, uint64_t* bytes_saved,
+                         const std::function<bool(const Graph&, const Node&)>& f16_attention);
     Val add_value(Value v);
     Val add_node(Op op, std::vector<int> in, Shape out_shape, Attrs attrs = NoAttrs{});
     Val binary(Op op, Val a, Val b);

@@ -41,6 +41,7 @@ Dispatch lower_modulate(const ir::Graph& g, const ir::Node& n) {
     Dispatch d;
     d.shader = ShaderKey("modulate");
     d.set_push(p);
+    d.spec = {g.value(n.out).dtype == DType::f16 ? 1u : 0u};  // YF16 (ir::store_f16)
     groups_1d(d, (uint64_t)shape_numel(s));
     return d;
 }
