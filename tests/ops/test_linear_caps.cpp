@@ -203,7 +203,7 @@ TEST_CASE("the tiled GEMM's tiles, slices and shared memory on each profile", "[
 // 2 K^2 2^-24 / 4 (x2 margin), relative L2 1e-5; the tiled GEMM (coopmat, gemm, their 128 tiles): + splits 2 K / 4
 // 2^-22 (x, and ggml W, split into two f16 parts; splits 3 for ggml W; test_linear_smem.cpp's check_gemm). The
 // activations are 1-Lipschitz up to 1.13 (GELU's slope), so the bound carries through them with that factor.
-TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[op:linear][caps]") {
+TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[op:linear][caps][every-kernel]") {
     vk::Context& ctx = test::op_ctx();
     const std::string kernel = GENERATE(from_range(exec::linear_variants()));
     const DType w = GENERATE(DType::f32, DType::f16, DType::bf16, DType::q4_k);

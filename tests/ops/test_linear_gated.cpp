@@ -44,7 +44,7 @@ double h_bound(const std::string& kernel, DType wt, int64_t K) {
 }
 }  // namespace
 
-TEST_CASE("a gated residual folds into its linear on every kernel, bitwise", "[op:linear_gated]") {
+TEST_CASE("a gated residual folds into its linear on every kernel, bitwise", "[op:linear_gated][every-kernel]") {
     vk::Context& ctx = test::op_ctx();
     const std::string kernel = GENERATE(from_range(exec::linear_variants()));
     const DType wt = GENERATE(DType::f32, DType::f16, DType::q4_k);
