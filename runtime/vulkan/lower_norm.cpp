@@ -85,7 +85,7 @@ Dispatch lower_norm_modulate(const ir::Graph& g, const ir::Node& n) {
     d.shader = ShaderKey("norm_modulate");
     d.set_push(p);
     d.spec = {g.value(n.out).dtype == DType::f16 ? 1u : 0u};  // YF16 (ir::store_f16)
-    groups_1d(d, (uint64_t)p.rows, 1);  // one workgroup per row
+    groups_1d(d, (uint64_t)p.rows, 1);                        // one workgroup per row
     return d;
 }
 }  // namespace kiln::vk

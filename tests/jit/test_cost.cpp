@@ -101,10 +101,10 @@ TEST_CASE("traffic: re-reads that fit half the last-level cache count once", "[c
     CHECK(t.rereads[2].reuse == Approx(26400 + 8 * 1280));
     CHECK(t.rereads[3].bytes == 800);
     const double all = t.read + t.written, once = 25600 + 25600 + 800 + 80000;
-    CHECK(vk::memory_bytes(t, 0) == all);                                            // no cache
-    CHECK(vk::memory_bytes(t, 1e6) == Approx(once));                                 // everything fits
-    CHECK(vk::memory_bytes(t, 2 * 15000) == Approx(all - 26400.0 * 17));            // the band's W tiles
-    CHECK(vk::memory_bytes(t, 2 * 30000) == Approx(all - 25600 - 26400.0 * 17));     // and x's panels, not all of W
+    CHECK(vk::memory_bytes(t, 0) == all);                                         // no cache
+    CHECK(vk::memory_bytes(t, 1e6) == Approx(once));                              // everything fits
+    CHECK(vk::memory_bytes(t, 2 * 15000) == Approx(all - 26400.0 * 17));          // the band's W tiles
+    CHECK(vk::memory_bytes(t, 2 * 30000) == Approx(all - 25600 - 26400.0 * 17));  // and x's panels, not all of W
     // The order before bands (one row tile at a time) read W from memory 20 times here: with the bands, 3.
     CHECK(vk::memory_bytes(t, 2 * 30000) == Approx(25600 + 26400.0 * 3 + 80000));
 }

@@ -230,7 +230,7 @@ TEST_CASE("the modulated norm before a linear is stored f16, within the same bou
     const ir::Graph g = adaln_linear(s.B, s.S, s.D, N, wdt, false);
     auto plain = test::run_vk(g, in, w, exec::Mode::full, "1");
     ::setenv("KILN_ACT_F16", "1", 1);
-    auto half = test::run_vk(g, in, w, exec::Mode::full, "1");  // norm_modulate rounds h
+    auto half = test::run_vk(g, in, w, exec::Mode::full, "1");    // norm_modulate rounds h
     auto eager = test::run_vk(g, in, w, exec::Mode::eager, "0");  // modulate rounds h
     ::unsetenv("KILN_ACT_F16");
     CHECK(plain.c.f16_activations == 0);
@@ -322,7 +322,8 @@ TEST_CASE("attention reads its q k v stored f16 where the device runs flash", "[
                 for (int64_t j = 0; j < S; ++j) {
                     double a = 0;
                     for (int64_t d = 0; d < Dh; ++d)
-                        a += std::fabs(q[(size_t)((b * S + i) * D + h * Dh + d)] * k[(size_t)((b * S + j) * D + h * Dh + d)]);
+                        a += std::fabs(q[(size_t)((b * S + i) * D + h * Dh + d)] *
+                                       k[(size_t)((b * S + j) * D + h * Dh + d)]);
                     ds = std::max(ds, scale * (2 * u + u * u) * a);
                 }
     const double e = (std::exp(2 * ds) - 1) * (1 + u) * vmax + u * vmax;

@@ -251,10 +251,11 @@ TEST_CASE("every admitted linear kernel runs every epilogue on this device", "[o
 }
 
 // The grouped workgroup order (tile_xy, shaders/common.glsl): each kernel's grid is walked in bands of
-// tile_group row tiles (8 here: small panels), the last band partial; every output tile must be computed once. M = 1413 rows give
-// every kernel more than one band (16-row tiles: 89 row tiles, 11 bands and one of 1 row; 64: 23, the last band 7;
-// 128: 12, the last band 4) and N = 130 columns 2 to 9 column tiles, so a tile taken twice or skipped leaves a band of
-// wrong or unwritten rows. f16 W and no activation: the pipelines of the epilogue case above. Tolerance: that case's.
+// tile_group row tiles (8 here: small panels), the last band partial; every output tile must be computed once. M = 1413
+// rows give every kernel more than one band (16-row tiles: 89 row tiles, 11 bands and one of 1 row; 64: 23, the last
+// band 7; 128: 12, the last band 4) and N = 130 columns 2 to 9 column tiles, so a tile taken twice or skipped leaves a
+// band of wrong or unwritten rows. f16 W and no activation: the pipelines of the epilogue case above. Tolerance: that
+// case's.
 TEST_CASE("every admitted linear kernel computes every tile of a grid of several bands", "[op:linear][caps]") {
     vk::Context& ctx = test::op_ctx();
     const std::string kernel = GENERATE(from_range(exec::linear_variants()));
@@ -278,10 +279,7 @@ TEST_CASE("every admitted linear kernel computes every tile of a grid of several
     REQUIRE(d.tile_group == vk::kTileGroupMax);
     CHECK(d.groups[1] > d.tile_group);
     CHECK(d.groups[1] % d.tile_group != 0);
-    exec::set_linear_override(kernel);
-    struct Clear {
-        ~Clear() { exec::set_linear_override(""); }
-    } clear;
+    test::ForceLinear force(kernel);
     Tensor x = test::random_tensor({M, K}, 73);
     if (!kk.caps.f32_x) x = x.astype(DType::f16).astype(DType::f32);
     auto r = test::run_op(g, {{"x", x}},
