@@ -34,7 +34,8 @@
 // times a small integer: up to 19 significant bits) are split like x (W_SPLIT: hi + lo, 2^-22 relative) and the
 // slice runs three products, lo x hi W, hi x lo W, hi x hi W (lo x lo W, <= 2^-22 |x W|, is left out): <= 3 2^-22
 // |x W| per product, still f32-like. The slice's sum is scaled back by 2^-s 2^-u (two exact multiplications).
-// x stored f16 (XF16) is exact in f16: it enters unscaled, lo = 0 and its products are skipped (half the work).
+// x stored f16 (XF16) is exact in f16: it enters unscaled, lo = 0 and its products are skipped (half the work);
+// with f16 W too nothing is scaled, and each product adds straight into its running f32 sum (no slice sums).
 // The scalar form adds each f16 x f16 product (exact in f32) with one fma, k ascending within a CK block: exactly
 // what the bound above assumes of the MulAdd, so there it holds as stated on every device.
 // The summation order differs from linear.glsl's, so results match it within that bound, not bitwise. The epilogue
@@ -70,10 +71,19 @@ SELECT_BUF(LINEAR_SEL_BINDING)
 #define W_SPLIT  // and is split into hi + lo
 #endif
 #include "linear_io.glsl"  // x, y (f32 or f16) and the epilogue: ACT, XF16, YF16 (constants 2, 4, 5)
+#include "split16.glsl"    // slice_scale, split16, hi16: the per-slice power of two and the hi / lo split
 // x stored f32 is scaled and split per slice; x stored f16 enters the tile as stored (exact: lo would be 0), and
 // its lo products are skipped.
 // FAST: x stored f32 is still scaled (f16's range), but rounded to hi alone.
 const bool XSCALE = XF16 == 0u, XSPLIT = XSCALE && FAST == 0u;
+#ifdef W_SCALED
+const bool WSCALE = true;
+#else
+const bool WSCALE = false;
+#endif
+// Where neither is scaled per slice (x stored f16, W f16: every slice's sum is in the same units) the products add
+// straight into the accumulators: no per-slice partial sums (half the accumulator registers), no slice maxima.
+const bool SLICED = XSCALE || WSCALE;
 #ifdef GEMM_SPLITK
 #include "linear_splitk.glsl"  // K ranges, partial sums to scratch (GEMM_STORE) and the reduce
 #else
@@ -130,28 +140,6 @@ Acc ACC_SCALE(Acc a, float f) {
     }
 #endif
 
-// 2^s with |x 2^s| < 2^14 for the slice's max m (1 for 0 and non-finite: the latter propagate as in f32).
-// At most 2^100, so that 2^-s stays a normal f32 (slices with max < 2^-86 keep values below f16's normal range).
-float slice_scale(uint mbits) {
-    const float m = uintBitsToFloat(mbits);
-    if (m == 0.0 || isinf(m) || isnan(m)) return 1.0;
-    int e;
-    frexp(m, e);  // m = f 2^e, f in [0.5, 1)
-    return ldexp(1.0, min(14 - e, 100));
-}
-
-// v = hi + lo. hi: v rounded to 11 significant bits through its bits (round half away from zero), so no compiler
-// can fold f32(f16(v)) back to v and zero lo; exact in f16 wherever |v| >= 2^-14 (the slice scale puts the slice's
-// max in [2^13, 2^14)). lo = f16(v - hi): v - hi is exact in f32 and <= 2^-12 |v|, rounded to f16 (2^-11 relative of
-// it): |v - hi - lo| <= 2^-23 |v| for normal lo, 2^-25 absolute below. 0 where hi overflowed (v infinite).
-void split16(float v, out float16_t hi, out float16_t lo) {
-    const float h = uintBitsToFloat((floatBitsToUint(v) + 0x1000u) & 0xffffe000u);
-    hi = float16_t(h);
-    lo = isinf(h) ? float16_t(0.0) : float16_t(v - h);
-}
-// split16's hi alone (FAST): v rounded to 11 significant bits, |v - hi| <= 2^-11 |v| (2^-25 absolute below 2^-14).
-float16_t hi16(float v) { return float16_t(uintBitsToFloat((floatBitsToUint(v) + 0x1000u) & 0xffffe000u)); }
-
 void main() {
 #ifdef GEMM_COOPMAT
     const uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
@@ -198,8 +186,10 @@ void main() {
                 const vec4 a = abs(xv[r]);                                                                         \
                 mx = max(mx, max(max(a[0], a[1]), max(a[2], a[3])));                                             \
             }                                                                                                      \
-            mx = subgroupMax(mx);                                                                                  \
-            if (subgroupElect()) atomicMax(smax[(t) % 3u], floatBitsToUint(mx));                                  \
+            if (XSCALE) {                                                                                          \
+                mx = subgroupMax(mx);                                                                              \
+                if (subgroupElect()) atomicMax(smax[(t) % 3u], floatBitsToUint(mx));                              \
+            }                                                                                                      \
             LOAD_W(t)                                                                                              \
         }
 #ifdef W_SCALED
@@ -272,9 +262,12 @@ void main() {
         }
         if (more) LOAD_SLICE(t + 1u)  // in flight while slice t multiplies
         barrier();  // slice t is stored and slice t + 1's maxima are in; with two buffers, the other one is free
-        ACC part[FM][FN];
+        ACC part[FM][FN];  // the slice's sums (SLICED), else the running sums themselves
         [[unroll]] for (uint i = 0; i < FM; ++i)
-            [[unroll]] for (uint j = 0; j < FN; ++j) part[i][j] = ACC_ZERO;
+            [[unroll]] for (uint j = 0; j < FN; ++j) {
+                if (SLICED) part[i][j] = ACC_ZERO;
+                else part[i][j] = acc[i][j];
+            }
         [[unroll]] for (uint kk = 0; kk < BK; kk += CK) {
 #ifdef GEMM_COOPMAT
             coopmat<float16_t, gl_ScopeSubgroup, CK, CN, gl_MatrixUseB> b[FN];
@@ -313,11 +306,13 @@ void main() {
         const float inv = 1.0 / sc, invw = 1.0 / scw;  // powers of two (2^-100 .. 2^114): exact
         [[unroll]] for (uint i = 0; i < FM; ++i)
             [[unroll]] for (uint j = 0; j < FN; ++j) {
-#ifdef W_SCALED
-                ACC_ADD(acc[i][j], ACC_SCALE(ACC_SCALE(part[i][j], inv), invw));
-#else
-                ACC_ADD(acc[i][j], ACC_SCALE(part[i][j], inv));
-#endif
+                if (!SLICED) {
+                    acc[i][j] = part[i][j];
+                } else if (WSCALE) {
+                    ACC_ADD(acc[i][j], ACC_SCALE(ACC_SCALE(part[i][j], inv), invw));
+                } else {
+                    ACC_ADD(acc[i][j], ACC_SCALE(part[i][j], inv));
+                }
             }
         if (more) {
             if (NBUF == 1u) barrier();  // the one buffer: every subgroup has multiplied slice t
