@@ -27,7 +27,8 @@
 layout(constant_id = 0) const uint D = 64;   // head_dim
 layout(constant_id = 1) const uint BR = 64;  // query rows per workgroup: NSG * RS
 layout(constant_id = 2) const uint BC = 16;  // keys per K/V tile (a multiple of CN, CK and LR)
-layout(constant_id = 3) const uint F16 = 0;  // bit i: q, k, v (i = 0, 1, 2) stored f16; 8: KILN_PRECISION=fast
+layout(constant_id = 3) const uint F16 = 0;  // bit i: q, k, v (i = 0, 1, 2) stored f16; 8: KILN_PRECISION=fast;
+                                             // 16: the output stored f16 (one rounding of the f32 value)
 layout(constant_id = 4) const uint CM = 16;  // the device's matrix shape
 layout(constant_id = 5) const uint CN = 16;
 layout(constant_id = 6) const uint CK = 16;
@@ -55,6 +56,7 @@ layout(binding = 2) readonly buffer V { float v[]; };
 layout(binding = 2) readonly buffer V16 { float16_t v16[]; };
 layout(binding = 3) readonly buffer Mk { float mask[]; };
 layout(binding = 4) writeonly buffer O { float o[]; };
+layout(binding = 4) writeonly buffer O16 { float16_t o16[]; };
 
 shared float16_t q_hi[BR * LQ], q_lo[BR * LQ];
 shared float16_t k_hi[BC * LQ], k_lo[BC * LQ], v_hi[BC * LQ], v_lo[BC * LQ];
@@ -75,6 +77,12 @@ shared float red_m[NSG * RS * LR], red_l[NSG * RS * LR];
 float load_q(uint i) { return (F16 & 1u) != 0 ? float(q16[i]) : q[i]; }
 float load_k(uint i) { return (F16 & 2u) != 0 ? float(k16[i]) : k[i]; }
 float load_v(uint i) { return (F16 & 4u) != 0 ? float(v16[i]) : v[i]; }
+void store_o(uint i, float x) {
+    if ((F16 & 16u) != 0)
+        o16[i] = float16_t(x);
+    else
+        o[i] = x;
+}
 
 ACC o_acc[FR * FD];  // this subgroup's output fragments, row fragment fr: fr FD ..
 float kr[NL], vr[NL];  // the next tile's K and V elements tid + n NI (c = e / DL, d = e % DL; d >= D: 0)
@@ -252,7 +260,7 @@ void main() {
             subgroup_sync();
             for (uint e = lane; e < CM * CN; e += SG) {
                 const uint rr = r0 + fr * CM + e / CN, d = fd * CN + e % CN;
-                if (q0 + rr < p.Sq && d < D) o[obase + rr * W + d] = s_s[r0 * BC + e];
+                if (q0 + rr < p.Sq && d < D) store_o(obase + rr * W + d, s_s[r0 * BC + e]);
             }
         }
 }

@@ -25,7 +25,8 @@ layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint D = 64;   // head_dim
 layout(constant_id = 1) const uint BR = 16;  // query rows per workgroup (4, 8 or 16)
 layout(constant_id = 2) const uint BC = 32;  // keys per K/V tile
-layout(constant_id = 3) const uint F16 = 0;  // bit i: q, k, v (i = 0, 1, 2) stored f16; 8: KILN_PRECISION=fast
+layout(constant_id = 3) const uint F16 = 0;  // bit i: q, k, v (i = 0, 1, 2) stored f16; 8: KILN_PRECISION=fast;
+                                             // 16: the output stored f16 (one rounding of the f32 value)
 const uint NI = 64;
 const uint T = NI / BR;          // invocations per query row
 const uint DT = (D + T - 1) / T; // output columns per invocation
@@ -39,6 +40,7 @@ layout(binding = 2) readonly buffer V { float v[]; };
 layout(binding = 2) readonly buffer V16 { float16_t v16[]; };
 layout(binding = 3) readonly buffer Mk { float mask[]; };
 layout(binding = 4) writeonly buffer O { float o[]; };
+layout(binding = 4) writeonly buffer O16 { float16_t o16[]; };
 
 shared float s_s[BR * BC];
 shared float red_m[NI], red_l[NI];  // per invocation: its keys' max and sum of P in the current tile
@@ -46,6 +48,12 @@ shared float red_m[NI], red_l[NI];  // per invocation: its keys' max and sum of 
 float load_q(uint i) { return (F16 & 1u) != 0 ? float(q16[i]) : q[i]; }
 float load_k(uint i) { return (F16 & 2u) != 0 ? float(k16[i]) : k[i]; }
 float load_v(uint i) { return (F16 & 4u) != 0 ? float(v16[i]) : v[i]; }
+void store_o(uint i, float x) {
+    if ((F16 & 16u) != 0)
+        o16[i] = float16_t(x);
+    else
+        o[i] = x;
+}
 
 #ifdef FLASH_COOPMAT
 #include "attention_flash_cm.glsl"  // DL, store_q, store_kv, flash_scores, store_p, flash_init, flash_pv, flash_out
@@ -97,7 +105,7 @@ void flash_out(uint r, uint t, uint q0, uint obase, float inv) {
     if (q0 + r >= p.Sq) return;
     [[unroll]] for (uint x = 0; x < DT; ++x) {
         uint d = t + x * T;
-        if (d < D) o[obase + r * p.H * D + d] = acc[x] * inv;
+        if (d < D) store_o(obase + r * p.H * D + d, acc[x] * inv);
     }
 }
 #endif

@@ -133,7 +133,7 @@ void flash_out(uint r, uint t, uint q0, uint obase, float inv) {
         subgroupBarrier();
         for (uint e = gl_SubgroupInvocationID; e < CM * CN; e += SG) {
             const uint rr = (f / (DL / CN)) * CM + e / CN, d = (f % (DL / CN)) * CN + e % CN;
-            if (q0 + rr < p.Sq && d < D) o[obase + rr * W + d] = stage[sg * CM * CN + e];
+            if (q0 + rr < p.Sq && d < D) store_o(obase + rr * W + d, stage[sg * CM * CN + e]);
         }
         subgroupBarrier();
     }

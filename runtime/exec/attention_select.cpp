@@ -12,7 +12,7 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
     KILN_CHECK(
         v == "auto" || v == "coopmat4" || v == "coopmat" || v == "flash" || v == "rows" || v == "buf" || v == "tex",
         "KILN_ATTENTION='", v, "' (auto, coopmat4, coopmat, flash, rows, buf or tex)");
-    bool f16 = false;
+    bool f16 = g.value(n.out).dtype == DType::f16;  // q, k, v or the output stored f16 (ir::store_f16)
     for (size_t i = 0; i < 3; ++i) f16 = f16 || g.value(n.in[i]).dtype == DType::f16;
     uint32_t smem = ctx.info().max_shared_memory;
     if (uint32_t t = ctx.settings().test.max_shared_memory) smem = std::min(smem, t);  // KILN_TEST_MAX_SHARED_MEMORY
@@ -35,7 +35,7 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
         d = vk::lower_attention_coopmat(ctx.info(), g, n, smem, fast);
         return true;
     }
-    if (f16) {  // the rows kernel reads f32 only
+    if (f16) {  // the rows kernel reads and writes f32 only
         d = vk::lower_attention_flash(g, n, smem);
         return true;
     }

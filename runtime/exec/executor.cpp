@@ -266,9 +266,9 @@ Tensor Executor::output(const std::string& name) const {
     auto it = impl_->outputs.find(name);
     KILN_CHECK(it != impl_->outputs.end(), "the graph has no output named '", name, "'");
     const ir::Value& v = impl_->g.value(it->second);
-    Tensor t(DType::f32, v.shape);
+    Tensor t(v.dtype, v.shape);  // f32, or f16 where the graph stores it so (Graph::set_storage)
     impl_->alloc.download(impl_->range[(size_t)impl_->r(it->second)], t.bytes.data(), t.nbytes());
-    return t;
+    return t.dtype == DType::f32 ? t : t.astype(DType::f32);
 }
 
 vk::BufferRange Executor::device_range(const std::string& name, DType* dtype) const {

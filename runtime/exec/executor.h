@@ -156,7 +156,7 @@ public:
     // Input by name: f32 tensors for f32 inputs; i32 inputs accept i32 or i64 (range-checked).
     void set_input(const std::string& name, const Tensor& t);
     void run();
-    Tensor output(const std::string& name) const;  // f32
+    Tensor output(const std::string& name) const;  // f32 (an output stored f16 is converted)
     const Counters& counters() const;
     const StepCost& cost() const;  // as recorded (the constructor records)
     // Records the command buffers again, as the constructor did, and returns the time recording took in ms; the

@@ -283,10 +283,11 @@ int64_t gate_row_span(const Shape& gs, const Shape& out) {
 }
 
 int store_f16(Graph& g, uint64_t* bytes_saved, const std::function<bool(const Graph&, const Node&)>& f16_attention) {
-    // Candidates: activations written by a linear, a concat, or the adaLN modulation before a linear (modulate,
-    // norm_modulate). A candidate stays one while every reader is a linear reading it as x, attention reading it as
-    // q, k or v, or a concat whose output stays a candidate (it then copies the f16 values on, or rounds its f32
-    // inputs once at its own store); to a fixed point, since dropping a concat drops its inputs.
+    // Candidates: activations written by a linear, a concat or slice, the adaLN modulation before a linear
+    // (modulate, norm_modulate), or attention where it runs a flash kernel. A candidate stays one while every reader
+    // is a linear reading it as x, attention reading it as q, k or v, or a concat or slice whose output stays a
+    // candidate (it then copies the f16 values on, or rounds its f32 inputs once at its own store); to a fixed
+    // point, since dropping a concat or slice drops its inputs.
     std::vector<bool> cand(g.values_.size(), false);
     std::vector<std::vector<std::pair<int, size_t>>> readers(g.values_.size());  // (node, input slot)
     for (size_t i = 0; i < g.nodes_.size(); ++i) {
@@ -294,10 +295,13 @@ int store_f16(Graph& g, uint64_t* bytes_saved, const std::function<bool(const Gr
         for (size_t k = 0; k < n.in.size(); ++k)
             if (n.in[k] >= 0) readers[(size_t)n.in[k]].push_back({(int)i, k});
         const bool modulation = n.op == Op::modulate || n.op == Op::norm_modulate;  // shift/scale may be views
-        if ((n.op != Op::linear && n.op != Op::concat && !modulation) || linear_gated(n)) continue;
+        // Attention writes f16 where it reads f16 (the flash kernels), whatever views its inputs are.
+        const bool attention = n.op == Op::attention && f16_attention && f16_attention(g, n);
+        const bool copy = n.op == Op::concat || n.op == Op::slice;  // f16 in, f16 out unchanged; f32 in rounded once
+        if ((n.op != Op::linear && !copy && !modulation && !attention) || linear_gated(n)) continue;
         const Value& v = g.values_[(size_t)n.out];
         // Concats read in place through views are not expected here; a concat reads whole values.
-        if (v.role == Role::activation && v.dtype == DType::f32 && (n.views.empty() || modulation))
+        if (v.role == Role::activation && v.dtype == DType::f32 && (n.views.empty() || modulation || attention))
             cand[(size_t)n.out] = true;
     }
     for (auto& [name, v] : g.outputs_) cand[(size_t)v] = false;  // graph outputs stay f32
@@ -311,7 +315,7 @@ int store_f16(Graph& g, uint64_t* bytes_saved, const std::function<bool(const Gr
                 const Node& r = g.nodes_[(size_t)ni];
                 const bool ok = (r.op == Op::linear && k == 0) ||
                                 (r.op == Op::attention && k < 3 && f16_attention && f16_attention(g, r)) ||
-                                (r.op == Op::concat && cand[(size_t)r.out]);
+                                ((r.op == Op::concat || r.op == Op::slice) && cand[(size_t)r.out]);
                 if (!ok) {
                     cand[v] = false, changed = true;
                     break;

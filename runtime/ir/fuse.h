@@ -59,16 +59,18 @@ inline bool linear_gated(const Node& n) { return n.op == Op::linear && n.in.size
 int64_t gate_row_span(const Shape& gs, const Shape& out);
 
 // f16 activation storage (KILN_ACT_F16=1): every activation written by a linear (fused activation included), a
-// concat, or an adaLN modulation (modulate, norm_modulate) and read only by linears as their x, by attention as q,
-// k or v, or by concats stored f16 themselves (not a gated linear's y: the mul_add it replaces stores f32), e.g. a
-// transformer MLP's hidden [tokens, 4 D] between fc1(+GELU) and fc2, the modulated norm before the q/k/v and fc1
-// linears, q, k and v themselves, or Flux's single-block concat of attention and GELU'd MLP hidden before proj_out,
-// is stored as f16: each value is
-// rounded once, at the store of the op that computed it in f32 (a concat copies f16 inputs unchanged and rounds f32
-// ones), and the readers convert back and accumulate in f32. Graph outputs and values read by anything else stay f32.
+// concat or slice, an adaLN modulation (modulate, norm_modulate) or attention (where f16_attention says, below) and
+// read only by linears as their x, by attention as q, k or v, or by concats or slices stored f16 themselves (not a
+// gated linear's y: the mul_add it replaces stores f32), e.g. a transformer MLP's hidden [tokens, 4 D] between
+// fc1(+GELU) and fc2, the modulated norm before the q/k/v and fc1 linears, q, k and v themselves, attention's
+// output before the out-projection (SD3's and Flux's joint ones through their per-stream slices), or Flux's
+// single-block concat of attention and GELU'd MLP hidden before proj_out, is stored as f16: each value is rounded
+// once, at the store of the op that computed it in f32 (a concat or slice copies f16 inputs unchanged and rounds
+// f32 ones), and the readers convert back and accumulate in f32. Graph outputs and values read by anything else
+// stay f32.
 // Returns how many values; *bytes_saved: the bytes those values no longer take (an upper bound on the arena's saving).
-// Applied after fuse. f16_attention(g, n): whether attention node n may read f16 q, k and v (the device's kernels for
-// f16 inputs take its shape: exec passes the flash kernel's limits); without it attention reads f32 only.
+// Applied after fuse. f16_attention(g, n): whether attention node n may read f16 q, k and v and write f16 (the
+// device's kernels for f16 take its shape: exec passes the flash kernel's limits); without it attention is f32 only.
 int store_f16(Graph& g, uint64_t* bytes_saved = nullptr,
               const std::function<bool(const Graph&, const Node&)>& f16_attention = {});
 

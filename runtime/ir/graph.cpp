@@ -412,7 +412,9 @@ Val Graph::concat(Val a, Val b, int axis) {
 }
 
 Val Graph::slice(Val x, int axis, int64_t start, int64_t length) {
-    check_f32(Op::slice, x, "x");
+    // x may be stored f16 (ir::store_f16: a slice then copies f16 values on, or reads them as f32 values).
+    KILN_CHECK(x.id >= 0 && x.id < (int)values_.size(), "slice: x is not a value of this graph");
+    if (value(x).dtype != DType::f16 || value(x).role == Role::weight) check_f32(Op::slice, x, "x");
     const Shape& s = shape(x);
     KILN_CHECK(s.size() <= 6, "slice: rank > 6");
     int ax = norm_axis(axis, s.size(), "slice");

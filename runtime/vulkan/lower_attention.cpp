@@ -59,11 +59,12 @@ uint64_t flash_shared_bytes(FlashTile t, int64_t d) {
     return 4ull * ((uint64_t)(t.br + t.bc) * (uint64_t)(d + 1) + 64 / t.br + (uint64_t)t.br * t.bc + 128);
 }
 
-// Bit i: input i (q, k, v) stored f16 (the flash kernels' F16 constant).
+// Bit i: input i (q, k, v) stored f16; bit 4 (16): the output (the flash kernels' F16 constant).
 uint32_t f16_bits(const ir::Graph& g, const ir::Node& n) {
     uint32_t f16 = 0;
     for (uint32_t i = 0; i < 3; ++i)
         if (g.value(n.in[i]).dtype == DType::f16) f16 |= 1u << i;
+    if (g.value(n.out).dtype == DType::f16) f16 |= 16u;
     return f16;
 }
 
@@ -106,10 +107,9 @@ Dispatch lower_attention(const ir::Graph& g, const ir::Node& n) {
     const Shape& sq = g.value(n.in[0]).shape;
     // 512: the single-head mid-block attention of the Stable Diffusion / Flux VAEs (registers: 2 x 512 floats).
     KILN_CHECK(s.D <= 512, "attention: head_dim ", s.D, " (q ", shape_str(sq), ", ", s.H, " heads) exceeds 512");
-    // q/k/v stored f16: only the flash kernel reads them; here with the shared memory every device has (Vulkan's
-    // 16 KiB minimum), exec::choose_attention_flash re-lowers for the device's.
-    for (size_t i = 0; i < 3; ++i)
-        if (g.value(n.in[i]).dtype == DType::f16) return lower_attention_flash(g, n, 16384);
+    // q/k/v or the output stored f16: only the flash kernels read and write them; here with the shared memory every
+    // device has (Vulkan's 16 KiB minimum), exec::choose_attention_flash re-lowers for the device's.
+    if (f16_bits(g, n) != 0) return lower_attention_flash(g, n, 16384);
     Dispatch d;
     // D % 4 == 0: rows of q/k/v start 16-byte aligned, the 4-vector variant applies; the spec constant
     // is the head width in the shader's vector units.

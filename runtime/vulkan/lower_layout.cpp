@@ -76,6 +76,8 @@ Dispatch lower_slice(const ir::Graph& g, const ir::Node& n) {
     Dispatch d;
     d.shader = ShaderKey("slice");
     d.set_push(p);
+    auto f16 = [&](int v) { return g.value(v).dtype == DType::f16 ? 1u : 0u; };  // ir::store_f16
+    d.spec = {f16(n.in[0]), f16(n.out)};
     groups_1d(d, (uint64_t)p.outer * p.out_row);
     return d;
 }
