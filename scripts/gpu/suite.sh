@@ -11,7 +11,7 @@
 #   bench    PyTorch's side (../shared/gpu-peer/bench_torch.py with diffusers, when bundle.sh --diffusers packed it), then
 #            kiln bench --mode all, on $ARCH (default dit-xl-2-256), in the same call so both share the card's clocks
 #   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28), and
-#            f16 at DiT-XL/2's own linear shapes (M = 512: the split-K kernels' case)
+#            f16 at DiT-XL/2's own linear shapes (M = 512: the split-K kernels' case) and one of SD3's (8192 rows)
 #   variants the attention op alone per kernel (test_ops "attention throughput": rows, flash, coopmat, coopmat4 on
 #            DiT-XL/2-256's and Gemma-2's shapes), then kiln bench on $ARCH in regional mode, 3 steps, once per
 #            attention kernel (KILN_ATTENTION=coopmat4, coopmat, flash, rows), per forced linear kernel
@@ -129,9 +129,10 @@ for st in $stages; do
         timeout "$(lim 40)" "$run" "$bin/apps/kiln" bench --kernels --kernel-dtypes q8_0,q4_k > "$o/kernels-quant.txt" 2>&1
         log "kernels quant rc=$?"
         cat "$o/kernels-quant.txt"
-        # DiT-XL/2-256's linears (M = 2 x 256 tokens): 144 tiles of 64 x 64 for 132 SMs, where split-K should help
-        timeout "$(lim 40)" "$run" "$bin/apps/kiln" bench --kernels --kernel-dtypes f16 --shape 512x1152x1152 \
-          --shape 512x1152x4608 > "$o/kernels-dit.txt" 2>&1
+        # DiT-XL/2-256's linears (M = 2 x 256 tokens): 144 tiles of 64 x 64 for 132 SMs, where split-K should help;
+        # and SD3-medium-1024's (M = 2 x 4096 image tokens, 38.7 GFLOP): a GEMM large enough to show its throughput
+        timeout "$(lim 50)" "$run" "$bin/apps/kiln" bench --kernels --kernel-dtypes f16 --shape 512x1152x1152 \
+          --shape 512x1152x4608 --shape 8192x1536x1536 > "$o/kernels-dit.txt" 2>&1
         log "kernels dit rc=$?"
         cat "$o/kernels-dit.txt"
       fi
