@@ -42,7 +42,7 @@ double memory_bytes(const exec::DispatchCost& x, const CostDevice& d) {
 double floor_ms(const exec::StepCost& c, const CostDevice& d) {
     double s = 0;
     for (const exec::DispatchCost& x : c.per_dispatch)
-        s += x.per_run * std::max(x.flops / d.flops_per_s, memory_bytes(x, d) / d.bytes_per_s);
+        s += x.per_run * std::max(x.flops_executed / d.flops_per_s, memory_bytes(x, d) / d.bytes_per_s);
     return s * 1e3;
 }
 
@@ -58,9 +58,10 @@ nlohmann::json cost_by_shader(const exec::StepCost& c) {
     for (const exec::DispatchCost& x : c.per_dispatch) {
         if (x.per_run == 0) continue;
         nlohmann::json& e = by[x.shader];
-        if (e.is_null()) e = {{"count", 0}, {"flops", 0.0}, {"bytes", 0.0}};
+        if (e.is_null()) e = {{"count", 0}, {"flops", 0.0}, {"flops_executed", 0.0}, {"bytes", 0.0}};
         e["count"] = e["count"].get<int>() + x.per_run;
         e["flops"] = e["flops"].get<double>() + x.per_run * x.flops;
+        e["flops_executed"] = e["flops_executed"].get<double>() + x.per_run * x.flops_executed;
         e["bytes"] = e["bytes"].get<double>() + x.per_run * x.bytes;
     }
     return by;
@@ -76,7 +77,9 @@ nlohmann::json cost_model_json() {
                            {"cache_source", d.cache_source}};
     return {{"note",
              "a model, not a measurement: per step, each dispatch as planned with its FLOPs and the bytes its tiling "
-             "reads and writes (bytes: no cache between workgroups); floor_ms = sum over dispatches of max(flops / "
+             "reads and writes (bytes: no cache between workgroups); flops_executed = flops x the matrix products "
+             "per term of each dispatch's kernel (a cooperative-matrix GEMM's hi + lo split of an f32 x runs two); "
+             "floor_ms = sum over dispatches of max(flops_executed / "
              "peak, memory bytes / bandwidth), memory bytes: a binding re-read by the tiling counts once where the "
              "bytes touched between two reads of it fit half the device's last-level cache; bytes_min = every weight "
              "once + each block's inputs and outputs"},
@@ -86,7 +89,7 @@ nlohmann::json cost_model_json() {
 void print_cost(const std::string& label, const exec::StepCost& c, bool header) {
     if (header) {
         std::printf(
-            "cost model (per step, as planned; not measured: floor = sum over dispatches of max(FLOPs / peak, "
+            "cost model (per step, as planned; not measured: floor = sum over dispatches of max(executed FLOPs / peak, "
             "bytes / bandwidth), re-reads that fit half the last-level cache counted once)\n");
         std::printf("%-9s %9s %9s %9s %8s %6s %6s %8s", "mode", "GFLOP", "GB", "GB_min", "GB/min", "disp", "submit",
                     "barriers");

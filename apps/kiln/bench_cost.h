@@ -24,7 +24,8 @@ const std::vector<CostDevice>& cost_devices();
 // (ms). Memory bytes: the dispatch's bytes less the re-reads its tiling leaves to d's last-level cache
 // (vk::memory_bytes).
 double floor_ms(const exec::StepCost& c, const CostDevice& d);
-// A mode's "cost" object: flops, bytes, bytes_min, dispatches, submits, barriers, floor_ms {device: ms}.
+// A mode's "cost" object: flops, bytes, bytes_min, dispatches, submits, barriers, floor_ms {device: ms} (exactly
+// these: other checks read them; the floors use the executed FLOPs, the mode's flops_executed_per_step).
 nlohmann::json cost_json(const exec::StepCost& c);
 // A mode's "cost_by_shader": per shader name, its executions, FLOPs and bytes per step (where the bytes go).
 nlohmann::json cost_by_shader(const exec::StepCost& c);

@@ -377,6 +377,7 @@ nlohmann::json mode_json(const ModeRun& m, exec::Mode mode) {
             {"host_ms", step_json["host_ms"]},
             {"host_ms_median", med.run.host_ms},
             {"flops_per_step", m.cost.flops},
+            {"flops_executed_per_step", m.step_cost.flops_executed},  // the f16 splits (vk::products_per_term)
             {"bytes_per_step", bytes},
             {"gflops_per_s", gflops(m, med)},
             {"gbytes_per_s", bytes / (med.wall_ms * 1e-3) * 1e-9},

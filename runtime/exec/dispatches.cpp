@@ -190,6 +190,7 @@ std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const 
     const size_t ob = node.in.size();  // the first output's binding
     rec.flops =
         ir::node_flops(g, node) * (part.sub[ob].size ? bound[ob] / (double)value_bytes(g.value(node.out)) : 1.0);
+    rec.flops_executed = rec.flops * vk::products_per_term(g, node, rec.d);
     if (!rec.d.scratch) {
         const vk::Traffic t = vk::traffic(g, node, rec.d, bound);
         rec.bytes = t.read + t.written;
@@ -206,7 +207,7 @@ std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const 
     red.d.spec = red.d.then_spec;
     std::copy(red.d.then_groups, red.d.then_groups + 3, red.d.groups);
     red.reads.push_back(sc);
-    red.flops = 0;
+    red.flops = 0, red.flops_executed = 0;
     rec.writes = {sc};
     const vk::Traffic tp = vk::traffic_splitk(g, node, rec.d, bound, false);
     const vk::Traffic tr = vk::traffic_splitk(g, node, rec.d, bound, true);

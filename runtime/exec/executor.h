@@ -125,9 +125,11 @@ struct DispatchCost {
     double flops = 0, bytes = 0;               // one execution
     int per_run = 0;                           // executions per run
     std::vector<vk::Traffic::Reread> rereads;  // its bindings read more than once (vk::memory_bytes)
+    double flops_executed = 0;                 // flops x the matrix products per term (vk::products_per_term)
 };
 struct StepCost {
     double flops = 0, bytes = 0;  // per run: the sum over per_dispatch, copies included (read + written)
+    double flops_executed = 0;    // per run: FLOPs as the kernels run them (their operands' f16 splits)
     double bytes_min = 0;         // an ideal plan's traffic, ir::min_bytes of the planned graph
     int dispatches = 0, submits = 0, barriers = 0;
     std::vector<DispatchCost> per_dispatch;  // each recorded dispatch once (per_run 0: recorded, never run)

@@ -80,6 +80,7 @@ struct DispatchRec {
     vk::Dispatch d;
     std::vector<Span> reads, writes;
     double flops = 0, bytes = 0;               // the cost model of one execution (StepCost)
+    double flops_executed = 0;                 // flops x vk::products_per_term
     std::vector<vk::Traffic::Reread> rereads;  // its re-read bindings (vk::Traffic)
 };
 

@@ -111,6 +111,20 @@ Traffic traffic(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const 
     return t;
 }
 
+double products_per_term(const ir::Graph& g, const ir::Node& n, const Dispatch& d) {
+    const std::string& k = d.shader.kernel;
+    auto f32 = [&](size_t i) { return i < n.in.size() && n.in[i] >= 0 && g.value(n.in[i]).dtype == DType::f32; };
+    if (d.shader.op == "linear" && (k == "coopmat" || k == "coopmat_sk" || k == "gemm" || k == "gemm_sk")) {
+        if (d.spec.size() > 13 && d.spec[13] != 0) return 1;  // FAST (a split-K reduce multiplies nothing: 0 FLOPs)
+        return 1.0 + (f32(0) ? 1 : 0) + (dtype_is_quant(g.value(n.in[1]).dtype) ? 1 : 0);
+    }
+    if (d.shader.op == "attention" && (k == "coopmat" || k == "coopmat4")) {
+        if (d.spec.size() > 3 && (d.spec[3] & 8u) != 0) return 1;  // FAST
+        return (2.0 + (f32(1) ? 1 : 0) + 2.0 + (f32(2) ? 1 : 0)) / 2;
+    }
+    return 1;
+}
+
 Traffic traffic_splitk(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const std::vector<double>& bound,
                        bool reduce) {
     const size_t nin = n.in.size();

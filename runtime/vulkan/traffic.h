@@ -41,4 +41,11 @@ Traffic traffic(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const 
 Traffic traffic_splitk(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const std::vector<double>& bound,
                        bool reduce);
 
+// The matrix products dispatch d of node n runs per multiply-add of its FLOPs (ir::node_flops): its operands' f16
+// splits (docs/precision.md). The tiled GEMM (coopmat*, gemm*: the scalar twin runs the same products) 1 + (x stored
+// f32: hi + lo) + (ggml-block W: hi + lo), KILN_PRECISION=fast (its constant 13) 1; the cooperative-matrix attention
+// kernels (coopmat, coopmat4) q split and k, v split unless stored f16, over Q K^T and P V alike: (2 + k f32 + 2 +
+// v f32) / 2, fast 1. 1 for every other kernel.
+double products_per_term(const ir::Graph& g, const ir::Node& n, const Dispatch& d);
+
 }  // namespace kiln::vk

@@ -115,6 +115,8 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
         CHECK(cost["submits"] == m["submissions_per_step"]);
         CHECK(cost["barriers"] == m["barriers_per_step"]);
         CHECK(cost["flops"].get<double>() > 0);
+        // The floors' FLOPs: each kernel's matrix products per term (1 for every kernel lavapipe 22.3 picks here).
+        CHECK(m["flops_executed_per_step"].get<double>() >= cost["flops"].get<double>());
         CHECK(cost["bytes"].get<double>() >= cost["bytes_min"].get<double>());
         CHECK(cost["bytes_min"].get<double>() > m["weight_bytes"].get<double>());  // weights and the blocks' values
         REQUIRE(cost["floor_ms"].size() == 5);

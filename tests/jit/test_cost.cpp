@@ -198,6 +198,44 @@ TEST_CASE("traffic: attention reads K and V once per query tile; matmul re-reads
     CHECK(t.written == 60000);
 }
 
+// The executed FLOPs the floors divide by a device's peak: the tiled GEMM and the cooperative-matrix attention run
+// one matrix product per f16 part of their operands (linear_gemm.glsl, attention_flash_cm.glsl), every other kernel
+// its node's FLOPs.
+TEST_CASE("products per term: the tiled GEMM's and cooperative-matrix attention's f16 splits", "[cost]") {
+    vk::DeviceInfo dev;
+    dev.name = "roomy", dev.subgroup_size = 32, dev.max_shared_memory = 65536;
+    auto linear = [&](const char* kernel, DType wt, bool x16) {
+        ir::Graph g;
+        ir::Val x = g.input("x", {64, 256});
+        if (x16) g.set_storage(x, DType::f16);
+        ir::Val y = g.linear(x, g.weight("w", {64, 256}, wt), {});
+        const ir::Node& n = producer(g, y);
+        const vk::Dispatch d = vk::find_linear_kernel(kernel)->lower(dev, g, n);
+        vk::Dispatch fast = d;
+        fast.spec.push_back(1u);  // KILN_PRECISION=fast: constant 13 (exec::choose_linear)
+        return std::pair{vk::products_per_term(g, n, d), vk::products_per_term(g, n, fast)};
+    };
+    for (const char* k : {"gemm", "gemm128"}) {
+        CAPTURE(k);
+        CHECK(linear(k, DType::f16, false) == std::pair{2.0, 1.0});   // x f32: hi + lo
+        CHECK(linear(k, DType::f16, true) == std::pair{1.0, 1.0});    // x f16: as stored
+        CHECK(linear(k, DType::bf16, false) == std::pair{2.0, 1.0});  // bf16 W is exact in f16 (scaled)
+        CHECK(linear(k, DType::q4_k, false) == std::pair{3.0, 1.0});  // ggml W split too, lo x lo left out
+        CHECK(linear(k, DType::q4_k, true) == std::pair{2.0, 1.0});
+    }
+    CHECK(linear("smem64", DType::f16, false).first == 1.0);
+    ir::Graph g;
+    ir::Val q = g.input("q", {1, 32, 128}), k = g.input("k", {1, 32, 128}), v = g.input("v", {1, 32, 128});
+    g.set_storage(v, DType::f16);
+    const ir::Node& n = producer(g, g.attention(q, k, v, 2));
+    vk::Dispatch d = vk::lower_attention_flash(g, n, 16384);
+    CHECK(vk::products_per_term(g, n, d) == 1.0);  // scalar
+    d.shader.kernel = "coopmat";                   // its F16 constant, index 3, as lower_attention_coopmat sets it
+    CHECK(vk::products_per_term(g, n, d) == (3.0 + 2.0) / 2);  // q and k split, v f16: Q K^T 3 products, P V 2
+    d.spec[3] |= 8u;
+    CHECK(vk::products_per_term(g, n, d) == 1.0);
+}
+
 TEST_CASE("the executor's step cost: FLOPs, bytes as planned, bytes_min, dispatches, submits, barriers", "[cost]") {
     test::ScopedEnv reg("KILN_LINEAR", "reg");  // lower_linear's tile, whatever this device's table picks
     ir::Graph g;
