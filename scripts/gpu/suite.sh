@@ -12,8 +12,8 @@
 #            kiln bench --mode all, on $ARCH (default dit-xl-2-256), in the same call so both share the card's clocks
 #   kernels  also f16 kernels on q8_0 and q4_k weights (cooperative matrices dequantize them since 2026-11-28), and
 #            f16 at DiT-XL/2's own linear shapes (M = 512: the split-K kernels' case) and one of SD3's (8192 rows)
-#   variants the attention op alone per kernel (test_ops "attention throughput": rows, flash, coopmat, coopmat4 on
-#            DiT-XL/2-256's and Gemma-2's shapes), then kiln bench on $ARCH in regional mode, 3 steps, once per
+#   variants the attention op alone per kernel (test_ops "attention throughput": flash, coopmat, coopmat4, rows on
+#            DiT-XL/2-256's, Gemma-2's and SD3-1024's shapes, the last also with f16 q/k/v), then kiln bench on $ARCH in regional mode, 3 steps, once per
 #            attention kernel (KILN_ATTENTION=coopmat4, coopmat, flash, rows), per forced linear kernel
 #            (KILN_LINEAR=coopmat, coopmat_sk, gemm, smem64, reg), with one f16 per cooperative-matrix operand (KILN_PRECISION=fast,
 #            first) and with f16 activations (KILN_ACT_F16=1), then the VK_NV_cooperative_matrix2 linear, which takes x
@@ -158,7 +158,7 @@ for st in $stages; do
       arch=${arch%% *}
       steps=$([ $ci = 1 ] && echo 1 || echo 3)  # 3: the 2026-11-28 run fitted 2 of 7 rows at 10 steps
       if [ $ci = 0 ] && [ -x "$bin/tests/test_ops" ]; then  # the op alone, each kernel: attention-ops.txt
-        (cd "$bin/tests" && timeout "$(lim 40)" "$run" ./test_ops "attention throughput" > "$o/attention-ops.txt" 2>&1)
+        (cd "$bin/tests" && timeout "$(lim 50)" "$run" ./test_ops "attention throughput" > "$o/attention-ops.txt" 2>&1)
         log "attention throughput rc=$?"
         grep '^attention' "$o/attention-ops.txt"
       fi

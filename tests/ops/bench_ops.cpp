@@ -39,14 +39,19 @@ TEST_CASE("linear throughput", "[.bench]") {
 
 TEST_CASE("attention throughput", "[.bench]") {
     // DiT-XL/2 at 256 px: 256 tokens, 16 heads of 72; Gemma-2 2B's layer shape at 300 tokens (8 q heads, 4 kv heads
-    // of 256, soft-capped). The rows kernel (texel or storage buffers as the table picks), the flash kernel and its
-    // cooperative-matrix variants where the device has them (coopmat4 at head_dim 256 may run coopmat: its fallback).
+    // of 256, soft-capped); SD3-medium at 1024 px: 4096 image + 333 text tokens, 24 heads of 64 (241 GFLOP a call:
+    // where attention's time goes at real image sizes), q/k/v f32 and stored f16 (--f16-activations on a GPU). The
+    // rows kernel (texel or storage buffers as the table picks; f32 only), the flash kernel and its cooperative-matrix
+    // variants where the device has them (coopmat4 at head_dim 256 may run coopmat: its fallback).
     struct Size {
         int64_t B, S, H, Hkv, D;
         float softcap;
+        bool f16 = false;
     };
-    for (Size z : {Size{2, 256, 16, 16, 72, 0.f}, Size{1, 300, 8, 4, 256, 50.f}})
-        for (const char* kernel : {"rows", "flash", "coopmat", "coopmat4"}) {
+    for (Size z : {Size{2, 256, 16, 16, 72, 0.f}, Size{1, 300, 8, 4, 256, 50.f}, Size{2, 4429, 24, 24, 64, 0.f},
+                   Size{2, 4429, 24, 24, 64, 0.f, true}})
+        for (const char* kernel : {"flash", "coopmat", "coopmat4", "rows"}) {  // rows last: untimed on GPUs
+            if (z.f16 && std::string(kernel) == "rows") continue;  // f16 q/k/v always take a flash kernel
             const std::string kn = kernel,
                               why = kn == "coopmat"    ? vk::attention_coopmat_unavailable(test::op_ctx().info())
                                     : kn == "coopmat4" ? vk::attention_coopmat4_unavailable(test::op_ctx().info())
@@ -59,6 +64,8 @@ TEST_CASE("attention throughput", "[.bench]") {
             ir::Graph g;
             Shape s{z.B, z.S, z.H * z.D}, skv{z.B, z.S, z.Hkv * z.D};
             auto q = g.input("q", s), k = g.input("k", skv), v = g.input("v", skv);
+            if (z.f16)
+                for (ir::Val t : {q, k, v}) g.set_storage(t, DType::f16);
             ir::AttentionAttrs a;
             a.heads = (int)z.H;
             a.kv_heads = (int)z.Hkv;
@@ -77,9 +84,9 @@ TEST_CASE("attention throughput", "[.bench]") {
             }
             double gflops = 4.0 * z.B * z.H * z.S * z.S * z.D / best * 1e-9;
             std::printf(
-                "attention %s B=%lld S=%lld H=%lld Hkv=%lld D=%lld: %.2f ms, %.1f GFLOP/s (gpu timer %.3f ms)\n",
-                kernel, (long long)z.B, (long long)z.S, (long long)z.H, (long long)z.Hkv, (long long)z.D, best * 1e3,
-                gflops, ex.last_gpu_ms());
+                "attention %s B=%lld S=%lld H=%lld Hkv=%lld D=%lld%s: %.2f ms, %.1f GFLOP/s (gpu timer %.3f ms)\n",
+                kernel, (long long)z.B, (long long)z.S, (long long)z.H, (long long)z.Hkv, (long long)z.D,
+                z.f16 ? " f16" : "", best * 1e3, gflops, ex.last_gpu_ms());
         }
 }
 
