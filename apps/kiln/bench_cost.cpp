@@ -10,23 +10,28 @@ const std::vector<CostDevice>& cost_devices() {
     static const std::vector<CostDevice> d = {
         {"H100", 989.4e12, 3.35e12,
          "NVIDIA H100 SXM5 datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3 3.35 TB/s", 50e6,
-         "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (H100 SXM5)"},
+         "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (H100 SXM5)", 66.9e12,
+         "NVIDIA H100 SXM5 datasheet: FP32 67 TFLOPS (whitepaper: 66.9)"},
         {"H200", 989.4e12, 4.8e12,
          "NVIDIA H200 SXM datasheet: FP16 Tensor Core 1979 TFLOPS with sparsity, dense half; HBM3e 4.8 TB/s", 50e6,
-         "the H100 SXM5's GH100 configuration (50 MB L2); NVIDIA's H200 datasheet gives no L2 size"},
+         "the H100 SXM5's GH100 configuration (50 MB L2); NVIDIA's H200 datasheet gives no L2 size", 66.9e12,
+         "NVIDIA H200 SXM datasheet: FP32 67 TFLOPS (the H100 SXM5's 66.9)"},
         {"RTX 4090", 165.2e12, 1008e9,
          "NVIDIA Ada (AD102) whitepaper: FP16 Tensor with FP32 accumulate 165.2 TFLOPS dense; GDDR6X 21 Gbps x 384 bit "
          "= "
          "1008 GB/s",
-         72e6, "NVIDIA Ada whitepaper, appendix: L2 cache 73728 KB (RTX 4090)"},
+         72e6, "NVIDIA Ada whitepaper, appendix: L2 cache 73728 KB (RTX 4090)", 82.6e12,
+         "NVIDIA Ada whitepaper, appendix: peak FP32 82.6 TFLOPS (RTX 4090)"},
         {"Apple M3 Max", 14.3e12, 400e9,
          "Apple publishes no FLOP figure: 40-core GPU, 5120 ALUs x 2 x 1.398 GHz (f16 at the f32 rate); Apple: 400 "
          "GB/s",
-         0, "Apple publishes no cache size: none modelled"},
+         0, "Apple publishes no cache size: none modelled", 14.3e12, "the same ALUs: f32 at the f16 rate"},
         {"Adreno 750", 5.5e12, 76.8e9,
          "Qualcomm publishes no FLOP figure: 1536 ALUs x 2 x 0.903 GHz x 2 (f16 at twice the f32 rate); LPDDR5X "
          "4800 MHz x 64 bit = 76.8 GB/s",
-         0, "Qualcomm publishes no cache size: none modelled"},
+         0, "Qualcomm publishes no cache size: none modelled", 2.77e12,
+         "the same ALUs at the f32 rate: 1536 x 2 x "
+         "0.903 GHz"},
     };
     return d;
 }
@@ -42,7 +47,8 @@ double memory_bytes(const exec::DispatchCost& x, const CostDevice& d) {
 double floor_ms(const exec::StepCost& c, const CostDevice& d) {
     double s = 0;
     for (const exec::DispatchCost& x : c.per_dispatch)
-        s += x.per_run * std::max(x.flops_executed / d.flops_per_s, memory_bytes(x, d) / d.bytes_per_s);
+        s += x.per_run * std::max(x.flops_executed / (x.matrix ? d.flops_per_s : d.alu_flops_per_s),
+                                  memory_bytes(x, d) / d.bytes_per_s);
     return s * 1e3;
 }
 
@@ -70,17 +76,18 @@ nlohmann::json cost_by_shader(const exec::StepCost& c) {
 nlohmann::json cost_model_json() {
     nlohmann::json devices = nlohmann::json::object();
     for (const CostDevice& d : cost_devices())
-        devices[d.name] = {{"flops_per_s", d.flops_per_s},
-                           {"bytes_per_s", d.bytes_per_s},
-                           {"source", d.source},
-                           {"cache_bytes", d.cache_bytes},
-                           {"cache_source", d.cache_source}};
+        devices[d.name] = {
+            {"flops_per_s", d.flops_per_s}, {"bytes_per_s", d.bytes_per_s},   {"source", d.source},
+            {"cache_bytes", d.cache_bytes}, {"cache_source", d.cache_source}, {"alu_flops_per_s", d.alu_flops_per_s},
+            {"alu_source", d.alu_source}};
     return {{"note",
              "a model, not a measurement: per step, each dispatch as planned with its FLOPs and the bytes its tiling "
              "reads and writes (bytes: no cache between workgroups); flops_executed = flops x the matrix products "
              "per term of each dispatch's kernel (a cooperative-matrix GEMM's hi + lo split of an f32 x runs two); "
              "floor_ms = sum over dispatches of max(flops_executed / "
-             "peak, memory bytes / bandwidth), memory bytes: a binding re-read by the tiling counts once where the "
+             "peak, memory bytes / bandwidth), the peak of the matrix units (flops_per_s) for the cooperative-matrix "
+             "kernels and their scalar twins (gemm*), else the ALUs' (alu_flops_per_s), memory bytes: a binding "
+             "re-read by the tiling counts once where the "
              "bytes touched between two reads of it fit half the device's last-level cache; bytes_min = every weight "
              "once + each block's inputs and outputs"},
             {"devices", devices}};

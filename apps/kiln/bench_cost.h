@@ -10,17 +10,21 @@
 namespace kiln::app {
 
 // A device's public peak figures: dense f16 FLOP/s (matrix units, f32 accumulation where the vendor says) and
-// memory bandwidth; where the vendor publishes no FLOP figure, derived as `source` says.
+// memory bandwidth; where the vendor publishes no FLOP figure, derived as `source` says. alu_flops_per_s: f32 FMA
+// FLOP/s off the matrix units (the scalar kernels: vk::matrix_units false).
 struct CostDevice {
     const char* name;
     double flops_per_s, bytes_per_s;
     const char* source;
     double cache_bytes = 0;  // last-level cache (vk::memory_bytes); 0 where the vendor gives none
     const char* cache_source = "";
+    double alu_flops_per_s = 0;
+    const char* alu_source = "";
 };
 const std::vector<CostDevice>& cost_devices();
 
-// The floor of one step on d: per dispatch max(FLOPs / peak, memory bytes / bandwidth), times its executions, summed
+// The floor of one step on d: per dispatch max(executed FLOPs / peak, memory bytes / bandwidth), the peak of the
+// matrix units or the ALUs as its kernel runs (DispatchCost::matrix), times its executions, summed
 // (ms). Memory bytes: the dispatch's bytes less the re-reads its tiling leaves to d's last-level cache
 // (vk::memory_bytes).
 double floor_ms(const exec::StepCost& c, const CostDevice& d);

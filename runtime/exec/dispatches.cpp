@@ -191,6 +191,7 @@ std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const 
     rec.flops =
         ir::node_flops(g, node) * (part.sub[ob].size ? bound[ob] / (double)value_bytes(g.value(node.out)) : 1.0);
     rec.flops_executed = rec.flops * vk::products_per_term(g, node, rec.d);
+    rec.matrix = vk::matrix_units(rec.d);
     if (!rec.d.scratch) {
         const vk::Traffic t = vk::traffic(g, node, rec.d, bound);
         rec.bytes = t.read + t.written;

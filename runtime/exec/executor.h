@@ -126,6 +126,7 @@ struct DispatchCost {
     int per_run = 0;                           // executions per run
     std::vector<vk::Traffic::Reread> rereads;  // its bindings read more than once (vk::memory_bytes)
     double flops_executed = 0;                 // flops x the matrix products per term (vk::products_per_term)
+    bool matrix = false;                       // on the device's matrix units (vk::matrix_units), else its ALUs
 };
 struct StepCost {
     double flops = 0, bytes = 0;  // per run: the sum over per_dispatch, copies included (read + written)

@@ -81,6 +81,7 @@ struct DispatchRec {
     std::vector<Span> reads, writes;
     double flops = 0, bytes = 0;               // the cost model of one execution (StepCost)
     double flops_executed = 0;                 // flops x vk::products_per_term
+    bool matrix = false;                       // vk::matrix_units
     std::vector<vk::Traffic::Reread> rereads;  // its re-read bindings (vk::Traffic)
 };
 

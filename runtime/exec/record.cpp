@@ -179,7 +179,8 @@ void Executor::Impl::finish_cost() {
     int executed = 0;
     for (size_t i = 0; i < dispatches.size(); ++i) {
         const DispatchRec& d = dispatches[i];
-        s.per_dispatch.push_back({d.d.shader.name(), d.flops, d.bytes, runs_of[i], d.rereads, d.flops_executed});
+        s.per_dispatch.push_back(
+            {d.d.shader.name(), d.flops, d.bytes, runs_of[i], d.rereads, d.flops_executed, d.matrix});
         s.flops += d.flops * runs_of[i];
         s.flops_executed += d.flops_executed * runs_of[i];
         s.bytes += d.bytes * runs_of[i];

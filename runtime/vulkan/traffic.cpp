@@ -125,6 +125,13 @@ double products_per_term(const ir::Graph& g, const ir::Node& n, const Dispatch& 
     return 1;
 }
 
+bool matrix_units(const Dispatch& d) {
+    const std::string& k = d.shader.kernel;
+    if (d.shader.op == "linear")
+        return k == "coopmat" || k == "coopmat_sk" || k == "cm2" || k == "gemm" || k == "gemm_sk";
+    return d.shader.op == "attention" && (k == "coopmat" || k == "coopmat4");
+}
+
 Traffic traffic_splitk(const ir::Graph& g, const ir::Node& n, const Dispatch& d, const std::vector<double>& bound,
                        bool reduce) {
     const size_t nin = n.in.size();

@@ -47,5 +47,9 @@ Traffic traffic_splitk(const ir::Graph& g, const ir::Node& n, const Dispatch& d,
 // kernels (coopmat, coopmat4) q split and k, v split unless stored f16, over Q K^T and P V alike: (2 + k f32 + 2 +
 // v f32) / 2, fast 1. 1 for every other kernel.
 double products_per_term(const ir::Graph& g, const ir::Node& n, const Dispatch& d);
+// Whether dispatch d multiplies on the device's matrix units: the cooperative-matrix kernels (linear coopmat*, cm2;
+// attention coopmat, coopmat4) and, as the plans a GPU's table would make (KILN_LINEAR=gemm128 on lavapipe), the
+// tiled GEMM's scalar twins (gemm*: the same tiles and products). Every other kernel runs on the ALUs.
+bool matrix_units(const Dispatch& d);
 
 }  // namespace kiln::vk

@@ -224,6 +224,19 @@ TEST_CASE("products per term: the tiled GEMM's and cooperative-matrix attention'
         CHECK(linear(k, DType::q4_k, true) == std::pair{2.0, 1.0});
     }
     CHECK(linear("smem64", DType::f16, false).first == 1.0);
+    // Where the floors take the matrix units' peak: the cooperative-matrix kernels and the GEMM's scalar twins.
+    auto on_matrix = [](const char* op, const char* kernel) {
+        vk::Dispatch d;
+        d.shader = vk::ShaderKey(op, kernel, "f16");
+        return vk::matrix_units(d);
+    };
+    for (const char* k : {"coopmat", "coopmat_sk", "cm2", "gemm", "gemm_sk"}) CHECK(on_matrix("linear", k));
+    for (const char* k : {"", "vec4", "tex", "smem", "gemv", "multi"}) CHECK_FALSE(on_matrix("linear", k));
+    CHECK(on_matrix("attention", "coopmat"));
+    CHECK(on_matrix("attention", "coopmat4"));
+    CHECK_FALSE(on_matrix("attention", "flash"));
+    CHECK_FALSE(on_matrix("attention", ""));
+    CHECK_FALSE(on_matrix("conv2d", ""));
     ir::Graph g;
     ir::Val q = g.input("q", {1, 32, 128}), k = g.input("k", {1, 32, 128}), v = g.input("v", {1, 32, 128});
     g.set_storage(v, DType::f16);
