@@ -14,6 +14,24 @@
 
 namespace kiln::exec {
 
+namespace {
+// The cost model's view of one dispatch: what each binding (node.in in order, then outs) covers in it, a row
+// chunk, an input view or the whole value (one instance of a block weight); 0 for an absent one.
+std::vector<double> bound_bytes(const ir::Graph& g, const ir::Node& node, const Part& part,
+                                const std::vector<int>& outs) {
+    std::vector<double> bound(node.in.size() + outs.size(), 0.0);
+    for (size_t b = 0; b < bound.size(); ++b) {
+        const int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
+        if (v < 0) continue;
+        const ir::InputView* view = b < node.in.size() ? ir::input_view(node, b) : nullptr;
+        bound[b] = part.sub[b].size ? (double)part.sub[b].size
+                   : view           ? (double)dtype_nbytes(g.value(v).dtype, shape_numel(view->shape))
+                                    : (double)value_bytes(g.value(v));
+    }
+    return bound;
+}
+}  // namespace
+
 VkBufferView Executor::Impl::texel_view(const vk::BufferRange& br, DType dt, bool rgba) {
     rgba = rgba && !dtype_is_quant(dt);  // ggml blocks: the 16-bit words
     VkFormat f = VK_FORMAT_UNDEFINED;
@@ -176,17 +194,9 @@ std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const 
         if (v >= 0) (b < node.in.size() ? rec.reads : rec.writes).push_back({br.buffer, br.offset, br.size});
     }
     vkUpdateDescriptorSets(ctx.device(), k.bindings, w.data(), 0, nullptr);
-    // The cost model: what each binding covers in this dispatch (a row chunk, an input view, one instance of a block
-    // weight), the traffic its tiling implies, and the node's FLOPs in proportion to the rows this part writes.
-    std::vector<double> bound(node.in.size() + outs.size(), 0.0);
-    for (size_t b = 0; b < bound.size(); ++b) {
-        const int v = b < node.in.size() ? node.in[b] : outs[b - node.in.size()];
-        if (v < 0) continue;
-        const ir::InputView* view = b < node.in.size() ? ir::input_view(node, b) : nullptr;
-        bound[b] = part.sub[b].size ? (double)part.sub[b].size
-                   : view           ? (double)dtype_nbytes(g.value(v).dtype, shape_numel(view->shape))
-                                    : (double)value_bytes(g.value(v));
-    }
+    // The cost model: what each binding covers in this dispatch, the traffic its tiling implies, and the node's FLOPs
+    // in proportion to the rows this part writes (as its kernel executes them, on its units: traffic.h).
+    const std::vector<double> bound = bound_bytes(g, node, part, outs);
     const size_t ob = node.in.size();  // the first output's binding
     rec.flops =
         ir::node_flops(g, node) * (part.sub[ob].size ? bound[ob] / (double)value_bytes(g.value(node.out)) : 1.0);
