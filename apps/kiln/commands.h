@@ -46,8 +46,10 @@ inline DeviceFlags& device_flags() {
 inline void add_f16_activations_flag(CLI::App& app) {
     app.add_flag_callback(
         "--f16-activations", [] { device_flags().f16_activations = true; },
-        "Store activations that pass from one linear to the next (a transformer MLP's 4x-wide hidden) as f16, "
-        "accumulating in f32: that buffer halves; outputs move by about 1e-4 relative (as KILN_ACT_F16=1)");
+        "Store activations only linears read (a transformer MLP's 4x-wide hidden, the modulated norms; on a GPU also "
+        "attention's q, k, v and output) as f16, accumulating in f32: those buffers halve, and on a GPU the "
+        "cooperative-matrix linears run one product instead of two; outputs move by about 3e-4 relative (as "
+        "KILN_ACT_F16=1)");
 }
 // --precision, shared by generate, forward and bench.
 inline void add_precision_option(CLI::App& app) {
