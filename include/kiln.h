@@ -134,8 +134,9 @@ typedef struct kiln_context_options {
        transfer-only queue where it has one (kiln_device_info.transfer_queue), in batches ordered by timeline
        semaphores, else inside the step; 2 = those batches on the compute queue. Appended in 0.1. */
     int transfer_queue;
-    /* Activations that pass from one linear to the next stored as f16, accumulating in f32 (outputs move by about
-       1e-4 relative). 0 = the KILN_ACT_F16 environment variable decides (default off), 1 = on, -1 = off.
+    /* Activations only linears read (on a GPU also attention's q, k, v and output) stored as f16, accumulating in
+       f32 (outputs move by about 3e-4 relative). 0 = the KILN_ACT_F16 environment variable decides (default off),
+       1 = on, -1 = off.
        Appended in 0.1. */
     int f16_activations;
     /* Operands of the cooperative-matrix kernels (linear and attention, on devices that have them): 0 = the
