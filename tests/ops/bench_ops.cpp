@@ -51,7 +51,7 @@ TEST_CASE("attention throughput", "[.bench]") {
     for (Size z : {Size{2, 256, 16, 16, 72, 0.f}, Size{1, 300, 8, 4, 256, 50.f}, Size{2, 4429, 24, 24, 64, 0.f},
                    Size{2, 4429, 24, 24, 64, 0.f, true}})
         for (const char* kernel : {"flash", "coopmat", "coopmat4", "rows"}) {  // rows last: untimed on GPUs
-            if (z.f16 && std::string(kernel) == "rows") continue;  // f16 q/k/v always take a flash kernel
+            if (z.f16 && std::string(kernel) == "rows") continue;              // f16 q/k/v always take a flash kernel
             const std::string kn = kernel,
                               why = kn == "coopmat"    ? vk::attention_coopmat_unavailable(test::op_ctx().info())
                                     : kn == "coopmat4" ? vk::attention_coopmat4_unavailable(test::op_ctx().info())
