@@ -159,8 +159,8 @@ TEST_CASE("gated linears in replayed blocks, with block weights selected on the 
 }
 
 // A gated linear's y read only by another linear stays f32 under KILN_ACT_F16 (the mul_add it replaces stores f32),
-// and its x may be f16 (the tiled kernels' XF16 path). Every kernel, so [every-kernel]: lavapipe 26 and the 4-wide
-// pass leave it to lavapipe 22.3 (their own f16-x cases: "the tiled GEMM takes f16-stored x as it is").
+// and its x may be f16 (the tiled kernels' XF16 path). Every kernel, so [every-kernel]: CI runs it on lavapipe 22.3
+// only (lavapipe 26 runs the cooperative-matrix kernels' f16-x path in "the tiled GEMM takes f16-stored x as it is").
 TEST_CASE("a gated linear's y stays f32 under f16 activation storage", "[op:linear_gated][every-kernel]") {
     vk::Context& ctx = test::op_ctx();
     const std::string kernel = GENERATE(from_range(exec::linear_variants()));
