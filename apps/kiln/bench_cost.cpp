@@ -44,11 +44,15 @@ double memory_bytes(const exec::DispatchCost& x, const CostDevice& d) {
     return vk::memory_bytes(t, d.cache_bytes);
 }
 
+// One execution's floor on d in seconds: its executed FLOPs at the peak its kernel runs at, or its memory bytes.
+double dispatch_floor_s(const exec::DispatchCost& x, const CostDevice& d) {
+    return std::max(x.flops_executed / (x.matrix ? d.flops_per_s : d.alu_flops_per_s),
+                    memory_bytes(x, d) / d.bytes_per_s);
+}
+
 double floor_ms(const exec::StepCost& c, const CostDevice& d) {
     double s = 0;
-    for (const exec::DispatchCost& x : c.per_dispatch)
-        s += x.per_run * std::max(x.flops_executed / (x.matrix ? d.flops_per_s : d.alu_flops_per_s),
-                                  memory_bytes(x, d) / d.bytes_per_s);
+    for (const exec::DispatchCost& x : c.per_dispatch) s += x.per_run * dispatch_floor_s(x, d);
     return s * 1e3;
 }
 
@@ -59,16 +63,52 @@ nlohmann::json cost_json(const exec::StepCost& c) {
             {"submits", c.submits}, {"barriers", c.barriers}, {"floor_ms", floor}};
 }
 
-nlohmann::json cost_by_shader(const exec::StepCost& c) {
-    nlohmann::json by = nlohmann::json::object();
+namespace {
+// The device shader_costs ranks by and --cost-by-shader gives shares of: the H200, the card of the side by side.
+size_t ranking_device() {
+    const auto& d = cost_devices();
+    for (size_t i = 0; i < d.size(); ++i)
+        if (std::string(d[i].name) == "H200") return i;
+    return 0;
+}
+}  // namespace
+
+std::vector<ShaderCost> shader_costs(const exec::StepCost& c) {
+    std::vector<ShaderCost> out;
+    const auto& devices = cost_devices();
     for (const exec::DispatchCost& x : c.per_dispatch) {
         if (x.per_run == 0) continue;
-        nlohmann::json& e = by[x.shader];
-        if (e.is_null()) e = {{"count", 0}, {"flops", 0.0}, {"flops_executed", 0.0}, {"bytes", 0.0}};
-        e["count"] = e["count"].get<int>() + x.per_run;
-        e["flops"] = e["flops"].get<double>() + x.per_run * x.flops;
-        e["flops_executed"] = e["flops_executed"].get<double>() + x.per_run * x.flops_executed;
-        e["bytes"] = e["bytes"].get<double>() + x.per_run * x.bytes;
+        auto it = std::find_if(out.begin(), out.end(), [&](const ShaderCost& e) { return e.shader == x.shader; });
+        if (it == out.end()) {
+            out.push_back({x.shader, 0, 0, 0, 0, std::vector<double>(devices.size(), 0.0)});
+            it = out.end() - 1;
+        }
+        it->count += x.per_run;
+        it->flops += x.per_run * x.flops;
+        it->flops_executed += x.per_run * x.flops_executed;
+        it->bytes += x.per_run * x.bytes;
+        for (size_t i = 0; i < devices.size(); ++i)
+            it->floor_ms[i] += x.per_run * dispatch_floor_s(x, devices[i]) * 1e3;
+    }
+    // The H200's floor, largest first: where the step's time would go (ties by name, stable output).
+    const size_t r = ranking_device();
+    std::sort(out.begin(), out.end(), [r](const ShaderCost& a, const ShaderCost& b) {
+        return a.floor_ms[r] != b.floor_ms[r] ? a.floor_ms[r] > b.floor_ms[r] : a.shader < b.shader;
+    });
+    return out;
+}
+
+nlohmann::json cost_by_shader(const exec::StepCost& c) {
+    nlohmann::json by = nlohmann::json::object();
+    const auto& devices = cost_devices();
+    for (const ShaderCost& e : shader_costs(c)) {
+        nlohmann::json floor = nlohmann::json::object();
+        for (size_t i = 0; i < devices.size(); ++i) floor[devices[i].name] = e.floor_ms[i];
+        by[e.shader] = {{"count", e.count},
+                        {"flops", e.flops},
+                        {"flops_executed", e.flops_executed},
+                        {"bytes", e.bytes},
+                        {"floor_ms", floor}};
     }
     return by;
 }
@@ -107,6 +147,24 @@ void print_cost(const std::string& label, const exec::StepCost& c, bool header) 
                 c.bytes_min * 1e-9, c.bytes_min > 0 ? c.bytes / c.bytes_min : 0.0, c.dispatches, c.submits, c.barriers);
     for (const CostDevice& d : cost_devices()) std::printf(" %13.3f", floor_ms(c, d));
     std::printf("\n");
+    std::fflush(stdout);
+}
+
+void print_cost_by_shader(const exec::StepCost& c) {
+    const auto& devices = cost_devices();
+    const size_t r = ranking_device();
+    const double total = floor_ms(c, devices[r]);
+    // A table of its own under the mode's row: per shader its executed GFLOP, GB, share of the H200's floor,
+    // executions per step, and its floor on each named device.
+    std::printf("  %-28s %9s %9s %7s %6s", "shader", "GFLOP", "GB", "H200 %", "count");
+    for (const CostDevice& d : devices) std::printf(" %13s", (std::string(d.name) + " ms").c_str());
+    std::printf("\n");
+    for (const ShaderCost& e : shader_costs(c)) {
+        std::printf("  %-28.28s %9.1f %9.3f %6.1f%% %6d", e.shader.c_str(), e.flops_executed * 1e-9, e.bytes * 1e-9,
+                    total > 0 ? 100.0 * e.floor_ms[r] / total : 0.0, e.count);
+        for (double ms : e.floor_ms) std::printf(" %13.3f", ms);
+        std::printf("\n");
+    }
     std::fflush(stdout);
 }
 

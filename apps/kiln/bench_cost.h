@@ -31,11 +31,24 @@ double floor_ms(const exec::StepCost& c, const CostDevice& d);
 // A mode's "cost" object: flops, bytes, bytes_min, dispatches, submits, barriers, floor_ms {device: ms} (exactly
 // these: other checks read them; the floors use the executed FLOPs, the mode's flops_executed_per_step).
 nlohmann::json cost_json(const exec::StepCost& c);
-// A mode's "cost_by_shader": per shader name, its executions, FLOPs and bytes per step (where the bytes go).
+// One shader's share of a step: its executions, FLOPs (node and executed), bytes, and its dispatches' floor on each
+// of cost_devices() (ms, in that order).
+struct ShaderCost {
+    std::string shader;
+    int count = 0;
+    double flops = 0, flops_executed = 0, bytes = 0;
+    std::vector<double> floor_ms;
+};
+// Per shader, largest floor on the first named device first: where the step's time would go.
+std::vector<ShaderCost> shader_costs(const exec::StepCost& c);
+// A mode's "cost_by_shader": per shader name, its executions, FLOPs, bytes per step and floor_ms {device: ms}
+// (summed over the shaders, the mode's floor_ms).
 nlohmann::json cost_by_shader(const exec::StepCost& c);
 // The report's "cost_model": what the figures are, and each device's peaks and their source.
 nlohmann::json cost_model_json();
 // --cost: one row of the cost table (header first when asked).
 void print_cost(const std::string& label, const exec::StepCost& c, bool header);
+// --cost-by-shader: under a mode's cost row, a table of its shaders (shader_costs' order).
+void print_cost_by_shader(const exec::StepCost& c);
 
 }  // namespace kiln::app

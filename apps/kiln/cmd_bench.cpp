@@ -44,9 +44,10 @@ struct BenchOpts {
     std::string model, synthetic, mode = "all", json, dtype = "f16", block_weights = "auto", fuse, block_layout;
     int size = 0, batch = 2, steps = 3, warmup = 1, device = -1, blocks = 0, interleave = 0;
     bool no_pipeline_cache = false, block_times = false;
-    bool cost = false;        // --cost: the cost model's table after the mode rows (always in the JSON)
-    bool no_weights = false;  // --no-weights: plan only, weights never made nor written
-    bool kernels = false;     // --kernels: the linear selection table instead of a model
+    bool cost = false;            // --cost: the cost model's table after the mode rows (always in the JSON)
+    bool cost_by_shader = false;  // --cost-by-shader: and under each mode, its shaders
+    bool no_weights = false;      // --no-weights: plan only, weights never made nor written
+    bool kernels = false;         // --kernels: the linear selection table instead of a model
     std::vector<std::string> kernel_shapes;
     std::string kernel_dtypes = "f32,f16,bf16";
     std::string vram_budget;  // streaming options (weight_stream.h)
@@ -128,6 +129,10 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
                  "and bytes of the dispatches as planned (each kernel's tiling re-reads counted), bytes_min, "
                  "dispatches, submits, barriers, and the floor those imply on named devices. A model, not a "
                  "measurement; with --steps 0 --warmup 0 nothing runs");
+    app.add_flag("--cost-by-shader", o.cost_by_shader,
+                 "As --cost, and under each mode's row one row per shader, largest H200 floor first: its executed "
+                 "GFLOP, GB, share of the mode's H200 floor, executions and floor on each named device (always in the "
+                 "JSON as \"cost_by_shader\"): where a GPU's step time would go");
     app.add_flag("--no-weights", o.no_weights,
                  "Plan only (with --steps 0 --warmup 0): weights are neither made nor written to device memory, so "
                  "models larger than this machine's memory plan for the cost report (on unified memory, lavapipe, "
@@ -478,8 +483,11 @@ void run_bench(const BenchOpts& o) {
         costs.push_back({label, m.step_cost});
         set_fuse("");
     }
-    if (o.cost)
-        for (size_t i = 0; i < costs.size(); ++i) print_cost(costs[i].first, costs[i].second, i == 0);
+    if (o.cost || o.cost_by_shader)
+        for (size_t i = 0; i < costs.size(); ++i) {
+            print_cost(costs[i].first, costs[i].second, i == 0);
+            if (o.cost_by_shader) print_cost_by_shader(costs[i].second);
+        }
     // The graph of the interleaved and streaming runs, built anew for each.
     auto built = [&](auto&& fn) {
         ir::Graph g;

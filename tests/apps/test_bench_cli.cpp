@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "tests/apps/cli_run.h"
 #include "tests/support/test_support.h"
@@ -147,7 +150,8 @@ TEST_CASE("kiln bench: cold and warm compile, per-step figures, memory peaks", "
     CHECK(read()["pipeline_cache"]["status"] == "disabled");
 }
 
-TEST_CASE("kiln bench --cost: the cost model's table, labelled a model, plan only", "[apps][bench][vulkan]") {
+TEST_CASE("kiln bench --cost: the cost model's table, labelled a model, plan only; --cost-by-shader",
+          "[apps][bench][vulkan]") {
     TmpDir tmp("cost");
     const fs::path out = tmp.path / "stdout.txt";
     const std::string cmd = "env -u KILN_CACHE_DIR XDG_CACHE_HOME=" + tmp.path.string() + " " +
@@ -166,6 +170,69 @@ TEST_CASE("kiln bench --cost: the cost model's table, labelled a model, plan onl
     // One cost row per mode after the header.
     CHECK(text.find("\neager ", text.find("cost model")) != std::string::npos);
     CHECK(text.find("\nregional ", text.find("cost model")) != std::string::npos);
+    CHECK(text.find("  shader ") == std::string::npos);  // the per-shader tables only on request
+
+    // --cost-by-shader (the pipeline cache the run above wrote makes it quick): under each mode a table of its
+    // shaders, largest H200 floor first; in the JSON each shader's floor per device, which sum to the mode's.
+    const fs::path out2 = tmp.path / "stdout2.txt", json = tmp.path / "cost.json";
+    const std::string cmd2 = "env -u KILN_CACHE_DIR XDG_CACHE_HOME=" + tmp.path.string() + " " +
+                             kiln::test::cli_binary("kiln") +
+                             " bench --synthetic dit-tiny --blocks 2 --mode eager,regional --steps 0 --warmup 0 "
+                             "--cost-by-shader --json " +
+                             json.string() + " >" + out2.string() + " 2>&1";
+    REQUIRE(std::system(cmd2.c_str()) == 0);
+    std::ifstream f2(out2);
+    const std::string text2((std::istreambuf_iterator<char>(f2)), {});
+    INFO(text2);
+    // Two tables (one per mode), each: the header, then rows whose H200 floor (column 8 of 10) never increases.
+    size_t at = text2.find("cost model"), tables = 0;
+    while ((at = text2.find("\n  shader ", at)) != std::string::npos) {
+        ++tables;
+        std::istringstream rows(text2.substr(text2.find('\n', at + 1) + 1));
+        std::string line;
+        double last = 1e300;
+        int n = 0;
+        while (std::getline(rows, line) && line.rfind("  ", 0) == 0 && line.rfind("  shader ", 0) != 0) {
+            std::istringstream cols(line);
+            std::vector<std::string> c;
+            for (std::string w; cols >> w;) c.push_back(w);
+            REQUIRE(c.size() == 10);  // shader GFLOP GB share count and five devices (no spaces in shader names)
+            const double h200 = std::stod(c[6]);
+            CHECK(h200 <= last);
+            last = h200;
+            ++n;
+        }
+        CHECK(n > 3);  // linears, attention, norms, ...
+        at += 1;
+    }
+    CHECK(tables == 2);
+    std::ifstream jf(json);
+    const auto j = nlohmann::json::parse(jf);
+    REQUIRE(j["modes"].size() == 2);
+    for (const auto& m : j["modes"]) {
+        const auto& by = m["cost_by_shader"];
+        REQUIRE(by.size() > 3);
+        double bytes = 0;
+        int count = 0;
+        std::map<std::string, double> floor;
+        for (const auto& [name, e] : by.items()) {
+            INFO(name);
+            REQUIRE(e["floor_ms"].size() == 5);
+            bytes += e["bytes"].get<double>();
+            count += e["count"].get<int>();
+            for (const auto& [d, ms] : e["floor_ms"].items()) floor[d] += ms.get<double>();
+        }
+        // The same per-dispatch terms summed in another order: equal within the sums' rounding, at most one part in
+        // 2^53 per term (a few hundred terms here; 1e-12 allows about 9000).
+        const auto near = [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::abs(b); };
+        CHECK(near(bytes, m["cost"]["bytes"].get<double>()));
+        for (const auto& [d, ms] : m["cost"]["floor_ms"].items()) {
+            INFO(d);
+            CHECK(near(floor[d], ms.get<double>()));
+        }
+        // Every execution is a shader's: the dispatches and the copies between them (shader "copy").
+        CHECK(count == m["cost"]["dispatches"].get<int>() + m["copies_per_step"].get<int>());
+    }
 }
 
 TEST_CASE("kiln bench --stream --vram-budget with activations over the binding limit: row chunks, bitwise",
