@@ -517,9 +517,17 @@ void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::
         return choose_texel_op(ctx, g, d, "KILN_ATTENTION", attention_texel_choice(ctx.settings().exec.attention));
     }
     if (n.op != ir::Op::linear) return;
-    const std::string v = linear_choice(ctx, g, n);
-    if (v == "reg") return;
-    const vk::LinearKernel* k = vk::find_linear_kernel(v);
+    choose_linear_as(ctx, g, n, d, linear_choice(ctx, g, n));
+}
+
+void choose_linear_as(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d,
+                      const std::string& variant) {
+    KILN_CHECK(n.op == ir::Op::linear, "internal: choose_linear_as on a ", ir::op_name(n.op));
+    if (variant == "reg") return;
+    const vk::LinearKernel* k = vk::find_linear_kernel(variant);
+    KILN_CHECK(k, "internal: no linear kernel '", variant, "'");
+    // The kernel where its declaration admits n (the same for any rows: nothing there depends on M), else reg.
+    if (!vk::linear_kernel_unsupported(*k, linear_device(ctx), g, n).empty()) return;
     d = k->lower(linear_device(ctx), g, n);
     // KILN_PRECISION=fast: the tiled GEMMs' constant 13 (linear_gemm.glsl: one f16 per operand); a split one's
     // partial pass has it already (then PHASE, 14), its reduce keeps 0 (it multiplies nothing).

@@ -121,6 +121,11 @@ std::string linear_choice(vk::Context& ctx, const ir::Graph& g, const ir::Node& 
 // forced KILN_LINEAR) picks "tex" at 256 rows, or as KILN_CONV2D / KILN_ATTENTION = auto|buf|tex says. Other ops are
 // left alone.
 void choose_linear(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
+// Linear node n lowered (d: vk::lower's) on kernel `variant` (a linear_choice result) where its declaration admits n,
+// else left on reg. Row chunks take the whole node's choice this way (row_split.cpp): a table that picks another
+// kernel at the chunk's fewer rows would sum in another order than the unsplit node.
+void choose_linear_as(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d,
+                      const std::string& variant);
 
 // linear_smem dispatches (not coopmat) choose_linear has produced in this process (tests: the forced path ran).
 uint64_t linear_smem_dispatches();

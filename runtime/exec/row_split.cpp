@@ -4,7 +4,9 @@
 // [r0, r0 + n) of each row-indexed binding (its input and output activations), the whole range of the others
 // (weights, biases, operands broadcast over the rows), and a per-batch slice of operands indexed by batch only
 // (modulate's shift/scale, a [B, 1, C] gate). Its push constants and group counts come from lowering the same op on
-// the chunk's shapes ([1, .., 1, n, C]), so each output element is computed by the same arithmetic as unsplit.
+// the chunk's shapes ([1, .., 1, n, C]), so each output element is computed by the same arithmetic as unsplit: a
+// linear's chunks run the kernel the whole node runs (not the table's pick at the chunk's rows) and start at whole
+// workgroups of the tiled GEMM (multiples of 256 rows, where a chunk holds that many).
 #include <functional>
 #include <numeric>
 #include <string>
@@ -36,8 +38,8 @@ bool classify_broadcast(const Shape& s, const Shape& so, Bind& how) {
     return false;
 }
 
-// The node rebuilt in `s` on inputs `in` (shapes of one chunk); returns its lowering (a linear: the variant
-// measured fastest on this device for the chunk's rows).
+// The node rebuilt in `s` on inputs `in` (shapes of one chunk); returns its lowering (a linear: on the kernel the
+// whole node runs on, chosen for its rows, not the chunk's, so that every chunk sums as the unsplit node does).
 vk::Dispatch lower_on(vk::Context& ctx, const ir::Graph& g, const ir::Node& node, ir::Graph& s,
                       const std::vector<ir::Val>& in) {
     using ir::Op;
@@ -126,7 +128,10 @@ vk::Dispatch lower_on(vk::Context& ctx, const ir::Graph& g, const ir::Node& node
     for (size_t i = 0; i < outs.size(); ++i)
         if (outs[i] >= 0) s.set_storage(ir::Val{outs[i]}, g.value(orig[i]).dtype);
     vk::Dispatch d = vk::lower(s, s.nodes().back());
-    choose_linear(ctx, s, s.nodes().back(), d);
+    if (node.op == Op::linear)
+        choose_linear_as(ctx, s, s.nodes().back(), d, linear_choice(ctx, g, node));
+    else
+        choose_linear(ctx, s, s.nodes().back(), d);
     return d;
 }
 
@@ -252,6 +257,14 @@ std::vector<Part> Executor::Impl::parts(int n) const {
     int64_t rows = (int64_t)(max_binding / widest / unit * unit);
     if (rows <= 0) fail("one aligned chunk of " + std::to_string(unit) + " rows already exceeds the limit");
     rows = std::min(rows, seg);
+    // A linear's chunks start at multiples of 256 rows where a chunk holds that many: the tiled GEMM scales x stored
+    // f32 per slice of its workgroup's BM rows (linear_gemm.glsl; BM = WM FM CM, a power of two up to 128), so a chunk
+    // starting inside a workgroup's rows would give some rows other neighbours, and another power of two, than the
+    // unsplit node does: equal within the split's bound, not bitwise (f16 subnormals of the scaled lo parts).
+    if (node.op == ir::Op::linear) {
+        const int64_t step = std::lcm((int64_t)256, (int64_t)unit);
+        if (rows >= step && rows < seg) rows = rows / step * step;
+    }
     for (size_t b = 0; b < nb && per_batch; ++b)
         if ((how[b] == Bind::row && seg * unit_bytes[b] % align) || (how[b] == Bind::batch && unit_bytes[b] % align))
             fail("a batch does not start at an aligned offset");

@@ -2,10 +2,13 @@
 // dispatches, bitwise equal to the unsplit run in every mode and block-weight selection; an op that cannot be split
 // names itself, the shape, the bytes and the limit.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "runtime/exec/executor.h"
+#include "runtime/exec/linear_select.h"
 #include "runtime/vulkan/context.h"
 #include "tests/support/test_support.h"
 #include "tests/support/vk_context.h"
@@ -99,6 +102,83 @@ TEST_CASE("row-wise ops over the binding limit run in row chunks, bitwise equal 
         CHECK(same(ref, run_y(split, in)));
         CHECK(same(ref, run_y(split, in)));  // replayed
     }
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+namespace {
+// KILN_CACHE_DIR in a fresh folder for one scope (the linear table file lives there), then as it was.
+struct CacheDirScope {
+    test::TempDir dir{"kiln_row_split_table"};
+    std::optional<std::string> saved;
+    CacheDirScope() {
+        if (const char* v = std::getenv("KILN_CACHE_DIR")) saved = v;
+        platform::set_env("KILN_CACHE_DIR", dir.path.string());
+    }
+    ~CacheDirScope() { platform::set_env("KILN_CACHE_DIR", saved); }
+};
+}  // namespace
+
+TEST_CASE("row chunks of a linear run the whole linear's kernel, whatever the table picks at the chunk's rows",
+          "[jit][split]") {
+    // A GPU's table may pick gemv at few rows (the H200's did, for the adaLN linears) and another kernel at many: a
+    // linear of 128 rows runs on reg (nearest measured M 256), its 16-row chunk (the 12 KiB limit cuts RowOps'
+    // 64-row batches in 48 + 16) would run gemv, which sums in another order. The table is written here, so the
+    // case does not depend on what this device measures.
+    CacheDirScope scope;
+    exec::LinearTable t;
+    t.rows.push_back({DType::f32, "gemv", {2, 1152, 1152}, 100.0, true, "-"});
+    t.rows.push_back({DType::f32, "reg", {256, 1152, 1152}, 100.0, true, "-"});
+    std::string why;
+    REQUIRE(exec::write_linear_table(context(), exec::linear_table_path(context()), t, why));
+    REQUIRE(exec::linear_table(context(), DType::f32).pick(DType::f32, 16) == "gemv");
+    RowOps ops(2);
+    auto in = ops.inputs();
+    exec::Executor plain(context(), ops.g, ops.bytes(), exec::Mode::full);
+    const Tensor ref = run_y(plain, in);
+    test::BindingLimit limit(12 << 10);
+    const uint64_t gemv_before = exec::linear_kernel_dispatches("gemv");
+    exec::Executor split(context(), ops.g, ops.bytes(), exec::Mode::full);
+    CHECK(split.counters().split_ops > 0);
+    CHECK(exec::linear_kernel_dispatches("gemv") == gemv_before);  // no chunk took the table's few-rows kernel
+    CHECK(same(ref, run_y(split, in)));
+    CHECK(vk::Context::validation_errors() == 0);
+}
+
+TEST_CASE("row chunks of a tiled GEMM start at whole workgroups: bitwise equal with x scaled per slice",
+          "[jit][split][gemm]") {
+    // linear_gemm.glsl scales x stored f32 per slice by a power of two from the max |x| of its workgroup's BM rows,
+    // so a row's hi / lo split depends on its neighbours where the scaled lo parts reach f16 subnormals. Rows 0-299
+    // are 2^-20 times rows 300-599: where a workgroup holds both (the unsplit node's rows 256-383 at BM 128, 288-319
+    // at 32), the small rows' lo parts lose bits. A 38400-byte limit holds 300 rows of x (128 B each); chunks of 300
+    // would put rows 256-299 in a workgroup of small rows only. Chunks start at multiples of 256 (256 + 256 + 88).
+    ir::Graph g;
+    const int M = 600, K = 32, N = 16;
+    ir::Val x = g.input("x", {1, M, K});
+    g.output(g.linear(x, g.weight("w", {N, K}, DType::f16), {}), "y");
+    Tensor xs = test::random_tensor({1, M, K}, 7);
+    float* xv = reinterpret_cast<float*>(xs.bytes.data());
+    for (int i = 0; i < 300 * K; ++i) xv[i] = std::ldexp(xv[i], -20);
+    const Tensor w = test::random_tensor({N, K}, 8, -0.5f, 0.5f);
+    exec::WeightBytesFn wb = [&](const ir::Value&, void* dst, size_t) {
+        convert(w.bytes.data(), DType::f32, dst, DType::f16, (size_t)w.numel());
+    };
+    exec::set_linear_override("gemm");
+    exec::Executor plain(context(), g, wb, exec::Mode::full);
+    plain.set_input("x", xs);
+    plain.run();
+    const Tensor ref = plain.output("y");
+    const uint64_t gemm_before = exec::linear_kernel_dispatches("gemm");
+    {
+        test::BindingLimit limit(300 * K * 4);
+        exec::Executor split(context(), g, wb, exec::Mode::full);
+        CHECK(split.counters().split_ops == 1);
+        CHECK(split.counters().split_dispatches == 3);  // 256 + 256 + 88 rows (unaligned: 300 + 300)
+        CHECK(exec::linear_kernel_dispatches("gemm") == gemm_before + 3);
+        split.set_input("x", xs);
+        split.run();
+        CHECK(same(ref, split.output("y")));
+    }
+    exec::set_linear_override("");
     CHECK(vk::Context::validation_errors() == 0);
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/exec/linear_select.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/lower.h"
+#include "tests/support/force_linear.h"
 #include "tests/support/test_support.h"
 #include "tests/support/vk_context.h"
 
@@ -24,14 +25,6 @@ inline vk::Context& op_ctx() {
     static vk::Context& ctx = test::exit_safe_context();
     return ctx;
 }
-
-// Forces KILN_LINEAR's kernel on this thread while alive (exec::set_linear_override).
-struct ForceLinear {
-    explicit ForceLinear(const std::string& v) { exec::set_linear_override(v); }
-    ~ForceLinear() { exec::set_linear_override(""); }
-    ForceLinear(const ForceLinear&) = delete;
-    ForceLinear& operator=(const ForceLinear&) = delete;
-};
 
 // Random weight stored as `dt`: both backends see the same rounded values.
 inline Tensor random_weight(const Shape& s, DType dt, unsigned seed, float lo = -1.f, float hi = 1.f) {
