@@ -3,6 +3,10 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
@@ -12,12 +16,38 @@
 using namespace kiln;
 
 namespace {
+// The knobs these cases set through the settings alone.
+constexpr const char* kKnobs[] = {"KILN_DEVICE",
+                                  "KILN_TEST_MAX_TEXEL_ELEMENTS",
+                                  "KILN_TEST_MAX_STORAGE_BUFFERS",
+                                  "KILN_TEST_DEVICE_MEMORY_LIMIT",
+                                  "KILN_TEST_DEVICE_LOST_AFTER",
+                                  "KILN_FUSE",
+                                  "KILN_ACT_F16",
+                                  "KILN_MAX_BINDING_RANGE",
+                                  "KILN_LINEAR",
+                                  "KILN_TEST_DISCRETE"};
+
+// Unsets the knobs for one case and restores them after, so that the suite also passes when run whole under one
+// of them (KILN_TEST_DISCRETE=1 presents lavapipe as a GPU: docs/testing.md).
+struct CleanEnv {
+    std::vector<std::pair<const char*, std::optional<std::string>>> saved;
+    CleanEnv() {
+        for (const char* n : kKnobs) {
+            const char* v = std::getenv(n);
+            saved.push_back({n, v ? std::optional<std::string>(v) : std::nullopt});
+            platform::set_env(n, std::nullopt);
+        }
+    }
+    ~CleanEnv() {
+        for (auto& [n, v] : saved) platform::set_env(n, v);
+    }
+};
+
 // The environment's settings read once (validation as the test run asks), without the live hook.
 Settings explicit_settings() {
-    for (const char* n : {"KILN_DEVICE", "KILN_TEST_MAX_TEXEL_ELEMENTS", "KILN_TEST_MAX_STORAGE_BUFFERS",
-                          "KILN_TEST_DEVICE_MEMORY_LIMIT", "KILN_TEST_DEVICE_LOST_AFTER", "KILN_FUSE", "KILN_ACT_F16",
-                          "KILN_MAX_BINDING_RANGE", "KILN_LINEAR", "KILN_TEST_DISCRETE"})
-        REQUIRE(std::getenv(n) == nullptr);  // what follows takes effect through the settings alone
+    for (const char* n : kKnobs)
+        REQUIRE(std::getenv(n) == nullptr);  // what follows takes effect through the settings alone (CleanEnv)
     Settings s = test::fixed_settings();
     REQUIRE(s.test.live == nullptr);
     return s;
@@ -40,6 +70,7 @@ struct Mlp {
 }  // namespace
 
 TEST_CASE("settings: the device index and the test limits reach the Context", "[settings][vulkan]") {
+    const CleanEnv clean;
     Settings s = explicit_settings();
     s.context.device = 0;
     s.test.max_texel_elements = 1000;
@@ -61,6 +92,7 @@ TEST_CASE("settings: the device index and the test limits reach the Context", "[
 
 TEST_CASE("settings: KILN_TEST_DISCRETE presents the device as a discrete GPU without unified memory",
           "[settings][vulkan]") {
+    const CleanEnv clean;
     Settings s = explicit_settings();
     s.test.discrete = true;
     vk::Context ctx(s);
@@ -88,6 +120,7 @@ TEST_CASE("settings: KILN_TEST_DISCRETE presents the device as a discrete GPU wi
 }
 
 TEST_CASE("settings: executor options come from the Context's settings", "[settings][vulkan]") {
+    const CleanEnv clean;
     Settings s = explicit_settings();
     vk::Context ctx(s);
     const Mlp m;
@@ -117,6 +150,7 @@ TEST_CASE("settings: executor options come from the Context's settings", "[setti
 }
 
 TEST_CASE("settings: the tests' live hook reads the environment anew; fixed settings do not", "[settings][vulkan]") {
+    const CleanEnv clean;
     vk::Context live(test::settings()), fixed(explicit_settings());
     const Mlp m;
     test::ScopedEnv fuse("KILN_FUSE", "0");
