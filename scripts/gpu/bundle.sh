@@ -14,8 +14,12 @@
 #   .gpu/MANIFEST     each packed file, its size and where it came from
 # The check: every DT_NEEDED of every packed ELF file (programs and libraries) is a packed library or one of $BASE; any
 # other stops the script with the list. Then the size: the working tree travels with .gpu, 64 MiB at most.
-# Usage: scripts/gpu/bundle.sh [--diffusers DIR]   DIR: diffusers' src/diffusers, or a git clone of diffusers (its tag
-#        v0.38.0, the version of the 2026-11-27 run, is packed).  Then: docs/gpu-runs/README.md.
+# Usage: scripts/gpu/bundle.sh [--diffusers DIR] [--slim]   DIR: diffusers' src/diffusers, or a git clone of diffusers
+#        (its tag v0.38.0, the version of the 2026-11-27 run, is packed).  Then: docs/gpu-runs/README.md.
+#   --slim: removes from the working tree the tracked data no packed program reads, so it does not travel:
+#        tests/data/fixtures (35 MiB) where none of the packed tests reads fixtures (ops and jit read none), and
+#        models/default where kiln-convert is not packed (only it reads the built-in model's folder). Only with no
+#        uncommitted change there; after the call, `git checkout -- tests/data models/default` brings them back.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=$(pwd)
@@ -23,10 +27,12 @@ src=$(pwd)
 # is unknown; the validation layer needs 2.38), and the GPU driver is loaded at run time, not linked.
 BASE=""
 diffusers=""
+slim=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --diffusers) diffusers="$2"; shift 2 ;;
-    *) echo "usage: scripts/gpu/bundle.sh [--diffusers DIR]" >&2; exit 2 ;;
+    --slim) slim=1; shift ;;
+    *) echo "usage: scripts/gpu/bundle.sh [--diffusers DIR] [--slim]" >&2; exit 2 ;;
   esac
 done
 bin=build/release
@@ -186,8 +192,31 @@ if [ -n "$diffusers" ]; then
   rm -rf "$peer"
 fi
 
+# --slim: the tracked data no packed program reads leaves the working tree (restored from git after the call).
+if [ "$slim" = 1 ]; then
+  gone=()
+  readers=0  # packed test executables whose sources read tests/data (data_path, KILN_TEST_DATA)
+  for t in ${BUNDLE_TESTS:-ops jit models apps}; do
+    case " ops jit " in *" $t "*) ;; *) readers=$((readers + 1)) ;; esac
+  done
+  [ "$readers" = 0 ] && gone+=(tests/data/fixtures)
+  [ -x "$stage/$bin/apps/kiln-convert" ] || gone+=(models/default)
+  for d in "${gone[@]}"; do
+    if [ -n "$(git status --porcelain -- "$d")" ]; then
+      echo "bundle: --slim: $d has uncommitted changes; commit them first (it is restored from git after the call)" >&2
+      exit 1
+    fi
+  done
+  for d in "${gone[@]}"; do
+    rm -rf "$d"
+    echo "bundle: --slim: removed $d from the working tree; after the call: git checkout -- $d"
+  done
+fi
+
 # What travels to the device: the working tree (tracked and untracked files git does not ignore) and .gpu.
-tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -n1 | cut -f1)
+# (--slim's removed files are still in the index: du skips them, and its status says so.)
+tree=$({ git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null || true; } |
+  tail -n1 | cut -f1)
 for f in .gpu/*; do stat -c '%n %s' "$f"; done | awk '{ printf "bundle: %-18s %6.1f MiB\n", $1, $2 / 1048576 }'
 extra=$(du -cb .gpu | tail -n1 | cut -f1)
 total=$((tree + extra))
