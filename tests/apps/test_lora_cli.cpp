@@ -18,6 +18,7 @@
 #include "tests/apps/cli_run.h"
 #include "tests/support/single_files.h"
 #include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -162,7 +163,14 @@ TEST_CASE("kiln generate --lora-apply runtime under a budget: streamed blocks ca
                                  (tmp / "d.safetensors") + " -o " + (tmp / "o.png"));
     INFO(r.err);
     REQUIRE(r.rc == 0);
-    CHECK(r.err.find("streaming: 1 of 2 blocks") != std::string::npos);
+    // The budget is raised to the minimum working set, two ring slots. On unified memory (lavapipe, integrated GPUs)
+    // one of this fixture's two blocks is read in place from host memory; on a discrete GPU the two slots would hold
+    // both blocks, so they stay resident and nothing streams (kiln picks the device this test's context picks).
+    static vk::Context& ctx = test::exit_safe_context();
+    if (ctx.info().unified_memory)
+        CHECK(r.err.find("streaming: 1 of 2 blocks") != std::string::npos);
+    else
+        CHECK(r.err.find("streaming:") == std::string::npos);
     auto ref = SafeTensors::open(fixture("flux_lora/io.safetensors"));
     CHECK(rel_l2(SafeTensors::open(tmp / "d.safetensors").read("final_latents_scaled").to_f32(),
                  ref.read("kohya_s1_as_trained/final_latents_scaled").to_f32()) <= 1e-4);
