@@ -62,6 +62,10 @@ const std::vector<SettingInfo> kTable = {
      false, [](Settings& s, const char* n, const std::string& v) { s.context.validation = on_unless_0(v); }},
     {"KILN_VALIDATION_SYNC", "bool", "1", "with validation, synchronization validation too (0: off)",
      false, [](Settings& s, const char* n, const std::string& v) { s.context.validation_sync = on_unless_0(v); }},
+    {"KILN_VALIDATION_GPU", "bool", "0",
+     "with validation, GPU-assisted validation too: shaders instrumented to report out-of-bounds buffer accesses, "
+     "which lavapipe's own bounds checks hide (1: on; slow)",
+     false, [](Settings& s, const char* n, const std::string& v) { s.context.validation_gpu = on_unless_0(v); }},
     {"KILN_TRANSFER_QUEUE", "choice: 0|1|split", "0",
      "where streamed block weights are copied into ring slots: in the step, on a transfer queue, or in batches of "
      "their own on the compute queue", false, [](Settings& s, const char* n, const std::string& v) {

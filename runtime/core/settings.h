@@ -17,6 +17,7 @@ struct ContextOptions {
     int device = -1;                   // KILN_DEVICE: a device index; -1: the best (discrete > integrated > ...)
     bool validation = false;           // KILN_VALIDATION: Vulkan validation layers, every message counted
     bool validation_sync = true;       // KILN_VALIDATION_SYNC: with validation, synchronization validation too
+    bool validation_gpu = false;       // KILN_VALIDATION_GPU: with validation, GPU-assisted validation too
     std::string transfer_queue = "0";  // KILN_TRANSFER_QUEUE: "0", "1" or "split" (vk::CopyQueue)
     // KILN_PIPELINE_CACHE: false: neither the pipeline cache file nor the linear table beside it is read or written.
     bool pipeline_cache = true;

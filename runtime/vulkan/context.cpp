@@ -64,8 +64,14 @@ std::atomic<int> g_validation_errors{0};
 std::mutex g_msg_mutex;
 std::string g_last_msg;
 
+// GPU-assisted validation's notes on its own set-up ("vkCreateDevice(): Internal Warning: Forcing
+// fragmentStoresAndAtomics to VK_TRUE", "... rayQuery feature was not supported [Disabling ...]"): about the layer's
+// instrumentation, not Kiln's use of Vulkan, so not counted. Only with KILN_VALIDATION_GPU (the user data).
+bool gpu_av_setup_note(const char* msg) { return msg && std::strstr(msg, "Internal Warning:") != nullptr; }
+
 VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev, VkDebugUtilsMessageTypeFlagsEXT,
-                                        const VkDebugUtilsMessengerCallbackDataEXT* data, void*) {
+                                        const VkDebugUtilsMessengerCallbackDataEXT* data, void* gpu_av) {
+    if (gpu_av && gpu_av_setup_note(data->pMessage)) return VK_FALSE;
     if (sev >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) {
         g_validation_errors++;
         std::lock_guard<std::mutex> lk(g_msg_mutex);
@@ -81,7 +87,7 @@ VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT s
 }
 
 // Opens the loader (loader.h) first: every vk* below is a pointer it fills.
-VkInstance make_instance(const ContextOptions& o, bool validation, bool validation_sync,
+VkInstance make_instance(const ContextOptions& o, bool validation, bool validation_sync, bool validation_gpu,
                          VkDebugUtilsMessengerEXT* messenger) {
     open_loader(o.vulkan_loader);
     uint32_t n = 0;
@@ -116,11 +122,16 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
     // With validation, synchronization validation too (missing barriers: hazards lavapipe's in-order execution
     // hides but a GPU would not), through VK_EXT_validation_features, which the layer provides.
     // validation_sync false (KILN_VALIDATION_SYNC=0) leaves it off.
-    VkValidationFeatureEnableEXT sync_enable = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    // validation_gpu (KILN_VALIDATION_GPU=1): GPU-assisted validation as well, whose instrumented shaders report
+    // out-of-bounds buffer accesses: lavapipe bounds-checks every storage access (reads past a range return 0), so a
+    // tile that reads past its binding gives the right answer there and another tensor's bytes on a GPU.
+    std::vector<VkValidationFeatureEnableEXT> feature_list;
+    if (validation_sync) feature_list.push_back(VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT);
+    if (validation_gpu) feature_list.push_back(VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT);
     VkValidationFeaturesEXT features{VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
-    features.enabledValidationFeatureCount = 1;
-    features.pEnabledValidationFeatures = &sync_enable;
-    bool sync_validation = false;
+    features.enabledValidationFeatureCount = (uint32_t)feature_list.size();
+    features.pEnabledValidationFeatures = feature_list.data();
+    bool validation_features = false;
     if (validation) {
         uint32_t n = 0;
         vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &n, nullptr);
@@ -129,8 +140,10 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
         const bool has = std::any_of(lx.begin(), lx.end(), [](auto& p) {
             return std::strcmp(p.extensionName, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME) == 0;
         });
-        sync_validation = has && validation_sync;
-        if (sync_validation) enabled.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+        KILN_CHECK(has || !validation_gpu,
+                   "KILN_VALIDATION_GPU=1 needs VK_EXT_validation_features from the validation layer, which lacks it");
+        validation_features = has && !feature_list.empty();
+        if (validation_features) enabled.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
     }
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "kiln";
@@ -143,7 +156,7 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
     ci.ppEnabledExtensionNames = enabled.data();
     ci.enabledLayerCount = (uint32_t)layers.size();
     ci.ppEnabledLayerNames = layers.data();
-    if (sync_validation) ci.pNext = &features;
+    if (validation_features) ci.pNext = &features;
     VkInstance inst = VK_NULL_HANDLE;
     VkResult r = vkCreateInstance(&ci, nullptr, &inst);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER) no_device("the Vulkan loader found no Vulkan 1.2 driver");
@@ -159,6 +172,7 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
         mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                          VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
         mi.pfnUserCallback = debug_cb;
+        mi.pUserData = validation_gpu ? &g_validation_errors : nullptr;  // non-null: skip GPU-AV's set-up notes
         auto fn = (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(inst, "vkCreateDebugUtilsMessengerEXT");
         if (fn) VK_CHECK(fn(inst, &mi, nullptr, messenger));
     }
@@ -186,7 +200,7 @@ std::string Context::last_validation_message() {
 
 std::vector<DeviceInfo> list_devices(const ContextOptions& o) {
     VkDebugUtilsMessengerEXT m = VK_NULL_HANDLE;
-    VkInstance inst = make_instance(o, false, false, &m);
+    VkInstance inst = make_instance(o, false, false, false, &m);
     std::vector<DeviceInfo> out;
     try {
         auto pds = detail::physical_devices(inst);
@@ -239,7 +253,7 @@ void Context::init(const Settings& settings) {
     const ContextOptions& o = settings.context;
     faults_.memory_limit = settings.test.device_memory_limit;
     faults_.lose_device_after = settings.test.device_lost_after;
-    instance_ = make_instance(o, o.validation, o.validation_sync, &messenger_);
+    instance_ = make_instance(o, o.validation, o.validation_sync, o.validation_gpu, &messenger_);
     auto pds = detail::physical_devices(instance_);
     if (pds.empty()) no_device("the Vulkan drivers list none");
     const int device = o.device;

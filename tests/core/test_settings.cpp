@@ -24,6 +24,7 @@ TEST_CASE("settings: unset variables leave the defaults", "[settings]") {
     CHECK(s.context.device == -1);
     CHECK(!s.context.validation);
     CHECK(s.context.validation_sync);
+    CHECK(!s.context.validation_gpu);
     CHECK(s.context.transfer_queue == "0");
     CHECK(s.context.pipeline_cache);
     CHECK(!s.context.skip_pipeline_cache_file);
@@ -58,6 +59,7 @@ TEST_CASE("settings: every variable parses into its field", "[settings]") {
     const Settings s = parse({{"KILN_DEVICE", "2"},
                               {"KILN_VALIDATION", "1"},
                               {"KILN_VALIDATION_SYNC", "0"},
+                              {"KILN_VALIDATION_GPU", "1"},
                               {"KILN_TRANSFER_QUEUE", "split"},
                               {"KILN_PIPELINE_CACHE", "0"},
                               {"KILN_CACHE_DIR", "/tmp/c"},
@@ -84,6 +86,7 @@ TEST_CASE("settings: every variable parses into its field", "[settings]") {
     CHECK(s.context.device == 2);
     CHECK(s.context.validation);
     CHECK(!s.context.validation_sync);
+    CHECK(s.context.validation_gpu);
     CHECK(s.context.transfer_queue == "split");
     CHECK(!s.context.pipeline_cache);
     CHECK(s.context.cache_dir == "/tmp/c");
