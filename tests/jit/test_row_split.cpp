@@ -120,7 +120,7 @@ struct CacheDirScope {
 
 TEST_CASE("row chunks of a linear run the whole linear's kernel, whatever the table picks at the chunk's rows",
           "[jit][split]") {
-    // A GPU's table may pick gemv at few rows (the H200's did, for the adaLN linears) and another kernel at many: a
+    // A GPU's table may pick gemv at few rows (built for the H200's 2-row adaLN linears) and another kernel at many: a
     // linear of 128 rows runs on reg (nearest measured M 256), its 16-row chunk (the 12 KiB limit cuts RowOps'
     // 64-row batches in 48 + 16) would run gemv, which sums in another order. The table is written here, so the
     // case does not depend on what this device measures.
