@@ -10,6 +10,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/exec/linear_select.h"
 #include "runtime/vulkan/context.h"
+#include "tests/support/force_linear.h"
 #include "tests/support/test_support.h"
 #include "tests/support/vk_context.h"
 
@@ -162,7 +163,7 @@ TEST_CASE("row chunks of a tiled GEMM start at whole workgroups: bitwise equal w
     exec::WeightBytesFn wb = [&](const ir::Value&, void* dst, size_t) {
         convert(w.bytes.data(), DType::f32, dst, DType::f16, (size_t)w.numel());
     };
-    exec::set_linear_override("gemm");
+    const test::ForceLinear gemm("gemm");
     exec::Executor plain(context(), g, wb, exec::Mode::full);
     plain.set_input("x", xs);
     plain.run();
@@ -178,7 +179,6 @@ TEST_CASE("row chunks of a tiled GEMM start at whole workgroups: bitwise equal w
         split.run();
         CHECK(same(ref, split.output("y")));
     }
-    exec::set_linear_override("");
     CHECK(vk::Context::validation_errors() == 0);
 }
 
