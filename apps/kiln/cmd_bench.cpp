@@ -153,6 +153,8 @@ void add_bench_flags(CLI::App& app, BenchOpts& o) {
         "  kiln bench --synthetic dit-xl-2-256 --mode full,regional --steps 0 --interleave 8   (on a noisy machine)\n"
         "  kiln bench --synthetic sd3-medium-1024 --steps 0 --warmup 0 --no-weights --cost   (the cost model, plan "
         "only)\n"
+        "  kiln bench --synthetic sd3-medium-1024 --mode regional --steps 0 --warmup 0 --no-weights --cost-by-shader   "
+        "(where its floor goes)\n"
         "  kiln bench --kernels");
 }
 
