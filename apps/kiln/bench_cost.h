@@ -39,7 +39,7 @@ struct ShaderCost {
     double flops = 0, flops_executed = 0, bytes = 0;
     std::vector<double> floor_ms;
 };
-// Per shader, largest floor on the first named device first: where the step's time would go.
+// Per shader, largest H200 floor first: where the step's time would go on the card of the side by side.
 std::vector<ShaderCost> shader_costs(const exec::StepCost& c);
 // A mode's "cost_by_shader": per shader name, its executions, FLOPs, bytes per step and floor_ms {device: ms}
 // (summed over the shaders, the mode's floor_ms).

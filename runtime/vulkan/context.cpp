@@ -68,6 +68,8 @@ std::string g_last_msg;
 // fragmentStoresAndAtomics to VK_TRUE", "... rayQuery feature was not supported [Disabling ...]"): about the layer's
 // instrumentation, not Kiln's use of Vulkan, so not counted. Only with KILN_VALIDATION_GPU (the user data).
 bool gpu_av_setup_note(const char* msg) { return msg && std::strstr(msg, "Internal Warning:") != nullptr; }
+// The messenger's user data with KILN_VALIDATION_GPU: its address says "skip the set-up notes" (null: count all).
+const bool kSkipGpuAvNotes = true;
 
 VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev, VkDebugUtilsMessageTypeFlagsEXT,
                                         const VkDebugUtilsMessengerCallbackDataEXT* data, void* gpu_av) {
@@ -172,7 +174,7 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
         mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                          VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
         mi.pfnUserCallback = debug_cb;
-        mi.pUserData = validation_gpu ? &g_validation_errors : nullptr;  // non-null: skip GPU-AV's set-up notes
+        mi.pUserData = validation_gpu ? (void*)&kSkipGpuAvNotes : nullptr;
         auto fn = (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(inst, "vkCreateDebugUtilsMessengerEXT");
         if (fn) VK_CHECK(fn(inst, &mi, nullptr, messenger));
     }

@@ -184,7 +184,7 @@ TEST_CASE("kiln bench --cost: the cost model's table, labelled a model, plan onl
     std::ifstream f2(out2);
     const std::string text2((std::istreambuf_iterator<char>(f2)), {});
     INFO(text2);
-    // Two tables (one per mode), each: the header, then rows whose H200 floor (column 8 of 10) never increases.
+    // Two tables (one per mode), each: the header, then rows whose H200 floor (column 7 of 10) never increases.
     size_t at = text2.find("cost model"), tables = 0;
     while ((at = text2.find("\n  shader ", at)) != std::string::npos) {
         ++tables;

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 
 #include "runtime/exec/executor.h"
 #include "runtime/exec/linear_select.h"
@@ -110,12 +109,7 @@ namespace {
 // KILN_CACHE_DIR in a fresh folder for one scope (the linear table file lives there), then as it was.
 struct CacheDirScope {
     test::TempDir dir{"kiln_row_split_table"};
-    std::optional<std::string> saved;
-    CacheDirScope() {
-        if (const char* v = std::getenv("KILN_CACHE_DIR")) saved = v;
-        platform::set_env("KILN_CACHE_DIR", dir.path.string());
-    }
-    ~CacheDirScope() { platform::set_env("KILN_CACHE_DIR", saved); }
+    test::ScopedEnv env{"KILN_CACHE_DIR", dir.path.string()};
 };
 }  // namespace
 

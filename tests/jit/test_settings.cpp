@@ -3,10 +3,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <optional>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "runtime/exec/executor.h"
 #include "runtime/vulkan/context.h"
@@ -31,16 +29,9 @@ constexpr const char* kKnobs[] = {"KILN_DEVICE",
 // Unsets the knobs for one case and restores them after, so that the suite also passes when run whole under one
 // of them (KILN_TEST_DISCRETE=1 presents lavapipe as a GPU: docs/testing.md).
 struct CleanEnv {
-    std::vector<std::pair<const char*, std::optional<std::string>>> saved;
+    std::list<test::ScopedEnv> unset;
     CleanEnv() {
-        for (const char* n : kKnobs) {
-            const char* v = std::getenv(n);
-            saved.push_back({n, v ? std::optional<std::string>(v) : std::nullopt});
-            platform::set_env(n, std::nullopt);
-        }
-    }
-    ~CleanEnv() {
-        for (auto& [n, v] : saved) platform::set_env(n, v);
+        for (const char* n : kKnobs) unset.emplace_back(n, std::nullopt);
     }
 };
 

@@ -2,6 +2,7 @@
 // Helpers shared by the tests: data paths, random tensors, environment knobs for one scope.
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,11 +28,15 @@ int finish(int result);
 // The same, read once: later changes to the environment do not reach the Context.
 Settings fixed_settings();
 
-// Sets an environment variable (a KILN_* knob) for one scope, then unsets it.
+// Sets an environment variable (a KILN_* knob) for one scope, or unsets it (std::nullopt), then gives it back the
+// value it had (unset where it had none).
 struct ScopedEnv {
     std::string name;
-    ScopedEnv(const char* n, const std::string& v) : name(n) { platform::set_env(n, v); }
-    ~ScopedEnv() { platform::set_env(name.c_str(), std::nullopt); }
+    std::optional<std::string> saved;
+    ScopedEnv(const char* n, const std::optional<std::string>& v) : name(n), saved(platform::env(n)) {
+        platform::set_env(n, v);
+    }
+    ~ScopedEnv() { platform::set_env(name.c_str(), saved); }
     ScopedEnv(const ScopedEnv&) = delete;
     ScopedEnv& operator=(const ScopedEnv&) = delete;
 };
