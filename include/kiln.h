@@ -110,6 +110,11 @@ typedef struct kiln_device_info {
        maxTexelBufferElements. */
     int texel_buffers;
     uint32_t max_texel_buffer_elements;
+    /* Appended in 0.1, after the above: subgroup size control (Vulkan 1.3's subgroupSizeControl and
+       computeFullSubgroups for compute): the sizes a pipeline may require, minSubgroupSize .. maxSubgroupSize (0 .. 0
+       without it). Kiln's cooperative-matrix kernels require subgroup_size where it is present. */
+    int subgroup_size_control;
+    uint32_t subgroup_size_min, subgroup_size_max;
 } kiln_device_info;
 #define KILN_DEVICE_INFO_INIT KILN_INIT_(kiln_device_info)
 

@@ -93,6 +93,9 @@ void fill_device_info(const vk::DeviceInfo& d, kiln_device_info& out) {
     out.max_storage_buffers_per_stage = d.max_storage_buffers_per_stage;
     out.texel_buffers = d.texel_formats;
     out.max_texel_buffer_elements = d.max_texel_elements;
+    out.subgroup_size_control = d.subgroup_control;
+    out.subgroup_size_min = d.subgroup_control ? d.subgroup_min : 0;
+    out.subgroup_size_max = d.subgroup_control ? d.subgroup_max : 0;
 }
 
 void check_alive(const Device& d) {

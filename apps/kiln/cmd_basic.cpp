@@ -32,11 +32,15 @@ Run add_devices(CLI::App& app) {
             std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n",
                         d.fp16_storage ? "yes" : "no", d.fp16_arithmetic ? "yes" : "no",
                         d.int8_arithmetic ? "yes" : "no", d.int64 ? "yes" : "no");
+            const std::string control = d.subgroup_size_control ? " (size control: " +
+                                                                      std::to_string(d.subgroup_size_min) + ".." +
+                                                                      std::to_string(d.subgroup_size_max) + ")"
+                                                                : " (no size control)";
             std::printf(
-                "    subgroup size: %u, cooperative matrix: %s, buffer device address: %s, timestamps: %s, "
+                "    subgroup size: %u%s, cooperative matrix: %s, buffer device address: %s, timestamps: %s, "
                 "memory budget: %s\n",
-                d.subgroup_size, d.cooperative_matrix ? "yes" : "no", d.buffer_device_address ? "yes" : "no",
-                d.timestamps ? "yes" : "no", d.memory_budget ? "yes" : "no");
+                d.subgroup_size, control.c_str(), d.cooperative_matrix ? "yes" : "no",
+                d.buffer_device_address ? "yes" : "no", d.timestamps ? "yes" : "no", d.memory_budget ? "yes" : "no");
             std::printf("    transfer-only queue: %s, storage buffers per stage: %u\n", d.transfer_queue ? "yes" : "no",
                         d.max_storage_buffers_per_stage);
             std::printf(

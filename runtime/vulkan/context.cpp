@@ -329,12 +329,26 @@ void Context::init(const Settings& settings) {
     // tensor addressing; maintenance4 for its LocalSizeId. Chained only where the query found all of them.
     VkPhysicalDeviceCooperativeMatrix2FeaturesNV cm2{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV};
-    VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES, &cm2};
+    VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
     if (info_.coopmat_m && info_.cm2_bm) {
         cm2.cooperativeMatrixWorkgroupScope = cm2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
         cm2.cooperativeMatrixPerElementOperations = cm2.cooperativeMatrixTensorAddressing = VK_TRUE;
         f13.maintenance4 = VK_TRUE;
         cm2.pNext = f12.pNext;
+        f12.pNext = &cm2;
+    }
+    // Subgroup size control (DeviceInfo::subgroup_control): required sizes and full subgroups for the shaders with
+    // cooperative matrices (vk::subgroup_request). In Vulkan 1.3's features, else the extension's.
+    VkPhysicalDeviceSubgroupSizeControlFeatures sgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
+    if (info_.subgroup_control && info_.subgroup_control_ext) {
+        sgc.subgroupSizeControl = sgc.computeFullSubgroups = VK_TRUE;
+        sgc.pNext = f12.pNext;
+        f12.pNext = &sgc;
+    } else if (info_.subgroup_control) {
+        f13.subgroupSizeControl = f13.computeFullSubgroups = VK_TRUE;
+    }
+    if (f13.maintenance4 || f13.subgroupSizeControl) {  // Vulkan 1.3 (both checked it)
+        f13.pNext = f12.pNext;
         f12.pNext = &f13;
     }
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
@@ -351,6 +365,7 @@ void Context::init(const Settings& settings) {
     if (info_.host_import) dev_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
     if (info_.coopmat_m) dev_exts.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
     if (info_.coopmat_m && info_.cm2_bm) dev_exts.push_back(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
+    if (info_.subgroup_control_ext) dev_exts.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     // The spec requires enabling VK_KHR_portability_subset where the device offers it (MoltenVK). Kiln's compute
     // shaders use none of what it restricts (triangle fans, image view swizzles, events, ...).
     if (info_.portability_subset) dev_exts.push_back("VK_KHR_portability_subset");

@@ -50,6 +50,13 @@ struct DeviceInfo {
     bool timeline_semaphore = false;         // Vulkan 1.2 timelineSemaphore (streamed copies in their own batches)
     int transfer_family = -1;                // a queue family for transfers only (a DMA engine), or -1
     uint32_t subgroup_size = 0;
+    // Subgroup size control (Vulkan 1.3, or VK_EXT_subgroup_size_control on 1.2): the sizes a compute pipeline may
+    // require (minSubgroupSize .. maxSubgroupSize, powers of two), maxComputeWorkgroupSubgroups, and whether
+    // subgroupSizeControl and computeFullSubgroups are there with compute in requiredSubgroupSizeStages (both then
+    // enabled on the device; subgroup_control_ext: through the extension). Shaders with subgroup-scope cooperative
+    // matrices are created with their layout's subgroup size required and full subgroups (vk::subgroup_request).
+    uint32_t subgroup_min = 0, subgroup_max = 0, max_workgroup_subgroups = 0;
+    bool subgroup_control = false, subgroup_control_ext = false;
     // Compute units (NVIDIA SMs: VK_NV_shader_sm_builtins' shaderSMCount; AMD CUs: VK_AMD_shader_core_properties'
     // engines x arrays x CUs per array); 0 where the device reports none (the split-K linear then assumes a default).
     uint32_t compute_units = 0;

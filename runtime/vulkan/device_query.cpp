@@ -25,6 +25,25 @@ const char* type_name(VkPhysicalDeviceType t) {
     }
 }
 
+// See DeviceInfo::subgroup_control. Core in Vulkan 1.3 (instance and device: the API version is their minimum), else
+// VK_EXT_subgroup_size_control; the core structures are the extension's under other names.
+void query_subgroup_control(VkPhysicalDevice pd, uint32_t device_api, bool ext, DeviceInfo& d) {
+    const bool core = instance_api_version() >= VK_API_VERSION_1_3 && device_api >= VK_API_VERSION_1_3;
+    if (!core && !ext) return;
+    VkPhysicalDeviceSubgroupSizeControlProperties sp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sp};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    VkPhysicalDeviceSubgroupSizeControlFeatures sf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &sf};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    d.subgroup_min = sp.minSubgroupSize;
+    d.subgroup_max = sp.maxSubgroupSize;
+    d.max_workgroup_subgroups = sp.maxComputeWorkgroupSubgroups;
+    d.subgroup_control = sf.subgroupSizeControl && sf.computeFullSubgroups &&
+                         (sp.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
+    d.subgroup_control_ext = d.subgroup_control && !core;
+}
+
 // See DeviceInfo::cm2_bm: called after the VK_KHR_cooperative_matrix query (its features are the base of these).
 void query_coopmat2(VkInstance inst, VkPhysicalDevice pd, DeviceInfo& d) {
     uint32_t ne = 0;
@@ -161,7 +180,7 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, nullptr);
     std::vector<VkExtensionProperties> exts(ne);
     vkEnumerateDeviceExtensionProperties(pd, nullptr, &ne, exts.data());
-    bool sm_builtins = false, amd_cores = false;
+    bool sm_builtins = false, amd_cores = false, size_control_ext = false;
     for (auto& e : exts)
         if (!std::strcmp(e.extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME))
             d.memory_budget = true;
@@ -176,6 +195,9 @@ DeviceInfo query(VkPhysicalDevice pd, int index) {
             sm_builtins = true;
         else if (!std::strcmp(e.extensionName, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME))
             amd_cores = true;
+        else if (!std::strcmp(e.extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME))
+            size_control_ext = true;
+    query_subgroup_control(pd, p.apiVersion, size_control_ext, d);
     if (sm_builtins) {  // properties of a supported extension may be queried without enabling it
         VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{
             VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};

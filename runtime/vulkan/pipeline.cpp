@@ -28,7 +28,14 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
     constexpr uint32_t OpName = 5, OpTypePointer = 32, OpDecorate = 71, OpVariable = 59, DecBinding = 33, DecSet = 34;
     constexpr uint32_t SCStorageBuffer = 12, SCUniform = 2, SCPushConstant = 9, SCUniformConstant = 0;
     constexpr uint32_t OpTypeImage = 25, OpTypeSampledImage = 27, DimBuffer = 5;
+    constexpr uint32_t OpCapability = 17, CapCoopMatKHR = 6022, CapCoopMatNV = 5357;
+    constexpr uint32_t OpExecutionMode = 16, OpExecutionModeId = 331, ModeLocalSize = 17, ModeLocalSizeId = 38;
+    constexpr uint32_t DecBuiltIn = 11, DecSpecId = 1, BuiltInWorkgroupSize = 25;
+    constexpr uint32_t OpConstant = 43, OpSpecConstant = 50, OpConstantComposite = 44, OpSpecConstantComposite = 51;
     std::map<uint32_t, uint32_t> binding, set, pointee, sampled_image, image_dim, image_sampled;
+    std::map<uint32_t, uint32_t> spec_id, scalar, composite_x;  // id -> SpecId / constant value / first constituent
+    uint32_t workgroup_size_id = 0, local_x_id = 0, local_x = 1;
+    bool matrices = false;
     std::map<uint32_t, std::string> names;
     struct Var {
         uint32_t id, type, sc;
@@ -40,6 +47,18 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
         if (op == OpDecorate && len >= 4) {
             if (code[i + 2] == DecBinding) binding[code[i + 1]] = code[i + 3];
             if (code[i + 2] == DecSet) set[code[i + 1]] = code[i + 3];
+            if (code[i + 2] == DecSpecId) spec_id[code[i + 1]] = code[i + 3];
+            if (code[i + 2] == DecBuiltIn && code[i + 3] == BuiltInWorkgroupSize) workgroup_size_id = code[i + 1];
+        } else if (op == OpCapability && len >= 2) {
+            matrices |= code[i + 1] == CapCoopMatKHR || code[i + 1] == CapCoopMatNV;
+        } else if (op == OpExecutionMode && len >= 4 && code[i + 2] == ModeLocalSize) {
+            local_x = code[i + 3];
+        } else if (op == OpExecutionModeId && len >= 4 && code[i + 2] == ModeLocalSizeId) {
+            local_x_id = code[i + 3];
+        } else if ((op == OpConstant || op == OpSpecConstant) && len >= 4) {
+            scalar[code[i + 2]] = code[i + 3];
+        } else if ((op == OpConstantComposite || op == OpSpecConstantComposite) && len >= 4) {
+            composite_x[code[i + 2]] = code[i + 3];
         } else if (op == OpVariable && len >= 4) {
             vars.push_back({code[i + 2], code[i + 1], code[i + 3]});
         } else if (op == OpTypePointer && len >= 4) {
@@ -56,6 +75,17 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
         i += len;
     }
     Reflection r;
+    r.subgroup_matrices = matrices;
+    // The x size: a WorkgroupSize built-in (glslang's local_size_x_id before SPIR-V 1.6) overrides LocalSize;
+    // LocalSizeId names its constants directly. Either way a constant with a SpecId is specialized.
+    r.local_x = local_x;
+    uint32_t xid = local_x_id;
+    if (workgroup_size_id && composite_x.count(workgroup_size_id)) xid = composite_x[workgroup_size_id];
+    if (xid) {
+        KILN_CHECK(scalar.count(xid), "SPIR-V workgroup size without a constant x");
+        r.local_x = scalar[xid];
+        if (spec_id.count(xid)) r.local_x_spec = (int)spec_id[xid];
+    }
     for (auto [id, type, sc] : vars) {
         if (sc == SCPushConstant) r.push_constants = true;
         if (sc == SCUniformConstant && binding.count(id)) {  // textureBuffer / utextureBuffer: a uniform texel buffer
@@ -84,6 +114,22 @@ Reflection reflect_spirv(const uint32_t* code, size_t words) {
     for (size_t i = 0; i < r.bindings.size(); ++i)
         KILN_CHECK(r.bindings[i] == i, "shader bindings must be 0..n-1 without gaps");
     return r;
+}
+
+uint32_t local_size_x(uint32_t local_x, int local_x_spec, const std::vector<uint32_t>& spec) {
+    return local_x_spec >= 0 && (size_t)local_x_spec < spec.size() ? spec[local_x_spec] : local_x;
+}
+
+SubgroupRequest subgroup_request(const DeviceInfo& d, const std::string& shader, bool subgroup_matrices,
+                                 uint32_t local_x) {
+    const uint32_t s = d.subgroup_size;
+    if (!subgroup_matrices || !d.subgroup_control || s < d.subgroup_min || s > d.subgroup_max) return {};
+    KILN_CHECK(local_x % s == 0, "internal: shader '", shader, "' has a workgroup of ", local_x,
+               " invocations, not whole subgroups of ", s, " (its cooperative matrices need full subgroups)");
+    KILN_CHECK(local_x / s <= d.max_workgroup_subgroups, "shader '", shader, "' needs ", local_x / s,
+               " subgroups of ", s, " per workgroup; device '", d.name, "' allows ", d.max_workgroup_subgroups,
+               " (maxComputeWorkgroupSubgroups)");
+    return {s, true};
 }
 
 namespace {
@@ -116,6 +162,17 @@ const Kernel& Kernels::get(const std::string& name, const std::vector<uint32_t>&
         if (auto it = pool->kernels.find(key); it != pool->kernels.end()) return *(kernels_[key] = &it->second);
     auto t0 = std::chrono::steady_clock::now();
     Kernel k = create_layouts(name);
+    if (k.subgroup_matrices) {
+        SubgroupRequest req;
+        try {
+            req = subgroup_request(ctx_.info(), name, true, local_size_x(k.local_x, k.local_x_spec, spec));
+        } catch (...) {
+            destroy(ctx_.device(), k);
+            throw;
+        }
+        k.required_subgroup_size = req.size;
+        k.full_subgroups = req.full;
+    }
     if (!defer_) {
         if (VkResult r = create_pipeline(k, spec); r != VK_SUCCESS) {
             destroy(ctx_.device(), k);
@@ -189,6 +246,9 @@ Kernel Kernels::create_layouts(const std::string& name) {
     k.ptr_bindings = refl.ptr_bindings;
     k.uniform_bindings = refl.uniform_bindings;
     k.texel_bindings = refl.texel_bindings;
+    k.subgroup_matrices = refl.subgroup_matrices;
+    k.local_x = refl.local_x;
+    k.local_x_spec = refl.local_x_spec;
 
     // A device below Vulkan's usual limits (the spec guarantees only 4 storage buffers per stage; Kiln's widest
     // shader, linear_multi, binds 13) gets a clear error rather than undefined behaviour.
@@ -244,6 +304,13 @@ VkResult Kernels::create_pipeline(Kernel& k, const std::vector<uint32_t>& spec) 
     ci.stage.module = mod;
     ci.stage.pName = "main";
     ci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rs{
+        VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO};
+    if (k.required_subgroup_size) {  // see subgroup_request
+        rs.requiredSubgroupSize = k.required_subgroup_size;
+        ci.stage.pNext = &rs;
+    }
+    if (k.full_subgroups) ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
     ci.layout = k.layout;
     VkResult r = vkCreateComputePipelines(d, ctx_.pipeline_cache(), 1, &ci, nullptr, &k.pipeline);
     vkDestroyShaderModule(d, mod, nullptr);

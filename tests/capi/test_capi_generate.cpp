@@ -63,6 +63,13 @@ TEST_CASE("C API: devices and model info", "[capi]") {
     CHECK(cd.max_storage_buffer_range >= (1u << 27));  // Vulkan requires at least 128 MiB
     CHECK(cd.max_allocation_bytes > 0);
     if (cd.texel_buffers) CHECK(cd.max_texel_buffer_elements >= 65536);  // Vulkan's minimum
+    // Subgroup size control: lavapipe and NVIDIA have it; the default size lies in the range a pipeline may require.
+    if (cd.subgroup_size_control) {
+        CHECK(cd.subgroup_size_min <= cd.subgroup_size);
+        CHECK(cd.subgroup_size <= cd.subgroup_size_max);
+    } else {
+        CHECK(cd.subgroup_size_max == 0);
+    }
     // An older caller's struct (the fields before the feature fields) is filled up to its size only.
     kiln_device_info old{};
     old.struct_size = offsetof(kiln_device_info, fp16_storage);
