@@ -181,6 +181,71 @@ VkInstance make_instance(const ContextOptions& o, bool validation, bool validati
     return inst;
 }
 
+// The features and extensions Kiln enables on a device (where DeviceInfo found them), chained from f2 for
+// vkCreateDevice. Not copyable: the chain points into it.
+struct EnabledFeatures {
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceCooperativeMatrix2FeaturesNV cm2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV};
+    VkPhysicalDeviceSubgroupSizeControlFeatures sgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
+    std::vector<const char*> extensions;
+
+    explicit EnabledFeatures(const DeviceInfo& info);
+    EnabledFeatures(const EnabledFeatures&) = delete;
+    EnabledFeatures& operator=(const EnabledFeatures&) = delete;
+
+private:
+    void chain(void* s) {  // s after f12 (every device Kiln runs on has Vulkan 1.2)
+        static_cast<VkBaseOutStructure*>(s)->pNext = static_cast<VkBaseOutStructure*>(f12.pNext);
+        f12.pNext = s;
+    }
+};
+
+EnabledFeatures::EnabledFeatures(const DeviceInfo& info) {
+    f2.pNext = &f11;
+    f11.pNext = &f12;
+    f11.storageBuffer16BitAccess = VK_TRUE;
+    f2.features.shaderInt64 = info.int64;  // the device loop's correctly rounded division (shaders/loop.glsl)
+    f2.features.shaderFloat64 = info.fp64;
+    f12.timelineSemaphore = info.timeline_semaphore;
+    f12.shaderFloat16 = info.fp16_arith;
+    f12.bufferDeviceAddress = info.buffer_device_address;  // block weights selected on the device
+    if (info.coopmat_m) {  // linear_coopmat.comp declares the Vulkan memory model; other shaders' atomics are
+        cmf.cooperativeMatrix = VK_TRUE;  // Device-scope, which it allows only with vulkanMemoryModelDeviceScope
+        f12.vulkanMemoryModel = VK_TRUE;
+        f12.vulkanMemoryModelDeviceScope = VK_TRUE;
+        chain(&cmf);
+        extensions.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    }
+    // linear_cm2.comp (DeviceInfo::cm2_bm): workgroup-scope matrices of flexible dimensions, per-element operations,
+    // tensor addressing; maintenance4 for its LocalSizeId. Chained only where the query found all of them.
+    if (info.coopmat_m && info.cm2_bm) {
+        cm2.cooperativeMatrixWorkgroupScope = cm2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
+        cm2.cooperativeMatrixPerElementOperations = cm2.cooperativeMatrixTensorAddressing = VK_TRUE;
+        f13.maintenance4 = VK_TRUE;
+        chain(&cm2);
+        extensions.push_back(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
+    }
+    // Subgroup size control (DeviceInfo::subgroup_control): required sizes and full subgroups for the shaders with
+    // cooperative matrices (vk::subgroup_request). In Vulkan 1.3's features, else the extension's.
+    if (info.subgroup_control && info.subgroup_control_ext) {
+        sgc.subgroupSizeControl = sgc.computeFullSubgroups = VK_TRUE;
+        chain(&sgc);
+        extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    } else if (info.subgroup_control) {
+        f13.subgroupSizeControl = f13.computeFullSubgroups = VK_TRUE;
+    }
+    if (f13.maintenance4 || f13.subgroupSizeControl) chain(&f13);  // Vulkan 1.3 (both queries checked it)
+    // VK_EXT_memory_budget: heap usage; VK_EXT_external_memory_host: mmapped weights read in place.
+    if (info.memory_budget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    if (info.host_import) extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    // The spec requires enabling VK_KHR_portability_subset where the device offers it (MoltenVK). Kiln's compute
+    // shaders use none of what it restricts (triangle fans, image view swizzles, events, ...).
+    if (info.portability_subset) extensions.push_back("VK_KHR_portability_subset");
+}
 }  // namespace
 
 int Context::validation_errors() { return g_validation_errors.load(); }
@@ -314,63 +379,12 @@ void Context::init(const Settings& settings) {
     qcis[0].pQueuePriorities = &prio;
     qcis[1] = qcis[0];
     qcis[1].queueFamilyIndex = (uint32_t)info_.transfer_family;
-    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-    f12.timelineSemaphore = info_.timeline_semaphore;
-    f12.shaderFloat16 = info_.fp16_arith;
-    f12.bufferDeviceAddress = info_.buffer_device_address;  // block weights selected on the device
-    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
-    if (info_.coopmat_m) {  // linear_coopmat.comp declares the Vulkan memory model; other shaders' atomics are
-        cmf.cooperativeMatrix = VK_TRUE;  // Device-scope, which it allows only with vulkanMemoryModelDeviceScope
-        f12.vulkanMemoryModel = VK_TRUE;
-        f12.vulkanMemoryModelDeviceScope = VK_TRUE;
-        f12.pNext = &cmf;
-    }
-    // linear_cm2.comp (DeviceInfo::cm2_bm): workgroup-scope matrices of flexible dimensions, per-element operations,
-    // tensor addressing; maintenance4 for its LocalSizeId. Chained only where the query found all of them.
-    VkPhysicalDeviceCooperativeMatrix2FeaturesNV cm2{
-        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV};
-    VkPhysicalDeviceVulkan13Features f13{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
-    if (info_.coopmat_m && info_.cm2_bm) {
-        cm2.cooperativeMatrixWorkgroupScope = cm2.cooperativeMatrixFlexibleDimensions = VK_TRUE;
-        cm2.cooperativeMatrixPerElementOperations = cm2.cooperativeMatrixTensorAddressing = VK_TRUE;
-        f13.maintenance4 = VK_TRUE;
-        cm2.pNext = f12.pNext;
-        f12.pNext = &cm2;
-    }
-    // Subgroup size control (DeviceInfo::subgroup_control): required sizes and full subgroups for the shaders with
-    // cooperative matrices (vk::subgroup_request). In Vulkan 1.3's features, else the extension's.
-    VkPhysicalDeviceSubgroupSizeControlFeatures sgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
-    if (info_.subgroup_control && info_.subgroup_control_ext) {
-        sgc.subgroupSizeControl = sgc.computeFullSubgroups = VK_TRUE;
-        sgc.pNext = f12.pNext;
-        f12.pNext = &sgc;
-    } else if (info_.subgroup_control) {
-        f13.subgroupSizeControl = f13.computeFullSubgroups = VK_TRUE;
-    }
-    if (f13.maintenance4 || f13.subgroupSizeControl) {  // Vulkan 1.3 (both checked it)
-        f13.pNext = f12.pNext;
-        f12.pNext = &f13;
-    }
-    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, &f12};
-    f11.storageBuffer16BitAccess = VK_TRUE;
-    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f11};
-    f2.features.shaderInt64 = info_.int64;  // the device loop's correctly rounded division (shaders/loop.glsl)
-    f2.features.shaderFloat64 = info_.fp64;
-    VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f2};
+    const EnabledFeatures features(info_);
+    VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &features.f2};
     dci.queueCreateInfoCount = copy_queue_ == CopyQueue::transfer ? 2 : 1;
     dci.pQueueCreateInfos = qcis;
-    // VK_EXT_memory_budget: heap usage; VK_EXT_external_memory_host: mmapped weights read in place.
-    std::vector<const char*> dev_exts;
-    if (info_.memory_budget) dev_exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
-    if (info_.host_import) dev_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
-    if (info_.coopmat_m) dev_exts.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
-    if (info_.coopmat_m && info_.cm2_bm) dev_exts.push_back(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
-    if (info_.subgroup_control_ext) dev_exts.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
-    // The spec requires enabling VK_KHR_portability_subset where the device offers it (MoltenVK). Kiln's compute
-    // shaders use none of what it restricts (triangle fans, image view swizzles, events, ...).
-    if (info_.portability_subset) dev_exts.push_back("VK_KHR_portability_subset");
-    dci.enabledExtensionCount = (uint32_t)dev_exts.size();
-    dci.ppEnabledExtensionNames = dev_exts.data();
+    dci.enabledExtensionCount = (uint32_t)features.extensions.size();
+    dci.ppEnabledExtensionNames = features.extensions.data();
     VK_CHECK(vkCreateDevice(phys_, &dci, nullptr, &device_));
     vkGetDeviceQueue(device_, family_, 0, &queue_);
 
