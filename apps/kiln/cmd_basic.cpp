@@ -32,10 +32,10 @@ Run add_devices(CLI::App& app) {
             std::printf("    fp16 storage: %s, fp16 arithmetic: %s, int8: %s, int64: %s\n",
                         d.fp16_storage ? "yes" : "no", d.fp16_arithmetic ? "yes" : "no",
                         d.int8_arithmetic ? "yes" : "no", d.int64 ? "yes" : "no");
-            const std::string control = d.subgroup_size_control ? " (size control: " +
-                                                                      std::to_string(d.subgroup_size_min) + ".." +
-                                                                      std::to_string(d.subgroup_size_max) + ")"
-                                                                : " (no size control)";
+            const std::string control = d.subgroup_size_control
+                                            ? " (size control: " + std::to_string(d.subgroup_size_min) + ".." +
+                                                  std::to_string(d.subgroup_size_max) + ")"
+                                            : " (no size control)";
             std::printf(
                 "    subgroup size: %u%s, cooperative matrix: %s, buffer device address: %s, timestamps: %s, "
                 "memory budget: %s\n",

@@ -20,6 +20,7 @@
 #include "models/transformers/dit.h"
 #include "runtime/core/error.h"
 #include "runtime/core/platform.h"
+#include "runtime/exec/attention_table.h"
 #include "runtime/exec/linear_select.h"
 #include "runtime/ir/cost.h"
 
@@ -242,6 +243,7 @@ ModeRun measure_mode(vk::Context& ctx, models::WeightStore& ws, const models::Sy
     const exec::WeightBytesFn wf =
         o.no_weights ? exec::WeightBytesFn([](const ir::Value&, void*, size_t) {}) : b.weight_fn();
     exec::prepare_linear_table(ctx, g);  // a first-use measurement is not compile time
+    exec::prepare_attention_table(ctx, g);
     const bool rss_reset = reset_peaks(ctx);
     // Cold: pipelines through an empty cache, as on the first run on a machine; then warm: the same plan
     // again, pipelines through the cache the cold one filled (as the next run finds it on disk).

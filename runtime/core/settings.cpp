@@ -1,5 +1,6 @@
 #include "runtime/core/settings.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
@@ -171,6 +172,19 @@ const std::vector<SettingInfo> kTable = {
      "lanes per query row in the coopmat4 attention kernel's softmax (a subgroup of 8 then takes a 32-wide one's path)",
      true, [](Settings& s, const char* n, const std::string& v) {
          s.test.attention_lanes = (uint32_t)integer(n, v, 0, 128, "a whole number from 0 to 128"); }},
+    {"KILN_TEST_ATTENTION_TABLE_SEQS", "list of int", "none",
+     "sequence lengths the attention table measures (2 heads), on any device: auto attention then follows the table "
+     "on CPU devices too (a GPU's choice on lavapipe)",
+     true, [](Settings& s, const char* n, const std::string& v) {
+         s.test.attention_table_seqs.clear();
+         size_t at = 0;
+         while (at <= v.size()) {
+             const size_t comma = std::min(v.find(',', at), v.size());
+             s.test.attention_table_seqs.push_back(
+                 integer(n, v.substr(at, comma - at), 1, 1 << 20, "comma-separated lengths from 1 to 1048576"));
+             at = comma + 1;
+         }
+     }},
     {"KILN_TEST_DISCRETE", "bool", "0",
      "1: the device is presented as a discrete GPU without unified memory (a CPU device takes a GPU's choices)",
      true, [](Settings& s, const char* n, const std::string& v) { s.test.discrete = zero_or_one(n, v); }},

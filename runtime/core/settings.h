@@ -59,6 +59,9 @@ struct TestHooks {
     uint32_t max_shared_memory = 0;  // KILN_TEST_MAX_SHARED_MEMORY: lowers what flash attention and GEMM tiles may use
     uint64_t max_binding_range = 0;  // KILN_MAX_BINDING_RANGE: lowers maxStorageBufferRange for executors
     uint32_t attention_lanes = 0;    // KILN_TEST_ATTENTION_LANES: lanes per row of coopmat4 attention's softmax
+    // KILN_TEST_ATTENTION_TABLE_SEQS: the attention table's lengths (exec/attention_table.h), measured at 2 heads on
+    // any device, CPU devices included, so that lavapipe takes a GPU's auto attention. Empty: off.
+    std::vector<int64_t> attention_table_seqs;
     int convert_delay_ms = 0;        // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
     int serve_step_delay_ms = 0;     // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
     // KILN_TEST_DISCRETE: the Context presents its device as a discrete GPU without unified memory (device-local

@@ -3,12 +3,19 @@
 #include <algorithm>
 
 #include "runtime/core/error.h"
+#include "runtime/exec/attention_table.h"
 #include "runtime/vulkan/attention_flash.h"
 
 namespace kiln::exec {
 
+namespace {
+thread_local std::string t_override;  // set_attention_override
+}  // namespace
+
+void set_attention_override(const std::string& v) { t_override = v; }
+
 bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d) {
-    const std::string& v = ctx.settings().exec.attention;
+    std::string v = t_override.empty() ? ctx.settings().exec.attention : t_override;
     KILN_CHECK(
         v == "auto" || v == "coopmat4" || v == "coopmat" || v == "flash" || v == "rows" || v == "buf" || v == "tex",
         "KILN_ATTENTION='", v, "' (auto, coopmat4, coopmat, flash, rows, buf or tex)");
@@ -18,6 +25,19 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
     if (uint32_t t = ctx.settings().test.max_shared_memory) smem = std::min(smem, t);  // KILN_TEST_MAX_SHARED_MEMORY
     const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const bool fast = ctx.settings().exec.precision == "fast";
+    const uint32_t lanes = ctx.settings().test.attention_lanes;  // KILN_TEST_ATTENTION_LANES
+    // auto where the device's attention table decides (a GPU; attention_table.h): its pick for this node, among the
+    // kernels that run it. The rows kernel reads f32 only; a node it cannot take gets the table's pick for f16.
+    if (v == "auto" && attention_table_decides(ctx)) {
+        const int64_t D = g.value(n.in[0]).shape[2] / std::get<ir::AttentionAttrs>(n.attrs).heads;
+        const bool f16_qkv = g.value(n.in[0]).dtype == DType::f16 || g.value(n.in[1]).dtype == DType::f16 ||
+                             g.value(n.in[2]).dtype == DType::f16;
+        const std::string pick =
+            attention_table(ctx, D, f16_qkv).pick(D, f16_qkv, g.value(n.in[1]).shape[1], [&](const std::string& k) {
+                return attention_kernel_unsupported(ctx, k, g, n).empty() && (k != "rows" || !f16);
+            });
+        if (!pick.empty()) v = pick;
+    }
     const bool cm = v == "coopmat" || v == "coopmat4";
     // Forced cooperative matrices where the device has none: an error, not a silent fallback.
     if (cm) {
@@ -26,7 +46,6 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
         KILN_CHECK(why.empty(), "KILN_ATTENTION=", v, " on '", ctx.info().name, "': ", why);
     }
     // coopmat4: the rows-per-subgroup variant where a tile fits, else as coopmat (head_dim 256 in 48 KiB).
-    const uint32_t lanes = ctx.settings().test.attention_lanes;  // KILN_TEST_ATTENTION_LANES
     if (v == "coopmat4" && vk::attention_coopmat4_unsupported(ctx.info(), g, n, smem, lanes).empty()) {
         d = vk::lower_attention_coopmat4(ctx.info(), g, n, smem, fast, lanes);
         return true;

@@ -16,8 +16,14 @@ namespace kiln::exec {
 //  - else the scalar flash kernel where it applies and KILN_ATTENTION is flash, or auto on a GPU (not a CPU device:
 //    there the rows kernel is faster), or where q/k/v are stored f16 (only flash reads them; throws where it does not
 //    apply).
+//  - auto on a GPU: the kernel the device's attention table picks for the node's head size, q/k/v storage and
+//    sequence length (attention_table.h: measured once per device), where it runs the node; the scalar flash kernel
+//    where the table has none.
 // Returns false, d untouched, where the rows kernel stays.
 bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
+
+// Overrides KILN_ATTENTION on this thread while set ("" clears): the attention table's measurements, tests.
+void set_attention_override(const std::string& v);
 
 // The texel-buffer choice (auto, buf or tex) for a node left on the rows kernel under KILN_ATTENTION = v.
 std::string attention_texel_choice(const std::string& v);

@@ -35,18 +35,6 @@ LinearProbeHook g_probe_hook;
 thread_local std::string t_override;
 thread_local bool t_measuring = false;  // measure_linear_table: probes and timings at exact precision
 
-// Uniform(-1, 1) values, deterministic (the probes compare devices, not seeds).
-Tensor pseudo_random(const Shape& s, uint32_t seed) {
-    Tensor t(DType::f32, s);
-    float* p = t.data<float>();
-    uint32_t x = seed * 2654435761u + 1u;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (float)((x >> 8) * (1.0 / 8388608.0) - 1.0);
-    }
-    return t;
-}
-
 // x16: x stored f16 (for kernels that take only that, coopmat2): its values are f16 already, so the CPU reference
 // reads what the device reads.
 struct Problem {
@@ -56,10 +44,10 @@ struct Problem {
         auto xv = g.input("x", {s.M, s.K});
         if (x16) g.set_storage(xv, DType::f16);
         g.output(g.linear(xv, g.weight("w", {s.N, s.K}, dt), g.weight("b", {s.N})), "y");
-        x = pseudo_random({s.M, s.K}, 1);
+        x = probe_values({s.M, s.K}, 1);
         if (x16) x = x.astype(DType::f16).astype(DType::f32);
-        w = pseudo_random({s.N, s.K}, 2).astype(dt);  // the CPU reads the same rounded weights
-        b = pseudo_random({s.N}, 3);
+        w = probe_values({s.N, s.K}, 2).astype(dt);  // the CPU reads the same rounded weights
+        b = probe_values({s.N}, 3);
     }
     WeightBytesFn bytes() const {
         return [this](const ir::Value& v, void* dst, size_t n) {
@@ -106,25 +94,30 @@ LinearShape whole_blocks(LinearShape s, DType dt) {
     return s;
 }
 
-// Keys of the pipeline cache and the device name, as text: a table measured under another driver, Kiln build or
-// device is stale.
-std::string key_line(vk::Context& ctx) {
-    vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
-    std::ostringstream s;
-    char b[80];
-    std::snprintf(b, sizeof b, "key %04x %04x %u %016llx ", k.vendor_id, k.device_id, k.driver_version,
-                  (unsigned long long)k.spirv_hash);
-    s << b;
-    for (uint8_t u : k.uuid) std::snprintf(b, sizeof b, "%02x", u), s << b;
-    // The device name too: one driver can expose the same ids and UUID as different devices (llvmpipe's vector
-    // width, LP_NATIVE_VECTOR_WIDTH, shows in its name), and a table measured and probed on one is stale on another.
-    std::string name = ctx.info().name;
-    std::replace_if(
-        name.begin(), name.end(), [](unsigned char c) { return std::isspace(c) != 0; }, '_');
-    s << ' ' << name;
-    return s.str();
-}
 }  // namespace
+
+// Uniform(-1, 1) values, deterministic (the probes compare devices, not seeds).
+Tensor probe_values(const Shape& s, uint32_t seed) {
+    Tensor t(DType::f32, s);
+    float* p = t.data<float>();
+    uint32_t x = seed * 2654435761u + 1u;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (float)((x >> 8) * (1.0 / 8388608.0) - 1.0);
+    }
+    return t;
+}
+
+double time_runs(Executor& ex, LinearTiming& timing) {
+    for (bool more = true; more;) {
+        auto t0 = Clock::now();
+        ex.run();
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (ex.last_gpu_ms() > 0) ms = ex.last_gpu_ms();
+        more = timing.add(ms);
+    }
+    return timing.best;
+}
 
 const std::vector<std::string>& linear_variants() {
     static const std::vector<std::string> v = [] {
@@ -247,14 +240,7 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
                         Executor ex(ctx, p.g, p.bytes(), Mode::full);
                         ex.set_input("x", p.x);
                         LinearTiming timing{fastest[si], reps, early_exit};
-                        for (bool more = true; more;) {
-                            auto t0 = Clock::now();
-                            ex.run();
-                            double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-                            if (ex.last_gpu_ms() > 0) ms = ex.last_gpu_ms();
-                            more = timing.add(ms);
-                        }
-                        const double best = timing.best;
+                        const double best = time_runs(ex, timing);
                         fastest[si] = std::min(fastest[si], best);
                         row.gflops = 2.0 * (double)s.M * s.N * s.K / (best * 1e6);
                         auto out = ex.output("y").to_f32();
@@ -282,35 +268,49 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
     return t;
 }
 
-std::string linear_table_path(vk::Context& ctx) {
+// Keys of the pipeline cache and the device name, as text: a table measured under another driver, Kiln build or
+// device is stale.
+std::string device_table_key(vk::Context& ctx) {
+    vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
+    std::ostringstream s;
+    char b[80];
+    std::snprintf(b, sizeof b, "key %04x %04x %u %016llx ", k.vendor_id, k.device_id, k.driver_version,
+                  (unsigned long long)k.spirv_hash);
+    s << b;
+    for (uint8_t u : k.uuid) std::snprintf(b, sizeof b, "%02x", u), s << b;
+    // The device name too: one driver can expose the same ids and UUID as different devices (llvmpipe's vector
+    // width, LP_NATIVE_VECTOR_WIDTH, shows in its name), and a table measured and probed on one is stale on another.
+    std::string name = ctx.info().name;
+    std::replace_if(
+        name.begin(), name.end(), [](unsigned char c) { return std::isspace(c) != 0; }, '_');
+    s << ' ' << name;
+    return s.str();
+}
+
+std::string device_table_path(vk::Context& ctx, const char* kind) {
     const ContextOptions& o = ctx.settings().context;  // KILN_PIPELINE_CACHE=0: no table file either
     std::string p =
         o.pipeline_cache ? vk::pipeline_cache_path(vk::pipeline_cache_key(ctx.physical()), o.cache_dir) : "";
     if (p.empty()) return "";
     auto slash = p.rfind('/');
     vk::PipelineCacheKey k = vk::pipeline_cache_key(ctx.physical());
-    char name[64];
-    std::snprintf(name, sizeof name, "/linear-%04x-%04x.txt", k.vendor_id, k.device_id);
+    char name[96];
+    std::snprintf(name, sizeof name, "/%s-%04x-%04x.txt", kind, k.vendor_id, k.device_id);
     return p.substr(0, slash) + name;
 }
 
-// Text: "kiln-linear-table 1", the key line, then one row per line: dtype variant M N K gflops admitted note.
-bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why) {
+std::string linear_table_path(vk::Context& ctx) { return device_table_path(ctx, "linear"); }
+
+bool write_device_table(vk::Context& ctx, const std::string& path, const std::string& header,
+                        const std::vector<std::string>& lines, std::string& why) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
     std::string tmp = path + ".tmp" + std::to_string(platform::process_id());
     {
         std::ofstream f(tmp);
         if (!f) return why = "cannot write " + tmp, false;
-        f << "kiln-linear-table 1\n" << key_line(ctx) << "\n";
-        for (const auto& r : t.rows) {
-            std::string note = r.note.empty() ? "-" : r.note;
-            std::replace(note.begin(), note.end(), ' ', '_');
-            char g[32];
-            std::snprintf(g, sizeof g, "%.6g", r.gflops);
-            f << dtype_name(r.dtype) << ' ' << r.variant << ' ' << r.shape.M << ' ' << r.shape.N << ' ' << r.shape.K
-              << ' ' << g << ' ' << (r.admitted ? 1 : 0) << ' ' << note << "\n";
-        }
+        f << header << "\n" << device_table_key(ctx) << "\n";
+        for (const std::string& l : lines) f << l << "\n";
         if (!f.flush()) return std::filesystem::remove(tmp, ec), why = "cannot write " + tmp, false;
     }
     std::filesystem::rename(tmp, path, ec);
@@ -318,14 +318,44 @@ bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearT
     return true;
 }
 
-bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t, std::string& status) {
+bool read_device_table(vk::Context& ctx, const std::string& path, const std::string& header,
+                       std::vector<std::string>& lines, std::string& status) {
     std::ifstream f(path);
     if (!f) return status = "missing", false;
     std::string line;
-    if (!std::getline(f, line) || line != "kiln-linear-table 1") return status = "corrupt: bad first line", false;
-    if (!std::getline(f, line) || line != key_line(ctx)) return status = "stale", false;
+    if (!std::getline(f, line) || line != header) return status = "corrupt: bad first line", false;
+    if (!std::getline(f, line) || line != device_table_key(ctx)) return status = "stale", false;
+    lines.clear();
+    while (std::getline(f, line)) lines.push_back(line);
+    return status = "loaded", true;
+}
+
+std::string table_note(const std::string& note) {
+    std::string n = note.empty() ? "-" : note;
+    std::replace_if(
+        n.begin(), n.end(), [](unsigned char c) { return std::isspace(c) != 0; }, '_');
+    return n;
+}
+
+// Text: "kiln-linear-table 1", the key line, then one row per line: dtype variant M N K gflops admitted note.
+bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why) {
+    std::vector<std::string> lines;
+    for (const auto& r : t.rows) {
+        std::ostringstream l;
+        char g[32];
+        std::snprintf(g, sizeof g, "%.6g", r.gflops);
+        l << dtype_name(r.dtype) << ' ' << r.variant << ' ' << r.shape.M << ' ' << r.shape.N << ' ' << r.shape.K << ' '
+          << g << ' ' << (r.admitted ? 1 : 0) << ' ' << table_note(r.note);
+        lines.push_back(l.str());
+    }
+    return write_device_table(ctx, path, "kiln-linear-table 1", lines, why);
+}
+
+bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t, std::string& status) {
+    std::vector<std::string> lines;
+    if (!read_device_table(ctx, path, "kiln-linear-table 1", lines, status)) return false;
     LinearTable r;
-    while (std::getline(f, line)) {
+    for (const std::string& line : lines) {
         std::istringstream s(line);
         std::string dt, note;
         LinearTable::Row row;
@@ -344,7 +374,7 @@ bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t
     }
     r.source = "loaded " + path;
     t = std::move(r);
-    return status = "loaded", true;
+    return true;
 }
 
 namespace {
@@ -386,7 +416,7 @@ std::set<DType> known_linear_dtypes(vk::Context& ctx) {
     std::lock_guard<std::mutex> l(g_table_mutex);
     const std::string path = linear_table_path(ctx);
     std::set<DType> out;
-    for (const auto& r : g_tables[key_line(ctx) + "\n" + path].rows) out.insert(r.dtype);
+    for (const auto& r : g_tables[device_table_key(ctx) + "\n" + path].rows) out.insert(r.dtype);
     LinearTable f;
     std::string status;
     if (!path.empty() && read_linear_table(ctx, path, f, status))
@@ -416,7 +446,7 @@ DType texel_table_dtype(vk::Context& ctx, const ir::Graph& g) {
 LinearTable linear_table(vk::Context& ctx, DType dt) {
     std::lock_guard<std::mutex> l(g_table_mutex);
     auto& tables = g_tables;
-    const std::string path = linear_table_path(ctx), key = key_line(ctx) + "\n" + path;
+    const std::string path = linear_table_path(ctx), key = device_table_key(ctx) + "\n" + path;
     auto has = [&](const LinearTable& t) {
         return std::any_of(t.rows.begin(), t.rows.end(), [&](const LinearTable::Row& r) { return r.dtype == dt; });
     };

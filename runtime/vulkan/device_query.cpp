@@ -30,7 +30,8 @@ const char* type_name(VkPhysicalDeviceType t) {
 void query_subgroup_control(VkPhysicalDevice pd, uint32_t device_api, bool ext, DeviceInfo& d) {
     const bool core = instance_api_version() >= VK_API_VERSION_1_3 && device_api >= VK_API_VERSION_1_3;
     if (!core && !ext) return;
-    VkPhysicalDeviceSubgroupSizeControlProperties sp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
+    VkPhysicalDeviceSubgroupSizeControlProperties sp{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
     VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sp};
     vkGetPhysicalDeviceProperties2(pd, &p2);
     VkPhysicalDeviceSubgroupSizeControlFeatures sf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};

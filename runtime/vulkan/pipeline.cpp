@@ -126,8 +126,8 @@ SubgroupRequest subgroup_request(const DeviceInfo& d, const std::string& shader,
     if (!subgroup_matrices || !d.subgroup_control || s < d.subgroup_min || s > d.subgroup_max) return {};
     KILN_CHECK(local_x % s == 0, "internal: shader '", shader, "' has a workgroup of ", local_x,
                " invocations, not whole subgroups of ", s, " (its cooperative matrices need full subgroups)");
-    KILN_CHECK(local_x / s <= d.max_workgroup_subgroups, "shader '", shader, "' needs ", local_x / s,
-               " subgroups of ", s, " per workgroup; device '", d.name, "' allows ", d.max_workgroup_subgroups,
+    KILN_CHECK(local_x / s <= d.max_workgroup_subgroups, "shader '", shader, "' needs ", local_x / s, " subgroups of ",
+               s, " per workgroup; device '", d.name, "' allows ", d.max_workgroup_subgroups,
                " (maxComputeWorkgroupSubgroups)");
     return {s, true};
 }

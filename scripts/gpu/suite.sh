@@ -42,6 +42,8 @@ log() { echo "[$(($(date +%s) - t0))s] $*" | tee -a "$o/suite.log"; }
 finish() {
   local dest=${OUT:-$root/gpu-out}
   mkdir -p "$dest"
+  # The device's measured kernel tables (linear and attention: what auto picked and why), beside the logs.
+  for f in "$work"/cache/linear-*.txt "$work"/cache/attention-*.txt; do [ -f "$f" ] && cp "$f" "$o/"; done
   tar -C "$work" -cf - out | xz -6 -T0 > "$dest/kiln-gpu-run.tar.xz"
   log "wrote $dest/kiln-gpu-run.tar.xz ($(du -h "$dest/kiln-gpu-run.tar.xz" | cut -f1))"
 }

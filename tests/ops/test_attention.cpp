@@ -12,6 +12,7 @@
 #include <array>
 
 #include "runtime/exec/attention_select.h"
+#include "runtime/exec/attention_table.h"
 #include "runtime/vulkan/attention_flash.h"
 #include "runtime/vulkan/pipeline.h"
 #include "tests/ops/op_harness.h"
@@ -207,6 +208,12 @@ TEST_CASE("attention reads q/k/v and writes its output stored as f16 (the flash 
     vk::Dispatch d = vk::lower(a.g, n);
     CHECK(d.shader.kernel == "flash");
     REQUIRE(exec::choose_attention_flash(test::op_ctx(), a.g, n, d));  // what the executor runs
+    // auto on a GPU: the attention table's pick, a flash kernel; the cooperative-matrix ones are held to their own
+    // bound with f16 q/k/v by "the cooperative-matrix flash kernels match the CPU reference".
+    if (std::string(kernel) == "auto" && exec::attention_table_decides(test::op_ctx()) && d.shader.kernel != "flash") {
+        CHECK((d.shader.kernel == "coopmat" || d.shader.kernel == "coopmat4"));
+        return;
+    }
     CHECK(d.shader.kernel == "flash");
     auto r = test::run_op(a.g, a.in);
     CHECK(off_bound(r.gpu, r.cpu, opt_tolerance(c), o16) == 0);
@@ -231,7 +238,14 @@ TEST_CASE("KILN_ATTENTION picks the attention kernel", "[op:attention]") {
     const vk::DeviceInfo& dev = test::op_ctx().info();
     const bool cpu = dev.vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;  // auto: rows on lavapipe
     const bool cm = vk::attention_coopmat_unavailable(dev).empty();
-    CHECK(kernel_of("auto") == (cpu ? "vec4" : "flash"));
+    if (cpu || !exec::attention_table_decides(test::op_ctx())) {
+        CHECK(kernel_of("auto") == (cpu ? "vec4" : "flash"));  // a CPU device; lavapipe presented as a GPU
+    } else {  // a GPU: the attention table's pick for head size 64, f32, 9 keys (measured here if not yet)
+        const std::string pick = exec::attention_table(test::op_ctx(), 64, false).pick(64, false, 9, [&](auto& k) {
+            return exec::attention_kernel_unsupported(test::op_ctx(), k, g, n).empty();
+        });
+        CHECK(kernel_of("auto") == (pick.empty() ? "flash" : pick == "rows" ? "vec4" : pick));
+    }
     if (cm) CHECK(kernel_of("coopmat") == "coopmat");
     if (vk::attention_coopmat4_unavailable(dev).empty()) CHECK(kernel_of("coopmat4") == "coopmat4");
     CHECK(kernel_of("flash") == "flash");

@@ -100,8 +100,8 @@ TEST_CASE("subgroup_request: the lowering's subgroup size, full subgroups, only 
 TEST_CASE("the present device's cooperative-matrix pipelines require the lowering's subgroup size",
           "[caps][subgroup][vulkan]") {
     const vk::DeviceInfo& d = test::op_ctx().info();
-    INFO(d.name << ": subgroup " << d.subgroup_size << " (" << d.subgroup_min << ".." << d.subgroup_max
-                << "), control " << d.subgroup_control);
+    INFO(d.name << ": subgroup " << d.subgroup_size << " (" << d.subgroup_min << ".." << d.subgroup_max << "), control "
+                << d.subgroup_control);
     // Vulkan 1.3 lavapipe (22.3 and 26) and NVIDIA's driver have subgroup size control.
     CHECK(d.subgroup_control);
     if (!d.coopmat_m || !vk::has_shader("linear_coopmat_f16")) {
