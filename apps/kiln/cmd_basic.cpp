@@ -8,6 +8,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/platform.h"
 #include "runtime/core/safetensors.h"
+#include "runtime/exec/attention_table.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/linear_select.h"
 
@@ -57,17 +58,19 @@ Run add_devices(CLI::App& app) {
             if (!d.fp16_storage) std::printf("    NOT USABLE: lacks storageBuffer16BitAccess\n");
             if (!d.subgroup_arithmetic) std::printf("    NOT USABLE: lacks subgroup arithmetic in compute\n");
             if (d.fp16_storage && d.subgroup_arithmetic) {  // which linear kernels this device runs (no measuring)
-                std::string table;
+                std::string table, attention;
                 try {  // no pipeline cache: listing devices neither reads nor rewrites it
                     Settings settings = cli_settings(d.index);
                     settings.context.validation = false;
                     settings.context.skip_pipeline_cache_file = true;
                     vk::Context ctx(settings);
                     table = exec::describe_linear_table(ctx);
+                    attention = exec::describe_attention_table(ctx);
                 } catch (const Error& e) {
-                    table = std::string("not read (the device did not open: ") + e.what() + ")";
+                    table = attention = std::string("not read (the device did not open: ") + e.what() + ")";
                 }
                 std::printf("    linear kernels: %s\n", table.c_str());
+                std::printf("    attention kernels: %s\n", attention.c_str());
             }
         }
         std::printf("Kiln picks discrete > integrated > virtual > CPU; override with --device N or KILN_DEVICE=N.\n");

@@ -272,6 +272,28 @@ AttentionTable attention_table(vk::Context& ctx, int64_t head_dim, bool f16) {
     return t;
 }
 
+std::string describe_attention_table(vk::Context& ctx) {
+    if (!attention_table_decides(ctx)) return "rows (a CPU device: no table)";
+    const std::string path = attention_table_path(ctx);
+    if (path.empty()) return "no table file (pipeline cache off): measured in every process that plans attention";
+    AttentionTable t;
+    std::string status;
+    if (!read_attention_table(ctx, path, t, status))
+        return path + ": " + status + " (measured the first time a model's attention is planned)";
+    std::vector<std::pair<int64_t, bool>> keys;
+    for (const auto& r : t.rows)
+        if (std::find(keys.begin(), keys.end(), std::pair{r.head_dim, r.f16}) == keys.end())
+            keys.push_back({r.head_dim, r.f16});
+    std::vector<int64_t> seqs;
+    for (const auto& r : t.rows)
+        if (std::find(seqs.begin(), seqs.end(), r.seq) == seqs.end()) seqs.push_back(r.seq);
+    std::string picks;
+    for (auto [d, f16] : keys)
+        picks += (picks.empty() ? "" : "; ") + std::string("head size ") + std::to_string(d) +
+                 (f16 ? " f16 " : " f32 ") + picks_of(t, d, f16, seqs);
+    return path + " (loaded): " + picks;
+}
+
 void prepare_attention_table(vk::Context& ctx, const ir::Graph& g) {
     if (ctx.settings().exec.attention != "auto" || !attention_table_decides(ctx)) return;
     for (const ir::Node& n : g.nodes())

@@ -65,6 +65,10 @@ bool read_attention_table(vk::Context& ctx, const std::string& path, AttentionTa
 // The table of ctx's device with rows for (head_dim, f16): from memory, else the file, else measured now (once per
 // process, device and key; then written to the file with the rows of other keys it holds).
 AttentionTable attention_table(vk::Context& ctx, int64_t head_dim, bool f16);
+// One line on ctx's attention table without measuring (`kiln devices`): on a CPU device that auto runs the rows
+// kernel; else where the file is and whether it is loaded, missing or stale, and its pick per head size, storage and
+// length.
+std::string describe_attention_table(vk::Context& ctx);
 // Loads or measures the rows every attention node of g will consult under auto (benchmarks: the first-use
 // measurement is not timed as pipeline compilation).
 void prepare_attention_table(vk::Context& ctx, const ir::Graph& g);

@@ -163,6 +163,7 @@ TEST_CASE("auto runs the table's pick, measured once per device and key", "[atte
             const uint64_t before = exec::attention_table_measurements();
             CHECK(auto_kernel(16, 40) == (ctx.presented_discrete() ? "flash" : "rows"));
             CHECK(exec::attention_table_measurements() == before);
+            if (!ctx.presented_discrete()) CHECK(exec::describe_attention_table(ctx).find("rows (a CPU device") == 0);
         }
     }
     TableScope scope("16,48");
@@ -182,6 +183,10 @@ TEST_CASE("auto runs the table's pick, measured once per device and key", "[atte
     CHECK(first == measured.pick(16, false, 40));
     CHECK(auto_kernel(16, 12) == measured.pick(16, false, 12));
     CHECK(exec::attention_table_measurements() == before + 1);
+    // What `kiln devices` prints: the file and its picks per head size, storage and length.
+    const std::string described = exec::describe_attention_table(ctx);
+    CHECK(described.find(path + " (loaded): head size 16 f32 16 rows: " + measured.pick(16, false, 16) +
+                         ", 48 rows: " + measured.pick(16, false, 48)) == 0);
     // A head size the cooperative-matrix kernels do not take (384 > 256): their rows say so, and the key is
     // measured once.
     const std::string k384 = auto_kernel(384, 8);
