@@ -134,7 +134,8 @@ const std::vector<SettingInfo> kTable = {
      [](Settings& s, const char* n, const std::string& v) {
          s.exec.conv2d = choice(n, v, {"auto", "buf", "tex"}, "auto, buf or tex"); }},
     {"KILN_ATTENTION", "choice: auto|coopmat4|coopmat|flash|rows|buf|tex", "auto",
-     "the attention kernel: flash where it applies (auto: on GPUs; rows on CPU devices), on cooperative matrices "
+     "the attention kernel (auto: on GPUs the fastest of the device's measured attention table, flash where it has "
+     "none; rows on CPU devices): flash where it applies, on cooperative matrices "
      "(coopmat4: query rows split over subgroups; coopmat: 64 invocations per query tile), rows (buf/tex: through "
      "storage/texel buffers)", false,
      [](Settings& s, const char* n, const std::string& v) {

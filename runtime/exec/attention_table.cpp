@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "runtime/core/error.h"
 #include "runtime/cpu/reference.h"
@@ -25,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 std::mutex g_mutex;        // the hooks
 std::mutex g_table_mutex;  // the tables in memory; held while measuring (a second executor waits for the first's)
 AttentionProbeHook g_probe_hook;
-std::map<std::string, AttentionTable> g_tables;  // by device_table_key and file
+std::map<std::string, AttentionTable> g_tables;                  // by device_table_key and file
+std::set<std::tuple<std::string, int64_t, bool>> g_interrupted;  // keys measured in vain (out of memory): not again
 std::atomic<uint64_t> g_measurements{0};
 
 // Probe values; stored f16, they are rounded first, so that the CPU reads what the device reads.
@@ -189,7 +192,8 @@ AttentionTable measure_attention_table(vk::Context& ctx, int64_t head_dim, bool 
                 }
                 t.rows.push_back(row);
             }
-        } catch (const Error& e) {  // a pipeline the driver rejects, say: not this kernel
+        } catch (const Error& e) {                  // a pipeline the driver rejects, say: not this kernel
+            if (measurement_interrupted(e)) throw;  // no table then (attention_table)
             t.rows.resize(first_row);
             why = std::string("error:") + e.what();
             for (int64_t s : seqs) t.rows.push_back({head_dim, f16, s, k, 0, false, why});
@@ -247,7 +251,7 @@ AttentionTable attention_table(vk::Context& ctx, int64_t head_dim, bool f16) {
         AttentionTable f;
         if (read_attention_table(ctx, path, f, status) && has(f, head_dim, f16)) t = std::move(f);
     }
-    if (has(t, head_dim, f16)) return t;
+    if (has(t, head_dim, f16) || g_interrupted.count({key_of(ctx), head_dim, f16})) return t;
     const std::vector<int64_t> seqs = attention_table_seqs(ctx);
     const bool test_seqs = !ctx.settings().test.attention_table_seqs.empty();
     std::fprintf(stderr,
@@ -256,7 +260,18 @@ AttentionTable attention_table(vk::Context& ctx, int64_t head_dim, bool f16) {
                  (long long)head_dim, f16 ? "f16" : "f32", ctx.info().name.c_str(), path.empty() ? "" : "; saved in ",
                  path.c_str());
     const auto t0 = Clock::now();
-    const AttentionTable m = measure_attention_table(ctx, head_dim, f16, seqs, test_seqs ? 2 : 16);
+    AttentionTable m;
+    try {
+        m = measure_attention_table(ctx, head_dim, f16, seqs, test_seqs ? 2 : 16);
+    } catch (const Error& e) {
+        if (!measurement_interrupted(e)) throw;
+        // Out of device memory or a lost device says nothing about the kernels: nothing is kept or written, and
+        // this process runs the fallback (the flash kernel; rows on a CPU device).
+        std::fprintf(stderr, "kiln: warning: attention kernels for head size %lld not measured (%s)\n",
+                     (long long)head_dim, e.what());
+        g_interrupted.insert({key_of(ctx), head_dim, f16});
+        return t;
+    }
     AttentionTable f;  // keep the other keys the file holds (another process may have measured them)
     if (!path.empty() && read_attention_table(ctx, path, f, status))
         for (const auto& r : f.rows)
@@ -317,6 +332,7 @@ void set_attention_probe_hook(AttentionProbeHook hook) {
 void forget_attention_tables() {
     std::lock_guard<std::mutex> l(g_table_mutex);
     g_tables.clear();
+    g_interrupted.clear();
 }
 
 }  // namespace kiln::exec

@@ -63,7 +63,9 @@ bool write_attention_table(vk::Context& ctx, const std::string& path, const Atte
 bool read_attention_table(vk::Context& ctx, const std::string& path, AttentionTable& t, std::string& status);
 
 // The table of ctx's device with rows for (head_dim, f16): from memory, else the file, else measured now (once per
-// process, device and key; then written to the file with the rows of other keys it holds).
+// process, device and key; then written to the file with the rows of other keys it holds). A measurement that runs
+// out of device memory or loses the device (measurement_interrupted) keeps and writes nothing: a warning, and no
+// rows for the key in this process (the flash kernel; rows on a CPU device).
 AttentionTable attention_table(vk::Context& ctx, int64_t head_dim, bool f16);
 // One line on ctx's attention table without measuring (`kiln devices`): on a CPU device that auto runs the rows
 // kernel; else where the file is and whether it is loaded, missing or stale, and its pick per head size, storage and
@@ -76,7 +78,7 @@ void prepare_attention_table(vk::Context& ctx, const ir::Graph& g);
 uint64_t attention_table_measurements();
 
 // Test hooks. Probe hook: sees (and may alter) each probe's device output before it is compared. Forget: drops the
-// tables held in memory, so the next consult reads the file or measures.
+// tables held in memory and the keys measured in vain, so the next consult reads the file or measures.
 using AttentionProbeHook = std::function<void(const std::string& kernel, std::vector<float>& out)>;
 void set_attention_probe_hook(AttentionProbeHook hook);
 void forget_attention_tables();

@@ -83,6 +83,9 @@ struct LinearTiming {
 // host clock). Uniform(-1, 1) values of shape s, deterministic (the probes compare devices, not seeds).
 class Executor;
 double time_runs(Executor& ex, LinearTiming& timing);
+// An error that interrupts a table's measurement rather than ruling a kernel out: out of device memory or a lost
+// device. The measurement stops, nothing is written, and the process runs the fallback (reg, the flash kernel).
+bool measurement_interrupted(const Error& e);
 Tensor probe_values(const Shape& s, uint32_t seed);
 
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
@@ -115,7 +118,9 @@ bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t
 std::string describe_linear_table(vk::Context& ctx);
 
 // The table of ctx's device with rows for weight dtype dt: from memory, else the file, else measured now (once per
-// process, device and dtype; then written to the file with the rows of other dtypes it holds).
+// process, device and dtype; then written to the file with the rows of other dtypes it holds). A measurement that
+// runs out of device memory or loses the device (measurement_interrupted) keeps and writes nothing: a warning, and
+// no rows for dt in this process (reg).
 LinearTable linear_table(vk::Context& ctx, DType dt);
 
 // The weight dtypes the table of ctx's device holds (in this process or in its file), without measuring.

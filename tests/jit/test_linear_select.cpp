@@ -171,6 +171,24 @@ TEST_CASE("linear_table measures a dtype once and writes it next to the pipeline
         if (r.variant == "reg") CHECK(r.admitted);
 }
 
+TEST_CASE("a linear table measurement out of device memory keeps and writes nothing", "[linear_select]") {
+    TempCacheDir tmp("oom");
+    const std::string path = exec::linear_table_path(ctx());
+    REQUIRE(!fs::exists(path));
+    struct Cap {
+        vk::Context& c;
+        ~Cap() { c.faults().memory_limit = 0; }
+    } cap{ctx()};
+    ctx().faults().memory_limit = ctx().memory_bytes() + 1;  // the next allocation is refused (the probe's)
+    exec::LinearTable t = exec::linear_table(ctx(), DType::bf16);
+    for (const auto& r : t.rows) CHECK(r.dtype != DType::bf16);  // nothing kept: reg in this process
+    CHECK(!fs::exists(path));                                    // nor written: not every variant "not admitted"
+    ctx().faults().memory_limit = 0;
+    t = exec::linear_table(ctx(), DType::bf16);  // not measured again in this process
+    for (const auto& r : t.rows) CHECK(r.dtype != DType::bf16);
+    CHECK(!fs::exists(path));
+}
+
 TEST_CASE("linear timing: early exit needs two slow runs in a row, one preempted run does not decide",
           "[linear_select]") {
     auto runs = [](exec::LinearTiming t, std::vector<double> times) {

@@ -187,11 +187,32 @@ TEST_CASE("auto runs the table's pick, measured once per device and key", "[atte
     const std::string described = exec::describe_attention_table(ctx);
     CHECK(described.find(path + " (loaded): head size 16 f32 16 rows: " + measured.pick(16, false, 16) +
                          ", 48 rows: " + measured.pick(16, false, 48)) == 0);
+    // Out of device memory while measuring (here the context's test cap): nothing kept or written, a warning, the
+    // fallback in this process, and no second attempt; a table another run measured before is not touched.
+    {
+        const std::string kept = path + ".kept";
+        std::filesystem::copy_file(path, kept, std::filesystem::copy_options::overwrite_existing);
+        std::filesystem::remove(path);
+        struct Cap {
+            vk::Context& c;
+            ~Cap() { c.faults().memory_limit = 0; }
+        } cap{ctx};
+        ctx.faults().memory_limit = ctx.memory_bytes() + 1;  // the next allocation is refused
+        const uint64_t n = exec::attention_table_measurements();
+        CHECK(auto_kernel(24, 40) == (ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? "rows" : "flash"));
+        CHECK(exec::attention_table_measurements() == n + 1);
+        CHECK_FALSE(std::filesystem::exists(path));
+        CHECK(exec::attention_table(ctx, 24, false).pick(24, false, 40).empty());
+        ctx.faults().memory_limit = 0;
+        CHECK(auto_kernel(24, 40) == (ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? "rows" : "flash"));
+        CHECK(exec::attention_table_measurements() == n + 1);  // not measured again in this process
+        std::filesystem::rename(kept, path);
+    }
     // A head size the cooperative-matrix kernels do not take (384 > 256): their rows say so, and the key is
     // measured once.
     const std::string k384 = auto_kernel(384, 8);
     CHECK(auto_kernel(384, 8) == k384);
-    CHECK(exec::attention_table_measurements() == before + 2);
+    CHECK(exec::attention_table_measurements() == before + 3);
     CHECK(k384 == exec::attention_table(ctx, 384, false).pick(384, false, 8));
     for (const auto& r : exec::attention_table(ctx, 384, false).rows)
         if (r.head_dim == 384 && (r.kernel == "coopmat" || r.kernel == "coopmat4")) {
@@ -210,5 +231,5 @@ TEST_CASE("auto runs the table's pick, measured once per device and key", "[atte
         exec::forget_attention_tables();
         CHECK(auto_kernel(16, 40) == k);
     }
-    CHECK(exec::attention_table_measurements() == before + 2);
+    CHECK(exec::attention_table_measurements() == before + 3);
 }
