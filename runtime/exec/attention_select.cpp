@@ -24,7 +24,9 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
     uint32_t smem = ctx.info().max_shared_memory;
     if (uint32_t t = ctx.settings().test.max_shared_memory) smem = std::min(smem, t);  // KILN_TEST_MAX_SHARED_MEMORY
     const bool cpu = ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    const bool fast = ctx.settings().exec.precision == "fast";
+    // Under an override (the attention table's measurement) exact: its probe bounds the exact arithmetic, and its
+    // picks hold at fast, which runs fewer products with the same loads.
+    const bool fast = t_override.empty() && ctx.settings().exec.precision == "fast";
     const uint32_t lanes = ctx.settings().test.attention_lanes;  // KILN_TEST_ATTENTION_LANES
     // auto where the device's attention table decides (a GPU; attention_table.h): its pick for this node, among the
     // kernels that run it. The rows kernel reads f32 only; a node it cannot take gets the table's pick for f16.

@@ -22,7 +22,8 @@ namespace kiln::exec {
 // Returns false, d untouched, where the rows kernel stays.
 bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node& n, vk::Dispatch& d);
 
-// Overrides KILN_ATTENTION on this thread while set ("" clears): the attention table's measurements, tests.
+// Overrides KILN_ATTENTION on this thread while set ("" clears), at KILN_PRECISION=exact whatever it says: the
+// attention table's measurements.
 void set_attention_override(const std::string& v);
 
 // The texel-buffer choice (auto, buf or tex) for a node left on the rows kernel under KILN_ATTENTION = v.
