@@ -302,6 +302,8 @@ std::string describe_attention_table(vk::Context& ctx) {
     std::vector<int64_t> seqs;
     for (const auto& r : t.rows)
         if (std::find(seqs.begin(), seqs.end(), r.seq) == seqs.end()) seqs.push_back(r.seq);
+    std::sort(keys.begin(), keys.end());
+    std::sort(seqs.begin(), seqs.end());
     std::string picks;
     for (auto [d, f16] : keys)
         picks += (picks.empty() ? "" : "; ") + std::string("head size ") + std::to_string(d) +
