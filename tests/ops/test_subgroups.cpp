@@ -117,6 +117,17 @@ TEST_CASE("the present device's cooperative-matrix pipelines require the lowerin
         auto r = test::run_op(g, {{"x", test::random_tensor({70, 64}, 8)}}, ws);
         CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);  // the GEMM's f32-like bound (test_linear_smem.cpp)
     }
+    // The cooperative-matrix attention kernels too (64 invocations; coopmat4: up to 4 subgroups of 16 rows).
+    for (const char* kernel : {"coopmat", "coopmat4"}) {
+        if (!vk::has_shader(std::string("attention_") + kernel)) continue;
+        CAPTURE(kernel);
+        ir::Graph ga;
+        auto q = ga.input("q", {1, 37, 128});
+        ga.output(ga.attention(q, q, q, 2), "y");
+        test::ScopedEnv env("KILN_ATTENTION", kernel);
+        auto r = test::run_op(ga, {{"q", test::random_tensor({1, 37, 128}, 9)}});
+        CHECK(rel_l2(r.gpu, r.cpu) <= 1e-5);  // their bound (docs/attention.md), relative L2
+    }
     vk::PipelinePool* pool = test::op_ctx().pipeline_pool();
     REQUIRE(pool);
     int coopmat = 0;
@@ -132,5 +143,12 @@ TEST_CASE("the present device's cooperative-matrix pipelines require the lowerin
         }
     }
     CHECK(coopmat > 0);  // the forced linear ran on cooperative matrices
+    for (const char* kernel : {"attention_coopmat", "attention_coopmat4"})
+        if (vk::has_shader(kernel)) {
+            CAPTURE(kernel);
+            bool found = false;
+            for (const auto& [key, k] : pool->kernels) found |= key.first == kernel && k.full_subgroups;
+            CHECK(found);
+        }
     CHECK(vk::Context::validation_errors() == 0);
 }
