@@ -3,18 +3,26 @@
 // (KILN_TEST_ATTENTION_TABLE_SEQS, which also lets a CPU device consult the table): every kernel the device runs is
 // probed and timed, a kernel whose probe is off is never picked, the pick is the fastest admitted kernel at the nearest
 // length, the file round-trips and a stale or corrupt one is not read, and auto plans the table's pick. The probe's
-// bound is attention_table.cpp's (docs/attention.md); the kernels' own accuracy is test_attention.cpp's.
+// bound is attention_table.cpp's (docs/attention.md); the kernels' own accuracy is tests/ops/test_attention.cpp's.
+#include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "runtime/exec/attention_select.h"
 #include "runtime/exec/attention_table.h"
 #include "runtime/vulkan/attention_flash.h"
-#include "tests/ops/op_harness.h"
+#include "tests/support/test_support.h"
+#include "tests/support/vk_context.h"
 
 using namespace kiln;
 
 namespace {
+vk::Context& ctx_() {
+    static vk::Context& c = test::exit_safe_context();
+    return c;
+}
+
 // Test lengths (KILN_TEST_ATTENTION_TABLE_SEQS; "" unsets it), the probe hook and the tables in memory, restored at
 // scope exit.
 struct TableScope {
@@ -29,7 +37,7 @@ struct TableScope {
     }
 };
 
-// The kernels test::op_ctx() runs a self-attention of head size d on.
+// The kernels ctx_() runs a self-attention of head size d on.
 std::vector<std::string> runnable(int64_t d, bool f16) {
     ir::Graph g;
     auto q = g.input("q", {1, 40, 2 * d});
@@ -37,7 +45,7 @@ std::vector<std::string> runnable(int64_t d, bool f16) {
     g.output(g.attention(q, q, q, 2), "y");
     std::vector<std::string> out;
     for (const std::string& k : exec::attention_kernels())
-        if (exec::attention_kernel_unsupported(test::op_ctx(), k, g, g.nodes().back()).empty()) out.push_back(k);
+        if (exec::attention_kernel_unsupported(ctx_(), k, g, g.nodes().back()).empty()) out.push_back(k);
     return out;
 }
 
@@ -49,7 +57,7 @@ std::string auto_kernel(int64_t d, int64_t sk) {
     const ir::Node& n = g.nodes().back();
     vk::Dispatch disp = vk::lower(g, n);
     test::ScopedEnv env("KILN_ATTENTION", "auto");
-    exec::choose_attention_flash(test::op_ctx(), g, n, disp);
+    exec::choose_attention_flash(ctx_(), g, n, disp);
     return disp.shader.kernel == "flash" || disp.shader.kernel == "coopmat" || disp.shader.kernel == "coopmat4"
                ? disp.shader.kernel
                : "rows";
@@ -58,7 +66,7 @@ std::string auto_kernel(int64_t d, int64_t sk) {
 
 TEST_CASE("the attention table probes and times every kernel the device runs", "[attention-table]") {
     TableScope scope("16,48");
-    vk::Context& ctx = test::op_ctx();
+    vk::Context& ctx = ctx_();
     for (bool f16 : {false, true}) {
         CAPTURE(f16);
         const auto t = exec::measure_attention_table(ctx, 16, f16, {16, 48}, 2, 1);
@@ -93,7 +101,7 @@ TEST_CASE("the attention table measures at exact precision whatever KILN_PRECISI
     // probe's bound. A table first measured by a run at fast must still admit them.
     TableScope scope("16");
     test::ScopedEnv prec("KILN_PRECISION", "fast");
-    const auto t = exec::measure_attention_table(test::op_ctx(), 16, false, {16}, 2, 1);
+    const auto t = exec::measure_attention_table(ctx_(), 16, false, {16}, 2, 1);
     for (const auto& r : t.rows) {
         CAPTURE(r.kernel, r.note);
         CHECK((r.admitted || r.note.find("unsupported:") == 0));
@@ -105,7 +113,7 @@ TEST_CASE("a kernel whose probe is off is never picked", "[attention-table]") {
     exec::set_attention_probe_hook([](const std::string& k, std::vector<float>& out) {
         if (k == "flash") out[5] += 1e-3f;  // past the bound (2e-5 + 3e-6 sqrt(D))
     });
-    const auto t = exec::measure_attention_table(test::op_ctx(), 16, false, {16}, 2, 1);
+    const auto t = exec::measure_attention_table(ctx_(), 16, false, {16}, 2, 1);
     bool seen = false;
     for (const auto& r : t.rows)
         if (r.kernel == "flash") {
@@ -121,7 +129,7 @@ TEST_CASE("a kernel whose probe is off is never picked", "[attention-table]") {
 }
 
 TEST_CASE("the attention table file round-trips; a stale or corrupt one is not read", "[attention-table]") {
-    vk::Context& ctx = test::op_ctx();
+    vk::Context& ctx = ctx_();
     test::TempDir dir("kiln_attention_table");
     exec::AttentionTable t;
     t.rows = {{72, false, 256, "flash", 0.5, true, ""},
@@ -167,7 +175,7 @@ TEST_CASE("the attention table file round-trips; a stale or corrupt one is not r
 }
 
 TEST_CASE("auto runs the table's pick, measured once per device and key", "[attention-table]") {
-    vk::Context& ctx = test::op_ctx();
+    vk::Context& ctx = ctx_();
     {  // Without test lengths a CPU device keeps the rows kernel and measures nothing.
         TableScope none("");
         if (ctx.info().vk_type == VK_PHYSICAL_DEVICE_TYPE_CPU || ctx.presented_discrete()) {
