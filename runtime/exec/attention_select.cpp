@@ -28,8 +28,9 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
     // picks hold at fast, which runs fewer products with the same loads.
     const bool fast = t_override.empty() && ctx.settings().exec.precision == "fast";
     const uint32_t lanes = ctx.settings().test.attention_lanes;  // KILN_TEST_ATTENTION_LANES
-    // auto where the device's attention table decides (a GPU; attention_table.h): its pick for this node, among the
-    // kernels that run it. The rows kernel reads f32 only; a node it cannot take gets the table's pick for f16.
+    // auto where the device's attention table decides (a GPU; attention_table.h): its pick for this node's head size,
+    // q/k/v storage and key count, among the kernels that run the node (rows only where q, k, v and the output are
+    // f32). No pick (nothing admitted): the fallbacks below.
     if (v == "auto" && attention_table_decides(ctx)) {
         const int64_t D = g.value(n.in[0]).shape[2] / std::get<ir::AttentionAttrs>(n.attrs).heads;
         const bool f16_qkv = g.value(n.in[0]).dtype == DType::f16 || g.value(n.in[1]).dtype == DType::f16 ||
