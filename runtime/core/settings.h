@@ -62,8 +62,8 @@ struct TestHooks {
     // KILN_TEST_ATTENTION_TABLE_SEQS: the attention table's lengths (exec/attention_table.h), measured at 2 heads on
     // any device, CPU devices included, so that lavapipe takes a GPU's auto attention. Empty: off.
     std::vector<int64_t> attention_table_seqs;
-    int convert_delay_ms = 0;        // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
-    int serve_step_delay_ms = 0;     // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
+    int convert_delay_ms = 0;     // KILN_TEST_CONVERT_DELAY_MS: kiln-convert pauses after each tensor
+    int serve_step_delay_ms = 0;  // KILN_TEST_SERVE_STEP_DELAY_MS: kiln serve's jobs pause after each step
     // KILN_TEST_DISCRETE: the Context presents its device as a discrete GPU without unified memory (device-local
     // blocks unmapped, uploads staged), so that a CPU device takes a GPU's choices (vk::Context::init).
     bool discrete = false;

@@ -32,13 +32,12 @@ bool choose_attention_flash(vk::Context& ctx, const ir::Graph& g, const ir::Node
     // q/k/v storage and key count, among the kernels that run the node (rows only where q, k, v and the output are
     // f32). No pick (nothing admitted): the fallbacks below.
     if (v == "auto" && attention_table_decides(ctx)) {
-        const int64_t D = g.value(n.in[0]).shape[2] / std::get<ir::AttentionAttrs>(n.attrs).heads;
-        const bool f16_qkv = g.value(n.in[0]).dtype == DType::f16 || g.value(n.in[1]).dtype == DType::f16 ||
-                             g.value(n.in[2]).dtype == DType::f16;
+        const AttentionKey key = attention_key(g, n);
         const std::string pick =
-            attention_table(ctx, D, f16_qkv).pick(D, f16_qkv, g.value(n.in[1]).shape[1], [&](const std::string& k) {
-                return attention_kernel_unsupported(ctx, k, g, n).empty() && (k != "rows" || !f16);
-            });
+            attention_table(ctx, key.head_dim, key.f16)
+                .pick(key.head_dim, key.f16, g.value(n.in[1]).shape[1], [&](const std::string& k) {
+                    return attention_kernel_unsupported(ctx, k, g, n).empty() && (k != "rows" || !f16);
+                });
         if (!pick.empty()) v = pick;
     }
     const bool cm = v == "coopmat" || v == "coopmat4";

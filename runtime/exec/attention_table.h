@@ -40,6 +40,13 @@ struct AttentionTable {
                      const std::function<bool(const std::string&)>& runs = {}) const;
 };
 
+// An attention node's table key: its head size and whether q, k or v is stored f16.
+struct AttentionKey {
+    int64_t head_dim;
+    bool f16;
+};
+AttentionKey attention_key(const ir::Graph& g, const ir::Node& n);
+
 // The kernels a table may hold: "flash", "coopmat", "coopmat4", "rows" (KILN_ATTENTION's names).
 const std::vector<std::string>& attention_kernels();
 // Why kernel k cannot run attention node n on ctx ("" when it can), as choose_attention_flash would lower it.

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/exec/device_table.h"
 #include "runtime/ir/graph.h"
 #include "runtime/vulkan/context.h"
 #include "runtime/vulkan/lower.h"
@@ -64,30 +65,6 @@ const std::vector<LinearShape>& linear_table_shapes();
 // "tex" node whose x or W no texel view can cover still falls back to reg, in the executor.)
 std::string linear_unsupported(vk::Context& ctx, const std::string& v, const ir::Graph& g, const ir::Node& n);
 
-// The runs of one variant at one shape: run 0 warms up and the best later run counts (run 0 itself when reps is 0).
-// With early_exit, a variant more than 3x slower than the fastest so far (`fastest`, ms) in both the warm-up and the
-// first timed run stops there. One slow run is not enough: on a shared machine a single preemption made variants
-// look 3-30x slower, and the table kept them out of every later run on that device.
-struct LinearTiming {
-    double fastest;
-    int reps;
-    bool early_exit;
-    double best = INFINITY;
-    int runs = 0;
-    bool slow_warmup = false;
-    // Adds one run's time; false when no more runs are needed.
-    bool add(double ms);
-};
-
-// Runs ex until `timing` has its runs; its best time in ms (device timestamps where the device has them, else the
-// host clock). Uniform(-1, 1) values of shape s, deterministic (the probes compare devices, not seeds).
-class Executor;
-double time_runs(Executor& ex, LinearTiming& timing);
-// An error that interrupts a table's measurement rather than ruling a kernel out: out of device memory or a lost
-// device. The measurement stops, nothing is written, and the process runs the fallback (reg, the flash kernel).
-bool measurement_interrupted(const Error& e);
-Tensor probe_values(const Shape& s, uint32_t seed);
-
 // Measures a table on ctx: for every dtype and variant, the probe, then `reps` timed runs (after one warm-up) per
 // shape; GFLOP/s = 2 M N K / best time (device timestamps where the device has them, else the host clock), runs as
 // LinearTiming counts them (`early_exit` off for benchmarks).
@@ -97,19 +74,6 @@ LinearTable measure_linear_table(vk::Context& ctx, const std::vector<LinearShape
 // The table file of ctx's device ("" when the pipeline cache is disabled), and text I/O keyed by the pipeline
 // cache key (device, driver, SPIR-V hash). read: false with `status` ("missing", "stale", "corrupt: ...").
 std::string linear_table_path(vk::Context& ctx);
-// What the measured tables of ctx's device (linear, attention_table.h) share: the key line a file must start with
-// (the pipeline cache's key and the device name: a table of another driver, Kiln build or device is stale), and the
-// file `kind`-VENDOR-DEVICE.txt beside the pipeline cache ("" when that is disabled).
-std::string device_table_key(vk::Context& ctx);
-std::string device_table_path(vk::Context& ctx, const char* kind);
-// Such a file: the `header` line, the key line, then `lines` (written to a temporary file renamed into place, so a
-// reader never sees half of one). read: false with `status` "missing", "corrupt: bad first line" or "stale".
-bool write_device_table(vk::Context& ctx, const std::string& path, const std::string& header,
-                        const std::vector<std::string>& lines, std::string& why);
-bool read_device_table(vk::Context& ctx, const std::string& path, const std::string& header,
-                       std::vector<std::string>& lines, std::string& status);
-// A row's note as such a file holds it: "-" when empty, white space as '_'.
-std::string table_note(const std::string& note);
 bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearTable& t, std::string& why);
 bool read_linear_table(vk::Context& ctx, const std::string& path, LinearTable& t, std::string& status);
 
