@@ -1,5 +1,8 @@
-// Broadcasting binary op body; the including shader defines BINARY_OP(a, b).
+// Broadcasting binary op body; the including shader defines BINARY_OP(a, b). p.act: an activation fused after the op
+// (ir::fuse; activation.glsl's act_apply, the expression silu.comp / gelu.comp evaluate, on the op's f32 result, so
+// fused equals unfused bitwise).
 #include "common.glsl"
+#include "activation.glsl"
 #define USE_BINARY
 #include "runtime/ir/params.h"
 layout(local_size_x = 256) in;
@@ -22,5 +25,6 @@ void main() {
         ia += idx * p.sa[d];
         ib += idx * p.sb[d];
     }
-    y[i] = BINARY_OP(a[WBASE(A) + p.oa + ia], b[WBASE(B) + p.ob + ib]);
+    const float v = BINARY_OP(a[WBASE(A) + p.oa + ia], b[WBASE(B) + p.ob + ib]);
+    y[i] = p.act != 0u ? act_apply(p.act, v) : v;
 }

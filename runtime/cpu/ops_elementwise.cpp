@@ -25,11 +25,13 @@ void binary(const ir::Graph& g, const ir::Node& n, Vals& vals, F f) {
     auto sa = bstrides(g.value(n.in[0]).shape, out), sb = bstrides(g.value(n.in[1]).shape, out);
     const auto &a = vals[(size_t)n.in[0]], &b = vals[(size_t)n.in[1]];
     auto& y = vals[(size_t)n.out];
+    const auto* fused = std::get_if<ir::ActAttrs>(&n.attrs);  // an activation ir::fuse folded in
+    const ir::Act act = fused ? fused->act : ir::Act::none;
     std::vector<int64_t> idx(out.size(), 0);
     for (size_t i = 0; i < y.size(); ++i) {
         int64_t ia = 0, ib = 0;
         for (size_t d = 0; d < out.size(); ++d) ia += idx[d] * sa[d], ib += idx[d] * sb[d];
-        y[i] = f(a[(size_t)ia], b[(size_t)ib]);
+        y[i] = activate(act, f(a[(size_t)ia], b[(size_t)ib]));
         for (size_t d = out.size(); d-- > 0;) {
             if (++idx[d] < out[d]) break;
             idx[d] = 0;

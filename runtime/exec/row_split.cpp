@@ -145,6 +145,8 @@ std::vector<Bind> binding_rows(const ir::Graph& g, const ir::Node& node, size_t 
     using ir::Op;
     if (ir::linear_gated(node))  // ir::fuse makes one only where no chunk is needed (FuseOptions::view_max_bytes)
         fail("a gated linear (fused residual) is not split by rows");
+    if (std::holds_alternative<ir::ActAttrs>(node.attrs))  // likewise (ir::fuse, binary_act)
+        fail("an elementwise op with a fused activation is not split by rows");
     switch (node.op) {
         case Op::linear:
         case Op::linear_multi:

@@ -23,6 +23,12 @@ struct LinearAttrs {
     Act act = Act::none;
     bool operator==(const LinearAttrs&) const = default;
 };
+// The activation a fused elementwise binary op (add, sub, mul, div) applies to its result (ir::fuse: the op, then
+// gelu / gelu-tanh / silu).
+struct ActAttrs {
+    Act act = Act::none;
+    bool operator==(const ActAttrs&) const = default;
+};
 // linear_multi: up to kMultiLinear linears on one x, each with its activation.
 inline constexpr int kMultiLinear = 4;
 struct LinearMultiAttrs {
@@ -71,6 +77,6 @@ struct AxisAttrs {
 };
 
 using Attrs = std::variant<NoAttrs, ScaleAttrs, GeluAttrs, NormAttrs, AttentionAttrs, TimestepAttrs, Conv2dAttrs,
-                           PermuteAttrs, AxisAttrs, LinearAttrs, LinearMultiAttrs>;
+                           PermuteAttrs, AxisAttrs, LinearAttrs, LinearMultiAttrs, ActAttrs>;
 
 }  // namespace kiln::ir

@@ -29,6 +29,11 @@ double node_flops(const Graph& g, const Node& n) {
         }
         case Op::mul_add:
             return 2.0 * out;
+        case Op::add:  // with a fused activation (ir::fuse), that op's count too
+        case Op::sub:
+        case Op::mul:
+        case Op::div:
+            return std::holds_alternative<ActAttrs>(n.attrs) ? 2.0 * out : out;
         default:
             return out;
     }

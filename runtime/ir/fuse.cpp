@@ -65,6 +65,31 @@ struct Fuser {
         }
     }
 
+    // add / sub / mul / div -> gelu / silu: the binary op applies the activation to its result and writes the
+    // activation's output (DiT's conditioning: silu(timestep embedding + class embedding) in every block). Only where
+    // no row chunk is needed (fits): row_split re-lowers ops without their fused activation.
+    void binary_act() {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            Node& n = nodes[i];
+            if (n.op != Op::gelu && n.op != Op::silu) continue;
+            const int p = single_use_producer(n.in[0], n);
+            if (p < 0) continue;
+            Node& b = nodes[(size_t)p];
+            if ((b.op != Op::add && b.op != Op::sub && b.op != Op::mul && b.op != Op::div) ||
+                !std::holds_alternative<NoAttrs>(b.attrs))
+                continue;
+            Node f = b;
+            f.attrs = ActAttrs{n.op == Op::silu                    ? Act::silu
+                               : std::get<GeluAttrs>(n.attrs).tanh ? Act::gelu_tanh
+                                                                   : Act::gelu};
+            f.out = n.out;
+            if (!fits(f)) continue;
+            b = std::move(f);
+            dead[i] = true;
+            st.binary_act++;
+        }
+    }
+
     // layer_norm (no affine) -> modulate: one norm_modulate where the modulate was (shift and scale exist there).
     void norm_modulate() {
         for (size_t i = 0; i < nodes.size(); ++i) {
@@ -243,6 +268,7 @@ Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt) {
     f.mul_add();
     f.rms_norm_rope();
     f.slice_views();
+    f.binary_act();  // after mul_add, which keeps no attributes of the add it replaces
     f.gated_residual();
     f.linear_multi();
 

@@ -9,6 +9,9 @@
 //    Optional (FuseOptions): on lavapipe it showed no gain (see exec::Executor); FuseOptions::multi_member can keep
 //    a linear out (one the device runs faster on another kernel);
 //  - add(mul(a, b), c), the product read by nothing else -> mul_add (a gated residual: gate * h + x);
+//  - add / sub / mul / div then gelu / gelu-tanh / silu, the result read by nothing else -> the binary op with the
+//    activation (ir::ActAttrs; DiT's silu(timestep + class embedding) per block); not where a row chunk would be
+//    needed;
 //  - a slice along the last axis (possibly reshaped, same last dim) read only by add/sub/mul/mul_add, or as
 //    modulate's / norm_modulate's shift or scale -> that op reads the slice's source in place (ir::InputView):
 //    the chunks of an adaLN embedding are never copied out.
@@ -37,6 +40,7 @@ struct FuseStats {
     int views = 0;            // slices read in place
     int rms_norm_rope = 0;    // per-head rms_norm + rope pairs
     int linear_gated = 0;     // mul_adds folded into the linear making their h
+    int binary_act = 0;       // activations folded into the add / sub / mul / div before them
     int nodes_removed = 0;
 };
 

@@ -28,6 +28,7 @@ KILN_PARAMS(BinaryParams) {
     uint sa[6];
     uint sb[6];
     uint oa, ob;
+    uint act;  // ir::Act applied to the result (a fused activation, ir::fuse), 0: none
 } KILN_PARAMS_END(BinaryParams)
 #endif
 

@@ -48,6 +48,7 @@ Dispatch elementwise(const char* shader, const Shape& out, P& p, const std::vect
 }
 Dispatch binary(const char* shader, const ir::Graph& g, const ir::Node& n) {
     params::BinaryParams p{};
+    if (const auto* a = std::get_if<ir::ActAttrs>(&n.attrs)) p.act = (params::uint)a->act;  // fused (ir::fuse)
     return elementwise(shader, g.value(n.out).shape, p, {p.sa, p.sb}, {&p.oa, &p.ob}, g, n);
 }
 }  // namespace
