@@ -327,7 +327,10 @@ void Executor::Impl::plan_block_weights(const WeightBytesFn& weights) {
         how.push_back(sel);
     }
     alloc.drop_reservation();  // nothing is left of it when reserve_block_weights matched the loop above
-    if (table_bytes) ptr_table = alloc.alloc(table_bytes, "block weight selection table");
+    plan_replay_array();
+    // Two copies of every slot where a kind keeps two (double_table): the second at table_half.
+    table_half = std::any_of(double_table.begin(), double_table.end(), [](bool d) { return d; }) ? table_bytes : 0;
+    if (table_bytes) ptr_table = alloc.alloc(table_bytes + table_half, "block weight selection table");
     if (!blocks.empty())
         c.block_weights_note =
             note.empty() ? "block weights selected on the device (one bound range, per-replay offsets)" : note;
@@ -389,23 +392,39 @@ void Executor::Impl::build_ptr_tables() {
     }
 }
 
-// Which kinds replay from one vkCmdExecuteCommands (see executor_impl.h), and their select_advance dispatches:
-// binding 0 is advance_rows (the counters, then every such kind's rows ptr_data[k][0..n)), binding 1 the live
-// selection table. The rows are written once here; the primary resets kind k's counter and live slots to instance 0
-// at the start of every run, so a run never depends on where the last one stopped.
-void Executor::Impl::build_advance() {
+// Which kinds replay from one vkCmdExecuteCommands (replay_array; see executor_impl.h), and which of them keep their
+// selection slots twice (double_table: those whose dispatches select weights). Called once every kind's selection
+// and streaming is decided, before the selection table is allocated.
+void Executor::Impl::plan_replay_array() {
     replay_array.assign(blocks.size(), false);
-    advance.assign(blocks.size(), -1);
+    double_table.assign(blocks.size(), false);
     if (mode != Mode::regional || !ctx.settings().exec.select_advance) return;  // KILN_SELECT_ADVANCE=0
-    std::vector<uint8_t> rows(16 * ((blocks.size() + 3) / 4));  // the counters (zero), 16-byte aligned rows after
-    std::vector<VkDeviceSize> row0(blocks.size(), 0);
-    std::vector<size_t> with_rows;  // kinds whose dispatches select weights: they get a select_advance
     for (size_t k = 0; k < blocks.size(); ++k) {
         const bool carried = !ping_pong[k] && !chain_free(k);
         if (blocks[k].weights.size() < 2 || how[k] == Select::copy || streams[k].slots || carried || profile) continue;
         replay_array[k] = true;
+        const ir::Region& t = g.regions()[(size_t)blocks[k].regions[0]];
+        for (auto& [n, off] : ptr_slot) double_table[k] = double_table[k] || (n >= t.first && n < t.end);
+    }
+}
+
+// The select_advance dispatches of the kinds that replay from one vkCmdExecuteCommands: binding 0 is advance_rows
+// (the counters, then every such kind's rows ptr_data[k][0..n)), binding 1 the kind's slots in the copy it writes.
+// Replay i's advance writes instance i + 1's row into the slot copy replay i + 1 reads (double_table: the other one
+// than replay i's). The rows are
+// written once here; the primary resets kind k's counter and copy 0 to instance 0 at the start of every run, so a
+// run never depends on where the last one stopped.
+void Executor::Impl::build_advance() {
+    advance.assign(blocks.size(), -1);
+    advance_odd.assign(blocks.size(), -1);
+    std::vector<uint8_t> rows(16 * ((blocks.size() + 3) / 4));  // the counters (zero), 16-byte aligned rows after
+    std::vector<VkDeviceSize> row0(blocks.size(), 0);
+    std::vector<size_t> with_rows;  // kinds whose dispatches select weights: they get a select_advance
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        if (!replay_array[k]) continue;
         c.kinds_counted_on_device++;
         if (ptr_data[k].empty() || ptr_data[k][0].empty()) continue;  // nothing in the block selects weights
+        KILN_CHECK(double_table[k], "internal: block kind ", blocks[k].kind, " selects weights with one slot copy");
         row0[k] = rows.size();
         for (const auto& r : ptr_data[k]) rows.insert(rows.end(), r.begin(), r.end());
         rows.resize((rows.size() + 15) / 16 * 16);
@@ -415,47 +434,52 @@ void Executor::Impl::build_advance() {
     const auto n_adv = (uint32_t)with_rows.size();
     advance_rows = alloc.alloc(rows.size(), "block replay counters and selection rows");
     alloc.upload(advance_rows, rows.data(), rows.size());
-    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 2 * n_adv};
+    // Per kind and parity q (replays i with i % 2 == q) one set: binding 1 is the kind's slots in copy 1 - q, the
+    // only bytes its dispatch writes there, so nothing of copy q (which replay i reads) is bound for writing.
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 4 * n_adv};
     VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    pi.maxSets = n_adv;
+    pi.maxSets = 2 * n_adv;
     pi.poolSizeCount = 1;
     pi.pPoolSizes = &ps;
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &advance_pool));
     const vk::Kernel& kern = kernels.get("select_advance");
     KILN_CHECK(kern.bindings == 2, "shader select_advance has ", kern.bindings, " bindings, expected 2");
     for (size_t k : with_rows) {
-        DispatchRec rec{&kern, VK_NULL_HANDLE, {}, {}, {}};
-        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-        ai.descriptorPool = advance_pool;
-        ai.descriptorSetCount = 1;
-        ai.pSetLayouts = &kern.set_layout;
-        VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
-        VkDescriptorBufferInfo bi[2] = {{advance_rows.buffer, advance_rows.offset, advance_rows.size},
-                                        {ptr_table.buffer, ptr_table.offset, ptr_table.size}};
-        VkWriteDescriptorSet w[2];
-        for (uint32_t b = 0; b < 2; ++b) {
-            w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-            w[b].dstSet = rec.set;
-            w[b].dstBinding = b;
-            w[b].descriptorCount = 1;
-            w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-            w[b].pBufferInfo = &bi[b];
-        }
-        vkUpdateDescriptorSets(ctx.device(), 2, w, 0, nullptr);
         params::SelectAdvanceParams p{};
         p.row0 = (uint32_t)(row0[k] / 4);
         p.words = (uint32_t)(ptr_data[k][0].size() / 4);
         p.n = (uint32_t)ptr_data[k].size();
         p.ctr = (uint32_t)(advance_ctr(k) / 4);
-        p.live = (uint32_t)(slot_base[k] / 4);
+        p.live = 0;    // the bound range is the slots themselves
         p.width = 64;  // select_advance's local size, one workgroup
-        rec.d.shader = vk::ShaderKey("select_advance");
-        rec.d.set_push(p);
-        const Span live{ptr_table.buffer, ptr_table.offset + slot_base[k], ptr_data[k][0].size()};
-        rec.reads = {{advance_rows.buffer, advance_rows.offset + row0[k], (VkDeviceSize)p.n * p.words * 4}};
-        rec.writes = {{advance_rows.buffer, advance_rows.offset + advance_ctr(k), 4}, live};
-        dispatches.push_back(std::move(rec));
-        advance[k] = (int)dispatches.size() - 1;
+        for (size_t q : {0, 1}) {
+            DispatchRec rec{&kern, VK_NULL_HANDLE, {}, {}, {}};
+            VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+            ai.descriptorPool = advance_pool;
+            ai.descriptorSetCount = 1;
+            ai.pSetLayouts = &kern.set_layout;
+            VK_CHECK(vkAllocateDescriptorSets(ctx.device(), &ai, &rec.set));
+            const Span next{ptr_table.buffer, ptr_table.offset + (q ? 0 : table_half) + slot_base[k],
+                            ptr_data[k][0].size()};
+            VkDescriptorBufferInfo bi[2] = {{advance_rows.buffer, advance_rows.offset, advance_rows.size},
+                                            {next.b, next.off, next.size}};
+            VkWriteDescriptorSet w[2];
+            for (uint32_t b = 0; b < 2; ++b) {
+                w[b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+                w[b].dstSet = rec.set;
+                w[b].dstBinding = b;
+                w[b].descriptorCount = 1;
+                w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+                w[b].pBufferInfo = &bi[b];
+            }
+            vkUpdateDescriptorSets(ctx.device(), 2, w, 0, nullptr);
+            rec.d.shader = vk::ShaderKey("select_advance");
+            rec.d.set_push(p);
+            rec.reads = {{advance_rows.buffer, advance_rows.offset + row0[k], (VkDeviceSize)p.n * p.words * 4}};
+            rec.writes = {{advance_rows.buffer, advance_rows.offset + advance_ctr(k), 4}, next};
+            dispatches.push_back(std::move(rec));
+            (q ? advance_odd : advance)[k] = (int)dispatches.size() - 1;
+        }
     }
 }
 

@@ -85,8 +85,8 @@ void Executor::Impl::make_descriptor_pool(const std::vector<int>& active) {
     VK_CHECK(vkCreateDescriptorPool(ctx.device(), &pi, nullptr, &pool));
 }
 
-std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap,
-                                               size_t window) {
+std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window,
+                                               VkDeviceSize table_off) {
     const ir::Node& node = g.nodes()[(size_t)n];
     const Part& part = node_parts.at(n)[j];
     vk::Dispatch d = part.d;  // linear: the variant measured fastest here, chosen in parts() (linear_select.h)
@@ -154,7 +154,7 @@ std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const 
         w[b].descriptorType = k.descriptor_type(b);
         w[b].pBufferInfo = &bi[b];
         if (by_offset && b == want - 1) {  // the selection slot
-            bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
+            bi[b] = {ptr_table.buffer, ptr_table.offset + table_off + slot->second + j * slot_size, slot_size};
             continue;
         }
         if (b == scratch_b) {  // the node's scratch (plan_activations), this part's bytes of it
@@ -173,7 +173,7 @@ std::vector<int> Executor::Impl::make_dispatch(int n, size_t j, int kind, const 
                                                   : alloc.alloc(16, "absent output binding");
         bi[b] = {br.buffer, br.offset, br.size};
         if (slot != ptr_slot.end() && !by_offset && b < node.in.size() && (k.ptr_bindings >> b & 1))
-            bi[b] = {ptr_table.buffer, ptr_table.offset + slot->second + j * slot_size, slot_size};
+            bi[b] = {ptr_table.buffer, ptr_table.offset + table_off + slot->second + j * slot_size, slot_size};
         if (selected(v) >= 0) {
             const vk::BufferRange& win = bound_weight((size_t)kind, window, (size_t)selected(v));
             bi[b] = {win.buffer, win.offset, win.size};
@@ -233,10 +233,10 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
     const auto& nodes = g.nodes();
     make_descriptor_pool(active);
     // The dispatches of node n, in order.
-    auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window) {
+    auto make = [&](int n, int kind, const std::map<int, int>& swap, size_t window, VkDeviceSize table_off) {
         std::vector<int> ids;
         for (size_t j = 0; j < node_parts.at(n).size(); ++j)
-            for (int id : make_dispatch(n, j, kind, swap, window)) ids.push_back(id);
+            for (int id : make_dispatch(n, j, kind, swap, window, table_off)) ids.push_back(id);
         return ids;
     };
 
@@ -254,11 +254,12 @@ void Executor::Impl::build_dispatches(const std::vector<int>& active) {
         if (kind >= 0) {
             const size_t ki = (size_t)kind;
             for (size_t v = 0; v < variants(ki); ++v)
-                for (int id : make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{}, v / parities(ki)))
+                for (int id : make(n, kind, v % parities(ki) ? swaps[ki] : std::map<int, int>{}, v / parities(ki),
+                                   table_copy(ki, v)))
                     block_dispatches[ki][v].push_back(id);
             if (!kind_emitted[(size_t)kind]) program.push_back({Step::blocks, kind}), kind_emitted[(size_t)kind] = true;
         } else {
-            for (int id : make(n, kind, {}, 0)) program.push_back({Step::dispatch, id});
+            for (int id : make(n, kind, {}, 0, 0)) program.push_back({Step::dispatch, id});
         }
     }
 }

@@ -189,7 +189,15 @@ struct Executor::Impl {
     std::vector<std::vector<std::vector<int>>> block_dispatches;
     std::vector<std::vector<VkCommandBuffer>> secondaries;
     std::vector<bool> ping_pong;
-    size_t parities(size_t k) const { return ping_pong[k] ? 2 : 1; }
+    // Kinds whose selection slots are kept twice (double_table; the second copy table_half bytes after the first in
+    // ptr_table): replay i's recording reads copy i % 2, and its select_advance, recorded first, writes instance
+    // i + 1's slots into the other copy while the replay runs, so no barrier separates it from the block's first
+    // dispatches. Such a kind has two parities as a ping-pong kind does (the same ones where it ping-pongs too).
+    std::vector<bool> double_table;
+    VkDeviceSize table_half = 0;
+    size_t parities(size_t k) const { return ping_pong[k] || double_table[k] ? 2 : 1; }
+    // The byte offset in ptr_table of the slot copy that variant v of kind k reads.
+    VkDeviceSize table_copy(size_t k, size_t v) const { return double_table[k] && v % 2 ? table_half : 0; }
     size_t variants(size_t k) const { return parities(k) * (how[k] == Select::offset ? windows(k) : 1); }
     size_t variant(size_t k, size_t i) const {
         return (how[k] == Select::offset ? (size_t)window_of[k][i] : 0) * parities(k) + i % parities(k);
@@ -252,10 +260,14 @@ struct Executor::Impl {
     // on to the next instance; the primary then executes all instances in one vkCmdExecuteCommands.
     // KILN_SELECT_ADVANCE=0: per-replay table updates from the primary instead.
     std::vector<bool> replay_array;
-    std::vector<int> advance;
+    std::vector<int> advance;      // parity 0's (or the only) select_advance of kind k, else -1
+    std::vector<int> advance_odd;  // a double_table kind's parity 1 (its write: the other copy), else -1
+    int advance_of(size_t k, size_t v) const { return v % parities(k) ? advance_odd[k] : advance[k]; }
     vk::BufferRange advance_rows;  // a counter per kind (kind k's at byte 4 k), then each kind's selection rows
     static VkDeviceSize advance_ctr(size_t k) { return 4 * k; }
     VkDescriptorPool advance_pool = VK_NULL_HANDLE;
+    // Decides replay_array and double_table (before the selection table is allocated and dispatches are made).
+    void plan_replay_array();
     void build_advance();
     void record_replay_start(Recorder& rec, size_t k);
     bool can_update_in_place(const ir::Region& t, int x, int y) const;
@@ -323,7 +335,8 @@ struct Executor::Impl {
     // One dispatch record of node n's part j (of block kind `kind`, or -1); `swap` exchanges the buffers of the
     // kind's chain roots (parity 1 of a ping-pong); `window`: the weight window an off-selecting dispatch binds.
     // Its ids: one, or a split-K linear's two (partial sums, then the reduce).
-    std::vector<int> make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window);
+    std::vector<int> make_dispatch(int n, size_t j, int kind, const std::map<int, int>& swap, size_t window,
+                                   VkDeviceSize table_off = 0);
     // record.cpp
     void record();
     void record_eager();  // eager mode: counts what run() records (no command buffer is kept)

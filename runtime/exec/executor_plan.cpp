@@ -104,6 +104,7 @@ bool Executor::Impl::can_update_in_place(const ir::Region& t, int x, int y) cons
 // after each replay.
 void Executor::Impl::plan_chains() {
     ping_pong.assign(blocks.size(), false);
+    double_table.assign(blocks.size(), false);  // plan_replay_array
     for (size_t k = 0; k < blocks.size(); ++k) {
         const BlockKind& bk = blocks[k];
         std::set<int> xs, ys;

@@ -67,14 +67,11 @@ std::vector<std::vector<int>> Executor::Impl::record_templates() {
             bi.pInheritanceInfo = &inh;
             VK_CHECK(vkBeginCommandBuffer(cb, &bi));
             Recorder rec{cb};
+            // First, beside the block's first dispatches: the next instance's slots, into the copy this replay
+            // does not read (double_table).
+            if (replay_array[k] && advance[k] >= 0) record_dispatch(rec, dispatches[(size_t)advance_of(k, v)]);
             for (int d : block_dispatches[k][v]) record_dispatch(rec, dispatches[(size_t)d]);
-            if (replay_array[k]) {  // the next replay follows with no primary command in between
-                if (advance[k] >= 0) {
-                    rec.barrier();  // every dispatch has read the live slots
-                    record_dispatch(rec, dispatches[(size_t)advance[k]]);
-                }
-                rec.barrier();
-            }
+            if (replay_array[k]) rec.barrier();  // the next replay follows with no primary command in between
             VK_CHECK(vkEndCommandBuffer(cb));
             barriers[k][v] = rec.barriers;
             c.command_buffers_recorded++;
@@ -109,7 +106,7 @@ void Executor::Impl::record_replays(Recorder& rec, size_t k, const std::vector<s
             c.barriers_per_run += sec_barriers[k][v];
             c.dispatches_per_run += (int)block_dispatches[k][v].size() + (advance[k] >= 0);
             for (int d : block_dispatches[k][v]) runs_of[(size_t)d]++;
-            if (advance[k] >= 0) runs_of[(size_t)advance[k]]++;
+            if (advance[k] >= 0) runs_of[(size_t)advance_of(k, v)]++;
         }
         vkCmdExecuteCommands(primary, (uint32_t)all.size(), all.data());
         c.executes_per_run++;

@@ -197,7 +197,7 @@ KILN_PARAMS(RmsRopeParams) {
 
 // select_advance: the device-side block counter of a regional replay (runtime/exec/block_weights.cpp). Every
 // invocation adds 1 to rows[ctr]; with `width` invocations per dispatch, old / width is the replay just run. Row
-// old / width + 1 of the kind's selection rows (words uints each, from rows[row0]) is copied into the live slots
+// old / width + 1 of the kind's selection rows (words uints each, from rows[row0]) is copied into the slots
 // (table[live] on) that the next replay's dispatches read; after the last replay (n) nothing is copied.
 #if defined(__cplusplus) || defined(USE_SELECT_ADVANCE)
 KILN_PARAMS(SelectAdvanceParams) {

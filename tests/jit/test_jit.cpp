@@ -24,7 +24,8 @@ TEST_CASE("regional records one block per kind, independent of depth", "[jit]") 
         Toy toy(blocks, 2, 13, 32);
         exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional);
         const auto& c = ex.counters();
-        CHECK(c.command_buffers_recorded == 2);  // one secondary (the block) + one primary (the step)
+        // The block at two parities (its weight selection alternates between two slot copies) + the step.
+        CHECK(c.command_buffers_recorded == 3);
         CHECK(c.submissions_per_run == 1);
         exec::Executor full(context(), toy.g, toy.gpu(), exec::Mode::full);
         CHECK(full.counters().command_buffers_recorded == 1);
@@ -117,7 +118,7 @@ TEST_CASE("regional replays select each block's own weights on the device, with 
         CHECK(cd.block_kinds_on_device == 1);
         CHECK(cd.weight_copy_bytes_per_run == 0);
         // The primary writes instance 0's addresses once per run and executes all 5 replays at once; each replay's
-        // last dispatch (select_advance) moves the table on to the next instance.
+        // first dispatch (select_advance) writes the next instance's into the other slot copy.
         CHECK(cd.table_updates_per_run == 1);
         CHECK(cd.executes_per_run == 1);
         CHECK(cd.kinds_counted_on_device == 1);
@@ -127,7 +128,7 @@ TEST_CASE("regional replays select each block's own weights on the device, with 
         CHECK(cc.weight_copy_bytes_per_run > 0);
         CHECK(cd.copies_per_run == 0);  // the residual stream is updated in place: no carry copies either
         CHECK(cc.copies_per_run == 5);  // one weight copy per replay
-        CHECK(cd.command_buffers_recorded == 2);
+        CHECK(cd.command_buffers_recorded == 3);
         CHECK(cd.dispatches_per_run == cc.dispatches_per_run + 5);  // + select_advance per replay
         // Each block's weights differ (seeded per block): equal outputs mean every replay read its own.
         CHECK(bitwise_equal(full, copy.output("y")));
@@ -274,10 +275,10 @@ struct SelectAdvance {
 TEST_CASE("replays counted on the device equal per-replay selection from the primary, bitwise, run after run",
           "[jit][advance]") {
     // The two ways to move a kind's selection on between replays: the primary writes the table before each
-    // replay (KILN_SELECT_ADVANCE=0), or each replay's last dispatch copies the next instance's row from a
-    // device buffer (one execute of every instance). Same dispatches otherwise, so outputs are bitwise equal.
-    // Offset and address selection, offset windows (3 recordings, replayed in turn), weight-major offsets and the
-    // ping-pong parities.
+    // replay (KILN_SELECT_ADVANCE=0), or each replay's first dispatch copies the next instance's row from a
+    // device buffer into the other slot copy (one execute of every instance). Same dispatches otherwise, so outputs are
+    // bitwise equal. Offset and address selection, offset windows (3 recordings, replayed in turn), weight-major
+    // offsets and the ping-pong parities.
     const size_t stride = 2 * 8192 + 2 * 256;  // Toy(…, 32) f32 block weights
     const std::string how = GENERATE("offset", "device", "windows", "weight-major");
     const int blocks = GENERATE(5, 6);
@@ -295,15 +296,24 @@ TEST_CASE("replays counted on the device equal per-replay selection from the pri
                                   : how == "windows" ? exec::BlockWeights::offset
                                                      : exec::BlockWeights::automatic;
     std::vector<Tensor> outs;
+    int barriers_off = 0;
     for (bool on : {false, true}) {
         SelectAdvance env(on);
         exec::Executor ex(context(), toy.g, toy.gpu(), exec::Mode::regional, false, bw);
         const auto& c = ex.counters();
+        // From the primary, a barrier after each table write and after each replay; counted on the device, one
+        // after each replay: its select_advance writes the slot copy the replay does not read, beside its first
+        // dispatches.
+        if (on)
+            CHECK(c.barriers_per_run == barriers_off - blocks);
+        else
+            barriers_off = c.barriers_per_run;
         CHECK(c.copies_per_run == 0);
         CHECK(c.kinds_counted_on_device == (on ? 1 : 0));
         CHECK(c.executes_per_run == (on ? 1 : blocks));
         CHECK(c.table_updates_per_run == (on ? 1 : blocks));
-        if (how == "windows") CHECK(c.command_buffers_recorded == (blocks + 1) / 2 + 1);
+        // Per window one recording, two with select_advance (parities), + the step.
+        if (how == "windows") CHECK(c.command_buffers_recorded == (blocks + 1) / 2 * (on ? 2 : 1) + 1);
         if (how == "weight-major") CHECK(c.block_kinds_weight_major == 1);
         for (int run = 0; run < 3; ++run) {  // each run starts again at instance 0
             outs.push_back(run_y(ex, in));
