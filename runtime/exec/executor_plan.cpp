@@ -8,6 +8,7 @@
 #include "runtime/exec/executor_impl.h"
 #include "runtime/ir/cost.h"
 #include "runtime/ir/fuse.h"
+#include "runtime/ir/schedule.h"
 
 namespace kiln::exec {
 
@@ -184,8 +185,15 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
     std::set<int> pinned;
     for (auto& [name, v] : inputs) pinned.insert(r(v));
     for (auto& [name, v] : outputs) pinned.insert(r(v));
-    // Liveness over the active order: [def, last use]; block chain inputs live to their kind's end.
+    // Liveness over the active order: [def, last use], the last use extended to the end of its reader's level run
+    // (ir::level_run_ends: no node recorded beside the reader reuses the memory); block chain inputs live to their
+    // kind's end.
     std::map<int, std::pair<int, int>> life;
+    const std::vector<int> ends = ir::level_run_ends(g);
+    std::vector<int> run_end(active.size());  // per active position: its run's last node's active position
+    for (size_t t = 0; t < active.size(); ++t)
+        run_end[t] =
+            (int)(std::upper_bound(active.begin(), active.end(), ends[(size_t)active[t]]) - active.begin()) - 1;
     // A split-K linear's scratch (Dispatch::scratch: the largest of its parts') lives while the node runs: key -2 - n.
     std::map<int, VkDeviceSize> scratch_bytes;
     for (int t = 0; t < (int)active.size(); ++t) {
@@ -205,7 +213,7 @@ void Executor::Impl::plan_activations(const std::vector<int>& active) {
             if (!pinned.count(o) && g.value(o).role == ir::Role::activation && !life.count(o)) life[o] = {t, t};
         }
         for (int v : n.in)
-            if (v >= 0 && life.count(r(v))) life[r(v)].second = t;
+            if (v >= 0 && life.count(r(v))) life[r(v)].second = std::max(life[r(v)].second, run_end[(size_t)t]);
     }
     for (size_t ki = 0; ki < blocks.size(); ++ki) {
         const BlockKind& k = blocks[ki];
