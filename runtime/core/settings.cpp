@@ -117,9 +117,9 @@ const std::vector<SettingInfo> kTable = {
      [](Settings& s, const char* n, const std::string& v) { s.exec.stream_in_place = zero_or_one(n, v); }},
     {"KILN_SELECT_ADVANCE", "bool", "1", "0: regional replays are counted on the host, one execute per instance",
      false, [](Settings& s, const char* n, const std::string& v) { s.exec.select_advance = zero_or_one(n, v); }},
-    {"KILN_SCHEDULE", "bool", "1",
+    {"KILN_LEVEL_ORDER", "bool", "1",
      "0: full and regional modes record nodes in graph order, not by level (one barrier per level)", false,
-     [](Settings& s, const char* n, const std::string& v) { s.exec.schedule = zero_or_one(n, v); }},
+     [](Settings& s, const char* n, const std::string& v) { s.exec.level_order = zero_or_one(n, v); }},
     {"KILN_EAGER_SUBMIT", "choice: step|op", "step",
      "eager mode: step records each run into one command buffer, submitted once; op submits and waits per dispatch "
      "(exact per-op GPU times)", false,

@@ -41,7 +41,7 @@ struct ExecOptions {
     int stream_in_place = -1;            // KILN_STREAM_IN_PLACE: 0 off, 1 also kinds that fit; -1: Budget decides
     std::string block_layout = "auto";   // KILN_BLOCK_LAYOUT: auto|block|weight (block_weights.cpp)
     bool select_advance = true;          // KILN_SELECT_ADVANCE: replays counted on the device (regional mode)
-    bool schedule = true;                // KILN_SCHEDULE: full / regional record by level (ir::schedule_levels)
+    bool level_order = true;             // KILN_LEVEL_ORDER: full / regional record by level (ir::order_by_level)
     std::string eager_submit = "step";   // KILN_EAGER_SUBMIT: eager mode submits once per run (step) or per op (op)
     std::string linear =
         "auto";  // KILN_LINEAR: auto|reg|smem|smem64|smem128|coopmat|coopmat128|tex|gemm|gemm128|coopmat2

@@ -10,7 +10,7 @@
 #include "runtime/exec/executor_impl.h"
 #include "runtime/exec/linear_select.h"
 #include "runtime/ir/fuse.h"
-#include "runtime/ir/schedule.h"
+#include "runtime/ir/level_order.h"
 #include "runtime/vulkan/attention_flash.h"
 
 namespace kiln::exec {
@@ -83,7 +83,7 @@ ir::Graph planned_graph(vk::Context& ctx, const ir::Graph& g, Mode mode, const E
         c.f16_activations = ir::store_f16(out, &c.f16_activation_bytes_saved, flash);
     }
     // Full and regional record by level (barriers shared by independent chains); eager keeps the graph's order.
-    if (mode != Mode::eager && o.schedule) out = ir::schedule_levels(out);
+    if (mode != Mode::eager && o.level_order) out = ir::order_by_level(out);
     return out;
 }
 }  // namespace

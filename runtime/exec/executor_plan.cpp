@@ -8,7 +8,7 @@
 #include "runtime/exec/executor_impl.h"
 #include "runtime/ir/cost.h"
 #include "runtime/ir/fuse.h"
-#include "runtime/ir/schedule.h"
+#include "runtime/ir/level_order.h"
 
 namespace kiln::exec {
 

@@ -70,7 +70,7 @@ struct Region {
 
 struct FuseStats;
 struct FuseOptions;
-struct ScheduleStats;
+struct LevelOrderStats;
 
 class Graph {
 public:
@@ -151,7 +151,7 @@ public:
 
 private:
     friend Graph fuse(const Graph& g, FuseStats* stats, const FuseOptions& opt);
-    friend Graph schedule_levels(const Graph& g, ScheduleStats* stats);
+    friend Graph order_by_level(const Graph& g, LevelOrderStats* stats);
     friend int store_f16(Graph& g, uint64_t* bytes_saved,
                          const std::function<bool(const Graph&, const Node&)>& f16_attention);
     Val add_value(Value v);

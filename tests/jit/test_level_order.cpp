@@ -1,10 +1,10 @@
-// Recording by level (ir::schedule_levels, KILN_SCHEDULE): independent chains in one block (SD3's and Flux's image
+// Recording by level (ir::order_by_level, KILN_LEVEL_ORDER): independent chains in one block (SD3's and Flux's image
 // and text streams) share their barriers. Values and what each node computes are unchanged, so outputs are bitwise
 // those of graph order, in full and regional mode.
 
 #include <catch2/catch.hpp>
 
-#include "runtime/ir/schedule.h"
+#include "runtime/ir/level_order.h"
 #include "tests/jit/toy_stack.h"
 #include "tests/support/test_support.h"
 
@@ -47,10 +47,10 @@ struct TwoStreams {
 };
 }  // namespace
 
-TEST_CASE("schedule_levels orders each stretch by level, graph order among equals", "[jit][schedule]") {
+TEST_CASE("order_by_level orders each stretch by level, graph order among equals", "[jit][level-order]") {
     TwoStreams t(3, 16);
-    ir::ScheduleStats st;
-    const ir::Graph s = ir::schedule_levels(t.g, &st);
+    ir::LevelOrderStats st;
+    const ir::Graph s = ir::order_by_level(t.g, &st);
     REQUIRE(s.nodes().size() == t.g.nodes().size());
     CHECK(st.moved > 0);
     // Per block: layer_norm, linear, silu, linear, add in each stream side by side (5 levels), then slice, scale,
@@ -73,7 +73,7 @@ TEST_CASE("schedule_levels orders each stretch by level, graph order among equal
     for (size_t i = 0; i < s.nodes().size(); ++i) CHECK(s.values()[(size_t)s.nodes()[i].out].producer == (int)i);
 }
 
-TEST_CASE("recording by level: fewer barriers, outputs bitwise those of graph order", "[jit][schedule]") {
+TEST_CASE("recording by level: fewer barriers, outputs bitwise those of graph order", "[jit][level-order]") {
     TwoStreams t(4, 32);
     std::map<std::string, Tensor> in{{"a", test::random_tensor({2, 7, 32}, 1)},
                                      {"b", test::random_tensor({2, 5, 32}, 2)}};
@@ -82,7 +82,7 @@ TEST_CASE("recording by level: fewer barriers, outputs bitwise those of graph or
         std::map<std::string, Tensor> out[2];
         int barriers[2] = {0, 0};
         for (int on : {0, 1}) {
-            test::ScopedEnv env("KILN_SCHEDULE", on ? "1" : "0");
+            test::ScopedEnv env("KILN_LEVEL_ORDER", on ? "1" : "0");
             exec::Executor ex(context(), t.g, t.bytes(), mode);
             for (auto& [n, v] : in) ex.set_input(n, v);
             ex.run();

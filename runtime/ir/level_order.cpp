@@ -1,4 +1,4 @@
-#include "runtime/ir/schedule.h"
+#include "runtime/ir/level_order.h"
 
 #include <algorithm>
 #include <numeric>
@@ -54,8 +54,8 @@ std::vector<int> level_run_ends(const Graph& g) {
     return end;
 }
 
-Graph schedule_levels(const Graph& g, ScheduleStats* stats) {
-    ScheduleStats st;
+Graph order_by_level(const Graph& g, LevelOrderStats* stats) {
+    LevelOrderStats st;
     const std::vector<Node>& nodes = g.nodes_;
     std::vector<int> depth(g.values_.size(), 0), level(nodes.size(), 0), order(nodes.size());
     std::iota(order.begin(), order.end(), 0);

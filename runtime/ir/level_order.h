@@ -11,12 +11,12 @@
 
 namespace kiln::ir {
 
-struct ScheduleStats {
+struct LevelOrderStats {
     int moved = 0;   // nodes whose position changed
     int levels = 0;  // sum over stretches of their levels
 };
 
-Graph schedule_levels(const Graph& g, ScheduleStats* stats = nullptr);
+Graph order_by_level(const Graph& g, LevelOrderStats* stats = nullptr);
 
 // Per node i: the last node of the run of nodes of i's level that i belongs to, within its stretch (i itself where
 // its neighbours' levels differ). The executor keeps a value alive to the end of its last reader's run, so that no
