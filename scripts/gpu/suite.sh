@@ -166,7 +166,7 @@ for st in $stages; do
       fi
       vs="KILN_ATTENTION=coopmat4 KILN_ATTENTION=coopmat KILN_ATTENTION=flash KILN_ATTENTION=rows"
       vs="$vs KILN_LINEAR=coopmat KILN_LINEAR=coopmat_sk KILN_LINEAR=gemm"
-      vs="KILN_PRECISION=fast $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
+      vs="KILN_PRECISION=fast KILN_LEVEL_ORDER=0 $vs KILN_LINEAR=smem64 KILN_LINEAR=reg KILN_ACT_F16=1"
       vs="$vs KILN_ACT_F16=1+KILN_LINEAR=coopmat2"  # coopmat2 takes x stored f16 only
       [ $ci = 1 ] && vs="KILN_ATTENTION=rows KILN_LINEAR=coopmat"  # here: one that runs, one that is refused
       vs=${VARIANTS:-$vs}  # VARIANTS="A=x B=y,C=z": these, in this order (commas join variables in one variant)
