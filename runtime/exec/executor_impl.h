@@ -256,8 +256,9 @@ struct Executor::Impl {
     void record_block_weights(Recorder& rec, size_t k, size_t i);
     // Replays counted on the device (block_weights.cpp, build_advance): kind k's replays need no primary command
     // between them (no carry copy, no streaming copy, no timestamps), so its recording ends with a barrier and, when
-    // its dispatches select weights, a select_advance dispatch (advance[k], else -1) that moves the selection slots
-    // on to the next instance; the primary then executes all instances in one vkCmdExecuteCommands.
+    // its dispatches select weights, starts with a select_advance dispatch (advance_of(k, v), else -1) that writes
+    // the next instance's slots into the other slot copy (double_table); the primary then executes all instances in
+    // one vkCmdExecuteCommands.
     // KILN_SELECT_ADVANCE=0: per-replay table updates from the primary instead.
     std::vector<bool> replay_array;
     std::vector<int> advance;      // parity 0's (or the only) select_advance of kind k, else -1
