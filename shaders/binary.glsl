@@ -26,5 +26,5 @@ void main() {
         ib += idx * p.sb[d];
     }
     const float v = BINARY_OP(a[WBASE(A) + p.oa + ia], b[WBASE(B) + p.ob + ib]);
-    y[i] = p.act != 0u ? act_apply(p.act, v) : v;
+    y[i] = act_apply(p.act, v);  // 0: v itself
 }

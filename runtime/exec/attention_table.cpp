@@ -215,10 +215,8 @@ bool write_attention_table(vk::Context& ctx, const std::string& path, const Atte
     std::vector<std::string> lines;
     for (const auto& r : t.rows) {
         std::ostringstream l;
-        char ms[32];
-        std::snprintf(ms, sizeof ms, "%.6g", r.ms);
-        l << r.head_dim << ' ' << (r.f16 ? "f16" : "f32") << ' ' << r.seq << ' ' << r.kernel << ' ' << ms << ' '
-          << (r.admitted ? 1 : 0) << ' ' << table_note(r.note);
+        l << r.head_dim << ' ' << (r.f16 ? "f16" : "f32") << ' ' << r.seq << ' ' << r.kernel << ' '
+          << table_row_end(r.ms, r.admitted, r.note);
         lines.push_back(l.str());
     }
     return write_device_table(ctx, path, "kiln-attention-table 1", lines, why);

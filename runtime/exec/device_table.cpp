@@ -122,4 +122,10 @@ std::string table_note(const std::string& note) {
     return n;
 }
 
+std::string table_row_end(double figure, bool admitted, const std::string& note) {
+    char f[32];
+    std::snprintf(f, sizeof f, "%.6g", figure);
+    return std::string(f) + (admitted ? " 1 " : " 0 ") + table_note(note);
+}
+
 }  // namespace kiln::exec

@@ -52,5 +52,7 @@ bool read_device_table(vk::Context& ctx, const std::string& path, const std::str
                        std::vector<std::string>& lines, std::string& status);
 // A row's note as such a file holds it: "-" when empty, white space as '_'.
 std::string table_note(const std::string& note);
+// The end every row of both tables shares: its figure (%.6g), admitted (1 or 0) and note (table_note).
+std::string table_row_end(double figure, bool admitted, const std::string& note);
 
 }  // namespace kiln::exec

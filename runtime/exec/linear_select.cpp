@@ -237,10 +237,8 @@ bool write_linear_table(vk::Context& ctx, const std::string& path, const LinearT
     std::vector<std::string> lines;
     for (const auto& r : t.rows) {
         std::ostringstream l;
-        char g[32];
-        std::snprintf(g, sizeof g, "%.6g", r.gflops);
         l << dtype_name(r.dtype) << ' ' << r.variant << ' ' << r.shape.M << ' ' << r.shape.N << ' ' << r.shape.K << ' '
-          << g << ' ' << (r.admitted ? 1 : 0) << ' ' << table_note(r.note);
+          << table_row_end(r.gflops, r.admitted, r.note);
         lines.push_back(l.str());
     }
     return write_device_table(ctx, path, "kiln-linear-table 1", lines, why);
